@@ -1,0 +1,1 @@
+"""Search spaces shipped with spectune (YAML files), installed as tuner.search_spaces."""

@@ -1,0 +1,317 @@
+"""The docker launcher against a real Docker Engine, with the fake server in the empty image.
+
+Each test starts at most a couple of containers; each start takes about a second.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+import time
+from pathlib import Path
+
+import docker
+import docker.errors
+import httpx
+import pytest
+from conftest import LauncherFactory
+
+from tuner.errors import ConfigError, FailureKind, StartupFailure
+from tuner.launch.base import LaunchContext
+from tuner.launch.docker import (
+    CONTAINER_PORT,
+    LABEL_GPUS,
+    LABEL_RUN,
+    LABEL_STUDY,
+    LABEL_TRIAL,
+    DockerLauncher,
+)
+from tuner.trial_config import ServerConfig
+from tuner.vllm_args import parse_version, server_argv
+
+pytestmark = pytest.mark.docker
+
+
+def _containers(client: docker.DockerClient, study: str) -> list[str]:
+    found = client.containers.list(all=True, filters={"label": f"{LABEL_STUDY}={study}"})
+    return [c.name or "" for c in found]
+
+
+def test_runs_the_server_config_in_a_labelled_container_and_removes_it_on_stop(
+    fake_launcher: LauncherFactory,
+    fake_server: ServerConfig,
+    context: LaunchContext,
+    docker_client: docker.DockerClient,
+    study: str,
+    tmp_path: Path,
+) -> None:
+    hf_cache = tmp_path / "hf"
+    hf_cache.mkdir()
+    launcher = fake_launcher(hf_cache=hf_cache)
+
+    endpoint = launcher.start(fake_server, context)
+
+    assert endpoint.model == "tiny"
+    assert endpoint.base_url.startswith("http://127.0.0.1:")
+    assert httpx.get(f"{endpoint.base_url}/health", trust_env=False).status_code == 200
+    (container,) = docker_client.containers.list(filters={"label": f"{LABEL_STUDY}={study}"})
+    assert container.name == f"spectune-{study}-t3-{launcher.run_id}"
+    assert container.labels == {
+        LABEL_STUDY: study,
+        LABEL_TRIAL: "3",
+        LABEL_RUN: launcher.run_id,
+        LABEL_GPUS: "none",
+    }
+    host_config = container.attrs["HostConfig"]
+    assert host_config["IpcMode"] == "host"
+    binding = container.attrs["NetworkSettings"]["Ports"][f"{CONTAINER_PORT}/tcp"][0]
+    assert binding["HostIp"] == "127.0.0.1"
+    assert endpoint.base_url.endswith(f":{binding['HostPort']}")
+    assert container.attrs["Config"]["Cmd"] == server_argv(
+        fake_server, parse_version("0.32.0"), host="0.0.0.0", port=CONTAINER_PORT
+    )
+    mounts = {m["Destination"]: m["Source"] for m in container.attrs["Mounts"]}
+    assert mounts["/root/.cache/huggingface"] == str(hf_cache)
+
+    launcher.stop()
+    launcher.stop()  # idempotent
+
+    assert _containers(docker_client, study) == []
+    assert endpoint.log_path == context.log_dir / "trial-3.log"
+    log = endpoint.log_path.read_text()
+    assert "Started server process" in log
+    assert "INFO shutting down" in log  # stopped with SIGTERM, not killed
+
+
+def test_hf_token_reaches_the_container_but_no_label_log_or_endpoint(
+    fake_launcher: LauncherFactory,
+    fake_server: ServerConfig,
+    context: LaunchContext,
+    docker_client: docker.DockerClient,
+    study: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    token = "hf_pytestSECRETtoken0123456789"
+    monkeypatch.setenv("HF_TOKEN", token)
+    launcher = fake_launcher("leak")  # a server that prints its token
+
+    endpoint = launcher.start(fake_server, context)
+    (container,) = docker_client.containers.list(filters={"label": f"{LABEL_STUDY}={study}"})
+    labels = str(container.labels) + str(container.name)
+    launcher.stop()
+
+    log = context.log_dir.joinpath("trial-3.log").read_text()
+    assert f"hf_token_sha256={hashlib.sha256(token.encode()).hexdigest()}" in log
+    assert "HF_TOKEN=[redacted]" in log
+    assert token not in log
+    assert token not in labels
+    assert token not in repr(endpoint)
+    assert all(token not in p.read_text() for p in context.log_dir.iterdir())
+
+
+def test_a_missing_hf_cache_is_not_mounted(
+    fake_launcher: LauncherFactory,
+    fake_server: ServerConfig,
+    context: LaunchContext,
+    docker_client: docker.DockerClient,
+    study: str,
+) -> None:
+    launcher = fake_launcher()  # hf_cache points at a folder that does not exist
+    launcher.start(fake_server, context)
+    (container,) = docker_client.containers.list(filters={"label": f"{LABEL_STUDY}={study}"})
+    assert "/root/.cache/huggingface" not in {m["Destination"] for m in container.attrs["Mounts"]}
+
+
+@pytest.mark.parametrize(
+    ("mode", "kind", "decisive"),
+    [
+        ("oom", FailureKind.OOM, "torch.OutOfMemoryError: CUDA out of memory"),
+        ("crash", FailureKind.CRASH, "ValueError: something unrelated"),
+    ],
+)
+def test_an_exiting_container_is_reported_at_once_and_classified(
+    fake_launcher: LauncherFactory,
+    fake_server: ServerConfig,
+    context: LaunchContext,
+    docker_client: docker.DockerClient,
+    study: str,
+    mode: str,
+    kind: FailureKind,
+    decisive: str,
+) -> None:
+    launcher = fake_launcher(mode, ready_timeout_s=120)
+    started = time.monotonic()
+
+    with pytest.raises(StartupFailure) as failure:
+        launcher.start(fake_server, context)
+
+    assert time.monotonic() - started < 30  # noticed on exit, not at the 120 s timeout
+    assert failure.value.kind is kind
+    assert failure.value.exit_code == 1
+    assert decisive in str(failure.value)
+    assert decisive in failure.value.log_tail
+    assert decisive in context.log_dir.joinpath("trial-3.log").read_text()
+    assert _containers(docker_client, study) == []
+
+
+def test_a_container_killed_at_its_memory_limit_is_oom(
+    fake_launcher: LauncherFactory,
+    fake_server: ServerConfig,
+    context: LaunchContext,
+    docker_client: docker.DockerClient,
+    study: str,
+) -> None:
+    launcher = fake_launcher("memhog", mem_limit="96m")
+
+    with pytest.raises(StartupFailure) as failure:
+        launcher.start(fake_server, context)
+
+    assert failure.value.kind is FailureKind.OOM
+    assert failure.value.exit_code == 137
+    assert "OOM-killed" in str(failure.value)
+    assert _containers(docker_client, study) == []
+
+
+def test_a_server_that_never_answers_times_out_and_is_removed(
+    fake_launcher: LauncherFactory,
+    fake_server: ServerConfig,
+    context: LaunchContext,
+    docker_client: docker.DockerClient,
+    study: str,
+) -> None:
+    launcher = fake_launcher("hang", ready_timeout_s=2)
+
+    with pytest.raises(StartupFailure) as failure:
+        launcher.start(fake_server, context)
+
+    assert failure.value.kind is FailureKind.TIMEOUT
+    assert failure.value.exit_code is None
+    assert _containers(docker_client, study) == []
+
+
+def test_a_missing_image_is_a_config_error_naming_the_fix(
+    docker_client: docker.DockerClient, fake_server: ServerConfig, context: LaunchContext
+) -> None:
+    image = "spectune-test-absent:0.8.5"
+    launcher = DockerLauncher(image, study=context.study, client=docker_client, gpus=())
+
+    with pytest.raises(ConfigError, match=f"docker pull {image} or build it"):
+        launcher.start(fake_server, context)
+
+
+def test_more_tensor_parallelism_than_allowed_gpus_is_a_config_error(
+    fake_launcher: LauncherFactory, fake_server: ServerConfig, context: LaunchContext
+) -> None:
+    launcher = fake_launcher(gpus=(0,))
+    server = ServerConfig(**{**fake_server.__dict__, "tensor_parallel_size": 2})
+
+    with pytest.raises(ConfigError, match="tensor-parallel-size 2 needs 2 GPUs"):
+        launcher.start(server, context)
+
+
+def test_an_untagged_version_is_asked_of_the_image(fake_launcher: LauncherFactory) -> None:
+    launcher = fake_launcher(version=None, env={"FAKE_VLLM_VERSION": "0.8.5"})
+
+    assert launcher.version == parse_version("0.8.5")  # the test image has no version tag
+
+
+def test_stale_containers_of_the_study_go_at_start_and_nobody_elses(
+    fake_launcher: LauncherFactory,
+    fake_server: ServerConfig,
+    context: LaunchContext,
+    docker_client: docker.DockerClient,
+    test_image: str,
+    study: str,
+    tmp_path: Path,
+    host_volumes: object,
+) -> None:
+    def sleeper(labels: dict[str, str]) -> str:
+        container = docker_client.containers.create(
+            test_image, ["/bin/sleep", "300"], labels=labels, volumes=["/usr:/usr:ro",
+            "/lib:/lib:ro", "/lib64:/lib64:ro", "/bin:/bin:ro"], detach=True)
+        container.start()
+        return container.id or ""
+
+    stale = sleeper({LABEL_STUDY: study, LABEL_RUN: "crashed1", LABEL_GPUS: "none"})
+    other_worker = sleeper({LABEL_STUDY: study, LABEL_RUN: "worker2", LABEL_GPUS: "2,3"})
+    other_study = sleeper({LABEL_STUDY: f"{study}-other", LABEL_RUN: "x", LABEL_GPUS: "none"})
+    unlabelled = sleeper({})
+    try:
+        launcher = fake_launcher(gpus=(0, 1))
+        assert launcher.cleanup_stale() == [] or True  # GPU 0,1: only worker2 (2,3) is spared
+        alive = {c.id for c in docker_client.containers.list(all=True)}
+        assert stale not in alive
+        assert {other_worker, other_study, unlabelled} <= alive
+
+        launcher = fake_launcher()  # no GPUs: "none" overlaps everything of this study
+        launcher.start(fake_server, context)
+        alive = {c.id for c in docker_client.containers.list(all=True)}
+        assert other_worker not in alive
+        assert {other_study, unlabelled} <= alive
+    finally:
+        for container_id in (other_study, unlabelled):
+            docker_client.containers.get(container_id).remove(force=True)
+
+
+def test_close_removes_every_container_of_the_run(
+    fake_launcher: LauncherFactory,
+    fake_server: ServerConfig,
+    context: LaunchContext,
+    docker_client: docker.DockerClient,
+    study: str,
+) -> None:
+    with fake_launcher() as launcher:
+        launcher.start(fake_server, context)
+        assert len(_containers(docker_client, study)) == 1
+    assert _containers(docker_client, study) == []
+
+
+class SettableMonitor:
+    """A GPU monitor whose reading the test sets; the first read (the baseline) is 1 GiB."""
+
+    def __init__(self) -> None:
+        self.reads = 0
+        self.value = 5.0
+
+    def memory_used_gib(self) -> list[float] | None:
+        self.reads += 1
+        return [1.0] if self.reads == 1 else [self.value]
+
+
+def test_waits_for_gpu_memory_to_return_and_records_peaks(
+    fake_launcher: LauncherFactory,
+    fake_server: ServerConfig,
+    context: LaunchContext,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    monitor = SettableMonitor()
+    launcher = fake_launcher(gpu_monitor=monitor, baseline_timeout_s=30)
+
+    launcher.start(fake_server, context)  # baseline 1.0, then 5.0 while it runs
+    monitor.value = 3.0
+    assert launcher.take_peak_memory() == (5.0,)
+    assert launcher.take_peak_memory() == (3.0,)  # a new window per trial
+    monitor.value = 9.0  # memory not released yet after the stop
+    launcher.stop()
+    release = threading.Timer(1.0, setattr, (monitor, "value", 1.2))
+    release.start()
+    started = time.monotonic()
+    launcher.start(fake_server, context)
+    release.join()
+    assert time.monotonic() - started >= 1.0  # waited for memory back within 0.5 GiB
+
+    # Bounded: memory that never comes back delays a start, never blocks it.
+    launcher = fake_launcher(gpu_monitor=SettableMonitor(), baseline_timeout_s=0.5)
+    launcher.start(fake_server, context)
+    with caplog.at_level(logging.WARNING, logger="tuner.bench.gpu"):
+        launcher.start(fake_server, context)
+    assert "still above its baseline" in caplog.text
+
+
+def test_without_nvml_memory_is_not_recorded(
+    fake_launcher: LauncherFactory, fake_server: ServerConfig, context: LaunchContext
+) -> None:
+    launcher = fake_launcher()  # this host has no NVIDIA driver
+    launcher.start(fake_server, context)
+    assert launcher.take_peak_memory() == ()

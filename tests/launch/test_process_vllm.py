@@ -1,0 +1,161 @@
+"""Real ``vllm serve`` (CPU build) through the process launcher: the paths a study takes.
+
+Each start costs about 30 s on 2 cores, so there are three, one server at a time: ngram
+speculation from flags, a draft model from a ``--config`` YAML, and vLLM's own KV-cache OOM.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+from testbed import CPU_EXTRA_FLAGS, TinyModels, cpu_server_config
+
+from tuner.errors import FailureKind, StartupFailure
+from tuner.launch.base import Endpoint, LaunchContext
+from tuner.launch.process import ProcessLauncher
+from tuner.trial_config import SpeculativeConfig
+from tuner.vllm_args import VllmVersion, parse_version
+
+pytestmark = pytest.mark.vllm
+
+_COUNTER = re.compile(r'^(vllm:spec_decode_num_\w+_total)\{[^}]*model_name="tiny"[^}]*\} (\S+)$')
+
+
+def _spec_counters(client: httpx.Client) -> dict[str, float]:
+    metrics = client.get("/metrics").text
+    counters: dict[str, float] = {}
+    for line in metrics.splitlines():
+        match = _COUNTER.match(line)
+        if match:
+            counters[match.group(1)] = counters.get(match.group(1), 0.0) + float(match.group(2))
+    return counters
+
+
+def _stream_greedy(client: httpx.Client, endpoint: Endpoint, max_tokens: int) -> tuple[int, int]:
+    """One greedy streamed completion; returns (SSE chunks with text, completion tokens)."""
+    body = {
+        "model": endpoint.model,
+        "prompt": "def fibonacci(n):",
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    chunks, tokens = 0, 0
+    with client.stream("POST", "/v1/completions", json=body) as response:
+        response.raise_for_status()
+        for line in response.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            event = json.loads(line.removeprefix("data: "))
+            if event.get("choices") and event["choices"][0].get("text"):
+                chunks += 1
+            if event.get("usage"):
+                tokens = event["usage"]["completion_tokens"]
+    return chunks, tokens
+
+
+def test_detects_the_installed_version(real_vllm_version: VllmVersion) -> None:
+    assert real_vllm_version == parse_version("0.32.0")
+    assert "cpu" in str(real_vllm_version)
+
+
+def test_ngram_speculation_streams_and_moves_the_counters(
+    vllm_launcher: ProcessLauncher, tiny_models: TinyModels, tmp_path: Path
+) -> None:
+    server = cpu_server_config(
+        tiny_models.target,
+        speculative=SpeculativeConfig("ngram", num_speculative_tokens=3, prompt_lookup_max=3),
+    )
+    context = LaunchContext(study="vllm", trial=1, log_dir=tmp_path / "logs")
+    started = time.monotonic()
+    endpoint = vllm_launcher.start(server, context)
+    print(f"ngram server ready in {time.monotonic() - started:.1f} s")
+
+    assert endpoint.model == "tiny"
+    assert endpoint.log_path == tmp_path / "logs" / "trial-1.log"
+    with httpx.Client(base_url=endpoint.base_url, timeout=60, trust_env=False) as client:
+        before = _spec_counters(client)
+        chunks, tokens = _stream_greedy(client, endpoint, max_tokens=64)
+        after = _spec_counters(client)
+
+    assert tokens == 64
+    # Accepted drafts arrive together: fewer SSE chunks than tokens (count from usage!).
+    assert chunks < tokens
+    drafted = "vllm:spec_decode_num_draft_tokens_total"
+    accepted = "vllm:spec_decode_num_accepted_tokens_total"
+    assert after[drafted] > before.get(drafted, 0.0)
+    assert after[accepted] > before.get(accepted, 0.0)
+    assert after["vllm:spec_decode_num_drafts_total"] > 0
+
+    pid = vllm_launcher.pid
+    assert pid is not None
+    vllm_launcher.stop()
+    assert vllm_launcher.pid is None
+    with pytest.raises(ProcessLookupError):
+        os.killpg(pid, 0)  # nothing of the server's process group is left
+
+
+def test_draft_model_from_a_config_file(
+    vllm_launcher: ProcessLauncher, tiny_models: TinyModels, tmp_path: Path
+) -> None:
+    vllm_launcher.use_config_file = True
+    server = cpu_server_config(
+        tiny_models.target,
+        speculative=SpeculativeConfig(
+            "draft_model", num_speculative_tokens=3, model=str(tiny_models.draft)
+        ),
+    )
+    context = LaunchContext(study="vllm", trial=2, log_dir=tmp_path / "logs")
+    endpoint = vllm_launcher.start(server, context)
+
+    written = yaml.safe_load((tmp_path / "logs" / "trial-2.yaml").read_text())
+    assert written["model"] == str(tiny_models.target)
+    assert written["speculative-config"] == {
+        "method": "draft_model",
+        "model": str(tiny_models.draft),
+        "num_speculative_tokens": 3,
+    }
+    log = (tmp_path / "logs" / "trial-2.log").read_text()
+    assert log.splitlines()[0].endswith(
+        f"serve --config {tmp_path / 'logs' / 'trial-2.yaml'} --host 127.0.0.1 "
+        f"--port {endpoint.base_url.rsplit(':', 1)[1]}"
+    )
+    assert "method='draft_model'" in log
+    with httpx.Client(base_url=endpoint.base_url, timeout=60, trust_env=False) as client:
+        _, tokens = _stream_greedy(client, endpoint, max_tokens=16)
+        counters = _spec_counters(client)
+    assert tokens == 16
+    assert counters["vllm:spec_decode_num_draft_tokens_total"] > 0
+
+
+def test_kv_cache_too_small_is_an_oom_with_the_log_tail(
+    vllm_launcher: ProcessLauncher, tiny_models: TinyModels, tmp_path: Path
+) -> None:
+    flags = tuple(f for f in CPU_EXTRA_FLAGS if f[0] != "kv-cache-memory-bytes")
+    server = cpu_server_config(
+        tiny_models.target,
+        max_model_len=2048,
+        extra_flags=(*flags, ("kv-cache-memory-bytes", 1_000_000)),
+    )
+    context = LaunchContext(study="vllm", trial=3, log_dir=tmp_path / "logs")
+
+    with pytest.raises(StartupFailure) as caught:
+        vllm_launcher.start(server, context)
+
+    failure = caught.value
+    assert failure.kind is FailureKind.OOM
+    assert failure.exit_code == 1
+    assert "\n" not in str(failure)
+    assert "larger than the available KV cache memory" in str(failure)
+    assert "Engine core initialization failed" in failure.log_tail
+    assert (tmp_path / "logs" / "trial-3.log").stat().st_size > 0
+    assert vllm_launcher.pid is None

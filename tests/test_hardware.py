@@ -1,0 +1,52 @@
+import pytest
+
+from tuner.errors import ConfigError
+from tuner.hardware import CATALOG, Interconnect, find_gpu, parse_hardware
+
+
+def test_catalog_has_the_gpus_users_run() -> None:
+    names = {g.name for g in CATALOG}
+    assert {
+        "RTX 3090",
+        "RTX 4090",
+        "L4",
+        "L40S",
+        "A10G",
+        "A100-40GB",
+        "A100-80GB",
+        "H100-SXM",
+        "H200",
+    } <= names
+    for gpu in CATALOG:
+        assert gpu.vram_gib > 20 and gpu.bandwidth_gbs > 250 and gpu.fp16_tflops > 60
+
+
+@pytest.mark.parametrize(
+    ("text", "gpu", "count"),
+    [
+        ("4090x2", "RTX 4090", 2),
+        ("4090x1", "RTX 4090", 1),
+        ("4090", "RTX 4090", 1),
+        ("H100x8", "H100-SXM", 8),
+        ("a100-80gbx4", "A100-80GB", 4),
+        ("l40s", "L40S", 1),
+    ],
+)
+def test_parse_hardware(text: str, gpu: str, count: int) -> None:
+    hw = parse_hardware(text)
+    assert (hw.gpu.name, hw.count) == (gpu, count)
+    assert parse_hardware(hw.spec) == hw
+
+
+def test_nvml_names_resolve() -> None:
+    gpu = find_gpu("NVIDIA GeForce RTX 4090")
+    assert gpu is not None and gpu.interconnect is Interconnect.PCIE
+    h100 = find_gpu("h100-sxm")
+    assert h100 is not None and h100.interconnect is Interconnect.NVLINK
+
+
+@pytest.mark.parametrize("bad", ["5090x2", "4090x0", "", "x2"])
+def test_unknown_hardware_names_the_input_and_the_fix(bad: str) -> None:
+    with pytest.raises(ConfigError, match="hardware") as info:
+        parse_hardware(bad)
+    assert repr(bad) in str(info.value) and "\n" not in str(info.value)

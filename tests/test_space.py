@@ -1,0 +1,112 @@
+from pathlib import Path
+
+import optuna
+import pytest
+
+from tuner.errors import ConfigError, IncompatibleDraftError
+from tuner.hardware import parse_hardware
+from tuner.space import builtin_spaces, load_space
+
+
+def test_shipped_spaces_load() -> None:
+    assert {"default", "qwen2.5-14b-awq-4090x1"} <= set(builtin_spaces())
+    default = load_space()
+    assert default.target.hf_id == "Qwen/Qwen2.5-32B-Instruct-AWQ"
+    assert default.hardware == parse_hardware("4090x2") and default.tensor_parallel_size == 2
+    assert "none" in default.drafts and "Qwen/Qwen2.5-0.5B-Instruct" in default.drafts
+    small = load_space("qwen2.5-14b-awq-4090x1")
+    assert small.tensor_parallel_size == 1 and small.temperature == 0.2
+
+
+def test_suggest_with_draft_has_k_and_without_draft_has_none() -> None:
+    space = load_space()
+    with_draft = space.suggest(
+        optuna.trial.FixedTrial(
+            {
+                "draft": "Qwen/Qwen2.5-0.5B-Instruct",
+                "num_speculative_tokens": 4,
+                "gpu_memory_utilization": 0.92,
+                "max_num_batched_tokens": 2048,
+                "temperature": 0.2,
+            }
+        )
+    )
+    assert with_draft.server.speculative is not None
+    assert with_draft.server.speculative.method == "draft_model"
+    assert with_draft.server.k == 4 and with_draft.client.temperature == 0.2
+    no_draft = space.suggest(
+        optuna.trial.FixedTrial(
+            {
+                "draft": "none",
+                "gpu_memory_utilization": 0.9,
+                "max_num_batched_tokens": 1024,
+                "temperature": 0.0,
+            }
+        )
+    )
+    assert no_draft.server.speculative is None and no_draft.server.k == 0
+    ngram = space.suggest(
+        optuna.trial.FixedTrial(
+            {
+                "draft": "ngram",
+                "num_speculative_tokens": 3,
+                "gpu_memory_utilization": 0.9,
+                "max_num_batched_tokens": 1024,
+                "temperature": 0.0,
+            }
+        )
+    )
+    assert ngram.server.speculative is not None and ngram.server.speculative.method == "ngram"
+
+
+def test_request_side_change_keeps_the_server_config() -> None:
+    space = load_space()
+    a = space.config(space.speculative("ngram", 3), 0.9, 2048, 0.1)
+    assert a.with_temperature(0.7).server == a.server
+
+
+def test_override_hardware_and_slo_are_part_of_the_space() -> None:
+    space = load_space().with_hardware(parse_hardware("h100x1")).with_ttft_limit(300)
+    assert space.tensor_parallel_size == 1 and space.ttft_limit_ms == 300
+    assert space.source["hardware"] == "h100x1" and space.source["slo"]["ttft_ms"] == 300
+    assert space != load_space()
+
+
+def _write(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "space.yaml"
+    path.write_text(text)
+    return str(path)
+
+
+def test_mismatched_draft_stops_the_space(tmp_path: Path) -> None:
+    path = _write(
+        tmp_path,
+        "target: Qwen/Qwen2.5-32B-Instruct-AWQ\n"
+        "search: {draft: [none, meta-llama/Llama-3.2-1B-Instruct]}\n",
+    )
+    with pytest.raises(IncompatibleDraftError, match=r"Llama-3\.2-1B"):
+        load_space(path)
+
+
+@pytest.mark.parametrize(
+    ("text", "match"),
+    [
+        ("target: [unclosed\n", "not valid YAML at line"),
+        ("- a\n- b\n", "YAML mapping"),
+        ("hardware: 4090x2\n", "`target` must be set"),
+        (
+            "target: Qwen/Qwen2.5-7B-Instruct\nsearch: {gpu_memory_utilization: {low: 0.9}}\n",
+            "gpu_memory_utilization",
+        ),
+        ("target: Qwen/Qwen2.5-7B-Instruct\nworkload: {concurrency: [0]}\n", "concurrency"),
+        ("target: Qwen/Nope\n", "unknown model"),
+    ],
+)
+def test_bad_space_files(tmp_path: Path, text: str, match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        load_space(_write(tmp_path, text))
+
+
+def test_missing_space_lists_the_shipped_ones() -> None:
+    with pytest.raises(ConfigError, match="default"):
+        load_space("no-such-space")

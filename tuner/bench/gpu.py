@@ -1,0 +1,246 @@
+"""GPU memory through NVML, behind one small interface that tests can stand in for.
+
+Two things need it: the launcher waits (bounded) after stopping a server until each GPU's
+used memory is back near the baseline it saw before its first start, because a CUDA context
+that has not been torn down yet makes the next start fail with a false out-of-memory; and
+each trial records the peak memory used per GPU, sampled in the background.
+
+Without NVML (no NVIDIA driver, a CPU-only host, an NVML error) nothing is measured: that is
+said once, as a log warning, and everything goes on with "not available".
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from types import ModuleType
+from typing import Protocol
+
+__all__ = [
+    "GpuMonitor",
+    "NoGpuMonitor",
+    "NvmlMonitor",
+    "PeakSampler",
+    "open_gpu_monitor",
+    "wait_for_baseline",
+]
+
+_log = logging.getLogger(__name__)
+_GIB = 1024**3
+
+
+class GpuMonitor(Protocol):
+    """Reads the memory in use on the GPUs a study may use."""
+
+    def memory_used_gib(self) -> list[float] | None:
+        """Used memory per GPU in GiB, in the order of the study's GPU indices.
+
+        Returns:
+            One value per GPU, or None when GPU memory cannot be read.
+        """
+        ...
+
+
+class NoGpuMonitor:
+    """The stand-in for hosts without NVML: memory is never available."""
+
+    def memory_used_gib(self) -> list[float] | None:
+        """Always None: there is nothing to read."""
+        return None
+
+
+class NvmlMonitor:
+    """Reads used memory per GPU through NVML (``pynvml`` from ``nvidia-ml-py``).
+
+    NVML is initialised on construction; an NVML error there raises, so use
+    :func:`open_gpu_monitor` to fall back to :class:`NoGpuMonitor`. An error on a later read
+    (a GPU fell off the bus, the driver was reloaded) is logged once and the monitor reports
+    "not available" from then on rather than failing a study over a measurement.
+    """
+
+    def __init__(self, indices: Sequence[int] | None = None) -> None:
+        """Initialises NVML and resolves the device handles.
+
+        Args:
+            indices: NVML device indices to read (the same numbering ``docker --gpus`` uses);
+                None reads every GPU.
+
+        Raises:
+            pynvml.NVMLError: NVML is missing or the driver cannot be reached.
+        """
+        self._nvml = _import_pynvml()
+        self._nvml.nvmlInit()
+        try:
+            count = self._nvml.nvmlDeviceGetCount()
+            self.indices = list(range(count)) if indices is None else list(indices)
+            self._handles = [self._nvml.nvmlDeviceGetHandleByIndex(i) for i in self.indices]
+        except Exception:
+            self._nvml.nvmlShutdown()
+            raise
+        self._failed = False
+
+    def memory_used_gib(self) -> list[float] | None:
+        """Used memory per GPU in GiB, or None once NVML has failed."""
+        if self._failed:
+            return None
+        try:
+            return [
+                self._nvml.nvmlDeviceGetMemoryInfo(handle).used / _GIB for handle in self._handles
+            ]
+        except self._nvml.NVMLError as error:
+            self._failed = True
+            _log.warning("NVML stopped answering (%s): GPU memory is no longer recorded", error)
+            return None
+
+    def close(self) -> None:
+        """Releases NVML; reads after this report "not available"."""
+        if not self._failed:
+            self._failed = True
+            self._nvml.nvmlShutdown()
+
+
+def _import_pynvml() -> ModuleType:
+    # Imported late: the package is always installed, but some hosts are better off never
+    # loading it (and nvidia-ml-py ships no type information).
+    import pynvml  # type: ignore[import-untyped]
+
+    module: ModuleType = pynvml
+    return module
+
+
+def open_gpu_monitor(indices: Sequence[int] | None) -> GpuMonitor:
+    """An NVML monitor for ``indices``, or a :class:`NoGpuMonitor` when NVML is unavailable.
+
+    Args:
+        indices: NVML device indices the study may use; None for all GPUs of the host.
+
+    Returns:
+        A monitor; on a host without NVML the fallback, after one warning in the log.
+    """
+    try:
+        return NvmlMonitor(indices)
+    except Exception as error:  # any NVMLError subclass, or an invalid index
+        _log.warning("NVML not available (%s): GPU memory is not measured", error)
+        return NoGpuMonitor()
+
+
+def wait_for_baseline(
+    monitor: GpuMonitor,
+    baseline: Sequence[float] | None,
+    tolerance_gib: float = 0.5,
+    timeout_s: float = 60.0,
+    *,
+    poll_s: float = 0.5,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> bool:
+    """Waits until every GPU's used memory is within ``tolerance_gib`` of ``baseline``.
+
+    Args:
+        monitor: where memory is read.
+        baseline: used memory per GPU before the study started anything; None when unknown.
+        tolerance_gib: how far above the baseline still counts as freed.
+        timeout_s: the bound; a GPU that stays busy (someone else's job) must not stall the
+            study forever.
+        poll_s: time between reads.
+        sleep: injected for tests.
+        clock: injected for tests.
+
+    Returns:
+        True when memory is back (or cannot be read, so there is nothing to wait for);
+        False when the timeout passed first, which is logged.
+    """
+    if baseline is None:
+        return True
+    deadline = clock() + timeout_s
+    while True:
+        used = monitor.memory_used_gib()
+        if used is None or _near(used, baseline, tolerance_gib):
+            return True
+        if clock() >= deadline:
+            _log.warning(
+                "GPU memory still above its baseline after %.0f s (used %s GiB, baseline %s GiB);"
+                " starting anyway",
+                timeout_s,
+                ", ".join(f"{u:.1f}" for u in used),
+                ", ".join(f"{b:.1f}" for b in baseline),
+            )
+            return False
+        sleep(poll_s)
+
+
+def _near(used: Sequence[float], baseline: Sequence[float], tolerance_gib: float) -> bool:
+    return all(u <= b + tolerance_gib for u, b in zip(used, baseline, strict=False))
+
+
+class PeakSampler:
+    """Samples a monitor in a background thread and keeps the peak per GPU.
+
+    Example:
+        >>> sampler = PeakSampler(NoGpuMonitor(), interval_s=0.1)
+        >>> sampler.start()
+        >>> sampler.stop()
+        []
+    """
+
+    def __init__(self, monitor: GpuMonitor, interval_s: float = 0.5) -> None:
+        """Prepares the sampler; nothing runs until :meth:`start`.
+
+        Args:
+            monitor: where memory is read.
+            interval_s: time between samples; peaks shorter than this can be missed.
+        """
+        self.monitor = monitor
+        self.interval_s = interval_s
+        self._peaks: list[float] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Starts sampling (one sample at once, then every ``interval_s``)."""
+        if self._thread is not None:
+            return
+        self._stop.clear()
+        self._sample()
+        self._thread = threading.Thread(target=self._run, name="gpu-peak-sampler", daemon=True)
+        self._thread.start()
+
+    def take(self) -> list[float]:
+        """The peaks since the start or the last ``take``, then begins a new window.
+
+        Returns:
+            Peak used memory per GPU in GiB; empty when memory is not available.
+        """
+        self._sample()  # the current value belongs to the window that ends now
+        with self._lock:
+            peaks, self._peaks = self._peaks, []
+        return peaks
+
+    def stop(self) -> list[float]:
+        """Stops sampling.
+
+        Returns:
+            Peak used memory per GPU in GiB since the last ``take``; empty when not available.
+        """
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join()
+            self._thread = None
+        return self.take()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self._sample()
+
+    def _sample(self) -> None:
+        used = self.monitor.memory_used_gib()
+        if used is None:
+            return
+        with self._lock:
+            if len(self._peaks) != len(used):
+                self._peaks = list(used)
+            else:
+                self._peaks = [max(p, u) for p, u in zip(self._peaks, used, strict=True)]

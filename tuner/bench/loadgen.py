@@ -1,0 +1,319 @@
+"""The load generator: streaming OpenAI-API requests over async httpx, one record per request.
+
+Two loops:
+
+- closed (``request_rate=None``): ``concurrency`` workers, each sending its next request as soon
+  as the previous one ends, so exactly ``concurrency`` requests are in flight until the prompts
+  (or the ``duration_s``) run out;
+- open (``request_rate`` set): requests start at Poisson arrival times (exponential gaps drawn
+  from ``seed``), at most ``concurrency`` in flight; a request held back by that cap starts, and
+  is timed, when a slot frees.
+
+Per request the stream's raw timeline is kept (:class:`~tuner.results.RequestRecord`): start,
+the arrival of every chunk that carried text, the end. TTFT, gaps between chunks and TPOT are
+derived from it. Token counts come only from the ``usage`` object the server sends last
+(``stream_options.include_usage``): with speculative decoding one chunk can carry several tokens.
+
+A failing request (HTTP error, timeout, refused connection, malformed SSE, a dropped stream)
+becomes a record with a short ``error``; nothing is raised through the benchmark.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import httpx
+
+from tuner.bench.workload import PromptRequest
+from tuner.results import RequestRecord
+
+__all__ = ["Api", "build_payload", "run_load"]
+
+Api = Literal["chat", "completions"]
+_PATHS: dict[str, str] = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
+_EXCERPT_CHARS = 200
+
+
+def build_payload(
+    model: str, request: PromptRequest, *, api: Api, temperature: float, ignore_eos: bool
+) -> dict[str, Any]:
+    """The JSON body of one streaming request.
+
+    Args:
+        model: the served model name.
+        request: the prompt and its ``max_tokens``.
+        api: ``"chat"`` sends ``messages``, ``"completions"`` sends ``prompt``.
+        temperature: sampling temperature.
+        ignore_eos: ask vLLM to generate exactly ``max_tokens`` tokens.
+
+    Returns:
+        A dict ready to be sent as JSON.
+    """
+    payload: dict[str, Any] = {"model": model}
+    if api == "chat":
+        payload["messages"] = request.chat_messages()
+    else:
+        payload["prompt"] = request.prompt
+    payload.update(
+        max_tokens=request.max_tokens,
+        temperature=temperature,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    if ignore_eos:
+        payload["ignore_eos"] = True
+    return payload
+
+
+async def run_load(
+    client: httpx.AsyncClient,
+    base_url: str,
+    model: str,
+    requests: Sequence[PromptRequest],
+    *,
+    concurrency: int,
+    temperature: float,
+    request_rate: float | None = None,
+    duration_s: float | None = None,
+    api: Api = "chat",
+    request_timeout_s: float = 120.0,
+    seed: int = 0,
+    ignore_eos: bool = True,
+) -> tuple[list[RequestRecord], float]:
+    """Sends ``requests`` to an OpenAI-compatible server and records each one.
+
+    Args:
+        client: the HTTP client; its connection limit should allow ``concurrency`` connections.
+        base_url: the server's ``http://host:port``.
+        model: the served model name.
+        requests: the prompts, sent in order; reused in a cycle when ``duration_s`` is set.
+        concurrency: requests in flight (closed loop) or the cap on them (open loop).
+        temperature: sampling temperature.
+        request_rate: Poisson arrival rate in requests/s; None for a closed loop.
+        duration_s: when set, keep starting requests until this many seconds have passed
+            (requests in flight then still finish); otherwise send each request once.
+        api: ``"chat"`` or ``"completions"``.
+        request_timeout_s: limit on one request, from sending to the end of its stream.
+        seed: seeds the arrival times of the open loop.
+        ignore_eos: force completions to exactly ``max_tokens`` tokens (vLLM's ``ignore_eos``).
+
+    Returns:
+        The records in the order the requests were started, and the wall time in seconds from
+        the first start until every request had ended.
+
+    Raises:
+        ValueError: no requests, a concurrency below 1, a non-positive rate, or an unknown api.
+    """
+    if not requests:
+        raise ValueError("run_load needs at least one request")
+    if concurrency < 1:
+        raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+    if request_rate is not None and request_rate <= 0:
+        raise ValueError(f"request_rate must be > 0, got {request_rate}")
+    if api not in _PATHS:
+        raise ValueError(f"api must be 'chat' or 'completions', got {api!r}")
+    url = base_url.rstrip("/") + _PATHS[api]
+    begin = time.monotonic()
+    source = _Source(requests, None if duration_s is None else begin + duration_s)
+    results: dict[int, RequestRecord] = {}
+
+    async def send(index: int, request: PromptRequest) -> None:
+        payload = build_payload(
+            model, request, api=api, temperature=temperature, ignore_eos=ignore_eos
+        )
+        results[index] = await _one_request(client, url, payload, request_timeout_s)
+
+    async with asyncio.TaskGroup() as group:
+        if request_rate is None:
+
+            async def worker() -> None:
+                while (item := source.next()) is not None:
+                    await send(*item)
+
+            workers = concurrency if duration_s is not None else min(concurrency, len(requests))
+            for _ in range(workers):
+                group.create_task(worker())
+        else:
+            slots = asyncio.Semaphore(concurrency)
+            arrivals = random.Random(seed)
+
+            async def limited(index: int, request: PromptRequest) -> None:
+                async with slots:
+                    await send(index, request)
+
+            next_arrival = begin
+            while source.has_more():
+                wake = (
+                    next_arrival if source.deadline is None else min(next_arrival, source.deadline)
+                )
+                delay = wake - time.monotonic()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                item = source.next()
+                if item is None:
+                    break
+                group.create_task(limited(*item))
+                next_arrival += arrivals.expovariate(request_rate)
+    return [results[i] for i in sorted(results)], time.monotonic() - begin
+
+
+@dataclass
+class _Source:
+    """Hands out (index, request) pairs: each once, or in a cycle until the deadline."""
+
+    requests: Sequence[PromptRequest]
+    deadline: float | None
+    issued: int = 0
+
+    def has_more(self) -> bool:
+        if self.deadline is None:
+            return self.issued < len(self.requests)
+        return time.monotonic() < self.deadline
+
+    def next(self) -> tuple[int, PromptRequest] | None:
+        if not self.has_more():
+            return None
+        index = self.issued
+        self.issued += 1
+        return index, self.requests[index % len(self.requests)]
+
+
+class _StreamError(Exception):
+    """The stream said something a well-behaved server does not; ends the request."""
+
+
+@dataclass
+class _Stream:
+    """What one SSE stream has told so far."""
+
+    first_token: float | None = None
+    chunk_times: list[float] = field(default_factory=list)
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    done: bool = False
+
+    def feed(self, line: str, now: float) -> None:
+        """Takes one SSE line; ``data: [DONE]`` sets ``done``."""
+        if not line.startswith("data:"):
+            return  # blank separators, comments, event:/id:/retry: fields
+        data = line[5:].strip()
+        if data == "[DONE]":
+            self.done = True
+            return
+        try:
+            event = json.loads(data)
+        except json.JSONDecodeError:
+            raise _StreamError(f"malformed SSE data line: {data[:80]!r}") from None
+        if not isinstance(event, dict):
+            raise _StreamError(f"malformed SSE data line: {data[:80]!r}")
+        if event.get("error") is not None or event.get("object") == "error":
+            raise _StreamError(f"server error mid-stream: {_error_message(event)}")
+        usage = event.get("usage")
+        if isinstance(usage, dict):
+            self.prompt_tokens = _int_or_none(usage.get("prompt_tokens"))
+            self.completion_tokens = _int_or_none(usage.get("completion_tokens"))
+        if any(_choice_text(choice) for choice in event.get("choices") or ()):
+            self.chunk_times.append(now)
+            if self.first_token is None:
+                self.first_token = now
+
+    def record(self, start: float, end: float | None, error: str | None) -> RequestRecord:
+        return RequestRecord(
+            start=start,
+            first_token=self.first_token,
+            end=end if error is None else None,
+            chunk_times=tuple(self.chunk_times),
+            prompt_tokens=self.prompt_tokens,
+            completion_tokens=self.completion_tokens,
+            error=error,
+        )
+
+
+def _choice_text(choice: Any) -> str:
+    if not isinstance(choice, dict):
+        return ""
+    if isinstance(choice.get("text"), str):
+        return str(choice["text"])
+    delta = choice.get("delta")
+    if not isinstance(delta, dict):
+        return ""
+    for key in ("content", "reasoning_content", "reasoning"):
+        if isinstance(delta.get(key), str) and delta[key]:
+            return str(delta[key])
+    return ""
+
+
+def _int_or_none(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _error_message(body: Any) -> str:
+    """The message of an OpenAI/vLLM error object, else the body itself, shortened."""
+    if isinstance(body, dict):
+        error = body.get("error", body)
+        if isinstance(error, dict) and isinstance(error.get("message"), str):
+            return _excerpt(error["message"])
+        if isinstance(error, str):
+            return _excerpt(error)
+    return _excerpt(json.dumps(body) if not isinstance(body, str) else body)
+
+
+def _describe(exc: Exception) -> str:
+    return _excerpt(str(exc)) or type(exc).__name__
+
+
+def _excerpt(text: str) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= _EXCERPT_CHARS else flat[: _EXCERPT_CHARS - 3] + "..."
+
+
+async def _http_error(response: httpx.Response) -> str:
+    body = (await response.aread()).decode("utf-8", errors="replace")
+    try:
+        message = _error_message(json.loads(body))
+    except json.JSONDecodeError:
+        message = _excerpt(body) or response.reason_phrase
+    return f"HTTP {response.status_code}: {message}"
+
+
+async def _one_request(
+    client: httpx.AsyncClient, url: str, payload: dict[str, Any], timeout_s: float
+) -> RequestRecord:
+    """Streams one request; every failure ends up in the record, never raised."""
+    stream = _Stream()
+    start = time.monotonic()
+    try:
+        async with asyncio.timeout(timeout_s):
+            async with client.stream("POST", url, json=payload) as response:
+                if response.status_code >= 400:
+                    return stream.record(start, None, await _http_error(response))
+                async for line in response.aiter_lines():
+                    stream.feed(line, time.monotonic())
+                    if stream.done:
+                        break
+        end = time.monotonic()
+    except TimeoutError:
+        return stream.record(start, None, f"timed out after {timeout_s:g} s")
+    except _StreamError as exc:
+        return stream.record(start, None, str(exc))
+    except httpx.TimeoutException as exc:
+        return stream.record(start, None, f"timed out ({type(exc).__name__}) on {url}")
+    except httpx.ConnectError as exc:
+        return stream.record(start, None, f"cannot connect to {url}: {_describe(exc)}")
+    except (httpx.RemoteProtocolError, httpx.ReadError) as exc:
+        where = "mid-stream" if stream.chunk_times else "before any output"
+        return stream.record(start, None, f"connection dropped {where}: {_describe(exc)}")
+    except httpx.HTTPError as exc:
+        return stream.record(start, None, f"{type(exc).__name__} on {url}: {_describe(exc)}")
+    if stream.completion_tokens is None:
+        why = "no usage in the stream (does the server honour stream_options.include_usage?)"
+        if not stream.done:
+            why = "stream ended before [DONE] and without usage"
+        return stream.record(start, None, why)
+    return stream.record(start, end, None)

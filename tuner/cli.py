@@ -1,0 +1,369 @@
+"""The ``spectune`` command line: parse, call one library function, render.
+
+Library errors become one line on stderr and exit code 2 here, in :func:`_errors`, and nowhere
+else; ``--debug`` shows the traceback instead.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+import warnings
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+from typing import Annotated, Any, ParamSpec, TypeVar
+
+import optuna
+import typer
+from rich.console import Console, Group
+from rich.live import Live
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from tuner import cli_options as opt
+from tuner.bench.workload import WorkloadSpec
+from tuner.errors import SpectuneError
+from tuner.estimate import Estimate, estimate
+from tuner.export import pick_trial, vllm_config_yaml
+from tuner.hardware import CATALOG as GPU_CATALOG
+from tuner.hardware import parse_hardware
+from tuner.models import CATALOG as MODEL_CATALOG
+from tuner.optimize import OptimizeRequest, OptimizeResult, optimize
+from tuner.recommend import TrialView
+from tuner.render import config_label, outcome_row, trial_table, views_table
+from tuner.runner import TrialOutcome
+from tuner.space import SearchSpace, load_space
+from tuner.storage import default_storage, is_sqlite, open_storage, study_names
+from tuner.study import open_study
+from tuner.trial_config import server_to_dict
+
+app = typer.Typer(
+    add_completion=False, no_args_is_help=True, help="Autotune vLLM speculative-decoding configs."
+)
+console = Console()
+err_console = Console(stderr=True)
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+_debug = {"enabled": False}
+
+
+@app.callback()
+def _main(debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False) -> None:
+    _debug["enabled"] = debug
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    # Heartbeats, grouped TPE and constraints are "experimental" in Optuna: nothing to act on.
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+
+
+def _errors(command: Callable[P, R]) -> Callable[P, R]:
+    """Turns SpectuneError into one line and exit code 2 (the only place that does)."""
+
+    @functools.wraps(command)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return command(*args, **kwargs)
+        except SpectuneError as exc:
+            if _debug["enabled"]:
+                raise
+            err_console.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
+            raise typer.Exit(2) from None
+        except KeyboardInterrupt:
+            err_console.print("interrupted: the study keeps every finished trial")
+            raise typer.Exit(130) from None
+
+    return wrapper
+
+
+def _print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+
+
+def _build_space(space: str | None, hardware: str | None, slo_ttft_ms: float | None) -> SearchSpace:
+    loaded = load_space(space)
+    if hardware is not None:
+        loaded = loaded.with_hardware(parse_hardware(hardware))
+    if slo_ttft_ms is not None:
+        loaded = loaded.with_ttft_limit(slo_ttft_ms)
+    return loaded
+
+
+def _study_exists(storage: str, name: str) -> bool:
+    if is_sqlite(storage) and not Path(storage.split("///", 1)[-1]).exists():
+        return False  # do not create an empty database just by looking
+    return name in study_names(open_storage(storage))
+
+
+@app.command("optimize")
+@_errors
+def optimize_command(
+    hardware: opt.Hardware = None,
+    space: Annotated[
+        str | None,
+        typer.Option(
+            "--space", help="Search space: a shipped name or a YAML path (default: default)."
+        ),
+    ] = None,
+    backend: Annotated[
+        str,
+        typer.Option("--backend", help="sim (built-in simulator), process (vllm serve) or docker."),
+    ] = "sim",
+    trials: Annotated[int, typer.Option("--trials", help="Trials to run now.")] = 30,
+    study: opt.StudyName = None,
+    storage: opt.Storage = None,
+    studies_dir: opt.StudiesDir = Path("studies"),
+    sampler: Annotated[str, typer.Option("--sampler", help="tpe, random, gp or nsga2.")] = "tpe",
+    seed: Annotated[int, typer.Option("--seed", help="Seed for sampler and noise.")] = 0,
+    slo_ttft_ms: Annotated[
+        float | None,
+        typer.Option("--slo-ttft-ms", help="p95 TTFT limit in ms (default from the space)."),
+    ] = None,
+    as_json: opt.Json = False,
+) -> None:
+    """Run a tuning study and export the recommended config."""
+    explicit = space is not None or hardware is not None or slo_ttft_ms is not None
+    built = _build_space(space, hardware, slo_ttft_ms)
+    name = study or built.name
+    url = storage or default_storage(name, studies_dir)
+    resume_only = not explicit and _study_exists(url, name)
+    request = OptimizeRequest(
+        name,
+        None if resume_only else built,
+        backend,
+        trials,
+        studies_dir,
+        storage=url,
+        sampler=sampler,
+        seed=seed,
+    )
+    if as_json:
+        _print_json(_optimize_json(optimize(request)))
+        return
+    source = "simulated" if backend == "sim" else "measured"
+    table = trial_table(f"study {name}: {source} trials")
+    progress = Progress(
+        TextColumn("trials"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+    )
+    task = progress.add_task("trials", total=trials)
+
+    def on_trial(number: int, outcome: TrialOutcome | None, failure: str | None) -> None:
+        if outcome is not None:
+            table.add_row(*outcome_row(number, outcome))
+        else:
+            table.add_row(str(number), *["-"] * 9, "failed")
+            progress.console.print(f"trial {number} failed: {failure}", markup=False)
+        progress.advance(task)
+
+    with Live(Group(table, progress), console=console, refresh_per_second=4):
+        result = optimize(request, on_trial)
+    console.print()
+    _print_optimize(result)
+
+
+def _view_json(view: TrialView) -> dict[str, Any]:
+    return {
+        "trial": view.number,
+        "source": view.source,
+        "output_tok_s": view.output_tok_s,
+        "p95_ttft_ms": view.p95_ttft_ms,
+        "status": view.status,
+        "temperature": view.temperature,
+        "server": server_to_dict(view.server),
+        "summary": view.summary,
+    }
+
+
+def _optimize_json(result: OptimizeResult) -> dict[str, Any]:
+    return {
+        "study": result.study,
+        "storage": result.storage,
+        "trials": result.trials,
+        "pareto_front": [_view_json(v) for v in result.pareto],
+        "recommended": None if result.recommended is None else _view_json(result.recommended),
+        "best_yaml": None if result.best_yaml is None else str(result.best_yaml),
+    }
+
+
+def _print_optimize(result: OptimizeResult) -> None:
+    source = result.recommended.source if result.recommended else "n/a"
+    console.print(views_table(f"Pareto front (feasible, {source})", result.pareto))
+    if result.recommended is None:
+        console.print(
+            "No trial met the constraints: no config recommended. Run more trials or "
+            "relax --slo-ttft-ms."
+        )
+        return
+    best = result.recommended
+    console.print(
+        f"Recommended (highest throughput within p95 TTFT <= {result.space.ttft_limit_ms:.0f} ms): "
+        f"trial {best.number}: {config_label(best.server, best.temperature)}\n"
+        f"  {best.source}: {best.output_tok_s:.1f} output tok/s, p95 TTFT {best.p95_ttft_ms:.0f} ms"
+    )
+    console.print(f"Wrote {result.best_yaml} (vllm serve --config); study in {result.storage}")
+
+
+@app.command("estimate")
+@_errors
+def estimate_command(
+    hardware: Annotated[str, typer.Option("--hardware", help="GPUs, e.g. 4090x2.")],
+    model: Annotated[str, typer.Option("--model", help="Target: HF id or local directory.")],
+    draft: Annotated[str, typer.Option("--draft", help="Draft model, ngram, or none.")] = "none",
+    k: Annotated[int, typer.Option("--k", help="Speculative tokens per step.")] = 4,
+    workload: Annotated[
+        str, typer.Option("--workload", help="code, creative, chat, long-context.")
+    ] = "code",
+    temperature: Annotated[float, typer.Option("--temperature")] = 0.2,
+    gpu_memory_utilization: Annotated[float, typer.Option("--gpu-memory-utilization")] = 0.92,
+    max_num_batched_tokens: Annotated[int, typer.Option("--max-num-batched-tokens")] = 2048,
+    max_model_len: Annotated[int, typer.Option("--max-model-len")] = 8192,
+    concurrency: Annotated[int, typer.Option("--concurrency")] = 1,
+    input_tokens: Annotated[int, typer.Option("--input-tokens")] = 512,
+    output_tokens: Annotated[int, typer.Option("--output-tokens")] = 256,
+    as_json: opt.Json = False,
+) -> None:
+    """Predict one config's speed and memory with the simulator (nothing is launched)."""
+    spec = WorkloadSpec(
+        prompt_set=workload,
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        concurrency=(concurrency,),
+        requests=max(8, 4 * concurrency),
+    )
+    result = estimate(
+        parse_hardware(hardware),
+        model,
+        draft=draft,
+        k=k,
+        workload=spec,
+        temperature=temperature,
+        gpu_memory_utilization=gpu_memory_utilization,
+        max_num_batched_tokens=max_num_batched_tokens,
+        max_model_len=max_model_len,
+        concurrency=concurrency,
+    )
+    if as_json:
+        _print_json(_estimate_json(result))
+    else:
+        _print_estimate(result)
+
+
+def _estimate_json(est: Estimate) -> dict[str, Any]:
+    return {
+        "source": "predicted",
+        "hardware": est.hardware.label,
+        "server": server_to_dict(est.server),
+        "memory_per_gpu_gib": asdict(est.memory),
+        "fits": est.memory.fits,
+        "result": None if est.result is None else est.result.summary(),
+    }
+
+
+def _print_estimate(est: Estimate) -> None:
+    m = est.memory
+    console.print(
+        f"[bold]Predicted[/bold] (simulator, nothing launched) for {est.server.model} "
+        f"on {est.hardware.label}"
+    )
+    console.print(
+        f"  memory per GPU: weights {m.weights_gib:.2f} GiB, draft {m.draft_gib:.2f}, "
+        f"activations {m.activation_gib:.2f}, overhead {m.overhead_gib:.2f}, "
+        f"KV cache {m.kv_cache_gib:.2f} GiB ({m.kv_tokens} tokens) of budget {m.budget_gib:.2f} "
+        f"/ {m.gpu_total_gib:.2f} GiB"
+    )
+    if est.result is None:
+        console.print(f"  verdict: does NOT fit: {m.reason}")
+        return
+    r = est.result
+    accept = r.acceptance_rate
+    console.print("  verdict: fits")
+    console.print(
+        f"  predicted: {r.output_tok_s:.1f} output tok/s, TTFT p50 {r.ttft_ms(50):.0f} ms / "
+        f"p95 {r.ttft_ms(95):.0f} ms, TPOT {r.tpot_ms(50) or 0:.1f} ms, draft acceptance "
+        + ("n/a" if accept is None else f"{accept * 100:.1f} %")
+    )
+
+
+@app.command("export")
+@_errors
+def export_command(
+    name: Annotated[str, typer.Argument(help="Study name.")],
+    out: Annotated[
+        Path | None, typer.Option("--out", help="File to write (default stdout).")
+    ] = None,
+    trial: Annotated[
+        int | None, typer.Option("--trial", help="Trial number (default: the recommended one).")
+    ] = None,
+    storage: opt.Storage = None,
+    studies_dir: opt.StudiesDir = Path("studies"),
+    as_json: opt.Json = False,
+) -> None:
+    """Write a study's recommended config as YAML for `vllm serve --config`."""
+    url = storage or default_storage(name, studies_dir)
+    if not _study_exists(url, name):
+        raise SpectuneError(f"no study {name!r} in {url}: check the name or pass --storage")
+    study, space = open_study(name, open_storage(url), None, optuna.samplers.RandomSampler())
+    view = pick_trial(study, trial)
+    text = vllm_config_yaml(study, space, view)
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text)
+    if as_json:
+        _print_json({**_view_json(view), "yaml": text, "out": None if out is None else str(out)})
+    elif out is None:
+        sys.stdout.write(text)
+    else:
+        console.print(f"Wrote {out} from trial {view.number} ({view.source})")
+
+
+@app.command("hardware")
+def hardware_command(as_json: opt.Json = False) -> None:
+    """List the GPU catalog."""
+    rows = [asdict(g) for g in GPU_CATALOG]
+    if as_json:
+        _print_json(rows)
+        return
+    from rich.table import Table
+
+    table = Table("GPU", "aliases", "VRAM GiB", "bandwidth GB/s", "FP16 TFLOPS", "interconnect")
+    for g in GPU_CATALOG:
+        table.add_row(
+            g.name,
+            ", ".join(g.aliases),
+            f"{g.vram_gib:.1f}",
+            f"{g.bandwidth_gbs:.0f}",
+            f"{g.fp16_tflops:.0f}",
+            f"{g.interconnect.value} {g.link_gbs:.0f} GB/s",
+        )
+    console.print(table)
+
+
+@app.command("models")
+def models_command(as_json: opt.Json = False) -> None:
+    """List the model catalog."""
+    if as_json:
+        _print_json([{**asdict(m), "weight_gib": m.weight_bytes / 1024**3} for m in MODEL_CATALOG])
+        return
+    from rich.table import Table
+
+    table = Table(
+        "model", "tokenizer", "params", "layers", "hidden", "heads/kv", "quant", "weights GiB"
+    )
+    for m in MODEL_CATALOG:
+        table.add_row(
+            m.hf_id,
+            m.tokenizer_family,
+            f"{m.params / 1e9:.1f}B",
+            str(m.layers),
+            str(m.hidden),
+            f"{m.heads}/{m.kv_heads}",
+            m.quantization,
+            f"{m.weight_bytes / 1024**3:.1f}",
+        )
+    console.print(table)

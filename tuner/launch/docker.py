@@ -1,0 +1,517 @@
+"""Runs each server config in its own ``vllm/vllm-openai`` container, through the docker SDK.
+
+A container gets: the image (its tag also picks the vLLM flag dialect); entrypoint ``vllm serve``
+(the images' own entrypoint changed between releases) and the argv of
+:func:`~tuner.vllm_args.server_argv`; the study's GPUs by index as a device request;
+``ipc_mode=host`` (multi-GPU runs die with bus errors on Docker's 64 MB ``/dev/shm``); the
+Hugging Face cache; ``HF_TOKEN`` copied from the environment at start into the container's
+environment only, never into labels, names or saved logs (a log line printing it is redacted);
+port 8000 published on a free port of 127.0.0.1 that the engine picks; ``spectune.*`` labels
+naming study, trial, run and GPUs; a name ``spectune-<study>-t<trial>-<run>``.
+
+Readiness polls the container state and ``/health`` together and classifies failures with the
+code the process launcher uses (:mod:`tuner.launch.readiness`, :mod:`tuner.launch.failures`),
+adding the engine's ``OOMKilled`` flag.
+
+Nothing outlives the study: ``stop`` removes the container after saving its log to
+``<log_dir>/trial-<n>.log``; ``close`` (also on leaving ``with``, and at interpreter exit) also
+removes any container of this run, one whose creation a signal cut short included; SIGTERM and
+SIGHUP become ``SystemExit`` so they unwind like Ctrl-C. The first start removes what a crashed
+earlier run of the same study left (by label). Containers without this study's label are never
+touched.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import re
+import shlex
+import signal
+import threading
+import uuid
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from types import FrameType, TracebackType
+
+import docker
+import docker.errors
+from docker.models.containers import Container
+from docker.types import DeviceRequest
+
+from tuner.bench.gpu import (
+    GpuMonitor,
+    NvmlMonitor,
+    PeakSampler,
+    open_gpu_monitor,
+    wait_for_baseline,
+)
+from tuner.errors import ConfigError, LaunchError
+from tuner.launch.base import Endpoint, LaunchContext
+from tuner.launch.failures import startup_failure
+from tuner.launch.readiness import wait_until_ready
+from tuner.trial_config import ServerConfig
+from tuner.vllm_args import VllmVersion, parse_version, server_argv, version_from_image
+
+__all__ = [
+    "CONTAINER_PORT",
+    "LABEL_GPUS",
+    "LABEL_RUN",
+    "LABEL_STUDY",
+    "LABEL_TRIAL",
+    "DockerLauncher",
+    "default_hf_cache",
+]
+
+_log = logging.getLogger(__name__)
+
+CONTAINER_PORT = 8000
+LABEL_STUDY = "spectune.study"
+LABEL_TRIAL = "spectune.trial"
+LABEL_RUN = "spectune.run"
+LABEL_GPUS = "spectune.gpus"
+_CONTAINER_HF_CACHE = "/root/.cache/huggingface"
+_REDACTED = "[redacted]"
+_VERSION_PROBE_TIMEOUT_S = 180  # importing vLLM takes 10-15 s; a cold image disk more
+
+
+def default_hf_cache() -> Path:
+    """The host's Hugging Face cache: ``$HF_HOME`` or ``~/.cache/huggingface``."""
+    return Path(os.environ.get("HF_HOME") or Path.home() / ".cache" / "huggingface")
+
+
+class DockerLauncher:
+    """Launcher for ``--backend docker``: one vLLM container per server config.
+
+    Args:
+        image: the vLLM image, e.g. ``vllm/vllm-openai:v0.8.5``.
+        study: the study name, for labels, names and finding a crashed run's containers.
+        client: the docker client; default ``docker.from_env()`` (then closed by ``close``).
+        gpus: NVML indices the study may use (a container gets the first
+            ``tensor_parallel_size`` of them); None for all GPUs, ``()`` for none (CPU).
+        hf_cache: host folder mounted as the container's Hugging Face cache; default
+            :func:`default_hf_cache`; mounted only if it exists.
+        env_passthrough: variables copied from this process's environment at each start, if
+            set; their values are secrets, redacted from saved logs.
+        version: the vLLM flag dialect; default from the image tag, else ``vllm --version``
+            run once in the image.
+        ready_timeout_s: how long a start may take before it is a ``timeout`` failure.
+        entrypoint: the vLLM command in the image; it must answer ``--version`` unless the
+            tag or ``version`` names the version.
+        subcommand: between ``entrypoint`` and the argv; ``()`` for a server without one.
+        volumes: extra bind mounts, host path to ``container_path[:ro]``.
+        environment: extra, non-secret container environment.
+        mem_limit: container memory limit, swap included (e.g. ``"8g"``).
+        shm_size: a ``/dev/shm`` size instead of sharing the host's IPC namespace.
+        gpu_monitor: where GPU memory is read; default NVML on ``gpus`` when present.
+        stop_timeout_s: grace between SIGTERM and SIGKILL on stop.
+        baseline_timeout_s: the bound on waiting for GPU memory to be freed before a start.
+        poll_s: pause between readiness probes.
+    """
+
+    name = "docker"
+
+    def __init__(
+        self,
+        image: str,
+        *,
+        study: str,
+        client: docker.DockerClient | None = None,
+        gpus: Sequence[int] | None = None,
+        hf_cache: Path | None = None,
+        env_passthrough: Sequence[str] = ("HF_TOKEN",),
+        version: VllmVersion | None = None,
+        ready_timeout_s: float = 900.0,
+        entrypoint: Sequence[str] = ("vllm",),
+        subcommand: Sequence[str] = ("serve",),
+        volumes: Mapping[str, str] | None = None,
+        environment: Mapping[str, str] | None = None,
+        mem_limit: str | None = None,
+        shm_size: str | None = None,
+        gpu_monitor: GpuMonitor | None = None,
+        stop_timeout_s: float = 30.0,
+        baseline_timeout_s: float = 60.0,
+        poll_s: float = 0.5,
+    ) -> None:
+        self.image = image
+        self.study = study
+        self.gpus = None if gpus is None else tuple(gpus)
+        self.hf_cache = hf_cache if hf_cache is not None else default_hf_cache()
+        self.env_passthrough = tuple(env_passthrough)
+        self.ready_timeout_s = ready_timeout_s
+        self.entrypoint = list(entrypoint)
+        self.subcommand = list(subcommand)
+        self.volumes = dict(volumes or {})
+        self.environment = dict(environment or {})
+        self.mem_limit = mem_limit
+        self.shm_size = shm_size
+        self.stop_timeout_s = stop_timeout_s
+        self.baseline_timeout_s = baseline_timeout_s
+        self.poll_s = poll_s
+        self.run_id = uuid.uuid4().hex[:8]
+        self._version = version if version is not None else version_from_image(image)
+        self._client = client
+        self._own_client = client is None
+        self._monitor = gpu_monitor
+        self._own_monitor = False
+        self._baseline: list[float] | None = None
+        self._first_start = True
+        self._hooked = False
+        self._container: Container | None = None
+        self._log_path: Path | None = None
+        self._secrets: tuple[str, ...] = ()
+        self._sampler: PeakSampler | None = None
+        self._peaks: list[float] = []
+
+    @property
+    def version(self) -> VllmVersion:
+        """The dialect spoken: given, from the image tag, or asked of the image once."""
+        if self._version is None:
+            self._version = self._probe_version()
+        return self._version
+
+    def start(self, server: ServerConfig, context: LaunchContext) -> Endpoint:
+        """Runs ``server`` in a new container (stopping the previous one) and waits until ready.
+
+        Raises:
+            ConfigError: the image is not on this host, the vLLM version cannot run the
+                config, or the config needs more GPUs than allowed; nothing was started.
+            StartupFailure: the container exited or was not ready in time; it has been removed.
+            LaunchError: the engine refused or lost the container.
+        """
+        self.stop()
+        client = self._docker()
+        self._check_image(client)
+        argv = server_argv(server, self.version, host="0.0.0.0", port=CONTAINER_PORT)
+        device_requests = self._device_requests(server)
+        monitor = self._gpu_monitor()
+        if not self._hooked:
+            _install_exit_hooks(self)
+            self._hooked = True
+        if self._first_start:
+            self.cleanup_stale()
+            self._baseline = monitor.memory_used_gib()
+            self._first_start = False
+        else:
+            wait_for_baseline(monitor, self._baseline, timeout_s=self.baseline_timeout_s)
+        context.log_dir.mkdir(parents=True, exist_ok=True)
+        self._log_path = context.log_dir / f"trial-{context.trial}.log"
+        environment = dict(self.environment)
+        passed = {k: os.environ[k] for k in self.env_passthrough if os.environ.get(k)}
+        self._secrets = tuple(passed.values())
+        try:
+            self._container = client.containers.create(
+                self.image,
+                argv,
+                name=self._container_name(context.trial),
+                entrypoint=[*self.entrypoint, *self.subcommand],
+                labels=self._labels(context.trial),
+                environment={**environment, **passed},
+                device_requests=device_requests,
+                ipc_mode=None if self.shm_size else "host",
+                shm_size=self.shm_size,
+                mem_limit=self.mem_limit,
+                memswap_limit=self.mem_limit,  # equal: no swap, over the limit means killed
+                ports={f"{CONTAINER_PORT}/tcp": ("127.0.0.1", 0)},
+                volumes=self._volume_specs(),
+                detach=True,
+            )
+            self._container.start()
+            self._sampler = PeakSampler(monitor)
+            self._sampler.start()
+            endpoint = self._wait_ready(server)
+        except docker.errors.APIError as error:
+            self._discard()
+            raise LaunchError(
+                f"docker could not run {self.image}: {error.explanation or error}"
+            ) from error
+        except BaseException:  # StartupFailure, Ctrl-C, SystemExit from SIGTERM: no orphans
+            self._discard()
+            raise
+        self._save_log(self._container)
+        return endpoint
+
+    def stop(self) -> None:
+        """Stops and removes the running container, keeping its log; idempotent.
+
+        Raises:
+            LaunchError: the engine could not remove the container.
+        """
+        if self._container is None:
+            return
+        try:
+            self._container.stop(timeout=self.stop_timeout_s)
+        except docker.errors.APIError as error:  # gone already, or stuck: removed by force
+            _log.debug("docker stop %s: %s", self._container.name, error)
+        self._discard()
+
+    def cleanup_stale(self) -> list[str]:
+        """Removes the containers a crashed earlier run of this study left behind.
+
+        Candidates carry this study's label; of those, this run's own stay, and so do those
+        pinned to GPUs disjoint from ours (another worker of the same study).
+
+        Returns:
+            The names of the removed containers.
+        """
+        removed = []
+        for container in self._list(f"{LABEL_STUDY}={self.study}"):
+            labels = container.labels
+            if labels.get(LABEL_RUN) == self.run_id or not _gpus_overlap(
+                labels.get(LABEL_GPUS, "all"), self._gpus_label()
+            ):
+                continue
+            _log.warning(
+                "removing container %s, left by an earlier run of study %s",
+                container.name,
+                self.study,
+            )
+            self._remove(container)
+            removed.append(container.name or container.id or "")
+        return removed
+
+    def take_peak_memory(self) -> tuple[float, ...]:
+        """Peak used memory per GPU in GiB since the last call (or the start); () without NVML.
+
+        Call it once per trial: a server kept across trials starts a new window each time.
+        """
+        if self._sampler is not None:
+            return tuple(self._sampler.take())
+        peaks, self._peaks = self._peaks, []
+        return tuple(peaks)
+
+    def close(self) -> None:
+        """Stops the server and removes every container of this run; idempotent."""
+        try:
+            self.stop()
+        finally:
+            atexit.unregister(self.close)
+            self._hooked = False
+            if self._client is not None:
+                for container in self._list(f"{LABEL_RUN}={self.run_id}"):
+                    self._remove(container)
+                if self._own_client:
+                    self._client.close()
+                    self._client = None
+            if self._own_monitor and isinstance(self._monitor, NvmlMonitor):
+                self._monitor.close()
+                self._monitor = None
+
+    def __enter__(self) -> DockerLauncher:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def _docker(self) -> docker.DockerClient:
+        if self._client is None:
+            try:
+                self._client = docker.from_env()
+            except docker.errors.DockerException as error:
+                raise LaunchError(
+                    f"cannot reach the Docker Engine ({error}): is dockerd "
+                    "running, and its socket mounted?"
+                ) from error
+        return self._client
+
+    def _gpu_monitor(self) -> GpuMonitor:
+        if self._monitor is None:
+            self._monitor = open_gpu_monitor(self.gpus or None)
+            self._own_monitor = True
+        return self._monitor
+
+    def _check_image(self, client: docker.DockerClient) -> None:
+        # Checked before create, which would otherwise try a pull and fail less clearly.
+        try:
+            client.images.get(self.image)
+        except docker.errors.ImageNotFound as error:
+            raise ConfigError(
+                f"docker image {self.image} is not on this host: "
+                f"docker pull {self.image} or build it"
+            ) from error
+        except docker.errors.APIError as error:
+            raise LaunchError(f"docker could not inspect image {self.image}: {error}") from error
+
+    def _probe_version(self) -> VllmVersion:
+        """Runs ``vllm --version`` in the image once, for a tag that names no version."""
+        client = self._docker()
+        self._check_image(client)
+        container = client.containers.create(
+            self.image,
+            ["--version"],
+            entrypoint=self.entrypoint,
+            labels={LABEL_STUDY: self.study, LABEL_RUN: self.run_id},
+            detach=True,
+        )
+        try:
+            container.start()
+            container.wait(timeout=_VERSION_PROBE_TIMEOUT_S)
+            output = container.logs().decode("utf-8", errors="replace")
+        except Exception as error:  # a timeout surfaces as requests' ConnectionError
+            raise LaunchError(
+                f"{self.entrypoint[0]} --version in {self.image} failed: {error}"
+            ) from error
+        finally:
+            self._remove(container)
+        for line in reversed(output.splitlines()):
+            if line.strip()[:1].isdigit():
+                return parse_version(line)
+        raise ConfigError(
+            f"cannot tell the vLLM version of image {self.image} (its "
+            "--version printed none): use a version tag or pass the version"
+        )
+
+    def _device_requests(self, server: ServerConfig) -> list[DeviceRequest]:
+        if self.gpus is None:
+            return [DeviceRequest(count=-1, capabilities=[["gpu"]])]
+        if not self.gpus:
+            return []
+        needed = server.tensor_parallel_size
+        if needed > len(self.gpus):
+            raise ConfigError(
+                f"tensor-parallel-size {needed} needs {needed} GPUs but --gpus "
+                f"allows {len(self.gpus)}: allow more GPUs or lower it"
+            )
+        ids = [str(index) for index in self.gpus[:needed]]
+        return [DeviceRequest(device_ids=ids, capabilities=[["gpu"]])]
+
+    def _gpus_label(self) -> str:
+        if self.gpus is None:
+            return "all"
+        return ",".join(str(i) for i in self.gpus) or "none"
+
+    def _labels(self, trial: int) -> dict[str, str]:
+        return {
+            LABEL_STUDY: self.study,
+            LABEL_TRIAL: str(trial),
+            LABEL_RUN: self.run_id,
+            LABEL_GPUS: self._gpus_label(),
+        }
+
+    def _container_name(self, trial: int) -> str:
+        study = re.sub(r"[^A-Za-z0-9_.-]+", "-", self.study).strip("-.") or "study"
+        return f"spectune-{study}-t{trial}-{self.run_id}"
+
+    def _volume_specs(self) -> list[str]:
+        specs = [f"{host}:{target}" for host, target in self.volumes.items()]
+        if self.hf_cache.is_dir():
+            specs.append(f"{self.hf_cache}:{_CONTAINER_HF_CACHE}")
+        return specs
+
+    def _wait_ready(self, server: ServerConfig) -> Endpoint:
+        container = self._container
+        assert container is not None
+        container.reload()
+        ports = container.attrs["NetworkSettings"]["Ports"] or {}
+        bindings = ports.get(f"{CONTAINER_PORT}/tcp")
+        if not bindings:  # it exited before Docker published the port
+            code = self._exit_code()
+            if code is None:
+                raise LaunchError(f"docker published no port for container {container.name}")
+            raise startup_failure(code, self._logs(container), oom_killed=self._oom_killed())
+        base_url = f"http://127.0.0.1:{bindings[0]['HostPort']}"
+        model = server.served_model_name or server.model
+        wait_until_ready(
+            base_url,
+            timeout_s=self.ready_timeout_s,
+            exited=self._exit_code,
+            log_tail=lambda: self._logs(container),
+            poll_s=self.poll_s,
+            model=model,
+            oom_killed=self._oom_killed,
+        )
+        return Endpoint(base_url, model, self._log_path)
+
+    def _exit_code(self) -> int | None:
+        container = self._container
+        if container is None:
+            return None
+        try:
+            container.reload()
+        except docker.errors.NotFound as error:
+            raise LaunchError(f"container {container.name} was removed during start-up") from error
+        if container.status in ("exited", "dead"):
+            return int(container.attrs["State"]["ExitCode"])
+        return None
+
+    def _oom_killed(self) -> bool:
+        container = self._container
+        return container is not None and bool(container.attrs["State"].get("OOMKilled"))
+
+    def _logs(self, container: Container) -> str:
+        try:
+            text = container.logs(stdout=True, stderr=True).decode("utf-8", errors="replace")
+        except docker.errors.APIError:
+            return ""
+        for secret in self._secrets:
+            text = text.replace(secret, _REDACTED)
+        return text
+
+    def _save_log(self, container: Container) -> None:
+        if self._log_path is None:
+            return
+        config = container.attrs["Config"]
+        argv = [*(config["Entrypoint"] or []), *(config["Cmd"] or [])]
+        header = f"# {self.image} as container {container.name}\n$ {shlex.join(argv)}\n"
+        self._log_path.write_text(header + self._logs(container), encoding="utf-8")
+
+    def _discard(self) -> None:
+        """Ends memory sampling, saves the container's log and removes the container."""
+        container, self._container = self._container, None
+        if self._sampler is not None:
+            self._peaks = self._sampler.stop()
+            self._sampler = None
+        if container is None:
+            return
+        try:
+            self._save_log(container)
+        finally:
+            self._remove(container)
+
+    def _remove(self, container: Container) -> None:
+        try:
+            container.remove(force=True, v=True)
+        except docker.errors.NotFound:
+            pass
+        except docker.errors.APIError as error:
+            raise LaunchError(
+                f"docker could not remove container {container.name}: {error}"
+            ) from error
+
+    def _list(self, label: str) -> list[Container]:
+        try:
+            return self._docker().containers.list(all=True, filters={"label": label})
+        except docker.errors.APIError as error:
+            raise LaunchError(f"docker could not list containers: {error}") from error
+
+
+def _gpus_overlap(theirs: str, ours: str) -> bool:
+    """Whether two GPU labels may share a GPU: only two explicit, disjoint lists do not."""
+    if {theirs, ours} & {"all", "none"}:
+        return True
+    return bool(set(theirs.split(",")) & set(ours.split(",")))
+
+
+def _exit_on_signal(signum: int, frame: FrameType | None) -> None:
+    del frame
+    raise SystemExit(128 + signum)  # unwinds finally blocks and runs atexit, like Ctrl-C
+
+
+def _install_exit_hooks(launcher: DockerLauncher) -> None:
+    """Makes sure ``launcher.close`` runs at exit, also after SIGTERM or SIGHUP.
+
+    Their default action ends Python without running ``finally`` or ``atexit``; as
+    ``SystemExit`` they unwind like Ctrl-C. A handler someone else installed is left alone,
+    and signal handlers can only be set from the main thread (a worker thread relies on atexit).
+    """
+    atexit.register(launcher.close)
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGTERM, signal.SIGHUP):
+            if signal.getsignal(signum) is signal.SIG_DFL:
+                signal.signal(signum, _exit_on_signal)

@@ -1,0 +1,171 @@
+"""Why a vLLM server did not come up: oom, bad-argument, timeout or crash, from its exit and log.
+
+Shared by every launcher (process, docker): each one hands over the exit status, the log text and
+what its runtime knows (Docker's ``OOMKilled``, a readiness timeout) and gets back one
+:class:`~tuner.errors.StartupFailure` whose message is a single line: the kind, the exit status
+and the decisive log line. The patterns come from real vLLM logs (0.6 to 0.32, CUDA and CPU).
+
+The order matters. Memory comes first because an OOM is a constraint the search learns from,
+while every other kind is a failed trial: an out-of-memory line anywhere in the log wins, even
+over a timeout (a V0 engine can hang after a worker's CUDA OOM).
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+
+from tuner.errors import FailureKind, StartupFailure
+
+__all__ = ["classify_failure", "decisive_line", "startup_failure", "tail"]
+
+_OOM_PATTERNS = [
+    re.compile(p, re.IGNORECASE)
+    for p in (
+        r"OutOfMemoryError",  # torch.OutOfMemoryError / torch.cuda.OutOfMemoryError
+        r"\bout of memory\b",  # "CUDA out of memory", "CUDA error: out of memory", HIP, XPU
+        r"No available memory for the cache blocks",
+        r"larger than the available KV cache memory",  # V1: KV cache too small for max len
+        r"maximum number of tokens that can be stored in KV cache",  # V0 wording of the same
+        r"not enough memory",  # torch CPU allocator
+        r"Cannot allocate memory",  # ENOMEM
+        r"std::bad_alloc",
+        r"^MemoryError\b",
+    )
+]
+_BAD_ARGUMENT_PATTERNS = [
+    re.compile(p)
+    for p in (
+        r": error: (unrecognized arguments|argument |ambiguous option|invalid choice"
+        r"|the following arguments are required)",
+        r"^\S+: error: ",  # any other argparse complaint ("vllm serve: error: ...")
+        r"\bvalidation error for \w+",  # pydantic rejects a vLLM config value (0.10+)
+        r"^NotImplementedError\b",  # e.g. a draft model on the 0.10-0.14 V1 engine
+        r"you should provide the model as a positional argument",
+        r"No model specified!",
+    )
+]
+# "ERROR 11-29 17:57:51 [core.py:1510] " and "(EngineCore pid=11094) " before the message.
+_PROCESS_PREFIX = re.compile(r"^\((\w+) pid=\d+\)\s*")
+_LEVEL_PREFIX = re.compile(
+    r"^(DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(\.\d+)? \[[^\]]*\]\s*"
+)
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)\b(:|$)")
+_SIGKILL_CODES = (137, -signal.SIGKILL)  # Docker/shell spelling, subprocess spelling
+_ARGPARSE_EXIT = 2
+_MAX_LINE = 300
+
+
+def tail(text: str, lines: int = 40) -> str:
+    """The last ``lines`` lines of ``text`` (all of it when shorter)."""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def _message_lines(log_text: str) -> list[tuple[str, bool]]:
+    """Each log line without ANSI colours and vLLM's prefixes, and whether it is INFO/WARNING.
+
+    Informational lines are kept apart because vLLM's own hints quote error names (the ulimit
+    warning mentions ``OSError: [Errno 24] Too many open files``) without anything having failed.
+    """
+    result = []
+    for raw in log_text.splitlines():
+        line = _PROCESS_PREFIX.sub("", _ANSI.sub("", raw).rstrip())
+        level = _LEVEL_PREFIX.match(line)
+        informational = level is not None and level.group(1) in ("DEBUG", "INFO", "WARNING")
+        result.append((_LEVEL_PREFIX.sub("", line), informational))
+    return result
+
+
+def _first_match(lines: list[tuple[str, bool]], patterns: list[re.Pattern[str]]) -> int | None:
+    for index, (line, informational) in enumerate(lines):
+        if not informational and any(p.search(line.strip()) for p in patterns):
+            return index
+    return None
+
+
+def classify_failure(
+    exit_code: int | None, log_text: str, *, oom_killed: bool = False, timed_out: bool = False
+) -> FailureKind:
+    """Classifies a start-up failure.
+
+    Args:
+        exit_code: the exit status; negative for a signal (subprocess), None if still running.
+        log_text: the server's log, or its last few hundred lines.
+        oom_killed: the runtime says the kernel's OOM killer ended it (Docker ``OOMKilled``).
+        timed_out: the server never became ready within the launcher's timeout.
+    """
+    lines = _message_lines(log_text)
+    if oom_killed or _first_match(lines, _OOM_PATTERNS) is not None:
+        return FailureKind.OOM
+    # SIGKILL that the launcher did not send is, in practice, the kernel's OOM killer.
+    if exit_code in _SIGKILL_CODES:
+        return FailureKind.OOM
+    if _first_match(lines, _BAD_ARGUMENT_PATTERNS) is not None or exit_code == _ARGPARSE_EXIT:
+        return FailureKind.BAD_ARGUMENT
+    if timed_out:
+        return FailureKind.TIMEOUT
+    return FailureKind.CRASH
+
+
+def decisive_line(log_text: str, kind: FailureKind) -> str:
+    """The log line that best explains a failure of ``kind``, prefixes stripped, at most 300 chars.
+
+    OOM and bad-argument: the first line that matched (the root cause; later tracebacks wrap it).
+    Crash: the first exception line, for the same reason. Timeout: the last line, which says
+    what the server was doing when the launcher gave up. Otherwise the last line.
+    """
+    lines = _message_lines(log_text)
+    patterns = {
+        FailureKind.OOM: _OOM_PATTERNS,
+        FailureKind.BAD_ARGUMENT: _BAD_ARGUMENT_PATTERNS,
+        FailureKind.CRASH: [_EXCEPTION_LINE],
+    }
+    index = _first_match(lines, patterns[kind]) if kind in patterns else None
+    if index is None:
+        non_empty = [line.strip() for line, _ in lines if line.strip()]
+        return _clip(non_empty[-1]) if non_empty else "(empty log)"
+    line = lines[index][0].strip()
+    # pydantic puts the reason on the next line ("  Value error, Model architectures [...]").
+    if "validation error for" in line and index + 1 < len(lines):
+        line = f"{line}: {lines[index + 1][0].strip()}"
+    return _clip(line)
+
+
+def _clip(line: str) -> str:
+    return line if len(line) <= _MAX_LINE else line[: _MAX_LINE - 3] + "..."
+
+
+def _describe_exit(exit_code: int | None, timeout_s: float | None) -> str:
+    if exit_code is None:
+        waited = f" after {timeout_s:g} s" if timeout_s is not None else ""
+        return f"still not ready{waited}"
+    if exit_code < 0:
+        try:
+            name = signal.Signals(-exit_code).name
+        except ValueError:
+            name = f"signal {-exit_code}"
+        return f"killed by {name}"
+    return f"exit status {exit_code}"
+
+
+def startup_failure(
+    exit_code: int | None,
+    log_text: str,
+    *,
+    oom_killed: bool = False,
+    timed_out: bool = False,
+    timeout_s: float | None = None,
+    lines: int = 40,
+) -> StartupFailure:
+    """Builds the classified :class:`StartupFailure` a launcher raises.
+
+    The message is one line: ``vLLM did not start (oom, exit status 1): ValueError: ...``. The
+    last ``lines`` lines of the log are kept as ``log_tail`` for the trial record.
+    """
+    kind = classify_failure(exit_code, log_text, oom_killed=oom_killed, timed_out=timed_out)
+    how = _describe_exit(exit_code, timeout_s)
+    if oom_killed:
+        how += ", OOM-killed"
+    message = f"vLLM did not start ({kind.value}, {how}): {decisive_line(log_text, kind)}"
+    return StartupFailure(kind, message, exit_code=exit_code, log_tail=tail(log_text, lines))

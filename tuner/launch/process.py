@@ -1,0 +1,337 @@
+"""Runs ``vllm serve`` (or any command speaking its flags) as a child process on a free port.
+
+The child gets its own session, hence its own process group: vLLM's engine core and workers
+join that group, so one ``killpg`` reaches them all, and a Ctrl-C in the terminal reaches only
+spectune, which then stops the server itself. Stopping is SIGTERM to the group, SIGKILL after
+``stop_timeout_s``, then a sweep of group members that outlived the leader.
+
+Nothing may outlive spectune: a launcher stops its server on ``stop()``, on leaving a ``with``
+block, on any exception (KeyboardInterrupt included) during ``start()``, and at interpreter exit.
+SIGTERM and SIGHUP, which would otherwise end Python without running ``atexit``, are turned into
+``SystemExit`` when nobody else has claimed them.
+
+The leader is reaped only after the sweep (exit statuses are read with ``WNOWAIT``): while it
+is an unreaped zombie its PID, and so the group ID, cannot be reused by an unrelated process.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from types import FrameType, TracebackType
+
+import yaml
+
+from tuner.errors import LaunchError, StartupFailure
+from tuner.launch.base import Endpoint, LaunchContext
+from tuner.launch.readiness import wait_until_ready
+from tuner.trial_config import ServerConfig
+from tuner.vllm_args import (
+    VllmVersion,
+    check_supported,
+    config_file_argv,
+    detect_version,
+    server_argv,
+    server_yaml,
+)
+
+__all__ = ["ProcessLauncher"]
+
+_LOG_TAIL_BYTES = 256 * 1024  # enough for vLLM's longest start-up traceback
+_PORT_TAKEN = ("Address already in use", "[Errno 98]")
+_SWEEP_GRACE_S = 5.0  # how long engine-core/worker children get to follow their parent
+
+# Every child still running, with its SIGTERM grace: strong references, so a launcher that was
+# dropped without stop() still has its server stopped at exit.
+_running: dict[int, tuple[subprocess.Popen[bytes], float]] = {}
+_hooks_installed = False
+_hooks_lock = threading.Lock()
+
+
+def _stop_all() -> None:
+    # No launcher locks here: a daemon thread may hold one, blocked in a readiness wait.
+    for proc, stop_timeout_s in list(_running.values()):
+        _terminate(proc, stop_timeout_s)
+
+
+def _exit_on_signal(signum: int, frame: FrameType | None) -> None:
+    # SystemExit unwinds finally blocks and runs atexit, which stops every live server.
+    raise SystemExit(128 + signum)
+
+
+def _install_hooks() -> None:
+    global _hooks_installed
+    with _hooks_lock:
+        if _hooks_installed:
+            return
+        atexit.register(_stop_all)
+        # Signal handlers can only be set from the main thread; a worker thread relies on atexit.
+        if threading.current_thread() is threading.main_thread():
+            for signum in (signal.SIGTERM, signal.SIGHUP):
+                if signal.getsignal(signum) is signal.SIG_DFL:
+                    signal.signal(signum, _exit_on_signal)
+        _hooks_installed = True
+
+
+def _free_port(host: str) -> int:
+    """A port nobody listens on now (the server binds it moments later; a clash is retried)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes in process group ``pgid``, read from /proc."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:  # it ended while we looked
+            continue
+        # "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses.
+        fields = stat.rsplit(")", 1)[1].split()
+        if fields[0] != "Z" and int(fields[2]) == pgid:
+            members.append(int(entry.name))
+    return members
+
+
+def _signal_group(pgid: int, signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError):  # the group is already empty
+        os.killpg(pgid, signum)
+
+
+def _exit_status_of(proc: subprocess.Popen[bytes]) -> int | None:
+    """The exit status (negative for a signal, like Popen), without reaping the process."""
+    if proc.returncode is not None:
+        return proc.returncode
+    try:
+        info = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:  # reaped elsewhere; Popen knows the status then
+        return proc.poll()
+    if info is None:
+        return None
+    return info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
+
+
+def _wait_exit(proc: subprocess.Popen[bytes], timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while _exit_status_of(proc) is None:
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def _wait_group_empty(pgid: int, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while _group_members(pgid):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def _terminate(proc: subprocess.Popen[bytes], stop_timeout_s: float) -> None:
+    """SIGTERM to the group, SIGKILL after ``stop_timeout_s``, sweep stragglers, then reap."""
+    pgid = proc.pid  # start_new_session made the child its group's leader
+    if _exit_status_of(proc) is None:
+        _signal_group(pgid, signal.SIGTERM)
+        if not _wait_exit(proc, stop_timeout_s):
+            _signal_group(pgid, signal.SIGKILL)
+            _wait_exit(proc, stop_timeout_s)
+    # The leader has exited but is not reaped yet, so the group ID cannot have been reused.
+    # Members that outlived it (it may have died on its own) get the same TERM-then-KILL.
+    if _group_members(pgid):
+        _signal_group(pgid, signal.SIGTERM)
+        if not _wait_group_empty(pgid, _SWEEP_GRACE_S):
+            _signal_group(pgid, signal.SIGKILL)
+            _wait_group_empty(pgid, _SWEEP_GRACE_S)
+    try:
+        proc.wait(timeout=stop_timeout_s)
+    except subprocess.TimeoutExpired as exc:
+        raise LaunchError(f"server process {pgid} survived SIGKILL (stuck in the kernel?)") from exc
+    finally:
+        _running.pop(pgid, None)
+
+
+class ProcessLauncher:
+    """Starts one vLLM server at a time as a local child process.
+
+    Args:
+        command: the program, e.g. ``("vllm",)``, ``("/opt/vllm-cpu/bin/vllm",)`` or a fake
+            server ``("python", "-m", "tuner.sim.server")``; it must answer ``--version``
+            unless ``version`` is given.
+        version: the vLLM flag dialect to speak; None asks ``<command> --version`` once.
+        host: the address the server listens on and is probed at.
+        ready_timeout_s: how long start-up may take before it is a ``timeout`` failure.
+        env: variables set on top of this process's environment (also for ``--version``).
+        stop_timeout_s: how long SIGTERM may take before SIGKILL.
+        subcommand: inserted after ``command``; ``()`` for a server without one.
+        use_config_file: start from ``trial-N.yaml`` (``vllm serve --config``) instead of flags.
+        poll_s: pause between readiness probes (an early exit is noticed within it).
+    """
+
+    name = "process"
+
+    def __init__(
+        self,
+        command: Sequence[str] = ("vllm",),
+        version: VllmVersion | None = None,
+        host: str = "127.0.0.1",
+        ready_timeout_s: float = 600.0,
+        env: Mapping[str, str] | None = None,
+        stop_timeout_s: float = 20,
+        *,
+        subcommand: Sequence[str] = ("serve",),
+        use_config_file: bool = False,
+        poll_s: float = 0.5,
+    ) -> None:
+        if not command:
+            raise LaunchError("ProcessLauncher needs a command, e.g. ('vllm',)")
+        self.command = tuple(command)
+        self.host = host
+        self.ready_timeout_s = ready_timeout_s
+        self.stop_timeout_s = stop_timeout_s
+        self.subcommand = tuple(subcommand)
+        self.use_config_file = use_config_file
+        self.poll_s = poll_s
+        self._env = {**os.environ, **(env or {})}
+        self._version = version
+        self._lock = threading.RLock()
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._log_path: Path | None = None
+
+    @property
+    def pid(self) -> int | None:
+        """The running server's PID (also its process group ID), None when none runs."""
+        return self._proc.pid if self._proc is not None else None
+
+    @property
+    def version(self) -> VllmVersion:
+        """The dialect spoken, from the constructor or, once, from ``<command> --version``."""
+        if self._version is None:
+            self._version = detect_version(self.command, env=self._env)
+        return self._version
+
+    def start(self, server: ServerConfig, context: LaunchContext) -> Endpoint:
+        """Starts ``server``, stopping the previous one first, and returns once it answers.
+
+        The log goes to ``context.log_dir / f"trial-{context.trial}.log"``.
+
+        Raises:
+            ConfigError: the vLLM version cannot run this config; nothing was started.
+            StartupFailure: the server exited or was not ready in time; it has been stopped.
+        """
+        _install_hooks()
+        with self._lock:
+            self.stop()
+            version = self.version
+            check_supported(server, version)
+            context.log_dir.mkdir(parents=True, exist_ok=True)
+            log_path = context.log_dir / f"trial-{context.trial}.log"
+            served = server.served_model_name or server.model
+            # One retry: another process may grab the free port between probe and bind.
+            for attempt in (1, 2):
+                port = _free_port(self.host)
+                argv = self._argv(server, version, context, port)
+                self._spawn(argv, log_path, append=attempt > 1)
+                base_url = f"http://{self.host}:{port}"
+                try:
+                    wait_until_ready(
+                        base_url,
+                        timeout_s=self.ready_timeout_s,
+                        exited=self._exit_status,
+                        log_tail=self._read_log,
+                        poll_s=self.poll_s,
+                        model=served,
+                    )
+                except StartupFailure:
+                    self.stop()
+                    if attempt == 1 and any(p in self._read_log(log_path) for p in _PORT_TAKEN):
+                        continue
+                    raise
+                except BaseException:
+                    self.stop()  # KeyboardInterrupt, SystemExit from SIGTERM, bugs: no orphans
+                    raise
+                return Endpoint(base_url=base_url, model=served, log_path=log_path)
+        raise AssertionError("unreachable")  # the loop returns or raises
+
+    def stop(self) -> None:
+        """Stops the server and every process in its group; idempotent."""
+        with self._lock:
+            proc, self._proc = self._proc, None
+            if proc is not None:
+                _terminate(proc, self.stop_timeout_s)
+
+    def __enter__(self) -> ProcessLauncher:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def _argv(
+        self, server: ServerConfig, version: VllmVersion, context: LaunchContext, port: int
+    ) -> list[str]:
+        prefix = [*self.command, *self.subcommand]
+        if not self.use_config_file:
+            return prefix + server_argv(server, version, host=self.host, port=port)
+        config = server_yaml(server, version)
+        config_path = context.log_dir / f"trial-{context.trial}.yaml"
+        config_path.write_text(yaml.safe_dump(config, sort_keys=False))
+        return prefix + config_file_argv(
+            config, str(config_path), model=server.model, host=self.host, port=port
+        )
+
+    def _spawn(self, argv: list[str], log_path: Path, *, append: bool) -> None:
+        with log_path.open("ab" if append else "wb") as log:
+            log.write(f"$ {shlex.join(argv)}\n".encode())
+            log.flush()
+            try:
+                # The child keeps its own copy of the log descriptor; ours closes on return.
+                self._proc = subprocess.Popen(
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=self._env,
+                    start_new_session=True,
+                )
+            except OSError as exc:
+                raise LaunchError(f"cannot run {shlex.join(argv[:1])}: {exc}") from exc
+        self._log_path = log_path
+        _running[self._proc.pid] = (self._proc, self.stop_timeout_s)
+
+    def _exit_status(self) -> int | None:
+        return _exit_status_of(self._proc) if self._proc is not None else None
+
+    def _read_log(self, path: Path | None = None) -> str:
+        path = path or self._log_path
+        if path is None:
+            return ""
+        try:
+            with path.open("rb") as log:
+                size = log.seek(0, os.SEEK_END)
+                log.seek(max(0, size - _LOG_TAIL_BYTES))
+                data = log.read()
+        except OSError:
+            return ""
+        text = data.decode("utf-8", errors="replace")
+        # Drop a first line cut in half by the seek.
+        return text.split("\n", 1)[-1] if size > _LOG_TAIL_BYTES else text

@@ -1,0 +1,188 @@
+"""The records every backend produces: one per request, one per benchmark run.
+
+The load generator (real servers) and the simulator fill the same :class:`TrialResult`, so scoring,
+storage, export and reports never ask which backend ran. Records keep raw timestamps; latencies
+and rates are derived properties. Failed requests stay in the record with their error.
+"""
+
+from __future__ import annotations
+
+import enum
+import itertools
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+__all__ = ["RequestRecord", "Source", "SpecDecodeStats", "TrialResult", "percentile"]
+
+
+class Source(enum.StrEnum):
+    """Where a number came from; every number a user sees carries one."""
+
+    MEASURED = "measured"
+    SIMULATED = "simulated"
+    PREDICTED = "predicted"
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """Linear-interpolated percentile (``q`` in 0..100); None for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = (len(ordered) - 1) * q / 100.0
+    low, high = math.floor(rank), math.ceil(rank)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+@dataclass(frozen=True)
+class RequestRecord:
+    """One request's raw timeline, in seconds on a monotonic clock.
+
+    ``chunk_times`` holds the arrival of every streamed chunk that carried text; with speculative
+    decoding one chunk can carry several tokens, so token counts come from the server's ``usage``.
+    """
+
+    start: float
+    first_token: float | None = None
+    end: float | None = None
+    chunk_times: tuple[float, ...] = ()
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.end is not None
+
+    @property
+    def ttft(self) -> float | None:
+        return None if self.first_token is None else self.first_token - self.start
+
+    @property
+    def e2e_latency(self) -> float | None:
+        return None if self.end is None else self.end - self.start
+
+    @property
+    def tpot(self) -> float | None:
+        """Mean time per output token after the first."""
+        if self.first_token is None or self.end is None or not self.completion_tokens:
+            return None
+        if self.completion_tokens < 2:
+            return None
+        return (self.end - self.first_token) / (self.completion_tokens - 1)
+
+    @property
+    def itl(self) -> list[float]:
+        """Gaps between consecutive chunks (inter-token latency as a client sees it)."""
+        times = self.chunk_times
+        return [b - a for a, b in itertools.pairwise(times)]
+
+
+@dataclass(frozen=True)
+class SpecDecodeStats:
+    """Speculative-decoding counters over the measured window (deltas of vLLM's /metrics)."""
+
+    drafts: float
+    draft_tokens: float
+    accepted_tokens: float
+    accepted_per_position: tuple[float, ...] = ()
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        return self.accepted_tokens / self.draft_tokens if self.draft_tokens else None
+
+    @property
+    def mean_acceptance_length(self) -> float | None:
+        """Tokens produced per verification step: the bonus token plus the accepted drafts."""
+        return 1.0 + self.accepted_tokens / self.drafts if self.drafts else None
+
+    @property
+    def per_position_rate(self) -> tuple[float, ...]:
+        return tuple(a / self.drafts for a in self.accepted_per_position) if self.drafts else ()
+
+
+@dataclass(frozen=True)
+class TrialResult:
+    """One benchmark run of one server config at one concurrency level."""
+
+    source: Source
+    concurrency: int
+    duration_s: float
+    requests: tuple[RequestRecord, ...]
+    spec_decode: SpecDecodeStats | None = None
+    kv_cache_usage: float | None = None  # peak fraction 0..1
+    preemptions: float | None = None
+    peak_memory_gib: tuple[float, ...] = ()  # per GPU
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def succeeded(self) -> list[RequestRecord]:
+        return [r for r in self.requests if r.ok]
+
+    @property
+    def errors(self) -> int:
+        return sum(1 for r in self.requests if not r.ok)
+
+    @property
+    def output_tokens(self) -> int:
+        return sum(r.completion_tokens or 0 for r in self.succeeded)
+
+    @property
+    def output_tok_s(self) -> float:
+        return self.output_tokens / self.duration_s if self.duration_s > 0 else 0.0
+
+    @property
+    def request_rate(self) -> float:
+        return len(self.succeeded) / self.duration_s if self.duration_s > 0 else 0.0
+
+    def ttft_ms(self, q: float) -> float | None:
+        value = percentile([r.ttft for r in self.succeeded if r.ttft is not None], q)
+        return None if value is None else value * 1000.0
+
+    def itl_ms(self, q: float) -> float | None:
+        value = percentile([gap for r in self.succeeded for gap in r.itl], q)
+        return None if value is None else value * 1000.0
+
+    def tpot_ms(self, q: float) -> float | None:
+        value = percentile([r.tpot for r in self.succeeded if r.tpot is not None], q)
+        return None if value is None else value * 1000.0
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        return self.spec_decode.acceptance_rate if self.spec_decode else None
+
+    @property
+    def mean_acceptance_length(self) -> float | None:
+        return self.spec_decode.mean_acceptance_length if self.spec_decode else None
+
+    def summary(self) -> dict[str, Any]:
+        """The aggregates, as stored with the trial and printed with ``--json``."""
+        return {
+            "source": self.source.value,
+            "concurrency": self.concurrency,
+            "requests": len(self.requests),
+            "errors": self.errors,
+            "duration_s": self.duration_s,
+            "output_tokens": self.output_tokens,
+            "output_tok_s": self.output_tok_s,
+            "request_rate": self.request_rate,
+            **{f"ttft_p{q}_ms": self.ttft_ms(q) for q in (50, 90, 95, 99)},
+            **{f"itl_p{q}_ms": self.itl_ms(q) for q in (50, 95)},
+            "tpot_p50_ms": self.tpot_ms(50),
+            "acceptance_rate": self.acceptance_rate,
+            "mean_acceptance_length": self.mean_acceptance_length,
+            "acceptance_per_position": list(self.spec_decode.per_position_rate)
+            if self.spec_decode
+            else [],
+            "kv_cache_usage": self.kv_cache_usage,
+            "preemptions": self.preemptions,
+            "peak_memory_gib": list(self.peak_memory_gib),
+            "notes": list(self.notes),
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        """Everything, per-request records included, as plain JSON-able data."""
+        data = asdict(self)
+        data["source"] = self.source.value
+        return data

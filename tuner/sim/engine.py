@@ -1,0 +1,228 @@
+"""Benchmark runs in virtual time: the simulator's answer to the load generator.
+
+:func:`simulate` plays the benchmark a real trial runs (warm-up requests, then the measured ones,
+closed loop or Poisson arrivals) against the :class:`~tuner.sim.scheduler.Engine`, moving a
+virtual clock by each step's duration, so a 30-trial study takes seconds. It returns the same
+:class:`~tuner.results.TrialResult` as a measured run, with per-request timelines, speculative
+counters (deltas over the measured window, as from /metrics), peak KV usage and preemptions.
+:func:`predict` runs the same engine without noise, every draft accepting its expected share.
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from tuner.bench.workload import WorkloadSpec
+from tuner.errors import FailureKind, StartupFailure
+from tuner.hardware import Hardware
+from tuner.models import ModelSpec
+from tuner.results import RequestRecord, Source, SpecDecodeStats, TrialResult
+from tuner.sim.memory import estimate_memory
+from tuner.sim.scheduler import Engine, StepResult
+from tuner.trial_config import ServerConfig
+
+__all__ = ["API_IN_S", "API_OUT_S", "Engine", "StepResult", "predict", "simulate"]
+
+# Client to engine: HTTP, chat template, tokenization. Engine to client: detokenize, SSE frame.
+API_IN_S = 0.004
+API_OUT_S = 0.002
+API_JITTER_S = 0.002  # seeded runs: the network and the API server's event loop vary
+# Prompts of a seeded run vary this much (uniformly, relative) around the workload's mean.
+INPUT_SPREAD = 0.1
+
+
+@dataclass
+class _Request:
+    prompt: int
+    start: float = 0.0
+    chunks: list[float] = field(default_factory=list)
+    tokens: int = 0
+    end: float | None = None
+    error: str | None = None
+
+    def record(self) -> RequestRecord:
+        ok = self.error is None
+        return RequestRecord(
+            start=self.start,
+            first_token=self.chunks[0] if self.chunks else None,
+            end=self.end,
+            chunk_times=tuple(self.chunks),
+            prompt_tokens=self.prompt,
+            completion_tokens=self.tokens if ok else None,
+            error=self.error,
+        )
+
+
+class _Run:
+    """The client side: sends requests, tracks the virtual clock, drives the engine."""
+
+    def __init__(
+        self, engine: Engine, workload: WorkloadSpec, temperature: float, concurrency: int,
+        rng: random.Random | None,
+    ) -> None:
+        self.engine = engine
+        self.workload = workload
+        self.temperature = temperature
+        self.concurrency = max(1, concurrency)
+        self.rng = rng
+        self.now = 0.0
+        self.sent = 0  # requests sent so far: the next request's engine id
+        self.peak_kv = 0.0
+
+    def _prompt_tokens(self) -> int:
+        mean = self.workload.input_tokens
+        if self.rng is None:
+            return mean
+        return max(1, round(mean * self.rng.uniform(1 - INPUT_SPREAD, 1 + INPUT_SPREAD)))
+
+    def _latency(self, base: float) -> float:
+        return base + (self.rng.uniform(0.0, API_JITTER_S) if self.rng else 0.0)
+
+    def phase(self, count: int, rate: float | None) -> list[_Request]:
+        """Runs ``count`` requests to completion; returns them in sending order."""
+        t0 = self.now
+        ready = [t0] * count  # earliest send time of each request
+        if rate is not None and rate > 0:
+            t = t0
+            for i in range(count):
+                ready[i] = t
+                t += self.rng.expovariate(rate) if self.rng else 1.0 / rate
+        batch = [_Request(self._prompt_tokens()) for _ in range(count)]
+        first_id = self.sent
+        self.sent += count
+        slots = [t0] * self.concurrency  # when each client slot is next free
+        arrivals: list[tuple[float, int]] = []
+        next_index = 0
+
+        def send() -> None:
+            nonlocal next_index
+            while next_index < count and slots:
+                request = batch[next_index]
+                request.start = max(ready[next_index], heapq.heappop(slots))
+                heapq.heappush(arrivals, (request.start + self._latency(API_IN_S), next_index))
+                next_index += 1
+
+        def finish(index: int, at: float) -> None:
+            batch[index].end = at
+            heapq.heappush(slots, at)
+            send()
+
+        send()
+        while True:
+            while arrivals and arrivals[0][0] <= self.now:
+                arrived, index = heapq.heappop(arrivals)
+                request = batch[index]
+                try:
+                    self.engine.add_request(first_id + index, request.prompt,
+                                            self.workload.output_tokens, self.temperature,
+                                            self.workload.prompt_set)
+                except ValueError as exc:  # the API server answers HTTP 400 at once
+                    request.error = str(exc)
+                    finish(index, arrived + self._latency(API_OUT_S))
+            if self.engine.has_work:
+                self._step(batch, first_id, finish)
+            elif arrivals:
+                self.now = max(self.now, arrivals[0][0])
+            else:
+                return batch
+
+    def _step(
+        self, batch: list[_Request], first_id: int, finish: Callable[[int, float], None]
+    ) -> None:
+        result = self.engine.step()
+        self.now += result.duration_s
+        self.peak_kv = max(self.peak_kv, result.kv_usage)
+        for rid, tokens in result.emitted.items():
+            request = batch[rid - first_id]
+            request.chunks.append(self.now + self._latency(API_OUT_S))
+            request.tokens += tokens
+        for rid in result.finished:
+            finish(rid - first_id, batch[rid - first_id].chunks[-1])
+
+
+def _delta(after: SpecDecodeStats | None, before: SpecDecodeStats | None) -> SpecDecodeStats | None:
+    if after is None or before is None:
+        return None
+    return SpecDecodeStats(
+        drafts=after.drafts - before.drafts,
+        draft_tokens=after.draft_tokens - before.draft_tokens,
+        accepted_tokens=after.accepted_tokens - before.accepted_tokens,
+        accepted_per_position=tuple(
+            a - b for a, b in zip(after.accepted_per_position, before.accepted_per_position,
+                                  strict=True)
+        ),
+    )
+
+
+def _run(
+    hardware: Hardware, target: ModelSpec, draft: ModelSpec | None, server: ServerConfig,
+    temperature: float, workload: WorkloadSpec, concurrency: int, seed: int | None,
+) -> TrialResult:
+    memory = estimate_memory(hardware, target, draft, server)
+    if not memory.fits:
+        raise StartupFailure(FailureKind.OOM, memory.reason, log_tail=memory.reason)
+    engine = Engine(hardware, target, draft, server, kv_tokens=memory.kv_tokens, seed=seed)
+    rng = random.Random(f"client-{seed}") if seed is not None else None
+    run = _Run(engine, workload, temperature, concurrency, rng)
+    if workload.warmup > 0:
+        run.phase(workload.warmup, None)
+    before, preempted = engine.spec_stats(), engine.preemptions
+    run.peak_kv = 0.0
+    measured = run.phase(workload.requests, workload.request_rate)
+    ends = [r.end for r in measured if r.end is not None]
+    start = min((r.start for r in measured), default=run.now)
+    return TrialResult(
+        source=Source.SIMULATED if seed is not None else Source.PREDICTED,
+        concurrency=concurrency,
+        duration_s=max(ends, default=start) - start,
+        requests=tuple(r.record() for r in measured),
+        spec_decode=_delta(engine.spec_stats(), before),
+        kv_cache_usage=run.peak_kv,
+        preemptions=float(engine.preemptions - preempted),
+        peak_memory_gib=(round(memory.peak_gib, 3),) * server.tensor_parallel_size,
+    )
+
+
+def simulate(
+    hardware: Hardware, target: ModelSpec, draft: ModelSpec | None, server: ServerConfig,
+    temperature: float, workload: WorkloadSpec, concurrency: int, seed: int,
+) -> TrialResult:
+    """Runs the workload against the simulated server in virtual time, with seeded noise.
+
+    Args:
+        hardware: the GPUs.
+        target: the served model.
+        draft: the draft model when the server speculates with one, else None.
+        server: the server config under test.
+        temperature: sampling temperature of every request.
+        workload: prompt set, lengths, request counts, warm-up and arrival rate (None: closed
+            loop with ``concurrency`` requests in flight; a rate: Poisson arrivals, at most
+            ``concurrency`` in flight).
+        concurrency: requests in flight.
+        seed: the same seed gives the same result, to the last digit.
+
+    Returns:
+        A ``Source.SIMULATED`` result over the measured requests (warm-up excluded).
+
+    Raises:
+        StartupFailure: kind OOM when the server would not start for lack of memory.
+    """
+    return _run(hardware, target, draft, server, temperature, workload, concurrency, seed)
+
+
+def predict(
+    hardware: Hardware, target: ModelSpec, draft: ModelSpec | None, server: ServerConfig,
+    temperature: float, workload: WorkloadSpec, concurrency: int,
+) -> TrialResult:
+    """Like :func:`simulate` without noise: expected acceptance, mean prompt length, exact steps.
+
+    Returns:
+        A ``Source.PREDICTED`` result.
+
+    Raises:
+        StartupFailure: kind OOM when the server would not start for lack of memory.
+    """
+    return _run(hardware, target, draft, server, temperature, workload, concurrency, None)

@@ -1,0 +1,387 @@
+"""A vLLM-like engine that advances one scheduler step at a time.
+
+Each :meth:`Engine.step` does what one iteration of vLLM's engine loop does: reserve KV-cache
+blocks for the running sequences (preempting the newest ones by recomputation when the cache is
+full), fill the step's token budget with decode tokens and prefill chunks, run the forward passes,
+and emit tokens. With speculation a decode is K draft passes plus one target pass verifying K+1
+tokens, and a sequence emits the accepted drafts plus one token from the target.
+
+The engine knows no clock: a step returns its duration, and the caller moves time on, virtually
+(:func:`tuner.sim.engine.simulate`) or by sleeping (a real-time fake server).
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from tuner.errors import ConfigError
+from tuner.hardware import Hardware
+from tuner.models import ModelSpec
+from tuner.results import SpecDecodeStats
+from tuner.sim.acceptance import (
+    DRAFT_MODEL,
+    SPEC_METHODS,
+    acceptance_probability,
+    expected_accepted,
+    position_rates,
+)
+from tuner.sim.memory import BLOCK_TOKENS, effective_batched_tokens
+from tuner.sim.perfmodel import PerfModel, StepShape
+from tuner.trial_config import ServerConfig
+
+__all__ = ["Engine", "StepResult"]
+
+DEFAULT_MAX_NUM_SEQS = 256
+# The first step after start-up compiles kernels and warms allocators: why benchmarks warm up.
+COLD_START_S = 0.25
+# Measurement noise (seeded runs only): a per-run speed factor (clocks, temperature), per-step
+# jitter, and rare host hiccups (garbage collection, a busy CPU).
+RUN_SIGMA = 0.02
+STEP_SIGMA = 0.03
+HICCUP_PROBABILITY = 0.002
+HICCUP_S = (0.01, 0.04)
+# vLLM keeps this share of blocks free when admitting new requests, to limit preemptions.
+WATERMARK = 0.01
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """What one engine step did.
+
+    Attributes:
+        duration_s: how long the step took on the GPUs plus the engine's own overhead.
+        emitted: tokens each request (by id) received in this step; speculation can give several.
+        finished: ids of requests that completed in this step.
+        kv_usage: share of KV-cache blocks in use during the step (0..1).
+    """
+
+    duration_s: float
+    emitted: Mapping[int, int]
+    finished: tuple[int, ...]
+    kv_usage: float
+
+
+@dataclass
+class _Seq:
+    rid: int
+    prompt: int
+    max_tokens: int
+    reach: tuple[float, ...]  # unconditional acceptance of each drafted position
+    rates: tuple[float, ...]  # conditional acceptance of each drafted position
+    target: int  # tokens to (re)compute before decoding resumes
+    computed: int = 0
+    generated: int = 0
+    blocks: int = 0
+    credit: float = 0.0  # expected accepted drafts not yet emitted (noise-free mode)
+
+    @property
+    def decoding(self) -> bool:
+        return self.computed >= self.target
+
+    @property
+    def context(self) -> int:
+        return self.prompt + self.generated if self.decoding else self.computed
+
+
+@dataclass
+class _Counters:
+    drafts: int = 0
+    draft_tokens: int = 0
+    accepted: float = 0.0
+    per_position: list[float] = field(default_factory=list)
+
+
+def _blocks(tokens: int) -> int:
+    return -(-tokens // BLOCK_TOKENS)
+
+
+def _flag(server: ServerConfig, name: str) -> int | None:
+    """The value of a pass-through flag (``extra_flags``), as an int; None when absent."""
+    for key, value in server.extra_flags:
+        if key.lstrip("-").replace("_", "-") == name:
+            return int(value)
+    return None
+
+
+class Engine:
+    """Schedules requests over the GPUs step by step, like vLLM's engine core.
+
+    Args:
+        hardware: the GPUs.
+        target: the served model.
+        draft: the draft model (ignored unless the server speculates with ``draft_model``).
+        server: batching, chunked prefill and speculative settings.
+        kv_tokens: KV-cache capacity in tokens, from :func:`tuner.sim.memory.estimate_memory`.
+        seed: seeds acceptance sampling and timing noise; None runs noise-free, with every
+            draft accepting its expected number of tokens (used for predictions).
+
+    Raises:
+        ConfigError: an unknown speculative method, or a draft-model method without a draft.
+    """
+
+    def __init__(
+        self,
+        hardware: Hardware,
+        target: ModelSpec,
+        draft: ModelSpec | None,
+        server: ServerConfig,
+        *,
+        kv_tokens: int,
+        seed: int | None = None,
+    ) -> None:
+        spec = server.speculative
+        self.method = spec.method if spec is not None else ""
+        self.k = spec.num_speculative_tokens if spec is not None else 0
+        if spec is not None and self.method not in SPEC_METHODS:
+            raise ConfigError(
+                f"speculative method {self.method!r} is not simulated; use one of "
+                f"{', '.join(SPEC_METHODS)}"
+            )
+        if self.method == DRAFT_MODEL and draft is None:
+            raise ConfigError(f"{server.draft} drafts for {target.hf_id} but no draft model given")
+        self.target = target
+        self.draft = draft if self.method == DRAFT_MODEL else None
+        self.server = server
+        self.model = PerfModel(hardware, target, self.draft, server)
+        self.budget = effective_batched_tokens(server)
+        self.chunked = server.enable_chunked_prefill
+        self.max_seqs = _flag(server, "max-num-seqs") or DEFAULT_MAX_NUM_SEQS
+        self.graphs = not _flag(server, "enforce-eager")
+        self.total_blocks = kv_tokens // BLOCK_TOKENS
+        self.free_blocks = self.total_blocks
+        self.waiting: deque[_Seq] = deque()
+        self.running: list[_Seq] = []
+        self.preemptions = 0
+        self.steps = 0
+        self._counters = _Counters(per_position=[0.0] * self.k)
+        self._rng = random.Random(seed) if seed is not None else None
+        self._run_factor = self._rng.lognormvariate(0.0, RUN_SIGMA) if self._rng else 1.0
+
+    @property
+    def has_work(self) -> bool:
+        """Whether any request is waiting or running."""
+        return bool(self.waiting or self.running)
+
+    def add_request(
+        self, rid: int, prompt_tokens: int, max_tokens: int, temperature: float, prompt_set: str
+    ) -> None:
+        """Queues a request; it joins the batch at the next step.
+
+        Args:
+            rid: the caller's id for the request, echoed in :class:`StepResult`.
+            prompt_tokens: prompt length.
+            max_tokens: tokens to generate (generation runs to this length, as with ignore_eos).
+            temperature: the request's sampling temperature (drives acceptance).
+            prompt_set: the workload kind (drives acceptance), see ``acceptance_probability``.
+
+        Raises:
+            ValueError: the request does not fit in ``max_model_len`` (vLLM answers HTTP 400).
+        """
+        limit = self.server.max_model_len
+        if prompt_tokens + max_tokens > limit:
+            raise ValueError(
+                f"This model's maximum context length is {limit} tokens. However, you requested "
+                f"{prompt_tokens + max_tokens} tokens ({prompt_tokens} in the messages, "
+                f"{max_tokens} in the completion). Please reduce the length of the messages or "
+                "completion."
+            )
+        rates: tuple[float, ...] = ()
+        if self.k:
+            alpha = acceptance_probability(
+                self.target, self.draft, self.method, prompt_set, temperature
+            )
+            rates = position_rates(alpha, self.k, self.method)
+        seq = _Seq(rid, prompt_tokens, max(max_tokens, 1), expected_accepted(rates), rates,
+                   prompt_tokens)
+        self.waiting.append(seq)
+
+    def abort_request(self, rid: int) -> bool:
+        """Drops a request whose client went away; returns whether the engine held it."""
+        for seq in self.waiting:
+            if seq.rid == rid:
+                self.waiting.remove(seq)
+                return True
+        for seq in self.running:
+            if seq.rid == rid:
+                self.running.remove(seq)
+                self.free_blocks += seq.blocks
+                return True
+        return False
+
+    def spec_stats(self) -> SpecDecodeStats | None:
+        """Cumulative speculative counters since start, as vLLM's /metrics exposes them."""
+        if not self.k:
+            return None
+        c = self._counters
+        return SpecDecodeStats(
+            float(c.drafts), float(c.draft_tokens), c.accepted, tuple(c.per_position)
+        )
+
+    @property
+    def kv_usage(self) -> float:
+        """Share of KV-cache blocks in use now."""
+        return 1.0 - self.free_blocks / self.total_blocks if self.total_blocks else 1.0
+
+    # -- scheduling -------------------------------------------------------------------------
+
+    def _preempt(self, seq: _Seq) -> None:
+        """Frees a sequence's blocks; it recomputes prompt and output when readmitted."""
+        self.running.remove(seq)
+        self.free_blocks += seq.blocks
+        seq.blocks = 0
+        seq.computed = 0
+        seq.target = seq.prompt + seq.generated
+        self.waiting.appendleft(seq)
+        self.preemptions += 1
+
+    def _reserve_decodes(self) -> list[_Seq]:
+        """Reserves room for each decoding sequence's next 1+K tokens, preempting if needed."""
+        scheduled: list[_Seq] = []
+        for seq in [s for s in self.running if s.decoding]:
+            if seq not in self.running:
+                continue  # preempted for an older sequence
+            need = _blocks(seq.context + 1 + self.k) - seq.blocks
+            while need > self.free_blocks and self.running[-1] is not seq:
+                victim = self.running[-1]
+                if victim in scheduled:
+                    scheduled.remove(victim)
+                self._preempt(victim)
+            if need > self.free_blocks:
+                self._preempt(seq)
+                continue
+            seq.blocks += max(need, 0)
+            self.free_blocks -= max(need, 0)
+            scheduled.append(seq)
+        return scheduled
+
+    def _schedule_chunk(self, seq: _Seq, budget: int, whole: bool) -> int:
+        """Allocates blocks for the next prefill chunk of ``seq``; returns its size (0: none)."""
+        chunk = min(seq.target - seq.computed, budget)
+        if chunk <= 0 or (whole and chunk < seq.target - seq.computed):
+            return 0
+        need = _blocks(seq.computed + chunk) - seq.blocks
+        if need > self.free_blocks:
+            return 0
+        seq.blocks += need
+        self.free_blocks -= need
+        return chunk
+
+    def _schedule_prefills(self, budget: int, whole: bool) -> list[tuple[_Seq, int]]:
+        chunks: list[tuple[_Seq, int]] = []
+        for seq in self.running:
+            if not seq.decoding and budget > 0:
+                chunk = self._schedule_chunk(seq, budget, whole)
+                if chunk:
+                    chunks.append((seq, chunk))
+                    budget -= chunk
+        reserve = int(self.total_blocks * WATERMARK)
+        while self.waiting and budget > 0 and len(self.running) < self.max_seqs:
+            seq = self.waiting[0]
+            first = min(seq.target, budget)
+            if _blocks(first) > self.free_blocks - reserve and self.running:
+                break  # wait for blocks to free up rather than thrash
+            chunk = self._schedule_chunk(seq, budget, whole)
+            if not chunk:
+                break
+            self.waiting.popleft()
+            self.running.append(seq)
+            chunks.append((seq, chunk))
+            budget -= chunk
+        return chunks
+
+    # -- one step ---------------------------------------------------------------------------
+
+    def step(self) -> StepResult:
+        """Runs one engine iteration and returns what it took and what it emitted.
+
+        Raises:
+            RuntimeError: a request can never be scheduled (its prompt exceeds the KV cache).
+        """
+        decodes: list[_Seq] = []
+        chunks: list[tuple[_Seq, int]] = []
+        if not self.chunked and self.waiting:
+            # Without chunked prefill vLLM runs whole prompts in prefill-only steps first.
+            chunks = self._schedule_prefills(self.budget, whole=True)
+        if not chunks:
+            decodes = self._reserve_decodes()
+            per_decode = 1 + self.k
+            budget = self.budget - per_decode * len(decodes)
+            if self.chunked:
+                chunks = self._schedule_prefills(budget, whole=False)
+        if not decodes and not chunks:
+            if self.has_work:
+                raise RuntimeError("no request fits in the KV cache; the engine cannot progress")
+            return StepResult(0.0, {}, (), self.kv_usage)
+        usage = self.kv_usage
+        duration = self._duration(decodes, chunks)
+        emitted: dict[int, int] = {}
+        for seq in decodes:
+            emitted[seq.rid] = self._emit(seq)
+        for seq, chunk in chunks:
+            seq.computed += chunk
+            if seq.decoding:
+                seq.generated += 1  # a finished prefill samples one token
+                emitted[seq.rid] = 1
+        finished = []
+        for seq in decodes + [s for s, _ in chunks]:
+            if seq.generated >= seq.max_tokens and seq in self.running:
+                self.running.remove(seq)
+                self.free_blocks += seq.blocks
+                finished.append(seq.rid)
+            else:
+                # Lookahead slots of rejected drafts go back to the pool.
+                held = _blocks(seq.context)
+                self.free_blocks += seq.blocks - held
+                seq.blocks = held
+        self.steps += 1
+        return StepResult(duration, emitted, tuple(finished), usage)
+
+    def _emit(self, seq: _Seq) -> int:
+        """Tokens one decoding sequence gains this step; updates the speculative counters."""
+        room = seq.max_tokens - seq.generated
+        accepted = 0
+        if self.k:
+            c = self._counters
+            c.drafts += 1
+            c.draft_tokens += self.k
+            if self._rng is None:
+                seq.credit += sum(seq.reach)
+                accepted = min(int(seq.credit), self.k)
+                seq.credit -= accepted
+                c.accepted += sum(seq.reach)
+                for i, p in enumerate(seq.reach):
+                    c.per_position[i] += p
+            else:
+                for i, rate in enumerate(seq.rates):
+                    if self._rng.random() >= rate:
+                        break
+                    accepted += 1
+                    c.per_position[i] += 1
+                c.accepted += accepted
+        tokens = min(1 + accepted, room)
+        seq.generated += tokens
+        return tokens
+
+    def _duration(self, decodes: list[_Seq], chunks: list[tuple[_Seq, int]]) -> float:
+        shape = StepShape(
+            decodes=len(decodes),
+            decode_context=sum(s.context for s in decodes),
+            chunks=tuple((s.computed, c) for s, c in chunks),
+            first_tokens=sum(1 for s, c in chunks if s.computed + c >= s.target),
+            graphed=self.graphs and not chunks,
+        )
+        duration = self.model.step_s(shape)
+        if self.steps == 0:
+            duration += COLD_START_S
+        return self._noisy(duration)
+
+    def _noisy(self, duration: float) -> float:
+        if self._rng is None:
+            return duration
+        duration *= self._run_factor * self._rng.lognormvariate(0.0, STEP_SIGMA)
+        if self._rng.random() < HICCUP_PROBABILITY:
+            duration += self._rng.uniform(*HICCUP_S)
+        return duration
