@@ -138,13 +138,17 @@ def _fake_launcher_kwargs(tmp: Path, mode: str = "serve", **env: str) -> dict[st
 def fake_launcher(
     docker_client: docker.DockerClient, test_image: str, study: str, tmp_path: Path
 ) -> Iterator[LauncherFactory]:
-    """Makes launchers of the fake server (``mode`` as in fake_vllm.py); closes them after."""
+    """``make(mode="serve", image=..., env={...}, **launcher_kwargs)``; all closed after.
+
+    ``mode`` is the fake server's (see fake_vllm.py), ``env`` adds container environment.
+    """
     made: list[DockerLauncher] = []
 
     def make(mode: str = "serve", **overrides: Any) -> DockerLauncher:
         env = overrides.pop("env", {})
+        image = overrides.pop("image", test_image)
         kwargs = {**_fake_launcher_kwargs(tmp_path, mode, **env), **overrides}
-        launcher = DockerLauncher(test_image, study=study, client=docker_client, **kwargs)
+        launcher = DockerLauncher(image, study=study, client=docker_client, **kwargs)
         made.append(launcher)
         return launcher
 

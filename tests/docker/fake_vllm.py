@@ -68,7 +68,7 @@ def _serve(host: str, port: int, model: str) -> None:
             self.end_headers()
             self.wfile.write(body)
 
-        def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+        def log_message(self, format: str, *args: object) -> None:
             _log("INFO request " + format % args)
 
     server = ThreadingHTTPServer((host, port), Handler)

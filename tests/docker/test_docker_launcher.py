@@ -9,14 +9,15 @@ import hashlib
 import logging
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import docker
 import docker.errors
 import httpx
 import pytest
-from conftest import LauncherFactory
 
+from tuner.bench.gpu import NvmlMonitor, open_gpu_monitor
 from tuner.errors import ConfigError, FailureKind, StartupFailure
 from tuner.launch.base import LaunchContext
 from tuner.launch.docker import (
@@ -31,6 +32,8 @@ from tuner.trial_config import ServerConfig
 from tuner.vllm_args import parse_version, server_argv
 
 pytestmark = pytest.mark.docker
+
+LauncherFactory = Callable[..., DockerLauncher]
 
 
 def _containers(client: docker.DockerClient, study: str) -> list[str]:
@@ -210,10 +213,20 @@ def test_more_tensor_parallelism_than_allowed_gpus_is_a_config_error(
         launcher.start(server, context)
 
 
-def test_an_untagged_version_is_asked_of_the_image(fake_launcher: LauncherFactory) -> None:
-    launcher = fake_launcher(version=None, env={"FAKE_VLLM_VERSION": "0.8.5"})
-
-    assert launcher.version == parse_version("0.8.5")  # the test image has no version tag
+def test_a_tag_that_names_no_version_is_asked_of_the_image(
+    fake_launcher: LauncherFactory,
+    docker_client: docker.DockerClient,
+    test_image: str,
+    study: str,
+) -> None:
+    image = f"{test_image}:{study}-build"  # a tag, but no version
+    docker_client.images.get(test_image).tag(image)
+    try:
+        launcher = fake_launcher(image=image, version=None, env={"FAKE_VLLM_VERSION": "0.8.5"})
+        assert launcher.version == parse_version("0.8.5")
+    finally:
+        docker_client.images.remove(image)
+    assert _containers(docker_client, study) == []
 
 
 def test_stale_containers_of_the_study_go_at_start_and_nobody_elses(
@@ -223,13 +236,15 @@ def test_stale_containers_of_the_study_go_at_start_and_nobody_elses(
     docker_client: docker.DockerClient,
     test_image: str,
     study: str,
+    host_volumes: Callable[..., dict[str, str]],
     tmp_path: Path,
-    host_volumes: object,
 ) -> None:
+    volumes = [f"{host}:{target}" for host, target in host_volumes(tmp_path / "t").items()]
+
     def sleeper(labels: dict[str, str]) -> str:
         container = docker_client.containers.create(
-            test_image, ["/bin/sleep", "300"], labels=labels, volumes=["/usr:/usr:ro",
-            "/lib:/lib:ro", "/lib64:/lib64:ro", "/bin:/bin:ro"], detach=True)
+            test_image, ["/bin/sleep", "300"], labels=labels, volumes=volumes, detach=True
+        )
         container.start()
         return container.id or ""
 
@@ -238,8 +253,8 @@ def test_stale_containers_of_the_study_go_at_start_and_nobody_elses(
     other_study = sleeper({LABEL_STUDY: f"{study}-other", LABEL_RUN: "x", LABEL_GPUS: "none"})
     unlabelled = sleeper({})
     try:
-        launcher = fake_launcher(gpus=(0, 1))
-        assert launcher.cleanup_stale() == [] or True  # GPU 0,1: only worker2 (2,3) is spared
+        launcher = fake_launcher(gpus=(0, 1))  # a worker on GPUs 0,1 spares one on 2,3
+        assert len(launcher.cleanup_stale()) == 1
         alive = {c.id for c in docker_client.containers.list(all=True)}
         assert stale not in alive
         assert {other_worker, other_study, unlabelled} <= alive
@@ -309,9 +324,18 @@ def test_waits_for_gpu_memory_to_return_and_records_peaks(
     assert "still above its baseline" in caplog.text
 
 
-def test_without_nvml_memory_is_not_recorded(
-    fake_launcher: LauncherFactory, fake_server: ServerConfig, context: LaunchContext
+def test_without_nvml_memory_is_not_recorded_and_that_is_said_once(
+    fake_launcher: LauncherFactory,
+    fake_server: ServerConfig,
+    context: LaunchContext,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
-    launcher = fake_launcher()  # this host has no NVIDIA driver
-    launcher.start(fake_server, context)
+    if isinstance(open_gpu_monitor(None), NvmlMonitor):
+        pytest.skip("this host has NVML")
+    caplog.clear()
+    launcher = fake_launcher()
+    with caplog.at_level(logging.WARNING, logger="tuner.bench.gpu"):
+        launcher.start(fake_server, context)
+        launcher.start(fake_server, context)
     assert launcher.take_peak_memory() == ()
+    assert caplog.text.count("NVML not available") == 1

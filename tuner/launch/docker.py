@@ -342,14 +342,17 @@ class DockerLauncher:
         """Runs ``vllm --version`` in the image once, for a tag that names no version."""
         client = self._docker()
         self._check_image(client)
-        container = client.containers.create(
-            self.image,
-            ["--version"],
-            entrypoint=self.entrypoint,
-            labels={LABEL_STUDY: self.study, LABEL_RUN: self.run_id},
-            detach=True,
-        )
+        container: Container | None = None
         try:
+            container = client.containers.create(
+                self.image,
+                ["--version"],
+                entrypoint=self.entrypoint,
+                labels={LABEL_STUDY: self.study, LABEL_RUN: self.run_id},
+                environment=self.environment,
+                volumes=self._volume_specs(),
+                detach=True,
+            )
             container.start()
             container.wait(timeout=_VERSION_PROBE_TIMEOUT_S)
             output = container.logs().decode("utf-8", errors="replace")
@@ -358,7 +361,8 @@ class DockerLauncher:
                 f"{self.entrypoint[0]} --version in {self.image} failed: {error}"
             ) from error
         finally:
-            self._remove(container)
+            if container is not None:
+                self._remove(container)
         for line in reversed(output.splitlines()):
             if line.strip()[:1].isdigit():
                 return parse_version(line)

@@ -1,28 +1,21 @@
-"""The ``spectune`` command line: parse, call one library function, render.
-
-Library errors become one line on stderr and exit code 2 here, in :func:`_errors`, and nowhere
-else; ``--debug`` shows the traceback instead.
-"""
+"""Study commands: optimize, estimate, export, and the catalogs."""
 
 from __future__ import annotations
 
-import functools
-import json
 import sys
-import warnings
-from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
-from typing import Annotated, Any, ParamSpec, TypeVar
+from typing import Annotated, Any
 
 import optuna
 import typer
-from rich.console import Console, Group
+from rich.console import Group
 from rich.live import Live
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from tuner import cli_options as opt
 from tuner.bench.workload import WorkloadSpec
+from tuner.cli import options as opt
+from tuner.cli.app import app, console, handle_errors, print_json
 from tuner.errors import SpectuneError
 from tuner.estimate import Estimate, estimate
 from tuner.export import pick_trial, vllm_config_yaml
@@ -37,49 +30,6 @@ from tuner.space import SearchSpace, load_space
 from tuner.storage import default_storage, is_sqlite, open_storage, study_names
 from tuner.study import open_study
 from tuner.trial_config import server_to_dict
-
-app = typer.Typer(
-    add_completion=False, no_args_is_help=True, help="Autotune vLLM speculative-decoding configs."
-)
-console = Console()
-err_console = Console(stderr=True)
-
-P = ParamSpec("P")
-R = TypeVar("R")
-
-
-_debug = {"enabled": False}
-
-
-@app.callback()
-def _main(debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False) -> None:
-    _debug["enabled"] = debug
-    optuna.logging.set_verbosity(optuna.logging.ERROR)
-    # Heartbeats, grouped TPE and constraints are "experimental" in Optuna: nothing to act on.
-    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
-
-
-def _errors(command: Callable[P, R]) -> Callable[P, R]:
-    """Turns SpectuneError into one line and exit code 2 (the only place that does)."""
-
-    @functools.wraps(command)
-    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        try:
-            return command(*args, **kwargs)
-        except SpectuneError as exc:
-            if _debug["enabled"]:
-                raise
-            err_console.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
-            raise typer.Exit(2) from None
-        except KeyboardInterrupt:
-            err_console.print("interrupted: the study keeps every finished trial")
-            raise typer.Exit(130) from None
-
-    return wrapper
-
-
-def _print_json(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
 
 
 def _build_space(space: str | None, hardware: str | None, slo_ttft_ms: float | None) -> SearchSpace:
@@ -98,7 +48,7 @@ def _study_exists(storage: str, name: str) -> bool:
 
 
 @app.command("optimize")
-@_errors
+@handle_errors
 def optimize_command(
     hardware: opt.Hardware = None,
     space: Annotated[
@@ -140,7 +90,7 @@ def optimize_command(
         seed=seed,
     )
     if as_json:
-        _print_json(_optimize_json(optimize(request)))
+        print_json(_optimize_json(optimize(request)))
         return
     source = "simulated" if backend == "sim" else "measured"
     table = trial_table(f"study {name}: {source} trials")
@@ -210,7 +160,7 @@ def _print_optimize(result: OptimizeResult) -> None:
 
 
 @app.command("estimate")
-@_errors
+@handle_errors
 def estimate_command(
     hardware: Annotated[str, typer.Option("--hardware", help="GPUs, e.g. 4090x2.")],
     model: Annotated[str, typer.Option("--model", help="Target: HF id or local directory.")],
@@ -249,7 +199,7 @@ def estimate_command(
         concurrency=concurrency,
     )
     if as_json:
-        _print_json(_estimate_json(result))
+        print_json(_estimate_json(result))
     else:
         _print_estimate(result)
 
@@ -291,7 +241,7 @@ def _print_estimate(est: Estimate) -> None:
 
 
 @app.command("export")
-@_errors
+@handle_errors
 def export_command(
     name: Annotated[str, typer.Argument(help="Study name.")],
     out: Annotated[
@@ -315,7 +265,7 @@ def export_command(
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(text)
     if as_json:
-        _print_json({**_view_json(view), "yaml": text, "out": None if out is None else str(out)})
+        print_json({**_view_json(view), "yaml": text, "out": None if out is None else str(out)})
     elif out is None:
         sys.stdout.write(text)
     else:
@@ -327,7 +277,7 @@ def hardware_command(as_json: opt.Json = False) -> None:
     """List the GPU catalog."""
     rows = [asdict(g) for g in GPU_CATALOG]
     if as_json:
-        _print_json(rows)
+        print_json(rows)
         return
     from rich.table import Table
 
@@ -348,7 +298,7 @@ def hardware_command(as_json: opt.Json = False) -> None:
 def models_command(as_json: opt.Json = False) -> None:
     """List the model catalog."""
     if as_json:
-        _print_json([{**asdict(m), "weight_gib": m.weight_bytes / 1024**3} for m in MODEL_CATALOG])
+        print_json([{**asdict(m), "weight_gib": m.weight_bytes / 1024**3} for m in MODEL_CATALOG])
         return
     from rich.table import Table
 

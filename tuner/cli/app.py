@@ -1,0 +1,64 @@
+"""The typer app, its consoles, and the one place where errors become exit codes.
+
+Library errors become one line on stderr and exit code 2 in :func:`handle_errors`, and nowhere
+else; ``--debug`` shows the traceback instead.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+import warnings
+from collections.abc import Callable
+from typing import Annotated, Any, ParamSpec, TypeVar
+
+import optuna
+import typer
+from rich.console import Console
+
+from tuner.errors import SpectuneError
+
+__all__ = ["app", "console", "err_console", "handle_errors", "print_json"]
+
+app = typer.Typer(
+    add_completion=False, no_args_is_help=True, help="Autotune vLLM speculative-decoding configs."
+)
+console = Console()
+err_console = Console(stderr=True)
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+_debug = {"enabled": False}
+
+
+@app.callback()
+def _main(debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False) -> None:
+    _debug["enabled"] = debug
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    # Heartbeats, grouped TPE and constraints are "experimental" in Optuna: nothing to act on.
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+
+
+def handle_errors(command: Callable[P, R]) -> Callable[P, R]:
+    """Turns SpectuneError into one line and exit code 2 (the only place that does)."""
+
+    @functools.wraps(command)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return command(*args, **kwargs)
+        except SpectuneError as exc:
+            if _debug["enabled"]:
+                raise
+            err_console.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
+            raise typer.Exit(2) from None
+        except KeyboardInterrupt:
+            err_console.print("interrupted: the study keeps every finished trial")
+            raise typer.Exit(130) from None
+
+    return wrapper
+
+
+def print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
