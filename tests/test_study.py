@@ -5,7 +5,7 @@ from pathlib import Path
 import optuna
 import pytest
 
-from tuner.backends import sim_backend
+from tuner.backends import BackendOptions, backend_factory
 from tuner.errors import ConfigError
 from tuner.launch.base import LaunchContext
 from tuner.optimize import OptimizeRequest, optimize
@@ -50,7 +50,7 @@ def test_predicted_oom_launches_nothing_and_request_changes_reuse_the_server(
 ) -> None:
     space = load_space()
     starts: list[object] = []
-    backend = sim_backend(space.hardware)
+    backend = backend_factory("sim")(space, BackendOptions(study="s"))
     original = backend.launcher.start
 
     def counting_start(server, context):  # type: ignore[no-untyped-def]

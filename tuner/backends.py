@@ -7,13 +7,16 @@ generator. Everything downstream gets the same TrialResult from all three.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 
 from tuner.bench.measure import measure_endpoint
 from tuner.errors import ConfigError
-from tuner.hardware import Hardware
 from tuner.launch.base import Endpoint, Launcher
+from tuner.launch.docker import DockerLauncher
+from tuner.launch.process import ProcessLauncher
 from tuner.launch.sim import SimLauncher
 from tuner.models import load_model
 from tuner.results import Source, TrialResult
@@ -21,7 +24,14 @@ from tuner.sim.engine import simulate
 from tuner.space import SearchSpace
 from tuner.trial_config import TrialConfig
 
-__all__ = ["BACKENDS", "Backend", "Measure", "http_measure", "backend_factory", "sim_backend"]
+__all__ = [
+    "BACKENDS",
+    "Backend",
+    "BackendOptions",
+    "Measure",
+    "backend_factory",
+    "http_measure",
+]
 
 BACKENDS = ("sim", "process", "docker")
 
@@ -37,23 +47,41 @@ class Backend:
     source: Source = Source.MEASURED  # how this backend's numbers are labelled
 
 
+@dataclass(frozen=True)
+class BackendOptions:
+    """How one worker runs servers; the search space says what they run."""
+
+    study: str
+    seed: int = 0
+    gpus: tuple[int, ...] | None = None  # GPU indices this worker may use (None: all)
+    worker: str = "0"  # tells one study's workers on a host apart (container names, labels)
+    vllm_command: tuple[str, ...] = ("vllm",)  # process backend
+    image: str | None = None  # docker backend; default: the space's vllm image
+    docker_entrypoint: tuple[str, ...] = ("vllm",)
+    docker_volumes: tuple[tuple[str, str], ...] = ()  # (host path, "container path[:ro]")
+    ready_timeout_s: float = 900.0
+    sim_speed: float | None = None  # sim: simulated seconds per wall second; None: no waiting
+
+
 def http_measure(
     endpoint: Endpoint, config: TrialConfig, concurrency: int, seed: int
 ) -> TrialResult:
     """Measures a real (or fake) vLLM server through its OpenAI API."""
-    del seed  # the workload carries its own seed; real servers add their own noise
+    del seed  # the workload carries its own seed; real servers bring their own noise
     return measure_endpoint(
         endpoint, config.client.temperature, config.client.workload, concurrency
     )
 
 
-def sim_backend(hardware: Hardware, seed: int = 0) -> Backend:
+def _sim(space: SearchSpace, options: BackendOptions) -> Backend:
+    hardware = space.hardware
+
     def measure(
-        endpoint: Endpoint, config: TrialConfig, concurrency: int, trial_seed: int
+        endpoint: Endpoint, config: TrialConfig, concurrency: int, seed: int
     ) -> TrialResult:
         server = config.server
         draft_id = server.speculative.model if server.speculative else None
-        return simulate(
+        result = simulate(
             hardware,
             load_model(server.model),
             load_model(draft_id) if draft_id else None,
@@ -61,26 +89,70 @@ def sim_backend(hardware: Hardware, seed: int = 0) -> Backend:
             config.client.temperature,
             config.client.workload,
             concurrency,
-            trial_seed,
+            seed,
         )
+        if options.sim_speed:  # a study that takes (scaled) real time, like a real one
+            time.sleep(result.duration_s / options.sim_speed)
+        return result
 
-    return Backend("sim", SimLauncher(hardware, seed), measure, Source.SIMULATED)
+    return Backend("sim", SimLauncher(hardware, options.seed), measure, Source.SIMULATED)
 
 
-BackendFactory = Callable[[SearchSpace, int], Backend]
+def _process(space: SearchSpace, options: BackendOptions) -> Backend:
+    env = (
+        {}
+        if options.gpus is None
+        else {"CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in options.gpus)}
+    )
+    launcher = ProcessLauncher(
+        options.vllm_command,
+        version=space.version,
+        ready_timeout_s=options.ready_timeout_s,
+        env=env,
+    )
+    return Backend("process", launcher, http_measure)
+
+
+def _docker(space: SearchSpace, options: BackendOptions) -> Backend:
+    launcher = DockerLauncher(
+        options.image or space.vllm_image,
+        study=options.study,
+        gpus=options.gpus,
+        version=space.version,
+        ready_timeout_s=options.ready_timeout_s,
+        entrypoint=options.docker_entrypoint,
+        volumes=dict(options.docker_volumes) or None,
+    )
+
+    def measure(
+        endpoint: Endpoint, config: TrialConfig, concurrency: int, seed: int
+    ) -> TrialResult:
+        result = http_measure(endpoint, config, concurrency, seed)
+        return replace(result, peak_memory_gib=launcher.take_peak_memory())
+
+    return Backend("docker", launcher, measure)
+
+
+BackendFactory = Callable[[SearchSpace, BackendOptions], Backend]
+_FACTORIES: dict[str, BackendFactory] = {"sim": _sim, "process": _process, "docker": _docker}
 
 
 def backend_factory(name: str) -> BackendFactory:
-    """How to build the backend called ``name`` for a space and seed.
+    """How to build the backend called ``name``.
 
     Returned before the study opens, so a wrong name fails before anything is written.
     """
-    factories: dict[str, BackendFactory] = {
-        "sim": lambda space, seed: sim_backend(space.hardware, seed),
-    }
     try:
-        return factories[name]
+        return _FACTORIES[name]
     except KeyError:
         raise ConfigError(
             f"unknown backend {name!r}: choose one of {', '.join(BACKENDS)}"
         ) from None
+
+
+def parse_volume(text: str) -> tuple[str, str]:
+    """``HOST:CONTAINER[:ro]`` as given to ``--docker-volume``."""
+    host, sep, rest = text.partition(":")
+    if not sep or not host or not rest:
+        raise ConfigError(f"--docker-volume {text!r}: write HOST_PATH:CONTAINER_PATH[:ro]")
+    return str(Path(host).expanduser().resolve()), rest

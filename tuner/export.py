@@ -1,69 +1,419 @@
-"""Writes a trial's server config as the YAML that ``vllm serve --config`` reads.
+"""Exports a study's chosen config: vLLM ``--config`` YAML, docker-compose, ``docker run``, JSON.
 
-Keys are vLLM flag names; ``speculative-config`` is a nested mapping where the study's vLLM
-version accepts one. A comment header says which study and trial it came from, the metrics and
-whether they were measured or simulated. Secrets never enter: only the ServerConfig is written.
+Which trial: a pick (:mod:`tuner.report.picks`: max-throughput, min-ttft or balanced, on
+confirmed numbers where the study has them) or a trial number. Every format starts with the
+provenance (:mod:`tuner.report.provenance`): study, trial, vLLM version and image, GPUs and
+driver, the numbers with their confidence intervals, the date. The flags are spelled in the
+dialect of the study's vLLM version (:mod:`tuner.vllm_args`).
+
+Where the workload measured several concurrency levels and the version has
+``num_speculative_tokens_per_batch_size`` (0.24+), the speculative config carries the best K
+per load level, with speculation off where it loses (:mod:`tuner.report.levels`); older
+versions get the same table as a comment.
+
+No secret is written: tokens pass through by name (``HF_TOKEN``), extra flags that look like
+credentials (``--api-key`` ...) are dropped with a note, and the storage URL never appears.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import json
+import re
+import shlex
+from dataclasses import dataclass, replace
+from pathlib import PurePosixPath
 from typing import Any
 
 import optuna
 import yaml
 
+from tuner.confirm import load_confirmed
 from tuner.errors import ConfigError
-from tuner.recommend import TrialView, recommend, trial_view
+from tuner.recommend import TrialView, feasible, trial_view
+from tuner.report.levels import (
+    LevelChoice,
+    batch_size_table,
+    has_per_batch_size,
+    speculation_by_level,
+)
+from tuner.report.picks import DEFAULT_PICK, PICKS, Candidate, candidates, check_pick, choose
+from tuner.report.provenance import Provenance, provenance
+from tuner.report.trials import points
 from tuner.space import SearchSpace
-from tuner.vllm_args import server_yaml
+from tuner.study import stored_space
+from tuner.trial_config import ServerConfig
+from tuner.vllm_args import server_argv, server_yaml
 
-__all__ = ["pick_trial", "vllm_config_yaml"]
+__all__ = [
+    "FORMATS",
+    "PICKS",
+    "Exported",
+    "export",
+    "pick_candidate",
+    "pick_trial",
+    "vllm_config_yaml",
+]
+
+FORMATS = ("vllm", "compose", "docker-run", "json")
+PORT = 8000
+_HF_CACHE = "/root/.cache/huggingface"
+_SECRET_FLAG = re.compile(r"key|token|secret|passw|credential", re.IGNORECASE)
 
 
-def pick_trial(study: optuna.Study, trial_number: int | None = None) -> TrialView:
-    """The recommended trial, or a given one; ConfigError if there is nothing to export."""
-    if trial_number is not None:
-        try:
-            trial = study.trials[trial_number]
-        except IndexError:
-            raise ConfigError(
-                f"study {study.study_name!r} has no trial {trial_number}: it has "
-                f"{len(study.trials)} trials (numbers 0..{len(study.trials) - 1})"
-            ) from None
-        if trial.values is None or "server" not in trial.user_attrs:
-            raise ConfigError(f"trial {trial_number} did not complete: pick a completed trial")
-        return trial_view(trial)
-    best = recommend(study)
-    if best is None:
+def pick_candidate(study: optuna.Study, pick: str = DEFAULT_PICK) -> Candidate:
+    """The trial a pick name or a trial number (as text) selects, with its confirmation.
+
+    Raises:
+        ConfigError: unknown pick, no such completed trial, or nothing feasible yet.
+    """
+    space = stored_space(study)
+    limit = space.ttft_limit_ms if space else float("inf")
+    confirmed = load_confirmed(study)
+    if pick.isdigit():
+        view = pick_trial(study, int(pick))
+        record = confirmed.get(view.number)
+        return Candidate(view, record if record and record.stable else None)
+    check_pick(pick)
+    chosen = choose(candidates(feasible(study), confirmed, limit), pick)
+    if chosen is None:
         raise ConfigError(
             f"study {study.study_name!r} has no feasible trial yet: run more trials with "
             f"spectune optimize --study {study.study_name}, or relax --slo-ttft-ms"
         )
-    return trial_view(best)
+    return chosen
 
 
-def _fmt(value: Any, unit: str = "", scale: float = 1.0) -> str:
-    return "n/a" if value is None else f"{float(value) * scale:.1f}{unit}"
+def pick_trial(study: optuna.Study, trial_number: int | None = None) -> TrialView:
+    """The recommended trial (max-throughput, confirmed numbers first), or a given one.
+
+    Raises:
+        ConfigError: no such completed trial, or nothing feasible to recommend.
+    """
+    if trial_number is None:
+        return pick_candidate(study).view
+    try:
+        trial = study.trials[trial_number]
+    except IndexError:
+        raise ConfigError(
+            f"study {study.study_name!r} has no trial {trial_number}: it has "
+            f"{len(study.trials)} trials (numbers 0..{len(study.trials) - 1})"
+        ) from None
+    if trial.values is None or "server" not in trial.user_attrs:
+        raise ConfigError(f"trial {trial_number} did not complete: pick a completed trial")
+    return trial_view(trial)
+
+
+@dataclass(frozen=True)
+class Exported:
+    """One rendered export."""
+
+    format: str
+    text: str
+    provenance: Provenance
+    levels: tuple[LevelChoice, ...]  # best K per load level (empty with one level)
+    batch_size_table: tuple[tuple[int, int, int], ...]  # written into the config, or empty
+
+
+def export(
+    study: optuna.Study,
+    space: SearchSpace,
+    fmt: str = "vllm",
+    pick: str = DEFAULT_PICK,
+    today: dt.date | None = None,
+) -> Exported:
+    """Renders the config that ``pick`` selects in format ``fmt``.
+
+    Raises:
+        ConfigError: unknown format or pick, or nothing to export.
+    """
+    if fmt not in FORMATS:
+        raise ConfigError(f"unknown export format {fmt!r}: choose one of {', '.join(FORMATS)}")
+    candidate = pick_candidate(study, pick)
+    return _render(study, space, candidate, pick, fmt, today)
 
 
 def vllm_config_yaml(
     study: optuna.Study, space: SearchSpace, view: TrialView, today: dt.date | None = None
 ) -> str:
-    """The exported file's text: provenance header, then the vLLM config."""
-    version = space.version
-    body = yaml.safe_dump(server_yaml(view.server, version), sort_keys=False)
-    s = view.summary
-    source = view.source
-    header = [
-        f"# spectune export: study {study.study_name}, trial {view.number}",
-        f"# target {space.target.hf_id} on {space.hardware.label}, vLLM {version} "
-        f"({space.vllm_image})",
-        f"# {source}: output {_fmt(view.output_tok_s)} tok/s, "
-        f"p95 TTFT {_fmt(view.p95_ttft_ms)} ms, "
-        f"draft acceptance {_fmt(s.get('acceptance_rate'), ' %', 100.0)}",
-        f"# workload {space.workload.prompt_set}, concurrency {s.get('concurrency', '?')}; "
-        f"send temperature {view.temperature} with each request (request-side, not a flag)",
-        f"# exported {(today or dt.date.today()).isoformat()}; use: vllm serve --config FILE",
+    """The ``vllm serve --config`` file for ``view``: provenance header, then the config."""
+    record = load_confirmed(study).get(view.number)
+    candidate = Candidate(view, record if record and record.stable else None)
+    return _render(study, space, candidate, str(view.number), "vllm", today).text
+
+
+def _render(
+    study: optuna.Study,
+    space: SearchSpace,
+    candidate: Candidate,
+    pick: str,
+    fmt: str,
+    today: dt.date | None,
+) -> Exported:
+    facts = provenance(study, space, candidate, pick if not pick.isdigit() else "trial", today)
+    server, removed = _without_secrets(candidate.view.server)
+    levels, table = _levels(study, space, candidate, server)
+    notes = _notes(space, server, levels, table, removed)
+    if candidate.view.status != "ok":  # only a trial asked for by number gets here
+        notes.insert(
+            0, f"WARNING: trial {candidate.number} was not feasible: {candidate.view.status}"
+        )
+    header = [*facts.lines(), *notes]
+    if fmt == "vllm":
+        text = _vllm_yaml(server, space, table, header)
+    elif fmt == "compose":
+        text = _compose(server, space, table, header, removed)
+    elif fmt == "docker-run":
+        text = _docker_run(server, space, table, header, removed)
+    else:
+        text = _json(server, space, table, facts, levels, notes)
+    return Exported(fmt, text, facts, tuple(levels), tuple(table))
+
+
+def _without_secrets(server: ServerConfig) -> tuple[ServerConfig, list[str]]:
+    kept = tuple((k, v) for k, v in server.extra_flags if not _SECRET_FLAG.search(k))
+    removed = [k.lstrip("-") for k, _ in server.extra_flags if _SECRET_FLAG.search(k)]
+    return replace(server, extra_flags=kept), removed
+
+
+def _levels(
+    study: optuna.Study, space: SearchSpace, candidate: Candidate, server: ServerConfig
+) -> tuple[list[LevelChoice], list[tuple[int, int, int]]]:
+    if len(space.workload.concurrency) < 2 or server.speculative is None:
+        return [], []
+    levels = speculation_by_level(points(study), server.draft or "none")
+    if len(levels) < 2:
+        return levels, []
+    # The exported config was chosen at the first (scored) level: its own K stands there.
+    primary = space.workload.primary_concurrency
+    levels = [
+        replace(c, k=server.k, output_tok_s=candidate.output_tok_s, trial=candidate.number)
+        if c.concurrency == primary
+        else c
+        for c in levels
     ]
-    return "\n".join(header) + "\n" + body
+    table = batch_size_table(levels)
+    if len(table) < 2 or not has_per_batch_size(space.version):
+        return levels, []  # one K everywhere needs no table; older versions cannot take one
+    return levels, table
+
+
+def _notes(
+    space: SearchSpace,
+    server: ServerConfig,
+    levels: list[LevelChoice],
+    table: list[tuple[int, int, int]],
+    removed: list[str],
+) -> list[str]:
+    notes = []
+    if levels:
+        per_level = "; ".join(
+            f"{c.concurrency}: " + (f"K={c.k}" if c.k else "off") + f" ({c.output_tok_s:.1f} tok/s)"
+            for c in levels
+        )
+        notes.append(f"best speculation per concurrency level: {per_level}")
+        if table:
+            notes.append(
+                "num_speculative_tokens_per_batch_size below switches K by batch size "
+                "(0 = off); num_speculative_tokens is its largest K"
+            )
+        elif not has_per_batch_size(space.version) and any(c.k != server.k for c in levels):
+            notes.append(
+                f"vLLM {space.version} cannot switch K by batch size (needs 0.24+): "
+                f"this config keeps K={server.k} at every load"
+            )
+    for flag in removed:
+        hint = " (vLLM also reads VLLM_API_KEY)" if flag == "api-key" else ""
+        notes.append(f"--{flag} left out: it holds a secret; pass it at deploy time{hint}")
+    return notes
+
+
+def _with_table(spec: dict[str, Any], table: list[tuple[int, int, int]]) -> dict[str, Any]:
+    if not table:
+        return spec
+    top = max(k for _, _, k in table)
+    return {
+        **spec,
+        "num_speculative_tokens": max(top, int(spec["num_speculative_tokens"])),
+        "num_speculative_tokens_per_batch_size": [list(entry) for entry in table],
+    }
+
+
+def _config(
+    server: ServerConfig, space: SearchSpace, table: list[tuple[int, int, int]]
+) -> dict[str, Any]:
+    config = server_yaml(server, space.version)
+    spec = config.get("speculative-config")
+    if isinstance(spec, dict):  # tables exist only from 0.24, where the file nests mappings
+        config["speculative-config"] = _with_table(spec, table)
+    return config
+
+
+def _argv(server: ServerConfig, space: SearchSpace, table: list[tuple[int, int, int]]) -> list[str]:
+    argv = server_argv(server, space.version, host="0.0.0.0", port=PORT)
+    if table and "--speculative-config" in argv:
+        at = argv.index("--speculative-config") + 1
+        argv[at] = json.dumps(_with_table(json.loads(argv[at]), table))
+    return argv
+
+
+def _comment(lines: list[str]) -> str:
+    return "".join(f"# {line}\n" for line in lines)
+
+
+def _vllm_yaml(
+    server: ServerConfig, space: SearchSpace, table: list[tuple[int, int, int]], header: list[str]
+) -> str:
+    config = _config(server, space, table)
+    use = (
+        "vllm serve --config FILE"
+        if "model" in config
+        else f"vllm serve {server.model} --config FILE"
+    )
+    body = yaml.safe_dump(config, sort_keys=False, default_flow_style=None)
+    return _comment([*header, f"use: {use}"]) + body
+
+
+def _local_paths(server: ServerConfig) -> list[str]:
+    """Model folders on the host (absolute paths): the container needs them mounted."""
+    draft = server.speculative.model if server.speculative else None
+    return [p for p in (server.model, draft) if p and PurePosixPath(p).is_absolute()]
+
+
+def _env_names(removed: list[str]) -> list[str]:
+    return ["HF_TOKEN", *(["VLLM_API_KEY"] if "api-key" in removed else [])]
+
+
+class _Flow(list[str]):
+    """A short list written inline, as people write ``[gpu]``."""
+
+
+class _Quoted(str):
+    """A string written in double quotes, as compose files write ports."""
+
+    __slots__ = ()
+
+
+class _ComposeDumper(yaml.SafeDumper):
+    pass
+
+
+_ComposeDumper.add_representer(
+    _Flow, lambda d, v: d.represent_sequence("tag:yaml.org,2002:seq", v, flow_style=True)
+)
+_ComposeDumper.add_representer(
+    _Quoted, lambda d, v: d.represent_scalar("tag:yaml.org,2002:str", str(v), style='"')
+)
+
+
+def _compose(
+    server: ServerConfig,
+    space: SearchSpace,
+    table: list[tuple[int, int, int]],
+    header: list[str],
+    removed: list[str],
+) -> str:
+    volumes = [f"${{HOME}}/.cache/huggingface:{_HF_CACHE}"]
+    volumes += [f"{p}:{p}:ro" for p in _local_paths(server)]
+    service: dict[str, Any] = {
+        "image": space.vllm_image,
+        "entrypoint": _Flow(
+            ["vllm", "serve"]
+        ),  # the images' own entrypoint changed between releases
+        "command": _argv(server, space, table),
+        "ports": [_Quoted(f"{PORT}:{PORT}")],
+        "ipc": "host",  # multi-GPU runs die with bus errors on Docker's 64 MB /dev/shm
+        "volumes": volumes,
+        "environment": _env_names(removed),  # names only: compose copies the host's values
+        "deploy": {
+            "resources": {
+                "reservations": {
+                    "devices": [
+                        {
+                            "driver": "nvidia",
+                            "count": space.hardware.count,
+                            "capabilities": _Flow(["gpu"]),
+                        }
+                    ]
+                }
+            }
+        },
+        "restart": "unless-stopped",
+    }
+    body = yaml.dump(
+        {"services": {"vllm": service}}, Dumper=_ComposeDumper, sort_keys=False, width=1000
+    )
+    return _comment([*header, "use: docker compose up -d"]) + body
+
+
+def _docker_run(
+    server: ServerConfig,
+    space: SearchSpace,
+    table: list[tuple[int, int, int]],
+    header: list[str],
+    removed: list[str],
+) -> str:
+    options = [
+        ["docker", "run", "-d", "--name", "vllm"],
+        ["--gpus", str(space.hardware.count)],
+        ["--ipc=host"],
+        ["-p", f"{PORT}:{PORT}"],
+        ["-v", f"$HOME/.cache/huggingface:{_HF_CACHE}"],
+        *(["-v", f"{p}:{p}:ro"] for p in _local_paths(server)),
+        *(["-e", name] for name in _env_names(removed)),
+        ["--entrypoint", "vllm"],
+        [space.vllm_image, "serve"],
+    ]
+    argv = _argv(server, space, table)
+    lines = [" ".join(_quote(part) for part in group) for group in options]
+    lines += [shlex.join(group) for group in _flag_groups(argv)]
+    return "#!/bin/sh\n" + _comment(header) + " \\\n  ".join(lines) + "\n"
+
+
+def _quote(part: str) -> str:
+    # $HOME must expand in the user's shell; everything else is quoted literally.
+    return f'"{part}"' if part.startswith("$HOME") else shlex.quote(part)
+
+
+def _flag_groups(argv: list[str]) -> list[list[str]]:
+    """The model, then each flag with its value (if it has one): one line each."""
+    groups: list[list[str]] = []
+    for token in argv:
+        if (
+            groups
+            and not token.startswith("--")
+            and groups[-1][0].startswith("--")
+            and len(groups[-1]) == 1
+        ):
+            groups[-1].append(token)
+        else:
+            groups.append([token])
+    return groups
+
+
+def _json(
+    server: ServerConfig,
+    space: SearchSpace,
+    table: list[tuple[int, int, int]],
+    facts: Provenance,
+    levels: list[LevelChoice],
+    notes: list[str],
+) -> str:
+    data = {
+        "provenance": facts.to_dict(),
+        "notes": notes,
+        "image": space.vllm_image,
+        "vllm_config": _config(server, space, table),
+        "argv": ["vllm", "serve", *_argv(server, space, table)],
+        "request": {"temperature": facts.temperature},
+        "speculation_by_level": [
+            {
+                "concurrency": c.concurrency,
+                "k": c.k,
+                "output_tok_s": c.output_tok_s,
+                "trial": c.trial,
+            }
+            for c in levels
+        ],
+    }
+    return json.dumps(data, indent=2) + "\n"

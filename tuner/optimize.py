@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from tuner.backends import Backend, backend_factory
+from optuna.trial import TrialState
+
+from tuner.backends import Backend, BackendOptions, backend_factory
 from tuner.errors import ConfigError
 from tuner.export import pick_trial, vllm_config_yaml
 from tuner.recommend import TrialView, pareto_front, recommend, trial_view
 from tuner.space import SearchSpace
 from tuner.storage import default_storage, open_storage
 from tuner.study import OnTrial, StudyOptions, extend_budget, make_sampler, open_study, run_trials
+from tuner.workers import WorkerRequest, check_parallel_storage, gpu_slices, spawn_workers
 
 __all__ = ["OptimizeRequest", "OptimizeResult", "optimize", "study_dir"]
 
@@ -26,6 +30,10 @@ class OptimizeRequest:
     storage: str | None = None
     sampler: str = "tpe"
     seed: int = 0
+    workers: int = 1
+    gpus_per_trial: int | None = None  # default: the GPU count of the space's hardware
+    # Backend settings beyond study, seed and GPUs (which optimize fills in per worker).
+    backend_options: BackendOptions = field(default_factory=lambda: BackendOptions(study=""))
 
 
 @dataclass(frozen=True)
@@ -44,22 +52,67 @@ def study_dir(studies_dir: Path, study: str) -> Path:
 
 
 def optimize(
-    request: OptimizeRequest, on_trial: OnTrial | None = None, backend: Backend | None = None
+    request: OptimizeRequest,
+    on_trial: OnTrial | None = None,
+    backend: Backend | None = None,
+    on_tick: Callable[[int], None] | None = None,
 ) -> OptimizeResult:
-    """Runs ``request.trials`` more trials and writes ``<studies>/<study>/best.yaml``."""
+    """Runs ``request.trials`` more trials (in ``request.workers`` workers) and exports the best.
+
+    Args:
+        request: what to run.
+        on_trial: called after each trial of an in-process run (one worker).
+        backend: a ready backend to use instead of building one (tests, benchmarks).
+        on_tick: called about once a second while worker processes run, with the number of
+            trials they have finished so far.
+    """
     if request.trials < 1:
         raise ConfigError(f"--trials {request.trials}: ask for at least 1 trial")
+    if request.workers < 1:
+        raise ConfigError(f"--workers {request.workers}: use at least 1 worker")
     sampler = make_sampler(request.sampler, request.seed)
     build_backend = backend_factory(request.backend)
     storage_url = request.storage or default_storage(request.study, request.studies_dir)
+    check_parallel_storage(storage_url, request.workers)
     storage = open_storage(storage_url)
     study, space = open_study(request.study, storage, request.space, sampler)
+    per_trial = request.gpus_per_trial or space.hardware.count
+    if per_trial != space.hardware.count:
+        raise ConfigError(
+            f"--gpus-per-trial {per_trial} does not match the study's hardware "
+            f"{space.hardware.label}: use --gpus-per-trial {space.hardware.count}"
+        )
     folder = study_dir(request.studies_dir, request.study)
     folder.mkdir(parents=True, exist_ok=True)
-    backend = backend or build_backend(space, request.seed)
+    options = replace(request.backend_options, study=request.study, seed=request.seed)
     extend_budget(study, request.trials)
-    options = StudyOptions(request.trials, request.seed, folder / "logs", space.ttft_limit_ms)
-    run_trials(study, space, backend, options, on_trial)
+    if request.workers == 1:
+        if request.gpus_per_trial is not None:
+            options = replace(options, gpus=gpu_slices(1, per_trial)[0])
+        run_trials(
+            study,
+            space,
+            backend or build_backend(space, options),
+            StudyOptions(request.trials, request.seed, folder / "logs", space.ttft_limit_ms),
+            on_trial,
+        )
+    else:
+        done = (TrialState.COMPLETE, TrialState.FAIL)
+        before = len(study.get_trials(deepcopy=False, states=done))
+
+        def tick() -> None:
+            if on_tick:
+                on_tick(len(study.get_trials(deepcopy=False, states=done)) - before)
+
+        worker = WorkerRequest(
+            request.study,
+            storage_url,
+            request.backend,
+            request.studies_dir,
+            options,
+            request.sampler,
+        )
+        spawn_workers(worker, request.workers, per_trial, tick)
     best = recommend(study)
     best_yaml = None
     if best is not None:

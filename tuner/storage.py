@@ -9,6 +9,7 @@ never run more trials than asked, however they race.
 
 from __future__ import annotations
 
+import os
 import zlib
 from pathlib import Path
 from typing import Any
@@ -34,8 +35,9 @@ __all__ = [
 BUDGET_ATTR = "trial_budget"
 # States that use up the budget: a FAIL does not, since its retry (WAITING) takes its place.
 COUNTED_STATES = (TrialState.COMPLETE, TrialState.RUNNING, TrialState.WAITING, TrialState.PRUNED)
-HEARTBEAT_INTERVAL_S = 10
-GRACE_PERIOD_S = 40
+# A worker's heartbeat every 10 s; silent for 40 s means dead. Tests shorten both.
+HEARTBEAT_INTERVAL_S = int(os.environ.get("SPECTUNE_HEARTBEAT_S", "10"))
+GRACE_PERIOD_S = int(os.environ.get("SPECTUNE_GRACE_S", "40"))
 
 
 class BudgetExhausted(SpectuneError):
@@ -45,9 +47,11 @@ class BudgetExhausted(SpectuneError):
 class BudgetedStorage(RDBStorage):
     """RDBStorage that refuses to create trials beyond the study's ``trial_budget`` attribute."""
 
-    def create_new_trial(self, study_id: int, template_trial: FrozenTrial | None = None) -> int:
+    # Optuna's cache layer calls the private _create_new_trial, so the guard must sit here.
+    def _create_new_trial(self, study_id: int, template_trial: FrozenTrial | None = None
+                          ) -> FrozenTrial:
         if template_trial is not None:  # enqueued configs and retries replace counted work
-            return super().create_new_trial(study_id, template_trial)
+            return super()._create_new_trial(study_id, template_trial)
         with self.engine.connect() as lock:
             postgres = self.engine.dialect.name == "postgresql"
             if postgres:  # serialises count-then-insert across every worker of every host
@@ -58,7 +62,7 @@ class BudgetedStorage(RDBStorage):
                 live = len(self.get_all_trials(study_id, deepcopy=False, states=COUNTED_STATES))
                 if budget is not None and live >= int(budget):
                     raise BudgetExhausted(f"the study's budget of {budget} trials is used up")
-                return super().create_new_trial(study_id, template_trial)
+                return super()._create_new_trial(study_id, template_trial)
             finally:
                 if postgres:
                     lock.execute(sqlalchemy.text("SELECT pg_advisory_unlock(:k)"),

@@ -9,12 +9,15 @@ set; only infrastructure faults (a crash, a hang, nothing measured) end as FAIL.
 from __future__ import annotations
 
 import math
+import socket
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import optuna
+from optuna.storages import fail_stale_trials
 from optuna.trial import FrozenTrial, TrialState
 
 from tuner.backends import Backend
@@ -24,15 +27,21 @@ from tuner.results import Source
 from tuner.runner import TrialOutcome, TrialRunner
 from tuner.scoring import CONSTRAINT_KEYS, DIRECTIONS, OBJECTIVE_NAMES, TrialStatus
 from tuner.space import SearchSpace, space_from_dict
-from tuner.storage import BUDGET_ATTR, COUNTED_STATES, BudgetExhausted, study_names
+from tuner.storage import (
+    BUDGET_ATTR,
+    COUNTED_STATES,
+    HEARTBEAT_INTERVAL_S,
+    BudgetExhausted,
+    study_names,
+)
 from tuner.trial_config import server_to_dict
 
 __all__ = [
     "SAMPLERS",
     "StudyOptions",
+    "extend_budget",
     "make_sampler",
     "open_study",
-    "extend_budget",
     "run_trials",
     "stored_space",
 ]
@@ -109,9 +118,11 @@ class StudyOptions:
     seed: int
     log_dir: Path
     ttft_limit_ms: float
+    worker: str = "0"  # recorded with each trial as host/worker
 
 
-# Called after every trial: (trial number, outcome or None, failure message or None).
+# Called after every trial: (trial number, outcome, None), or (number, None, note) for a trial
+# that did not run: "failed: <why>" or "same as #N".
 OnTrial = Callable[[int, TrialOutcome | None, str | None], None]
 
 
@@ -126,14 +137,20 @@ def run_trials(
     runner = TrialRunner(backend, space.hardware, options.ttft_limit_ms)
 
     def objective(trial: optuna.Trial) -> tuple[float, float]:
+        trial.set_user_attr("worker", f"{socket.gethostname()}/{options.worker}")
         config = space.suggest(trial)
+        earlier = _earlier_same_config(study, trial)
+        if earlier is not None:  # samplers repeat points of a discrete space: don't rerun
+            if on_trial:
+                on_trial(trial.number, None, f"same as #{earlier.number}")
+            return _reuse(trial, earlier)
         context = LaunchContext(study.study_name, trial.number, options.log_dir)
         try:
             outcome = runner.run(config, context, seed=options.seed * 100_003 + trial.number)
         except SpectuneError as exc:
             _record_failure(trial, exc)
             if on_trial:
-                on_trial(trial.number, None, str(exc))
+                on_trial(trial.number, None, f"failed: {exc}")
             raise
         _record(trial, outcome, backend)
         if on_trial:
@@ -141,11 +158,32 @@ def run_trials(
         return outcome.score.values
 
     try:
-        study.optimize(objective, n_trials=options.trials, catch=(SpectuneError,))
-    except BudgetExhausted:
-        pass  # other workers used up the study's budget: this worker is done
+        while True:
+            try:
+                study.optimize(objective, n_trials=options.trials, catch=(SpectuneError,))
+                return
+            except BudgetExhausted:
+                if not _await_unfinished(study):
+                    return
     finally:
         runner.close()
+
+
+def _await_unfinished(study: optuna.Study) -> bool:
+    """Waits while other workers' trials run; True when a dead worker's trial is re-queued.
+
+    The budget counts RUNNING trials, so a worker killed mid-trial holds a place until its
+    heartbeat goes stale; someone must then fail it (which re-queues its config once) and run
+    the retry. Live workers that finish last do that here.
+    """
+    while True:
+        fail_stale_trials(study)
+        states = {t.state for t in study.get_trials(deepcopy=False)}
+        if TrialState.WAITING in states:
+            return True
+        if TrialState.RUNNING not in states:
+            return False
+        time.sleep(HEARTBEAT_INTERVAL_S)
 
 
 def _record(trial: optuna.Trial, outcome: TrialOutcome, backend: Backend) -> None:
@@ -164,12 +202,31 @@ def _record(trial: optuna.Trial, outcome: TrialOutcome, backend: Backend) -> Non
         trial.set_user_attr("failure", outcome.failure)
     if outcome.log_tail:
         trial.set_user_attr("log_tail", outcome.log_tail[-4000:])
-    for key, value in zip(CONSTRAINT_KEYS, outcome.score.constraints, strict=True):
+    _set_constraints(trial, outcome.score.constraints)
+
+
+def _set_constraints(trial: optuna.Trial, values: Sequence[float]) -> None:
+    for key, value in zip(CONSTRAINT_KEYS, values, strict=True):
         trial.set_constraint(key, value)
     # optuna-dashboard 0.21 reads only the legacy list; keep it equal to the keyed values.
-    trial.storage.set_trial_system_attr(
-        trial._trial_id, "constraints", list(outcome.score.constraints)
-    )
+    trial.storage.set_trial_system_attr(trial._trial_id, "constraints", list(values))
+
+
+def _earlier_same_config(study: optuna.Study, trial: optuna.Trial) -> FrozenTrial | None:
+    for done in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        if done.params == trial.params and done.number != trial.number:
+            return done
+    return None
+
+
+def _reuse(trial: optuna.Trial, earlier: FrozenTrial) -> tuple[float, float]:
+    """Records an earlier trial's result for the same config, marked as such; nothing runs."""
+    for key, value in earlier.user_attrs.items():
+        trial.set_user_attr(key, value)
+    trial.set_user_attr("duplicate_of", earlier.number)
+    _set_constraints(trial, [earlier.constraints[key] for key in CONSTRAINT_KEYS])
+    values = earlier.values
+    return float(values[0]), float(values[1])
 
 
 def _record_failure(trial: optuna.Trial, exc: SpectuneError) -> None:

@@ -1,14 +1,15 @@
 """A :class:`~tuner.trial_config.ServerConfig` spelled in the flag dialect of one vLLM version.
 
 vLLM renamed its speculative-decoding flags, dropped others, and changed how ``--config`` files
-are read. Each difference below was checked against ``vllm/engine/arg_utils.py``, ``config.py``
-and the config-file loader of the released wheels (0.6.6 to 0.33.0):
+are read. Each difference below was checked in ``vllm/engine/arg_utils.py``, ``config.py`` and the
+config-file loader of the released wheels 0.6.6, 0.8.1, 0.8.2, 0.8.4, 0.8.5, 0.9.2, 0.10.0,
+0.14.0, 0.15.0, 0.16.0 and 0.32.0 (and against BRIEF.md's notes, which reach 0.33.0):
 
 =============  ================================================================================
 0.6.x          ``--speculative-model M --num-speculative-tokens K`` (ngram: ``"[ngram]"`` plus
                ``--ngram-prompt-lookup-max``/``-min``); ``--use-v2-block-manager`` with speculation
                (early 0.6 releases need it for speculation; by 0.6.6 it is a deprecated no-op).
-0.7 - 0.8.1    the same standalone flags, without ``--use-v2-block-manager``.
+0.7 - 0.8.1    the same standalone flags; ``--use-v2-block-manager`` is a no-op, left out.
 0.8.2          ``--speculative-config JSON`` added (the standalone flags still work; we use JSON).
 0.8.3 - 0.9.x  JSON only. A draft model runs on the V0 engine (vLLM falls back by itself).
 0.10 - 0.14    V1 only: a separate draft model raises NotImplementedError; we refuse it first.

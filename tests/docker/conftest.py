@@ -113,6 +113,12 @@ def fake_server() -> ServerConfig:
 
 
 @pytest.fixture
+def project_python() -> str:
+    """The project's interpreter (a host path the containers see through the repository mount)."""
+    return PYTHON
+
+
+@pytest.fixture
 def host_volumes() -> Callable[..., dict[str, str]]:
     """``host_volumes(tmp, *extra)``: the bind mounts that make the empty image runnable."""
     return _host_volumes
@@ -132,6 +138,12 @@ def _fake_launcher_kwargs(tmp: Path, mode: str = "serve", **env: str) -> dict[st
         "stop_timeout_s": 10,
         "poll_s": 0.2,
     }
+
+
+@pytest.fixture
+def fake_launcher_kwargs() -> Callable[..., dict[str, Any]]:
+    """``fake_launcher_kwargs(tmp, mode="serve", **env)``: launcher arguments for the fake."""
+    return _fake_launcher_kwargs
 
 
 @pytest.fixture

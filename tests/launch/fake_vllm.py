@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -81,7 +82,10 @@ def serve(args: argparse.Namespace) -> None:
         def log_message(self, format: str, *args: object) -> None:
             print("INFO", format % args, flush=True)
 
-    server = ThreadingHTTPServer((args.host, args.port), Handler)
+    class Server(ThreadingHTTPServer):
+        address_family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
+
+    server = Server((args.host, args.port), Handler)
     print(f"INFO: serving {served} on http://{args.host}:{args.port}", flush=True)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     if args.fake_ignore_sigterm:
@@ -96,7 +100,8 @@ def main(argv: list[str]) -> None:
     if not argv or argv[0] != "serve":
         sys.exit("usage: fake_vllm.py serve MODEL [flags]")
     args = parse(argv[1:])
-    print(f"INFO: non-default args: {vars(args)}", flush=True)
+    # vLLM's own format, which the classifier knows to be informational.
+    print(f"INFO 01-01 00:00:00 [fake_vllm.py:1] non-default args: {vars(args)}", flush=True)
     if args.fake_ignore_sigterm:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # inherited by the grandchild
     if args.fake_child:

@@ -25,6 +25,7 @@ __all__ = [
     "TinyModels",
     "build_tiny_models",
     "cpu_server_config",
+    "parse_with_vllm",
     "require_vllm",
     "vllm_available",
     "vllm_command",
@@ -40,6 +41,7 @@ CPU_EXTRA_FLAGS: tuple[tuple[str, FlagValue], ...] = (
 )
 CPU_MAX_MODEL_LEN = 512
 _BUILDER = Path(__file__).with_name("build_tiny_models.py")
+_PARSER = Path(__file__).with_name("parse_with_vllm.py")
 
 
 def vllm_venv() -> Path:
@@ -144,3 +146,25 @@ def cpu_server_config(
         served_model_name=served_model_name,
         extra_flags=extra_flags,
     )
+
+
+def parse_with_vllm(argvs: list[list[str]]) -> list[dict[str, object]]:
+    """What the installed vLLM's own ``vllm serve`` parser makes of each argument list.
+
+    Each result holds the derived engine arguments (``model``, ``speculative_config``,
+    ``enable_chunked_prefill``, ...) plus ``host`` and ``port``, or ``exit`` and ``error`` when
+    argparse refused the list. One subprocess for all lists (about 10 s).
+    """
+    done = subprocess.run(
+        [str(vllm_venv() / "bin" / "python"), str(_PARSER)],
+        input=json.dumps(argvs),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1"},
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"vLLM's parser failed:\n{done.stdout}\n{done.stderr}")
+    results: list[dict[str, object]] = json.loads(done.stdout.strip().splitlines()[-1])
+    return results

@@ -17,9 +17,10 @@ import json
 import sys
 from pathlib import Path
 
-import torch
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+# Only the vLLM venv has these; the project venv (and its mypy) does not.
+import torch  # type: ignore[import-not-found]
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers  # type: ignore[import-not-found]
+from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM  # type: ignore[import-not-found]
 
 VOCAB_SIZE = 2048
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]

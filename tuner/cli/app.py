@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import json
+import signal
 import sys
 import warnings
 from collections.abc import Callable
@@ -36,9 +37,16 @@ _debug = {"enabled": False}
 @app.callback()
 def _main(debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False) -> None:
     _debug["enabled"] = debug
+    # SIGTERM (docker stop, a parent stopping its workers) unwinds like Ctrl-C, so every
+    # launcher's cleanup runs and no server or container is left behind.
+    signal.signal(signal.SIGTERM, _interrupt)
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     # Heartbeats, grouped TPE and constraints are "experimental" in Optuna: nothing to act on.
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def handle_errors(command: Callable[P, R]) -> Callable[P, R]:

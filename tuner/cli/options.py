@@ -7,7 +7,22 @@ from typing import Annotated
 
 import typer
 
-__all__ = ["Hardware", "Json", "Storage", "StudiesDir", "StudyName"]
+__all__ = [
+    "Backend",
+    "DockerEntrypoint",
+    "DockerVolume",
+    "Hardware",
+    "Image",
+    "Json",
+    "ReadyTimeout",
+    "Sampler",
+    "Seed",
+    "SimSpeed",
+    "Storage",
+    "StudiesDir",
+    "StudyName",
+    "VllmCommand",
+]
 
 Hardware = Annotated[
     str | None,
@@ -28,3 +43,41 @@ StudiesDir = Annotated[
     Path, typer.Option("--studies-dir", help="Where databases, logs and exports go.")
 ]
 Json = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
+
+Backend = Annotated[
+    str,
+    typer.Option(
+        "--backend",
+        help="docker (vllm/vllm-openai containers), process (vllm serve "
+        "on this host) or sim (built-in simulator, no GPU).",
+    ),
+]
+Sampler = Annotated[str, typer.Option("--sampler", help="tpe, random, gp or nsga2.")]
+Seed = Annotated[int, typer.Option("--seed", help="Seed for the sampler and simulated noise.")]
+VllmCommand = Annotated[
+    str, typer.Option("--vllm-command", help="process backend: the vLLM executable to run.")
+]
+Image = Annotated[
+    str | None,
+    typer.Option("--image", help="docker backend: vLLM image (default: the space's vllm.image)."),
+]
+DockerVolume = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--docker-volume",
+        help="docker backend: extra HOST:CONTAINER[:ro] mount "
+        "(repeatable), e.g. a local model folder.",
+    ),
+]
+DockerEntrypoint = Annotated[
+    str, typer.Option("--docker-entrypoint", help="docker backend: command that runs vLLM.")
+]
+SimSpeed = Annotated[
+    float | None,
+    typer.Option(
+        "--sim-speed", help="sim backend: simulated seconds per wall second (default: no waiting)."
+    ),
+]
+ReadyTimeout = Annotated[
+    float, typer.Option("--ready-timeout", help="Seconds a server may take to become ready.")
+]

@@ -1,24 +1,23 @@
-"""Study commands: optimize, estimate, export, and the catalogs."""
+"""Study commands: optimize, worker, estimate, and the catalogs."""
 
 from __future__ import annotations
 
-import sys
-from dataclasses import asdict
+import shlex
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Annotated, Any
 
-import optuna
 import typer
 from rich.console import Group
 from rich.live import Live
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from tuner.backends import BackendOptions, parse_volume
 from tuner.bench.workload import WorkloadSpec
 from tuner.cli import options as opt
 from tuner.cli.app import app, console, handle_errors, print_json
 from tuner.errors import SpectuneError
 from tuner.estimate import Estimate, estimate
-from tuner.export import pick_trial, vllm_config_yaml
 from tuner.hardware import CATALOG as GPU_CATALOG
 from tuner.hardware import parse_hardware
 from tuner.models import CATALOG as MODEL_CATALOG
@@ -28,8 +27,8 @@ from tuner.render import config_label, outcome_row, trial_table, views_table
 from tuner.runner import TrialOutcome
 from tuner.space import SearchSpace, load_space
 from tuner.storage import default_storage, is_sqlite, open_storage, study_names
-from tuner.study import open_study
 from tuner.trial_config import server_to_dict
+from tuner.workers import WorkerRequest, run_worker
 
 
 def _build_space(space: str | None, hardware: str | None, slo_ttft_ms: float | None) -> SearchSpace:
@@ -57,20 +56,36 @@ def optimize_command(
             "--space", help="Search space: a shipped name or a YAML path (default: default)."
         ),
     ] = None,
-    backend: Annotated[
-        str,
-        typer.Option("--backend", help="sim (built-in simulator), process (vllm serve) or docker."),
-    ] = "sim",
-    trials: Annotated[int, typer.Option("--trials", help="Trials to run now.")] = 30,
+    backend: opt.Backend = "sim",
+    trials: Annotated[int, typer.Option("--trials", help="Trials to run now (all workers).")] = 30,
     study: opt.StudyName = None,
     storage: opt.Storage = None,
     studies_dir: opt.StudiesDir = Path("studies"),
-    sampler: Annotated[str, typer.Option("--sampler", help="tpe, random, gp or nsga2.")] = "tpe",
-    seed: Annotated[int, typer.Option("--seed", help="Seed for sampler and noise.")] = 0,
+    sampler: opt.Sampler = "tpe",
+    seed: opt.Seed = 0,
     slo_ttft_ms: Annotated[
         float | None,
         typer.Option("--slo-ttft-ms", help="p95 TTFT limit in ms (default from the space)."),
     ] = None,
+    workers: Annotated[
+        int,
+        typer.Option(
+            "--workers",
+            help="Parallel workers on this host, each on its own GPUs (needs PostgreSQL).",
+        ),
+    ] = 1,
+    gpus_per_trial: Annotated[
+        int | None,
+        typer.Option(
+            "--gpus-per-trial", help="GPUs each worker uses (default: the hardware's count)."
+        ),
+    ] = None,
+    vllm_command: opt.VllmCommand = "vllm",
+    image: opt.Image = None,
+    docker_volume: opt.DockerVolume = None,
+    docker_entrypoint: opt.DockerEntrypoint = "vllm",
+    sim_speed: opt.SimSpeed = None,
+    ready_timeout: opt.ReadyTimeout = 900.0,
     as_json: opt.Json = False,
 ) -> None:
     """Run a tuning study and export the recommended config."""
@@ -79,6 +94,9 @@ def optimize_command(
     name = study or built.name
     url = storage or default_storage(name, studies_dir)
     resume_only = not explicit and _study_exists(url, name)
+    options = backend_options(
+        name, seed, vllm_command, image, docker_volume, docker_entrypoint, sim_speed, ready_timeout
+    )
     request = OptimizeRequest(
         name,
         None if resume_only else built,
@@ -88,6 +106,9 @@ def optimize_command(
         storage=url,
         sampler=sampler,
         seed=seed,
+        workers=workers,
+        gpus_per_trial=gpus_per_trial,
+        backend_options=options,
     )
     if as_json:
         print_json(_optimize_json(optimize(request)))
@@ -103,18 +124,107 @@ def optimize_command(
     )
     task = progress.add_task("trials", total=trials)
 
-    def on_trial(number: int, outcome: TrialOutcome | None, failure: str | None) -> None:
+    def on_tick(finished: int) -> None:  # worker processes report through the database
+        progress.update(task, completed=finished)
+
+    def on_trial(number: int, outcome: TrialOutcome | None, note: str | None) -> None:
         if outcome is not None:
             table.add_row(*outcome_row(number, outcome))
         else:
-            table.add_row(str(number), *["-"] * 9, "failed")
-            progress.console.print(f"trial {number} failed: {failure}", markup=False)
+            status, _, detail = (note or "").partition(": ")
+            table.add_row(str(number), *["-"] * 9, status)
+            if detail:
+                progress.console.print(f"trial {number} {status}: {detail}", markup=False)
         progress.advance(task)
 
     with Live(Group(table, progress), console=console, refresh_per_second=4):
-        result = optimize(request, on_trial)
+        result = optimize(request, on_trial, on_tick=on_tick)
     console.print()
     _print_optimize(result)
+
+
+def backend_options(
+    study: str,
+    seed: int,
+    vllm_command: str,
+    image: str | None,
+    docker_volume: list[str] | None,
+    docker_entrypoint: str,
+    sim_speed: float | None,
+    ready_timeout: float,
+) -> BackendOptions:
+    """The backend flags shared by optimize and worker, as BackendOptions."""
+    return BackendOptions(
+        study=study,
+        seed=seed,
+        vllm_command=tuple(shlex.split(vllm_command)),
+        image=image,
+        docker_entrypoint=tuple(shlex.split(docker_entrypoint)),
+        docker_volumes=tuple(parse_volume(v) for v in docker_volume or ()),
+        ready_timeout_s=ready_timeout,
+        sim_speed=sim_speed,
+    )
+
+
+@app.command("worker")
+@handle_errors
+def worker_command(
+    study: Annotated[str, typer.Option("--study", help="The study to join (must exist).")],
+    storage: Annotated[
+        str, typer.Option("--storage", help="The study's database URL.", envvar="SPECTUNE_STORAGE")
+    ],
+    backend: opt.Backend = "docker",
+    studies_dir: opt.StudiesDir = Path("studies"),
+    gpus: Annotated[
+        str | None,
+        typer.Option("--gpus", help="GPU indices this worker may use, e.g. 0,1 (default: all)."),
+    ] = None,
+    hardware: opt.Hardware = None,
+    worker_id: Annotated[
+        str, typer.Option("--worker-id", help="Names this worker's containers on this host.")
+    ] = "0",
+    sampler: opt.Sampler = "tpe",
+    seed: opt.Seed = 0,
+    vllm_command: opt.VllmCommand = "vllm",
+    image: opt.Image = None,
+    docker_volume: opt.DockerVolume = None,
+    docker_entrypoint: opt.DockerEntrypoint = "vllm",
+    sim_speed: opt.SimSpeed = None,
+    ready_timeout: opt.ReadyTimeout = 900.0,
+) -> None:
+    """Join an existing study from this host and run trials until its budget is used up."""
+    options = replace(
+        backend_options(
+            study,
+            seed,
+            vllm_command,
+            image,
+            docker_volume,
+            docker_entrypoint,
+            sim_speed,
+            ready_timeout,
+        ),
+        gpus=None if gpus is None else parse_gpus(gpus),
+        worker=worker_id,
+    )
+    request = WorkerRequest(
+        study,
+        storage,
+        backend,
+        studies_dir,
+        options,
+        sampler,
+        None if hardware is None else parse_hardware(hardware),
+    )
+    run_worker(request)
+    console.print(f"worker {worker_id}: study {study} has used up its trial budget")
+
+
+def parse_gpus(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise SpectuneError(f"--gpus {text!r}: write GPU indices like 0,1") from None
 
 
 def _view_json(view: TrialView) -> dict[str, Any]:
@@ -238,38 +348,6 @@ def _print_estimate(est: Estimate) -> None:
         f"p95 {r.ttft_ms(95):.0f} ms, TPOT {r.tpot_ms(50) or 0:.1f} ms, draft acceptance "
         + ("n/a" if accept is None else f"{accept * 100:.1f} %")
     )
-
-
-@app.command("export")
-@handle_errors
-def export_command(
-    name: Annotated[str, typer.Argument(help="Study name.")],
-    out: Annotated[
-        Path | None, typer.Option("--out", help="File to write (default stdout).")
-    ] = None,
-    trial: Annotated[
-        int | None, typer.Option("--trial", help="Trial number (default: the recommended one).")
-    ] = None,
-    storage: opt.Storage = None,
-    studies_dir: opt.StudiesDir = Path("studies"),
-    as_json: opt.Json = False,
-) -> None:
-    """Write a study's recommended config as YAML for `vllm serve --config`."""
-    url = storage or default_storage(name, studies_dir)
-    if not _study_exists(url, name):
-        raise SpectuneError(f"no study {name!r} in {url}: check the name or pass --storage")
-    study, space = open_study(name, open_storage(url), None, optuna.samplers.RandomSampler())
-    view = pick_trial(study, trial)
-    text = vllm_config_yaml(study, space, view)
-    if out is not None:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(text)
-    if as_json:
-        print_json({**_view_json(view), "yaml": text, "out": None if out is None else str(out)})
-    elif out is None:
-        sys.stdout.write(text)
-    else:
-        console.print(f"Wrote {out} from trial {view.number} ({view.source})")
 
 
 @app.command("hardware")

@@ -197,7 +197,7 @@ class DockerLauncher:
             wait_for_baseline(monitor, self._baseline, timeout_s=self.baseline_timeout_s)
         context.log_dir.mkdir(parents=True, exist_ok=True)
         self._log_path = context.log_dir / f"trial-{context.trial}.log"
-        environment = dict(self.environment)
+        # Read at each start, so a token is held only by the container that needs it.
         passed = {k: os.environ[k] for k in self.env_passthrough if os.environ.get(k)}
         self._secrets = tuple(passed.values())
         try:
@@ -207,7 +207,7 @@ class DockerLauncher:
                 name=self._container_name(context.trial),
                 entrypoint=[*self.entrypoint, *self.subcommand],
                 labels=self._labels(context.trial),
-                environment={**environment, **passed},
+                environment={**self.environment, **passed},
                 device_requests=device_requests,
                 ipc_mode=None if self.shm_size else "host",
                 shm_size=self.shm_size,
@@ -322,7 +322,7 @@ class DockerLauncher:
 
     def _gpu_monitor(self) -> GpuMonitor:
         if self._monitor is None:
-            self._monitor = open_gpu_monitor(self.gpus or None)
+            self._monitor = open_gpu_monitor(self.gpus)
             self._own_monitor = True
         return self._monitor
 

@@ -49,6 +49,9 @@ __all__ = ["ProcessLauncher"]
 _LOG_TAIL_BYTES = 256 * 1024  # enough for vLLM's longest start-up traceback
 _PORT_TAKEN = ("Address already in use", "[Errno 98]")
 _SWEEP_GRACE_S = 5.0  # how long engine-core/worker children get to follow their parent
+# Marks the command line the launcher writes atop each log; kept out of classification, where
+# the flags it quotes (a served name, a path) could pass for the server's own words.
+_HEADER = "spectune$ "
 
 # Every child still running, with its SIGTERM grace: strong references, so a launcher that was
 # dropped without stop() still has its server stopped at exit.
@@ -84,10 +87,18 @@ def _install_hooks() -> None:
 
 def _free_port(host: str) -> int:
     """A port nobody listens on now (the server binds it moments later; a clash is retried)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         port: int = sock.getsockname()[1]
         return port
+
+
+def _client_host(host: str) -> str:
+    """Where clients reach a server listening on ``host`` (a wildcard means this machine)."""
+    wildcard = {"0.0.0.0": "127.0.0.1", "::": "::1"}
+    reachable = wildcard.get(host, host)
+    return f"[{reachable}]" if ":" in reachable else reachable
 
 
 def _group_members(pgid: int) -> list[int]:
@@ -247,7 +258,7 @@ class ProcessLauncher:
                 port = _free_port(self.host)
                 argv = self._argv(server, version, context, port)
                 self._spawn(argv, log_path, append=attempt > 1)
-                base_url = f"http://{self.host}:{port}"
+                base_url = f"http://{_client_host(self.host)}:{port}"
                 try:
                     wait_until_ready(
                         base_url,
@@ -301,7 +312,7 @@ class ProcessLauncher:
 
     def _spawn(self, argv: list[str], log_path: Path, *, append: bool) -> None:
         with log_path.open("ab" if append else "wb") as log:
-            log.write(f"$ {shlex.join(argv)}\n".encode())
+            log.write(f"{_HEADER}{shlex.join(argv)}\n".encode())
             log.flush()
             try:
                 # The child keeps its own copy of the log descriptor; ours closes on return.
@@ -314,7 +325,7 @@ class ProcessLauncher:
                     start_new_session=True,
                 )
             except OSError as exc:
-                raise LaunchError(f"cannot run {shlex.join(argv[:1])}: {exc}") from exc
+                raise LaunchError(f"cannot run {argv[0]!r}: {exc.strerror}") from exc
         self._log_path = log_path
         _running[self._proc.pid] = (self._proc, self.stop_timeout_s)
 
@@ -332,6 +343,7 @@ class ProcessLauncher:
                 data = log.read()
         except OSError:
             return ""
-        text = data.decode("utf-8", errors="replace")
-        # Drop a first line cut in half by the seek.
-        return text.split("\n", 1)[-1] if size > _LOG_TAIL_BYTES else text
+        lines = data.decode("utf-8", errors="replace").splitlines()
+        if size > _LOG_TAIL_BYTES:
+            lines = lines[1:]  # the first one was cut in half by the seek
+        return "\n".join(line for line in lines if not line.startswith(_HEADER))

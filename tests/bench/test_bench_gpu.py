@@ -1,0 +1,178 @@
+"""GPU memory: the NVML monitor (against a stand-in ``pynvml``), peaks, waiting for the baseline."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+import types
+from collections.abc import Iterator
+
+import pytest
+
+from tuner.bench.gpu import (
+    NoGpuMonitor,
+    NvmlMonitor,
+    PeakSampler,
+    open_gpu_monitor,
+    wait_for_baseline,
+)
+
+GIB = 1024**3
+
+
+class FakeNvml(types.ModuleType):
+    """Just enough of ``pynvml``: three GPUs with settable used bytes, and failure switches."""
+
+    class NVMLError(Exception):
+        pass
+
+    def __init__(self, used_gib: list[float], *, init_fails: bool = False) -> None:
+        super().__init__("pynvml")
+        self.used_gib = used_gib
+        self.init_fails = init_fails
+        self.read_fails = False
+        self.shutdowns = 0
+
+    def nvmlInit(self) -> None:
+        if self.init_fails:
+            raise self.NVMLError("NVML Shared Library Not Found")
+
+    def nvmlShutdown(self) -> None:
+        self.shutdowns += 1
+
+    def nvmlDeviceGetCount(self) -> int:
+        return len(self.used_gib)
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> int:
+        if not 0 <= index < len(self.used_gib):
+            raise self.NVMLError("Invalid Argument")
+        return index
+
+    def nvmlDeviceGetMemoryInfo(self, handle: int) -> types.SimpleNamespace:
+        if self.read_fails:
+            raise self.NVMLError("GPU is lost")
+        return types.SimpleNamespace(used=int(self.used_gib[handle] * GIB))
+
+
+@pytest.fixture
+def nvml(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeNvml]:
+    fake = FakeNvml([1.0, 2.0, 3.0])
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    yield fake
+
+
+def test_nvml_monitor_reads_the_gpus_in_use_in_gib(nvml: FakeNvml) -> None:
+    monitor = open_gpu_monitor([2, 0])
+    assert isinstance(monitor, NvmlMonitor)
+    assert monitor.memory_used_gib() == [3.0, 1.0]
+    assert open_gpu_monitor(None).memory_used_gib() == [1.0, 2.0, 3.0]
+    monitor.close()
+    assert nvml.shutdowns == 1
+    assert monitor.memory_used_gib() is None
+
+
+def test_without_nvml_the_fallback_is_used_and_said_once(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setitem(sys.modules, "pynvml", FakeNvml([], init_fails=True))
+    with caplog.at_level(logging.WARNING):
+        monitor = open_gpu_monitor([0])
+    assert isinstance(monitor, NoGpuMonitor)
+    assert monitor.memory_used_gib() is None
+    assert [r.getMessage() for r in caplog.records] == [
+        "NVML not available (NVML Shared Library Not Found): GPU memory is not measured"
+    ]
+
+
+def test_an_invalid_gpu_index_falls_back_and_releases_nvml(nvml: FakeNvml) -> None:
+    assert isinstance(open_gpu_monitor([7]), NoGpuMonitor)
+    assert nvml.shutdowns == 1
+
+
+def test_nvml_failing_later_turns_the_monitor_off_with_one_warning(
+    nvml: FakeNvml, caplog: pytest.LogCaptureFixture
+) -> None:
+    monitor = open_gpu_monitor([0])
+    nvml.read_fails = True
+    with caplog.at_level(logging.WARNING):
+        assert monitor.memory_used_gib() is None
+        nvml.read_fails = False
+        assert monitor.memory_used_gib() is None
+    assert len(caplog.records) == 1
+
+
+class ScriptedMonitor:
+    """Returns the readings in order, then repeats the last one."""
+
+    def __init__(self, *readings: list[float] | None) -> None:
+        self.readings = list(readings)
+
+    def memory_used_gib(self) -> list[float] | None:
+        return self.readings.pop(0) if len(self.readings) > 1 else self.readings[0]
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def test_wait_for_baseline_returns_once_memory_is_back_within_tolerance() -> None:
+    clock = FakeClock()
+    monitor = ScriptedMonitor([9.0, 2.0], [4.0, 1.4], [1.4, 1.4])
+    assert wait_for_baseline(monitor, [1.0, 1.0], 0.5, 60, sleep=clock.sleep, clock=clock)
+    assert clock.now == 1.0  # two pauses of 0.5 s: the third reading was near enough
+
+
+def test_wait_for_baseline_is_bounded_and_says_so(caplog: pytest.LogCaptureFixture) -> None:
+    clock = FakeClock()
+    with caplog.at_level(logging.WARNING):
+        done = wait_for_baseline(
+            ScriptedMonitor([20.0]), [1.0], timeout_s=5, sleep=clock.sleep, clock=clock
+        )
+    assert not done
+    assert clock.now == 5.0
+    assert "still above its baseline after 5 s" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("monitor", "baseline"), [(ScriptedMonitor([9.0]), None), (NoGpuMonitor(), [1.0])]
+)
+def test_nothing_to_wait_for_without_a_baseline_or_readings(
+    monitor: ScriptedMonitor | NoGpuMonitor, baseline: list[float] | None
+) -> None:
+    clock = FakeClock()
+    assert wait_for_baseline(monitor, baseline, sleep=clock.sleep, clock=clock)
+    assert clock.now == 0.0
+
+
+def test_peak_sampler_keeps_the_maximum_per_gpu_per_window() -> None:
+    monitor = ScriptedMonitor([1.0, 5.0], [4.0, 2.0], [0.5, 0.5])
+    sampler = PeakSampler(monitor, interval_s=3600)  # only the explicit samples count
+    sampler.start()  # samples [1, 5]
+    assert sampler.take() == [4.0, 5.0]  # samples [4, 2] first
+    assert sampler.stop() == [0.5, 0.5]
+
+
+def test_peak_sampler_samples_in_the_background() -> None:
+    monitor = ScriptedMonitor([1.0], [1.0], [7.0], [2.0])
+    sampler = PeakSampler(monitor, interval_s=0.01)
+    sampler.start()
+    deadline = time.monotonic() + 10
+    while monitor.readings != [[2.0]]:  # until the thread has read up to the last reading
+        assert time.monotonic() < deadline
+        time.sleep(0.005)
+    assert sampler.stop() == [7.0]
+
+
+def test_peak_sampler_without_readings_reports_nothing() -> None:
+    sampler = PeakSampler(NoGpuMonitor(), interval_s=0.01)
+    sampler.start()
+    assert sampler.take() == []
+    assert sampler.stop() == []

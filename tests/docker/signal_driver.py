@@ -1,0 +1,47 @@
+"""Starts the fake server through a DockerLauncher, the way a study would, then waits for a signal.
+
+Usage: ``python signal_driver.py SPEC_JSON`` with keys image, study, log_dir, phase, and the
+launcher's entrypoint, volumes, environment. ``phase`` "starting" uses a server that never gets
+ready (the signal arrives inside ``start``); "running" prints READY once started and sleeps.
+
+Deliberately no ``with`` block and no handlers of its own: the launcher's own hooks must be
+enough for nothing to outlive the process.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+from tuner.launch.base import LaunchContext
+from tuner.launch.docker import DockerLauncher
+from tuner.trial_config import ServerConfig
+from tuner.vllm_args import parse_version
+
+
+def main(spec: dict[str, object]) -> None:
+    launcher = DockerLauncher(
+        str(spec["image"]),
+        study=str(spec["study"]),
+        gpus=(),
+        version=parse_version("0.32.0"),
+        entrypoint=list(spec["entrypoint"]),  # type: ignore[call-overload]
+        subcommand=(),
+        volumes=dict(spec["volumes"]),  # type: ignore[call-overload]
+        environment=dict(spec["environment"]),  # type: ignore[call-overload]
+        ready_timeout_s=300,
+        stop_timeout_s=10,
+        poll_s=0.2,
+    )
+    server = ServerConfig("tiny", 1, 512, 0.9, 512)
+    context = LaunchContext(str(spec["study"]), 1, Path(str(spec["log_dir"])))
+    launcher.start(server, context)
+    print("READY", flush=True)
+    while True:
+        time.sleep(1)
+
+
+if __name__ == "__main__":
+    main(json.loads(sys.argv[1]))

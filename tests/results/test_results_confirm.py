@@ -1,0 +1,186 @@
+"""Confirmation: the top configs re-measured on fresh servers, with Student-t intervals."""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from conftest import StudyCopy
+
+from tuner.backends import Backend, BackendOptions, backend_factory
+from tuner.confirm import (
+    CONFIRMED_ATTR,
+    Confirmed,
+    Interval,
+    Run,
+    confirm,
+    interval,
+    load_confirmed,
+    t_quantile_975,
+)
+from tuner.errors import StartupFailure
+from tuner.export import export, pick_candidate
+from tuner.launch.base import Endpoint, LaunchContext
+from tuner.recommend import feasible
+from tuner.report.picks import confirmation_order
+from tuner.space import SearchSpace
+from tuner.trial_config import ServerConfig
+
+
+def _t_cdf(x: float, df: int) -> float:
+    """Student's t CDF by Simpson's rule on its density (an independent check of the table)."""
+    log_norm = math.lgamma((df + 1) / 2) - math.lgamma(df / 2) - 0.5 * math.log(df * math.pi)
+
+    def pdf(t: float) -> float:
+        return math.exp(log_norm - (df + 1) / 2 * math.log1p(t * t / df))
+
+    steps = 20_000
+    h = x / steps
+    inner = sum((4 if i % 2 else 2) * pdf(i * h) for i in range(1, steps))
+    return 0.5 + h / 3 * (pdf(0.0) + inner + pdf(x))
+
+
+@pytest.mark.parametrize("df", [1, 2, 3, 4, 9, 29, 40, 120])
+def test_t_quantiles_are_the_975_points(df: int) -> None:
+    assert _t_cdf(t_quantile_975(df), df) == pytest.approx(0.975, abs=2e-5)
+
+
+def test_t_quantiles_between_table_rows_err_wide() -> None:
+    assert t_quantile_975(50) == t_quantile_975(40) > t_quantile_975(60)
+    assert t_quantile_975(10**6) == 1.96
+    with pytest.raises(ValueError):
+        t_quantile_975(0)
+
+
+def test_interval_is_mean_plus_minus_t_times_standard_error() -> None:
+    values = [57.0, 59.0, 58.0]
+    ci = interval(values)
+    sem = statistics.stdev(values) / math.sqrt(3)
+    assert ci.mean == pytest.approx(58.0)
+    assert ci.half_width == pytest.approx(4.3027 * sem)
+    assert ci.low is not None and ci.low < 58.0 < (ci.high or 0)
+    assert ci.format(1, " tok/s") == "58.0 ± 2.5 tok/s (95 % CI, n=3)"
+    single = interval([42.0])
+    assert single.half_width is None and single.low is None and single.format() == "42.0 (n=1)"
+    back = Interval.from_dict(ci.to_dict())
+    assert (back.mean, back.n) == (ci.mean, ci.n)
+    assert back.half_width == pytest.approx(ci.half_width)
+    with pytest.raises(ValueError):
+        interval([])
+
+
+@dataclass
+class CountingLauncher:
+    """Wraps a launcher and counts starts and stops: each repeat must get its own server."""
+
+    inner: object
+    name: str = "counting"
+    starts: list[ServerConfig] = field(default_factory=list)
+    stops: int = 0
+
+    def start(self, server: ServerConfig, context: LaunchContext) -> Endpoint:
+        self.starts.append(server)
+        return self.inner.start(server, context)  # type: ignore[attr-defined,no-any-return]
+
+    def stop(self) -> None:
+        self.stops += 1
+        self.inner.stop()  # type: ignore[attr-defined]
+
+
+def _sim(space: SearchSpace) -> Backend:
+    return backend_factory("sim")(space, BackendOptions(study="levels"))
+
+
+def test_confirm_reruns_the_top_configs_on_fresh_servers(levels: StudyCopy, tmp_path: Path) -> None:
+    study, space = levels.open()
+    backend = _sim(space)
+    counting = CountingLauncher(backend.launcher)
+    backend.launcher = counting
+    seen: list[tuple[int, int, str]] = []
+    results = confirm(
+        study, space, backend, top_n=3, repeats=3, log_dir=tmp_path / "logs",
+        on_run=lambda n, r, run: seen.append((n, r, run.status)), today=dt.date(2026, 1, 2),
+    )  # fmt: skip
+
+    expected = [t.number for t in confirmation_order(feasible(study))[:3]]
+    assert [c.trial for c in results] == expected and len(set(expected)) == 3
+    assert len(counting.starts) == 9  # three configs, three fresh servers each
+    assert counting.stops >= 9
+    assert [(n, r) for n, r, _ in seen] == [(n, r) for n in expected for r in range(3)]
+    for record in results:
+        assert record.stable and record.source == "simulated" and record.date == "2026-01-02"
+        values = [run.output_tok_s for run in record.runs]
+        assert len(set(values)) == 3  # each repeat has its own noise
+        tok_s = record.output_tok_s
+        assert tok_s is not None and tok_s.n == 3 and tok_s.half_width is not None
+        assert tok_s.half_width > 0 and tok_s.low is not None
+        assert tok_s.low < statistics.fmean(v or 0.0 for v in values) < (tok_s.high or 0)
+        assert set(record.level_tok_s()) == {1, 8, 32}
+        # The original measurement is a different draw: the confirmation is not a replay.
+        trial = study.trials[record.trial]
+        assert trial.values is not None and trial.values[0] not in values
+
+    stored = study.user_attrs[CONFIRMED_ATTR]
+    assert set(stored) == {str(n) for n in expected}
+    entry = stored[str(expected[0])]
+    assert set(entry) >= {"runs", "output_tok_s", "p95_ttft_ms"}
+    assert set(entry["output_tok_s"]) == {"mean", "ci95", "n"}
+    assert load_confirmed(study)[expected[0]] == results[0]
+
+
+def test_recommendation_and_export_use_the_confirmed_numbers(levels: StudyCopy) -> None:
+    study, space = levels.open()
+    results = confirm(study, space, _sim(space), top_n=3, repeats=3)
+    chosen = pick_candidate(study, "max-throughput")
+    assert chosen.confirmed is not None
+    best = max(results, key=lambda c: c.output_tok_s.mean if c.output_tok_s else 0.0)
+    assert chosen.number == best.trial
+    assert chosen.output_tok_s == pytest.approx(best.output_tok_s.mean)  # type: ignore[union-attr]
+    text = export(study, space, "vllm").text
+    assert "mean of 3 runs on fresh servers" in text and "95 % CI" in text
+    facts = export(study, space, "json").provenance
+    assert facts.confirmed and facts.runs == 3 and facts.output_tok_s_ci95 is not None
+    # Every pick was confirmed, because confirmation covers what each pick would choose.
+    for pick in ("min-ttft", "balanced"):
+        assert pick_candidate(study, pick).confirmed is not None
+
+
+def test_a_config_that_fails_when_measured_again_is_dropped(levels: StudyCopy) -> None:
+    study, space = levels.open()
+    first = confirmation_order(feasible(study))[0].number
+    backend = _sim(space)
+    inner = backend.launcher
+
+    class Flaky:
+        name = "flaky"
+        calls = 0
+
+        def start(self, server: ServerConfig, context: LaunchContext) -> Endpoint:
+            Flaky.calls += 1
+            if Flaky.calls == 2:  # the first config's second run dies at start-up
+                from tuner.errors import FailureKind
+
+                raise StartupFailure(FailureKind.CRASH, "engine core died", 1, "boom")
+            return inner.start(server, context)
+
+        def stop(self) -> None:
+            inner.stop()
+
+    backend.launcher = Flaky()
+    results = confirm(study, space, backend, top_n=2, repeats=3)
+    flaky = results[0]
+    assert flaky.trial == first and not flaky.stable
+    assert [r.status for r in flaky.runs].count("failed") == 1
+    assert "engine core died" in (flaky.runs[1].failure or "")
+    assert not flaky.feasible(space.ttft_limit_ms)
+    assert pick_candidate(study, "max-throughput").number == results[1].trial
+
+
+def test_nothing_to_confirm() -> None:
+    assert confirm(None, None, None, top_n=0) == []  # type: ignore[arg-type]
+    assert Confirmed(1, "simulated", ()).output_tok_s is None
+    assert not Confirmed(1, "simulated", (Run("OOM"),)).stable

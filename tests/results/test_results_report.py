@@ -1,0 +1,130 @@
+"""``spectune report``: a self-contained HTML page whose charts hold the study's data."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+from conftest import StudyCopy, ink, run_chromium
+
+from tuner.backends import BackendOptions, backend_factory
+from tuner.confirm import confirm
+from tuner.report import charts
+from tuner.report.page import write_report
+from tuner.report.picks import choose
+from tuner.report.trials import Outcome, points
+
+CHARTS = {"pareto", "k", "acceptance", "memory", "importance", "levels"}
+
+
+class _Tags(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[tuple[str, dict[str, str | None]]] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append((tag, dict(attrs)))
+
+
+def _tags(text: str) -> list[tuple[str, dict[str, str | None]]]:
+    parser = _Tags()
+    parser.feed(text)
+    return parser.tags
+
+
+def test_report_is_self_contained_and_every_chart_holds_data(
+    levels: StudyCopy, tmp_path: Path
+) -> None:
+    study, space = levels.open()
+    report = write_report(study, space, tmp_path / "out", today=dt.date(2026, 1, 2))
+    assert report.html == tmp_path / "out" / "report.html"
+    assert {c.name for c in report.charts} == CHARTS
+    found = points(study)
+    by_name = {c.name: c for c in report.charts}
+    assert by_name["pareto"].points == len(found)  # OOM trials included, at the edge
+    assert by_name["memory"].points == len(found)
+    assert by_name["k"].points == sum(p.outcome is not Outcome.OOM for p in found)
+    assert by_name["acceptance"].points == sum(p.acceptance_rate is not None for p in found)
+    assert by_name["importance"].points == 10  # five parameters, two objectives
+    assert by_name["levels"].points > 0
+    # Drawn data shows as ink: compare each PNG with the same chart drawn empty.
+    empty = charts.pareto_chart([], {}, space.ttft_limit_ms, tmp_path / "empty.png")
+    assert empty.points == 0
+    for chart in report.charts:
+        assert chart.path == tmp_path / "out" / f"{chart.name}.png"
+        assert chart.path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert ink(chart.path) > 1.3 * ink(empty.path), chart.name
+
+    text = report.html.read_text()
+    tags = _tags(text)
+    images = [attrs for tag, attrs in tags if tag == "img"]
+    assert len(images) == len(CHARTS)
+    assert all((a.get("src") or "").startswith("data:image/png;base64,") for a in images)
+    assert not [t for t, _ in tags if t in ("script", "link", "iframe")]
+    assert not re.search(r"""(src|href)=['"]https?:""", text)
+    figures = {a["id"]: int(a["data-points"] or 0) for t, a in tags if t == "figure"}
+    assert figures == {f"chart-{c.name}": c.points for c in report.charts}
+    assert "Written 2026-01-02." in text and "2x RTX 4090" in text
+
+
+def test_best_table_marks_the_picks_and_shows_confirmed_intervals(
+    levels: StudyCopy, tmp_path: Path
+) -> None:
+    study, space = levels.open()
+    first = write_report(study, space, tmp_path / "before")
+    text = first.html.read_text()
+    assert "(1 run)" in text and "run <code>spectune confirm</code>" in text
+    for pick in ("max-throughput", "min-ttft", "balanced"):
+        chosen = choose(first.best, pick)
+        assert chosen is not None
+        row = re.search(rf"<tr data-trial='{chosen.number}'>.*?</tr>", text)
+        assert row is not None and pick in row.group(0)
+
+    backend = backend_factory("sim")(space, BackendOptions(study="levels"))
+    confirm(study, space, backend, top_n=2, repeats=3)
+    after = write_report(study, space, tmp_path / "after")
+    text = after.html.read_text()
+    assert after.best and all(c.confirmed is not None for c in after.best)
+    assert len(after.best) == 2  # confirmed configs outrank single measurements
+    assert text.count("(95 % CI, n=3)") == 4  # throughput and TTFT of both
+    assert "confirmed" in text
+
+
+def test_levels_section_switches_speculation_off_at_32(levels: StudyCopy, tmp_path: Path) -> None:
+    study, space = levels.open()
+    report = write_report(study, space, tmp_path)
+    assert [c.concurrency for c in report.levels] == [1, 8, 32]
+    assert report.levels[-1].k == 0
+    section = report.html.read_text().split("Speculation per load level</h2>")[1]
+    assert re.search(r"<tr><td>32</td>.*?<td class='l'>off</td></tr>", section)
+
+
+@pytest.mark.browser
+def test_report_renders_in_headless_chromium(
+    levels: StudyCopy, tmp_path: Path, chromium: Path
+) -> None:
+    study, space = levels.open()
+    report = write_report(study, space, tmp_path / "out")
+    shot = tmp_path / "report.png"
+    done = run_chromium(
+        chromium,
+        tmp_path / "profile",
+        report.html.as_uri(),
+        "--window-size=1200,3600",
+        "--hide-scrollbars",
+        f"--screenshot={shot}",
+    )
+    assert shot.is_file(), done.stderr[-2000:]
+    # Title and tables at the top; the charts below hold plenty of drawn pixels.
+    assert ink(shot, (0, 0, 1200, 700)) > 0.02
+    assert ink(shot, (0, 800, 1200, 2800)) > 0.08
+    dom = run_chromium(
+        chromium, tmp_path / "profile", report.html.as_uri(), "--dump-dom"
+    ).stdout
+    assert "spectune report: levels" in dom
+    rendered = re.findall(r'<figure id="chart-(\w+)" data-points="(\d+)"', dom)
+    assert {name for name, _ in rendered} == CHARTS
+    assert all(int(n) > 0 for _, n in rendered)

@@ -1,0 +1,169 @@
+"""Every failure path of the fake server, seen the way spectune sees real vLLM fail."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+
+import httpx
+import pytest
+from conftest import SERVER, TARGET, StartServer, free_port
+
+from tuner.bench.measure import measure_endpoint
+from tuner.bench.workload import WorkloadSpec
+from tuner.errors import FailureKind, StartupFailure
+from tuner.launch.base import Endpoint, LaunchContext
+from tuner.launch.failures import classify_failure, decisive_line
+from tuner.launch.process import ProcessLauncher
+from tuner.trial_config import ServerConfig
+from tuner.vllm_args import NEWEST_KNOWN
+
+FITS = ServerConfig(TARGET, 1, 8192, 0.9, 2048)
+SMALL = WorkloadSpec(prompt_set="chat", input_tokens=32, output_tokens=16, requests=6, warmup=0)
+
+
+def _launcher(env: dict[str, str], ready_timeout_s: float = 15.0) -> ProcessLauncher:
+    return ProcessLauncher(
+        SERVER,
+        version=NEWEST_KNOWN,
+        env={"SPECTUNE_SIM_SPEED": "50", **env},
+        ready_timeout_s=ready_timeout_s,
+        stop_timeout_s=5,
+        poll_s=0.05,
+    )
+
+
+def _run(*flags: str, model: str = TARGET) -> subprocess.CompletedProcess[str]:
+    """Runs a server that is expected to fail at start-up; returns its exit and output."""
+    argv = [*SERVER, "serve", model, "--port", str(free_port()), *flags]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
+
+
+def test_oom_fault_is_an_oom_startup_failure(context: LaunchContext) -> None:
+    launcher = _launcher({"SPECTUNE_SIM_FAULT": "oom-at-start"})
+    with launcher, pytest.raises(StartupFailure) as caught:
+        launcher.start(FITS, context)
+    failure = caught.value
+    assert failure.kind is FailureKind.OOM
+    assert failure.exit_code == 1
+    assert "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate" in str(failure)
+    assert "Engine core initialization failed" in failure.log_tail
+
+
+@pytest.mark.parametrize(
+    ("flags", "model", "cause"),
+    [
+        ((), "Qwen/Qwen2.5-32B-Instruct", "CUDA out of memory while loading the model weights"),
+        (("--gpu-memory-utilization", "0.4"), TARGET,
+         "No available memory for the cache blocks. Try increasing `gpu_memory_utilization`"),
+        (("--max-model-len", "100000"), TARGET,
+         "KV cache is needed, which is larger than the available KV cache memory"),
+        (("--kv-cache-memory-bytes", "1000000", "--max-model-len", "2048"), TARGET,
+         "KV cache is needed, which is larger than the available KV cache memory"),
+        (("--gpu-memory-utilization", "0.98"), TARGET,
+         "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate"),
+    ],
+    ids=["weights", "no-cache-blocks", "kv-too-small", "kv-cache-bytes", "graphs"],
+)
+def test_configs_that_do_not_fit_fail_like_vllm(
+    flags: tuple[str, ...], model: str, cause: str
+) -> None:
+    done = _run(*flags, model=model)
+    log = done.stdout + done.stderr
+    assert done.returncode == 1
+    assert cause in log
+    assert "RuntimeError: Engine core initialization failed. See root cause above." in log
+    assert classify_failure(done.returncode, log) is FailureKind.OOM
+    assert cause in decisive_line(log, FailureKind.OOM)
+
+
+def test_unknown_flag_is_a_bad_argument(context: LaunchContext) -> None:
+    server = ServerConfig(TARGET, 1, 8192, 0.9, 2048, extra_flags=(("no-such-flag", 1),))
+    launcher = _launcher({})
+    with launcher, pytest.raises(StartupFailure) as caught:
+        launcher.start(server, context)
+    assert caught.value.kind is FailureKind.BAD_ARGUMENT
+    assert caught.value.exit_code == 2
+    assert "unrecognized arguments: --no-such-flag 1" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("flags", "model", "cause"),
+    [
+        ((), "no/such-model", "validation error for ModelConfig"),
+        (("--tensor-parallel-size", "2"), TARGET, "validation error for ParallelConfig"),
+        (("--speculative-config", '{"method": "eagle", "num_speculative_tokens": 2}'), TARGET,
+         "validation error for SpeculativeConfig"),
+        (("--sim-fault", "explode"), TARGET, "bad fault 'explode'"),
+        (("--speculative-config", "{not json"), TARGET, "argument --speculative-config"),
+    ],
+    ids=["unknown-model", "tp-over-hardware", "unknown-method", "unknown-fault", "bad-json"],
+)
+def test_invalid_values_are_bad_arguments(
+    flags: tuple[str, ...], model: str, cause: str
+) -> None:
+    done = _run(*flags, model=model)
+    log = done.stdout + done.stderr
+    assert done.returncode in (1, 2)
+    assert cause in log
+    assert classify_failure(done.returncode, log) is FailureKind.BAD_ARGUMENT
+
+
+def test_slow_start_times_out_and_stops_cleanly(context: LaunchContext) -> None:
+    launcher = _launcher({"SPECTUNE_SIM_FAULT": "slow-start=30"}, ready_timeout_s=0.5)
+    began = time.monotonic()
+    with launcher, pytest.raises(StartupFailure) as caught:
+        launcher.start(FITS, context)
+    assert caught.value.kind is FailureKind.TIMEOUT
+    assert time.monotonic() - began < 5.0  # SIGTERM ends the slow start at once
+
+
+def test_crash_mid_run_drops_connections(start_server: StartServer) -> None:
+    # 16-token requests, four in flight: the first finishes by token 64, and token 88 (not a
+    # multiple of 16) always falls in the middle of some request's stream.
+    server = start_server("--sim-fault", "crash-after=88")
+    workload = WorkloadSpec(prompt_set="chat", input_tokens=32, output_tokens=16, requests=12,
+                            warmup=0)
+    result = measure_endpoint(Endpoint(server.base_url, TARGET), 0.0, workload, 4, check=False,
+                              request_timeout_s=5)
+    errors = [r.error for r in result.requests if r.error]
+    assert 1 <= sum(r.ok for r in result.requests) < 12
+    assert any("connection dropped mid-stream" in e for e in errors), errors
+    assert server.proc.wait(timeout=5) == 1
+    assert "EngineDeadError" in server.log()
+
+
+def test_hang_leaves_requests_to_time_out(start_server: StartServer) -> None:
+    server = start_server("--sim-fault", "hang-after=40")
+    result = measure_endpoint(Endpoint(server.base_url, TARGET), 0.0, SMALL, 1, check=False,
+                              request_timeout_s=0.3)
+    errors = [r.error for r in result.requests if r.error]
+    # Two requests make 32 tokens; the third hangs at token 40, the rest get none.
+    assert sum(r.ok for r in result.requests) == 2
+    assert errors == ["timed out after 0.3 s"] * 4
+    assert httpx.get(f"{server.base_url}/health").status_code == 200
+    assert server.stop() < 2.0 and server.proc.returncode == 0
+
+
+def test_hang_from_the_start(start_server: StartServer) -> None:
+    server = start_server("--sim-fault", "hang")
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(f"{server.base_url}/v1/completions",
+                   json={"model": TARGET, "prompt": "hi"}, timeout=0.3)
+
+
+def test_every_other_request_fails_with_http_500(start_server: StartServer) -> None:
+    server = start_server("--sim-fault", "http-500-every=2")
+    result = measure_endpoint(Endpoint(server.base_url, TARGET), 0.0, SMALL, 1, check=False)
+    errors = [r.error for r in result.requests]
+    assert errors[0::2] == [None] * 3
+    assert all(e is not None and e.startswith("HTTP 500: simulated fault") for e in errors[1::2])
+
+
+def test_malformed_sse_fails_requests(start_server: StartServer) -> None:
+    server = start_server("--sim-fault", "malformed-sse-every=2")
+    result = measure_endpoint(Endpoint(server.base_url, TARGET), 0.0, SMALL, 1, check=False)
+    errors = [r.error for r in result.requests]
+    assert errors[0::2] == [None] * 3
+    assert all(e is not None and "malformed SSE data line" in e for e in errors[1::2])
+    assert result.output_tokens == 3 * 16

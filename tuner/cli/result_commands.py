@@ -1,0 +1,244 @@
+"""Result commands: export, report, dashboard and confirm, each on an existing study."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import optuna
+import sqlalchemy
+import typer
+from rich.table import Table
+
+from tuner.backends import backend_factory
+from tuner.cli import options as opt
+from tuner.cli.app import app, console, handle_errors, print_json
+from tuner.cli.study_commands import backend_options
+from tuner.confirm import Confirmed, Interval, Run, confirm
+from tuner.dashboard import prepare_dashboard, serve_dashboard
+from tuner.errors import ConfigError
+from tuner.export import FORMATS, Exported, export
+from tuner.report.page import write_report
+from tuner.report.picks import DEFAULT_PICK, PICKS
+from tuner.report.trials import points
+from tuner.space import SearchSpace
+from tuner.storage import default_storage, is_sqlite, open_storage, study_names
+from tuner.study import open_study
+
+__all__ = ["confirm_command", "dashboard_command", "export_command", "report_command"]
+
+Name = Annotated[str, typer.Argument(help="Study name.")]
+
+
+def _safe(url: str) -> str:
+    """The storage URL without its password, for messages."""
+    try:
+        return sqlalchemy.engine.make_url(url).render_as_string(hide_password=True)
+    except sqlalchemy.exc.ArgumentError:
+        return url
+
+
+def _open(
+    name: str, storage: str | None, studies_dir: Path
+) -> tuple[optuna.Study, SearchSpace, str]:
+    """Opens an existing study (never creating one) with its stored space."""
+    url = storage or default_storage(name, studies_dir)
+    missing = is_sqlite(url) and not Path(url.split("///", 1)[-1]).exists()
+    if missing or name not in study_names(open_storage(url)):
+        raise ConfigError(f"no study {name!r} in {_safe(url)}: check the name or pass --storage")
+    study, space = open_study(name, open_storage(url), None, optuna.samplers.RandomSampler())
+    return study, space, url
+
+
+@app.command("export")
+@handle_errors
+def export_command(
+    name: Name,
+    fmt: Annotated[
+        str, typer.Option("--format", help=f"Output format: {', '.join(FORMATS)}.")
+    ] = "vllm",
+    pick: Annotated[
+        str,
+        typer.Option("--pick", help=f"Which config: {', '.join(PICKS)}, or a trial number."),
+    ] = DEFAULT_PICK,
+    out: Annotated[
+        Path | None, typer.Option("--out", help="File to write (default stdout).")
+    ] = None,
+    storage: opt.Storage = None,
+    studies_dir: opt.StudiesDir = Path("studies"),
+    as_json: opt.Json = False,
+) -> None:
+    """Export a config: vLLM --config YAML, docker-compose.yml, docker run line or JSON."""
+    study, space, _ = _open(name, storage, studies_dir)
+    exported = export(study, space, fmt, pick)
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(exported.text)
+        if fmt == "docker-run":
+            out.chmod(0o755)
+    if as_json:
+        print_json({**_export_json(exported), "out": None if out is None else str(out)})
+    elif out is None:
+        sys.stdout.write(exported.text)
+    else:
+        facts = exported.provenance
+        console.print(f"Wrote {out} ({fmt}) from trial {facts.trial} ({facts.source})")
+
+
+def _export_json(exported: Exported) -> dict[str, Any]:
+    facts = exported.provenance
+    return {
+        "trial": facts.trial,
+        "format": exported.format,
+        "source": facts.source,
+        "output_tok_s": facts.output_tok_s,
+        "p95_ttft_ms": facts.p95_ttft_ms,
+        "confirmed": facts.confirmed,
+        "provenance": facts.to_dict(),
+        "batch_size_table": [list(entry) for entry in exported.batch_size_table],
+        "text": exported.text,
+    }
+
+
+@app.command("report")
+@handle_errors
+def report_command(
+    name: Name,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out",
+            help="Folder for report.html and the charts (default STUDIES_DIR/STUDY/report).",
+        ),
+    ] = None,
+    storage: opt.Storage = None,
+    studies_dir: opt.StudiesDir = Path("studies"),
+    as_json: opt.Json = False,
+) -> None:
+    """Write a self-contained HTML report with PNG charts."""
+    study, space, _ = _open(name, storage, studies_dir)
+    report = write_report(study, space, out or studies_dir / name / "report")
+    if as_json:
+        print_json(
+            {
+                "html": str(report.html),
+                "charts": {c.name: {"png": str(c.path), "points": c.points} for c in report.charts},
+                "best": [c.number for c in report.best],
+            }
+        )
+        return
+    drawn = ", ".join(f"{c.name} ({c.points})" for c in report.charts)
+    console.print(f"Wrote {report.html} with charts: {drawn}")
+
+
+@app.command("dashboard")
+@handle_errors
+def dashboard_command(
+    name: Name,
+    host: Annotated[str, typer.Option("--host", help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", help="Port to listen on.")] = 8080,
+    storage: opt.Storage = None,
+    studies_dir: opt.StudiesDir = Path("studies"),
+) -> None:
+    """Open the study in optuna-dashboard (OOM and over-limit trials shown infeasible)."""
+    study, _, url = _open(name, storage, studies_dir)
+    info = prepare_dashboard(study, studies_dir / name)
+    shown = "localhost" if host in ("0.0.0.0", "::") else host
+    console.print(
+        f"optuna-dashboard for study {name}: "
+        f"http://{shown}:{port}/dashboard/studies/{info.study_id}\n"
+        f"  {info.trials} trials, {info.infeasible} infeasible (OOM or over the TTFT limit); "
+        f"{info.artifacts_added} logs attached now; Ctrl-C stops it",
+        soft_wrap=True,
+    )
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        console.print(f"  listening on {host}: anyone who can reach it can edit the study")
+    serve_dashboard(url, studies_dir / name, host, port)
+
+
+@app.command("confirm")
+@handle_errors
+def confirm_command(
+    name: Name,
+    top: Annotated[int, typer.Option("--top", help="Configs to confirm (0: none).")] = 3,
+    repeats: Annotated[
+        int, typer.Option("--repeats", help="Runs per config, each on a fresh server.")
+    ] = 3,
+    backend: Annotated[
+        str | None,
+        typer.Option(
+            "--backend",
+            help="sim, process or docker (default: sim for simulated studies).",
+        ),
+    ] = None,
+    storage: opt.Storage = None,
+    studies_dir: opt.StudiesDir = Path("studies"),
+    seed: opt.Seed = 0,
+    vllm_command: opt.VllmCommand = "vllm",
+    image: opt.Image = None,
+    docker_volume: opt.DockerVolume = None,
+    docker_entrypoint: opt.DockerEntrypoint = "vllm",
+    ready_timeout: opt.ReadyTimeout = 900.0,
+    as_json: opt.Json = False,
+) -> None:
+    """Measure the best configs again on fresh servers; export and report use the means."""
+    study, space, _ = _open(name, storage, studies_dir)
+    chosen = backend or _default_backend(study)
+    options = backend_options(
+        name, seed, vllm_command, image, docker_volume, docker_entrypoint, None, ready_timeout
+    )
+    runner = backend_factory(chosen)(space, options)
+
+    def on_run(number: int, repeat: int, run: Run) -> None:
+        if not as_json:
+            tok_s = "-" if run.output_tok_s is None else f"{run.output_tok_s:.1f} tok/s"
+            console.print(f"trial {number} run {repeat + 1}/{repeats}: {run.status}, {tok_s}")
+
+    results = confirm(
+        study,
+        space,
+        runner,
+        top,
+        repeats,
+        log_dir=studies_dir / name / "logs",
+        seed=seed,
+        on_run=on_run,
+    )
+    if as_json:
+        print_json([_confirmed_json(c, space.ttft_limit_ms) for c in results])
+        return
+    table = Table("trial", "runs", "output tok/s", "p95 TTFT ms", "verdict", title="Confirmed")
+    for c in results:
+        verdict = "ok" if c.feasible(space.ttft_limit_ms) else "dropped"
+        table.add_row(
+            str(c.trial), str(len(c.runs)), _fmt(c.output_tok_s, 1), _fmt(c.p95_ttft_ms, 0), verdict
+        )
+    console.print(table)
+    if results:
+        best = studies_dir / name / "best.yaml"
+        best.parent.mkdir(parents=True, exist_ok=True)
+        best.write_text(export(study, space, "vllm").text)
+        console.print(f"Updated {best} from the confirmed numbers")
+
+
+def _default_backend(study: optuna.Study) -> str:
+    sources = {p.source for p in points(study)} - {"predicted"}
+    if sources <= {"simulated"}:
+        return "sim"
+    raise ConfigError(
+        f"study {study.study_name!r} was measured on real servers: pass --backend process or "
+        "--backend docker (with the options it ran with)"
+    )
+
+
+def _fmt(value: Interval | None, digits: int) -> str:
+    return "-" if value is None else value.format(digits)
+
+
+def _confirmed_json(c: Confirmed, ttft_limit_ms: float) -> dict[str, Any]:
+    return {
+        **c.to_dict(),
+        "stable": c.stable,
+        "feasible": c.feasible(ttft_limit_ms),
+    }

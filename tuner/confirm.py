@@ -1,0 +1,341 @@
+"""Confirmation: the best configs measured again, each time on a fresh server.
+
+One trial is one measurement, and the search keeps the luckiest ones: the top of a study is
+biased upwards. Before a config is exported, :func:`confirm` runs each of the top N configs R
+more times, stopping and starting the server between runs (a fresh :class:`TrialRunner` each
+time), and stores every run with the mean and a Student-t 95 % confidence interval as the
+study's ``confirmed`` user attribute::
+
+    {"<trial number>": {"trial": 20, "source": "simulated", "date": "2026-11-29",
+                        "runs": [{"status": "ok", "output_tok_s": 59.1, "p95_ttft_ms": 281.0,
+                                  "acceptance_rate": 0.72, "levels": [[1, 59.1], [8, 280.3]]},
+                                 ...],
+                        "output_tok_s": {"mean": 59.4, "ci95": [58.1, 60.7], "n": 3},
+                        "p95_ttft_ms": {"mean": 279.2, "ci95": [270.3, 288.1], "n": 3}}}
+
+Recommendation and export prefer these numbers (:mod:`tuner.report.picks`). The simulator
+works the same way: each repeat gets its own noise seed, so its intervals are meaningful.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import statistics
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial
+
+from tuner.backends import Backend
+from tuner.errors import SpectuneError
+from tuner.launch.base import LaunchContext
+from tuner.recommend import feasible, trial_view
+from tuner.report.picks import confirmation_order
+from tuner.report.provenance import record_environment
+from tuner.results import Source
+from tuner.runner import TrialOutcome, TrialRunner
+from tuner.scoring import TrialStatus
+from tuner.space import SearchSpace
+from tuner.trial_config import ClientConfig, TrialConfig
+
+__all__ = [
+    "CONFIRMED_ATTR",
+    "Confirmed",
+    "Interval",
+    "Run",
+    "confirm",
+    "interval",
+    "load_confirmed",
+    "t_quantile_975",
+]
+
+CONFIRMED_ATTR = "confirmed"
+
+# Two-sided 95 % quantiles of Student's t (the 0.975 point) by degrees of freedom; scipy is
+# not a dependency and confirmations have a handful of runs, so a table is exact enough.
+_T_975 = (
+    12.7062, 4.3027, 3.1824, 2.7764, 2.5706, 2.4469, 2.3646, 2.3060, 2.2622, 2.2281,
+    2.2010, 2.1788, 2.1604, 2.1448, 2.1314, 2.1199, 2.1098, 2.1009, 2.0930, 2.0860,
+    2.0796, 2.0739, 2.0687, 2.0639, 2.0595, 2.0555, 2.0518, 2.0484, 2.0452, 2.0423,
+)  # fmt: skip
+_T_975_LARGE = ((40, 2.0211), (60, 2.0003), (120, 1.9799))
+_Z_975 = 1.9600
+
+
+def t_quantile_975(df: int) -> float:
+    """The 0.975 quantile of Student's t with ``df`` degrees of freedom.
+
+    Between tabulated values above 30 the next smaller tabulated df is used, which widens the
+    interval slightly rather than narrowing it.
+
+    Raises:
+        ValueError: ``df`` is below 1.
+    """
+    if df < 1:
+        raise ValueError(f"degrees of freedom must be at least 1, got {df}")
+    if df <= len(_T_975):
+        return _T_975[df - 1]
+    value = _T_975[-1]
+    for tabulated, quantile in _T_975_LARGE:
+        if df >= tabulated:
+            value = quantile
+    return _Z_975 if df > 1000 else value
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A sample mean with its two-sided 95 % Student-t confidence interval."""
+
+    mean: float
+    half_width: float | None  # None with fewer than two values: no spread to speak of
+    n: int
+
+    @property
+    def low(self) -> float | None:
+        return None if self.half_width is None else self.mean - self.half_width
+
+    @property
+    def high(self) -> float | None:
+        return None if self.half_width is None else self.mean + self.half_width
+
+    def to_dict(self) -> dict[str, Any]:
+        ci = None if self.half_width is None else [self.low, self.high]
+        return {"mean": self.mean, "ci95": ci, "n": self.n}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Interval:
+        ci = data.get("ci95")
+        mean = float(data["mean"])
+        half = None if not ci else (float(ci[1]) - float(ci[0])) / 2.0
+        return cls(mean, half, int(data["n"]))
+
+    def format(self, digits: int = 1, unit: str = "") -> str:
+        """``59.4 ± 1.3 tok/s (95 % CI, n=3)``, or just the mean for a single value."""
+        if self.half_width is None:
+            return f"{self.mean:.{digits}f}{unit} (n={self.n})"
+        return f"{self.mean:.{digits}f} ± {self.half_width:.{digits}f}{unit} (95 % CI, n={self.n})"
+
+
+def interval(values: Sequence[float]) -> Interval:
+    """Mean and 95 % confidence interval of ``values`` (at least one).
+
+    Raises:
+        ValueError: ``values`` is empty.
+    """
+    if not values:
+        raise ValueError("a confidence interval needs at least one value")
+    mean = statistics.fmean(values)
+    if len(values) < 2:
+        return Interval(mean, None, 1)
+    sem = statistics.stdev(values) / math.sqrt(len(values))
+    return Interval(mean, t_quantile_975(len(values) - 1) * sem, len(values))
+
+
+@dataclass(frozen=True)
+class Run:
+    """One re-measurement of a config on a freshly started server."""
+
+    status: str  # a TrialStatus value, or "failed" for an infrastructure fault
+    output_tok_s: float | None = None
+    p95_ttft_ms: float | None = None
+    acceptance_rate: float | None = None
+    levels: tuple[tuple[int, float], ...] = ()  # (concurrency, output tok/s) per level
+    failure: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == TrialStatus.OK.value
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "status": self.status,
+            "output_tok_s": self.output_tok_s,
+            "p95_ttft_ms": self.p95_ttft_ms,
+            "acceptance_rate": self.acceptance_rate,
+            "levels": [list(level) for level in self.levels],
+            "failure": self.failure,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Run:
+        return cls(
+            status=str(data["status"]),
+            output_tok_s=_opt_float(data.get("output_tok_s")),
+            p95_ttft_ms=_opt_float(data.get("p95_ttft_ms")),
+            acceptance_rate=_opt_float(data.get("acceptance_rate")),
+            levels=tuple((int(c), float(v)) for c, v in data.get("levels") or ()),
+            failure=data.get("failure"),
+        )
+
+
+def _opt_float(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+@dataclass(frozen=True)
+class Confirmed:
+    """A trial's config, re-measured: every run and the intervals over the measured ones."""
+
+    trial: int
+    source: str
+    runs: tuple[Run, ...]
+    date: str = ""
+
+    @property
+    def measured(self) -> list[Run]:
+        return [r for r in self.runs if r.output_tok_s is not None and r.p95_ttft_ms is not None]
+
+    @property
+    def stable(self) -> bool:
+        """Every run started and was measured (no OOM, no crash): the config is repeatable."""
+        return (
+            bool(self.runs)
+            and all(r.output_tok_s is not None for r in self.runs)
+            and not any(
+                r.status in (TrialStatus.OOM.value, TrialStatus.OOM_PREDICTED.value, "failed")
+                for r in self.runs
+            )
+        )
+
+    @property
+    def output_tok_s(self) -> Interval | None:
+        values = [r.output_tok_s for r in self.measured if r.output_tok_s is not None]
+        return interval(values) if values else None
+
+    @property
+    def p95_ttft_ms(self) -> Interval | None:
+        values = [r.p95_ttft_ms for r in self.measured if r.p95_ttft_ms is not None]
+        return interval(values) if values else None
+
+    def level_tok_s(self) -> dict[int, Interval]:
+        """Output tok/s per concurrency level over the runs."""
+        by_level: dict[int, list[float]] = {}
+        for run in self.measured:
+            for concurrency, tok_s in run.levels:
+                by_level.setdefault(concurrency, []).append(tok_s)
+        return {c: interval(v) for c, v in sorted(by_level.items())}
+
+    def feasible(self, ttft_limit_ms: float) -> bool:
+        """Stable, and the mean p95 TTFT is within the limit."""
+        ttft = self.p95_ttft_ms
+        return self.stable and ttft is not None and ttft.mean <= ttft_limit_ms
+
+    def to_dict(self) -> dict[str, Any]:
+        tok_s, ttft = self.output_tok_s, self.p95_ttft_ms
+        return {
+            "trial": self.trial,
+            "source": self.source,
+            "date": self.date,
+            "runs": [r.to_dict() for r in self.runs],
+            "output_tok_s": None if tok_s is None else tok_s.to_dict(),
+            "p95_ttft_ms": None if ttft is None else ttft.to_dict(),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Confirmed:
+        return cls(
+            trial=int(data["trial"]),
+            source=str(data.get("source", Source.MEASURED.value)),
+            runs=tuple(Run.from_dict(r) for r in data.get("runs") or ()),
+            date=str(data.get("date", "")),
+        )
+
+
+def load_confirmed(study: optuna.Study) -> dict[int, Confirmed]:
+    """The study's confirmations by trial number (empty when none ran)."""
+    raw = study.user_attrs.get(CONFIRMED_ATTR) or {}
+    return {int(number): Confirmed.from_dict(entry) for number, entry in raw.items()}
+
+
+# Called after each run: (trial number, repeat index, the run).
+OnRun = Callable[[int, int, Run], None]
+
+
+def confirm(
+    study: optuna.Study,
+    space: SearchSpace,
+    backend: Backend,
+    top_n: int = 3,
+    repeats: int = 3,
+    *,
+    log_dir: Path | None = None,
+    seed: int = 0,
+    on_run: OnRun | None = None,
+    today: dt.date | None = None,
+) -> list[Confirmed]:
+    """Measures the top ``top_n`` feasible configs ``repeats`` more times each.
+
+    The candidates are the configs the picks would choose on single measurements
+    (max-throughput, balanced, min-ttft), then the next best by throughput, without
+    duplicates. Each run gets a fresh server. Results are stored with the study (merged with
+    earlier confirmations) and returned in candidate order.
+
+    Args:
+        study: the study; its space decides the workload and TTFT limit.
+        space: the study's search space.
+        backend: runs the servers (the simulator, vLLM processes or containers).
+        top_n: configs to confirm; 0 confirms nothing.
+        repeats: runs per config (at least 2 for an interval).
+        log_dir: server logs go to ``log_dir/confirm-<trial>/trial-<repeat>.log``.
+        seed: the study's seed; each run derives its own from it.
+        on_run: progress callback.
+        today: the date recorded (tests pin it).
+    """
+    if top_n < 1 or repeats < 1:
+        return []
+    candidates = confirmation_order(feasible(study))[:top_n]
+    folder = log_dir or Path("studies") / study.study_name / "logs"
+    date = (today or dt.date.today()).isoformat()
+    results = []
+    for trial in candidates:
+        runs = []
+        for repeat in range(repeats):
+            context = LaunchContext(study.study_name, repeat, folder / f"confirm-{trial.number}")
+            run = _run_once(trial, space, backend, context, _seed(seed, trial, repeat))
+            runs.append(run)
+            if on_run:
+                on_run(trial.number, repeat, run)
+        results.append(Confirmed(trial.number, backend.source.value, tuple(runs), date))
+    if backend.source is Source.MEASURED:  # real GPUs: say which, with the driver
+        record_environment(study)
+    stored = dict(study.user_attrs.get(CONFIRMED_ATTR) or {})
+    stored.update({str(c.trial): c.to_dict() for c in results})
+    study.set_user_attr(CONFIRMED_ATTR, stored)
+    return results
+
+
+def _seed(seed: int, trial: FrozenTrial, repeat: int) -> int:
+    # Trials use seed * 100_003 + number; a large odd stride keeps repeats off those seeds.
+    return seed * 100_003 + trial.number + 1_000_003 * (repeat + 1)
+
+
+def _run_once(
+    trial: FrozenTrial, space: SearchSpace, backend: Backend, context: LaunchContext, seed: int
+) -> Run:
+    view = trial_view(trial)
+    config = TrialConfig(view.server, ClientConfig(view.temperature, space.workload))
+    runner = TrialRunner(backend, space.hardware, space.ttft_limit_ms)
+    try:
+        outcome = runner.run(config, context, seed)
+    except SpectuneError as exc:  # a crash or nothing measured: the config is not repeatable
+        return Run("failed", failure=str(exc))
+    finally:
+        runner.close()  # the next repeat starts its own server
+    return _run_from(outcome)
+
+
+def _run_from(outcome: TrialOutcome) -> Run:
+    primary = outcome.primary
+    if primary is None:
+        return Run(outcome.status.value, failure=outcome.failure)
+    return Run(
+        status=outcome.status.value,
+        output_tok_s=primary.output_tok_s,
+        p95_ttft_ms=outcome.score.values[1],
+        acceptance_rate=primary.acceptance_rate,
+        levels=tuple((r.concurrency, r.output_tok_s) for r in outcome.results),
+    )

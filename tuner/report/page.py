@@ -1,0 +1,226 @@
+"""``spectune report``: one self-contained HTML page plus the charts as PNG files.
+
+The page embeds its charts (base64 ``data:`` URIs) and its style, so it opens from anywhere,
+mailed or archived, with no network and no sibling files; the PNGs are written beside it for
+slides and issues. Every number says where it came from (measured, simulated) and, where the
+config was confirmed, carries its 95 % confidence interval.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import html
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import optuna
+
+from tuner.confirm import Interval, load_confirmed
+from tuner.recommend import feasible
+from tuner.report import charts
+from tuner.report.levels import LevelChoice, best_by_draft, measured_levels, speculation_by_level
+from tuner.report.picks import PICKS, Candidate, candidates, choose
+from tuner.report.trials import Outcome, Point, points
+from tuner.space import SearchSpace
+
+__all__ = ["Report", "write_report"]
+
+_BEST_ROWS = 8
+
+
+@dataclass(frozen=True)
+class Report:
+    """What :func:`write_report` wrote."""
+
+    html: Path
+    charts: tuple[charts.Chart, ...]
+    best: tuple[Candidate, ...]  # the best-configs table, best first
+    levels: tuple[LevelChoice, ...]  # per-level speculation for the recommended draft
+
+
+def write_report(
+    study: optuna.Study, space: SearchSpace, out_dir: Path, today: dt.date | None = None
+) -> Report:
+    """Writes ``out_dir/report.html`` and the charts as ``out_dir/<name>.png``."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    trials = points(study)
+    confirmed = load_confirmed(study)
+    ranked = candidates(feasible(study), confirmed, space.ttft_limit_ms)
+    picks = {pick: choose(ranked, pick) for pick in PICKS}
+    best = picks["max-throughput"]
+    draft = best.view.draft if best is not None and best.view.server.speculative else None
+    levels = speculation_by_level(trials, draft) if draft else []
+    drawn = [
+        charts.pareto_chart(trials, confirmed, space.ttft_limit_ms, out_dir / "pareto.png"),
+        charts.k_chart(trials, out_dir / "k.png"),
+        charts.acceptance_chart(trials, out_dir / "acceptance.png"),
+        charts.memory_chart(trials, out_dir / "memory.png"),
+        charts.importance_chart(charts.param_importances(trials), out_dir / "importance.png"),
+    ]
+    if draft and len(measured_levels(trials)) > 1:
+        drawn.append(charts.levels_chart(trials, levels, draft, out_dir / "levels.png"))
+    # The best by throughput, plus whatever a pick chose further down.
+    chosen = {c.number for c in picks.values() if c is not None}
+    best_rows = [c for i, c in enumerate(ranked) if i < _BEST_ROWS or c.number in chosen]
+    page = out_dir / "report.html"
+    body = _page(study, space, trials, best_rows, picks, drawn, levels, today)
+    page.write_text(body, encoding="utf-8")
+    return Report(page, tuple(drawn), tuple(best_rows), tuple(levels))
+
+
+_CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2em auto;
+max-width:1100px;color:#222;padding:0 1em}
+h1{margin-bottom:.2em}h2{margin-top:1.6em;border-bottom:1px solid #ddd;padding-bottom:.2em}
+table{border-collapse:collapse;margin:.6em 0;font-size:.92em}
+th,td{border:1px solid #ddd;padding:.3em .6em;text-align:right}
+th{background:#f4f6f8}td.l,th.l{text-align:left}
+.charts{display:grid;grid-template-columns:repeat(auto-fit,minmax(480px,1fr));gap:1em}
+figure{margin:0;border:1px solid #eee;padding:.5em}figure img{width:100%}
+figcaption{font-size:.85em;color:#555}.muted{color:#666}.tag{font-size:.8em;
+background:#eef;border-radius:3px;padding:0 .3em;margin-left:.3em}
+"""
+
+
+def _esc(value: object) -> str:
+    return html.escape(str(value))
+
+
+def _with_ci(single: float, measured: Interval | None, digits: int) -> str:
+    if measured is None:
+        return f"{single:.{digits}f} <span class='muted'>(1 run)</span>"
+    if measured.half_width is None:
+        return f"{measured.mean:.{digits}f} <span class='muted'>(n={measured.n})</span>"
+    return (
+        f"{measured.mean:.{digits}f} ± {measured.half_width:.{digits}f} "
+        f"<span class='muted'>(95 % CI, n={measured.n})</span>"
+    )
+
+
+def _summary(study: optuna.Study, space: SearchSpace, trials: Sequence[Point]) -> str:
+    counts = {o: sum(p.outcome is o for p in trials) for o in Outcome}
+    failed = sum(t.state is optuna.trial.TrialState.FAIL for t in study.trials)
+    sources = ", ".join(sorted({p.source for p in trials})) or "n/a"
+    levels = ", ".join(map(str, space.workload.concurrency))
+    rows = [
+        ("study", study.study_name),
+        ("target", space.target.hf_id),
+        ("GPUs", space.hardware.label),
+        ("vLLM", f"{space.version} ({space.vllm_image})"),
+        ("workload", f"{space.workload.prompt_set}, concurrency {levels}"),
+        ("p95 TTFT limit", f"{space.ttft_limit_ms:.0f} ms"),
+        (
+            "trials",
+            f"{len(study.trials)}: {counts[Outcome.FEASIBLE]} feasible, "
+            f"{counts[Outcome.OVER_TTFT]} over the TTFT limit, {counts[Outcome.OOM]} OOM, "
+            f"{failed} failed",
+        ),
+        ("numbers", sources),
+    ]
+    cells = "".join(
+        f"<tr><th class='l'>{_esc(k)}</th><td class='l'>{_esc(v)}</td></tr>" for k, v in rows
+    )
+    return f"<table id='summary'>{cells}</table>"
+
+
+def _best_table(best: Sequence[Candidate], picks: dict[str, Candidate | None]) -> str:
+    if not best:
+        return "<p id='best'>No feasible config yet: run more trials or relax the TTFT limit.</p>"
+    head = (
+        "<tr><th>trial</th><th class='l'>draft</th><th>K</th><th>gpu-mem</th><th>batched</th>"
+        "<th>temp</th><th>output tok/s</th><th>p95 TTFT ms</th><th>accept</th>"
+        "<th class='l'>source</th><th class='l'>pick</th></tr>"
+    )
+    rows = []
+    for c in best:
+        server = c.view.server
+        tags = "".join(
+            f"<span class='tag'>{_esc(p)}</span>"
+            for p, chosen in picks.items()
+            if chosen is not None and chosen.number == c.number
+        )
+        accept = c.view.acceptance_rate
+        source = c.view.source + (" · confirmed" if c.confirmed else "")
+        rows.append(
+            f"<tr data-trial='{c.number}'><td>{c.number}</td>"
+            f"<td class='l'>{_esc(c.view.draft)}</td><td>{server.k or '-'}</td>"
+            f"<td>{server.gpu_memory_utilization:.2f}</td><td>{server.max_num_batched_tokens}</td>"
+            f"<td>{c.view.temperature:.2f}</td>"
+            f"<td>{_with_ci(c.view.output_tok_s, c.tok_s_interval, 1)}</td>"
+            f"<td>{_with_ci(c.view.p95_ttft_ms, c.ttft_interval, 0)}</td>"
+            f"<td>{'-' if accept is None else f'{accept * 100:.1f} %'}</td>"
+            f"<td class='l'>{_esc(source)}</td><td class='l'>{tags}</td></tr>"
+        )
+    note = (
+        "Confirmed configs were measured again on fresh servers; their numbers are the mean "
+        "and Student-t 95 % interval of those runs."
+        if any(c.confirmed for c in best)
+        else "Single measurements, not confirmed: run <code>spectune confirm</code> for "
+        "repeat runs with confidence intervals."
+    )
+    return f"<table id='best'>{head}{''.join(rows)}</table><p class='muted'>{note}</p>"
+
+
+def _levels_section(trials: Sequence[Point], levels: Sequence[LevelChoice]) -> str:
+    table = best_by_draft(trials)
+    if len(table) < 2:
+        return "<p class='muted'>The workload measures one concurrency level.</p>"
+    drafts = sorted({d for row in table.values() for d in row}, key=lambda d: (d != "none", d))
+    head = "<tr><th>concurrency</th>" + "".join(f"<th>{_esc(d)}</th>" for d in drafts)
+    head += "<th class='l'>speculation</th></tr>" if levels else "</tr>"
+    chosen = {c.concurrency: c for c in levels}
+    rows = []
+    for concurrency, row in table.items():
+        cells = "".join(
+            "<td>-</td>"
+            if d not in row
+            else f"<td>{row[d][1]:.1f}" + (f" (K={row[d][0]})" if row[d][0] else "") + "</td>"
+            for d in drafts
+        )
+        decision = ""
+        if levels and concurrency in chosen:
+            c = chosen[concurrency]
+            decision = f"<td class='l'>{'off' if c.k == 0 else f'K={c.k}'}</td>"
+        rows.append(f"<tr><td>{concurrency}</td>{cells}{decision}</tr>")
+    return (
+        f"<table id='levels'>{head}{''.join(rows)}</table><p class='muted'>Best output tok/s "
+        "per draft at each level (with its K). The last column is the recommended draft's best "
+        "K at each level; vLLM 0.24+ takes it as num_speculative_tokens_per_batch_size "
+        "(<code>spectune export</code> writes it).</p>"
+    )
+
+
+def _figure(chart: charts.Chart) -> str:
+    data = base64.b64encode(chart.path.read_bytes()).decode("ascii")
+    return (
+        f"<figure id='chart-{chart.name}' data-points='{chart.points}'>"
+        f"<img alt='{_esc(chart.title)}' src='data:image/png;base64,{data}'>"
+        f"<figcaption><b>{_esc(chart.title)}</b> ({chart.points} drawn). "
+        f"{_esc(chart.caption)}</figcaption></figure>"
+    )
+
+
+def _page(
+    study: optuna.Study,
+    space: SearchSpace,
+    trials: Sequence[Point],
+    best: Sequence[Candidate],
+    picks: dict[str, Candidate | None],
+    drawn: Sequence[charts.Chart],
+    levels: Sequence[LevelChoice],
+    today: dt.date | None,
+) -> str:
+    date = (today or dt.date.today()).isoformat()
+    figures = "".join(_figure(c) for c in drawn)
+    return (
+        "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
+        f"<title>spectune report: {_esc(study.study_name)}</title><style>{_CSS}</style></head>"
+        f"<body><h1>spectune report: {_esc(study.study_name)}</h1>"
+        f"<p class='muted'>Written {date}.</p>{_summary(study, space, trials)}"
+        f"<h2>Best configs</h2>{_best_table(best, picks)}"
+        f"<h2>Charts</h2><div class='charts'>{figures}</div>"
+        f"<h2>Speculation per load level</h2>{_levels_section(trials, levels)}"
+        "</body></html>\n"
+    )

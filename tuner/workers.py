@@ -1,0 +1,182 @@
+"""Several workers on one study: Optuna's own distributed mode, no scheduler of ours.
+
+Every worker opens the same database, reads the search space stored with the study, and runs
+trials until the study's budget is used up (``tuner.storage`` enforces it where trials are
+created). ``spawn_workers`` starts N of them on one host, each on its own GPUs; on other hosts
+``spectune worker`` joins the same study.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from tuner.backends import BackendOptions, backend_factory
+from tuner.errors import ConfigError, SpectuneError
+from tuner.hardware import Hardware
+from tuner.storage import is_sqlite, open_storage, study_names
+from tuner.study import StudyOptions, make_sampler, open_study, run_trials
+
+__all__ = ["WorkerRequest", "check_parallel_storage", "gpu_slices", "run_worker", "spawn_workers"]
+
+
+@dataclass(frozen=True)
+class WorkerRequest:
+    study: str
+    storage: str
+    backend: str
+    studies_dir: Path
+    options: BackendOptions
+    sampler: str = "tpe"
+    hardware: Hardware | None = None  # what this host has, when the user says so
+
+
+def run_worker(request: WorkerRequest, detected: Hardware | None = None) -> None:
+    """Joins ``request.study`` and runs trials until its budget is used up.
+
+    Args:
+        request: which study, where, and how this worker runs servers.
+        detected: the GPUs NVML found on this host, if any.
+
+    Raises:
+        ConfigError: the study does not exist, or this host's GPUs differ from the study's.
+    """
+    build_backend = backend_factory(request.backend)
+    storage = open_storage(request.storage)
+    if request.study not in study_names(storage):
+        raise ConfigError(
+            f"no study {request.study!r} in {request.storage}: create it first with "
+            "spectune optimize --study NAME --storage URL (or check the name)"
+        )
+    sampler = make_sampler(request.sampler, request.options.seed)
+    study, space = open_study(request.study, storage, None, sampler)
+    for have in (request.hardware, detected):
+        if have is not None and have != space.hardware:
+            raise ConfigError(
+                f"this worker has {have.label} but study {request.study!r} tunes "
+                f"{space.hardware.label}: run the worker on matching GPUs (pick them with --gpus)"
+            )
+    folder = request.studies_dir / request.study
+    options = StudyOptions(None, request.options.seed, folder / "logs", space.ttft_limit_ms,
+                           worker=request.options.worker)
+    run_trials(study, space, build_backend(space, request.options), options)
+
+
+def gpu_slices(workers: int, gpus_per_trial: int) -> list[tuple[int, ...]]:
+    """GPU indices per worker: worker i gets [i*K, (i+1)*K)."""
+    return [tuple(range(i * gpus_per_trial, (i + 1) * gpus_per_trial)) for i in range(workers)]
+
+
+def worker_argv(request: WorkerRequest) -> list[str]:
+    """The ``spectune worker`` command line that runs ``request`` in a child process."""
+    o = request.options
+    argv = [
+        sys.executable,
+        "-m",
+        "tuner",
+        "worker",
+        "--study",
+        request.study,
+        "--storage",
+        request.storage,
+        "--backend",
+        request.backend,
+        "--studies-dir",
+        str(request.studies_dir),
+        "--sampler",
+        request.sampler,
+        "--seed",
+        str(o.seed),
+        "--worker-id",
+        o.worker,
+        "--vllm-command",
+        " ".join(o.vllm_command),
+    ]
+    if o.gpus is not None:
+        argv += ["--gpus", ",".join(str(g) for g in o.gpus)]
+    if o.image:
+        argv += ["--image", o.image]
+    if o.sim_speed:
+        argv += ["--sim-speed", str(o.sim_speed)]
+    for host, container in o.docker_volumes:
+        argv += ["--docker-volume", f"{host}:{container}"]
+    return argv
+
+
+def check_parallel_storage(storage: str, workers: int) -> None:
+    """SQLite takes one writer and no other hosts: several workers need PostgreSQL."""
+    if workers > 1 and is_sqlite(storage):
+        raise ConfigError(
+            f"--workers {workers} needs PostgreSQL: pass --storage "
+            "postgresql+psycopg://user:password@host/db (SQLite takes one worker)"
+        )
+
+
+def spawn_workers(
+    base: WorkerRequest,
+    workers: int,
+    gpus_per_trial: int,
+    on_tick: Callable[[], None] | None = None,
+    poll_s: float = 1.0,
+) -> None:
+    """Runs ``workers`` worker processes on this host and waits for all of them.
+
+    SQLite cannot take several writers reliably and has no server for workers on other hosts,
+    so several workers need PostgreSQL (or another server database).
+
+    Raises:
+        ConfigError: several workers on SQLite.
+        SpectuneError: a worker failed; its log file is named.
+    """
+    check_parallel_storage(base.storage, workers)
+    logs = base.studies_dir / base.study / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    children: list[tuple[subprocess.Popen[bytes], Path]] = []
+    try:
+        for index, gpus in enumerate(gpu_slices(workers, gpus_per_trial)):
+            options = replace(
+                base.options, gpus=gpus, worker=str(index), seed=base.options.seed + index
+            )
+            log = logs / f"worker-{index}.log"
+            with log.open("wb") as out:
+                child = subprocess.Popen(
+                    worker_argv(replace(base, options=options)),
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    env={**os.environ, "COLUMNS": "160"},
+                )
+            children.append((child, log))
+        while any(child.poll() is None for child, _ in children):
+            if on_tick:
+                on_tick()
+            time.sleep(poll_s)
+    finally:
+        _terminate([child for child, _ in children])
+    failed = [(log, child.returncode) for child, log in children if child.returncode != 0]
+    if failed:
+        log, code = failed[0]
+        last = [line for line in log.read_text(errors="replace").splitlines() if line.strip()]
+        raise SpectuneError(
+            f"{len(failed)} of {workers} workers failed (exit {code}): "
+            f"{last[-1] if last else 'no output'}; see {log}"
+        )
+
+
+def _terminate(children: Sequence[subprocess.Popen[bytes]], timeout_s: float = 30.0) -> None:
+    """SIGTERM every live worker (they stop their servers), then SIGKILL stragglers."""
+    live = [c for c in children if c.poll() is None]
+    for child in live:
+        child.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    for child in live:
+        try:
+            child.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
