@@ -19,6 +19,10 @@ What is measured, per level
     - ``client CPU %``: the load generator's CPU time (user + system) over that wall time
       (``time.process_time`` in this process; for ``vllm bench serve``, its process's CPU time
       read from ``/proc`` over the window in which the server's token counter moved);
+    - ``tok per client CPU-s``: tokens over the client's CPU time, what one core sustains when
+      the client is the bottleneck; unlike ``tok/s`` it holds on a machine whose cores other
+      work shares (both CPU columns well under 100 % show such contention);
+    - ``server CPU %``: the fake server's share of its core over the same window;
     - ``tokens/chunk``: from the server's counters (``vllm:generation_tokens_total`` over
       ``spectune_sim_stream_chunks_total``), 1.0 when every token had its own chunk;
     - ``error %``: tokens the client counted against the tokens the server says it sent
@@ -32,7 +36,9 @@ builds in seconds. Its numbers include its own per-request start-up (it imports 
 10 s, outside the measured window).
 
 The bar (from the issue): at high concurrency the load generator keeps up with at least 10,000
-tokens/s on one core with under 1 % error. The script exits 1 when that fails.
+tokens/s on one core with under 1 % error. It is checked at the highest concurrency level, as
+tokens per client CPU-second (so a busy machine does not fail it), and the script exits 1 when
+it is missed.
 """
 
 from __future__ import annotations
@@ -87,6 +93,11 @@ class Row:
     @property
     def tok_s(self) -> float:
         return self.tokens / self.wall_s if self.wall_s else 0.0
+
+    @property
+    def tok_per_cpu_s(self) -> float:
+        """What one core sustains when the client is the bottleneck: tokens per CPU-second."""
+        return self.tokens / self.cpu_s if self.cpu_s else 0.0
 
     @property
     def cpu_pct(self) -> float:
@@ -236,14 +247,14 @@ def table(rows: Sequence[Row]) -> str:
     """The Markdown table of every row."""
     lines = [
         "| concurrency | load generator | requests (failed) | tokens | wall s | tok/s "
-        "| tokens/chunk | client CPU % | server CPU % | error % |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| tokens/chunk | client CPU % | tok per client CPU-s | server CPU % | error % |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in sorted(rows, key=lambda r: (r.concurrency, r.tool != "spectune")):
         lines.append(
             f"| {r.concurrency} | {r.tool} | {r.requests} ({r.failed}) | {r.tokens:,} "
             f"| {r.wall_s:.2f} | {r.tok_s:,.0f} | {r.tokens_per_chunk:.2f} | {r.cpu_pct:.0f} "
-            f"| {r.server_cpu_pct:.0f} | {r.error_pct:.2f} |"
+            f"| {r.tok_per_cpu_s:,.0f} | {r.server_cpu_pct:.0f} | {r.error_pct:.2f} |"
         )
     return "\n".join(lines)
 
@@ -290,13 +301,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"\n(vllm bench serve skipped: no {venv}/bin/vllm or --no-vllm)")
     ours = [r for r in rows if r.tool == "spectune"]
     best = max(ours, key=lambda r: r.tok_s)
+    high = max(ours, key=lambda r: r.concurrency)
     worst_error = max(r.error_pct for r in ours)
-    ok = best.tok_s >= BAR_TOK_S and worst_error < BAR_ERROR_PCT
+    ok = high.tok_per_cpu_s >= BAR_TOK_S and worst_error < BAR_ERROR_PCT
     print(
-        f"\nspectune's load generator: best {best.tok_s:,.0f} tok/s (concurrency "
-        f"{best.concurrency}) on one core, worst error {worst_error:.2f} %: "
-        f"{'meets' if ok else 'misses'} the bar (>= {BAR_TOK_S:,.0f} tok/s, < {BAR_ERROR_PCT} %). "
-        f"{time.monotonic() - began:.0f} s in all."
+        f"\nspectune's load generator: best {best.tok_s:,.0f} tok/s wall (concurrency "
+        f"{best.concurrency}); at concurrency {high.concurrency} one core sustains "
+        f"{high.tok_per_cpu_s:,.0f} tok per CPU-second; worst error {worst_error:.2f} %: "
+        f"{'meets' if ok else 'misses'} the bar (>= {BAR_TOK_S:,.0f} tok/s on one core, "
+        f"< {BAR_ERROR_PCT} %). {time.monotonic() - began:.0f} s in all."
     )
     return 0 if ok else 1
 

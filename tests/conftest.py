@@ -7,8 +7,12 @@ instead: a tier that silently skips there would be a tier that does not exist.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
+from testbed import TinyModels, build_tiny_models, require_vllm, vllm_command, vllm_env
+
+from tuner.vllm_args import VllmVersion, detect_version
 
 
 def require(condition: bool, what: str) -> None:
@@ -18,3 +22,28 @@ def require(condition: bool, what: str) -> None:
     if os.environ.get("CI"):
         pytest.fail(f"{what} is required in CI but is not available", pytrace=False)
     pytest.skip(f"{what} not available")
+
+
+# Real vLLM on the CPU: built once per session and shared by every tier that needs it.
+
+
+@pytest.fixture(scope="session")
+def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> TinyModels:
+    """The tiny target and draft, built once per session (skips without real vLLM)."""
+    require_vllm()
+    return build_tiny_models(tmp_path_factory.mktemp("tiny-models"))
+
+
+@pytest.fixture(scope="session")
+def vllm_cache_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("vllm-cache")
+
+
+@pytest.fixture(scope="session")
+def real_vllm_version(
+    vllm_cache_root: Path, tmp_path_factory: pytest.TempPathFactory
+) -> VllmVersion:
+    """``vllm --version`` of the installed build, asked once (it imports vLLM: about 10 s)."""
+    require_vllm()
+    env = vllm_env(tmp_path_factory.mktemp("vllm-version"), vllm_cache_root)
+    return detect_version(vllm_command(), env={**os.environ, **env})

@@ -87,7 +87,7 @@ def optimize(
     options = replace(request.backend_options, study=request.study, seed=request.seed)
     extend_budget(study, request.trials)
     if request.workers == 1:
-        if request.gpus_per_trial is not None:
+        if request.gpus_per_trial is not None and options.gpus is None:
             options = replace(options, gpus=gpu_slices(1, per_trial)[0])
         run_trials(
             study,

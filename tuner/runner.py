@@ -96,7 +96,7 @@ class TrialRunner:
                 for index, level in enumerate(config.client.workload.concurrency)
             )
         except MeasurementError:
-            self.close()  # the server may be broken: the next trial starts a fresh one
+            self._stop_server()  # the server may be broken: the next trial starts a fresh one
             raise
         return TrialOutcome(
             config,
@@ -110,12 +110,16 @@ class TrialRunner:
     def _ensure_server(self, server: ServerConfig, context: LaunchContext) -> tuple[Endpoint, bool]:
         if self._endpoint is not None and server == self._running:
             return self._endpoint, False
-        self.close()
+        self._stop_server()
         endpoint = self.backend.launcher.start(server, context)
         self._running, self._endpoint = server, endpoint
         return endpoint, True
 
-    def close(self) -> None:
-        """Stops the running server, if any."""
+    def _stop_server(self) -> None:
         self._running, self._endpoint = None, None
         self.backend.launcher.stop()
+
+    def close(self) -> None:
+        """Stops the running server and releases everything the launcher holds."""
+        self._running, self._endpoint = None, None
+        self.backend.launcher.close()

@@ -31,14 +31,15 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import optuna
 
 from tuner.errors import StartupFailure
 from tuner.models import ModelSpec
-from tuner.sim.engine import predict
+from tuner.results import TrialResult
+from tuner.sim.engine import INPUT_SPREAD, predict
 from tuner.sim.memory import estimate_memory
 from tuner.space import NO_DRAFT, Range, SearchSpace
 from tuner.trial_config import TrialConfig
@@ -65,6 +66,8 @@ _MAX_VARIANTS = 2
 _SHORTLIST = 4
 # A float range without a step is screened at this many equal intervals.
 _FLOAT_INTERVALS = 10
+# Halvings of the interval when finding how much memory a config has to spare (~1 MiB).
+_BISECTIONS = 15
 
 Pair = tuple[str, int]  # (draft, K); K is 0 without speculation
 
@@ -78,14 +81,16 @@ class Prediction:
         config: the trial config those parameters make.
         output_tok_s: predicted output throughput at the workload's first concurrency level.
         p95_ttft_ms: predicted p95 time to first token (inf when no request completes).
-        kv_tokens: tokens of context the predicted KV cache holds.
+        tail_ttft_ms: the same for prompts as long as the longest the simulator sends.
+        headroom_gib: memory a start-up may need beyond the model before it fails.
     """
 
     params: dict[str, Any]
     config: TrialConfig
     output_tok_s: float
     p95_ttft_ms: float
-    kv_tokens: int
+    tail_ttft_ms: float
+    headroom_gib: float
 
     @property
     def pair(self) -> Pair:
@@ -189,23 +194,30 @@ class _Screen:
         self.space = space
         self.temperatures = _temperatures(space)
         self.concurrency = space.workload.concurrency[0]
+        # p95 TTFT is set by the longest prompts, while a noise-free prediction sends prompts of
+        # the mean length; the screen also predicts prompts as long as the simulator's longest.
+        self.tail = replace(
+            space.workload, input_tokens=round(space.workload.input_tokens * (1 + INPUT_SPREAD))
+        )
         self.drafts: dict[str, ModelSpec | None] = {d: space.draft_model(d) for d in space.drafts}
         self.done: dict[tuple[Pair, float, int, float], Prediction | None] = {}
-        # Memory settings (utilization, batched tokens) that fit each pair with the margin.
-        self.safe: dict[Pair, list[tuple[float, int]]] = {}
+        # Memory to spare (GiB) of every memory setting (utilization, batched tokens) that fits
+        # each pair with the safety margin.
+        self.safe: dict[Pair, dict[tuple[float, int], float]] = {}
         for draft in space.drafts:
             for k in _ks(space, draft):
-                settings = [
-                    (util, mnbt)
+                headroom = {
+                    (util, mnbt): self._headroom((draft, k), util, mnbt)
                     for util in _values(space.gpu_memory_utilization)
                     for mnbt in space.max_num_batched_tokens
-                    if self._fits((draft, k), util, mnbt)
-                ]
-                if settings:
-                    self.safe[(draft, k)] = settings
+                }
+                safe = {s: h for s, h in headroom.items() if h >= SAFETY_MARGIN_GIB}
+                if safe:
+                    self.safe[(draft, k)] = safe
 
     def run(self) -> list[Prediction]:
-        # Acceptance never rises with temperature, so the lowest one shows each pair's best;
+        """Runs the stages; returns every prediction made, best first."""
+        # Acceptance never rises with temperature, so the lowest one shows what a pair can do;
         # the most generous safe setting (most KV cache, largest prefill chunks) likewise.
         coldest = min(self.temperatures)
         reference = {pair: max(settings) for pair, settings in self.safe.items()}
@@ -214,35 +226,60 @@ class _Screen:
         stage2 = [
             self._predict(pair, *reference[pair], t) for pair in pairs for t in self.temperatures
         ]
-        for top in self._best(stage2)[:_SHORTLIST]:
-            self._tune_memory(top)
+        ranked = self._best(stage2)
+        if not ranked:
+            return []
+        setting = self._tune_memory(ranked[0])
+        # The memory setting that suits the best pair suits the others too (memory settings act
+        # through KV capacity and prefill chunking, which the pairs share); each pair's best
+        # temperature so far goes with it.
+        temperature = {p.pair: p.config.client.temperature for p in reversed(self._best(
+            list(self.done.values())))}
+        for pair, settings in self.safe.items():
+            if setting in settings:
+                self._predict(pair, *setting, temperature.get(pair, coldest))
         return self._best(list(self.done.values()))
 
     def _best(self, predictions: list[Prediction | None]) -> list[Prediction]:
         return _best(predictions, self.space.ttft_limit_ms)
 
-    def _tune_memory(self, top: Prediction) -> None:
+    def _tune_memory(self, top: Prediction) -> tuple[float, int]:
         """Coordinate search over the safe settings: utilization first, then batched tokens."""
         pair, temperature = top.pair, top.config.client.temperature
+        settings = self.safe[pair]
         mnbt = top.config.server.max_num_batched_tokens
-        by_util = self._best(
-            [self._predict(pair, u, m, temperature) for u, m in self.safe[pair] if m == mnbt]
-        )
-        if not by_util:
-            return
-        util = by_util[0].params["gpu_memory_utilization"]
-        for u, m in self.safe[pair]:
-            if u == util:
-                self._predict(pair, u, m, temperature)
+        by_util = self._best([self._predict(pair, u, m, temperature) for u, m in settings
+                              if m == mnbt])
+        util = by_util[0].config.server.gpu_memory_utilization if by_util else top.params[
+            "gpu_memory_utilization"]
+        by_mnbt = self._best([self._predict(pair, u, m, temperature) for u, m in settings
+                              if u == util])
+        best = by_mnbt[0] if by_mnbt else top
+        return best.params["gpu_memory_utilization"], best.config.server.max_num_batched_tokens
 
-    def _fits(self, pair: Pair, util: float, mnbt: int) -> bool:
-        config = self._config(pair, util, mnbt, self.temperatures[0])
+    def _headroom(self, pair: Pair, util: float, mnbt: int) -> float:
+        """GiB a start-up may use beyond the memory model before it fails (< 0: it fails).
+
+        The least of two slacks: memory outside vLLM's budget (found by bisection on the
+        model's hidden-overhead input), and KV cache beyond one ``max-model-len`` request.
+        """
+        server = self._config(pair, util, mnbt, self.temperatures[0]).server
         draft = self.drafts[pair[0]]
-        memory = estimate_memory(
-            self.space.hardware, self.space.target, draft, config.server,
-            jitter_gib=SAFETY_MARGIN_GIB,
-        )
-        return memory.fits
+
+        def fits(extra_gib: float) -> bool:
+            return estimate_memory(
+                self.space.hardware, self.space.target, draft, server, jitter_gib=extra_gib
+            ).fits
+
+        memory = estimate_memory(self.space.hardware, self.space.target, draft, server)
+        if not memory.fits:
+            return -1.0
+        low, high = 0.0, memory.gpu_total_gib
+        for _ in range(_BISECTIONS):
+            middle = (low + high) / 2
+            low, high = (middle, high) if fits(middle) else (low, middle)
+        kv_slack = memory.kv_cache_gib * (1 - server.max_model_len / memory.kv_tokens)
+        return min(low, kv_slack)
 
     def _config(self, pair: Pair, util: float, mnbt: int, temperature: float) -> TrialConfig:
         draft, k = pair
@@ -250,34 +287,46 @@ class _Screen:
 
     def _predict(self, pair: Pair, util: float, mnbt: int, temperature: float) -> Prediction | None:
         key = (pair, util, mnbt, temperature)
-        if key in self.done:
-            return self.done[key]
+        if key not in self.done:
+            self.done[key] = self._forecast(pair, util, mnbt, temperature)
+        return self.done[key]
+
+    def _forecast(self, pair: Pair, util: float, mnbt: int, temperature: float
+                  ) -> Prediction | None:
         config = self._config(pair, util, mnbt, temperature)
-        params = _params(self.space, pair[0], pair[1], util, mnbt, temperature)
         draft = self.drafts[pair[0]]
-        memory = estimate_memory(self.space.hardware, self.space.target, draft, config.server)
+        args = (self.space.hardware, self.space.target, draft, config.server, temperature)
         try:
-            result = predict(
-                self.space.hardware, self.space.target, draft, config.server,
-                config.client.temperature, config.client.workload, self.concurrency,
-            )
+            result = predict(*args, config.client.workload, self.concurrency)
+            tail = predict(*args, self.tail, self.concurrency)
         except StartupFailure:  # cannot happen for a safe setting; skipped, not guessed at
-            prediction = None
-        else:
-            ttft = result.ttft_ms(95)
-            prediction = Prediction(
-                params, config, result.output_tok_s,
-                math.inf if ttft is None else ttft, memory.kv_tokens,
-            )
-        self.done[key] = prediction
-        return prediction
+            return None
+        return Prediction(
+            params=_params(self.space, pair[0], pair[1], util, mnbt, temperature),
+            config=config,
+            output_tok_s=result.output_tok_s,
+            p95_ttft_ms=_ttft(result),
+            tail_ttft_ms=_ttft(tail),
+            headroom_gib=self.safe[pair][(util, mnbt)],
+        )
+
+
+def _ttft(result: TrialResult) -> float:
+    ttft = result.ttft_ms(95)
+    return math.inf if ttft is None else ttft
 
 
 def _best(predictions: list[Prediction | None], ttft_limit_ms: float) -> list[Prediction]:
-    """Best first: within the TTFT limit, then faster, then lower TTFT, then more KV cache."""
+    """Best first: within the TTFT limit (for long prompts too), faster, sooner, safer."""
     return sorted(
         (p for p in predictions if p is not None),
-        key=lambda p: (p.p95_ttft_ms > ttft_limit_ms, -p.output_tok_s, p.p95_ttft_ms, -p.kv_tokens),
+        key=lambda p: (
+            p.p95_ttft_ms > ttft_limit_ms,
+            p.tail_ttft_ms > ttft_limit_ms,
+            -p.output_tok_s,
+            p.tail_ttft_ms,
+            -p.headroom_gib,
+        ),
     )
 
 

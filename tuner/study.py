@@ -21,7 +21,7 @@ from optuna.storages import fail_stale_trials
 from optuna.trial import FrozenTrial, TrialState
 
 from tuner.backends import Backend
-from tuner.errors import ConfigError, SpectuneError, StartupFailure
+from tuner.errors import ConfigError, LaunchError, MeasurementError, SpectuneError, StartupFailure
 from tuner.launch.base import LaunchContext
 from tuner.results import Source
 from tuner.runner import TrialOutcome, TrialRunner
@@ -53,8 +53,9 @@ _SPACE_ATTR = "space"
 def make_sampler(name: str, seed: int | None) -> optuna.samplers.BaseSampler:
     """Samplers by name. Optuna 5 samplers read the constraints set on each trial."""
     if name == "tpe":
-        return optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True,
-                                          n_startup_trials=8)
+        return optuna.samplers.TPESampler(
+            seed=seed, multivariate=True, group=True, n_startup_trials=8
+        )
     if name == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     if name == "gp":
@@ -160,7 +161,10 @@ def run_trials(
     try:
         while True:
             try:
-                study.optimize(objective, n_trials=options.trials, catch=(SpectuneError,))
+                # A config error (no image, bad flag) stops the study; one trial's fault does not.
+                study.optimize(
+                    objective, n_trials=options.trials, catch=(LaunchError, MeasurementError)
+                )
                 return
             except BudgetExhausted:
                 if not _await_unfinished(study):

@@ -14,7 +14,7 @@ from pathlib import Path
 import docker
 import httpx
 import pytest
-from testbed import TinyModels, build_tiny_models, cpu_server_config, require_vllm, vllm_venv
+from testbed import TinyModels, cpu_server_config, vllm_venv
 
 from tuner.errors import FailureKind, StartupFailure
 from tuner.launch.base import LaunchContext
@@ -22,13 +22,6 @@ from tuner.launch.docker import LABEL_STUDY, DockerLauncher
 from tuner.vllm_args import parse_version
 
 pytestmark = [pytest.mark.docker, pytest.mark.vllm]
-
-
-@pytest.fixture(scope="session")
-def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> TinyModels:
-    """The tiny target and draft, built once per session (skips without real vLLM)."""
-    require_vllm()
-    return build_tiny_models(tmp_path_factory.mktemp("tiny-models"))
 
 
 @pytest.fixture

@@ -146,11 +146,17 @@ def run_chromium(
 
 
 def ink(png: Path, box: tuple[int, int, int, int] | None = None) -> float:
-    """The fraction of pixels in ``box`` that are not near-white: how much a picture holds."""
+    """The fraction of coloured pixels in ``box``: drawn data, not axes, text or background.
+
+    Markers, lines and bars are drawn in colour; frames, grids and labels are grey or black.
+    """
+    import numpy as np
     from PIL import Image
 
     with Image.open(png) as image:
-        region = image.convert("L").crop(box) if box else image.convert("L")
-        histogram = region.histogram()
-    total = sum(histogram)
-    return sum(histogram[:235]) / total if total else 0.0
+        region = image.convert("RGB").crop(box) if box else image.convert("RGB")
+        pixels = np.asarray(region, dtype=np.int16)
+    if pixels.size == 0:
+        return 0.0
+    chroma = pixels.max(axis=2) - pixels.min(axis=2)
+    return float((chroma > 60).mean())

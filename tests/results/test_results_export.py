@@ -172,9 +172,10 @@ def test_older_vllm_dialects_get_their_flags_and_the_table_as_a_comment(
     with pytest.raises(ConfigError, match="cannot speculate with a separate draft model"):
         export(study, _versioned(space, "0.12.0"), "compose")
     # 0.23 has nested YAML but no per-batch-size table yet.
-    assert "num_speculative_tokens_per_batch_size" not in export(
-        study, _versioned(space, "0.23.0"), "vllm"
-    ).text.split("use: ")[1]
+    assert (
+        "num_speculative_tokens_per_batch_size"
+        not in export(study, _versioned(space, "0.23.0"), "vllm").text.split("use: ")[1]
+    )
 
 
 def test_picks(levels: StudyCopy) -> None:

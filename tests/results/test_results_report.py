@@ -50,13 +50,13 @@ def test_report_is_self_contained_and_every_chart_holds_data(
     assert by_name["acceptance"].points == sum(p.acceptance_rate is not None for p in found)
     assert by_name["importance"].points == 10  # five parameters, two objectives
     assert by_name["levels"].points > 0
-    # Drawn data shows as ink: compare each PNG with the same chart drawn empty.
+    # Drawn data shows as colour: an empty chart has next to none.
     empty = charts.pareto_chart([], {}, space.ttft_limit_ms, tmp_path / "empty.png")
-    assert empty.points == 0
+    assert empty.points == 0 and ink(empty.path) < 0.001
     for chart in report.charts:
         assert chart.path == tmp_path / "out" / f"{chart.name}.png"
         assert chart.path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-        assert ink(chart.path) > 1.3 * ink(empty.path), chart.name
+        assert ink(chart.path) > 0.002, chart.name
 
     text = report.html.read_text()
     tags = _tags(text)
@@ -118,12 +118,9 @@ def test_report_renders_in_headless_chromium(
         f"--screenshot={shot}",
     )
     assert shot.is_file(), done.stderr[-2000:]
-    # Title and tables at the top; the charts below hold plenty of drawn pixels.
-    assert ink(shot, (0, 0, 1200, 700)) > 0.02
-    assert ink(shot, (0, 800, 1200, 2800)) > 0.08
-    dom = run_chromium(
-        chromium, tmp_path / "profile", report.html.as_uri(), "--dump-dom"
-    ).stdout
+    # The charts (below the tables) show their data in colour; the page is more than blank.
+    assert ink(shot, (0, 800, 1200, 2800)) > 0.004
+    dom = run_chromium(chromium, tmp_path / "profile", report.html.as_uri(), "--dump-dom").stdout
     assert "spectune report: levels" in dom
     rendered = re.findall(r'<figure id="chart-(\w+)" data-points="(\d+)"', dom)
     assert {name for name, _ in rendered} == CHARTS

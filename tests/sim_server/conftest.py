@@ -1,70 +1,24 @@
-"""Fixtures for the fake vLLM server tests: the server as a real subprocess on a free port."""
+"""Fixtures for the fake vLLM server tests (helpers live in ``fake_server_support``)."""
 
 from __future__ import annotations
 
-import json
 import os
-import signal
-import socket
 import subprocess
-import sys
-import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
+from fake_server_support import (
+    SERVER,
+    SPEED,
+    TARGET,
+    RunningServer,
+    StartServer,
+    free_port,
+    wait_ready,
+)
 
 from tuner.launch.base import LaunchContext
-
-SERVER = (sys.executable, "-m", "tuner.sim.server")
-TARGET = "Qwen/Qwen2.5-14B-Instruct-AWQ"
-DRAFT = "Qwen/Qwen2.5-0.5B-Instruct"
-SPEC = json.dumps({"method": "draft_model", "model": DRAFT, "num_speculative_tokens": 4})
-# Fast enough that a 16-token request takes a few milliseconds, slow enough to stay real time.
-SPEED = "50"
-_READY_S = 15.0
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
-
-
-@dataclass
-class RunningServer:
-    """A fake server subprocess; ``log`` reads what it printed so far."""
-
-    proc: subprocess.Popen[bytes]
-    port: int
-    log_path: Path
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def log(self) -> str:
-        return self.log_path.read_text()
-
-    def stop(self) -> float:
-        """SIGTERM; returns how long the server took to exit (0 when it had exited already)."""
-        if self.proc.poll() is not None:
-            return 0.0
-        began = time.monotonic()
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-            raise
-        return time.monotonic() - began
-
-
-StartServer = Callable[..., RunningServer]
 
 
 @pytest.fixture
@@ -91,26 +45,12 @@ def start_server(tmp_path: Path) -> Iterator[StartServer]:
         server = RunningServer(proc, port, log_path)
         started.append(server)
         if wait:
-            _wait_ready(server)
+            wait_ready(server)
         return server
 
     yield start
     for server in started:
         server.stop()
-
-
-def _wait_ready(server: RunningServer) -> None:
-    deadline = time.monotonic() + _READY_S
-    while time.monotonic() < deadline:
-        if server.proc.poll() is not None:
-            raise AssertionError(f"server exited with {server.proc.returncode}:\n{server.log()}")
-        try:
-            if httpx.get(f"{server.base_url}/health", timeout=1.0).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.02)
-    raise AssertionError(f"server not ready within {_READY_S} s:\n{server.log()}")
 
 
 @pytest.fixture

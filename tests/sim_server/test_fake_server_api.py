@@ -7,7 +7,7 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import DRAFT, SPEC, SPEED, TARGET, StartServer
+from fake_server_support import DRAFT, SPEC, TARGET, StartServer
 
 from tuner.bench.measure import measure_endpoint
 from tuner.bench.metrics import MetricsSnapshot, spec_decode_delta
@@ -166,19 +166,21 @@ def test_measure_endpoint_counts_every_token(start_server: StartServer) -> None:
 
 def test_timings_follow_the_engine(start_server: StartServer) -> None:
     """A lone request takes the simulated time divided by --sim-speed, in real time."""
+    # 10x rather than the usual 50x: steps of about 2 ms leave room for a busy test machine.
+    speed = 10.0
     server = start_server("--speculative-config", SPEC, "--max-model-len", "8192",
                           "--tensor-parallel-size", "2", "--gpu-memory-utilization", "0.92",
-                          "--sim-hardware", "4090x2", model="Qwen/Qwen2.5-32B-Instruct-AWQ")
-    workload = WorkloadSpec(prompt_set="code", input_tokens=384, output_tokens=256, requests=3,
+                          "--sim-hardware", "4090x2", "--sim-speed", str(speed),
+                          model="Qwen/Qwen2.5-32B-Instruct-AWQ")
+    workload = WorkloadSpec(prompt_set="code", input_tokens=384, output_tokens=256, requests=2,
                             warmup=1)
     result = measure_endpoint(Endpoint(server.base_url, "Qwen/Qwen2.5-32B-Instruct-AWQ"), 0.2,
                               workload, 1)
     expected = predict(parse_hardware("4090x2"), load_model("Qwen/Qwen2.5-32B-Instruct-AWQ"),
                        load_model(DRAFT), reference_server(), 0.2, workload, 1)
-    speed = float(SPEED)
-    assert result.output_tok_s == pytest.approx(expected.output_tok_s * speed, rel=0.25)
+    assert result.output_tok_s == pytest.approx(expected.output_tok_s * speed, rel=0.2)
     ttft = result.ttft_ms(50)
     expected_ttft = expected.ttft_ms(50)
     assert ttft is not None and expected_ttft is not None
-    # TTFT is a few simulated steps: at 50x a few milliseconds, to which HTTP adds a little.
-    assert 0.9 * expected_ttft / speed <= ttft <= expected_ttft / speed + 10.0
+    # TTFT is a few simulated steps (about 22 ms at 10x), to which HTTP adds a little.
+    assert 0.9 * expected_ttft / speed <= ttft <= expected_ttft / speed + 15.0

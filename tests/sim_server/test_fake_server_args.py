@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
-from conftest import DRAFT, SERVER, TARGET
+from fake_server_support import DRAFT, SERVER, TARGET
 
 from tuner.launch.base import LaunchContext
 from tuner.launch.process import ProcessLauncher

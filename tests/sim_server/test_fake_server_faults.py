@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import time
 
 import httpx
 import pytest
-from conftest import SERVER, TARGET, StartServer, free_port
+from fake_server_support import SERVER, TARGET, StartServer, free_port
 
 from tuner.bench.measure import measure_endpoint
 from tuner.bench.workload import WorkloadSpec
@@ -167,3 +168,14 @@ def test_malformed_sse_fails_requests(start_server: StartServer) -> None:
     assert errors[0::2] == [None] * 3
     assert all(e is not None and "malformed SSE data line" in e for e in errors[1::2])
     assert result.output_tokens == 3 * 16
+
+
+def test_port_in_use_exits_1_with_the_errno_launchers_retry_on() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        argv = [*SERVER, "serve", TARGET, "--host", "127.0.0.1", "--port", str(port)]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
+    assert done.returncode == 1
+    assert "[Errno 98]" in done.stdout + done.stderr

@@ -11,6 +11,7 @@ __all__ = [
     "Backend",
     "DockerEntrypoint",
     "DockerVolume",
+    "Gpus",
     "Hardware",
     "Image",
     "Json",
@@ -80,4 +81,9 @@ SimSpeed = Annotated[
 ]
 ReadyTimeout = Annotated[
     float, typer.Option("--ready-timeout", help="Seconds a server may take to become ready.")
+]
+Gpus = Annotated[
+    str | None,
+    typer.Option("--gpus", help="GPU indices to use, e.g. 0,1; `none` for a CPU-only host "
+                 "(default: all)."),
 ]

@@ -56,7 +56,7 @@ def optimize_command(
             "--space", help="Search space: a shipped name or a YAML path (default: default)."
         ),
     ] = None,
-    backend: opt.Backend = "sim",
+    backend: opt.Backend = "docker",
     trials: Annotated[int, typer.Option("--trials", help="Trials to run now (all workers).")] = 30,
     study: opt.StudyName = None,
     storage: opt.Storage = None,
@@ -80,6 +80,7 @@ def optimize_command(
             "--gpus-per-trial", help="GPUs each worker uses (default: the hardware's count)."
         ),
     ] = None,
+    gpus: opt.Gpus = None,
     vllm_command: opt.VllmCommand = "vllm",
     image: opt.Image = None,
     docker_volume: opt.DockerVolume = None,
@@ -97,6 +98,8 @@ def optimize_command(
     options = backend_options(
         name, seed, vllm_command, image, docker_volume, docker_entrypoint, sim_speed, ready_timeout
     )
+    if gpus is not None:
+        options = replace(options, gpus=parse_gpus(gpus))
     request = OptimizeRequest(
         name,
         None if resume_only else built,
@@ -175,10 +178,7 @@ def worker_command(
     ],
     backend: opt.Backend = "docker",
     studies_dir: opt.StudiesDir = Path("studies"),
-    gpus: Annotated[
-        str | None,
-        typer.Option("--gpus", help="GPU indices this worker may use, e.g. 0,1 (default: all)."),
-    ] = None,
+    gpus: opt.Gpus = None,
     hardware: opt.Hardware = None,
     worker_id: Annotated[
         str, typer.Option("--worker-id", help="Names this worker's containers on this host.")
@@ -221,6 +221,8 @@ def worker_command(
 
 
 def parse_gpus(text: str) -> tuple[int, ...]:
+    if text.strip().lower() in ("none", ""):
+        return ()
     try:
         return tuple(int(part) for part in text.split(","))
     except ValueError:

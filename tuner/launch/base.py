@@ -54,3 +54,7 @@ class Launcher(Protocol):
     def stop(self) -> None:
         """Stops the running server, if any, and waits until it is gone."""
         ...
+
+    def close(self) -> None:
+        """Stops everything this launcher started; called once when the worker is done."""
+        ...

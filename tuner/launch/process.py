@@ -279,6 +279,10 @@ class ProcessLauncher:
                 return Endpoint(base_url=base_url, model=served, log_path=log_path)
         raise AssertionError("unreachable")  # the loop returns or raises
 
+    def close(self) -> None:
+        """The same as :meth:`stop`: a process launcher holds nothing beyond its server."""
+        self.stop()
+
     def stop(self) -> None:
         """Stops the server and every process in its group; idempotent."""
         with self._lock:

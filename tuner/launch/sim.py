@@ -49,3 +49,6 @@ class SimLauncher:
 
     def stop(self) -> None:
         """Nothing to stop: the simulated server holds no resources."""
+
+    def close(self) -> None:
+        """Nothing to release."""

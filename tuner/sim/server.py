@@ -70,6 +70,16 @@ __all__ = ["SIMULATED_BANNER", "FakeServer", "main"]
 SIMULATED_BANNER = "SIMULATED vLLM server (spectune tuner.sim.server): no GPU, no model weights"
 # A reader this far behind (bytes queued) holds up the engine under --sim-speed inf.
 _BACKLOG_BYTES = 256 * 1024
+# Path -> method; as in vLLM, only the /v1 paths need the API key.
+_ROUTES = {
+    "/health": "GET",
+    "/ping": "GET",
+    "/version": "GET",
+    "/metrics": "GET",
+    "/v1/models": "GET",
+    "/v1/chat/completions": "POST",
+    "/v1/completions": "POST",
+}
 
 
 @dataclass(eq=False)
@@ -167,19 +177,10 @@ class FakeServer:
     ) -> bool:
         """Answers one request; returns whether the connection may carry another."""
         path, method = request.path, request.method
-        routes = {
-            "/health": "GET",
-            "/ping": "GET",
-            "/version": "GET",
-            "/metrics": "GET",
-            "/v1/models": "GET",
-            "/v1/chat/completions": "POST",
-            "/v1/completions": "POST",
-        }
-        if path not in routes:
+        if path not in _ROUTES:
             writer.write(json_response(404, {"detail": "Not Found"}))
             return True
-        if routes[path] != method:
+        if _ROUTES[path] != method:
             writer.write(json_response(405, {"detail": "Method Not Allowed"}))
             return True
         key = self.args.api_key
@@ -284,6 +285,12 @@ class FakeServer:
     # -- the engine -------------------------------------------------------------------------
 
     async def _engine_loop(self) -> None:
+        try:
+            await self._step_forever()
+        except Exception as exc:  # a dead engine must not leave a server that only hangs
+            crash(f"{type(exc).__name__}: {exc}")
+
+    async def _step_forever(self) -> None:
         loop = asyncio.get_running_loop()
         speed = self.args.sim.speed
         clock = loop.time()
@@ -362,7 +369,8 @@ class FakeServer:
         sent = self.counters.generation_tokens
         crash_after, hang = self.faults.crash_after, self.faults.hang_after
         if crash_after is not None and sent >= crash_after:
-            crash(f"--sim-fault crash-after={crash_after}")
+            crash("RuntimeError: CUDA error: an illegal memory access was encountered "
+                  f"(simulated fault --sim-fault crash-after={crash_after})")
         if hang is not None and sent >= hang and not self._hung:
             self._hung = True
             log("WARNING", f"simulated fault --sim-fault hang-after={hang}: the engine hangs")

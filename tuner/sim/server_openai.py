@@ -4,8 +4,10 @@ Prompts are not tokenized: a prompt counts ``ceil(characters / 4)`` tokens
 (:data:`~tuner.bench.workload.CHARS_PER_TOKEN`, the ratio spectune's own prompt sets are built
 with), and chat messages count their text only, no template tokens. The workload kind that drives
 the simulated acceptance is guessed from markers that spectune's built-in prompt sets carry
-(:func:`prompt_set_of`); anything else counts as ``chat``. Generated text is a fixed cycle of
-words, one word per token.
+(:func:`prompt_set_of`); anything else counts as ``chat``. The simulator has no end of
+sequence: every request runs to its ``max_tokens`` (as with ``ignore_eos``), and without one to
+the end of the context (chat) or 16 tokens (completions), as vLLM does. Generated text is a
+fixed cycle of words, one word per token.
 
 The JSON shapes follow vLLM's OpenAI server: ``chat.completion.chunk`` / ``text_completion``
 chunks with the finish reason on the last token's chunk, then (with

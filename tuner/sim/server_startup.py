@@ -160,16 +160,19 @@ def start_engine(args: ServeArgs) -> Engine:
                   seed=args.sim.seed)
 
 
-def crash(fault: str) -> None:
-    """Dies like a vLLM whose engine core failed mid-run: log, drop every connection, exit 1."""
+def crash(root_cause: str) -> None:
+    """Dies like a vLLM whose engine core failed mid-run: log, drop every connection, exit 1.
+
+    Args:
+        root_cause: the exception line the engine core logs, e.g. ``RuntimeError: ...``.
+    """
     stamp = time.strftime("%m-%d %H:%M:%S")
     prefix = f"(EngineCore pid={os.getpid()}) ERROR {stamp} [core.py:1300] "
     for line in (
         "EngineCore encountered a fatal error.",
         "Traceback (most recent call last):",
         '  File "tuner/sim/server.py", in _engine_loop (simulated engine core)',
-        f"RuntimeError: CUDA error: an illegal memory access was encountered (simulated fault "
-        f"{fault})",
+        root_cause,
     ):
         print(prefix + line, file=sys.stderr)
     print(

@@ -1,0 +1,203 @@
+"""``spectune dashboard``: optuna-dashboard 0.21 sees names, infeasible trials and logs.
+
+Checked three ways: the library (what gets written where the dashboard looks), the running
+dashboard's HTTP API, and the dashboard's web page in headless Chromium.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import optuna
+import pytest
+import sqlalchemy
+from conftest import STUDY, StudyCopy, free_port, run_chromium
+from optuna.artifacts import get_all_artifact_meta
+
+from tuner.dashboard import LEGACY_CONSTRAINTS, prepare_dashboard, trial_recorder
+from tuner.report.trials import Outcome, points
+from tuner.scoring import CONSTRAINT_KEYS
+from tuner.storage import open_storage
+from tuner.study import StudyOptions, run_trials
+
+SPECTUNE = Path(sys.executable).with_name("spectune")
+
+
+def _expected_outcomes(study: optuna.Study) -> dict[int, Outcome]:
+    return {p.number: p.outcome for p in points(study)}
+
+
+def _drop_legacy_constraints(url: str, trial_ids: list[int]) -> None:
+    """Makes the study look recorded by a version that wrote only the keyed constraints."""
+    engine = sqlalchemy.create_engine(url)
+    with engine.begin() as connection:
+        for trial_id in trial_ids:
+            connection.execute(
+                sqlalchemy.text(
+                    "DELETE FROM trial_system_attributes WHERE trial_id = :t AND key = :k"
+                ),
+                {"t": trial_id, "k": LEGACY_CONSTRAINTS},
+            )
+    engine.dispose()
+
+
+def _fresh(copy: StudyCopy) -> optuna.Study:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return optuna.load_study(study_name=copy.name, storage=open_storage(copy.url))
+
+
+def test_prepare_writes_what_the_dashboard_reads(levels: StudyCopy) -> None:
+    study, _ = levels.open()
+    outcomes = _expected_outcomes(study)
+    infeasible = [n for n, o in outcomes.items() if o is not Outcome.FEASIBLE]
+    assert infeasible, "the study needs OOM trials for this test"
+    feasible_one = next(n for n, o in outcomes.items() if o is Outcome.FEASIBLE)
+    dropped = [study.trials[n]._trial_id for n in (infeasible[0], feasible_one)]
+    _drop_legacy_constraints(levels.url, dropped)
+    # A real backend leaves a server log per trial, and per confirmation run.
+    logs = levels.folder / "logs"
+    (logs / "confirm-2").mkdir(parents=True)
+    (logs / "trial-2.log").write_text("INFO vLLM API server version 0.32.0\n")
+    (logs / "confirm-2" / "trial-0.log").write_text("INFO confirm run 0\n")
+
+    info = prepare_dashboard(_fresh(levels), levels.folder)
+    assert info.constraints_fixed == 2
+    assert info.infeasible == len(infeasible)
+    assert info.trials == len(study.trials)
+    assert info.artifact_dir == levels.folder / "artifacts"
+
+    reread = _fresh(levels)
+    assert reread.metric_names == ["output_tok_s", "p95_ttft_ms"]
+    for trial in reread.trials:
+        legacy = trial.system_attrs[LEGACY_CONSTRAINTS]
+        assert legacy == [trial.constraints[k] for k in CONSTRAINT_KEYS]
+        assert any(c > 0 for c in legacy) == (outcomes[trial.number] is not Outcome.FEASIBLE)
+        names = {m.filename for m in get_all_artifact_meta(trial, storage=reread._storage)}
+        if trial.number == 2:
+            assert names == {"trial-2.log", "confirm-2-run-0.log"}
+        else:
+            assert names == {f"trial-{trial.number}.json"}
+    record = next(
+        m for m in get_all_artifact_meta(reread.trials[infeasible[0]], storage=reread._storage)
+    )
+    body = json.loads((info.artifact_dir / record.artifact_id).read_text())
+    assert body["status"] in ("OOM", "OOM predicted") and body["constraints"][0] == 1.0
+
+    again = prepare_dashboard(_fresh(levels), levels.folder)
+    assert (again.constraints_fixed, again.artifacts_added) == (0, 0)  # idempotent
+
+
+def test_trials_get_their_artifacts_while_they_run(levels: StudyCopy, tmp_path: Path) -> None:
+    from tuner.backends import BackendOptions, backend_factory
+
+    study, space = levels.open()
+    before = len(study.trials)
+    study.set_user_attr("trial_budget", before + 3)
+    backend = backend_factory("sim")(space, BackendOptions(study=STUDY))
+    options = StudyOptions(3, 5, levels.folder / "logs", space.ttft_limit_ms)
+    run_trials(study, space, backend, options, on_trial=trial_recorder(study, levels.folder))
+    reread = _fresh(levels)
+    for trial in reread.trials[before:]:
+        metas = get_all_artifact_meta(trial, storage=reread._storage)
+        assert [m.filename for m in metas] == [f"trial-{trial.number}.json"]
+
+
+@pytest.fixture(scope="module")
+def dashboard(levels_master: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """``spectune dashboard`` on a copy of the study, as a user starts it."""
+    studies = tmp_path_factory.mktemp("dashboard") / "studies"
+    shutil.copytree(levels_master, studies)
+    port = free_port()
+    log = studies.parent / "dashboard.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [str(SPECTUNE), "dashboard", STUDY, "--studies-dir", str(studies), "--port", str(port)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"{base}/api/studies", timeout=2, trust_env=False).is_success:
+                    break
+            except httpx.TransportError:
+                pass
+            assert proc.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.3)
+        yield base
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    assert "optuna-dashboard for study levels: http://127.0.0.1:" in log.read_text()
+
+
+def _study_detail(base: str) -> tuple[int, dict[str, Any]]:
+    summaries = httpx.get(f"{base}/api/studies", trust_env=False).json()["study_summaries"]
+    assert [s["study_name"] for s in summaries] == [STUDY]
+    study_id = summaries[0]["study_id"]
+    return study_id, httpx.get(f"{base}/api/studies/{study_id}", trust_env=False).json()
+
+
+def test_dashboard_api_shows_names_infeasible_trials_and_logs(
+    dashboard: str, levels_master: Path
+) -> None:
+    study_id, detail = _study_detail(dashboard)
+    assert detail["name"] == STUDY
+    assert detail["objective_names"] == ["output_tok_s", "p95_ttft_ms"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        master = optuna.load_study(study_name=STUDY, storage=open_storage(
+            f"sqlite:///{levels_master / f'{STUDY}.db'}"))  # fmt: skip
+    outcomes = _expected_outcomes(master)
+    trials = detail["trials"]
+    assert len(trials) == len(master.trials)
+    for trial in trials:
+        infeasible = any(c > 0 for c in trial["constraints"])
+        assert infeasible == (outcomes[trial["number"]] is not Outcome.FEASIBLE), trial["number"]
+        assert [a["filename"] for a in trial["artifacts"]] == [f"trial-{trial['number']}.json"]
+    assert sum(outcomes[t["number"]] is Outcome.OOM for t in trials) >= 1
+    trial = trials[0]
+    artifact = trial["artifacts"][0]["artifact_id"]
+    got = httpx.get(
+        f"{dashboard}/artifacts/{study_id}/{trial['trial_id']}/{artifact}", trust_env=False
+    )
+    assert got.status_code == 200 and got.json()["trial"] == 0
+
+
+@pytest.mark.browser
+def test_dashboard_page_in_headless_chromium(
+    dashboard: str, tmp_path: Path, chromium: Path
+) -> None:
+    study_id, _ = _study_detail(dashboard)
+    page = f"{dashboard}/dashboard/studies/{study_id}"
+    dom = run_chromium(chromium, tmp_path / "p", page, "--virtual-time-budget=15000",
+                       "--dump-dom").stdout  # fmt: skip
+    assert f"{STUDY} (id={study_id})" in dom
+    assert "output_tok_s" in dom and "p95_ttft_ms" in dom  # objective names, not "Objective 0"
+    # The timeline chart has an "Infeasible" series only when some completed trial is.
+    assert 'data-unformatted="Infeasible"' in dom
+    trials = run_chromium(chromium, tmp_path / "p", f"{page}/trials?numbers=0",
+                          "--virtual-time-budget=15000", "--dump-dom").stdout  # fmt: skip
+    assert "Trial 0" in trials and "trial-0.json" in trials  # the log record, downloadable
+    shot = tmp_path / "dashboard.png"
+    run_chromium(chromium, tmp_path / "p", page, "--virtual-time-budget=15000",
+                 "--window-size=1300,1000", f"--screenshot={shot}")  # fmt: skip
+    assert shot.is_file() and shot.stat().st_size > 20_000

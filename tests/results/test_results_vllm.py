@@ -1,0 +1,170 @@
+"""The exports against real vLLM (CPU build): its own parser reads every format, and the
+``vllm serve --config`` file starts a server that speculates per batch size.
+
+One real server start (about 30-70 s on 2 cores); the parser check is one more import of vLLM.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+from conftest import StudyCopy, build_study, free_port
+from testbed import (
+    CPU_EXTRA_FLAGS,
+    CPU_MAX_MODEL_LEN,
+    TinyModels,
+    build_tiny_models,
+    parse_with_vllm,
+    require_vllm,
+    vllm_command,
+    vllm_env,
+)
+
+from tuner.export import FORMATS, Exported, export
+
+pytestmark = pytest.mark.vllm
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> TinyModels:
+    require_vllm()
+    return build_tiny_models(tmp_path_factory.mktemp("tiny-models"))
+
+
+@pytest.fixture(scope="module")
+def exports(tiny: TinyModels, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Exported]:
+    """A simulated study of the tiny models, measured at 1, 4 and 16 requests, exported."""
+    folder = tmp_path_factory.mktemp("tiny-study")
+    space = {
+        "name": "tiny",
+        "hardware": "4090x1",
+        "target": str(tiny.target),
+        "server": {"max_model_len": CPU_MAX_MODEL_LEN, "extra_flags": dict(CPU_EXTRA_FLAGS)},
+        "vllm": {"version": "0.32.0+cpu"},
+        "slo": {"ttft_ms": 500},
+        "workload": {"prompt_set": "code", "input_tokens": 64, "output_tokens": 32,
+                     "concurrency": [1, 4, 16], "requests": 16, "warmup": 1},
+        "search": {"draft": ["none", "ngram", str(tiny.draft)],
+                   "num_speculative_tokens": {"low": 1, "high": 6},
+                   "gpu_memory_utilization": {"low": 0.80, "high": 0.98, "step": 0.02},
+                   "max_num_batched_tokens": [CPU_MAX_MODEL_LEN],
+                   "temperature": {"low": 0.0, "high": 1.0, "step": 0.1}},
+    }  # fmt: skip
+    build_study(folder, space, trials=20)
+    study, stored = StudyCopy(folder, "tiny").open()
+    return {fmt: export(study, stored, fmt) for fmt in FORMATS}
+
+
+def _docker_run_argv(text: str, tmp_path: Path) -> list[str]:
+    """What the exported script hands to docker, through a fake docker on PATH."""
+    fake = tmp_path / "bin" / "docker"
+    fake.parent.mkdir(exist_ok=True)
+    fake.write_text(
+        "#!/bin/sh\nexec python3 -c 'import json,sys; print(json.dumps(sys.argv[1:]))' \"$@\"\n"
+    )
+    fake.chmod(0o755)
+    script = tmp_path / "run.sh"
+    script.write_text(text)
+    env = {**os.environ, "PATH": f"{fake.parent}:{os.environ['PATH']}"}
+    done = subprocess.run(["sh", str(script)], capture_output=True, text=True, env=env, check=True)
+    argv: list[str] = json.loads(done.stdout)
+    return argv
+
+
+def test_vllms_own_parser_reads_every_export(
+    exports: dict[str, Exported], tiny: TinyModels, tmp_path: Path
+) -> None:
+    table = [list(entry) for entry in exports["vllm"].batch_size_table]
+    assert len(table) >= 2 and table[0][0] == 1 and table[-1][2] == 0  # off at high load
+    config = tmp_path / "vllm.yaml"
+    config.write_text(exports["vllm"].text)
+    compose = yaml.safe_load(exports["compose"].text)["services"]["vllm"]
+    assert f"{tiny.target}:{tiny.target}:ro" in compose["volumes"]  # local models mounted
+    docker = _docker_run_argv(exports["docker-run"].text, tmp_path)
+    served = docker[docker.index("serve") :]
+    argvs = [
+        ["serve", "--config", str(config)],
+        ["serve", *compose["command"]],
+        served,
+        json.loads(exports["json"].text)["argv"][1:],
+    ]
+    parsed = parse_with_vllm(argvs)
+    for result, argv in zip(parsed, argvs, strict=True):
+        assert "exit" not in result, (argv, result)
+        assert result["model"] == str(tiny.target)
+        spec = result["speculative_config"]
+        assert isinstance(spec, dict), result
+        assert spec["num_speculative_tokens_per_batch_size"] == table
+        assert spec["num_speculative_tokens"] == max(k for *_, k in table)
+        assert result["enforce_eager"] is True
+        assert result["max_model_len"] == CPU_MAX_MODEL_LEN
+
+
+@pytest.fixture
+def served(exports: dict[str, Exported], tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """Real ``vllm serve --config <exported file>``; stopped (its whole group) afterwards."""
+    config = tmp_path / "vllm.yaml"
+    config.write_text(exports["vllm"].text)
+    port = free_port()
+    log = tmp_path / "serve.log"
+    env = {**os.environ, **vllm_env(tmp_path / "run")}
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [*vllm_command(), "serve", "--config", str(config), "--host", "127.0.0.1",
+             "--port", str(port)],
+            stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+        )  # fmt: skip
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 300
+        while True:
+            try:
+                if httpx.get(f"{base}/health", timeout=2, trust_env=False).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert proc.poll() is None, log.read_text()[-4000:]
+            assert time.monotonic() < deadline, log.read_text()[-4000:]
+            time.sleep(1)
+        yield base, log
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
+def _complete(base: str, model: str) -> int:
+    body = {"model": model, "prompt": "def fibonacci(n):", "max_tokens": 16, "temperature": 0,
+            "ignore_eos": True}  # fmt: skip
+    return httpx.post(f"{base}/v1/completions", json=body, timeout=120, trust_env=False).status_code
+
+
+def test_the_exported_config_starts_real_vllm(served: tuple[str, Path], tiny: TinyModels) -> None:
+    base, log = served
+    text = log.read_text()
+    assert "num_speculative_tokens_per_batch_size" in text  # vLLM took the table
+    model = str(tiny.target)
+    assert _complete(base, model) == 200  # one request: batch size 1, speculating
+    with ThreadPoolExecutor(6) as pool:  # six at once: the table switches speculation off
+        assert list(pool.map(lambda _: _complete(base, model), range(6))) == [200] * 6
+    metrics = httpx.get(f"{base}/metrics", trust_env=False).text
+    drafts = [
+        float(line.rsplit(" ", 1)[1])
+        for line in metrics.splitlines()
+        if line.startswith("vllm:spec_decode_num_drafts_total{")
+    ]
+    assert drafts and sum(drafts) > 0
