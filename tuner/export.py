@@ -1,5 +1,7 @@
 """Exports a study's chosen config: vLLM ``--config`` YAML, docker-compose, ``docker run``, JSON.
 
+The container formats are rendered by :mod:`tuner.report.deploy`.
+
 Which trial: a pick (:mod:`tuner.report.picks`: max-throughput, min-ttft or balanced, on
 confirmed numbers where the study has them) or a trial number. Every format starts with the
 provenance (:mod:`tuner.report.provenance`): study, trial, vLLM version and image, GPUs and
@@ -20,9 +22,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
-import shlex
 from dataclasses import dataclass, replace
-from pathlib import PurePosixPath
 from typing import Any
 
 import optuna
@@ -31,6 +31,7 @@ import yaml
 from tuner.confirm import load_confirmed
 from tuner.errors import ConfigError
 from tuner.recommend import TrialView, feasible, trial_view
+from tuner.report.deploy import PORT, compose_file, docker_run_script
 from tuner.report.levels import (
     LevelChoice,
     batch_size_table,
@@ -56,8 +57,6 @@ __all__ = [
 ]
 
 FORMATS = ("vllm", "compose", "docker-run", "json")
-PORT = 8000
-_HF_CACHE = "/root/.cache/huggingface"
 _SECRET_FLAG = re.compile(r"key|token|secret|passw|credential", re.IGNORECASE)
 
 
@@ -161,10 +160,16 @@ def _render(
     header = [*facts.lines(), *notes]
     if fmt == "vllm":
         text = _vllm_yaml(server, space, table, header)
-    elif fmt == "compose":
-        text = _compose(server, space, table, header, removed)
-    elif fmt == "docker-run":
-        text = _docker_run(server, space, table, header, removed)
+    elif fmt in ("compose", "docker-run"):
+        render = compose_file if fmt == "compose" else docker_run_script
+        text = render(
+            _argv(server, space, table),
+            image=space.vllm_image,
+            gpus=space.hardware.count,
+            server=server,
+            env=_env_names(removed),
+            header=header,
+        )
     else:
         text = _json(server, space, table, facts, levels, notes)
     return Exported(fmt, text, facts, tuple(levels), tuple(table))
@@ -274,121 +279,8 @@ def _vllm_yaml(
     return _comment([*header, f"use: {use}"]) + body
 
 
-def _local_paths(server: ServerConfig) -> list[str]:
-    """Model folders on the host (absolute paths): the container needs them mounted."""
-    draft = server.speculative.model if server.speculative else None
-    return [p for p in (server.model, draft) if p and PurePosixPath(p).is_absolute()]
-
-
 def _env_names(removed: list[str]) -> list[str]:
     return ["HF_TOKEN", *(["VLLM_API_KEY"] if "api-key" in removed else [])]
-
-
-class _Flow(list[str]):
-    """A short list written inline, as people write ``[gpu]``."""
-
-
-class _Quoted(str):
-    """A string written in double quotes, as compose files write ports."""
-
-    __slots__ = ()
-
-
-class _ComposeDumper(yaml.SafeDumper):
-    pass
-
-
-_ComposeDumper.add_representer(
-    _Flow, lambda d, v: d.represent_sequence("tag:yaml.org,2002:seq", v, flow_style=True)
-)
-_ComposeDumper.add_representer(
-    _Quoted, lambda d, v: d.represent_scalar("tag:yaml.org,2002:str", str(v), style='"')
-)
-
-
-def _compose(
-    server: ServerConfig,
-    space: SearchSpace,
-    table: list[tuple[int, int, int]],
-    header: list[str],
-    removed: list[str],
-) -> str:
-    volumes = [f"${{HOME}}/.cache/huggingface:{_HF_CACHE}"]
-    volumes += [f"{p}:{p}:ro" for p in _local_paths(server)]
-    service: dict[str, Any] = {
-        "image": space.vllm_image,
-        "entrypoint": _Flow(
-            ["vllm", "serve"]
-        ),  # the images' own entrypoint changed between releases
-        "command": _argv(server, space, table),
-        "ports": [_Quoted(f"{PORT}:{PORT}")],
-        "ipc": "host",  # multi-GPU runs die with bus errors on Docker's 64 MB /dev/shm
-        "volumes": volumes,
-        "environment": _env_names(removed),  # names only: compose copies the host's values
-        "deploy": {
-            "resources": {
-                "reservations": {
-                    "devices": [
-                        {
-                            "driver": "nvidia",
-                            "count": space.hardware.count,
-                            "capabilities": _Flow(["gpu"]),
-                        }
-                    ]
-                }
-            }
-        },
-        "restart": "unless-stopped",
-    }
-    body = yaml.dump(
-        {"services": {"vllm": service}}, Dumper=_ComposeDumper, sort_keys=False, width=1000
-    )
-    return _comment([*header, "use: docker compose up -d"]) + body
-
-
-def _docker_run(
-    server: ServerConfig,
-    space: SearchSpace,
-    table: list[tuple[int, int, int]],
-    header: list[str],
-    removed: list[str],
-) -> str:
-    options = [
-        ["docker", "run", "-d", "--name", "vllm"],
-        ["--gpus", str(space.hardware.count)],
-        ["--ipc=host"],
-        ["-p", f"{PORT}:{PORT}"],
-        ["-v", f"$HOME/.cache/huggingface:{_HF_CACHE}"],
-        *(["-v", f"{p}:{p}:ro"] for p in _local_paths(server)),
-        *(["-e", name] for name in _env_names(removed)),
-        ["--entrypoint", "vllm"],
-        [space.vllm_image, "serve"],
-    ]
-    argv = _argv(server, space, table)
-    lines = [" ".join(_quote(part) for part in group) for group in options]
-    lines += [shlex.join(group) for group in _flag_groups(argv)]
-    return "#!/bin/sh\n" + _comment(header) + " \\\n  ".join(lines) + "\n"
-
-
-def _quote(part: str) -> str:
-    # $HOME must expand in the user's shell; everything else is quoted literally.
-    return f'"{part}"' if part.startswith("$HOME") else shlex.quote(part)
-
-
-def _flag_groups(argv: list[str]) -> list[list[str]]:
-    """The model, then each flag with its value (if it has one): one line each."""
-    groups: list[list[str]] = []
-    for token in argv:
-        if (
-            groups
-            and not token.startswith("--")
-            and groups[-1][0].startswith("--")
-            and len(groups[-1]) == 1
-        ):
-            groups[-1].append(token)
-        else:
-            groups.append([token])
-    return groups
 
 
 def _json(

@@ -238,6 +238,12 @@ class _Screen:
         for pair, settings in self.safe.items():
             if setting in settings:
                 self._predict(pair, *setting, temperature.get(pair, coldest))
+        # Request-only variants of the best config: candidates that reuse its server.
+        best = self._best(list(self.done.values()))[0]
+        server = best.config.server
+        for t in self.temperatures:
+            self._predict(best.pair, server.gpu_memory_utilization,
+                          server.max_num_batched_tokens, t)
         return self._best(list(self.done.values()))
 
     def _best(self, predictions: list[Prediction | None]) -> list[Prediction]:

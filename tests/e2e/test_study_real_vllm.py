@@ -8,6 +8,7 @@ exported best.yaml must start real vLLM through ``vllm serve --config``.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -21,8 +22,10 @@ import pytest
 import yaml
 from optuna.trial import TrialState
 from testbed import TinyModels, vllm_command, vllm_env
+from typer.testing import CliRunner
 
 from tuner.backends import BackendOptions
+from tuner.cli import app
 from tuner.optimize import OptimizeRequest, optimize
 from tuner.space import space_from_dict
 from tuner.storage import default_storage, open_storage
@@ -91,6 +94,17 @@ def test_mini_study_on_real_vllm(tiny_models: TinyModels, tmp_path: Path) -> Non
     _serve_config(result.best_yaml)
 
 
+def _bench(url: str) -> None:
+    """``spectune bench`` against the running real server: tokens from usage, exactly."""
+    result = CliRunner().invoke(app, ["bench", "--url", url, "--concurrency", "2", "--requests",
+                                      "4", "--max-tokens", "16", "--input-tokens", "48",
+                                      "--json"])
+    assert result.exit_code == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["output_tokens"] == 4 * 16 and data["errors"] == 0
+    assert data["acceptance_rate"] is not None  # best.yaml keeps speculation on
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -113,6 +127,7 @@ def _serve_config(config: Path) -> None:
             assert proc.poll() is None, log.read_text()[-3000:]
             try:
                 if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
+                    _bench(f"http://127.0.0.1:{port}")
                     return
             except httpx.TransportError:
                 pass

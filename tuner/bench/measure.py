@@ -29,7 +29,7 @@ from tuner.errors import ConfigError, MeasurementError
 from tuner.launch.base import Endpoint
 from tuner.results import RequestRecord, Source, TrialResult
 
-__all__ = ["check_model", "measure_endpoint", "measure_endpoint_async"]
+__all__ = ["check_model", "measure_endpoint", "measure_endpoint_async", "served_models"]
 
 _CONNECT_TIMEOUT_S = 10.0
 _SPARE_CONNECTIONS = 4  # for /metrics scrapes beside the load
@@ -55,21 +55,9 @@ def check_model(
             the models it serves), or does not answer the request.
     """
     root = base_url.rstrip("/")
-    client = openai.OpenAI(
-        base_url=f"{root}/v1", api_key=api_key or "EMPTY", timeout=timeout_s, max_retries=0
-    )
+    client = _openai_client(root, timeout_s, api_key)
     try:
-        try:
-            served = [m.id for m in client.models.list()]
-        except openai.APIConnectionError as exc:
-            raise MeasurementError(
-                f"cannot reach {root}/v1/models ({exc}); is the server up at that address?"
-            ) from exc
-        except openai.APIStatusError as exc:
-            raise MeasurementError(
-                f"{root}/v1/models answered HTTP {exc.status_code}; is this an OpenAI-compatible "
-                "server (vLLM), and is the API key right?"
-            ) from exc
+        served = _list_models(client, root)
         if model not in served:
             names = ", ".join(served) or "none"
             raise MeasurementError(
@@ -91,6 +79,37 @@ def check_model(
             ) from exc
     finally:
         client.close()
+
+
+def served_models(base_url: str, timeout_s: float = 10.0, *, api_key: str | None = None
+                  ) -> list[str]:
+    """The model names a server lists at ``/v1/models`` (MeasurementError when unreachable)."""
+    root = base_url.rstrip("/")
+    client = _openai_client(root, timeout_s, api_key)
+    try:
+        return _list_models(client, root)
+    finally:
+        client.close()
+
+
+def _openai_client(root: str, timeout_s: float, api_key: str | None) -> openai.OpenAI:
+    return openai.OpenAI(
+        base_url=f"{root}/v1", api_key=api_key or "EMPTY", timeout=timeout_s, max_retries=0
+    )
+
+
+def _list_models(client: openai.OpenAI, root: str) -> list[str]:
+    try:
+        return [m.id for m in client.models.list()]
+    except openai.APIConnectionError as exc:
+        raise MeasurementError(
+            f"cannot reach {root}/v1/models ({exc}); is the server up at that address?"
+        ) from exc
+    except openai.APIStatusError as exc:
+        raise MeasurementError(
+            f"{root}/v1/models answered HTTP {exc.status_code}; is this an OpenAI-compatible "
+            "server (vLLM), and is the API key right?"
+        ) from exc
 
 
 def _openai_message(exc: openai.APIError) -> str:

@@ -1,6 +1,7 @@
 """The ``spectune`` command line: thin typer commands that parse, call one library function,
 and render. Each module registers its commands on the shared app when imported."""
 
+from tuner.cli import bench_commands as _bench_commands  # noqa: F401  (registers commands)
 from tuner.cli import result_commands as _result_commands  # noqa: F401  (registers commands)
 from tuner.cli import study_commands as _study_commands  # noqa: F401  (registers commands)
 from tuner.cli.app import app

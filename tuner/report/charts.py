@@ -12,14 +12,10 @@ pyplot, no global state, no display needed.
 
 from __future__ import annotations
 
-import math
-import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
-import optuna
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
@@ -35,7 +31,6 @@ __all__ = [
     "k_chart",
     "levels_chart",
     "memory_chart",
-    "param_importances",
     "pareto_chart",
 ]
 
@@ -44,7 +39,6 @@ _STYLE = {
     Outcome.OVER_TTFT: {"marker": "^", "color": "#ff7f0e", "label": "over TTFT limit"},
     Outcome.OOM: {"marker": "x", "color": "#d62728", "label": "OOM"},
 }
-Direction = Literal["maximize", "minimize"]
 _PALETTE = ("#1f77b4", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22")
 
 
@@ -310,65 +304,6 @@ def memory_chart(points: Sequence[Point], path: Path) -> Chart:
         "OOM trials on the zero line; the shaded band starts at the lowest setting that ran "
         "out of memory (the boundary also depends on the draft and batch size).",
     )
-
-
-def param_importances(points: Sequence[Point]) -> dict[str, dict[str, float]]:
-    """Importances for throughput (all trials, OOM as 0) and p95 TTFT (measured trials).
-
-    Optuna's default evaluator (PED-ANOVA) is used: deterministic, and it needs no
-    scikit-learn, unlike fANOVA.
-
-    K is taken as 0 for trials without speculation, so it counts for every trial instead of
-    only the speculative ones. Fewer than three trials give no importances.
-    """
-    params = {
-        "draft": lambda p: p.draft,
-        "K": lambda p: p.k,
-        "gpu_memory_utilization": lambda p: p.gpu_memory_utilization,
-        "max_num_batched_tokens": lambda p: p.max_num_batched_tokens,
-        "temperature": lambda p: p.temperature,
-    }
-    targets: dict[str, tuple[Callable[[Point], float | None], Direction]] = {
-        "output tok/s": (lambda p: p.output_tok_s or 0.0, "maximize"),
-        "p95 TTFT": (lambda p: p.p95_ttft_ms, "minimize"),
-    }
-    result = {}
-    for name, (target, direction) in targets.items():
-        rows = [(p, target(p)) for p in points]
-        usable = [(p, v) for p, v in rows if v is not None and math.isfinite(v)]
-        if len(usable) >= 3:
-            result[name] = _importances(usable, params, direction)
-    return result
-
-
-def _importances(
-    rows: Sequence[tuple[Point, float]],
-    params: dict[str, Callable[[Point], object]],
-    direction: Direction,
-) -> dict[str, float]:
-    distributions = {
-        "draft": optuna.distributions.CategoricalDistribution(sorted({p.draft for p, _ in rows})),
-        "K": optuna.distributions.IntDistribution(0, max(1, max(p.k for p, _ in rows))),
-        "gpu_memory_utilization": optuna.distributions.FloatDistribution(0.0, 1.0),
-        "max_num_batched_tokens": optuna.distributions.CategoricalDistribution(
-            sorted({p.max_num_batched_tokens for p, _ in rows})
-        ),
-        "temperature": optuna.distributions.FloatDistribution(0.0, 2.0),
-    }
-    study = optuna.create_study(direction=direction)  # in memory, for the evaluator only
-    for point, value in rows:
-        study.add_trial(
-            optuna.trial.create_trial(
-                params={name: get(point) for name, get in params.items()},
-                distributions=distributions,
-                value=value,
-            )
-        )
-    if len({v for _, v in rows}) < 2:
-        return dict.fromkeys(params, 0.0)
-    with warnings.catch_warnings():  # "experimental" labels are not ours to act on
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        return dict(optuna.importance.get_param_importances(study))
 
 
 def importance_chart(importances: dict[str, dict[str, float]], path: Path) -> Chart:

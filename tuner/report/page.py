@@ -20,6 +20,7 @@ import optuna
 from tuner.confirm import Interval, load_confirmed
 from tuner.recommend import feasible
 from tuner.report import charts
+from tuner.report.importance import param_importances
 from tuner.report.levels import LevelChoice, best_by_draft, measured_levels, speculation_by_level
 from tuner.report.picks import PICKS, Candidate, candidates, choose
 from tuner.report.trials import Outcome, Point, points
@@ -57,7 +58,7 @@ def write_report(
         charts.k_chart(trials, out_dir / "k.png"),
         charts.acceptance_chart(trials, out_dir / "acceptance.png"),
         charts.memory_chart(trials, out_dir / "memory.png"),
-        charts.importance_chart(charts.param_importances(trials), out_dir / "importance.png"),
+        charts.importance_chart(param_importances(trials), out_dir / "importance.png"),
     ]
     if draft and len(measured_levels(trials)) > 1:
         drawn.append(charts.levels_chart(trials, levels, draft, out_dir / "levels.png"))

@@ -1,0 +1,127 @@
+"""``spectune bench``: measure a server that is already running, with the study's load generator."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+import typer
+from rich.table import Table
+
+from tuner.bench.measure import measure_endpoint, served_models
+from tuner.bench.workload import WorkloadSpec
+from tuner.cli import options as opt
+from tuner.cli.app import app, console, handle_errors, print_json
+from tuner.errors import ConfigError
+from tuner.launch.base import Endpoint
+from tuner.results import TrialResult
+
+__all__ = ["bench_command"]
+
+
+@app.command("bench")
+@handle_errors
+def bench_command(
+    url: Annotated[str, typer.Option("--url", help="The server, e.g. http://127.0.0.1:8000.")],
+    model: Annotated[
+        str | None,
+        typer.Option(
+            "--model", help="Model name to request (default: the first one the server lists)."
+        ),
+    ] = None,
+    workload: Annotated[
+        str,
+        typer.Option(
+            "--workload", help="code, creative, chat, long-context, or a JSONL/ShareGPT file."
+        ),
+    ] = "code",
+    concurrency: Annotated[int, typer.Option("--concurrency", help="Requests in flight.")] = 4,
+    requests: Annotated[int, typer.Option("--requests", help="Measured requests.")] = 16,
+    max_tokens: Annotated[
+        int,
+        typer.Option("--max-tokens", help="Output tokens per request (forced with ignore_eos)."),
+    ] = 64,
+    input_tokens: Annotated[int, typer.Option("--input-tokens", help="Mean prompt tokens.")] = 512,
+    temperature: Annotated[float, typer.Option("--temperature")] = 0.0,
+    request_rate: Annotated[
+        float | None,
+        typer.Option(
+            "--request-rate", help="Poisson arrivals per second (open loop); default closed loop."
+        ),
+    ] = None,
+    warmup: Annotated[int, typer.Option("--warmup", help="Requests sent first, not measured.")] = 1,
+    api: Annotated[str, typer.Option("--api", help="chat or completions.")] = "chat",
+    api_key: Annotated[
+        str | None,
+        typer.Option(
+            "--api-key",
+            envvar="SPECTUNE_API_KEY",
+            show_default=False,
+            help="Bearer token for a server started with --api-key (never printed).",
+        ),
+    ] = None,
+    seed: opt.Seed = 0,
+    as_json: opt.Json = False,
+) -> None:
+    """Measure an already running OpenAI-compatible server (e.g. your production vLLM)."""
+    if api not in ("chat", "completions"):
+        raise ConfigError(f"--api {api!r}: choose chat or completions")
+    chosen_api: Literal["chat", "completions"] = "chat" if api == "chat" else "completions"
+    name = model or _first_model(url, api_key)
+    spec = WorkloadSpec(
+        prompt_set=workload,
+        input_tokens=input_tokens,
+        output_tokens=max_tokens,
+        concurrency=(concurrency,),
+        requests=requests,
+        warmup=warmup,
+        request_rate=request_rate,
+        seed=seed,
+    )
+    result = measure_endpoint(
+        Endpoint(url.rstrip("/"), name),
+        temperature,
+        spec,
+        concurrency,
+        api=chosen_api,
+        api_key=api_key,
+    )
+    if as_json:
+        print_json({"url": url, "model": name, **result.summary()})
+    else:
+        console.print(bench_table(url, name, result))
+
+
+def _first_model(url: str, api_key: str | None) -> str:
+    models = served_models(url, api_key=api_key)
+    if not models:
+        raise ConfigError(f"{url} serves no model: pass --model")
+    return models[0]
+
+
+def bench_table(url: str, model: str, result: TrialResult) -> Table:
+    """The measured metrics of one run, every row labelled with its source."""
+    s = result.summary()
+    table = Table(
+        "metric", "value", title=f"{model} at {url} ({s['source']})", title_justify="left"
+    )
+
+    def row(name: str, value: object, fmt: str = "{:.1f}") -> None:
+        table.add_row(name, "-" if value is None else fmt.format(value))
+
+    row("requests (errors)", f"{s['requests']} ({s['errors']})", "{}")
+    row("concurrency", s["concurrency"], "{}")
+    row("output tokens (from usage)", s["output_tokens"], "{}")
+    row("output tok/s", s["output_tok_s"])
+    row("requests/s", s["request_rate"], "{:.2f}")
+    for q in (50, 90, 95, 99):
+        row(f"TTFT p{q} ms", s[f"ttft_p{q}_ms"])
+    row("ITL p50 ms", s["itl_p50_ms"])
+    row("ITL p95 ms", s["itl_p95_ms"])
+    row("TPOT p50 ms", s["tpot_p50_ms"])
+    row("draft acceptance", s["acceptance_rate"], "{:.1%}")
+    row("mean acceptance length", s["mean_acceptance_length"], "{:.2f}")
+    row("KV cache usage (peak)", s["kv_cache_usage"], "{:.1%}")
+    row("preemptions", s["preemptions"], "{:.0f}")
+    for note in s["notes"]:
+        table.add_row("note", str(note))
+    return table

@@ -1,0 +1,78 @@
+"""Parameter importances for the report: which knobs decide throughput and TTFT.
+
+Optuna's default evaluator (PED-ANOVA) is used: deterministic, and unlike fANOVA it needs no
+scikit-learn. The study's own search space is conditional (K exists only with a draft), so the
+trials are copied into an in-memory study where K is 0 without speculation: every trial then
+counts, and "no draft" shows up as K = 0 instead of being left out.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Literal
+
+import optuna
+
+from tuner.report.trials import Point
+
+__all__ = ["param_importances"]
+
+Direction = Literal["maximize", "minimize"]
+
+
+def param_importances(points: Sequence[Point]) -> dict[str, dict[str, float]]:
+    """Importances for throughput (all trials, OOM as 0) and p95 TTFT (measured trials).
+
+    K is taken as 0 for trials without speculation, so it counts for every trial instead of
+    only the speculative ones. Fewer than three trials give no importances.
+    """
+    params = {
+        "draft": lambda p: p.draft,
+        "K": lambda p: p.k,
+        "gpu_memory_utilization": lambda p: p.gpu_memory_utilization,
+        "max_num_batched_tokens": lambda p: p.max_num_batched_tokens,
+        "temperature": lambda p: p.temperature,
+    }
+    targets: dict[str, tuple[Callable[[Point], float | None], Direction]] = {
+        "output tok/s": (lambda p: p.output_tok_s or 0.0, "maximize"),
+        "p95 TTFT": (lambda p: p.p95_ttft_ms, "minimize"),
+    }
+    result = {}
+    for name, (target, direction) in targets.items():
+        rows = [(p, target(p)) for p in points]
+        usable = [(p, v) for p, v in rows if v is not None and math.isfinite(v)]
+        if len(usable) >= 3:
+            result[name] = _importances(usable, params, direction)
+    return result
+
+
+def _importances(
+    rows: Sequence[tuple[Point, float]],
+    params: dict[str, Callable[[Point], object]],
+    direction: Direction,
+) -> dict[str, float]:
+    distributions = {
+        "draft": optuna.distributions.CategoricalDistribution(sorted({p.draft for p, _ in rows})),
+        "K": optuna.distributions.IntDistribution(0, max(1, max(p.k for p, _ in rows))),
+        "gpu_memory_utilization": optuna.distributions.FloatDistribution(0.0, 1.0),
+        "max_num_batched_tokens": optuna.distributions.CategoricalDistribution(
+            sorted({p.max_num_batched_tokens for p, _ in rows})
+        ),
+        "temperature": optuna.distributions.FloatDistribution(0.0, 2.0),
+    }
+    study = optuna.create_study(direction=direction)  # in memory, for the evaluator only
+    for point, value in rows:
+        study.add_trial(
+            optuna.trial.create_trial(
+                params={name: get(point) for name, get in params.items()},
+                distributions=distributions,
+                value=value,
+            )
+        )
+    if len({v for _, v in rows}) < 2:
+        return dict.fromkeys(params, 0.0)
+    with warnings.catch_warnings():  # "experimental" labels are not ours to act on
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return dict(optuna.importance.get_param_importances(study))
