@@ -277,7 +277,8 @@ def confirm(
     Args:
         study: the study; its space decides the workload and TTFT limit.
         space: the study's search space.
-        backend: runs the servers (the simulator, vLLM processes or containers).
+        backend: runs the servers (the simulator, vLLM processes or containers); its
+            launcher is stopped after each run and left open for the caller to close.
         top_n: configs to confirm; 0 confirms nothing.
         repeats: runs per config (at least 2 for an interval).
         log_dir: server logs go to ``log_dir/confirm-<trial>/trial-<repeat>.log``.
@@ -324,7 +325,9 @@ def _run_once(
     except SpectuneError as exc:  # a crash or nothing measured: the config is not repeatable
         return Run("failed", failure=str(exc))
     finally:
-        runner.close()  # the next repeat starts its own server
+        # Stop, not close: the next repeat starts its own server on the same launcher, which
+        # its owner closes when done.
+        backend.launcher.stop()
     return _run_from(outcome)
 
 

@@ -90,6 +90,9 @@ class CountingLauncher:
         self.stops += 1
         self.inner.stop()  # type: ignore[attr-defined]
 
+    def close(self) -> None:
+        self.inner.close()  # type: ignore[attr-defined]
+
 
 def _sim(space: SearchSpace) -> Backend:
     return backend_factory("sim")(space, BackendOptions(study="levels"))
@@ -169,6 +172,9 @@ def test_a_config_that_fails_when_measured_again_is_dropped(levels: StudyCopy) -
 
         def stop(self) -> None:
             inner.stop()
+
+        def close(self) -> None:
+            inner.close()
 
     backend.launcher = Flaky()
     results = confirm(study, space, backend, top_n=2, repeats=3)

@@ -11,6 +11,7 @@ import pytest
 from fake_server_support import SERVER, TARGET, StartServer, free_port
 
 from tuner.bench.measure import measure_endpoint
+from tuner.bench.metrics import MetricsSnapshot
 from tuner.bench.workload import WorkloadSpec
 from tuner.errors import FailureKind, StartupFailure
 from tuner.launch.base import Endpoint, LaunchContext
@@ -143,6 +144,10 @@ def test_hang_leaves_requests_to_time_out(start_server: StartServer) -> None:
     assert sum(r.ok for r in result.requests) == 2
     assert errors == ["timed out after 0.3 s"] * 4
     assert httpx.get(f"{server.base_url}/health").status_code == 200
+    # The hung engine still holds the requests the clients gave up on, and their KV blocks.
+    metrics = MetricsSnapshot.from_text(httpx.get(f"{server.base_url}/metrics").text)
+    assert metrics.total("vllm:num_requests_running") == 4.0
+    assert metrics.kv_cache_usage is not None and metrics.kv_cache_usage > 0.0
     assert server.stop() < 2.0 and server.proc.returncode == 0
 
 

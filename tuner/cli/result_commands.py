@@ -195,16 +195,19 @@ def confirm_command(
             tok_s = "-" if run.output_tok_s is None else f"{run.output_tok_s:.1f} tok/s"
             console.print(f"trial {number} run {repeat + 1}/{repeats}: {run.status}, {tok_s}")
 
-    results = confirm(
-        study,
-        space,
-        runner,
-        top,
-        repeats,
-        log_dir=studies_dir / name / "logs",
-        seed=seed,
-        on_run=on_run,
-    )
+    try:
+        results = confirm(
+            study,
+            space,
+            runner,
+            top,
+            repeats,
+            log_dir=studies_dir / name / "logs",
+            seed=seed,
+            on_run=on_run,
+        )
+    finally:
+        runner.launcher.close()
     if as_json:
         print_json([_confirmed_json(c, space.ttft_limit_ms) for c in results])
         return

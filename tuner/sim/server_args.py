@@ -42,7 +42,7 @@ import yaml
 
 from tuner.errors import ConfigError
 from tuner.hardware import Hardware, parse_hardware
-from tuner.sim.server_faults import Faults, parse_faults
+from tuner.sim.server_faults import FAULT_NAMES, Faults, parse_faults
 from tuner.trial_config import FlagValue, ServerConfig, SpeculativeConfig
 from tuner.vllm_args import NEWEST_KNOWN
 
@@ -206,17 +206,25 @@ def _parser() -> argparse.ArgumentParser:
     _add_boolean(parser, "--enable-chunked-prefill", True)
     _add_boolean(parser, "--enforce-eager", False)
     for flag in _IGNORED_VALUE_FLAGS:
-        parser.add_argument(flag, dest=f"ignored_{flag[2:]}")
+        parser.add_argument(flag, dest=f"ignored_{flag[2:]}", metavar="VALUE",
+                            help="accepted and ignored by the simulator")
     for flag in _IGNORED_BOOL_FLAGS:
         _add_boolean(parser, flag, None)
     sim = parser.add_argument_group("simulator (spectune only)")
     env = os.environ
     sim.add_argument(
-        "--sim-hardware", type=_hardware, default=env.get("SPECTUNE_SIM_HARDWARE", DEFAULT_HARDWARE)
+        "--sim-hardware",
+        type=_hardware,
+        default=env.get("SPECTUNE_SIM_HARDWARE", DEFAULT_HARDWARE),
+        help=f"simulated GPUs, e.g. 4090x2 (default {DEFAULT_HARDWARE}; SPECTUNE_SIM_HARDWARE)",
     )
-    sim.add_argument("--sim-fault", action="append", default=None, metavar="FAULT")
-    sim.add_argument("--sim-speed", type=float, default=env.get("SPECTUNE_SIM_SPEED", "1"))
-    sim.add_argument("--sim-seed", type=int, default=env.get("SPECTUNE_SIM_SEED", "0"))
+    sim.add_argument("--sim-fault", action="append", default=None, metavar="FAULT",
+                     help=f"inject a fault, repeatable: {', '.join(FAULT_NAMES)} "
+                     "(SPECTUNE_SIM_FAULT, comma-separated)")
+    sim.add_argument("--sim-speed", type=float, default=env.get("SPECTUNE_SIM_SPEED", "1"),
+                     help="simulated seconds per real second; inf: no pauses (SPECTUNE_SIM_SPEED)")
+    sim.add_argument("--sim-seed", type=int, default=env.get("SPECTUNE_SIM_SEED", "0"),
+                     help="seeds acceptance and timing noise (SPECTUNE_SIM_SEED)")
     return parser
 
 
