@@ -60,17 +60,27 @@ class BackendOptions:
     docker_entrypoint: tuple[str, ...] = ("vllm",)
     docker_volumes: tuple[tuple[str, str], ...] = ()  # (host path, "container path[:ro]")
     ready_timeout_s: float = 900.0
+    request_timeout_s: float = 120.0  # one request; a hung server fails the trial after this
     sim_speed: float | None = None  # sim: simulated seconds per wall second; None: no waiting
 
 
-def http_measure(
-    endpoint: Endpoint, config: TrialConfig, concurrency: int, seed: int
-) -> TrialResult:
+def http_measure(options: BackendOptions) -> Measure:
     """Measures a real (or fake) vLLM server through its OpenAI API."""
-    del seed  # the workload carries its own seed; real servers bring their own noise
-    return measure_endpoint(
-        endpoint, config.client.temperature, config.client.workload, concurrency
-    )
+
+    def measure(
+        endpoint: Endpoint, config: TrialConfig, concurrency: int, seed: int
+    ) -> TrialResult:
+        del seed  # the workload carries its own seed; real servers bring their own noise
+        return measure_endpoint(
+            endpoint,
+            config.client.temperature,
+            config.client.workload,
+            concurrency,
+            request_timeout_s=options.request_timeout_s,
+            check_timeout_s=options.request_timeout_s,
+        )
+
+    return measure
 
 
 def _sim(space: SearchSpace, options: BackendOptions) -> Backend:
@@ -110,7 +120,7 @@ def _process(space: SearchSpace, options: BackendOptions) -> Backend:
         ready_timeout_s=options.ready_timeout_s,
         env=env,
     )
-    return Backend("process", launcher, http_measure)
+    return Backend("process", launcher, http_measure(options))
 
 
 def _docker(space: SearchSpace, options: BackendOptions) -> Backend:
@@ -124,10 +134,12 @@ def _docker(space: SearchSpace, options: BackendOptions) -> Backend:
         volumes=dict(options.docker_volumes) or None,
     )
 
+    measure_http = http_measure(options)
+
     def measure(
         endpoint: Endpoint, config: TrialConfig, concurrency: int, seed: int
     ) -> TrialResult:
-        result = http_measure(endpoint, config, concurrency, seed)
+        result = measure_http(endpoint, config, concurrency, seed)
         return replace(result, peak_memory_gib=launcher.take_peak_memory())
 
     return Backend("docker", launcher, measure)

@@ -96,18 +96,22 @@ class Interval:
 
     @property
     def low(self) -> float | None:
+        """The lower end of the interval; None for a single value."""
         return None if self.half_width is None else self.mean - self.half_width
 
     @property
     def high(self) -> float | None:
+        """The upper end of the interval; None for a single value."""
         return None if self.half_width is None else self.mean + self.half_width
 
     def to_dict(self) -> dict[str, Any]:
+        """``{mean, ci95: [low, high] or None, n}`` as stored with the study."""
         ci = None if self.half_width is None else [self.low, self.high]
         return {"mean": self.mean, "ci95": ci, "n": self.n}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Interval:
+        """Reads what :meth:`to_dict` wrote."""
         ci = data.get("ci95")
         mean = float(data["mean"])
         half = None if not ci else (float(ci[1]) - float(ci[0])) / 2.0
@@ -148,9 +152,11 @@ class Run:
 
     @property
     def ok(self) -> bool:
+        """Whether the run started, was measured and met the TTFT limit."""
         return self.status == TrialStatus.OK.value
 
     def to_dict(self) -> dict[str, Any]:
+        """The run as plain JSON data."""
         return {
             "status": self.status,
             "output_tok_s": self.output_tok_s,
@@ -162,6 +168,7 @@ class Run:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Run:
+        """Reads what :meth:`to_dict` wrote."""
         return cls(
             status=str(data["status"]),
             output_tok_s=_opt_float(data.get("output_tok_s")),
@@ -187,6 +194,7 @@ class Confirmed:
 
     @property
     def measured(self) -> list[Run]:
+        """The runs that produced throughput and TTFT."""
         return [r for r in self.runs if r.output_tok_s is not None and r.p95_ttft_ms is not None]
 
     @property
@@ -203,11 +211,13 @@ class Confirmed:
 
     @property
     def output_tok_s(self) -> Interval | None:
+        """Output tokens/s over the measured runs; None if none was measured."""
         values = [r.output_tok_s for r in self.measured if r.output_tok_s is not None]
         return interval(values) if values else None
 
     @property
     def p95_ttft_ms(self) -> Interval | None:
+        """p95 TTFT (ms) over the measured runs; None if none was measured."""
         values = [r.p95_ttft_ms for r in self.measured if r.p95_ttft_ms is not None]
         return interval(values) if values else None
 
@@ -225,6 +235,7 @@ class Confirmed:
         return self.stable and ttft is not None and ttft.mean <= ttft_limit_ms
 
     def to_dict(self) -> dict[str, Any]:
+        """The confirmation as stored in the study's ``confirmed`` attribute."""
         tok_s, ttft = self.output_tok_s, self.p95_ttft_ms
         return {
             "trial": self.trial,
@@ -237,6 +248,7 @@ class Confirmed:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Confirmed:
+        """Reads what :meth:`to_dict` wrote."""
         return cls(
             trial=int(data["trial"]),
             source=str(data.get("source", Source.MEASURED.value)),
@@ -300,12 +312,14 @@ def confirm(
             runs.append(run)
             if on_run:
                 on_run(trial.number, repeat, run)
-        results.append(Confirmed(trial.number, backend.source.value, tuple(runs), date))
-    if backend.source is Source.MEASURED:  # real GPUs: say which, with the driver
+        record = Confirmed(trial.number, backend.source.value, tuple(runs), date)
+        results.append(record)
+        # Stored per config: an interrupted confirmation of real servers keeps what it measured.
+        stored = dict(study.user_attrs.get(CONFIRMED_ATTR) or {})
+        stored[str(record.trial)] = record.to_dict()
+        study.set_user_attr(CONFIRMED_ATTR, stored)
+    if results and backend.source is Source.MEASURED:  # real GPUs: say which, with the driver
         record_environment(study)
-    stored = dict(study.user_attrs.get(CONFIRMED_ATTR) or {})
-    stored.update({str(c.trial): c.to_dict() for c in results})
-    study.set_user_attr(CONFIRMED_ATTR, stored)
     return results
 
 

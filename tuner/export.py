@@ -57,7 +57,11 @@ __all__ = [
 ]
 
 FORMATS = ("vllm", "compose", "docker-run", "json")
-_SECRET_FLAG = re.compile(r"key|token|secret|passw|credential", re.IGNORECASE)
+# A flag is secret when one of its dash-separated words names a credential: --api-key,
+# --hf-token, --ssl-password; not --tokenizer or --max-num-batched-tokens.
+_SECRET_FLAG = re.compile(
+    r"(^|[-_])(key|token|secret|password|passwd|credentials?)($|[-_])", re.IGNORECASE
+)
 
 
 def pick_candidate(study: optuna.Study, pick: str = DEFAULT_PICK) -> Candidate:
@@ -176,8 +180,9 @@ def _render(
 
 
 def _without_secrets(server: ServerConfig) -> tuple[ServerConfig, list[str]]:
-    kept = tuple((k, v) for k, v in server.extra_flags if not _SECRET_FLAG.search(k))
-    removed = [k.lstrip("-") for k, _ in server.extra_flags if _SECRET_FLAG.search(k)]
+    secret = [k for k, _ in server.extra_flags if _SECRET_FLAG.search(k.lstrip("-"))]
+    kept = tuple((k, v) for k, v in server.extra_flags if k not in secret)
+    removed = [k.lstrip("-") for k in secret]
     return replace(server, extra_flags=kept), removed
 
 

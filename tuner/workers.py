@@ -9,6 +9,7 @@ created). ``spawn_workers`` starts N of them on one host, each on its own GPUs; 
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -63,8 +64,13 @@ def run_worker(request: WorkerRequest, detected: Hardware | None = None) -> None
                 f"{space.hardware.label}: run the worker on matching GPUs (pick them with --gpus)"
             )
     folder = request.studies_dir / request.study
-    options = StudyOptions(None, request.options.seed, folder / "logs", space.ttft_limit_ms,
-                           worker=request.options.worker)
+    options = StudyOptions(
+        None,
+        request.options.seed,
+        folder / "logs",
+        space.ttft_limit_ms,
+        worker=request.options.worker,
+    )
     run_trials(study, space, build_backend(space, request.options), options)
 
 
@@ -76,28 +82,14 @@ def gpu_slices(workers: int, gpus_per_trial: int) -> list[tuple[int, ...]]:
 def worker_argv(request: WorkerRequest) -> list[str]:
     """The ``spectune worker`` command line that runs ``request`` in a child process."""
     o = request.options
-    argv = [
-        sys.executable,
-        "-m",
-        "tuner",
-        "worker",
-        "--study",
-        request.study,
-        "--storage",
-        request.storage,
-        "--backend",
-        request.backend,
-        "--studies-dir",
-        str(request.studies_dir),
-        "--sampler",
-        request.sampler,
-        "--seed",
-        str(o.seed),
-        "--worker-id",
-        o.worker,
-        "--vllm-command",
-        " ".join(o.vllm_command),
-    ]
+    argv = [sys.executable, "-m", "tuner", "worker", "--study", request.study,
+            "--storage", request.storage, "--backend", request.backend,
+            "--studies-dir", str(request.studies_dir), "--sampler", request.sampler,
+            "--seed", str(o.seed), "--worker-id", o.worker,
+            "--vllm-command", shlex.join(o.vllm_command),
+            "--docker-entrypoint", shlex.join(o.docker_entrypoint),
+            "--ready-timeout", str(o.ready_timeout_s),
+            "--request-timeout", str(o.request_timeout_s)]  # fmt: skip
     if o.gpus is not None:
         argv += ["--gpus", ",".join(str(g) for g in o.gpus)]
     if o.image:

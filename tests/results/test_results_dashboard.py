@@ -28,7 +28,7 @@ from tuner.dashboard import LEGACY_CONSTRAINTS, prepare_dashboard, trial_recorde
 from tuner.report.trials import Outcome, points
 from tuner.scoring import CONSTRAINT_KEYS
 from tuner.storage import open_storage
-from tuner.study import StudyOptions, run_trials
+from tuner.study import StudyOptions, extend_budget, run_trials
 
 SPECTUNE = Path(sys.executable).with_name("spectune")
 
@@ -103,7 +103,7 @@ def test_trials_get_their_artifacts_while_they_run(levels: StudyCopy, tmp_path: 
 
     study, space = levels.open()
     before = len(study.trials)
-    study.set_user_attr("trial_budget", before + 3)
+    extend_budget(study, 3)
     backend = backend_factory("sim")(space, BackendOptions(study=STUDY))
     options = StudyOptions(3, 5, levels.folder / "logs", space.ttft_limit_ms)
     run_trials(study, space, backend, options, on_trial=trial_recorder(study, levels.folder))

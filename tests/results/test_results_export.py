@@ -223,7 +223,10 @@ def test_no_secret_reaches_any_export(tmp_path: Path, monkeypatch: pytest.Monkey
     space = {
         **SPACE,
         "name": "secret",
-        "server": {**SPACE["server"], "extra_flags": {"api-key": SECRET, "enforce-eager": True}},
+        "server": {
+            **SPACE["server"],
+            "extra_flags": {"api-key": SECRET, "enforce-eager": True, "tokenizer-mode": "auto"},
+        },
         "workload": {**SPACE["workload"], "concurrency": [1], "requests": 4},
     }  # type: ignore[dict-item]
     build_study(tmp_path, space, trials=6)
@@ -234,7 +237,8 @@ def test_no_secret_reaches_any_export(tmp_path: Path, monkeypatch: pytest.Monkey
         assert SECRET not in text
         assert "--api-key left out: it holds a secret" in text
     vllm_yaml, compose, docker_run, as_json = texts
-    assert yaml.safe_load(vllm_yaml)["enforce-eager"] is True  # other extra flags stay
+    loaded = yaml.safe_load(vllm_yaml)
+    assert loaded["enforce-eager"] is True and loaded["tokenizer-mode"] == "auto"  # kept
     assert "api-key" not in yaml.safe_load(vllm_yaml)
     assert yaml.safe_load(compose)["services"]["vllm"]["environment"] == [
         "HF_TOKEN",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+import warnings
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -125,3 +126,32 @@ def test_report_renders_in_headless_chromium(
     rendered = re.findall(r'<figure id="chart-(\w+)" data-points="(\d+)"', dom)
     assert {name for name, _ in rendered} == CHARTS
     assert all(int(n) > 0 for _, n in rendered)
+
+
+def test_one_level_and_empty_studies_still_report(tmp_path: Path) -> None:
+    from conftest import SPACE, StudyCopy, build_study
+
+    from tuner.space import space_from_dict
+    from tuner.storage import default_storage, open_storage
+    from tuner.study import open_study
+
+    one = {**SPACE, "name": "one", "workload": {**SPACE["workload"], "concurrency": [1]}}
+    build_study(tmp_path / "one", one, trials=6)  # type: ignore[arg-type]
+    study, space = StudyCopy(tmp_path / "one", "one").open()
+    report = write_report(study, space, tmp_path / "one-report")
+    assert {c.name for c in report.charts} == CHARTS - {"levels"}
+    assert report.levels == ()
+    assert "The workload measures one concurrency level." in report.html.read_text()
+
+    import optuna
+
+    empty_space = space_from_dict({**SPACE, "name": "empty"})
+    url = default_storage("empty", tmp_path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        study, space = open_study(
+            "empty", open_storage(url), empty_space, optuna.samplers.RandomSampler()
+        )
+    report = write_report(study, space, tmp_path / "empty-report")
+    assert all(c.points == 0 for c in report.charts) and report.best == ()
+    assert "No feasible config yet" in report.html.read_text()

@@ -144,9 +144,11 @@ def test_hang_leaves_requests_to_time_out(start_server: StartServer) -> None:
     assert sum(r.ok for r in result.requests) == 2
     assert errors == ["timed out after 0.3 s"] * 4
     assert httpx.get(f"{server.base_url}/health").status_code == 200
-    # The hung engine still holds the requests the clients gave up on, and their KV blocks.
+    # The hung engine still holds the requests the clients gave up on: the one it was running
+    # (with its KV blocks) and the three that arrived after it stopped stepping.
     metrics = MetricsSnapshot.from_text(httpx.get(f"{server.base_url}/metrics").text)
-    assert metrics.total("vllm:num_requests_running") == 4.0
+    assert metrics.total("vllm:num_requests_running") == 1.0
+    assert metrics.total("vllm:num_requests_waiting") == 3.0
     assert metrics.kv_cache_usage is not None and metrics.kv_cache_usage > 0.0
     assert server.stop() < 2.0 and server.proc.returncode == 0
 

@@ -72,10 +72,12 @@ def check_model(
             else:
                 client.completions.create(model=model, prompt="Say OK.", max_tokens=1)
         except openai.APIError as exc:
+            # A refused chat request, unlike a timeout, often means a model without a template.
+            refused = api == "chat" and isinstance(exc, openai.APIStatusError)
             hint = " (a base model without a chat template needs api 'completions')"
             raise MeasurementError(
                 f"model '{model}' at {root} did not answer a 1-token {api} request: "
-                f"{_openai_message(exc)}{hint if api == 'chat' else ''}"
+                f"{_openai_message(exc)}{hint if refused else ''}"
             ) from exc
     finally:
         client.close()

@@ -16,6 +16,7 @@ __all__ = [
     "Image",
     "Json",
     "ReadyTimeout",
+    "RequestTimeout",
     "Sampler",
     "Seed",
     "SimSpeed",
@@ -84,6 +85,10 @@ ReadyTimeout = Annotated[
 ]
 Gpus = Annotated[
     str | None,
-    typer.Option("--gpus", help="GPU indices to use, e.g. 0,1; `none` for a CPU-only host "
-                 "(default: all)."),
+    typer.Option(
+        "--gpus", help="GPU indices to use, e.g. 0,1; `none` for a CPU-only host (default: all)."
+    ),
+]
+RequestTimeout = Annotated[
+    float, typer.Option("--request-timeout", help="Seconds one benchmark request may take.")
 ]

@@ -217,12 +217,14 @@ def confirm_command(
         table.add_row(
             str(c.trial), str(len(c.runs)), _fmt(c.output_tok_s, 1), _fmt(c.p95_ttft_ms, 0), verdict
         )
+    if not results:
+        console.print("Nothing to confirm: the study has no feasible config yet")
+        return
     console.print(table)
-    if results:
-        best = studies_dir / name / "best.yaml"
-        best.parent.mkdir(parents=True, exist_ok=True)
-        best.write_text(export(study, space, "vllm").text)
-        console.print(f"Updated {best} from the confirmed numbers")
+    best = studies_dir / name / "best.yaml"
+    best.parent.mkdir(parents=True, exist_ok=True)
+    best.write_text(export(study, space, "vllm").text)
+    console.print(f"Updated {best} from the confirmed numbers")
 
 
 def _default_backend(study: optuna.Study) -> str:

@@ -87,6 +87,7 @@ def optimize_command(
     docker_entrypoint: opt.DockerEntrypoint = "vllm",
     sim_speed: opt.SimSpeed = None,
     ready_timeout: opt.ReadyTimeout = 900.0,
+    request_timeout: opt.RequestTimeout = 120.0,
     as_json: opt.Json = False,
 ) -> None:
     """Run a tuning study and export the recommended config."""
@@ -96,7 +97,15 @@ def optimize_command(
     url = storage or default_storage(name, studies_dir)
     resume_only = not explicit and _study_exists(url, name)
     options = backend_options(
-        name, seed, vllm_command, image, docker_volume, docker_entrypoint, sim_speed, ready_timeout
+        name,
+        seed,
+        vllm_command,
+        image,
+        docker_volume,
+        docker_entrypoint,
+        sim_speed,
+        ready_timeout,
+        request_timeout,
     )
     if gpus is not None:
         options = replace(options, gpus=parse_gpus(gpus))
@@ -155,6 +164,7 @@ def backend_options(
     docker_entrypoint: str,
     sim_speed: float | None,
     ready_timeout: float,
+    request_timeout: float = 120.0,
 ) -> BackendOptions:
     """The backend flags shared by optimize and worker, as BackendOptions."""
     return BackendOptions(
@@ -165,6 +175,7 @@ def backend_options(
         docker_entrypoint=tuple(shlex.split(docker_entrypoint)),
         docker_volumes=tuple(parse_volume(v) for v in docker_volume or ()),
         ready_timeout_s=ready_timeout,
+        request_timeout_s=request_timeout,
         sim_speed=sim_speed,
     )
 
@@ -191,6 +202,7 @@ def worker_command(
     docker_entrypoint: opt.DockerEntrypoint = "vllm",
     sim_speed: opt.SimSpeed = None,
     ready_timeout: opt.ReadyTimeout = 900.0,
+    request_timeout: opt.RequestTimeout = 120.0,
 ) -> None:
     """Join an existing study from this host and run trials until its budget is used up."""
     options = replace(
@@ -203,6 +215,7 @@ def worker_command(
             docker_entrypoint,
             sim_speed,
             ready_timeout,
+            request_timeout,
         ),
         gpus=None if gpus is None else parse_gpus(gpus),
         worker=worker_id,

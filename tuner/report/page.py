@@ -52,7 +52,8 @@ def write_report(
     picks = {pick: choose(ranked, pick) for pick in PICKS}
     best = picks["max-throughput"]
     draft = best.view.draft if best is not None and best.view.server.speculative else None
-    levels = speculation_by_level(trials, draft) if draft else []
+    several = len(measured_levels(trials)) > 1
+    levels = speculation_by_level(trials, draft) if draft and several else []
     drawn = [
         charts.pareto_chart(trials, confirmed, space.ttft_limit_ms, out_dir / "pareto.png"),
         charts.k_chart(trials, out_dir / "k.png"),
@@ -60,7 +61,7 @@ def write_report(
         charts.memory_chart(trials, out_dir / "memory.png"),
         charts.importance_chart(param_importances(trials), out_dir / "importance.png"),
     ]
-    if draft and len(measured_levels(trials)) > 1:
+    if levels and draft:
         drawn.append(charts.levels_chart(trials, levels, draft, out_dir / "levels.png"))
     # The best by throughput, plus whatever a pick chose further down.
     chosen = {c.number for c in picks.values() if c is not None}

@@ -49,23 +49,28 @@ class Candidate:
 
     @property
     def number(self) -> int:
+        """The trial number."""
         return self.view.number
 
     @property
     def tok_s_interval(self) -> Interval | None:
+        """The confirmed throughput interval, if confirmed."""
         return None if self.confirmed is None else self.confirmed.output_tok_s
 
     @property
     def ttft_interval(self) -> Interval | None:
+        """The confirmed p95 TTFT interval, if confirmed."""
         return None if self.confirmed is None else self.confirmed.p95_ttft_ms
 
     @property
     def output_tok_s(self) -> float:
+        """Output tokens/s: the confirmed mean, else the single measurement."""
         measured = self.tok_s_interval
         return self.view.output_tok_s if measured is None else measured.mean
 
     @property
     def p95_ttft_ms(self) -> float:
+        """p95 TTFT in ms: the confirmed mean, else the single measurement."""
         measured = self.ttft_interval
         return self.view.p95_ttft_ms if measured is None else measured.mean
 

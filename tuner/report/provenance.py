@@ -103,9 +103,11 @@ class Provenance:
 
     @property
     def confirmed(self) -> bool:
+        """Whether the numbers are means of several confirmation runs."""
         return self.runs > 1
 
     def to_dict(self) -> dict[str, Any]:
+        """Every fact as plain JSON data (the JSON export's ``provenance``)."""
         data = asdict(self)
         data["confirmed"] = self.confirmed
         return data

@@ -20,6 +20,8 @@ __all__ = ["Outcome", "Point", "point", "points"]
 
 
 class Outcome(enum.StrEnum):
+    """How a completed trial ended, as charts mark it."""
+
     FEASIBLE = "feasible"
     OVER_TTFT = "over TTFT limit"
     OOM = "OOM"
@@ -45,6 +47,7 @@ class Point:
 
     @property
     def speculative(self) -> bool:
+        """Whether the trial speculated (a draft or ngram, K > 0)."""
         return self.k > 0
 
     @property

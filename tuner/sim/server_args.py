@@ -36,7 +36,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import yaml
 
@@ -106,7 +106,7 @@ class SimOptions:
     """The ``--sim-*`` settings.
 
     Attributes:
-        hardware: the simulated GPUs in ``4090x2`` notation.
+        hardware: the simulated GPUs (``--sim-hardware 4090x2``).
         faults: what to break.
         speed: simulated seconds per real second; ``math.inf`` never pauses.
         seed: seeds the engine's acceptance sampling and timing noise.
@@ -346,11 +346,11 @@ def parse_serve_args(argv: Sequence[str], env: Mapping[str, str] | None = None) 
     ns = parser.parse_args(args)
     model: str | None = ns.model or file_model
     if not model:
-        _fail(parser, "the following arguments are required: model_tag")
+        parser.error("the following arguments are required: model_tag")
     try:
         sim = _sim_options(ns, env)
     except ValueError as exc:
-        _fail(parser, f"argument --sim-fault/--sim-speed: {exc}")
+        parser.error(f"argument --sim-fault/--sim-speed: {exc}")
     extra: list[tuple[str, FlagValue]] = []
     if ns.max_num_seqs is not None:
         extra.append(("max-num-seqs", ns.max_num_seqs))
@@ -385,7 +385,3 @@ def parse_serve_args(argv: Sequence[str], env: Mapping[str, str] | None = None) 
         ignored=ignored,
         sim=sim,
     )
-
-
-def _fail(parser: argparse.ArgumentParser, message: str) -> NoReturn:
-    parser.error(message)

@@ -1,0 +1,132 @@
+"""The default strategy: what the warm start enqueues, and that a short study finds the optimum."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, cast
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from tuner.backends import BackendOptions, backend_factory
+from tuner.models import load_model
+from tuner.runner import predict_memory
+from tuner.scoring import DIRECTIONS
+from tuner.sim.engine import predict
+from tuner.sim.memory import estimate_memory
+from tuner.space import NO_DRAFT, SearchSpace, load_space
+from tuner.strategy import (
+    SAFETY_MARGIN_GIB,
+    grid_params,
+    make_default_sampler,
+    predicted_configs,
+    warm_start,
+)
+from tuner.study import StudyOptions, open_study, run_trials
+from tuner.trial_config import TrialConfig
+
+SPACE_14B = "qwen2.5-14b-awq-4090x1"
+PARAMS = {
+    "draft",
+    "num_speculative_tokens",
+    "gpu_memory_utilization",
+    "max_num_batched_tokens",
+    "temperature",
+}
+
+
+def _config(space: SearchSpace, params: dict[str, Any]) -> TrialConfig:
+    # FixedTrial answers suggest_* like a Trial and warns (an error here) on a value off the space.
+    return space.suggest(cast(optuna.Trial, optuna.trial.FixedTrial(params)))
+
+
+def _enqueued(study: optuna.Study, space: SearchSpace) -> list[tuple[dict[str, Any], TrialConfig]]:
+    """Runs the study's queue through ``suggest``, as the objective would."""
+    waiting = len(study.get_trials(states=(TrialState.WAITING,)))
+    out = []
+    for _ in range(waiting):
+        trial = study.ask()
+        config = space.suggest(trial)
+        out.append((trial.params, config))
+    return out
+
+
+def _true_value(space: SearchSpace, config: TrialConfig) -> float:
+    """Noise-free tok/s of a config that fits and meets the TTFT limit, else 0."""
+    server = config.server
+    if not predict_memory(space.hardware, server).fits:
+        return 0.0
+    draft_id = server.speculative.model if server.speculative else None
+    result = predict(space.hardware, space.target, load_model(draft_id) if draft_id else None,
+                     server, config.client.temperature, config.client.workload, 1)
+    ttft = result.ttft_ms(95)
+    return result.output_tok_s if ttft is not None and ttft <= space.ttft_limit_ms else 0.0
+
+
+@pytest.mark.parametrize("name", [SPACE_14B, "default"])
+def test_warm_start_enqueues_configs_that_fit_with_margin(name: str) -> None:
+    space = load_space(name)
+    study = optuna.create_study(directions=list(DIRECTIONS))
+    assert warm_start(study, space, budget=40) == 8
+    enqueued = _enqueued(study, space)
+    assert len(enqueued) == 8
+    for params, config in enqueued:
+        assert set(params) <= PARAMS
+        assert ("num_speculative_tokens" in params) == (params["draft"] != NO_DRAFT)
+        assert ("temperature" in params) == (not isinstance(space.temperature, float))
+        server = config.server
+        draft_id = server.speculative.model if server.speculative else None
+        memory = estimate_memory(space.hardware, space.target,
+                                 load_model(draft_id) if draft_id else None, server,
+                                 jitter_gib=SAFETY_MARGIN_GIB)
+        assert memory.fits, params
+    # The first is the best prediction; configs that share a server follow each other.
+    assert enqueued[0][0] == predicted_configs(space)[0].params
+    servers = [config.server for _, config in enqueued]
+    for index, server in enumerate(servers):
+        if server in servers[:index]:
+            assert servers[index - 1] == server
+
+
+def test_request_only_variants_follow_the_best_config() -> None:
+    space = load_space("default")  # the temperature is searched here: a request-side setting
+    study = optuna.create_study(directions=list(DIRECTIONS))
+    warm_start(study, space, budget=40)
+    (_, first), (_, second) = _enqueued(study, space)[:2]
+    assert first.server == second.server
+    assert first.client.temperature != second.client.temperature
+
+
+def test_warm_start_leaves_a_resumed_study_and_small_budgets_to_the_sampler() -> None:
+    space = load_space(SPACE_14B)
+    study = optuna.create_study(directions=list(DIRECTIONS))
+    assert warm_start(study, space, budget=0) == 0
+    assert warm_start(study, space, budget=5) == 1  # a quarter of the run, at least one
+    assert warm_start(study, space, budget=40) == 0  # the study has a trial now
+
+
+def test_grid_params_spans_the_discretised_space() -> None:
+    space = load_space(SPACE_14B)
+    points = list(grid_params(space))
+    # none (one point per setting) + ngram and two drafts with K 1..8; 10 utils x 4 chunk sizes.
+    assert len(points) == (1 + 3 * 8) * 10 * 4
+    assert len({tuple(sorted(p.items())) for p in points}) == len(points)
+    assert {p["gpu_memory_utilization"] for p in points} == {
+        round(0.8 + 0.02 * i, 10) for i in range(10)
+    }
+
+
+def test_short_default_study_reaches_the_optimum(tmp_path: Path) -> None:
+    space = load_space(SPACE_14B)
+    optimum = max(_true_value(space, _config(space, p)) for p in grid_params(space))
+    study, _ = open_study("s", optuna.storages.InMemoryStorage(), space, make_default_sampler(7))
+    warm_start(study, space, budget=20)
+    backend = backend_factory("sim")(space, BackendOptions(study="s", seed=7))
+    run_trials(study, space, backend, StudyOptions(20, 7, tmp_path, space.ttft_limit_ms))
+    feasible = [
+        t for t in study.get_trials(states=(TrialState.COMPLETE,))
+        if all(v <= 0 for v in t.constraints.values())
+    ]
+    recommended = max(feasible, key=lambda t: t.values[0])  # as tuner.recommend picks
+    assert _true_value(space, _config(space, recommended.params)) >= 0.9 * optimum
