@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, cast
 
@@ -23,7 +24,7 @@ from tuner.strategy import (
     predicted_configs,
     warm_start,
 )
-from tuner.study import StudyOptions, open_study, run_trials
+from tuner.study import StudyOptions, run_trials
 from tuner.trial_config import TrialConfig
 
 SPACE_14B = "qwen2.5-14b-awq-4090x1"
@@ -118,12 +119,16 @@ def test_grid_params_spans_the_discretised_space() -> None:
 
 
 def test_short_default_study_reaches_the_optimum(tmp_path: Path) -> None:
-    space = load_space(SPACE_14B)
+    # The 14B space with a shorter benchmark (2 requests), so that the exhaustive optimum takes
+    # seconds: every dimension of the grid is still searched and checked.
+    full = load_space(SPACE_14B)
+    space = replace(full, workload=replace(full.workload, requests=2, warmup=0))
     optimum = max(_true_value(space, _config(space, p)) for p in grid_params(space))
-    study, _ = open_study("s", optuna.storages.InMemoryStorage(), space, make_default_sampler(7))
+    study = optuna.create_study(directions=list(DIRECTIONS), sampler=make_default_sampler(7))
     warm_start(study, space, budget=20)
     backend = backend_factory("sim")(space, BackendOptions(study="s", seed=7))
     run_trials(study, space, backend, StudyOptions(20, 7, tmp_path, space.ttft_limit_ms))
+    assert len(study.trials) == 20
     feasible = [
         t for t in study.get_trials(states=(TrialState.COMPLETE,))
         if all(v <= 0 for v in t.constraints.values())

@@ -24,12 +24,13 @@ backfill writes the same attribute rows straight into the RDB storage's table.
 from __future__ import annotations
 
 import json
+import logging
 import tempfile
 import uuid
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import optuna
 import sqlalchemy
@@ -45,7 +46,9 @@ from optuna.trial import FrozenTrial, TrialState
 from tuner.errors import ConfigError
 from tuner.runner import TrialOutcome
 from tuner.scoring import CONSTRAINT_KEYS, OBJECTIVE_NAMES
-from tuner.study import OnTrial
+
+if TYPE_CHECKING:  # tuner.study may call this module: no import cycle at run time
+    from tuner.study import OnTrial
 
 __all__ = [
     "LEGACY_CONSTRAINTS",
@@ -58,6 +61,7 @@ __all__ = [
 ]
 
 LEGACY_CONSTRAINTS = "constraints"
+_log = logging.getLogger(__name__)
 _ARTIFACTS_PREFIX = "artifacts:"  # optuna.artifacts' key for artifact metadata
 _RECORD_KEYS = ("status", "source", "failure", "temperature", "server", "summary", "memory")
 
@@ -188,15 +192,20 @@ def _backfill_artifact(
 
 
 def trial_recorder(study: optuna.Study, study_folder: Path) -> OnTrial:
-    """A ``run_trials`` callback attaching each trial's artifacts while it still runs."""
+    """A ``run_trials`` callback attaching each trial's artifacts while it still runs.
+
+    A failure to write them (a full disk) is logged and never fails the trial.
+    """
     store = _store(study_folder)
+    storage = study._storage
 
     def record(number: int, outcome: TrialOutcome | None, failure: str | None) -> None:
         del outcome, failure  # everything needed is in the trial's attributes by now
-        trial = study._storage.get_trial(
-            study._storage.get_trial_id_from_study_id_trial_number(study._study_id, number)
-        )
-        attach_artifacts(study, trial, study_folder, store)
+        trial_id = storage.get_trial_id_from_study_id_trial_number(study._study_id, number)
+        try:
+            attach_artifacts(study, storage.get_trial(trial_id), study_folder, store)
+        except OSError as exc:
+            _log.warning("could not attach trial %d's logs for the dashboard: %s", number, exc)
 
     return record
 

@@ -45,10 +45,26 @@ CATALOG: tuple[GpuSpec, ...] = (
     GpuSpec("L40S", ("l40s",), 44.99, 864, 362, Interconnect.PCIE, 25),
     GpuSpec("A10G", ("a10g",), 22.49, 600, 70, Interconnect.PCIE, 25),
     GpuSpec(
-        "A100-40GB", ("a100-40gb", "a100-40g", "a100"), 39.5, 1555, 312, Interconnect.NVLINK, 300
+        "A100-40GB",
+        ("a100-40gb", "a100-40g", "a100", "a100-sxm4-40gb", "a100-pcie-40gb"),
+        39.5,
+        1555,
+        312,
+        Interconnect.NVLINK,
+        300,
     ),
-    GpuSpec("A100-80GB", ("a100-80gb", "a100-80g"), 79.25, 2039, 312, Interconnect.NVLINK, 300),
-    GpuSpec("H100-SXM", ("h100", "h100-sxm"), 79.65, 3350, 989, Interconnect.NVLINK, 450),
+    GpuSpec(
+        "A100-80GB",
+        ("a100-80gb", "a100-80g", "a100-sxm4-80gb", "a10080gbpcie"),
+        79.25,
+        2039,
+        312,
+        Interconnect.NVLINK,
+        300,
+    ),
+    GpuSpec(
+        "H100-SXM", ("h100", "h100-sxm", "h10080gbhbm3"), 79.65, 3350, 989, Interconnect.NVLINK, 450
+    ),
     GpuSpec("H200", ("h200",), 139.8, 4800, 989, Interconnect.NVLINK, 450),
 )
 

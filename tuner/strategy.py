@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import functools
 import math
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any
@@ -118,9 +119,12 @@ def make_default_sampler(seed: int | None) -> optuna.samplers.BaseSampler:
     ``ttft_slo`` constraints Optuna 5 keeps on each trial, so OOM trials teach it where memory
     ends. It starts modelling after 8 complete trials, enqueued ones included.
     """
-    return optuna.samplers.TPESampler(
-        seed=seed, multivariate=True, group=True, n_startup_trials=8
-    )
+    with warnings.catch_warnings():
+        # Optuna labels grouped TPE experimental; the label is no news to a spectune user.
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return optuna.samplers.TPESampler(
+            seed=seed, multivariate=True, group=True, n_startup_trials=8
+        )
 
 
 def warm_start(study: optuna.Study, space: SearchSpace, budget: int) -> int:

@@ -20,11 +20,18 @@ from pathlib import Path
 
 from tuner.backends import BackendOptions, backend_factory
 from tuner.errors import ConfigError, SpectuneError
-from tuner.hardware import Hardware
+from tuner.hardware import Hardware, find_gpu
 from tuner.storage import is_sqlite, open_storage, study_names
 from tuner.study import StudyOptions, make_sampler, open_study, run_trials
 
-__all__ = ["WorkerRequest", "check_parallel_storage", "gpu_slices", "run_worker", "spawn_workers"]
+__all__ = [
+    "WorkerRequest",
+    "check_host_hardware",
+    "check_parallel_storage",
+    "gpu_slices",
+    "run_worker",
+    "spawn_workers",
+]
 
 
 @dataclass(frozen=True)
@@ -38,12 +45,12 @@ class WorkerRequest:
     hardware: Hardware | None = None  # what this host has, when the user says so
 
 
-def run_worker(request: WorkerRequest, detected: Hardware | None = None) -> None:
+def run_worker(request: WorkerRequest, detected: list[str] | None = None) -> None:
     """Joins ``request.study`` and runs trials until its budget is used up.
 
     Args:
         request: which study, where, and how this worker runs servers.
-        detected: the GPUs NVML found on this host, if any.
+        detected: NVML's names of the GPUs this worker may use; None when NVML is unavailable.
 
     Raises:
         ConfigError: the study does not exist, or this host's GPUs differ from the study's.
@@ -57,12 +64,7 @@ def run_worker(request: WorkerRequest, detected: Hardware | None = None) -> None
         )
     sampler = make_sampler(request.sampler, request.options.seed)
     study, space = open_study(request.study, storage, None, sampler)
-    for have in (request.hardware, detected):
-        if have is not None and have != space.hardware:
-            raise ConfigError(
-                f"this worker has {have.label} but study {request.study!r} tunes "
-                f"{space.hardware.label}: run the worker on matching GPUs (pick them with --gpus)"
-            )
+    check_host_hardware(request.study, space.hardware, request.hardware, detected)
     folder = request.studies_dir / request.study
     options = StudyOptions(
         None,
@@ -72,6 +74,27 @@ def run_worker(request: WorkerRequest, detected: Hardware | None = None) -> None
         worker=request.options.worker,
     )
     run_trials(study, space, build_backend(space, request.options), options)
+
+
+def check_host_hardware(
+    study: str, wanted: Hardware, declared: Hardware | None, detected: list[str] | None
+) -> None:
+    """Refuses a worker whose GPUs (declared with --hardware, or found by NVML) do not match."""
+    have = declared
+    if detected is not None and have is None:
+        models = {find_gpu(name) for name in detected}
+        gpu = models.pop() if len(models) == 1 else None
+        if gpu is None or gpu != wanted.gpu:
+            raise ConfigError(
+                f"this worker's GPUs are {', '.join(detected) or 'none'} but study {study!r} "
+                f"tunes {wanted.label}: run the worker on matching GPUs (pick them with --gpus)"
+            )
+        have = Hardware(gpu, len(detected)) if len(detected) < wanted.count else wanted
+    if have is not None and have != wanted:
+        raise ConfigError(
+            f"this worker has {have.label} but study {study!r} tunes {wanted.label}: run the "
+            "worker on matching GPUs (pick them with --gpus)"
+        )
 
 
 def gpu_slices(workers: int, gpus_per_trial: int) -> list[tuple[int, ...]]:

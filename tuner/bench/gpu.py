@@ -23,6 +23,7 @@ __all__ = [
     "NoGpuMonitor",
     "NvmlMonitor",
     "PeakSampler",
+    "gpu_names",
     "open_gpu_monitor",
     "wait_for_baseline",
 ]
@@ -108,6 +109,23 @@ def _import_pynvml() -> ModuleType:
 
     module: ModuleType = pynvml
     return module
+
+
+def gpu_names(indices: Sequence[int] | None) -> list[str] | None:
+    """NVML's names of the GPUs at ``indices`` (all when None), or None without NVML."""
+    try:
+        nvml = _import_pynvml()
+        nvml.nvmlInit()
+    except Exception:  # no driver, no library: nothing to detect
+        return None
+    try:
+        wanted = range(nvml.nvmlDeviceGetCount()) if indices is None else indices
+        names = [nvml.nvmlDeviceGetName(nvml.nvmlDeviceGetHandleByIndex(i)) for i in wanted]
+        return [n.decode() if isinstance(n, bytes) else str(n) for n in names]
+    except Exception:
+        return None
+    finally:
+        nvml.nvmlShutdown()
 
 
 def open_gpu_monitor(indices: Sequence[int] | None) -> GpuMonitor:

@@ -13,6 +13,7 @@ from rich.live import Live
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from tuner.backends import BackendOptions, parse_volume
+from tuner.bench.gpu import gpu_names
 from tuner.bench.workload import WorkloadSpec
 from tuner.cli import options as opt
 from tuner.cli.app import app, console, handle_errors, print_json
@@ -229,7 +230,7 @@ def worker_command(
         sampler,
         None if hardware is None else parse_hardware(hardware),
     )
-    run_worker(request)
+    run_worker(request, detected=gpu_names(options.gpus) if backend != "sim" else None)
     console.print(f"worker {worker_id}: study {study} has used up its trial budget")
 
 
@@ -374,11 +375,11 @@ def hardware_command(as_json: opt.Json = False) -> None:
         return
     from rich.table import Table
 
-    table = Table("GPU", "aliases", "VRAM GiB", "bandwidth GB/s", "FP16 TFLOPS", "interconnect")
+    table = Table("GPU", "--hardware", "VRAM GiB", "bandwidth GB/s", "FP16 TFLOPS", "interconnect")
     for g in GPU_CATALOG:
         table.add_row(
             g.name,
-            ", ".join(g.aliases),
+            f"{g.aliases[0]}xN",
             f"{g.vram_gib:.1f}",
             f"{g.bandwidth_gbs:.0f}",
             f"{g.fp16_tflops:.0f}",
