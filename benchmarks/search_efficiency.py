@@ -184,7 +184,8 @@ class Tracker:
             self.best is None or measured > self.best[0]
         ):
             self.best = (measured, key_of(config))
-        share = 0.0 if self.best is None else self.truth.get(self.best[1], 0.0) / self.optimum
+        # Every config a study can build is a grid point: a KeyError here is a bug, not a 0.
+        share = 0.0 if self.best is None else self.truth[self.best[1]] / self.optimum
         trace = self.trace
         trace.shares.append(share)
         trace.gpu_s.append((trace.gpu_s[-1] if trace.gpu_s else 0.0) + cost_s)
@@ -348,8 +349,10 @@ def _trials(values: Iterable[int | None], horizon: int) -> str:
     return f"{show(median)} / {show(worst)}"
 
 
-def _hours(seconds: float) -> str:
-    return "not reached" if math.isinf(seconds) else f"{seconds / 3600:.2f} h"
+def _duration(seconds: float) -> str:
+    if math.isinf(seconds):
+        return "not reached"
+    return f"{seconds / 60:.1f} min" if seconds < 3600 else f"{seconds / 3600:.2f} h"
 
 
 def _median(values: Sequence[float]) -> float:
@@ -396,27 +399,37 @@ def table(summaries: dict[str, Summary], points: Sequence[int], trials: int,
             [name]
             + [f"{_pct(s.reached[n][0])} / {_pct(s.reached[n][1])}" for n in points]
             + [_trials(s.to_level[lv], horizon) for lv in LEVELS]
-            + [oom, _hours(s.gpu_total), _hours(s.gpu_to_99)]
+            + [oom, _duration(s.gpu_total), _duration(s.gpu_to_99)]
         )
         rows.append("| " + " | ".join(cells) + " |")
     return "\n".join(rows)
 
 
+def _ratio(ours: float, theirs: float) -> float:
+    """GPU-time ratio; a strategy that never reached 99 % counts as infinitely slow."""
+    if math.isinf(ours):
+        return math.inf
+    return ours / theirs if math.isfinite(theirs) else 0.0
+
+
 def verdicts(space: str, summaries: dict[str, Summary]) -> list[tuple[str, bool]]:
-    ours, grid = summaries["spectune"], summaries["grid (shuffled)"]
+    """The bar, per space. The GPU-time ratio must hold against both grids: as people run it
+    (every config launched) and with spectune's own pre-screen (the cheaper of the two)."""
+    ours = summaries["spectune"]
+    grid, screened = summaries["grid (shuffled)"], summaries["grid + pre-screen"]
     share = ours.reached[BAR_TRIALS][0]
     oom_share = ours.ooms / ours.launches if ours.launches else 0.0
-    ratio = ours.gpu_to_99 / grid.gpu_to_99 if math.isfinite(grid.gpu_to_99) else 0.0
-    if math.isinf(ours.gpu_to_99):
-        ratio = math.inf
+    ratio = _ratio(ours.gpu_to_99, grid.gpu_to_99)
+    ratio_screened = _ratio(ours.gpu_to_99, screened.gpu_to_99)
     return [
         (f"{space}: median share of the optimum after {BAR_TRIALS} trials {_pct(share)} "
          f">= {_pct(BAR_SHARE)}", share >= BAR_SHARE),
         (f"{space}: OOM launches {_pct(oom_share)} < {_pct(BAR_OOM_SHARE)}",
          oom_share < BAR_OOM_SHARE),
-        (f"{space}: GPU time to 99 % {_hours(ours.gpu_to_99)} vs grid "
-         f"{_hours(grid.gpu_to_99)} (ratio {ratio:.3f} <= {BAR_GPU_RATIO})",
-         ratio <= BAR_GPU_RATIO),
+        (f"{space}: GPU time to 99 % {_duration(ours.gpu_to_99)} vs grid "
+         f"{_duration(grid.gpu_to_99)} (ratio {ratio:.3f}), grid + pre-screen "
+         f"{_duration(screened.gpu_to_99)} (ratio {ratio_screened:.3f}); both <= {BAR_GPU_RATIO}",
+         max(ratio, ratio_screened) <= BAR_GPU_RATIO),
     ]
 
 
@@ -445,6 +458,21 @@ def _describe_optimum(space: SearchSpace, truth: dict[Key, float]) -> str:
     )
 
 
+_PREAMBLE = """
+Share of the optimum: the noise-free (predicted) tok/s of the config a strategy would recommend
+after n trials (its best measured trial within the TTFT limit), over the best of the whole
+grid; a recommendation that truly breaks the TTFT limit counts 0. Medians and worst over seeds.
+GPU time, by this cost model: {startup:.0f} s per server (re)start, {benchmark:.0f} s per \
+measured trial,
+0 s for a config the memory pre-screen rejects, a start-up and no benchmark for an out-of-memory
+launch, no restart for request-only changes (temperature) or a config already measured.
+Strategies: spectune (simulator-predicted warm start, then TPE; pre-screen; server reuse);
+the same with a prior predicted for creative text while code is measured ("prior off"); TPE with
+the pre-screen and no warm start; "TPE, OOM = FAIL", random and "grid (shuffled)" as people run
+them (every config launched, OOM a failed trial); the same grid order with the pre-screen.
+"""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--seeds", type=int, default=10, help="studies per strategy (10)")
@@ -466,9 +494,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     points = [n for n in (10, 20, 40) if n <= trials] or [trials]
     started = time.monotonic()
     print(f"# Search efficiency: {seeds} seeds x {trials} trials (horizon {horizon}) per strategy")
-    print(f"\nCost model: {STARTUP_S:.0f} s per server (re)start, {BENCHMARK_S:.0f} s per "
-          "measured trial, 0 s for a config the pre-screen rejects; an OOM launch costs its "
-          "start-up; request-only changes and repeated configs restart nothing.\n")
+    print(_PREAMBLE.format(startup=STARTUP_S, benchmark=BENCHMARK_S))
     with ProcessPoolExecutor(args.jobs) as pool:
         truths = {name: exhaustive_truth(name, pool) for name in spaces}
     tasks = [Task(name, strategy, seed, trials, horizon)

@@ -9,8 +9,9 @@ from pathlib import Path
 from optuna.trial import TrialState
 
 from tuner.backends import Backend, BackendOptions, backend_factory
+from tuner.confirm import Confirmed, OnRun, confirm
 from tuner.errors import ConfigError
-from tuner.export import pick_trial, vllm_config_yaml
+from tuner.export import export, pick_trial
 from tuner.recommend import TrialView, pareto_front, recommend, trial_view
 from tuner.space import SearchSpace
 from tuner.storage import default_storage, open_storage
@@ -32,6 +33,8 @@ class OptimizeRequest:
     seed: int = 0
     workers: int = 1
     gpus_per_trial: int | None = None  # default: the GPU count of the space's hardware
+    confirm_top: int = 3  # configs measured again on fresh servers before export (0: none)
+    confirm_repeats: int = 3
     # Backend settings beyond study, seed and GPUs (which optimize fills in per worker).
     backend_options: BackendOptions = field(default_factory=lambda: BackendOptions(study=""))
 
@@ -45,6 +48,7 @@ class OptimizeResult:
     pareto: list[TrialView]
     recommended: TrialView | None
     best_yaml: Path | None
+    confirmed: list[Confirmed]  # the re-measured configs, best candidates first
 
 
 def study_dir(studies_dir: Path, study: str) -> Path:
@@ -56,6 +60,7 @@ def optimize(
     on_trial: OnTrial | None = None,
     backend: Backend | None = None,
     on_tick: Callable[[int], None] | None = None,
+    on_confirm: OnRun | None = None,
 ) -> OptimizeResult:
     """Runs ``request.trials`` more trials (in ``request.workers`` workers) and exports the best.
 
@@ -65,6 +70,7 @@ def optimize(
         backend: a ready backend to use instead of building one (tests, benchmarks).
         on_tick: called about once a second while worker processes run, with the number of
             trials they have finished so far.
+        on_confirm: called after each confirmation run.
     """
     if request.trials < 1:
         raise ConfigError(f"--trials {request.trials}: ask for at least 1 trial")
@@ -113,17 +119,35 @@ def optimize(
             request.sampler,
         )
         spawn_workers(worker, request.workers, per_trial, tick)
-    best = recommend(study)
-    best_yaml = None
-    if best is not None:
+    confirmed: list[Confirmed] = []
+    if recommend(study) is not None and request.confirm_top > 0:
+        # A fresh backend: run_trials closed its own, and each run needs a fresh server.
+        fresh = backend or build_backend(space, options)
+        try:
+            confirmed = confirm(
+                study,
+                space,
+                fresh,
+                request.confirm_top,
+                request.confirm_repeats,
+                log_dir=folder / "logs",
+                seed=request.seed,
+                on_run=on_confirm,
+            )
+        finally:
+            fresh.launcher.close()
+    recommended, best_yaml = None, None
+    if recommend(study) is not None:
+        recommended = pick_trial(study)  # confirmed numbers first
         best_yaml = folder / "best.yaml"
-        best_yaml.write_text(vllm_config_yaml(study, space, pick_trial(study)))
+        best_yaml.write_text(export(study, space, "vllm").text)
     return OptimizeResult(
         study=request.study,
         storage=storage_url,
         space=space,
         trials=len(study.trials),
         pareto=[trial_view(t) for t in pareto_front(study)],
-        recommended=None if best is None else trial_view(best),
+        recommended=recommended,
         best_yaml=best_yaml,
+        confirmed=confirmed,
     )

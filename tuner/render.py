@@ -9,6 +9,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
+from tuner.confirm import Confirmed, Interval, Run
 from tuner.recommend import TrialView
 from tuner.runner import TrialOutcome
 from tuner.trial_config import ServerConfig
@@ -96,3 +97,36 @@ def views_table(title: str, views: list[TrialView]) -> Table:
 
 def print_views(console: Console, title: str, views: list[TrialView]) -> None:
     console.print(views_table(title, views))
+
+
+def _interval(value: Interval | None, digits: int) -> str:
+    return "-" if value is None else value.format(digits)
+
+
+def confirmed_table(results: list[Confirmed], ttft_limit_ms: float) -> Table:
+    """Re-measured configs: mean and 95 % confidence interval over their runs."""
+    source = results[0].source if results else "measured"
+    table = Table(
+        "trial",
+        "runs",
+        "output tok/s",
+        "p95 TTFT ms",
+        "verdict",
+        title=f"Confirmed ({source}, mean ± 95 % CI)",
+        title_justify="left",
+    )
+    for c in results:
+        verdict = "ok" if c.feasible(ttft_limit_ms) else "dropped"
+        table.add_row(
+            str(c.trial),
+            str(len(c.runs)),
+            _interval(c.output_tok_s, 1),
+            _interval(c.p95_ttft_ms, 0),
+            verdict,
+        )
+    return table
+
+
+def confirm_run_line(number: int, repeat: int, run: Run, repeats: int) -> str:
+    tok_s = "-" if run.output_tok_s is None else f"{run.output_tok_s:.1f} tok/s"
+    return f"confirming trial {number}, run {repeat + 1}/{repeats}: {run.status}, {tok_s}"

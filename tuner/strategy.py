@@ -15,15 +15,20 @@ enqueues a few of them, in this order:
 Only configs predicted to fit with :data:`SAFETY_MARGIN_GIB` to spare are enqueued: a start-up
 uses a few hundred MiB more or less than any model of it (allocator fragmentation, library
 workspaces), and a config pushed on the strength of a prediction alone should not be one that
-runs out of memory at launch. The measurements come from whatever backend runs; the predictions
-only choose the first trials. After them the sampler of :func:`make_default_sampler`, the same
-constraint-aware multivariate TPE as ``--sampler tpe``, learns from what was measured.
+runs out of memory at launch. Where the prediction cannot tell configs apart, the one with more
+memory to spare and the lower TTFT for the longest prompts wins. The measurements come from
+whatever backend runs; the predictions only choose the first trials. After them the sampler of
+:func:`make_default_sampler`, the same constraint-aware multivariate TPE as ``--sampler tpe``,
+learns from what was measured; starting it next to the predicted optimum, at a safe memory
+setting, also keeps its own proposals away from the memory limit.
 
 Predicting every point of the default space (11 000 configs) would take minutes, so the screen
-is staged, each stage on the survivors of the one before: every (draft, K) pair at one reference
-memory setting and the lowest temperature; every temperature for the best few pairs; then every
-memory setting (utilization, then batched tokens) for the best few. At a few hundred predictions
-it takes seconds, nothing next to one server start-up.
+is staged, each stage around the best of the one before: every (draft, K) pair at its most
+generous safe memory setting and the lowest temperature; every temperature for the best few
+pairs; every utilization, then every batched-token size, for the best config; every pair at the
+memory setting found; every temperature at the best server config. A hundred-odd predictions
+take seconds, nothing next to one server start-up. Nothing is enqueued when no config is
+predicted to meet the TTFT limit: the sampler then explores on its own.
 """
 
 from __future__ import annotations
@@ -54,7 +59,8 @@ __all__ = [
     "warm_start",
 ]
 
-# Memory a config must have to spare, outside vLLM's budget, to be enqueued from a prediction.
+# Memory (GiB) a config must have to spare, beyond the memory model in every way it can run out
+# (outside vLLM's budget, and KV cache beyond one max-model-len request), to be enqueued.
 SAFETY_MARGIN_GIB = 0.75
 # At most this many trials are chosen by the prediction; the sampler chooses the rest.
 WARM_START_MAX = 8
@@ -123,7 +129,7 @@ def make_default_sampler(seed: int | None) -> optuna.samplers.BaseSampler:
         # Optuna labels grouped TPE experimental; the label is no news to a spectune user.
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         return optuna.samplers.TPESampler(
-            seed=seed, multivariate=True, group=True, n_startup_trials=8
+            seed=seed, multivariate=True, group=True, n_startup_trials=4
         )
 
 
@@ -163,7 +169,8 @@ def predicted_configs(space: SearchSpace) -> tuple[Prediction, ...]:
     """Screens ``space`` with the simulator; returns the screened configs, best first.
 
     Only configs that fit with :data:`SAFETY_MARGIN_GIB` to spare and meet the space's TTFT
-    limit are returned, ordered by predicted throughput, then TTFT, then KV-cache size.
+    limit are returned: those that also meet it for the longest prompts first, then by
+    predicted throughput, TTFT for the longest prompts, and memory to spare.
     """
     return tuple(p for p in _Screen(space).run() if p.p95_ttft_ms <= space.ttft_limit_ms)
 
@@ -237,8 +244,9 @@ class _Screen:
         # The memory setting that suits the best pair suits the others too (memory settings act
         # through KV capacity and prefill chunking, which the pairs share); each pair's best
         # temperature so far goes with it.
-        temperature = {p.pair: p.config.client.temperature for p in reversed(self._best(
-            list(self.done.values())))}
+        temperature: dict[Pair, float] = {}
+        for prediction in self._best(list(self.done.values())):
+            temperature.setdefault(prediction.pair, prediction.config.client.temperature)
         for pair, settings in self.safe.items():
             if setting in settings:
                 self._predict(pair, *setting, temperature.get(pair, coldest))

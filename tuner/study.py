@@ -21,6 +21,7 @@ from optuna.storages import fail_stale_trials
 from optuna.trial import FrozenTrial, TrialState
 
 from tuner.backends import Backend
+from tuner.dashboard import trial_recorder
 from tuner.errors import ConfigError, LaunchError, MeasurementError, SpectuneError, StartupFailure
 from tuner.launch.base import LaunchContext
 from tuner.results import Source
@@ -136,26 +137,30 @@ def run_trials(
 ) -> None:
     """Runs ``options.trials`` more trials; the server is stopped however this ends."""
     runner = TrialRunner(backend, space.hardware, options.ttft_limit_ms)
+    # Every trial's record and logs become dashboard artifacts as soon as it ends.
+    listeners = [trial_recorder(study, options.log_dir.parent), *([on_trial] if on_trial else [])]
+
+    def notify(number: int, outcome: TrialOutcome | None, note: str | None) -> None:
+        for listener in listeners:
+            listener(number, outcome, note)
 
     def objective(trial: optuna.Trial) -> tuple[float, float]:
         trial.set_user_attr("worker", f"{socket.gethostname()}/{options.worker}")
         config = space.suggest(trial)
         earlier = _earlier_same_config(study, trial)
         if earlier is not None:  # samplers repeat points of a discrete space: don't rerun
-            if on_trial:
-                on_trial(trial.number, None, f"same as #{earlier.number}")
-            return _reuse(trial, earlier)
+            values = _reuse(trial, earlier)
+            notify(trial.number, None, f"same as #{earlier.number}")
+            return values
         context = LaunchContext(study.study_name, trial.number, options.log_dir)
         try:
             outcome = runner.run(config, context, seed=options.seed * 100_003 + trial.number)
         except SpectuneError as exc:
             _record_failure(trial, exc)
-            if on_trial:
-                on_trial(trial.number, None, f"failed: {exc}")
+            notify(trial.number, None, f"failed: {exc}")
             raise
         _record(trial, outcome, backend)
-        if on_trial:
-            on_trial(trial.number, outcome, None)
+        notify(trial.number, outcome, None)
         return outcome.score.values
 
     try:

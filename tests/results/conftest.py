@@ -10,87 +10,10 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
-import subprocess
-import warnings
-from dataclasses import dataclass
 from pathlib import Path
 
-import optuna
 import pytest
-import yaml
-
-from tuner.optimize import OptimizeRequest, optimize
-from tuner.space import SearchSpace, load_space
-from tuner.storage import default_storage, open_storage
-from tuner.study import open_study
-
-STUDY = "levels"
-CHROMIUM = Path(os.environ.get("SPECTUNE_CHROMIUM", "/usr/bin/chromium"))
-
-# A 4090x2 study of the 32B AWQ target measured at 1, 8 and 32 concurrent requests: enough
-# load that speculation loses at the top level in the simulator.
-SPACE = {
-    "name": STUDY,
-    "hardware": "4090x2",
-    "target": "Qwen/Qwen2.5-32B-Instruct-AWQ",
-    "server": {"max_model_len": 8192, "quantization": "awq"},
-    "vllm": {"image": "vllm/vllm-openai:v0.32.0"},
-    "slo": {"ttft_ms": 500},
-    "workload": {
-        "prompt_set": "code",
-        "input_tokens": 256,
-        "output_tokens": 96,
-        "concurrency": [1, 8, 32],
-        "requests": 32,
-        "warmup": 1,
-    },
-    "search": {
-        "draft": ["none", "ngram", "Qwen/Qwen2.5-0.5B-Instruct"],
-        "num_speculative_tokens": {"low": 1, "high": 8},
-        "gpu_memory_utilization": {"low": 0.80, "high": 0.98, "step": 0.02},
-        "max_num_batched_tokens": [1024, 2048, 4096],
-        "temperature": {"low": 0.0, "high": 1.0, "step": 0.1},
-    },
-}
-
-
-@dataclass(frozen=True)
-class StudyCopy:
-    """A private copy of the session's study."""
-
-    studies_dir: Path
-    name: str
-
-    @property
-    def url(self) -> str:
-        return default_storage(self.name, self.studies_dir)
-
-    @property
-    def folder(self) -> Path:
-        return self.studies_dir / self.name
-
-    def open(self) -> tuple[optuna.Study, SearchSpace]:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            return open_study(
-                self.name, open_storage(self.url), None, optuna.samplers.RandomSampler()
-            )
-
-
-def build_study(studies_dir: Path, space: dict[str, object], trials: int, seed: int = 3) -> None:
-    """Runs a simulated study of ``space`` into ``studies_dir``."""
-    path = studies_dir / "space.yaml"
-    studies_dir.mkdir(parents=True, exist_ok=True)
-    path.write_text(yaml.safe_dump(space))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        optuna.logging.set_verbosity(optuna.logging.ERROR)
-        optimize(
-            OptimizeRequest(
-                str(space["name"]), load_space(str(path)), "sim", trials, studies_dir, seed=seed
-            )
-        )
+from results_support import CHROMIUM, SPACE, STUDY, StudyCopy, build_study
 
 
 @pytest.fixture(scope="session")
@@ -108,12 +31,6 @@ def levels(levels_master: Path, tmp_path: Path) -> StudyCopy:
     return StudyCopy(target, STUDY)
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 @pytest.fixture
 def chromium() -> Path:
     """Debian's headless Chromium; skips without it (fails in CI)."""
@@ -122,41 +39,3 @@ def chromium() -> Path:
     if os.environ.get("CI"):
         pytest.fail(f"headless Chromium ({CHROMIUM}) is required in CI", pytrace=False)
     pytest.skip(f"headless Chromium not available at {CHROMIUM} (apt-get install chromium)")
-
-
-def run_chromium(
-    chromium: Path, profile: Path, url: str, *args: str, timeout_s: float = 90
-) -> subprocess.CompletedProcess[str]:
-    """One headless Chromium run against ``url`` with a private profile and no network noise."""
-    argv = [
-        str(chromium),
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        f"--user-data-dir={profile}",
-        *args,
-        url,
-    ]
-    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, check=False)
-
-
-def ink(png: Path, box: tuple[int, int, int, int] | None = None) -> float:
-    """The fraction of coloured pixels in ``box``: drawn data, not axes, text or background.
-
-    Markers, lines and bars are drawn in colour; frames, grids and labels are grey or black.
-    """
-    import numpy as np
-    from PIL import Image
-
-    with Image.open(png) as image:
-        region = image.convert("RGB").crop(box) if box else image.convert("RGB")
-        pixels = np.asarray(region, dtype=np.int16)
-    if pixels.size == 0:
-        return 0.0
-    chroma = pixels.max(axis=2) - pixels.min(axis=2)
-    return float((chroma > 60).mean())

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 import yaml
-from conftest import StudyCopy
+from results_support import StudyCopy
 from typer.testing import CliRunner
 
 from tuner.cli import app

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from conftest import StudyCopy
+from results_support import StudyCopy
 
 from tuner.backends import Backend, BackendOptions, backend_factory
 from tuner.confirm import (

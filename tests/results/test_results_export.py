@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import SPACE, StudyCopy, build_study
+from results_support import SPACE, StudyCopy, build_study
 
 from tuner.errors import ConfigError
 from tuner.export import FORMATS, export, pick_candidate, pick_trial, vllm_config_yaml

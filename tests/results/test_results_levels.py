@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from conftest import StudyCopy
+from results_support import StudyCopy
 
 from tuner.report.levels import (
     LevelChoice,

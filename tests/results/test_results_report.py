@@ -9,7 +9,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-from conftest import StudyCopy, ink, run_chromium
+from results_support import StudyCopy, ink, run_chromium
 
 from tuner.backends import BackendOptions, backend_factory
 from tuner.confirm import confirm
@@ -129,7 +129,7 @@ def test_report_renders_in_headless_chromium(
 
 
 def test_one_level_and_empty_studies_still_report(tmp_path: Path) -> None:
-    from conftest import SPACE, StudyCopy, build_study
+    from results_support import SPACE, StudyCopy, build_study
 
     from tuner.space import space_from_dict
     from tuner.storage import default_storage, open_storage

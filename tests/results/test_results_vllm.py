@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
-from conftest import StudyCopy, build_study, free_port
+from results_support import StudyCopy, build_study, free_port
 from testbed import (
     CPU_EXTRA_FLAGS,
     CPU_MAX_MODEL_LEN,

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import Annotated
 
 import typer
+
+from tuner.backends import BackendOptions, parse_volume
 
 __all__ = [
     "Backend",
@@ -24,6 +27,7 @@ __all__ = [
     "StudiesDir",
     "StudyName",
     "VllmCommand",
+    "backend_options",
 ]
 
 Hardware = Annotated[
@@ -92,3 +96,28 @@ Gpus = Annotated[
 RequestTimeout = Annotated[
     float, typer.Option("--request-timeout", help="Seconds one benchmark request may take.")
 ]
+
+
+def backend_options(
+    study: str,
+    seed: int,
+    vllm_command: str,
+    image: str | None,
+    docker_volume: list[str] | None,
+    docker_entrypoint: str,
+    sim_speed: float | None,
+    ready_timeout: float,
+    request_timeout: float = 120.0,
+) -> BackendOptions:
+    """The backend flags shared by optimize and worker, as BackendOptions."""
+    return BackendOptions(
+        study=study,
+        seed=seed,
+        vllm_command=tuple(shlex.split(vllm_command)),
+        image=image,
+        docker_entrypoint=tuple(shlex.split(docker_entrypoint)),
+        docker_volumes=tuple(parse_volume(v) for v in docker_volume or ()),
+        ready_timeout_s=ready_timeout,
+        request_timeout_s=request_timeout,
+        sim_speed=sim_speed,
+    )

@@ -9,16 +9,16 @@ from typing import Annotated, Any
 import optuna
 import sqlalchemy
 import typer
-from rich.table import Table
 
 from tuner.backends import backend_factory
 from tuner.cli import options as opt
 from tuner.cli.app import app, console, handle_errors, print_json
-from tuner.cli.study_commands import backend_options
-from tuner.confirm import Confirmed, Interval, Run, confirm
+from tuner.cli.options import backend_options
+from tuner.confirm import Confirmed, Run, confirm
 from tuner.dashboard import prepare_dashboard, serve_dashboard
 from tuner.errors import ConfigError
 from tuner.export import FORMATS, Exported, export
+from tuner.render import confirm_run_line, confirmed_table
 from tuner.report.page import write_report
 from tuner.report.picks import DEFAULT_PICK, PICKS
 from tuner.report.trials import points
@@ -26,7 +26,12 @@ from tuner.space import SearchSpace
 from tuner.storage import default_storage, is_sqlite, open_storage, study_names
 from tuner.study import open_study
 
-__all__ = ["confirm_command", "dashboard_command", "export_command", "report_command"]
+__all__ = [
+    "confirm_command",
+    "dashboard_command",
+    "export_command",
+    "report_command",
+]
 
 Name = Annotated[str, typer.Argument(help="Study name.")]
 
@@ -192,8 +197,7 @@ def confirm_command(
 
     def on_run(number: int, repeat: int, run: Run) -> None:
         if not as_json:
-            tok_s = "-" if run.output_tok_s is None else f"{run.output_tok_s:.1f} tok/s"
-            console.print(f"trial {number} run {repeat + 1}/{repeats}: {run.status}, {tok_s}")
+            console.print(confirm_run_line(number, repeat, run, repeats))
 
     try:
         results = confirm(
@@ -211,16 +215,10 @@ def confirm_command(
     if as_json:
         print_json([_confirmed_json(c, space.ttft_limit_ms) for c in results])
         return
-    table = Table("trial", "runs", "output tok/s", "p95 TTFT ms", "verdict", title="Confirmed")
-    for c in results:
-        verdict = "ok" if c.feasible(space.ttft_limit_ms) else "dropped"
-        table.add_row(
-            str(c.trial), str(len(c.runs)), _fmt(c.output_tok_s, 1), _fmt(c.p95_ttft_ms, 0), verdict
-        )
     if not results:
         console.print("Nothing to confirm: the study has no feasible config yet")
         return
-    console.print(table)
+    console.print(confirmed_table(results, space.ttft_limit_ms))
     best = studies_dir / name / "best.yaml"
     best.parent.mkdir(parents=True, exist_ok=True)
     best.write_text(export(study, space, "vllm").text)
@@ -235,10 +233,6 @@ def _default_backend(study: optuna.Study) -> str:
         f"study {study.study_name!r} was measured on real servers: pass --backend process or "
         "--backend docker (with the options it ran with)"
     )
-
-
-def _fmt(value: Interval | None, digits: int) -> str:
-    return "-" if value is None else value.format(digits)
 
 
 def _confirmed_json(c: Confirmed, ttft_limit_ms: float) -> dict[str, Any]:

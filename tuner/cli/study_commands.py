@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shlex
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Annotated, Any
@@ -12,11 +11,12 @@ from rich.console import Group
 from rich.live import Live
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from tuner.backends import BackendOptions, parse_volume
 from tuner.bench.gpu import gpu_names
 from tuner.bench.workload import WorkloadSpec
 from tuner.cli import options as opt
 from tuner.cli.app import app, console, handle_errors, print_json
+from tuner.cli.options import backend_options
+from tuner.confirm import Run
 from tuner.errors import SpectuneError
 from tuner.estimate import Estimate, estimate
 from tuner.hardware import CATALOG as GPU_CATALOG
@@ -24,7 +24,14 @@ from tuner.hardware import parse_hardware
 from tuner.models import CATALOG as MODEL_CATALOG
 from tuner.optimize import OptimizeRequest, OptimizeResult, optimize
 from tuner.recommend import TrialView
-from tuner.render import config_label, outcome_row, trial_table, views_table
+from tuner.render import (
+    config_label,
+    confirm_run_line,
+    confirmed_table,
+    outcome_row,
+    trial_table,
+    views_table,
+)
 from tuner.runner import TrialOutcome
 from tuner.space import SearchSpace, load_space
 from tuner.storage import default_storage, is_sqlite, open_storage, study_names
@@ -89,9 +96,18 @@ def optimize_command(
     sim_speed: opt.SimSpeed = None,
     ready_timeout: opt.ReadyTimeout = 900.0,
     request_timeout: opt.RequestTimeout = 120.0,
+    confirm_top: Annotated[
+        int,
+        typer.Option(
+            "--confirm-top", help="Best configs measured again on fresh servers (0: none)."
+        ),
+    ] = 3,
+    confirm_repeats: Annotated[
+        int, typer.Option("--confirm-repeats", help="Fresh runs per confirmed config.")
+    ] = 3,
     as_json: opt.Json = False,
 ) -> None:
-    """Run a tuning study and export the recommended config."""
+    """Run a tuning study, confirm the best configs, and export the recommended one."""
     explicit = space is not None or hardware is not None or slo_ttft_ms is not None
     built = _build_space(space, hardware, slo_ttft_ms)
     name = study or built.name
@@ -122,6 +138,8 @@ def optimize_command(
         workers=workers,
         gpus_per_trial=gpus_per_trial,
         backend_options=options,
+        confirm_top=confirm_top,
+        confirm_repeats=confirm_repeats,
     )
     if as_json:
         print_json(_optimize_json(optimize(request)))
@@ -137,6 +155,9 @@ def optimize_command(
     )
     task = progress.add_task("trials", total=trials)
 
+    def on_confirm(number: int, repeat: int, run: Run) -> None:
+        console.print(confirm_run_line(number, repeat, run, confirm_repeats))
+
     def on_tick(finished: int) -> None:  # worker processes report through the database
         progress.update(task, completed=finished)
 
@@ -151,34 +172,9 @@ def optimize_command(
         progress.advance(task)
 
     with Live(Group(table, progress), console=console, refresh_per_second=4):
-        result = optimize(request, on_trial, on_tick=on_tick)
+        result = optimize(request, on_trial, on_tick=on_tick, on_confirm=on_confirm)
     console.print()
     _print_optimize(result)
-
-
-def backend_options(
-    study: str,
-    seed: int,
-    vllm_command: str,
-    image: str | None,
-    docker_volume: list[str] | None,
-    docker_entrypoint: str,
-    sim_speed: float | None,
-    ready_timeout: float,
-    request_timeout: float = 120.0,
-) -> BackendOptions:
-    """The backend flags shared by optimize and worker, as BackendOptions."""
-    return BackendOptions(
-        study=study,
-        seed=seed,
-        vllm_command=tuple(shlex.split(vllm_command)),
-        image=image,
-        docker_entrypoint=tuple(shlex.split(docker_entrypoint)),
-        docker_volumes=tuple(parse_volume(v) for v in docker_volume or ()),
-        ready_timeout_s=ready_timeout,
-        request_timeout_s=request_timeout,
-        sim_speed=sim_speed,
-    )
 
 
 @app.command("worker")
@@ -276,11 +272,19 @@ def _print_optimize(result: OptimizeResult) -> None:
             "relax --slo-ttft-ms."
         )
         return
+    if result.confirmed:
+        console.print(confirmed_table(result.confirmed, result.space.ttft_limit_ms))
     best = result.recommended
+    confirmed = {c.trial: c for c in result.confirmed}.get(best.number)
+    tok_s, ttft = f"{best.output_tok_s:.1f}", f"{best.p95_ttft_ms:.0f}"
+    if confirmed and confirmed.output_tok_s and confirmed.p95_ttft_ms:
+        tok_s, ttft = confirmed.output_tok_s.format(1), confirmed.p95_ttft_ms.format(0)
+    limit = result.space.ttft_limit_ms
     console.print(
-        f"Recommended (highest throughput within p95 TTFT <= {result.space.ttft_limit_ms:.0f} ms): "
+        f"Recommended (highest throughput within p95 TTFT <= {limit:.0f} ms): "
         f"trial {best.number}: {config_label(best.server, best.temperature)}\n"
-        f"  {best.source}: {best.output_tok_s:.1f} output tok/s, p95 TTFT {best.p95_ttft_ms:.0f} ms"
+        f"  {best.source}: {tok_s} output tok/s, p95 TTFT {ttft} ms"
+        + (f" (confirmed over {len(confirmed.runs)} fresh runs)" if confirmed else "")
     )
     console.print(f"Wrote {result.best_yaml} (vllm serve --config); study in {result.storage}")
 

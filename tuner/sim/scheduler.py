@@ -64,7 +64,9 @@ class StepResult:
     kv_usage: float
 
 
-@dataclass
+# eq=False: the engine means "this very sequence" in every membership test and remove(), and
+# field-by-field comparison made each step quadratic in the batch (7.6 ms at 256 sequences).
+@dataclass(eq=False)
 class _Seq:
     rid: int
     prompt: int
