@@ -116,6 +116,9 @@ def _single(
     )
 
 
+# fmt: off
+# hf_id, tokenizer family, parameters, layers, hidden, intermediate, heads, KV heads, head dim,
+# vocabulary, tied embeddings (from each model's config.json)
 CATALOG: tuple[ModelSpec, ...] = (
     *_qwen25("0.5B", 0.494e9, 24, 896, 4864, 14, 2, 151936, True),
     *_qwen25("1.5B", 1.54e9, 28, 1536, 8960, 12, 2, 151936, True),
@@ -124,124 +127,17 @@ CATALOG: tuple[ModelSpec, ...] = (
     *_qwen25("14B", 14.7e9, 48, 5120, 13824, 40, 8, 152064, False),
     *_qwen25("32B", 32.5e9, 64, 5120, 27648, 40, 8, 152064, False),
     *_qwen25("72B", 72.7e9, 80, 8192, 29568, 64, 8, 152064, False),
-    _single(
-        "meta-llama/Llama-3.2-1B-Instruct",
-        "llama3",
-        1.24e9,
-        16,
-        2048,
-        8192,
-        32,
-        8,
-        64,
-        128256,
-        True,
-    ),
-    _single(
-        "meta-llama/Llama-3.2-3B-Instruct",
-        "llama3",
-        3.21e9,
-        28,
-        3072,
-        8192,
-        24,
-        8,
-        128,
-        128256,
-        True,
-    ),
-    _single(
-        "meta-llama/Llama-3.1-8B-Instruct",
-        "llama3",
-        8.03e9,
-        32,
-        4096,
-        14336,
-        32,
-        8,
-        128,
-        128256,
-        False,
-    ),
-    _single(
-        "meta-llama/Llama-3.1-70B-Instruct",
-        "llama3",
-        70.6e9,
-        80,
-        8192,
-        28672,
-        64,
-        8,
-        128,
-        128256,
-        False,
-    ),
-    _single(
-        "meta-llama/Llama-3.3-70B-Instruct",
-        "llama3",
-        70.6e9,
-        80,
-        8192,
-        28672,
-        64,
-        8,
-        128,
-        128256,
-        False,
-    ),
-    _single(
-        "deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B",
-        "deepseek-r1-qwen",
-        1.78e9,
-        28,
-        1536,
-        8960,
-        12,
-        2,
-        128,
-        151936,
-        False,
-    ),
-    _single(
-        "deepseek-ai/DeepSeek-R1-Distill-Qwen-7B",
-        "deepseek-r1-qwen",
-        7.62e9,
-        28,
-        3584,
-        18944,
-        28,
-        4,
-        128,
-        152064,
-        False,
-    ),
-    _single(
-        "deepseek-ai/DeepSeek-R1-Distill-Qwen-14B",
-        "deepseek-r1-qwen",
-        14.8e9,
-        48,
-        5120,
-        13824,
-        40,
-        8,
-        128,
-        152064,
-        False,
-    ),
-    _single(
-        "deepseek-ai/DeepSeek-R1-Distill-Qwen-32B",
-        "deepseek-r1-qwen",
-        32.8e9,
-        64,
-        5120,
-        27648,
-        40,
-        8,
-        128,
-        152064,
-        False,
-    ),
+    _single("meta-llama/Llama-3.2-1B-Instruct", "llama3", 1.24e9, 16, 2048, 8192, 32, 8, 64, 128256, True),  # noqa: E501
+    _single("meta-llama/Llama-3.2-3B-Instruct", "llama3", 3.21e9, 28, 3072, 8192, 24, 8, 128, 128256, True),  # noqa: E501
+    _single("meta-llama/Llama-3.1-8B-Instruct", "llama3", 8.03e9, 32, 4096, 14336, 32, 8, 128, 128256, False),  # noqa: E501
+    _single("meta-llama/Llama-3.1-70B-Instruct", "llama3", 70.6e9, 80, 8192, 28672, 64, 8, 128, 128256, False),  # noqa: E501
+    _single("meta-llama/Llama-3.3-70B-Instruct", "llama3", 70.6e9, 80, 8192, 28672, 64, 8, 128, 128256, False),  # noqa: E501
+    _single("deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B", "deepseek-r1-qwen", 1.78e9, 28, 1536, 8960, 12, 2, 128, 151936, False),  # noqa: E501
+    _single("deepseek-ai/DeepSeek-R1-Distill-Qwen-7B", "deepseek-r1-qwen", 7.62e9, 28, 3584, 18944, 28, 4, 128, 152064, False),  # noqa: E501
+    _single("deepseek-ai/DeepSeek-R1-Distill-Qwen-14B", "deepseek-r1-qwen", 14.8e9, 48, 5120, 13824, 40, 8, 128, 152064, False),  # noqa: E501
+    _single("deepseek-ai/DeepSeek-R1-Distill-Qwen-32B", "deepseek-r1-qwen", 32.8e9, 64, 5120, 27648, 40, 8, 128, 152064, False),  # noqa: E501
 )
+# fmt: on
 
 _BY_ID = {m.hf_id.lower(): m for m in CATALOG}
 
