@@ -1,6 +1,6 @@
 """How much GPU time spectune needs to find the best config, against how people tune today.
 
-Run it (about 7 minutes on 2 cores; ``--quick`` takes under a minute)::
+Run it (4 to 8 minutes on 2 cores, most of it the exhaustive grid; ``--quick`` < 1 minute)::
 
     .venv/bin/python benchmarks/search_efficiency.py [--seeds 10] [--trials 40] [--quick]
 
@@ -10,28 +10,30 @@ What is measured
     For each search space (the default 4090x2 / Qwen2.5-32B-AWQ space and the 4090x1 /
     Qwen2.5-14B-AWQ space) the **optimum** is found by exhaustive grid: every point of the
     discretised space (draft x K 1..8 x utilization steps x batched-token choices x temperature
-    steps) is scored with the simulator's noise-free ``predict``; a point's **true value** is its
-    predicted output tok/s when it fits in memory and its predicted p95 TTFT is within the limit,
-    else 0. Each strategy then runs ``--seeds`` studies on the noisy simulator (``simulate``;
-    the simulated launcher adds a seeded memory jitter, so borderline configs can OOM at launch).
-    After n trials a strategy **reaches** the true value of the config it would recommend then
-    (its best measured feasible trial, as ``spectune`` recommends), divided by the optimum: noise
-    can mislead it, as it would on real GPUs.
+    steps) is scored with the simulator's noise-free ``predict``, once per point; a point's
+    **true value** is its predicted output tok/s when it fits in memory and its predicted p95
+    TTFT is within the limit, else 0. Each strategy then runs ``--seeds`` studies on the noisy
+    simulator (``simulate``; the simulated launcher adds a seeded memory jitter, so borderline
+    configs can OOM at launch). After n trials a strategy **reaches** the true value of the
+    config it would recommend then (its best measured trial within the TTFT limit, as
+    ``spectune`` recommends), divided by the optimum: noise can mislead it, as on real GPUs.
+    A study runs ``--trials`` trials, and on (up to ``--horizon``) until it first reaches 99 %.
 
 Strategies
     - ``spectune``: the default strategy (``tuner.strategy``: simulator-predicted warm start,
       then constraint-aware TPE), through ``tuner.study.run_trials`` with the memory pre-screen
-      and server reuse.
+      and server reuse. On the simulator its prior is the truth; the next row shows what a
+      wrong prior costs.
     - ``spectune, prior off``: the same, but the warm start is predicted for another workload
-      (creative writing) than the one measured (code): how much a wrong prior costs.
+      (creative writing) than the one measured (code): other acceptance, other best K.
     - ``TPE + pre-screen``: spectune's ``--sampler tpe`` without the warm start.
     - ``TPE, OOM = FAIL``: what existing tuners do: the same TPE, every config launched (no
       pre-screen) and an out-of-memory launch raised, so Optuna marks it FAIL and no sampler
       learns from it.
-    - ``random``: uniform random search.
-    - ``grid (shuffled)``: every grid point once, in a seeded random order.
-    ``random`` and ``grid`` run through spectune's own trial runner (pre-screen, server reuse),
-    so their GPU time is a lower bound on what those methods cost on their own.
+    - ``random``: uniform random search, every config launched, as people run it.
+    - ``grid (shuffled)``: every grid point once in a seeded random order, every config launched.
+    - ``grid + pre-screen``: the same order through spectune's runner (pre-screen, server reuse),
+      the cheapest a grid can be.
 
 Cost model (GPU time)
     - 90 s per server (re)start: vLLM loading a 32B AWQ model and capturing CUDA graphs;
@@ -43,7 +45,8 @@ Cost model (GPU time)
 
 The bar (from the issue): spectune reaches >= 97 % of the optimum within 20 trials in the
 median, fewer than 5 % of its launches end in OOM, and it needs at most a tenth of the grid's
-GPU time (medians) to reach 99 %. The script exits 1 when a criterion fails.
+GPU time (medians) to reach 99 %, against the grid run both ways. The script exits 1 when a
+criterion fails (not with ``--quick``, whose three seeds only make a smoke test).
 """
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ import os
 import random
 import statistics
 import sys
+import tempfile
 import time
 import warnings
 from collections.abc import Iterable, Sequence
@@ -73,7 +77,7 @@ from tuner.runner import TrialOutcome, predict_memory
 from tuner.scoring import CONSTRAINT_KEYS, TrialStatus, score
 from tuner.sim.engine import predict
 from tuner.space import SearchSpace, load_space
-from tuner.strategy import grid_params, make_default_sampler, warm_start
+from tuner.strategy import grid_params, warm_start
 from tuner.study import StudyOptions, make_sampler, open_study, run_trials
 from tuner.trial_config import ServerConfig, TrialConfig
 
@@ -88,7 +92,7 @@ _PRIOR_OFF_PROMPTS = "creative"
 
 # (draft or "none", K, utilization, batched tokens, temperature): one grid point.
 Key = tuple[str, int, float, int, float]
-_LOG_DIR = Path(os.devnull)  # the simulator writes no logs
+_LOG_DIR = Path(tempfile.gettempdir()) / "spectune-bench"  # the simulator writes no logs
 
 
 def key_of(config: TrialConfig) -> Key:
@@ -250,7 +254,7 @@ def _study(space: SearchSpace, sampler: optuna.samplers.BaseSampler) -> optuna.S
 
 def _sampler(strategy: str, space: SearchSpace, seed: int) -> optuna.samplers.BaseSampler:
     if strategy.startswith("spectune"):
-        return make_default_sampler(seed)
+        return make_sampler("spectune", seed)
     if strategy.startswith("TPE"):
         return make_sampler("tpe", seed)
     if strategy.startswith("random"):
@@ -340,13 +344,12 @@ def _pct(x: float) -> str:
 
 
 def _trials(values: Iterable[int | None], horizon: int) -> str:
-    ordered = sorted(math.inf if v is None else v for v in values)
-    median, worst = statistics.median_low(ordered), ordered[-1]
+    ordered = [math.inf if v is None else float(v) for v in values]
 
     def show(v: float) -> str:
-        return f">{horizon}" if math.isinf(v) else str(int(v))
+        return f">{horizon}" if math.isinf(v) else f"{v:g}"
 
-    return f"{show(median)} / {show(worst)}"
+    return f"{show(statistics.median(ordered))} / {show(max(ordered))}"
 
 
 def _duration(seconds: float) -> str:
@@ -356,7 +359,8 @@ def _duration(seconds: float) -> str:
 
 
 def _median(values: Sequence[float]) -> float:
-    return float(statistics.median_high(sorted(values)))
+    """The median; inf (never reached) when half the runs never got there."""
+    return float(statistics.median(values))
 
 
 @dataclass(frozen=True)
@@ -515,6 +519,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     for text, passed in results:
         print(f"{'PASS' if passed else 'FAIL'}: {text}")
     print(f"\n({time.monotonic() - started:.0f} s)")
+    if args.quick:  # three seeds make a smoke test, not a verdict
+        print("--quick: indicative only; the bar is judged on a full run.")
+        return 0
     return 0 if all(passed for _, passed in results) else 1
 
 

@@ -20,11 +20,10 @@ from tuner.space import NO_DRAFT, SearchSpace, load_space
 from tuner.strategy import (
     SAFETY_MARGIN_GIB,
     grid_params,
-    make_default_sampler,
     predicted_configs,
     warm_start,
 )
-from tuner.study import StudyOptions, run_trials
+from tuner.study import StudyOptions, make_sampler, run_trials
 from tuner.trial_config import TrialConfig
 
 SPACE_14B = "qwen2.5-14b-awq-4090x1"
@@ -124,7 +123,7 @@ def test_short_default_study_reaches_the_optimum(tmp_path: Path) -> None:
     full = load_space(SPACE_14B)
     space = replace(full, workload=replace(full.workload, requests=2))
     optimum = max(_true_value(space, _config(space, p)) for p in grid_params(space))
-    study = optuna.create_study(directions=list(DIRECTIONS), sampler=make_default_sampler(7))
+    study = optuna.create_study(directions=list(DIRECTIONS), sampler=make_sampler("spectune", 7))
     warm_start(study, space, budget=20)
     backend = backend_factory("sim")(space, BackendOptions(study="s", seed=7))
     run_trials(study, space, backend, StudyOptions(20, 7, tmp_path, space.ttft_limit_ms))

@@ -15,6 +15,7 @@ from tuner.export import export, pick_trial
 from tuner.recommend import TrialView, pareto_front, recommend, trial_view
 from tuner.space import SearchSpace
 from tuner.storage import default_storage, open_storage
+from tuner.strategy import warm_start
 from tuner.study import OnTrial, StudyOptions, extend_budget, make_sampler, open_study, run_trials
 from tuner.workers import WorkerRequest, check_parallel_storage, gpu_slices, spawn_workers
 
@@ -29,7 +30,7 @@ class OptimizeRequest:
     trials: int
     studies_dir: Path
     storage: str | None = None
-    sampler: str = "tpe"
+    sampler: str = "spectune"
     seed: int = 0
     workers: int = 1
     gpus_per_trial: int | None = None  # default: the GPU count of the space's hardware
@@ -92,6 +93,8 @@ def optimize(
     folder.mkdir(parents=True, exist_ok=True)
     options = replace(request.backend_options, study=request.study, seed=request.seed)
     extend_budget(study, request.trials)
+    if request.sampler == "spectune":  # before any worker starts, so they all share the queue
+        warm_start(study, space, request.trials)
     if request.workers == 1:
         if request.gpus_per_trial is not None and options.gpus is None:
             options = replace(options, gpus=gpu_slices(1, per_trial)[0])

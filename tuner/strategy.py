@@ -18,7 +18,7 @@ workspaces), and a config pushed on the strength of a prediction alone should no
 runs out of memory at launch. Where the prediction cannot tell configs apart, the one with more
 memory to spare and the lower TTFT for the longest prompts wins. The measurements come from
 whatever backend runs; the predictions only choose the first trials. After them the sampler of
-:func:`make_default_sampler`, the same constraint-aware multivariate TPE as ``--sampler tpe``,
+the constraint-aware multivariate TPE of ``--sampler tpe``,
 learns from what was measured; starting it next to the predicted optimum, at a safe memory
 setting, also keeps its own proposals away from the memory limit.
 
@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import functools
 import math
-import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any
@@ -54,7 +53,6 @@ __all__ = [
     "SAFETY_MARGIN_GIB",
     "Prediction",
     "grid_params",
-    "make_default_sampler",
     "predicted_configs",
     "warm_start",
 ]
@@ -116,21 +114,6 @@ def grid_params(space: SearchSpace) -> Iterator[dict[str, Any]]:
                 for mnbt in space.max_num_batched_tokens:
                     for temperature in _temperatures(space):
                         yield _params(space, draft, k, util, mnbt, temperature)
-
-
-def make_default_sampler(seed: int | None) -> optuna.samplers.BaseSampler:
-    """The sampler that takes over after :func:`warm_start`'s trials.
-
-    Multivariate TPE over grouped (conditional) parameters; it reads the ``oom`` and
-    ``ttft_slo`` constraints Optuna 5 keeps on each trial, so OOM trials teach it where memory
-    ends. It starts modelling after 8 complete trials, enqueued ones included.
-    """
-    with warnings.catch_warnings():
-        # Optuna labels grouped TPE experimental; the label is no news to a spectune user.
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        return optuna.samplers.TPESampler(
-            seed=seed, multivariate=True, group=True, n_startup_trials=4
-        )
 
 
 def warm_start(study: optuna.Study, space: SearchSpace, budget: int) -> int:
@@ -254,8 +237,9 @@ class _Screen:
         best = self._best(list(self.done.values()))[0]
         server = best.config.server
         for t in self.temperatures:
-            self._predict(best.pair, server.gpu_memory_utilization,
-                          server.max_num_batched_tokens, t)
+            self._predict(
+                best.pair, server.gpu_memory_utilization, server.max_num_batched_tokens, t
+            )
         return self._best(list(self.done.values()))
 
     def _best(self, predictions: list[Prediction | None]) -> list[Prediction]:
@@ -266,12 +250,17 @@ class _Screen:
         pair, temperature = top.pair, top.config.client.temperature
         settings = self.safe[pair]
         mnbt = top.config.server.max_num_batched_tokens
-        by_util = self._best([self._predict(pair, u, m, temperature) for u, m in settings
-                              if m == mnbt])
-        util = by_util[0].config.server.gpu_memory_utilization if by_util else top.params[
-            "gpu_memory_utilization"]
-        by_mnbt = self._best([self._predict(pair, u, m, temperature) for u, m in settings
-                              if u == util])
+        by_util = self._best(
+            [self._predict(pair, u, m, temperature) for u, m in settings if m == mnbt]
+        )
+        util = (
+            by_util[0].config.server.gpu_memory_utilization
+            if by_util
+            else top.params["gpu_memory_utilization"]
+        )
+        by_mnbt = self._best(
+            [self._predict(pair, u, m, temperature) for u, m in settings if u == util]
+        )
         best = by_mnbt[0] if by_mnbt else top
         return best.params["gpu_memory_utilization"], best.config.server.max_num_batched_tokens
 
@@ -309,8 +298,9 @@ class _Screen:
             self.done[key] = self._forecast(pair, util, mnbt, temperature)
         return self.done[key]
 
-    def _forecast(self, pair: Pair, util: float, mnbt: int, temperature: float
-                  ) -> Prediction | None:
+    def _forecast(
+        self, pair: Pair, util: float, mnbt: int, temperature: float
+    ) -> Prediction | None:
         config = self._config(pair, util, mnbt, temperature)
         draft = self.drafts[pair[0]]
         args = (self.space.hardware, self.space.target, draft, config.server, temperature)

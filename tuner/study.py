@@ -47,13 +47,17 @@ __all__ = [
     "stored_space",
 ]
 
-SAMPLERS = ("tpe", "random", "gp", "nsga2")
+SAMPLERS = ("spectune", "tpe", "random", "gp", "nsga2")
 _SPACE_ATTR = "space"
 
 
 def make_sampler(name: str, seed: int | None) -> optuna.samplers.BaseSampler:
-    """Samplers by name. Optuna 5 samplers read the constraints set on each trial."""
-    if name == "tpe":
+    """Samplers by name. Optuna 5 samplers read the constraints set on each trial.
+
+    ``spectune`` is TPE after a warm start from the simulator's predictions, which
+    :func:`tuner.optimize.optimize` enqueues (see ``tuner/strategy.py``).
+    """
+    if name in ("spectune", "tpe"):
         return optuna.samplers.TPESampler(
             seed=seed, multivariate=True, group=True, n_startup_trials=8
         )
@@ -222,10 +226,16 @@ def _set_constraints(trial: optuna.Trial, values: Sequence[float]) -> None:
 
 
 def _earlier_same_config(study: optuna.Study, trial: optuna.Trial) -> FrozenTrial | None:
+    wanted = _rounded(trial.params)
     for done in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-        if done.params == trial.params and done.number != trial.number:
+        if done.number != trial.number and _rounded(done.params) == wanted:
             return done
     return None
+
+
+def _rounded(params: dict[str, Any]) -> dict[str, Any]:
+    """Stepped floats come back as 0.8600000000000001 from TPE and 0.86 from the queue."""
+    return {k: round(v, 6) if isinstance(v, float) else v for k, v in params.items()}
 
 
 def _reuse(trial: optuna.Trial, earlier: FrozenTrial) -> tuple[float, float]:

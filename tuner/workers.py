@@ -41,7 +41,7 @@ class WorkerRequest:
     backend: str
     studies_dir: Path
     options: BackendOptions
-    sampler: str = "tpe"
+    sampler: str = "spectune"
     hardware: Hardware | None = None  # what this host has, when the user says so
 
 

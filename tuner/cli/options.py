@@ -58,7 +58,14 @@ Backend = Annotated[
         "on this host) or sim (built-in simulator, no GPU).",
     ),
 ]
-Sampler = Annotated[str, typer.Option("--sampler", help="tpe, random, gp or nsga2.")]
+Sampler = Annotated[
+    str,
+    typer.Option(
+        "--sampler",
+        help="spectune (TPE warm-started from the simulator's "
+        "predictions), tpe, random, gp or nsga2.",
+    ),
+]
 Seed = Annotated[int, typer.Option("--seed", help="Seed for the sampler and simulated noise.")]
 VllmCommand = Annotated[
     str, typer.Option("--vllm-command", help="process backend: the vLLM executable to run.")

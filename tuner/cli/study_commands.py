@@ -69,7 +69,7 @@ def optimize_command(
     study: opt.StudyName = None,
     storage: opt.Storage = None,
     studies_dir: opt.StudiesDir = Path("studies"),
-    sampler: opt.Sampler = "tpe",
+    sampler: opt.Sampler = "spectune",
     seed: opt.Seed = 0,
     slo_ttft_ms: Annotated[
         float | None,
@@ -191,7 +191,7 @@ def worker_command(
     worker_id: Annotated[
         str, typer.Option("--worker-id", help="Names this worker's containers on this host.")
     ] = "0",
-    sampler: opt.Sampler = "tpe",
+    sampler: opt.Sampler = "spectune",
     seed: opt.Seed = 0,
     vllm_command: opt.VllmCommand = "vllm",
     image: opt.Image = None,
