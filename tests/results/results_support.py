@@ -90,6 +90,7 @@ def build_study(studies_dir: Path, space: dict[str, object], trials: int, seed: 
                 studies_dir,
                 seed=seed,
                 confirm_top=0,
+                sampler="tpe",  # the trials these tests were written against
             )
         )
 
