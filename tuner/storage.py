@@ -30,6 +30,8 @@ __all__ = [
     "default_storage",
     "is_sqlite",
     "open_storage",
+    "safe_url",
+    "study_exists",
 ]
 
 BUDGET_ATTR = "trial_budget"
@@ -110,10 +112,9 @@ def open_storage(url: str, *, heartbeat_interval_s: int = HEARTBEAT_INTERVAL_S,
     except (sqlalchemy.exc.SQLAlchemyError, ImportError, ValueError) as exc:
         text = str(exc).strip()
         reason = text.splitlines()[0] if text else type(exc).__name__
-        safe = parsed.render_as_string(hide_password=True)
         raise ConfigError(
-            f"cannot open storage {safe}: {reason[:200]} (check the URL, that the database "
-            "server runs and accepts this user)"
+            f"cannot open storage {safe_url(url)}: {reason[:200]} (check the URL, that the "
+            "database server runs and accepts this user)"
         ) from None
 
 
@@ -134,6 +135,21 @@ def _check_writable(folder: Path) -> None:
             f"studies folder {folder} is not writable ({exc.strerror}): choose another with "
             "--studies-dir or fix its permissions"
         ) from None
+
+
+def safe_url(url: str) -> str:
+    """The storage URL without its password, for messages."""
+    try:
+        return sqlalchemy.engine.make_url(url).render_as_string(hide_password=True)
+    except sqlalchemy.exc.ArgumentError:
+        return url
+
+
+def study_exists(url: str, name: str) -> bool:
+    """Whether the database at ``url`` holds study ``name``; never creates an SQLite file."""
+    if is_sqlite(url) and not Path(url.split("///", 1)[-1]).exists():
+        return False
+    return name in study_names(open_storage(url))
 
 
 def study_names(storage: optuna.storages.BaseStorage) -> set[str]:

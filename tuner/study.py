@@ -33,6 +33,9 @@ from tuner.storage import (
     COUNTED_STATES,
     HEARTBEAT_INTERVAL_S,
     BudgetExhausted,
+    open_storage,
+    safe_url,
+    study_exists,
     study_names,
 )
 from tuner.trial_config import server_to_dict
@@ -42,6 +45,7 @@ __all__ = [
     "StudyOptions",
     "extend_budget",
     "make_sampler",
+    "open_existing",
     "open_study",
     "run_trials",
     "stored_space",
@@ -116,6 +120,17 @@ def extend_budget(study: optuna.Study, trials: int) -> int:
     budget = len(study.get_trials(deepcopy=False, states=COUNTED_STATES)) + trials
     study.set_user_attr(BUDGET_ATTR, budget)
     return budget
+
+
+def open_existing(name: str, url: str, sampler: optuna.samplers.BaseSampler | None = None
+                  ) -> tuple[optuna.Study, SearchSpace]:
+    """Opens a study that must already exist (nothing is created), with its stored space."""
+    if not study_exists(url, name):
+        raise ConfigError(
+            f"no study {name!r} in {safe_url(url)}: check the name or pass --storage "
+            "(spectune optimize creates studies)"
+        )
+    return open_study(name, open_storage(url), None, sampler or optuna.samplers.RandomSampler())
 
 
 @dataclass(frozen=True)

@@ -21,8 +21,8 @@ from pathlib import Path
 from tuner.backends import BackendOptions, backend_factory
 from tuner.errors import ConfigError, SpectuneError
 from tuner.hardware import Hardware, find_gpu
-from tuner.storage import is_sqlite, open_storage, study_names
-from tuner.study import StudyOptions, make_sampler, open_study, run_trials
+from tuner.storage import is_sqlite
+from tuner.study import StudyOptions, make_sampler, open_existing, run_trials
 
 __all__ = [
     "WorkerRequest",
@@ -56,14 +56,8 @@ def run_worker(request: WorkerRequest, detected: list[str] | None = None) -> Non
         ConfigError: the study does not exist, or this host's GPUs differ from the study's.
     """
     build_backend = backend_factory(request.backend)
-    storage = open_storage(request.storage)
-    if request.study not in study_names(storage):
-        raise ConfigError(
-            f"no study {request.study!r} in {request.storage}: create it first with "
-            "spectune optimize --study NAME --storage URL (or check the name)"
-        )
     sampler = make_sampler(request.sampler, request.options.seed)
-    study, space = open_study(request.study, storage, None, sampler)
+    study, space = open_existing(request.study, request.storage, sampler)
     check_host_hardware(request.study, space.hardware, request.hardware, detected)
     folder = request.studies_dir / request.study
     options = StudyOptions(

@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import optuna
-import sqlalchemy
 import typer
 
 from tuner.backends import backend_factory
@@ -23,8 +22,8 @@ from tuner.report.page import write_report
 from tuner.report.picks import DEFAULT_PICK, PICKS
 from tuner.report.trials import points
 from tuner.space import SearchSpace
-from tuner.storage import default_storage, is_sqlite, open_storage, study_names
-from tuner.study import open_study
+from tuner.storage import default_storage
+from tuner.study import open_existing
 
 __all__ = [
     "confirm_command",
@@ -36,23 +35,11 @@ __all__ = [
 Name = Annotated[str, typer.Argument(help="Study name.")]
 
 
-def _safe(url: str) -> str:
-    """The storage URL without its password, for messages."""
-    try:
-        return sqlalchemy.engine.make_url(url).render_as_string(hide_password=True)
-    except sqlalchemy.exc.ArgumentError:
-        return url
-
-
 def _open(
     name: str, storage: str | None, studies_dir: Path
 ) -> tuple[optuna.Study, SearchSpace, str]:
-    """Opens an existing study (never creating one) with its stored space."""
     url = storage or default_storage(name, studies_dir)
-    missing = is_sqlite(url) and not Path(url.split("///", 1)[-1]).exists()
-    if missing or name not in study_names(open_storage(url)):
-        raise ConfigError(f"no study {name!r} in {_safe(url)}: check the name or pass --storage")
-    study, space = open_study(name, open_storage(url), None, optuna.samplers.RandomSampler())
+    study, space = open_existing(name, url)
     return study, space, url
 
 

@@ -34,7 +34,7 @@ from tuner.render import (
 )
 from tuner.runner import TrialOutcome
 from tuner.space import SearchSpace, load_space
-from tuner.storage import default_storage, is_sqlite, open_storage, study_names
+from tuner.storage import default_storage, study_exists
 from tuner.trial_config import server_to_dict
 from tuner.workers import WorkerRequest, run_worker
 
@@ -46,12 +46,6 @@ def _build_space(space: str | None, hardware: str | None, slo_ttft_ms: float | N
     if slo_ttft_ms is not None:
         loaded = loaded.with_ttft_limit(slo_ttft_ms)
     return loaded
-
-
-def _study_exists(storage: str, name: str) -> bool:
-    if is_sqlite(storage) and not Path(storage.split("///", 1)[-1]).exists():
-        return False  # do not create an empty database just by looking
-    return name in study_names(open_storage(storage))
 
 
 @app.command("optimize")
@@ -112,7 +106,7 @@ def optimize_command(
     built = _build_space(space, hardware, slo_ttft_ms)
     name = study or built.name
     url = storage or default_storage(name, studies_dir)
-    resume_only = not explicit and _study_exists(url, name)
+    resume_only = not explicit and study_exists(url, name)
     options = backend_options(
         name,
         seed,
