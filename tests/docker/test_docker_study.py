@@ -93,6 +93,9 @@ def test_restart_only_when_the_server_config_changes(
     logs = tmp_path / study / "logs"
     assert (logs / "trial-0.log").exists() and (logs / "trial-2.log").exists()
     assert not (logs / "trial-1.log").exists()  # trial 1 ran in trial 0's container
+    # The best configs were measured again, each run in a fresh container, before export.
+    assert done.user_attrs["confirmed"]
+    assert (tmp_path / study / "best.yaml").read_text().count("mean of 3 runs") == 1
     assert _left(docker_client, study) == []
 
 

@@ -54,8 +54,11 @@ def _space(models: TinyModels, **server: Any) -> dict[str, Any]:
 
 def _request(tmp_path: Path, study: str, raw: dict[str, Any], trials: int) -> OptimizeRequest:
     options = BackendOptions(study="", vllm_command=vllm_command(), ready_timeout_s=300)
+    # No confirmation runs: each would be one more real start (about 30 s on 2 cores); the
+    # confirmation path itself is tested on the simulator and the fake server.
     return OptimizeRequest(study=study, space=space_from_dict(raw), backend="process",
-                           trials=trials, studies_dir=tmp_path, backend_options=options)
+                           trials=trials, studies_dir=tmp_path, backend_options=options,
+                           confirm_top=0)
 
 
 @pytest.fixture
