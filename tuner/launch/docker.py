@@ -28,12 +28,10 @@ import logging
 import os
 import re
 import shlex
-import signal
-import threading
 import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from types import FrameType, TracebackType
+from types import TracebackType
 
 import docker
 import docker.errors
@@ -49,6 +47,7 @@ from tuner.bench.gpu import (
 )
 from tuner.errors import ConfigError, LaunchError
 from tuner.launch.base import Endpoint, LaunchContext
+from tuner.launch.exit_hooks import run_at_exit
 from tuner.launch.failures import startup_failure
 from tuner.launch.readiness import wait_until_ready
 from tuner.trial_config import ServerConfig
@@ -187,7 +186,7 @@ class DockerLauncher:
         device_requests = self._device_requests(server)
         monitor = self._gpu_monitor()
         if not self._hooked:
-            _install_exit_hooks(self)
+            run_at_exit(self.close)
             self._hooked = True
         if self._first_start:
             self.cleanup_stale()
@@ -500,22 +499,3 @@ def _gpus_overlap(theirs: str, ours: str) -> bool:
     if {theirs, ours} & {"all", "none"}:
         return True
     return bool(set(theirs.split(",")) & set(ours.split(",")))
-
-
-def _exit_on_signal(signum: int, frame: FrameType | None) -> None:
-    del frame
-    raise SystemExit(128 + signum)  # unwinds finally blocks and runs atexit, like Ctrl-C
-
-
-def _install_exit_hooks(launcher: DockerLauncher) -> None:
-    """Makes sure ``launcher.close`` runs at exit, also after SIGTERM or SIGHUP.
-
-    Their default action ends Python without running ``finally`` or ``atexit``; as
-    ``SystemExit`` they unwind like Ctrl-C. A handler someone else installed is left alone,
-    and signal handlers can only be set from the main thread (a worker thread relies on atexit).
-    """
-    atexit.register(launcher.close)
-    if threading.current_thread() is threading.main_thread():
-        for signum in (signal.SIGTERM, signal.SIGHUP):
-            if signal.getsignal(signum) is signal.SIG_DFL:
-                signal.signal(signum, _exit_on_signal)

@@ -16,7 +16,6 @@ is an unreaped zombie its PID, and so the group ID, cannot be reused by an unrel
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import os
 import shlex
@@ -27,12 +26,13 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from types import FrameType, TracebackType
+from types import TracebackType
 
 import yaml
 
 from tuner.errors import LaunchError, StartupFailure
 from tuner.launch.base import Endpoint, LaunchContext
+from tuner.launch.exit_hooks import run_at_exit
 from tuner.launch.readiness import wait_until_ready
 from tuner.trial_config import ServerConfig
 from tuner.vllm_args import (
@@ -66,22 +66,12 @@ def _stop_all() -> None:
         _terminate(proc, stop_timeout_s)
 
 
-def _exit_on_signal(signum: int, frame: FrameType | None) -> None:
-    # SystemExit unwinds finally blocks and runs atexit, which stops every live server.
-    raise SystemExit(128 + signum)
-
-
 def _install_hooks() -> None:
     global _hooks_installed
     with _hooks_lock:
         if _hooks_installed:
             return
-        atexit.register(_stop_all)
-        # Signal handlers can only be set from the main thread; a worker thread relies on atexit.
-        if threading.current_thread() is threading.main_thread():
-            for signum in (signal.SIGTERM, signal.SIGHUP):
-                if signal.getsignal(signum) is signal.SIG_DFL:
-                    signal.signal(signum, _exit_on_signal)
+        run_at_exit(_stop_all)
         _hooks_installed = True
 
 
