@@ -110,3 +110,11 @@ def test_bad_space_files(tmp_path: Path, text: str, match: str) -> None:
 def test_missing_space_lists_the_shipped_ones() -> None:
     with pytest.raises(ConfigError, match="default"):
         load_space("no-such-space")
+
+
+def test_vllm_version_override_is_stored_and_checked() -> None:
+    space = load_space().with_vllm_version("0.8.5")
+    assert str(space.version) == "0.8.5" and space.source["vllm"]["version"] == "0.8.5"
+    assert str(load_space().version) == "v0.32.0"  # from the image tag
+    with pytest.raises(ConfigError, match="--vllm-version"):
+        load_space().with_vllm_version("bogus")

@@ -23,6 +23,7 @@ from tuner.results import Source, TrialResult
 from tuner.sim.engine import simulate
 from tuner.space import SearchSpace
 from tuner.trial_config import TrialConfig
+from tuner.vllm_args import VllmVersion, parse_version
 
 __all__ = [
     "BACKENDS",
@@ -116,7 +117,7 @@ def _process(space: SearchSpace, options: BackendOptions) -> Backend:
     )
     launcher = ProcessLauncher(
         options.vllm_command,
-        version=space.version,
+        version=_explicit_version(space),
         ready_timeout_s=options.ready_timeout_s,
         env=env,
     )
@@ -128,7 +129,7 @@ def _docker(space: SearchSpace, options: BackendOptions) -> Backend:
         options.image or space.vllm_image,
         study=options.study,
         gpus=options.gpus,
-        version=space.version,
+        version=_explicit_version(space),
         ready_timeout_s=options.ready_timeout_s,
         entrypoint=options.docker_entrypoint,
         volumes=dict(options.docker_volumes) or None,
@@ -143,6 +144,11 @@ def _docker(space: SearchSpace, options: BackendOptions) -> Backend:
         return replace(result, peak_memory_gib=launcher.take_peak_memory())
 
     return Backend("docker", launcher, measure)
+
+
+def _explicit_version(space: SearchSpace) -> VllmVersion | None:
+    """The version the user gave; otherwise the launcher asks the image tag or `vllm --version`."""
+    return parse_version(space.vllm_version) if space.vllm_version else None
 
 
 BackendFactory = Callable[[SearchSpace, BackendOptions], Backend]

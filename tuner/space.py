@@ -130,6 +130,12 @@ class SearchSpace:
         )
         return TrialConfig(server, ClientConfig(round(temperature, 4), self.workload))
 
+    def with_vllm_version(self, version: str) -> SearchSpace:
+        """The same space for another vLLM version (its flag dialect), checked now."""
+        parse_version(version)
+        source = {**self.source, "vllm": {**(self.source.get("vllm") or {}), "version": version}}
+        return replace(self, vllm_version=version, source=source)
+
     def with_ttft_limit(self, ttft_ms: float) -> SearchSpace:
         """The same space under another TTFT limit (stored with the study like the rest)."""
         source = {**self.source, "slo": {**(self.source.get("slo") or {}), "ttft_ms": ttft_ms}}

@@ -39,12 +39,16 @@ from tuner.trial_config import server_to_dict
 from tuner.workers import WorkerRequest, run_worker
 
 
-def _build_space(space: str | None, hardware: str | None, slo_ttft_ms: float | None) -> SearchSpace:
+def _build_space(
+    space: str | None, hardware: str | None, slo_ttft_ms: float | None, vllm_version: str | None
+) -> SearchSpace:
     loaded = load_space(space)
     if hardware is not None:
         loaded = loaded.with_hardware(parse_hardware(hardware))
     if slo_ttft_ms is not None:
         loaded = loaded.with_ttft_limit(slo_ttft_ms)
+    if vllm_version is not None:
+        loaded = loaded.with_vllm_version(vllm_version)
     return loaded
 
 
@@ -68,6 +72,14 @@ def optimize_command(
     slo_ttft_ms: Annotated[
         float | None,
         typer.Option("--slo-ttft-ms", help="p95 TTFT limit in ms (default from the space)."),
+    ] = None,
+    vllm_version: Annotated[
+        str | None,
+        typer.Option(
+            "--vllm-version",
+            help="vLLM version whose flags to speak (default: the image tag, "
+            "or `vllm --version` for the process backend).",
+        ),
     ] = None,
     workers: Annotated[
         int,
@@ -102,8 +114,8 @@ def optimize_command(
     as_json: opt.Json = False,
 ) -> None:
     """Run a tuning study, confirm the best configs, and export the recommended one."""
-    explicit = space is not None or hardware is not None or slo_ttft_ms is not None
-    built = _build_space(space, hardware, slo_ttft_ms)
+    explicit = any(v is not None for v in (space, hardware, slo_ttft_ms, vllm_version))
+    built = _build_space(space, hardware, slo_ttft_ms, vllm_version)
     name = study or built.name
     url = storage or default_storage(name, studies_dir)
     resume_only = not explicit and study_exists(url, name)
