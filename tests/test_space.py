@@ -118,3 +118,14 @@ def test_vllm_version_override_is_stored_and_checked() -> None:
     assert str(load_space().version) == "v0.32.0"  # from the image tag
     with pytest.raises(ConfigError, match="--vllm-version"):
         load_space().with_vllm_version("bogus")
+
+
+@pytest.mark.parametrize(("fragment", "key"), [
+    ("server: {max_model_len: 8k}\n", "server.max_model_len"),
+    ("search: {max_num_batched_tokens: [big]}\n", "max_num_batched_tokens"),
+    ("slo: {ttft_ms: fast}\n", "slo.ttft_ms"),
+])
+def test_non_numbers_name_their_key(tmp_path: Path, fragment: str, key: str) -> None:
+    path = _write(tmp_path, "target: Qwen/Qwen2.5-7B-Instruct\n" + fragment)
+    with pytest.raises(ConfigError, match=f"`{key}` must be a number"):
+        load_space(path)

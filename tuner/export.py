@@ -156,7 +156,7 @@ def _render(
     facts = provenance(study, space, candidate, pick if not pick.isdigit() else "trial", today)
     server, removed = _without_secrets(candidate.view.server)
     levels, table = _levels(study, space, candidate, server)
-    notes = _notes(space, server, levels, table, removed)
+    notes = _notes(space, server, levels, table, removed, candidate.view.source)
     if candidate.view.status != "ok":  # only a trial asked for by number gets here
         notes.insert(
             0, f"WARNING: trial {candidate.number} was not feasible: {candidate.view.status}"
@@ -214,11 +214,14 @@ def _notes(
     levels: list[LevelChoice],
     table: list[tuple[int, int, int]],
     removed: list[str],
+    source: str,
 ) -> list[str]:
     notes = []
     if levels:
         per_level = "; ".join(
-            f"{c.concurrency}: " + (f"K={c.k}" if c.k else "off") + f" ({c.output_tok_s:.1f} tok/s)"
+            f"{c.concurrency}: "
+            + (f"K={c.k}" if c.k else "off")
+            + f" ({c.output_tok_s:.1f} tok/s {source})"
             for c in levels
         )
         notes.append(f"best speculation per concurrency level: {per_level}")

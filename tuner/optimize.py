@@ -14,7 +14,7 @@ from tuner.errors import ConfigError
 from tuner.export import export, pick_trial
 from tuner.recommend import TrialView, pareto_front, recommend, trial_view
 from tuner.space import SearchSpace
-from tuner.storage import default_storage, open_storage
+from tuner.storage import check_writable, default_storage, open_storage
 from tuner.strategy import warm_start
 from tuner.study import OnTrial, StudyOptions, extend_budget, make_sampler, open_study, run_trials
 from tuner.workers import WorkerRequest, check_parallel_storage, gpu_slices, spawn_workers
@@ -79,6 +79,7 @@ def optimize(
         raise ConfigError(f"--workers {request.workers}: use at least 1 worker")
     sampler = make_sampler(request.sampler, request.seed)
     build_backend = backend_factory(request.backend)
+    check_writable(request.studies_dir)  # logs and exports go there whatever the storage
     storage_url = request.storage or default_storage(request.study, request.studies_dir)
     check_parallel_storage(storage_url, request.workers)
     storage = open_storage(storage_url)

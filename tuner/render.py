@@ -6,7 +6,6 @@ simulated figure for a measurement.
 
 from __future__ import annotations
 
-from rich.console import Console
 from rich.table import Table
 
 from tuner.confirm import Confirmed, Interval, Run
@@ -95,10 +94,6 @@ def views_table(title: str, views: list[TrialView]) -> Table:
     return table
 
 
-def print_views(console: Console, title: str, views: list[TrialView]) -> None:
-    console.print(views_table(title, views))
-
-
 def _interval(value: Interval | None, digits: int) -> str:
     return "-" if value is None else value.format(digits)
 
@@ -127,6 +122,6 @@ def confirmed_table(results: list[Confirmed], ttft_limit_ms: float) -> Table:
     return table
 
 
-def confirm_run_line(number: int, repeat: int, run: Run, repeats: int) -> str:
-    tok_s = "-" if run.output_tok_s is None else f"{run.output_tok_s:.1f} tok/s"
+def confirm_run_line(number: int, repeat: int, run: Run, repeats: int, source: str) -> str:
+    tok_s = "-" if run.output_tok_s is None else f"{run.output_tok_s:.1f} tok/s {source}"
     return f"confirming trial {number}, run {repeat + 1}/{repeats}: {run.status}, {tok_s}"

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tuner.backends import Backend
-from tuner.errors import FailureKind, MeasurementError, StartupFailure
+from tuner.errors import ConfigError, FailureKind, MeasurementError, StartupFailure
 from tuner.hardware import Hardware
 from tuner.launch.base import Endpoint, LaunchContext
 from tuner.models import load_model
@@ -80,6 +80,8 @@ class TrialRunner:
         try:
             endpoint, restarted = self._ensure_server(config.server, context)
         except StartupFailure as failure:
+            if failure.kind is FailureKind.BAD_ARGUMENT:  # every trial would fail the same way
+                raise ConfigError(f"{failure} (check the flags for this vLLM version)") from None
             if failure.kind is not FailureKind.OOM:
                 raise
             return TrialOutcome(

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from importlib.resources import files
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import optuna
 import yaml
@@ -28,6 +28,8 @@ from tuner.trial_config import (
     TrialConfig,
 )
 from tuner.vllm_args import NEWEST_KNOWN, VllmVersion, parse_version, version_from_image
+
+N = TypeVar("N", int, float)
 
 __all__ = ["NGRAM", "NO_DRAFT", "Range", "SearchSpace", "builtin_spaces", "load_space"]
 
@@ -216,15 +218,20 @@ def space_from_dict(raw: Any, origin: str = "search space") -> SearchSpace:
         num_speculative_tokens=reader.range(search, "num_speculative_tokens", Range(1, 8)),
         gpu_memory_utilization=reader.range(search, "gpu_memory_utilization", Range(0.9, 0.9)),
         max_num_batched_tokens=tuple(
-            int(v) for v in reader.list_of(search, "max_num_batched_tokens", [2048])
+            reader.number(int, "max_num_batched_tokens", v)
+            for v in reader.list_of(search, "max_num_batched_tokens", [2048])
         ),
         temperature=reader.range_or_value(search, "temperature", 0.0),
-        max_model_len=int(server.get("max_model_len", 8192)),
-        tensor_parallel_size=int(server.get("tensor_parallel_size", hardware.count)),
+        max_model_len=reader.number(int, "server.max_model_len", server.get("max_model_len", 8192)),
+        tensor_parallel_size=reader.number(
+            int, "server.tensor_parallel_size", server.get("tensor_parallel_size", hardware.count)
+        ),
         quantization=server.get("quantization"),
         vllm_image=str(vllm.get("image", "vllm/vllm-openai:latest")),
         vllm_version=None if vllm.get("version") is None else str(vllm["version"]),
-        ttft_limit_ms=float(reader.section("slo").get("ttft_ms", 1000)),
+        ttft_limit_ms=reader.number(
+            float, "slo.ttft_ms", reader.section("slo").get("ttft_ms", 1000)
+        ),
         workload=reader.workload(),
         extra_flags=tuple((str(k), v) for k, v in extra.items()),
         source=raw,
@@ -243,6 +250,12 @@ class _Reader:
 
     def get(self, key: str, default: Any) -> Any:
         return self.raw.get(key, default)
+
+    def number(self, kind: type[N], key: str, value: Any) -> N:
+        try:
+            return kind(value)
+        except (TypeError, ValueError):
+            raise self.fail(key, f"a number (got {value!r})") from None
 
     def require(self, key: str) -> Any:
         if key not in self.raw:

@@ -27,6 +27,7 @@ __all__ = [
     "COUNTED_STATES",
     "BudgetExhausted",
     "BudgetedStorage",
+    "check_writable",
     "default_storage",
     "is_sqlite",
     "open_storage",
@@ -50,15 +51,17 @@ class BudgetedStorage(RDBStorage):
     """RDBStorage that refuses to create trials beyond the study's ``trial_budget`` attribute."""
 
     # Optuna's cache layer calls the private _create_new_trial, so the guard must sit here.
-    def _create_new_trial(self, study_id: int, template_trial: FrozenTrial | None = None
-                          ) -> FrozenTrial:
+    def _create_new_trial(
+        self, study_id: int, template_trial: FrozenTrial | None = None
+    ) -> FrozenTrial:
         if template_trial is not None:  # enqueued configs and retries replace counted work
             return super()._create_new_trial(study_id, template_trial)
         with self.engine.connect() as lock:
             postgres = self.engine.dialect.name == "postgresql"
             if postgres:  # serialises count-then-insert across every worker of every host
-                lock.execute(sqlalchemy.text("SELECT pg_advisory_lock(:k)"),
-                             {"k": _lock_key(study_id)})
+                lock.execute(
+                    sqlalchemy.text("SELECT pg_advisory_lock(:k)"), {"k": _lock_key(study_id)}
+                )
             try:
                 budget = self.get_study_user_attrs(study_id).get(BUDGET_ATTR)
                 live = len(self.get_all_trials(study_id, deepcopy=False, states=COUNTED_STATES))
@@ -67,8 +70,9 @@ class BudgetedStorage(RDBStorage):
                 return super()._create_new_trial(study_id, template_trial)
             finally:
                 if postgres:
-                    lock.execute(sqlalchemy.text("SELECT pg_advisory_unlock(:k)"),
-                                 {"k": _lock_key(study_id)})
+                    lock.execute(
+                        sqlalchemy.text("SELECT pg_advisory_unlock(:k)"), {"k": _lock_key(study_id)}
+                    )
                     lock.commit()
 
 
@@ -84,8 +88,12 @@ def is_sqlite(url: str) -> bool:
     return url.startswith("sqlite")
 
 
-def open_storage(url: str, *, heartbeat_interval_s: int = HEARTBEAT_INTERVAL_S,
-                 grace_period_s: int = GRACE_PERIOD_S) -> BudgetedStorage:
+def open_storage(
+    url: str,
+    *,
+    heartbeat_interval_s: int = HEARTBEAT_INTERVAL_S,
+    grace_period_s: int = GRACE_PERIOD_S,
+) -> BudgetedStorage:
     """Opens (creating if needed) the study database, with heartbeats and one retry.
 
     Raises:
@@ -100,7 +108,7 @@ def open_storage(url: str, *, heartbeat_interval_s: int = HEARTBEAT_INTERVAL_S,
             "postgresql+psycopg://user:password@host/db"
         ) from None
     if parsed.get_backend_name() == "sqlite" and parsed.database:
-        _check_writable(Path(parsed.database).expanduser().resolve().parent)
+        check_writable(Path(parsed.database).expanduser().resolve().parent)
     try:
         return BudgetedStorage(
             url,
@@ -124,7 +132,8 @@ def _engine_kwargs(url: sqlalchemy.engine.URL) -> dict[str, Any]:
     return {}
 
 
-def _check_writable(folder: Path) -> None:
+def check_writable(folder: Path, what: str = "studies folder", flag: str = "--studies-dir") -> None:
+    """Creates ``folder`` if needed and proves it can be written; ConfigError otherwise."""
     try:
         folder.mkdir(parents=True, exist_ok=True)
         probe = folder / ".spectune-write-check"
@@ -132,8 +141,8 @@ def _check_writable(folder: Path) -> None:
         probe.unlink()
     except OSError as exc:
         raise ConfigError(
-            f"studies folder {folder} is not writable ({exc.strerror}): choose another with "
-            "--studies-dir or fix its permissions"
+            f"{what} {folder} is not writable ({exc.strerror}): choose another with "
+            f"{flag} or fix its permissions"
         ) from None
 
 

@@ -51,6 +51,8 @@ __all__ = [
     "stored_space",
 ]
 
+# FAIL trials do not use up the budget, so a setup where every launch fails would run for ever.
+MAX_FAILURES_IN_A_ROW = 3
 SAMPLERS = ("spectune", "tpe", "random", "gp", "nsga2")
 _SPACE_ATTR = "space"
 
@@ -163,6 +165,8 @@ def run_trials(
         for listener in listeners:
             listener(number, outcome, note)
 
+    failures_in_a_row = [0]
+
     def objective(trial: optuna.Trial) -> tuple[float, float]:
         trial.set_user_attr("worker", f"{socket.gethostname()}/{options.worker}")
         config = space.suggest(trial)
@@ -177,7 +181,14 @@ def run_trials(
         except SpectuneError as exc:
             _record_failure(trial, exc)
             notify(trial.number, None, f"failed: {exc}")
+            failures_in_a_row[0] += 1
+            if failures_in_a_row[0] >= MAX_FAILURES_IN_A_ROW:  # a broken setup, not bad luck
+                raise SpectuneError(
+                    f"{MAX_FAILURES_IN_A_ROW} trials in a row failed, the last with: {exc}; "
+                    f"stopping (check the image, model and flags; logs in {options.log_dir})"
+                ) from None
             raise
+        failures_in_a_row[0] = 0
         _record(trial, outcome, backend)
         notify(trial.number, outcome, None)
         return outcome.score.values
@@ -253,10 +264,14 @@ def _rounded(params: dict[str, Any]) -> dict[str, Any]:
     return {k: round(v, 6) if isinstance(v, float) else v for k, v in params.items()}
 
 
+# What a reused result carries over; who ran it (worker), its logs and failures stay its own.
+_RESULT_ATTRS = {"server", "temperature", "status", "source", "memory", "summary", "levels"}
+
+
 def _reuse(trial: optuna.Trial, earlier: FrozenTrial) -> tuple[float, float]:
     """Records an earlier trial's result for the same config, marked as such; nothing runs."""
-    for key, value in earlier.user_attrs.items():
-        trial.set_user_attr(key, value)
+    for key in _RESULT_ATTRS & earlier.user_attrs.keys():
+        trial.set_user_attr(key, earlier.user_attrs[key])
     trial.set_user_attr("duplicate_of", earlier.number)
     _set_constraints(trial, [earlier.constraints[key] for key in CONSTRAINT_KEYS])
     values = earlier.values
@@ -275,7 +290,3 @@ def _finite(data: dict[str, Any]) -> dict[str, Any]:
     return {
         k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in data.items()
     }
-
-
-def completed(study: optuna.Study) -> list[FrozenTrial]:
-    return study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))

@@ -100,7 +100,7 @@ def worker_argv(request: WorkerRequest) -> list[str]:
     """The ``spectune worker`` command line that runs ``request`` in a child process."""
     o = request.options
     argv = [sys.executable, "-m", "tuner", "worker", "--study", request.study,
-            "--storage", request.storage, "--backend", request.backend,
+            "--backend", request.backend,
             "--studies-dir", str(request.studies_dir), "--sampler", request.sampler,
             "--seed", str(o.seed), "--worker-id", o.worker,
             "--vllm-command", shlex.join(o.vllm_command),
@@ -158,7 +158,11 @@ def spawn_workers(
                     worker_argv(replace(base, options=options)),
                     stdout=out,
                     stderr=subprocess.STDOUT,
-                    env={**os.environ, "COLUMNS": "160"},
+                    # Own session: a Ctrl-C reaches only this parent, which then stops each
+                    # worker with exactly one SIGTERM, so no second signal cuts its cleanup short.
+                    start_new_session=True,
+                    # The URL (with its password) goes by environment: argv shows in `ps`.
+                    env={**os.environ, "COLUMNS": "160", "SPECTUNE_STORAGE": base.storage},
                 )
             children.append((child, log))
         while any(child.poll() is None for child, _ in children):
@@ -177,7 +181,7 @@ def spawn_workers(
         )
 
 
-def _terminate(children: Sequence[subprocess.Popen[bytes]], timeout_s: float = 30.0) -> None:
+def _terminate(children: Sequence[subprocess.Popen[bytes]], timeout_s: float = 90.0) -> None:
     """SIGTERM every live worker (they stop their servers), then SIGKILL stragglers."""
     live = [c for c in children if c.poll() is None]
     for child in live:

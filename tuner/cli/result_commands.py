@@ -22,7 +22,7 @@ from tuner.report.page import write_report
 from tuner.report.picks import DEFAULT_PICK, PICKS
 from tuner.report.trials import points
 from tuner.space import SearchSpace
-from tuner.storage import default_storage
+from tuner.storage import check_writable, default_storage
 from tuner.study import open_existing
 
 __all__ = [
@@ -65,7 +65,7 @@ def export_command(
     study, space, _ = _open(name, storage, studies_dir)
     exported = export(study, space, fmt, pick)
     if out is not None:
-        out.parent.mkdir(parents=True, exist_ok=True)
+        check_writable(out.parent, "output folder", "--out")
         out.write_text(exported.text)
         if fmt == "docker-run":
             out.chmod(0o755)
@@ -110,7 +110,9 @@ def report_command(
 ) -> None:
     """Write a self-contained HTML report with PNG charts."""
     study, space, _ = _open(name, storage, studies_dir)
-    report = write_report(study, space, out or studies_dir / name / "report")
+    target = out or studies_dir / name / "report"
+    check_writable(target, "report folder", "--out")
+    report = write_report(study, space, target)
     if as_json:
         print_json(
             {
@@ -184,7 +186,8 @@ def confirm_command(
 
     def on_run(number: int, repeat: int, run: Run) -> None:
         if not as_json:
-            console.print(confirm_run_line(number, repeat, run, repeats))
+            source = "simulated" if chosen == "sim" else "measured"
+            console.print(confirm_run_line(number, repeat, run, repeats, source))
 
     try:
         results = confirm(

@@ -34,7 +34,7 @@ from tuner.render import (
 )
 from tuner.runner import TrialOutcome
 from tuner.space import SearchSpace, load_space
-from tuner.storage import default_storage, study_exists
+from tuner.storage import default_storage, safe_url, study_exists
 from tuner.trial_config import server_to_dict
 from tuner.workers import WorkerRequest, run_worker
 
@@ -162,7 +162,7 @@ def optimize_command(
     task = progress.add_task("trials", total=trials)
 
     def on_confirm(number: int, repeat: int, run: Run) -> None:
-        console.print(confirm_run_line(number, repeat, run, confirm_repeats))
+        console.print(confirm_run_line(number, repeat, run, confirm_repeats, source))
 
     def on_tick(finished: int) -> None:  # worker processes report through the database
         progress.update(task, completed=finished)
@@ -261,7 +261,7 @@ def _view_json(view: TrialView) -> dict[str, Any]:
 def _optimize_json(result: OptimizeResult) -> dict[str, Any]:
     return {
         "study": result.study,
-        "storage": result.storage,
+        "storage": safe_url(result.storage),
         "trials": result.trials,
         "pareto_front": [_view_json(v) for v in result.pareto],
         "recommended": None if result.recommended is None else _view_json(result.recommended),
@@ -292,7 +292,8 @@ def _print_optimize(result: OptimizeResult) -> None:
         f"  {best.source}: {tok_s} output tok/s, p95 TTFT {ttft} ms"
         + (f" (confirmed over {len(confirmed.runs)} fresh runs)" if confirmed else "")
     )
-    console.print(f"Wrote {result.best_yaml} (vllm serve --config); study in {result.storage}")
+    where = safe_url(result.storage)
+    console.print(f"Wrote {result.best_yaml} (vllm serve --config); study in {where}")
 
 
 @app.command("estimate")

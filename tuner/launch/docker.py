@@ -16,9 +16,9 @@ adding the engine's ``OOMKilled`` flag.
 Nothing outlives the study: ``stop`` removes the container after saving its log to
 ``<log_dir>/trial-<n>.log``; ``close`` (also on leaving ``with``, and at interpreter exit) also
 removes any container of this run, one whose creation a signal cut short included; SIGTERM and
-SIGHUP become ``SystemExit`` so they unwind like Ctrl-C. The first start removes what a crashed
-earlier run of the same study left (by label). Containers without this study's label are never
-touched.
+SIGHUP unwind like Ctrl-C (``tuner.launch.exit_hooks``, or the CLI's own handler). The first
+start removes what a crashed earlier run of the same study left (by label). Containers without
+this study's label are never touched.
 """
 
 from __future__ import annotations
