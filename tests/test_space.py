@@ -129,3 +129,11 @@ def test_non_numbers_name_their_key(tmp_path: Path, fragment: str, key: str) -> 
     path = _write(tmp_path, "target: Qwen/Qwen2.5-7B-Instruct\n" + fragment)
     with pytest.raises(ConfigError, match=f"`{key}` must be a number"):
         load_space(path)
+
+
+def test_a_secret_in_extra_flags_is_refused_before_it_is_stored(tmp_path: Path) -> None:
+    path = _write(tmp_path, "target: Qwen/Qwen2.5-7B-Instruct\n"
+                            "server: {extra_flags: {api-key: sk-very-secret}}\n")
+    with pytest.raises(ConfigError, match="`api-key` carries a secret") as info:
+        load_space(path)
+    assert "sk-very-secret" not in str(info.value)

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import re
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -43,7 +42,7 @@ from tuner.report.provenance import Provenance, provenance
 from tuner.report.trials import points
 from tuner.space import SearchSpace
 from tuner.study import stored_space
-from tuner.trial_config import ServerConfig
+from tuner.trial_config import ServerConfig, is_secret_flag
 from tuner.vllm_args import server_argv, server_yaml
 
 __all__ = [
@@ -57,11 +56,6 @@ __all__ = [
 ]
 
 FORMATS = ("vllm", "compose", "docker-run", "json")
-# A flag is secret when one of its dash-separated words names a credential: --api-key,
-# --hf-token, --ssl-password; not --tokenizer or --max-num-batched-tokens.
-_SECRET_FLAG = re.compile(
-    r"(^|[-_])(key|token|secret|password|passwd|credentials?)($|[-_])", re.IGNORECASE
-)
 
 
 def pick_candidate(study: optuna.Study, pick: str = DEFAULT_PICK) -> Candidate:
@@ -180,7 +174,7 @@ def _render(
 
 
 def _without_secrets(server: ServerConfig) -> tuple[ServerConfig, list[str]]:
-    secret = [k for k, _ in server.extra_flags if _SECRET_FLAG.search(k.lstrip("-"))]
+    secret = [k for k, _ in server.extra_flags if is_secret_flag(k)]
     kept = tuple((k, v) for k, v in server.extra_flags if k not in secret)
     removed = [k.lstrip("-") for k in secret]
     return replace(server, extra_flags=kept), removed

@@ -26,6 +26,7 @@ from tuner.trial_config import (
     ServerConfig,
     SpeculativeConfig,
     TrialConfig,
+    is_secret_flag,
 )
 from tuner.vllm_args import NEWEST_KNOWN, VllmVersion, parse_version, version_from_image
 
@@ -210,6 +211,12 @@ def space_from_dict(raw: Any, origin: str = "search space") -> SearchSpace:
     extra = server.get("extra_flags") or {}
     if not isinstance(extra, dict):
         raise ConfigError(f"{origin}: server.extra_flags must be a mapping of flag: value")
+    for flag in extra:
+        if is_secret_flag(str(flag)):
+            raise ConfigError(
+                f"{origin}: server.extra_flags `{flag}` carries a secret, and the space is stored "
+                "with the study: set it in the server's environment instead (e.g. VLLM_API_KEY)"
+            )
     return SearchSpace(
         name=str(reader.get("name", Path(origin).stem)),
         hardware=hardware,

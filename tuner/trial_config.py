@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -13,11 +14,23 @@ __all__ = [
     "ServerConfig",
     "SpeculativeConfig",
     "TrialConfig",
+    "is_secret_flag",
     "server_from_dict",
     "server_to_dict",
 ]
 
 FlagValue = str | int | float | bool
+
+# A flag is secret when one of its dash-separated words names a credential: --api-key,
+# --hf-token, --ssl-password; not --tokenizer or --max-num-batched-tokens.
+_SECRET_FLAG = re.compile(
+    r"(^|[-_])(key|token|secret|password|passwd|credentials?)($|[-_])", re.IGNORECASE
+)
+
+
+def is_secret_flag(name: str) -> bool:
+    """Whether a vLLM flag carries a credential (which must never be stored or exported)."""
+    return _SECRET_FLAG.search(name.lstrip("-")) is not None
 
 
 @dataclass(frozen=True)
