@@ -88,3 +88,10 @@ def test_unwritable_studies_folder(tmp_path: Path) -> None:
     blocker.write_text("")
     with pytest.raises(ConfigError, match="not writable"):
         optimize(_request(blocker / "studies"))
+
+
+def test_simulated_and_measured_trials_never_share_a_study(tmp_path: Path) -> None:
+    optimize(_request(tmp_path, trials=1))
+    with pytest.raises(ConfigError, match="holds simulated trials"):
+        optimize(OptimizeRequest(study="s", space=None, backend="process", trials=1,
+                                 studies_dir=tmp_path))

@@ -16,7 +16,15 @@ from tuner.recommend import TrialView, pareto_front, recommend, trial_view
 from tuner.space import SearchSpace
 from tuner.storage import check_writable, default_storage, open_storage
 from tuner.strategy import warm_start
-from tuner.study import OnTrial, StudyOptions, extend_budget, make_sampler, open_study, run_trials
+from tuner.study import (
+    OnTrial,
+    StudyOptions,
+    claim_source,
+    extend_budget,
+    make_sampler,
+    open_study,
+    run_trials,
+)
 from tuner.workers import WorkerRequest, check_parallel_storage, gpu_slices, spawn_workers
 
 __all__ = ["OptimizeRequest", "OptimizeResult", "optimize", "study_dir"]
@@ -93,6 +101,7 @@ def optimize(
     folder = study_dir(request.studies_dir, request.study)
     folder.mkdir(parents=True, exist_ok=True)
     options = replace(request.backend_options, study=request.study, seed=request.seed)
+    claim_source(study, request.backend)
     extend_budget(study, request.trials)
     if request.sampler == "spectune":  # before any worker starts, so they all share the queue
         warm_start(study, space, request.trials)

@@ -43,6 +43,7 @@ from tuner.trial_config import server_to_dict
 __all__ = [
     "SAMPLERS",
     "StudyOptions",
+    "claim_source",
     "extend_budget",
     "make_sampler",
     "open_existing",
@@ -55,6 +56,7 @@ __all__ = [
 MAX_FAILURES_IN_A_ROW = 3
 SAMPLERS = ("spectune", "tpe", "random", "gp", "nsga2")
 _SPACE_ATTR = "space"
+_SOURCE_ATTR = "source"
 
 
 def make_sampler(name: str, seed: int | None) -> optuna.samplers.BaseSampler:
@@ -117,6 +119,22 @@ def open_study(
     return study, stored
 
 
+def claim_source(study: optuna.Study, backend: str) -> None:
+    """Keeps simulated and measured trials apart: a study takes the kind its first run had."""
+    source = (Source.SIMULATED if backend == "sim" else Source.MEASURED).value
+    stored = study.user_attrs.get(_SOURCE_ATTR)
+    if stored is None:
+        study.set_user_attr(_SOURCE_ATTR, source)
+    elif stored != source:
+        hint = (
+            "--backend sim" if stored == Source.SIMULATED.value else "--backend docker or process"
+        )
+        raise ConfigError(
+            f"study {study.study_name!r} holds {stored} trials and --backend {backend} would add "
+            f"{source} ones: resume it with {hint}, or start a new study with --study NEW_NAME"
+        )
+
+
 def extend_budget(study: optuna.Study, trials: int) -> int:
     """Lets the study run ``trials`` more trials (all workers together); returns the budget."""
     budget = len(study.get_trials(deepcopy=False, states=COUNTED_STATES)) + trials
@@ -124,8 +142,9 @@ def extend_budget(study: optuna.Study, trials: int) -> int:
     return budget
 
 
-def open_existing(name: str, url: str, sampler: optuna.samplers.BaseSampler | None = None
-                  ) -> tuple[optuna.Study, SearchSpace]:
+def open_existing(
+    name: str, url: str, sampler: optuna.samplers.BaseSampler | None = None
+) -> tuple[optuna.Study, SearchSpace]:
     """Opens a study that must already exist (nothing is created), with its stored space."""
     if not study_exists(url, name):
         raise ConfigError(

@@ -22,7 +22,7 @@ from tuner.backends import BackendOptions, backend_factory
 from tuner.errors import ConfigError, SpectuneError
 from tuner.hardware import Hardware, find_gpu
 from tuner.storage import is_sqlite
-from tuner.study import StudyOptions, make_sampler, open_existing, run_trials
+from tuner.study import StudyOptions, claim_source, make_sampler, open_existing, run_trials
 
 __all__ = [
     "WorkerRequest",
@@ -59,6 +59,7 @@ def run_worker(request: WorkerRequest, detected: list[str] | None = None) -> Non
     sampler = make_sampler(request.sampler, request.options.seed)
     study, space = open_existing(request.study, request.storage, sampler)
     check_host_hardware(request.study, space.hardware, request.hardware, detected)
+    claim_source(study, request.backend)
     folder = request.studies_dir / request.study
     options = StudyOptions(
         None,
