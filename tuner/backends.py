@@ -18,7 +18,7 @@ from tuner.launch.base import Endpoint, Launcher
 from tuner.launch.docker import DockerLauncher
 from tuner.launch.process import ProcessLauncher
 from tuner.launch.sim import SimLauncher
-from tuner.models import load_model
+from tuner.models import load_draft, load_model
 from tuner.results import Source, TrialResult
 from tuner.sim.engine import simulate
 from tuner.space import SearchSpace
@@ -91,11 +91,10 @@ def _sim(space: SearchSpace, options: BackendOptions) -> Backend:
         endpoint: Endpoint, config: TrialConfig, concurrency: int, seed: int
     ) -> TrialResult:
         server = config.server
-        draft_id = server.speculative.model if server.speculative else None
         result = simulate(
             hardware,
             load_model(server.model),
-            load_model(draft_id) if draft_id else None,
+            load_draft(server),
             server,
             config.client.temperature,
             config.client.workload,

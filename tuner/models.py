@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tuner.errors import ConfigError, IncompatibleDraftError
+from tuner.trial_config import ServerConfig
 
-__all__ = ["CATALOG", "ModelSpec", "check_draft", "load_model", "model_from_config"]
+__all__ = ["CATALOG", "ModelSpec", "check_draft", "load_draft", "load_model", "model_from_config"]
 
 # Bytes a weight takes in memory, by quantization as vLLM loads it.
 _BYTES_PER_WEIGHT = {"bf16": 2.0, "fp16": 2.0, "awq": 0.53, "gptq-int4": 0.53}
@@ -233,3 +234,8 @@ def check_draft(target: ModelSpec, draft: ModelSpec) -> None:
             f"draft {draft.hf_id} ({draft.params / 1e9:.1f}B) is not smaller than target "
             f"{target.hf_id} ({target.params / 1e9:.1f}B): pick a smaller draft"
         )
+
+
+def load_draft(server: ServerConfig) -> ModelSpec | None:
+    """The draft model of a server config, or None for ngram and no speculation."""
+    return load_model(server.draft_model) if server.draft_model else None

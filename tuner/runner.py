@@ -14,7 +14,7 @@ from tuner.backends import Backend
 from tuner.errors import ConfigError, FailureKind, MeasurementError, StartupFailure
 from tuner.hardware import Hardware
 from tuner.launch.base import Endpoint, LaunchContext
-from tuner.models import load_model
+from tuner.models import load_draft, load_model
 from tuner.results import TrialResult
 from tuner.scoring import Score, TrialStatus, score
 from tuner.sim.memory import MemoryEstimate, estimate_memory
@@ -47,8 +47,7 @@ class TrialOutcome:
 
 def predict_memory(hardware: Hardware, server: ServerConfig) -> MemoryEstimate:
     """The pre-screen: will this server config fit on these GPUs?"""
-    draft_id = server.speculative.model if server.speculative else None
-    draft = load_model(draft_id) if draft_id else None
+    draft = load_draft(server)
     return estimate_memory(hardware, load_model(server.model), draft, server)
 
 

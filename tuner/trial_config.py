@@ -68,6 +68,11 @@ class ServerConfig:
         return self.speculative.model if self.speculative.method == "draft_model" else "ngram"
 
     @property
+    def draft_model(self) -> str | None:
+        """The separate draft model's id or path; None for ngram or no speculation."""
+        return self.speculative.model if self.speculative else None
+
+    @property
     def k(self) -> int:
         return self.speculative.num_speculative_tokens if self.speculative else 0
 

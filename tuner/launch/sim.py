@@ -13,7 +13,7 @@ import random
 from tuner.hardware import Hardware
 from tuner.launch.base import Endpoint, LaunchContext
 from tuner.launch.failures import startup_failure
-from tuner.models import load_model
+from tuner.models import load_draft, load_model
 from tuner.sim.memory import estimate_memory
 from tuner.trial_config import ServerConfig
 
@@ -34,8 +34,7 @@ class SimLauncher:
 
     def start(self, server: ServerConfig, context: LaunchContext) -> Endpoint:
         target = load_model(server.model)
-        draft_id = server.speculative.model if server.speculative else None
-        draft = load_model(draft_id) if draft_id else None
+        draft = load_draft(server)
         jitter = random.Random(f"{self.seed}:{server!r}").uniform(0.0, _MAX_JITTER_GIB)
         memory = estimate_memory(self.hardware, target, draft, server, jitter_gib=jitter)
         if not memory.fits:

@@ -27,8 +27,7 @@ _HF_CACHE = "/root/.cache/huggingface"
 
 def local_paths(server: ServerConfig) -> list[str]:
     """Model folders on the host (absolute paths): the container needs them mounted."""
-    draft = server.speculative.model if server.speculative else None
-    return [p for p in (server.model, draft) if p and PurePosixPath(p).is_absolute()]
+    return [p for p in (server.model, server.draft_model) if p and PurePosixPath(p).is_absolute()]
 
 
 def _comment(lines: Sequence[str]) -> str:
