@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from tuner.backends import BackendOptions, parse_volume
+from tuner.errors import ConfigError
 
 __all__ = [
     "Backend",
@@ -28,6 +29,7 @@ __all__ = [
     "StudyName",
     "VllmCommand",
     "backend_options",
+    "parse_gpus",
 ]
 
 Hardware = Annotated[
@@ -128,3 +130,12 @@ def backend_options(
         request_timeout_s=request_timeout,
         sim_speed=sim_speed,
     )
+
+
+def parse_gpus(text: str) -> tuple[int, ...]:
+    if text.strip().lower() in ("none", ""):
+        return ()
+    try:
+        return tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise ConfigError(f"--gpus {text!r}: write GPU indices like 0,1") from None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -12,7 +13,7 @@ import typer
 from tuner.backends import backend_factory
 from tuner.cli import options as opt
 from tuner.cli.app import app, console, handle_errors, print_json
-from tuner.cli.options import backend_options
+from tuner.cli.options import backend_options, parse_gpus
 from tuner.confirm import Confirmed, Run, confirm
 from tuner.dashboard import prepare_dashboard, serve_dashboard
 from tuner.errors import ConfigError
@@ -173,15 +174,28 @@ def confirm_command(
     image: opt.Image = None,
     docker_volume: opt.DockerVolume = None,
     docker_entrypoint: opt.DockerEntrypoint = "vllm",
+    gpus: opt.Gpus = None,
+    sim_speed: opt.SimSpeed = None,
     ready_timeout: opt.ReadyTimeout = 900.0,
+    request_timeout: opt.RequestTimeout = 120.0,
     as_json: opt.Json = False,
 ) -> None:
     """Measure the best configs again on fresh servers; export and report use the means."""
     study, space, _ = _open(name, storage, studies_dir)
     chosen = backend or _default_backend(study)
     options = backend_options(
-        name, seed, vllm_command, image, docker_volume, docker_entrypoint, None, ready_timeout
+        name,
+        seed,
+        vllm_command,
+        image,
+        docker_volume,
+        docker_entrypoint,
+        sim_speed,
+        ready_timeout,
+        request_timeout,
     )
+    if gpus is not None:
+        options = replace(options, gpus=parse_gpus(gpus))
     runner = backend_factory(chosen)(space, options)
 
     def on_run(number: int, repeat: int, run: Run) -> None:

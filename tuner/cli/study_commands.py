@@ -15,9 +15,8 @@ from tuner.bench.gpu import gpu_names
 from tuner.bench.workload import WorkloadSpec
 from tuner.cli import options as opt
 from tuner.cli.app import app, console, handle_errors, print_json
-from tuner.cli.options import backend_options
+from tuner.cli.options import backend_options, parse_gpus
 from tuner.confirm import Run
-from tuner.errors import SpectuneError
 from tuner.estimate import Estimate, estimate
 from tuner.hardware import CATALOG as GPU_CATALOG
 from tuner.hardware import parse_hardware
@@ -234,15 +233,6 @@ def worker_command(
     )
     run_worker(request, detected=gpu_names(options.gpus) if backend != "sim" else None)
     console.print(f"worker {worker_id}: study {study} has used up its trial budget")
-
-
-def parse_gpus(text: str) -> tuple[int, ...]:
-    if text.strip().lower() in ("none", ""):
-        return ()
-    try:
-        return tuple(int(part) for part in text.split(","))
-    except ValueError:
-        raise SpectuneError(f"--gpus {text!r}: write GPU indices like 0,1") from None
 
 
 def _view_json(view: TrialView) -> dict[str, Any]:
