@@ -1,8 +1,8 @@
-"""Study commands: optimize, worker, estimate, and the catalogs."""
+"""Study commands: optimize (one host, one or more workers) and worker (join from any host)."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -12,15 +12,11 @@ from rich.live import Live
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from tuner.bench.gpu import gpu_names
-from tuner.bench.workload import WorkloadSpec
 from tuner.cli import options as opt
 from tuner.cli.app import app, console, handle_errors, print_json
 from tuner.cli.options import backend_options, parse_gpus
 from tuner.confirm import Run
-from tuner.estimate import Estimate, estimate
-from tuner.hardware import CATALOG as GPU_CATALOG
 from tuner.hardware import parse_hardware
-from tuner.models import CATALOG as MODEL_CATALOG
 from tuner.optimize import OptimizeRequest, OptimizeResult, optimize
 from tuner.recommend import TrialView
 from tuner.render import (
@@ -284,131 +280,3 @@ def _print_optimize(result: OptimizeResult) -> None:
     )
     where = safe_url(result.storage)
     console.print(f"Wrote {result.best_yaml} (vllm serve --config); study in {where}")
-
-
-@app.command("estimate")
-@handle_errors
-def estimate_command(
-    hardware: Annotated[str, typer.Option("--hardware", help="GPUs, e.g. 4090x2.")],
-    model: Annotated[str, typer.Option("--model", help="Target: HF id or local directory.")],
-    draft: Annotated[str, typer.Option("--draft", help="Draft model, ngram, or none.")] = "none",
-    k: Annotated[int, typer.Option("--k", help="Speculative tokens per step.")] = 4,
-    workload: Annotated[
-        str, typer.Option("--workload", help="code, creative, chat, long-context.")
-    ] = "code",
-    temperature: Annotated[float, typer.Option("--temperature")] = 0.2,
-    gpu_memory_utilization: Annotated[float, typer.Option("--gpu-memory-utilization")] = 0.92,
-    max_num_batched_tokens: Annotated[int, typer.Option("--max-num-batched-tokens")] = 2048,
-    max_model_len: Annotated[int, typer.Option("--max-model-len")] = 8192,
-    concurrency: Annotated[int, typer.Option("--concurrency")] = 1,
-    input_tokens: Annotated[int, typer.Option("--input-tokens")] = 512,
-    output_tokens: Annotated[int, typer.Option("--output-tokens")] = 256,
-    as_json: opt.Json = False,
-) -> None:
-    """Predict one config's speed and memory with the simulator (nothing is launched)."""
-    spec = WorkloadSpec(
-        prompt_set=workload,
-        input_tokens=input_tokens,
-        output_tokens=output_tokens,
-        concurrency=(concurrency,),
-        requests=max(8, 4 * concurrency),
-    )
-    result = estimate(
-        parse_hardware(hardware),
-        model,
-        draft=draft,
-        k=k,
-        workload=spec,
-        temperature=temperature,
-        gpu_memory_utilization=gpu_memory_utilization,
-        max_num_batched_tokens=max_num_batched_tokens,
-        max_model_len=max_model_len,
-        concurrency=concurrency,
-    )
-    if as_json:
-        print_json(_estimate_json(result))
-    else:
-        _print_estimate(result)
-
-
-def _estimate_json(est: Estimate) -> dict[str, Any]:
-    return {
-        "source": "predicted",
-        "hardware": est.hardware.label,
-        "server": server_to_dict(est.server),
-        "memory_per_gpu_gib": asdict(est.memory),
-        "fits": est.memory.fits,
-        "result": None if est.result is None else est.result.summary(),
-    }
-
-
-def _print_estimate(est: Estimate) -> None:
-    m = est.memory
-    console.print(
-        f"[bold]Predicted[/bold] (simulator, nothing launched) for {est.server.model} "
-        f"on {est.hardware.label}"
-    )
-    console.print(
-        f"  memory per GPU: weights {m.weights_gib:.2f} GiB, draft {m.draft_gib:.2f}, "
-        f"activations {m.activation_gib:.2f}, overhead {m.overhead_gib:.2f}, "
-        f"KV cache {m.kv_cache_gib:.2f} GiB ({m.kv_tokens} tokens) of budget {m.budget_gib:.2f} "
-        f"/ {m.gpu_total_gib:.2f} GiB"
-    )
-    if est.result is None:
-        console.print(f"  verdict: does NOT fit: {m.reason}")
-        return
-    r = est.result
-    accept = r.acceptance_rate
-    console.print("  verdict: fits")
-    console.print(
-        f"  predicted: {r.output_tok_s:.1f} output tok/s, TTFT p50 {r.ttft_ms(50):.0f} ms / "
-        f"p95 {r.ttft_ms(95):.0f} ms, TPOT {r.tpot_ms(50) or 0:.1f} ms, draft acceptance "
-        + ("n/a" if accept is None else f"{accept * 100:.1f} %")
-    )
-
-
-@app.command("hardware")
-def hardware_command(as_json: opt.Json = False) -> None:
-    """List the GPU catalog."""
-    rows = [asdict(g) for g in GPU_CATALOG]
-    if as_json:
-        print_json(rows)
-        return
-    from rich.table import Table
-
-    table = Table("GPU", "--hardware", "VRAM GiB", "bandwidth GB/s", "FP16 TFLOPS", "interconnect")
-    for g in GPU_CATALOG:
-        table.add_row(
-            g.name,
-            f"{g.aliases[0]}xN",
-            f"{g.vram_gib:.1f}",
-            f"{g.bandwidth_gbs:.0f}",
-            f"{g.fp16_tflops:.0f}",
-            f"{g.interconnect.value} {g.link_gbs:.0f} GB/s",
-        )
-    console.print(table)
-
-
-@app.command("models")
-def models_command(as_json: opt.Json = False) -> None:
-    """List the model catalog."""
-    if as_json:
-        print_json([{**asdict(m), "weight_gib": m.weight_bytes / 1024**3} for m in MODEL_CATALOG])
-        return
-    from rich.table import Table
-
-    table = Table(
-        "model", "tokenizer", "params", "layers", "hidden", "heads/kv", "quant", "weights GiB"
-    )
-    for m in MODEL_CATALOG:
-        table.add_row(
-            m.hf_id,
-            m.tokenizer_family,
-            f"{m.params / 1e9:.1f}B",
-            str(m.layers),
-            str(m.hidden),
-            f"{m.heads}/{m.kv_heads}",
-            m.quantization,
-            f"{m.weight_bytes / 1024**3:.1f}",
-        )
-    console.print(table)
