@@ -110,18 +110,21 @@ RequestTimeout = Annotated[
 def backend_options(
     study: str,
     seed: int,
+    *,
+    gpus: str | None,
     vllm_command: str,
     image: str | None,
     docker_volume: list[str] | None,
     docker_entrypoint: str,
     sim_speed: float | None,
     ready_timeout: float,
-    request_timeout: float = 120.0,
+    request_timeout: float,
 ) -> BackendOptions:
-    """The backend flags shared by optimize and worker, as BackendOptions."""
+    """The backend flags shared by optimize, worker and confirm, as BackendOptions."""
     return BackendOptions(
         study=study,
         seed=seed,
+        gpus=None if gpus is None else parse_gpus(gpus),
         vllm_command=tuple(shlex.split(vllm_command)),
         image=image,
         docker_entrypoint=tuple(shlex.split(docker_entrypoint)),

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -13,7 +12,7 @@ import typer
 from tuner.backends import backend_factory
 from tuner.cli import options as opt
 from tuner.cli.app import app, console, handle_errors, print_json
-from tuner.cli.options import backend_options, parse_gpus
+from tuner.cli.options import backend_options
 from tuner.confirm import Confirmed, Run, confirm
 from tuner.dashboard import prepare_dashboard, serve_dashboard
 from tuner.errors import ConfigError
@@ -186,16 +185,15 @@ def confirm_command(
     options = backend_options(
         name,
         seed,
-        vllm_command,
-        image,
-        docker_volume,
-        docker_entrypoint,
-        sim_speed,
-        ready_timeout,
-        request_timeout,
+        gpus=gpus,
+        vllm_command=vllm_command,
+        image=image,
+        docker_volume=docker_volume,
+        docker_entrypoint=docker_entrypoint,
+        sim_speed=sim_speed,
+        ready_timeout=ready_timeout,
+        request_timeout=request_timeout,
     )
-    if gpus is not None:
-        options = replace(options, gpus=parse_gpus(gpus))
     runner = backend_factory(chosen)(space, options)
 
     def on_run(number: int, repeat: int, run: Run) -> None:

@@ -14,7 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from tuner.bench.gpu import gpu_names
 from tuner.cli import options as opt
 from tuner.cli.app import app, console, handle_errors, print_json
-from tuner.cli.options import backend_options, parse_gpus
+from tuner.cli.options import backend_options
 from tuner.confirm import Run
 from tuner.hardware import parse_hardware
 from tuner.optimize import OptimizeRequest, OptimizeResult, optimize
@@ -117,16 +117,15 @@ def optimize_command(
     options = backend_options(
         name,
         seed,
-        vllm_command,
-        image,
-        docker_volume,
-        docker_entrypoint,
-        sim_speed,
-        ready_timeout,
-        request_timeout,
+        gpus=gpus,
+        vllm_command=vllm_command,
+        image=image,
+        docker_volume=docker_volume,
+        docker_entrypoint=docker_entrypoint,
+        sim_speed=sim_speed,
+        ready_timeout=ready_timeout,
+        request_timeout=request_timeout,
     )
-    if gpus is not None:
-        options = replace(options, gpus=parse_gpus(gpus))
     request = OptimizeRequest(
         name,
         None if resume_only else built,
@@ -207,15 +206,15 @@ def worker_command(
         backend_options(
             study,
             seed,
-            vllm_command,
-            image,
-            docker_volume,
-            docker_entrypoint,
-            sim_speed,
-            ready_timeout,
-            request_timeout,
+            gpus=gpus,
+            vllm_command=vllm_command,
+            image=image,
+            docker_volume=docker_volume,
+            docker_entrypoint=docker_entrypoint,
+            sim_speed=sim_speed,
+            ready_timeout=ready_timeout,
+            request_timeout=request_timeout,
         ),
-        gpus=None if gpus is None else parse_gpus(gpus),
         worker=worker_id,
     )
     request = WorkerRequest(
