@@ -87,9 +87,9 @@ def optimize(
         raise ConfigError(f"--workers {request.workers}: use at least 1 worker")
     sampler = make_sampler(request.sampler, request.seed)
     build_backend = backend_factory(request.backend)
-    check_writable(request.studies_dir)  # logs and exports go there whatever the storage
     storage_url = request.storage or default_storage(request.study, request.studies_dir)
     check_parallel_storage(storage_url, request.workers)
+    check_writable(request.studies_dir)  # logs and exports go there whatever the storage
     storage = open_storage(storage_url)
     study, space = open_study(request.study, storage, request.space, sampler)
     per_trial = request.gpus_per_trial or space.hardware.count
