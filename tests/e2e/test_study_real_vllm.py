@@ -154,5 +154,8 @@ def test_real_kv_cache_failure_is_an_oom_constraint(tiny_models: TinyModels,
     assert trial.state is TrialState.COMPLETE
     assert trial.user_attrs["status"] == "OOM"
     assert trial.constraints["oom"] == 1.0
-    assert "KV cache" in trial.user_attrs["failure"]
+    failure = trial.user_attrs["failure"]
+    assert "larger than the available KV cache memory" in failure and "\n" not in failure
+    assert "exit status 1" in failure
     assert "Engine core initialization failed" in trial.user_attrs["log_tail"]
+    assert (tmp_path / "oom" / "logs" / "trial-0.log").stat().st_size > 0

@@ -1,7 +1,8 @@
 """Real ``vllm serve`` (CPU build) through the process launcher: the paths a study takes.
 
-Each start costs about 30 s on 2 cores, so there are three, one server at a time: ngram
-speculation from flags, a draft model from a ``--config`` YAML, and vLLM's own KV-cache OOM.
+Each start costs about 30 s on 2 cores, so there are two, one server at a time: ngram
+speculation from flags and a draft model from a ``--config`` YAML. vLLM's own KV-cache OOM
+through this launcher is tested at the study level (tests/e2e/test_study_real_vllm.py).
 """
 
 from __future__ import annotations
@@ -14,10 +15,9 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
-from testbed import CPU_EXTRA_FLAGS, TinyModels, cpu_server_config
+from testbed import TinyModels, cpu_server_config
 from testbed.processes import running_in_group
 
-from tuner.errors import FailureKind, StartupFailure
 from tuner.launch.base import Endpoint, LaunchContext
 from tuner.launch.process import ProcessLauncher
 from tuner.trial_config import SpeculativeConfig
@@ -134,27 +134,3 @@ def test_draft_model_from_a_config_file(
         counters = _spec_counters(client)
     assert tokens == 16
     assert counters["vllm:spec_decode_num_draft_tokens_total"] > 0
-
-
-def test_kv_cache_too_small_is_an_oom_with_the_log_tail(
-    vllm_launcher: ProcessLauncher, tiny_models: TinyModels, tmp_path: Path
-) -> None:
-    flags = tuple(f for f in CPU_EXTRA_FLAGS if f[0] != "kv-cache-memory-bytes")
-    server = cpu_server_config(
-        tiny_models.target,
-        max_model_len=2048,
-        extra_flags=(*flags, ("kv-cache-memory-bytes", 1_000_000)),
-    )
-    context = LaunchContext(study="vllm", trial=3, log_dir=tmp_path / "logs")
-
-    with pytest.raises(StartupFailure) as caught:
-        vllm_launcher.start(server, context)
-
-    failure = caught.value
-    assert failure.kind is FailureKind.OOM
-    assert failure.exit_code == 1
-    assert "\n" not in str(failure)
-    assert "larger than the available KV cache memory" in str(failure)
-    assert "Engine core initialization failed" in failure.log_tail
-    assert (tmp_path / "logs" / "trial-3.log").stat().st_size > 0
-    assert vllm_launcher.pid is None
