@@ -34,7 +34,6 @@ __all__ = [
     "http_measure",
 ]
 
-BACKENDS = ("sim", "process", "docker")
 
 # (endpoint, trial config, concurrency level, seed) -> one benchmark run
 Measure = Callable[[Endpoint, TrialConfig, int, int], TrialResult]
@@ -152,6 +151,7 @@ def _explicit_version(space: SearchSpace) -> VllmVersion | None:
 
 BackendFactory = Callable[[SearchSpace, BackendOptions], Backend]
 _FACTORIES: dict[str, BackendFactory] = {"sim": _sim, "process": _process, "docker": _docker}
+BACKENDS = tuple(_FACTORIES)
 
 
 def backend_factory(name: str) -> BackendFactory:

@@ -52,7 +52,6 @@ __all__ = [
     "export",
     "pick_candidate",
     "pick_trial",
-    "vllm_config_yaml",
 ]
 
 FORMATS = ("vllm", "compose", "docker-run", "json")
@@ -128,15 +127,6 @@ def export(
         raise ConfigError(f"unknown export format {fmt!r}: choose one of {', '.join(FORMATS)}")
     candidate = pick_candidate(study, pick)
     return _render(study, space, candidate, pick, fmt, today)
-
-
-def vllm_config_yaml(
-    study: optuna.Study, space: SearchSpace, view: TrialView, today: dt.date | None = None
-) -> str:
-    """The ``vllm serve --config`` file for ``view``: provenance header, then the config."""
-    record = load_confirmed(study).get(view.number)
-    candidate = Candidate(view, record if record and record.stable else None)
-    return _render(study, space, candidate, str(view.number), "vllm", today).text
 
 
 def _render(

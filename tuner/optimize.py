@@ -133,7 +133,8 @@ def optimize(
         )
         spawn_workers(worker, request.workers, per_trial, tick)
     confirmed: list[Confirmed] = []
-    if recommend(study) is not None and request.confirm_top > 0:
+    feasible = recommend(study) is not None  # confirming changes no trial's feasibility
+    if feasible and request.confirm_top > 0:
         # A fresh backend: run_trials closed its own, and each run needs a fresh server.
         fresh = backend or build_backend(space, options)
         try:
@@ -150,7 +151,7 @@ def optimize(
         finally:
             fresh.launcher.close()
     recommended, best_yaml = None, None
-    if recommend(study) is not None:
+    if feasible:
         recommended = pick_trial(study)  # confirmed numbers first
         best_yaml = folder / "best.yaml"
         best_yaml.write_text(export(study, space, "vllm").text)
