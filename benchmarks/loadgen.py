@@ -61,7 +61,7 @@ import httpx
 
 from tuner.bench.loadgen import run_load
 from tuner.bench.metrics import MetricsSnapshot
-from tuner.bench.workload import WorkloadSpec, build_requests
+from tuner.config.workload import WorkloadSpec, build_requests
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = "Qwen/Qwen2.5-0.5B-Instruct"  # small KV per token: hundreds of requests fit at once

@@ -20,8 +20,8 @@ What is measured
     A study runs ``--trials`` trials, and on (up to ``--horizon``) until it first reaches 99 %.
 
 Strategies
-    - ``spectune``: the default strategy (``tuner.strategy``: simulator-predicted warm start,
-      then constraint-aware TPE), through ``tuner.study.run_trials`` with the memory pre-screen
+    - ``spectune``: the default strategy (``tuner.study.strategy``: simulator-predicted warm start,
+      then constraint-aware TPE), through ``tuner.study.study.run_trials`` with the memory pre-screen
       and server reuse. On the simulator its prior is the truth; the next row shows what a
       wrong prior costs.
     - ``spectune, prior off``: the same, but the warm start is predicted for another workload
@@ -69,17 +69,17 @@ from typing import Any, cast
 import optuna
 from optuna.trial import FrozenTrial
 
-from tuner.backends import Backend, BackendOptions, backend_factory
+from tuner.catalog.models import load_model
+from tuner.config.space import SearchSpace, load_space
+from tuner.config.trial import LaunchContext, ServerConfig, TrialConfig
 from tuner.errors import FailureKind, StartupFailure
-from tuner.launch.base import Endpoint, LaunchContext
-from tuner.models import load_model
-from tuner.runner import TrialOutcome, predict_memory
-from tuner.scoring import CONSTRAINT_KEYS, TrialStatus, score
+from tuner.results import Endpoint
 from tuner.sim.engine import predict
-from tuner.space import SearchSpace, load_space
-from tuner.strategy import grid_params, warm_start
-from tuner.study import StudyOptions, make_sampler, open_study, run_trials
-from tuner.trial_config import ServerConfig, TrialConfig
+from tuner.study.strategy import grid_params, warm_start
+from tuner.study.study import StudyOptions, make_sampler, open_study, run_trials
+from tuner.trial.backends import Backend, BackendOptions, backend_factory
+from tuner.trial.runner import TrialOutcome, predict_memory
+from tuner.trial.scoring import CONSTRAINT_KEYS, TrialStatus, score
 
 STARTUP_S = 90.0
 BENCHMARK_S = 60.0

@@ -9,8 +9,8 @@ temperature and by concurrency, and the memory verdicts. Every figure printed is
 
 from __future__ import annotations
 
-from tuner.hardware import parse_hardware
-from tuner.models import load_model
+from tuner.catalog.gpus import parse_hardware
+from tuner.catalog.models import load_model
 from tuner.sim.engine import predict
 from tuner.sim.memory import estimate_memory
 from tuner.sim.reference import (

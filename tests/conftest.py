@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from testbed import TinyModels, build_tiny_models, require_vllm, vllm_command, vllm_env
 
-from tuner.vllm_args import VllmVersion, detect_version
+from tuner.config.vllm_args import VllmVersion, detect_version
 
 
 def require(condition: bool, what: str) -> None:

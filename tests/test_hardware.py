@@ -1,7 +1,7 @@
 import pytest
 
+from tuner.catalog.gpus import CATALOG, Interconnect, find_gpu, parse_hardware
 from tuner.errors import ConfigError
-from tuner.hardware import CATALOG, Interconnect, find_gpu, parse_hardware
 
 
 def test_catalog_has_the_gpus_users_run() -> None:

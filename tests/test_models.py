@@ -3,8 +3,8 @@ from pathlib import Path
 
 import pytest
 
+from tuner.catalog.models import CATALOG, check_draft, load_model
 from tuner.errors import ConfigError, IncompatibleDraftError
-from tuner.models import CATALOG, check_draft, load_model
 
 GIB = 1024**3
 

@@ -1,5 +1,5 @@
 from tuner.results import RequestRecord, Source, TrialResult
-from tuner.scoring import TrialStatus, pessimistic_ttft_ms, score
+from tuner.trial.scoring import TrialStatus, pessimistic_ttft_ms, score
 
 
 def _result(ttfts_s: list[float], tokens: int = 100, duration: float = 10.0) -> TrialResult:

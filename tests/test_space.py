@@ -3,9 +3,9 @@ from pathlib import Path
 import optuna
 import pytest
 
+from tuner.catalog.gpus import parse_hardware
+from tuner.config.space import builtin_spaces, load_space
 from tuner.errors import ConfigError, IncompatibleDraftError
-from tuner.hardware import parse_hardware
-from tuner.space import builtin_spaces, load_space
 
 
 def test_shipped_spaces_load() -> None:

@@ -10,21 +10,21 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from tuner.backends import BackendOptions, backend_factory
-from tuner.models import load_model
-from tuner.runner import predict_memory
-from tuner.scoring import DIRECTIONS
+from tuner.catalog.models import load_model
+from tuner.config.space import NO_DRAFT, SearchSpace, load_space
+from tuner.config.trial import TrialConfig
 from tuner.sim.engine import predict
 from tuner.sim.memory import estimate_memory
-from tuner.space import NO_DRAFT, SearchSpace, load_space
-from tuner.strategy import (
+from tuner.study.strategy import (
     SAFETY_MARGIN_GIB,
     grid_params,
     predicted_configs,
     warm_start,
 )
-from tuner.study import StudyOptions, make_sampler, run_trials
-from tuner.trial_config import TrialConfig
+from tuner.study.study import StudyOptions, make_sampler, run_trials
+from tuner.trial.backends import BackendOptions, backend_factory
+from tuner.trial.runner import predict_memory
+from tuner.trial.scoring import DIRECTIONS
 
 SPACE_14B = "qwen2.5-14b-awq-4090x1"
 PARAMS = {
@@ -132,5 +132,5 @@ def test_short_default_study_reaches_the_optimum(tmp_path: Path) -> None:
         t for t in study.get_trials(states=(TrialState.COMPLETE,))
         if all(v <= 0 for v in t.constraints.values())
     ]
-    recommended = max(feasible, key=lambda t: t.values[0])  # as tuner.recommend picks
+    recommended = max(feasible, key=lambda t: t.values[0])  # as tuner.analysis.recommend picks
     assert _true_value(space, _config(space, recommended.params)) >= 0.9 * optimum

@@ -12,9 +12,8 @@ import pytest
 import yaml
 from testbed import parse_with_vllm, require_vllm
 
-from tuner.errors import ConfigError, LaunchError
-from tuner.trial_config import ServerConfig, SpeculativeConfig
-from tuner.vllm_args import (
+from tuner.config.trial import ServerConfig, SpeculativeConfig
+from tuner.config.vllm_args import (
     NEWEST_KNOWN,
     Dialect,
     VllmVersion,
@@ -27,6 +26,7 @@ from tuner.vllm_args import (
     server_yaml,
     version_from_image,
 )
+from tuner.errors import ConfigError, LaunchError
 
 TARGET = "Qwen/Qwen2.5-14B-Instruct-AWQ"
 DRAFT = "Qwen/Qwen2.5-0.5B-Instruct"

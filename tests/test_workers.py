@@ -1,8 +1,8 @@
 import pytest
 
+from tuner.catalog.gpus import parse_hardware
 from tuner.errors import ConfigError
-from tuner.hardware import parse_hardware
-from tuner.workers import check_host_hardware, check_parallel_storage, gpu_slices
+from tuner.study.workers import check_host_hardware, check_parallel_storage, gpu_slices
 
 
 def test_gpu_slices_give_each_worker_its_own_gpus() -> None:

@@ -12,9 +12,27 @@ import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
-__all__ = ["RequestRecord", "Source", "SpecDecodeStats", "TrialResult", "percentile"]
+__all__ = ["Endpoint", "RequestRecord", "Source", "SpecDecodeStats", "TrialResult", "percentile"]
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """A ready server: where to send requests and under which model name.
+
+    ``base_url`` is ``http://host:port`` for real servers and ``sim://`` for the in-process
+    simulator, which the measurement step runs in virtual time instead of over HTTP.
+    """
+
+    base_url: str
+    model: str
+    log_path: Path | None = None
+
+    @property
+    def simulated(self) -> bool:
+        return self.base_url.startswith("sim://")
 
 
 class Source(enum.StrEnum):

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tuner.bench.gpu import (
+from tuner.catalog.nvml import (
     NoGpuMonitor,
     NvmlMonitor,
     PeakSampler,

@@ -12,7 +12,7 @@ import pytest
 from openai_sse_server import FakeOpenAIServer
 
 from tuner.bench.loadgen import Api, build_payload, run_load
-from tuner.bench.workload import PromptRequest
+from tuner.config.workload import PromptRequest
 from tuner.results import RequestRecord
 
 

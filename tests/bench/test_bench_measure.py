@@ -17,10 +17,9 @@ from openai_sse_server import (
 )
 
 from tuner.bench.measure import check_model, measure_endpoint, measure_endpoint_async
-from tuner.bench.workload import WorkloadSpec
+from tuner.config.workload import WorkloadSpec
 from tuner.errors import ConfigError, MeasurementError
-from tuner.launch.base import Endpoint
-from tuner.results import Source
+from tuner.results import Endpoint, Source
 
 WORKLOAD = WorkloadSpec(prompt_set="chat", input_tokens=64, output_tokens=8, requests=5, warmup=2)
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tuner.bench.workload import (
+from tuner.config.workload import (
     BUILTIN_PROMPT_SETS,
     CHARS_PER_TOKEN,
     LONG_CONTEXT_TOKENS,

@@ -24,10 +24,9 @@ import docker
 import docker.errors
 import pytest
 
-from tuner.launch.base import LaunchContext
+from tuner.config.trial import LaunchContext, ServerConfig
+from tuner.config.vllm_args import parse_version
 from tuner.launch.docker import LABEL_STUDY, DockerLauncher
-from tuner.trial_config import ServerConfig
-from tuner.vllm_args import parse_version
 
 REPO = Path(__file__).resolve().parents[2]
 FAKE_VLLM = Path(__file__).with_name("fake_vllm.py")

@@ -15,10 +15,9 @@ import sys
 import time
 from pathlib import Path
 
-from tuner.launch.base import LaunchContext
+from tuner.config.trial import LaunchContext, ServerConfig
+from tuner.config.vllm_args import parse_version
 from tuner.launch.docker import DockerLauncher
-from tuner.trial_config import ServerConfig
-from tuner.vllm_args import parse_version
 
 
 def main(spec: dict[str, object]) -> None:

@@ -17,9 +17,10 @@ import docker.errors
 import httpx
 import pytest
 
-from tuner.bench.gpu import NvmlMonitor, open_gpu_monitor
+from tuner.catalog.nvml import NvmlMonitor, open_gpu_monitor
+from tuner.config.trial import LaunchContext, ServerConfig
+from tuner.config.vllm_args import parse_version, server_argv
 from tuner.errors import ConfigError, FailureKind, StartupFailure
-from tuner.launch.base import LaunchContext
 from tuner.launch.docker import (
     CONTAINER_PORT,
     LABEL_GPUS,
@@ -28,8 +29,6 @@ from tuner.launch.docker import (
     LABEL_TRIAL,
     DockerLauncher,
 )
-from tuner.trial_config import ServerConfig
-from tuner.vllm_args import parse_version, server_argv
 
 pytestmark = pytest.mark.docker
 
@@ -319,7 +318,7 @@ def test_waits_for_gpu_memory_to_return_and_records_peaks(
     # Bounded: memory that never comes back delays a start, never blocks it.
     launcher = fake_launcher(gpu_monitor=SettableMonitor(), baseline_timeout_s=0.5)
     launcher.start(fake_server, context)
-    with caplog.at_level(logging.WARNING, logger="tuner.bench.gpu"):
+    with caplog.at_level(logging.WARNING, logger="tuner.catalog.nvml"):
         launcher.start(fake_server, context)
     assert "still above its baseline" in caplog.text
 
@@ -334,7 +333,7 @@ def test_without_nvml_memory_is_not_recorded_and_that_is_said_once(
         pytest.skip("this host has NVML")
     caplog.clear()
     launcher = fake_launcher()
-    with caplog.at_level(logging.WARNING, logger="tuner.bench.gpu"):
+    with caplog.at_level(logging.WARNING, logger="tuner.catalog.nvml"):
         launcher.start(fake_server, context)
         launcher.start(fake_server, context)
     assert launcher.take_peak_memory() == ()

@@ -11,12 +11,11 @@ from collections.abc import Callable
 import httpx
 import pytest
 
+from tuner.config.trial import LaunchContext, ServerConfig, SpeculativeConfig
+from tuner.config.vllm_args import NEWEST_KNOWN
 from tuner.errors import FailureKind, StartupFailure
-from tuner.launch.base import LaunchContext
 from tuner.launch.docker import DockerLauncher
-from tuner.sim.server import SIMULATED_BANNER
-from tuner.trial_config import ServerConfig, SpeculativeConfig
-from tuner.vllm_args import NEWEST_KNOWN
+from tuner.sim.server.app import SIMULATED_BANNER
 
 pytestmark = pytest.mark.docker
 

@@ -16,12 +16,13 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from tuner.backends import BackendOptions
+from tuner.config.space import space_from_dict
 from tuner.launch.docker import LABEL_STUDY
-from tuner.optimize import OptimizeRequest, optimize
-from tuner.space import space_from_dict
-from tuner.storage import default_storage, open_storage
-from tuner.study import make_sampler, open_study
+from tuner.study.optimize import OptimizeRequest, optimize
+from tuner.study.paths import default_storage
+from tuner.study.storage import open_storage
+from tuner.study.study import make_sampler, open_study
+from tuner.trial.backends import BackendOptions
 
 pytestmark = pytest.mark.docker
 

@@ -16,10 +16,10 @@ import httpx
 import pytest
 from testbed import TinyModels, cpu_server_config, vllm_venv
 
+from tuner.config.trial import LaunchContext
+from tuner.config.vllm_args import parse_version
 from tuner.errors import FailureKind, StartupFailure
-from tuner.launch.base import LaunchContext
 from tuner.launch.docker import LABEL_STUDY, DockerLauncher
-from tuner.vllm_args import parse_version
 
 pytestmark = [pytest.mark.docker, pytest.mark.vllm]
 

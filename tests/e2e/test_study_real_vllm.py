@@ -24,12 +24,14 @@ from optuna.trial import TrialState
 from testbed import TinyModels, vllm_command, vllm_env
 from typer.testing import CliRunner
 
-from tuner.backends import BackendOptions
 from tuner.cli import app
-from tuner.optimize import OptimizeRequest, optimize
-from tuner.space import space_from_dict
-from tuner.storage import default_storage, open_storage
-from tuner.study import make_sampler, open_study
+from tuner.config.space import space_from_dict
+from tuner.export.vllm import write_best
+from tuner.study.optimize import OptimizeRequest, optimize
+from tuner.study.paths import default_storage
+from tuner.study.storage import open_storage
+from tuner.study.study import make_sampler, open_study
+from tuner.trial.backends import BackendOptions
 
 pytestmark = pytest.mark.vllm
 
@@ -93,8 +95,8 @@ def test_mini_study_on_real_vllm(tiny_models: TinyModels, tmp_path: Path) -> Non
     for t in trials:
         assert (tmp_path / "tiny" / "logs" / f"trial-{t.number}.log").exists()
 
-    assert result.best_yaml is not None
-    _serve_config(result.best_yaml)
+    assert result.recommended is not None
+    _serve_config(write_best(result.handle, result.space, result.paths))
 
 
 def _bench(url: str, speculative: bool) -> None:

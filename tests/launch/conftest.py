@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from testbed import vllm_command, vllm_env
 
-from tuner.launch.base import LaunchContext
+from tuner.config.trial import LaunchContext
+from tuner.config.vllm_args import VllmVersion
 from tuner.launch.process import ProcessLauncher
-from tuner.vllm_args import VllmVersion
 
 FAKE_VLLM = Path(__file__).with_name("fake_vllm.py")
 

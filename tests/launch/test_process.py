@@ -15,12 +15,11 @@ import httpx
 import pytest
 from testbed.processes import is_running, running_in_group
 
+from tuner.config.trial import FlagValue, LaunchContext, ServerConfig, SpeculativeConfig
+from tuner.config.vllm_args import parse_version
 from tuner.errors import ConfigError, FailureKind, LaunchError, StartupFailure
 from tuner.launch import process
-from tuner.launch.base import LaunchContext
 from tuner.launch.process import ProcessLauncher
-from tuner.trial_config import FlagValue, ServerConfig, SpeculativeConfig
-from tuner.vllm_args import parse_version
 
 V0_32 = parse_version("0.32.0")
 
@@ -265,10 +264,10 @@ _DRIVER = """
 import sys, time
 from pathlib import Path
 sys.path.insert(0, {root!r})
-from tuner.launch.base import LaunchContext
+from tuner.config.trial import LaunchContext
 from tuner.launch.process import ProcessLauncher
-from tuner.trial_config import ServerConfig
-from tuner.vllm_args import parse_version
+from tuner.config.trial import ServerConfig
+from tuner.config.vllm_args import parse_version
 
 launcher = ProcessLauncher({command!r}, version=parse_version("0.32.0"), poll_s=0.05)
 server = ServerConfig("tiny-model", 1, 512, 0.9, 512, extra_flags=(("fake-child", {pidfile!r}),))

@@ -18,10 +18,10 @@ import yaml
 from testbed import TinyModels, cpu_server_config
 from testbed.processes import running_in_group
 
-from tuner.launch.base import Endpoint, LaunchContext
+from tuner.config.trial import LaunchContext, SpeculativeConfig
+from tuner.config.vllm_args import VllmVersion, parse_version
 from tuner.launch.process import ProcessLauncher
-from tuner.trial_config import SpeculativeConfig
-from tuner.vllm_args import VllmVersion, parse_version
+from tuner.results import Endpoint
 
 pytestmark = pytest.mark.vllm
 

@@ -15,10 +15,11 @@ from pathlib import Path
 import optuna
 import yaml
 
-from tuner.optimize import OptimizeRequest, optimize
-from tuner.space import SearchSpace, load_space
-from tuner.storage import default_storage, open_storage
-from tuner.study import open_study
+from tuner.config.space import SearchSpace, load_space
+from tuner.study.optimize import OptimizeRequest, optimize
+from tuner.study.paths import default_storage
+from tuner.study.storage import open_storage
+from tuner.study.study import open_study
 
 STUDY = "levels"
 CHROMIUM = Path(os.environ.get("SPECTUNE_CHROMIUM", "/usr/bin/chromium"))

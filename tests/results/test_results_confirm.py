@@ -11,24 +11,24 @@ from pathlib import Path
 import pytest
 from results_support import StudyCopy
 
-from tuner.backends import Backend, BackendOptions, backend_factory
-from tuner.confirm import (
+from tuner.analysis.confirmed import (
     CONFIRMED_ATTR,
     Confirmed,
     Interval,
     Run,
-    confirm,
     interval,
     load_confirmed,
     t_quantile_975,
 )
+from tuner.analysis.picks import confirmation_order, pick_candidate
+from tuner.analysis.recommend import feasible
+from tuner.config.space import SearchSpace
+from tuner.config.trial import LaunchContext, ServerConfig
 from tuner.errors import StartupFailure
-from tuner.export import export, pick_candidate
-from tuner.launch.base import Endpoint, LaunchContext
-from tuner.recommend import feasible
-from tuner.report.picks import confirmation_order
-from tuner.space import SearchSpace
-from tuner.trial_config import ServerConfig
+from tuner.export.vllm import export
+from tuner.results import Endpoint
+from tuner.study.confirm import confirm
+from tuner.trial.backends import Backend, BackendOptions, backend_factory
 
 
 def _t_cdf(x: float, df: int) -> float:
@@ -137,7 +137,7 @@ def test_confirm_reruns_the_top_configs_on_fresh_servers(levels: StudyCopy, tmp_
 
 def test_recommendation_and_export_use_the_confirmed_numbers(levels: StudyCopy) -> None:
     study, space = levels.open()
-    results = confirm(study, space, _sim(space), top_n=3, repeats=3)
+    results = confirm(study, space, _sim(space), top_n=3, repeats=3, log_dir=levels.folder / "logs")
     chosen = pick_candidate(study, "max-throughput")
     assert chosen.confirmed is not None
     best = max(results, key=lambda c: c.output_tok_s.mean if c.output_tok_s else 0.0)
@@ -177,7 +177,7 @@ def test_a_config_that_fails_when_measured_again_is_dropped(levels: StudyCopy) -
             inner.close()
 
     backend.launcher = Flaky()
-    results = confirm(study, space, backend, top_n=2, repeats=3)
+    results = confirm(study, space, backend, top_n=2, repeats=3, log_dir=levels.folder / "logs")
     flaky = results[0]
     assert flaky.trial == first and not flaky.stable
     assert [r.status for r in flaky.runs].count("failed") == 1
@@ -187,6 +187,6 @@ def test_a_config_that_fails_when_measured_again_is_dropped(levels: StudyCopy) -
 
 
 def test_nothing_to_confirm() -> None:
-    assert confirm(None, None, None, top_n=0) == []  # type: ignore[arg-type]
+    assert confirm(None, None, None, top_n=0, log_dir=Path()) == []  # type: ignore[arg-type]
     assert Confirmed(1, "simulated", ()).output_tok_s is None
     assert not Confirmed(1, "simulated", (Run("OOM"),)).stable

@@ -15,12 +15,13 @@ import pytest
 import yaml
 from results_support import SPACE, StudyCopy, build_study
 
+from tuner.analysis.picks import pick_candidate, pick_trial
+from tuner.analysis.recommend import feasible, trial_view
+from tuner.analysis.trials import Outcome, points
+from tuner.config.space import SearchSpace
+from tuner.config.vllm_args import server_argv, server_yaml
 from tuner.errors import ConfigError
-from tuner.export import FORMATS, export, pick_candidate, pick_trial
-from tuner.recommend import feasible, trial_view
-from tuner.report.trials import Outcome, points
-from tuner.space import SearchSpace
-from tuner.vllm_args import server_argv, server_yaml
+from tuner.export.vllm import FORMATS, export
 
 TODAY = dt.date(2026, 1, 2)
 

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 from results_support import StudyCopy
 
-from tuner.report.levels import (
+from tuner.analysis.levels import (
     LevelChoice,
     batch_size_table,
     best_by_draft,
@@ -14,8 +14,8 @@ from tuner.report.levels import (
     measured_levels,
     speculation_by_level,
 )
-from tuner.report.trials import Outcome, Point, points
-from tuner.vllm_args import parse_version
+from tuner.analysis.trials import Outcome, Point, points
+from tuner.config.vllm_args import parse_version
 
 DRAFT = "Qwen/Qwen2.5-0.5B-Instruct"
 

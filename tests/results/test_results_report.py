@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 from results_support import StudyCopy, ink, run_chromium
 
-from tuner.backends import BackendOptions, backend_factory
-from tuner.confirm import confirm
+from tuner.analysis.picks import choose
+from tuner.analysis.trials import Outcome, points
 from tuner.report import charts
 from tuner.report.page import write_report
-from tuner.report.picks import choose
-from tuner.report.trials import Outcome, points
+from tuner.study.confirm import confirm
+from tuner.trial.backends import BackendOptions, backend_factory
 
 CHARTS = {"pareto", "k", "acceptance", "memory", "importance", "levels"}
 
@@ -85,7 +85,7 @@ def test_best_table_marks_the_picks_and_shows_confirmed_intervals(
         assert row is not None and pick in row.group(0)
 
     backend = backend_factory("sim")(space, BackendOptions(study="levels"))
-    confirm(study, space, backend, top_n=2, repeats=3)
+    confirm(study, space, backend, top_n=2, repeats=3, log_dir=tmp_path / "logs")
     after = write_report(study, space, tmp_path / "after")
     text = after.html.read_text()
     assert after.best and all(c.confirmed is not None for c in after.best)
@@ -131,9 +131,10 @@ def test_report_renders_in_headless_chromium(
 def test_one_level_and_empty_studies_still_report(tmp_path: Path) -> None:
     from results_support import SPACE, StudyCopy, build_study
 
-    from tuner.space import space_from_dict
-    from tuner.storage import default_storage, open_storage
-    from tuner.study import open_study
+    from tuner.config.space import space_from_dict
+    from tuner.study.paths import default_storage
+    from tuner.study.storage import open_storage
+    from tuner.study.study import open_study
 
     one = {**SPACE, "name": "one", "workload": {**SPACE["workload"], "concurrency": [1]}}
     build_study(tmp_path / "one", one, trials=6)  # type: ignore[arg-type]

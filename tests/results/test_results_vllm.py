@@ -30,7 +30,7 @@ from testbed import (
     vllm_env,
 )
 
-from tuner.export import FORMATS, Exported, export
+from tuner.export.vllm import FORMATS, Exported, export
 
 pytestmark = pytest.mark.vllm
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tuner.models import load_model
+from tuner.catalog.models import load_model
 from tuner.sim.acceptance import (
     POSITION_DECAY,
     acceptance_probability,

@@ -6,10 +6,11 @@ import itertools
 
 import pytest
 
-from tuner.bench.workload import WorkloadSpec
+from tuner.catalog.gpus import parse_hardware
+from tuner.catalog.models import load_model
+from tuner.config.trial import ServerConfig, SpeculativeConfig
+from tuner.config.workload import WorkloadSpec
 from tuner.errors import ConfigError, FailureKind, StartupFailure
-from tuner.hardware import parse_hardware
-from tuner.models import load_model
 from tuner.results import Source, TrialResult
 from tuner.sim.engine import Engine, predict, simulate
 from tuner.sim.reference import (
@@ -18,7 +19,6 @@ from tuner.sim.reference import (
     REFERENCE_TARGET,
     reference_server,
 )
-from tuner.trial_config import ServerConfig, SpeculativeConfig
 
 HARDWARE = parse_hardware(REFERENCE_HARDWARE)
 TARGET = load_model(REFERENCE_TARGET)

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from tuner.catalog.gpus import parse_hardware
+from tuner.catalog.models import load_model
+from tuner.config.trial import ServerConfig
 from tuner.errors import ConfigError
-from tuner.hardware import parse_hardware
-from tuner.models import load_model
 from tuner.sim.memory import BLOCK_TOKENS, estimate_memory
 from tuner.sim.reference import (
     REFERENCE_DRAFT,
@@ -14,7 +15,6 @@ from tuner.sim.reference import (
     REFERENCE_TARGET,
     reference_server,
 )
-from tuner.trial_config import ServerConfig
 
 HARDWARE = parse_hardware(REFERENCE_HARDWARE)
 TARGET = load_model(REFERENCE_TARGET)

@@ -6,9 +6,10 @@ import itertools
 
 import pytest
 
-from tuner.bench.workload import WorkloadSpec
-from tuner.hardware import parse_hardware
-from tuner.models import load_model
+from tuner.catalog.gpus import parse_hardware
+from tuner.catalog.models import load_model
+from tuner.config.trial import ServerConfig, SpeculativeConfig
+from tuner.config.workload import WorkloadSpec
 from tuner.results import TrialResult
 from tuner.sim.engine import predict
 from tuner.sim.memory import estimate_memory
@@ -19,7 +20,6 @@ from tuner.sim.reference import (
     REFERENCE_WORKLOADS,
     reference_server,
 )
-from tuner.trial_config import ServerConfig, SpeculativeConfig
 
 HARDWARE = parse_hardware(REFERENCE_HARDWARE)
 TARGET = load_model(REFERENCE_TARGET)

@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from tuner.bench.workload import WorkloadSpec
-from tuner.hardware import parse_hardware
-from tuner.models import load_model
+from tuner.catalog.gpus import parse_hardware
+from tuner.catalog.models import load_model
+from tuner.config.workload import WorkloadSpec
 from tuner.results import Source, TrialResult
 from tuner.sim.engine import predict, simulate
 from tuner.sim.reference import (

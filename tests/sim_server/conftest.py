@@ -18,7 +18,7 @@ from fake_server_support import (
     wait_ready,
 )
 
-from tuner.launch.base import LaunchContext
+from tuner.config.trial import LaunchContext
 
 
 @pytest.fixture

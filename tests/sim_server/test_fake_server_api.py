@@ -12,10 +12,10 @@ from fake_server_support import DRAFT, SPEC, TARGET, StartServer
 
 from tuner.bench.measure import measure_endpoint
 from tuner.bench.metrics import MetricsSnapshot, spec_decode_delta
-from tuner.bench.workload import WorkloadSpec
-from tuner.hardware import parse_hardware
-from tuner.launch.base import Endpoint
-from tuner.models import load_model
+from tuner.catalog.gpus import parse_hardware
+from tuner.catalog.models import load_model
+from tuner.config.workload import WorkloadSpec
+from tuner.results import Endpoint
 from tuner.sim.engine import predict
 from tuner.sim.reference import reference_server
 

@@ -11,12 +11,17 @@ import pytest
 import yaml
 from fake_server_support import DRAFT, SERVER, TARGET
 
-from tuner.launch.base import LaunchContext
+from tuner.config.trial import LaunchContext, ServerConfig, SpeculativeConfig
+from tuner.config.vllm_args import (
+    NEWEST_KNOWN,
+    config_file_argv,
+    parse_version,
+    server_argv,
+    server_yaml,
+)
 from tuner.launch.process import ProcessLauncher
-from tuner.sim.server_args import parse_serve_args
-from tuner.sim.server_faults import Faults, parse_faults
-from tuner.trial_config import ServerConfig, SpeculativeConfig
-from tuner.vllm_args import NEWEST_KNOWN, config_file_argv, parse_version, server_argv, server_yaml
+from tuner.sim.server.args import parse_serve_args
+from tuner.sim.server.faults import Faults, parse_faults
 
 CONFIGS = [
     ServerConfig(TARGET, 1, 8192, 0.9, 2048),

@@ -12,13 +12,13 @@ from fake_server_support import SERVER, TARGET, StartServer, free_port
 
 from tuner.bench.measure import measure_endpoint
 from tuner.bench.metrics import MetricsSnapshot
-from tuner.bench.workload import WorkloadSpec
+from tuner.config.trial import LaunchContext, ServerConfig
+from tuner.config.vllm_args import NEWEST_KNOWN
+from tuner.config.workload import WorkloadSpec
 from tuner.errors import FailureKind, StartupFailure
-from tuner.launch.base import Endpoint, LaunchContext
 from tuner.launch.failures import classify_failure, decisive_line
 from tuner.launch.process import ProcessLauncher
-from tuner.trial_config import ServerConfig
-from tuner.vllm_args import NEWEST_KNOWN
+from tuner.results import Endpoint
 
 FITS = ServerConfig(TARGET, 1, 8192, 0.9, 2048)
 SMALL = WorkloadSpec(prompt_set="chat", input_tokens=32, output_tokens=16, requests=6, warmup=0)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tuner.trial_config import FlagValue, ServerConfig, SpeculativeConfig
+from tuner.config.trial import FlagValue, ServerConfig, SpeculativeConfig
 
 __all__ = [
     "CPU_EXTRA_FLAGS",

@@ -30,7 +30,7 @@ from typing import Any, Literal
 
 import httpx
 
-from tuner.bench.workload import PromptRequest
+from tuner.config.workload import PromptRequest
 from tuner.results import RequestRecord
 
 __all__ = ["Api", "build_payload", "run_load"]

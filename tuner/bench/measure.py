@@ -24,10 +24,9 @@ import openai
 
 from tuner.bench.loadgen import Api, run_load
 from tuner.bench.metrics import MetricsSnapshot, preemptions_delta, scrape, spec_decode_delta
-from tuner.bench.workload import PromptRequest, WorkloadSpec, build_requests
+from tuner.config.workload import PromptRequest, WorkloadSpec, build_requests
 from tuner.errors import ConfigError, MeasurementError
-from tuner.launch.base import Endpoint
-from tuner.results import RequestRecord, Source, TrialResult
+from tuner.results import Endpoint, RequestRecord, Source, TrialResult
 
 __all__ = ["check_model", "measure_endpoint", "measure_endpoint_async", "served_models"]
 

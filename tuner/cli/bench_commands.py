@@ -8,12 +8,11 @@ import typer
 from rich.table import Table
 
 from tuner.bench.measure import measure_endpoint, served_models
-from tuner.bench.workload import WorkloadSpec
 from tuner.cli import options as opt
 from tuner.cli.app import app, console, handle_errors, print_json
+from tuner.config.workload import WorkloadSpec
 from tuner.errors import ConfigError
-from tuner.launch.base import Endpoint
-from tuner.results import TrialResult
+from tuner.results import Endpoint, TrialResult
 
 __all__ = ["bench_command"]
 

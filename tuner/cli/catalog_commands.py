@@ -8,14 +8,14 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from tuner.bench.workload import WorkloadSpec
+from tuner.catalog.gpus import CATALOG as GPU_CATALOG
+from tuner.catalog.gpus import parse_hardware
+from tuner.catalog.models import CATALOG as MODEL_CATALOG
 from tuner.cli import options as opt
 from tuner.cli.app import app, console, handle_errors, print_json
-from tuner.estimate import Estimate, estimate
-from tuner.hardware import CATALOG as GPU_CATALOG
-from tuner.hardware import parse_hardware
-from tuner.models import CATALOG as MODEL_CATALOG
-from tuner.trial_config import server_to_dict
+from tuner.config.trial import server_to_dict
+from tuner.config.workload import WorkloadSpec
+from tuner.sim.estimate import Estimate, estimate
 
 __all__ = ["estimate_command", "hardware_command", "models_command"]
 

@@ -8,8 +8,8 @@ from typing import Annotated
 
 import typer
 
-from tuner.backends import BackendOptions, parse_volume
 from tuner.errors import ConfigError
+from tuner.trial.backends import BackendOptions, parse_volume
 
 __all__ = [
     "Backend",

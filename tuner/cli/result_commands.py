@@ -9,21 +9,23 @@ from typing import Annotated, Any
 import optuna
 import typer
 
-from tuner.backends import backend_factory
+from tuner.analysis.confirmed import Confirmed, Run
+from tuner.analysis.picks import DEFAULT_PICK, PICKS
+from tuner.analysis.trials import points
 from tuner.cli import options as opt
 from tuner.cli.app import app, console, handle_errors, print_json
 from tuner.cli.options import backend_options
-from tuner.confirm import Confirmed, Run, confirm
-from tuner.dashboard import prepare_dashboard, serve_dashboard
+from tuner.cli.render import confirm_run_line, confirmed_table
+from tuner.config.space import SearchSpace
 from tuner.errors import ConfigError
-from tuner.export import FORMATS, Exported, export
-from tuner.render import confirm_run_line, confirmed_table
+from tuner.export.vllm import FORMATS, Exported, export, write_best
+from tuner.report.dashboard import prepare_dashboard, serve_dashboard
 from tuner.report.page import write_report
-from tuner.report.picks import DEFAULT_PICK, PICKS
-from tuner.report.trials import points
-from tuner.space import SearchSpace
-from tuner.storage import check_writable, default_storage
-from tuner.study import open_existing
+from tuner.study.confirm import confirm
+from tuner.study.paths import StudyPaths, default_storage
+from tuner.study.storage import check_writable
+from tuner.study.study import open_existing
+from tuner.trial.backends import backend_factory
 
 __all__ = [
     "confirm_command",
@@ -37,10 +39,10 @@ Name = Annotated[str, typer.Argument(help="Study name.")]
 
 def _open(
     name: str, storage: str | None, studies_dir: Path
-) -> tuple[optuna.Study, SearchSpace, str]:
+) -> tuple[optuna.Study, SearchSpace, str, StudyPaths]:
     url = storage or default_storage(name, studies_dir)
     study, space = open_existing(name, url)
-    return study, space, url
+    return study, space, url, StudyPaths.of(studies_dir, name, url)
 
 
 @app.command("export")
@@ -62,7 +64,7 @@ def export_command(
     as_json: opt.Json = False,
 ) -> None:
     """Export a config: vLLM --config YAML, docker-compose.yml, docker run line or JSON."""
-    study, space, _ = _open(name, storage, studies_dir)
+    study, space, _, _ = _open(name, storage, studies_dir)
     exported = export(study, space, fmt, pick)
     if out is not None:
         check_writable(out.parent, "output folder", "--out")
@@ -109,8 +111,8 @@ def report_command(
     as_json: opt.Json = False,
 ) -> None:
     """Write a self-contained HTML report with PNG charts."""
-    study, space, _ = _open(name, storage, studies_dir)
-    target = out or studies_dir / name / "report"
+    study, space, _, paths = _open(name, storage, studies_dir)
+    target = out or paths.report
     check_writable(target, "report folder", "--out")
     report = write_report(study, space, target)
     if as_json:
@@ -136,8 +138,8 @@ def dashboard_command(
     studies_dir: opt.StudiesDir = Path("studies"),
 ) -> None:
     """Open the study in optuna-dashboard (OOM and over-limit trials shown infeasible)."""
-    study, _, url = _open(name, storage, studies_dir)
-    info = prepare_dashboard(study, studies_dir / name)
+    study, _, url, paths = _open(name, storage, studies_dir)
+    info = prepare_dashboard(study, paths)
     shown = "localhost" if host in ("0.0.0.0", "::") else host
     console.print(
         f"optuna-dashboard for study {name}: "
@@ -148,7 +150,7 @@ def dashboard_command(
     )
     if host not in ("127.0.0.1", "localhost", "::1"):
         console.print(f"  listening on {host}: anyone who can reach it can edit the study")
-    serve_dashboard(url, studies_dir / name, host, port)
+    serve_dashboard(url, paths, host, port)
 
 
 @app.command("confirm")
@@ -180,7 +182,7 @@ def confirm_command(
     as_json: opt.Json = False,
 ) -> None:
     """Measure the best configs again on fresh servers; export and report use the means."""
-    study, space, _ = _open(name, storage, studies_dir)
+    study, space, _, paths = _open(name, storage, studies_dir)
     chosen = backend or _default_backend(study)
     options = backend_options(
         name,
@@ -208,7 +210,7 @@ def confirm_command(
             runner,
             top,
             repeats,
-            log_dir=studies_dir / name / "logs",
+            log_dir=paths.logs,
             seed=seed,
             on_run=on_run,
         )
@@ -221,9 +223,7 @@ def confirm_command(
         console.print("Nothing to confirm: the study has no feasible config yet")
         return
     console.print(confirmed_table(results, space.ttft_limit_ms))
-    best = studies_dir / name / "best.yaml"
-    best.parent.mkdir(parents=True, exist_ok=True)
-    best.write_text(export(study, space, "vllm").text)
+    best = write_best(study, space, paths)
     console.print(f"Updated {best} from the confirmed numbers")
 
 

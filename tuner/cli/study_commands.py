@@ -11,15 +11,14 @@ from rich.console import Group
 from rich.live import Live
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from tuner.bench.gpu import gpu_names
+from tuner.analysis.confirmed import Run
+from tuner.analysis.recommend import TrialView
+from tuner.catalog.gpus import parse_hardware
+from tuner.catalog.nvml import gpu_names
 from tuner.cli import options as opt
 from tuner.cli.app import app, console, handle_errors, print_json
 from tuner.cli.options import backend_options
-from tuner.confirm import Run
-from tuner.hardware import parse_hardware
-from tuner.optimize import OptimizeRequest, OptimizeResult, optimize
-from tuner.recommend import TrialView
-from tuner.render import (
+from tuner.cli.render import (
     config_label,
     confirm_run_line,
     confirmed_table,
@@ -27,11 +26,14 @@ from tuner.render import (
     trial_table,
     views_table,
 )
-from tuner.runner import TrialOutcome
-from tuner.space import SearchSpace, load_space
-from tuner.storage import default_storage, safe_url, study_exists
-from tuner.trial_config import server_to_dict
-from tuner.workers import WorkerRequest, run_worker
+from tuner.config.space import SearchSpace, load_space
+from tuner.config.trial import server_to_dict
+from tuner.export.vllm import write_best
+from tuner.study.optimize import OptimizeRequest, OptimizeResult, optimize
+from tuner.study.paths import default_storage
+from tuner.study.storage import safe_url, study_exists
+from tuner.study.workers import WorkerRequest, run_worker
+from tuner.trial.runner import TrialOutcome
 
 
 def _build_space(
@@ -142,7 +144,8 @@ def optimize_command(
         confirm_repeats=confirm_repeats,
     )
     if as_json:
-        print_json(_optimize_json(optimize(request)))
+        result = optimize(request)
+        print_json(_optimize_json(result, _write_best(result)))
         return
     source = "simulated" if backend == "sim" else "measured"
     table = trial_table(f"study {name}: {source} trials")
@@ -174,7 +177,7 @@ def optimize_command(
     with Live(Group(table, progress), console=console, refresh_per_second=4):
         result = optimize(request, on_trial, on_tick=on_tick, on_confirm=on_confirm)
     console.print()
-    _print_optimize(result)
+    _print_optimize(result, _write_best(result))
 
 
 @app.command("worker")
@@ -243,18 +246,24 @@ def _view_json(view: TrialView) -> dict[str, Any]:
     }
 
 
-def _optimize_json(result: OptimizeResult) -> dict[str, Any]:
+def _write_best(result: OptimizeResult) -> Path | None:
+    if result.recommended is None:
+        return None
+    return write_best(result.handle, result.space, result.paths)
+
+
+def _optimize_json(result: OptimizeResult, best_yaml: Path | None) -> dict[str, Any]:
     return {
         "study": result.study,
         "storage": safe_url(result.storage),
         "trials": result.trials,
         "pareto_front": [_view_json(v) for v in result.pareto],
         "recommended": None if result.recommended is None else _view_json(result.recommended),
-        "best_yaml": None if result.best_yaml is None else str(result.best_yaml),
+        "best_yaml": None if best_yaml is None else str(best_yaml),
     }
 
 
-def _print_optimize(result: OptimizeResult) -> None:
+def _print_optimize(result: OptimizeResult, best_yaml: Path | None) -> None:
     source = result.recommended.source if result.recommended else "n/a"
     console.print(views_table(f"Pareto front (feasible, {source})", result.pareto))
     if result.recommended is None:
@@ -278,4 +287,4 @@ def _print_optimize(result: OptimizeResult) -> None:
         + (f" (confirmed over {len(confirmed.runs)} fresh runs)" if confirmed else "")
     )
     where = safe_url(result.storage)
-    console.print(f"Wrote {result.best_yaml} (vllm serve --config); study in {where}")
+    console.print(f"Wrote {best_yaml} (vllm serve --config); study in {where}")

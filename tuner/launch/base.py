@@ -7,39 +7,12 @@ A launcher runs at most one server at a time; ``stop`` is idempotent and must le
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Protocol
 
-from tuner.trial_config import ServerConfig
+from tuner.config.trial import LaunchContext, ServerConfig
+from tuner.results import Endpoint
 
-__all__ = ["Endpoint", "LaunchContext", "Launcher"]
-
-
-@dataclass(frozen=True)
-class LaunchContext:
-    """Who a server is started for: names containers, labels them, places logs."""
-
-    study: str
-    trial: int
-    log_dir: Path
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    """A ready server: where to send requests and under which model name.
-
-    ``base_url`` is ``http://host:port`` for real servers and ``sim://`` for the in-process
-    simulator, which the measurement step runs in virtual time instead of over HTTP.
-    """
-
-    base_url: str
-    model: str
-    log_path: Path | None = None
-
-    @property
-    def simulated(self) -> bool:
-        return self.base_url.startswith("sim://")
+__all__ = ["Launcher"]
 
 
 class Launcher(Protocol):

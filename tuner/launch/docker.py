@@ -2,7 +2,7 @@
 
 A container gets: the image (its tag also picks the vLLM flag dialect); entrypoint ``vllm serve``
 (the images' own entrypoint changed between releases) and the argv of
-:func:`~tuner.vllm_args.server_argv`; the study's GPUs by index as a device request;
+:func:`~tuner.config.vllm_args.server_argv`; the study's GPUs by index as a device request;
 ``ipc_mode=host`` (multi-GPU runs die with bus errors on Docker's 64 MB ``/dev/shm``); the
 Hugging Face cache; ``HF_TOKEN`` copied from the environment at start into the container's
 environment only, never into labels, names or saved logs (a log line printing it is redacted);
@@ -38,20 +38,20 @@ import docker.errors
 from docker.models.containers import Container
 from docker.types import DeviceRequest
 
-from tuner.bench.gpu import (
+from tuner.catalog.nvml import (
     GpuMonitor,
     NvmlMonitor,
     PeakSampler,
     open_gpu_monitor,
     wait_for_baseline,
 )
+from tuner.config.trial import LaunchContext, ServerConfig
+from tuner.config.vllm_args import VllmVersion, parse_version, server_argv, version_from_image
 from tuner.errors import ConfigError, LaunchError
-from tuner.launch.base import Endpoint, LaunchContext
 from tuner.launch.exit_hooks import run_at_exit
 from tuner.launch.failures import startup_failure
 from tuner.launch.readiness import wait_until_ready
-from tuner.trial_config import ServerConfig
-from tuner.vllm_args import VllmVersion, parse_version, server_argv, version_from_image
+from tuner.results import Endpoint
 
 __all__ = [
     "CONTAINER_PORT",

@@ -30,12 +30,8 @@ from types import TracebackType
 
 import yaml
 
-from tuner.errors import LaunchError, StartupFailure
-from tuner.launch.base import Endpoint, LaunchContext
-from tuner.launch.exit_hooks import run_at_exit
-from tuner.launch.readiness import wait_until_ready
-from tuner.trial_config import ServerConfig
-from tuner.vllm_args import (
+from tuner.config.trial import LaunchContext, ServerConfig
+from tuner.config.vllm_args import (
     VllmVersion,
     check_supported,
     config_file_argv,
@@ -43,6 +39,10 @@ from tuner.vllm_args import (
     server_argv,
     server_yaml,
 )
+from tuner.errors import LaunchError, StartupFailure
+from tuner.launch.exit_hooks import run_at_exit
+from tuner.launch.readiness import wait_until_ready
+from tuner.results import Endpoint
 
 __all__ = ["ProcessLauncher"]
 

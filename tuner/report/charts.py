@@ -20,9 +20,9 @@ from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from tuner.confirm import Confirmed
-from tuner.report.levels import LevelChoice
-from tuner.report.trials import Outcome, Point
+from tuner.analysis.confirmed import Confirmed
+from tuner.analysis.levels import LevelChoice
+from tuner.analysis.trials import Outcome, Point
 
 __all__ = [
     "Chart",

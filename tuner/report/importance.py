@@ -15,7 +15,7 @@ from typing import Literal
 
 import optuna
 
-from tuner.report.trials import Point
+from tuner.analysis.trials import Point
 
 __all__ = ["param_importances"]
 

@@ -17,14 +17,14 @@ from pathlib import Path
 
 import optuna
 
-from tuner.confirm import Interval, load_confirmed
-from tuner.recommend import feasible
+from tuner.analysis.confirmed import Interval, load_confirmed
+from tuner.analysis.levels import LevelChoice, best_by_draft, measured_levels, speculation_by_level
+from tuner.analysis.picks import PICKS, Candidate, candidates, choose
+from tuner.analysis.recommend import feasible
+from tuner.analysis.trials import Outcome, Point, points
+from tuner.config.space import SearchSpace
 from tuner.report import charts
 from tuner.report.importance import param_importances
-from tuner.report.levels import LevelChoice, best_by_draft, measured_levels, speculation_by_level
-from tuner.report.picks import PICKS, Candidate, candidates, choose
-from tuner.report.trials import Outcome, Point, points
-from tuner.space import SearchSpace
 
 __all__ = ["Report", "write_report"]
 

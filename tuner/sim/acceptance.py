@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 
-from tuner.models import ModelSpec
+from tuner.catalog.models import ModelSpec
 
 __all__ = [
     "NGRAM",

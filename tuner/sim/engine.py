@@ -15,14 +15,14 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from tuner.bench.workload import WorkloadSpec
+from tuner.catalog.gpus import Hardware
+from tuner.catalog.models import ModelSpec
+from tuner.config.trial import ServerConfig
+from tuner.config.workload import WorkloadSpec
 from tuner.errors import FailureKind, StartupFailure
-from tuner.hardware import Hardware
-from tuner.models import ModelSpec
 from tuner.results import RequestRecord, Source, SpecDecodeStats, TrialResult
 from tuner.sim.memory import estimate_memory
 from tuner.sim.scheduler import Engine, StepResult
-from tuner.trial_config import ServerConfig
 
 __all__ = ["API_IN_S", "API_OUT_S", "Engine", "StepResult", "predict", "simulate"]
 

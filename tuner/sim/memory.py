@@ -17,11 +17,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from tuner.catalog.gpus import Hardware
+from tuner.catalog.models import ModelSpec
+from tuner.config.trial import ServerConfig
 from tuner.errors import ConfigError
-from tuner.hardware import Hardware
-from tuner.models import ModelSpec
 from tuner.sim.perfmodel import draft_tensor_parallel, kv_bytes_per_gpu
-from tuner.trial_config import ServerConfig
 
 __all__ = ["BLOCK_TOKENS", "MemoryEstimate", "effective_batched_tokens", "estimate_memory"]
 

@@ -22,10 +22,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from tuner.hardware import Hardware, Interconnect
-from tuner.models import ModelSpec
+from tuner.catalog.gpus import Hardware, Interconnect
+from tuner.catalog.models import ModelSpec
+from tuner.config.trial import ServerConfig
 from tuner.sim.acceptance import acceptance_probability
-from tuner.trial_config import ServerConfig
 
 __all__ = [
     "ForwardPass",

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tuner.bench.workload import WorkloadSpec
-from tuner.trial_config import ServerConfig, SpeculativeConfig
+from tuner.config.trial import ServerConfig, SpeculativeConfig
+from tuner.config.workload import WorkloadSpec
 
 __all__ = [
     "REFERENCE_DRAFT",

@@ -17,9 +17,10 @@ from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from tuner.catalog.gpus import Hardware
+from tuner.catalog.models import ModelSpec
+from tuner.config.trial import ServerConfig
 from tuner.errors import ConfigError
-from tuner.hardware import Hardware
-from tuner.models import ModelSpec
 from tuner.results import SpecDecodeStats
 from tuner.sim.acceptance import (
     DRAFT_MODEL,
@@ -30,7 +31,6 @@ from tuner.sim.acceptance import (
 )
 from tuner.sim.memory import BLOCK_TOKENS, effective_batched_tokens
 from tuner.sim.perfmodel import PerfModel, StepShape
-from tuner.trial_config import ServerConfig
 
 __all__ = ["Engine", "StepResult"]
 

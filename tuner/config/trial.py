@@ -1,0 +1,130 @@
+"""What one trial runs: the server side (restart on change) and the request side (no restart)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from tuner.catalog.models import ModelSpec, load_model
+from tuner.config.workload import WorkloadSpec
+
+__all__ = [
+    "ClientConfig",
+    "FlagValue",
+    "LaunchContext",
+    "ServerConfig",
+    "SpeculativeConfig",
+    "TrialConfig",
+    "is_secret_flag",
+    "load_draft",
+    "server_from_dict",
+    "server_to_dict",
+]
+
+FlagValue = str | int | float | bool
+
+# A flag is secret when one of its dash-separated words names a credential: --api-key,
+# --hf-token, --ssl-password; not --tokenizer or --max-num-batched-tokens.
+_SECRET_FLAG = re.compile(
+    r"(^|[-_])(key|token|secret|password|passwd|credentials?)($|[-_])", re.IGNORECASE
+)
+
+
+def is_secret_flag(name: str) -> bool:
+    """Whether a vLLM flag carries a credential (which must never be stored or exported)."""
+    return _SECRET_FLAG.search(name.lstrip("-")) is not None
+
+
+@dataclass(frozen=True)
+class SpeculativeConfig:
+    """vLLM's speculative decoding settings, independent of the flag dialect that spells them."""
+
+    method: str  # "draft_model" | "ngram"
+    num_speculative_tokens: int
+    model: str | None = None  # the draft; None for ngram
+    prompt_lookup_max: int | None = None
+    prompt_lookup_min: int | None = None
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """Everything fixed when vLLM starts; two trials with equal ServerConfigs share a server."""
+
+    model: str
+    tensor_parallel_size: int
+    max_model_len: int
+    gpu_memory_utilization: float
+    max_num_batched_tokens: int
+    speculative: SpeculativeConfig | None = None
+    quantization: str | None = None
+    enable_chunked_prefill: bool = True
+    served_model_name: str | None = None
+    # Flags spectune does not model but passes through, e.g. enforce-eager on the CPU test bed.
+    extra_flags: tuple[tuple[str, FlagValue], ...] = field(default=())
+
+    @property
+    def draft(self) -> str | None:
+        """The draft model id, ``"ngram"``, or None without speculation."""
+        if self.speculative is None:
+            return None
+        return self.speculative.model if self.speculative.method == "draft_model" else "ngram"
+
+    @property
+    def draft_model(self) -> str | None:
+        """The separate draft model's id or path; None for ngram or no speculation."""
+        return self.speculative.model if self.speculative else None
+
+    @property
+    def k(self) -> int:
+        return self.speculative.num_speculative_tokens if self.speculative else 0
+
+
+@dataclass(frozen=True)
+class ClientConfig:
+    """Request-side settings: changing them never restarts the server."""
+
+    temperature: float
+    workload: WorkloadSpec
+
+
+@dataclass(frozen=True)
+class LaunchContext:
+    """Who a server is started for: names containers, labels them, places logs."""
+
+    study: str
+    trial: int
+    log_dir: Path
+
+
+@dataclass(frozen=True)
+class TrialConfig:
+    server: ServerConfig
+    client: ClientConfig
+
+    def with_temperature(self, temperature: float) -> TrialConfig:
+        return replace(self, client=replace(self.client, temperature=temperature))
+
+
+def server_to_dict(server: ServerConfig) -> dict[str, Any]:
+    """Plain data for the study database; :func:`server_from_dict` reverses it."""
+    data = asdict(server)
+    data["extra_flags"] = [list(pair) for pair in server.extra_flags]
+    return data
+
+
+def server_from_dict(data: dict[str, Any]) -> ServerConfig:
+    spec = data.get("speculative")
+    return ServerConfig(
+        **{
+            **data,
+            "speculative": SpeculativeConfig(**spec) if spec else None,
+            "extra_flags": tuple((str(k), v) for k, v in data.get("extra_flags", [])),
+        }
+    )
+
+
+def load_draft(server: ServerConfig) -> ModelSpec | None:
+    """The draft model of a server config, or None for ngram and no speculation."""
+    return load_model(server.draft_model) if server.draft_model else None

@@ -1,0 +1,389 @@
+"""A :class:`~tuner.config.trial.ServerConfig` spelled in the flag dialect of one vLLM version.
+
+vLLM renamed its speculative-decoding flags, dropped others, and changed how ``--config`` files
+are read. Each difference below was checked in ``vllm/engine/arg_utils.py``, ``config.py`` and the
+config-file loader of the released wheels 0.6.6, 0.8.1, 0.8.2, 0.8.4, 0.8.5, 0.9.2, 0.10.0,
+0.14.0, 0.15.0, 0.16.0 and 0.32.0 (and against BRIEF.md's notes, which reach 0.33.0):
+
+=============  ================================================================================
+0.6.x          ``--speculative-model M --num-speculative-tokens K`` (ngram: ``"[ngram]"`` plus
+               ``--ngram-prompt-lookup-max``/``-min``); ``--use-v2-block-manager`` with speculation
+               (early 0.6 releases need it for speculation; by 0.6.6 it is a deprecated no-op).
+0.7 - 0.8.1    the same standalone flags; ``--use-v2-block-manager`` is a no-op, left out.
+0.8.2          ``--speculative-config JSON`` added (the standalone flags still work; we use JSON).
+0.8.3 - 0.9.x  JSON only. A draft model runs on the V0 engine (vLLM falls back by itself).
+0.10 - 0.14    V1 only: a separate draft model raises NotImplementedError; we refuse it first.
+               ``--use-v2-block-manager`` is gone (argparse would exit on it).
+0.15 -         draft models are back on V1 as ``"method": "draft_model"``; the draft's tensor
+               parallelism defaults to the target's, which V1 requires.
+=============  ================================================================================
+
+Booleans: up to 0.8.4 ``--enable-chunked-prefill`` is a ``StoreBoolean`` taking ``False`` as a
+value; from 0.8.5 every boolean is an ``argparse.BooleanOptionalAction`` (``--no-FLAG``).
+
+``vllm serve --config FILE``: keys are flag names without ``--``. A ``model`` key is read from
+0.8.4 (older versions insist on the positional model, and 0.6's ``serve`` rejects ``--model``).
+A nested mapping becomes JSON only from 0.16; older loaders ``str()`` it into a Python repr
+that ``json.loads`` rejects, so they get the JSON as a quoted string. Loaders up to at least
+0.16 drop ``false`` values, so a false boolean is written as ``no-FLAG: true`` (0.8.5+) or as
+the string ``"False"`` (``StoreBoolean``, up to 0.8.4).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from tuner.config.trial import FlagValue, ServerConfig
+from tuner.errors import ConfigError, LaunchError
+
+__all__ = [
+    "NEWEST_KNOWN",
+    "Dialect",
+    "VllmVersion",
+    "check_supported",
+    "config_file_argv",
+    "detect_version",
+    "dialect",
+    "parse_version",
+    "server_argv",
+    "server_yaml",
+    "version_from_image",
+]
+
+
+@dataclass(frozen=True, order=True)
+class VllmVersion:
+    """A vLLM release, compared by (major, minor, patch); ``text`` keeps what the user wrote."""
+
+    major: int
+    minor: int
+    patch: int = 0
+    text: str = field(default="", compare=False)
+
+    def __str__(self) -> str:
+        return self.text or f"{self.major}.{self.minor}.{self.patch}"
+
+
+NEWEST_KNOWN = VllmVersion(0, 33, 0)
+"""The newest release whose dialect was checked; ``latest``/``nightly`` mean this one."""
+
+OLDEST_SUPPORTED = VllmVersion(0, 6, 0)
+
+_V0_7 = VllmVersion(0, 7, 0)
+_V0_8_2 = VllmVersion(0, 8, 2)
+_V0_8_4 = VllmVersion(0, 8, 4)
+_V0_8_5 = VllmVersion(0, 8, 5)
+_V0_10 = VllmVersion(0, 10, 0)
+_V0_15 = VllmVersion(0, 15, 0)
+_V0_16 = VllmVersion(0, 16, 0)
+
+# Leading release numbers; pre/post/dev/local suffixes ("rc1", ".post1", "+cpu", "-cu128") are
+# ignored because no dialect change happened inside a release's pre-releases we support.
+_VERSION_RE = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+))?")
+_NEWEST_ALIASES = ("latest", "nightly")
+
+
+def parse_version(text: str) -> VllmVersion:
+    """Parses ``"0.7.2"``, ``"v0.10.1.1"``, ``"0.32.0+cpu"``, ``"0.8.5.post1"`` or ``"latest"``.
+
+    Raises:
+        ConfigError: the text names no vLLM release.
+    """
+    cleaned = text.strip()
+    if cleaned.lower().startswith(_NEWEST_ALIASES):
+        return VllmVersion(NEWEST_KNOWN.major, NEWEST_KNOWN.minor, NEWEST_KNOWN.patch, cleaned)
+    match = _VERSION_RE.match(cleaned)
+    if match is None:
+        raise ConfigError(
+            f"cannot read a vLLM version from {text!r}: pass one like --vllm-version 0.8.5"
+        )
+    major, minor, patch = match.group(1), match.group(2), match.group(3) or "0"
+    return VllmVersion(int(major), int(minor), int(patch), cleaned)
+
+
+def version_from_image(image: str) -> VllmVersion | None:
+    """The vLLM version an image tag names (``vllm/vllm-openai:v0.7.2`` → 0.7.2).
+
+    No tag means ``latest``. Returns None when the tag is not a version (``my-build``) or the
+    image is pinned only by digest: the caller then asks the image itself (``vllm --version``).
+    """
+    name, _, digest = image.partition("@")
+    last_part = name.rsplit("/", 1)[-1]
+    if ":" in last_part:
+        tag = last_part.split(":", 1)[1]
+    elif digest:
+        return None
+    else:
+        tag = "latest"
+    try:
+        return parse_version(tag)
+    except ConfigError:
+        return None
+
+
+def detect_version(
+    command: Sequence[str], *, env: Mapping[str, str] | None = None, timeout_s: float = 180.0
+) -> VllmVersion:
+    """Runs ``<command> --version`` and parses its answer (real vLLM takes ~10-15 s to import).
+
+    Raises:
+        ConfigError: the command does not exist or prints no version.
+        LaunchError: the command hangs past ``timeout_s``.
+    """
+    argv = [*command, "--version"]
+    try:
+        done = subprocess.run(
+            argv, capture_output=True, text=True, env=env, timeout=timeout_s, check=False
+        )
+    except FileNotFoundError as exc:
+        raise ConfigError(
+            f"cannot run {command[0]!r}: not found; install vLLM or pass --vllm-version"
+        ) from exc
+    except subprocess.TimeoutExpired as exc:
+        raise LaunchError(f"{' '.join(argv)} did not answer within {timeout_s:g} s") from exc
+    # vLLM may log warnings before the version; the version is the last line that is one.
+    for line in reversed((done.stdout + "\n" + done.stderr).splitlines()):
+        if _VERSION_RE.match(line.strip()):
+            return parse_version(line)
+    last = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
+    raise ConfigError(
+        f"{' '.join(argv)} printed no version (exit status {done.returncode}: {last[0]}); "
+        "pass --vllm-version"
+    )
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """How one vLLM version spells a server config (see the module docstring for the table)."""
+
+    speculative_flags: Literal["standalone", "json"]
+    draft_model: Literal["v0", "refused", "v1"]
+    v2_block_manager: bool  # add --use-v2-block-manager when speculating (0.6.x)
+    negative_booleans: bool  # --no-FLAG exists (0.8.5+); before, --enable-chunked-prefill False
+    yaml_nested: bool  # --config turns a nested mapping into JSON (0.16+)
+    yaml_model: bool  # --config may carry the model (0.8.4+)
+
+
+def dialect(version: VllmVersion) -> Dialect:
+    """The flag dialect of ``version`` (the newest known one for any later release)."""
+    if version >= _V0_15:
+        draft: Literal["v0", "refused", "v1"] = "v1"
+    elif version >= _V0_10:
+        draft = "refused"
+    else:
+        draft = "v0"
+    return Dialect(
+        speculative_flags="json" if version >= _V0_8_2 else "standalone",
+        draft_model=draft,
+        v2_block_manager=version < _V0_7,
+        negative_booleans=version >= _V0_8_5,
+        yaml_nested=version >= _V0_16,
+        yaml_model=version >= _V0_8_4,
+    )
+
+
+# Flags spectune derives from ServerConfig fields; an extra flag may not set them a second time.
+_MODELED_FLAGS = frozenset(
+    {
+        "model",
+        "host",
+        "port",
+        "config",
+        "tensor-parallel-size",
+        "max-model-len",
+        "gpu-memory-utilization",
+        "max-num-batched-tokens",
+        "quantization",
+        "enable-chunked-prefill",
+        "no-enable-chunked-prefill",
+        "served-model-name",
+        "speculative-config",
+        "speculative-model",
+        "num-speculative-tokens",
+        "ngram-prompt-lookup-max",
+        "ngram-prompt-lookup-min",
+    }
+)
+_METHODS = ("draft_model", "ngram")
+_FLAG_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]*$")
+
+
+def _flag_name(name: str) -> str:
+    """``--enforce_eager`` and ``enforce-eager`` both mean ``enforce-eager``."""
+    return name.lstrip("-").replace("_", "-").lower()
+
+
+def check_supported(server: ServerConfig, version: VllmVersion) -> None:
+    """Refuses configs that ``version`` cannot start, before anything is launched.
+
+    Raises:
+        ConfigError: naming the setting at fault and the fix.
+    """
+    if version < OLDEST_SUPPORTED:
+        raise ConfigError(
+            f"vLLM {version} is older than {OLDEST_SUPPORTED}, the oldest flag dialect spectune "
+            "knows: upgrade vLLM"
+        )
+    spec = server.speculative
+    if spec is not None:
+        if spec.method not in _METHODS:
+            raise ConfigError(
+                f"unknown speculative method {spec.method!r}: use one of {', '.join(_METHODS)}"
+            )
+        if spec.num_speculative_tokens < 1:
+            raise ConfigError(
+                f"num_speculative_tokens must be at least 1, got {spec.num_speculative_tokens}"
+            )
+        if spec.method == "draft_model":
+            if not spec.model:
+                raise ConfigError("speculative method draft_model needs a draft model")
+            if dialect(version).draft_model == "refused":
+                raise ConfigError(
+                    f"vLLM {version} cannot speculate with a separate draft model "
+                    f"({spec.model}): its V1 engine dropped draft models from 0.10 until 0.15. "
+                    "Use vLLM 0.15 or later (or 0.9.2 or older), or the ngram method"
+                )
+        if (
+            spec.method == "ngram"
+            and spec.prompt_lookup_max is None
+            and dialect(version).speculative_flags == "standalone"
+        ):
+            raise ConfigError(
+                f"ngram speculation on vLLM {version} needs prompt_lookup_max "
+                "(--ngram-prompt-lookup-max has no default before 0.8.2)"
+            )
+    for name, _ in server.extra_flags:
+        flag = _flag_name(name)
+        if not _FLAG_NAME_RE.match(flag):
+            raise ConfigError(f"extra flag {name!r} is not a vLLM flag name")
+        if flag in _MODELED_FLAGS:
+            raise ConfigError(
+                f"extra flag --{flag} duplicates a setting spectune derives from the server "
+                "config: set that field instead"
+            )
+        if flag == "use-v2-block-manager" and version >= _V0_10:
+            raise ConfigError(
+                f"--use-v2-block-manager was removed in vLLM 0.10 and {version} would exit on "
+                "it: drop the extra flag"
+            )
+
+
+def _speculative_json(server: ServerConfig, version: VllmVersion) -> dict[str, Any]:
+    spec = server.speculative
+    assert spec is not None
+    config: dict[str, Any] = {}
+    if spec.method == "ngram":
+        config["method"] = "ngram"
+    elif dialect(version).draft_model == "v1":
+        # 0.15+ dispatches on the method; older releases infer draft_model from the model.
+        config["method"] = "draft_model"
+    if spec.method == "draft_model":
+        config["model"] = spec.model
+    config["num_speculative_tokens"] = spec.num_speculative_tokens
+    if spec.prompt_lookup_max is not None:
+        config["prompt_lookup_max"] = spec.prompt_lookup_max
+    if spec.prompt_lookup_min is not None:
+        config["prompt_lookup_min"] = spec.prompt_lookup_min
+    return config
+
+
+_FlagItems = list[tuple[str, FlagValue | dict[str, Any]]]
+
+
+def _flag_items(server: ServerConfig, version: VllmVersion) -> _FlagItems:
+    """(flag, value) pairs in a stable order; ``True`` means a bare flag, a dict is JSON."""
+    check_supported(server, version)
+    rules = dialect(version)
+    items: _FlagItems = [
+        ("tensor-parallel-size", server.tensor_parallel_size),
+        ("max-model-len", server.max_model_len),
+        ("gpu-memory-utilization", server.gpu_memory_utilization),
+        ("max-num-batched-tokens", server.max_num_batched_tokens),
+    ]
+    if server.quantization:
+        items.append(("quantization", server.quantization))
+    if server.served_model_name:
+        items.append(("served-model-name", server.served_model_name))
+    # Always explicit: the default differs between versions and engines.
+    if server.enable_chunked_prefill:
+        items.append(("enable-chunked-prefill", True))
+    elif rules.negative_booleans:
+        items.append(("no-enable-chunked-prefill", True))
+    else:
+        items.append(("enable-chunked-prefill", "False"))
+    spec = server.speculative
+    if spec is not None:
+        if rules.speculative_flags == "json":
+            items.append(("speculative-config", _speculative_json(server, version)))
+        else:
+            draft = "[ngram]" if spec.method == "ngram" else str(spec.model)
+            items.append(("speculative-model", draft))
+            items.append(("num-speculative-tokens", spec.num_speculative_tokens))
+            if spec.prompt_lookup_max is not None:
+                items.append(("ngram-prompt-lookup-max", spec.prompt_lookup_max))
+            if spec.prompt_lookup_min is not None:
+                items.append(("ngram-prompt-lookup-min", spec.prompt_lookup_min))
+        if rules.v2_block_manager:
+            items.append(("use-v2-block-manager", True))
+    for name, value in server.extra_flags:
+        # False means "leave the flag off": a store_true flag has no --no- form to ask for.
+        if value is not False:
+            items.append((_flag_name(name), value))
+    return items
+
+
+def server_argv(server: ServerConfig, version: VllmVersion, *, host: str, port: int) -> list[str]:
+    """The arguments after ``vllm serve``: the model first, then the flags of ``version``.
+
+    Raises:
+        ConfigError: ``version`` cannot run this config (see :func:`check_supported`).
+    """
+    argv = [server.model, "--host", host, "--port", str(port)]
+    for flag, value in _flag_items(server, version):
+        if value is True:
+            argv.append(f"--{flag}")
+        elif isinstance(value, dict):
+            argv += [f"--{flag}", json.dumps(value)]
+        else:
+            argv += [f"--{flag}", str(value)]
+    return argv
+
+
+def server_yaml(server: ServerConfig, version: VllmVersion) -> dict[str, Any]:
+    """The mapping to dump as ``vllm serve --config FILE`` (host and port stay on the CLI).
+
+    ``model`` is a key only where the loader reads it (0.8.4+); otherwise pass the model as the
+    positional argument, which :func:`config_file_argv` does.
+
+    Raises:
+        ConfigError: ``version`` cannot run this config (see :func:`check_supported`).
+    """
+    rules = dialect(version)
+    config: dict[str, Any] = {"model": server.model} if rules.yaml_model else {}
+    for flag, value in _flag_items(server, version):
+        if isinstance(value, dict):
+            config[flag] = value if rules.yaml_nested else json.dumps(value)
+        else:
+            config[flag] = value
+    return config
+
+
+def config_file_argv(
+    config: Mapping[str, Any], config_path: str, *, model: str, host: str, port: int
+) -> list[str]:
+    """The arguments after ``vllm serve`` that start the server from a written config file.
+
+    Args:
+        config: what :func:`server_yaml` returned (it tells whether the file names the model).
+        config_path: where the YAML was written, as the server process sees it.
+        model: the target model, passed positionally when the file cannot carry it.
+        host: the address to listen on.
+        port: the port to listen on.
+    """
+    positional = [] if "model" in config else [model]
+    return [*positional, "--config", config_path, "--host", host, "--port", str(port)]

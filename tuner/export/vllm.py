@@ -1,0 +1,265 @@
+"""Exports a study's chosen config: vLLM ``--config`` YAML, docker-compose, ``docker run``, JSON.
+
+The container formats are rendered by :mod:`tuner.export.deploy`.
+
+Which trial: a pick (:mod:`tuner.analysis.picks`: max-throughput, min-ttft or balanced, on
+confirmed numbers where the study has them) or a trial number. Every format starts with the
+provenance (:mod:`tuner.analysis.provenance`): study, trial, vLLM version and image, GPUs and
+driver, the numbers with their confidence intervals, the date. The flags are spelled in the
+dialect of the study's vLLM version (:mod:`tuner.config.vllm_args`).
+
+Where the workload measured several concurrency levels and the version has
+``num_speculative_tokens_per_batch_size`` (0.24+), the speculative config carries the best K
+per load level, with speculation off where it loses (:mod:`tuner.analysis.levels`); older
+versions get the same table as a comment.
+
+No secret is written: tokens pass through by name (``HF_TOKEN``), extra flags that look like
+credentials (``--api-key`` ...) are dropped with a note, and the storage URL never appears.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import optuna
+import yaml
+
+from tuner.analysis.levels import (
+    LevelChoice,
+    batch_size_table,
+    has_per_batch_size,
+    speculation_by_level,
+)
+from tuner.analysis.picks import DEFAULT_PICK, PICKS, Candidate, pick_candidate
+from tuner.analysis.provenance import Provenance, provenance
+from tuner.analysis.trials import points
+from tuner.config.space import SearchSpace
+from tuner.config.trial import ServerConfig, is_secret_flag
+from tuner.config.vllm_args import server_argv, server_yaml
+from tuner.errors import ConfigError
+from tuner.export.deploy import PORT, compose_file, docker_run_script
+from tuner.study.paths import StudyPaths
+
+__all__ = [
+    "FORMATS",
+    "PICKS",
+    "Exported",
+    "export",
+    "write_best",
+]
+
+FORMATS = ("vllm", "compose", "docker-run", "json")
+
+
+@dataclass(frozen=True)
+class Exported:
+    """One rendered export."""
+
+    format: str
+    text: str
+    provenance: Provenance
+    levels: tuple[LevelChoice, ...]  # best K per load level (empty with one level)
+    batch_size_table: tuple[tuple[int, int, int], ...]  # written into the config, or empty
+
+
+def export(
+    study: optuna.Study,
+    space: SearchSpace,
+    fmt: str = "vllm",
+    pick: str = DEFAULT_PICK,
+    today: dt.date | None = None,
+) -> Exported:
+    """Renders the config that ``pick`` selects in format ``fmt``.
+
+    Raises:
+        ConfigError: unknown format or pick, or nothing to export.
+    """
+    if fmt not in FORMATS:
+        raise ConfigError(f"unknown export format {fmt!r}: choose one of {', '.join(FORMATS)}")
+    candidate = pick_candidate(study, pick)
+    return _render(study, space, candidate, pick, fmt, today)
+
+
+def _render(
+    study: optuna.Study,
+    space: SearchSpace,
+    candidate: Candidate,
+    pick: str,
+    fmt: str,
+    today: dt.date | None,
+) -> Exported:
+    facts = provenance(study, space, candidate, pick if not pick.isdigit() else "trial", today)
+    server, removed = _without_secrets(candidate.view.server)
+    levels, table = _levels(study, space, candidate, server)
+    notes = _notes(space, server, levels, table, removed, candidate.view.source)
+    if candidate.view.status != "ok":  # only a trial asked for by number gets here
+        notes.insert(
+            0, f"WARNING: trial {candidate.number} was not feasible: {candidate.view.status}"
+        )
+    header = [*facts.lines(), *notes]
+    if fmt == "vllm":
+        text = _vllm_yaml(server, space, table, header)
+    elif fmt in ("compose", "docker-run"):
+        render = compose_file if fmt == "compose" else docker_run_script
+        text = render(
+            _argv(server, space, table),
+            image=space.vllm_image,
+            gpus=space.hardware.count,
+            server=server,
+            env=_env_names(removed),
+            header=header,
+        )
+    else:
+        text = _json(server, space, table, facts, levels, notes)
+    return Exported(fmt, text, facts, tuple(levels), tuple(table))
+
+
+def _without_secrets(server: ServerConfig) -> tuple[ServerConfig, list[str]]:
+    secret = [k for k, _ in server.extra_flags if is_secret_flag(k)]
+    kept = tuple((k, v) for k, v in server.extra_flags if k not in secret)
+    removed = [k.lstrip("-") for k in secret]
+    return replace(server, extra_flags=kept), removed
+
+
+def _levels(
+    study: optuna.Study, space: SearchSpace, candidate: Candidate, server: ServerConfig
+) -> tuple[list[LevelChoice], list[tuple[int, int, int]]]:
+    if len(space.workload.concurrency) < 2 or server.speculative is None:
+        return [], []
+    levels = speculation_by_level(points(study), server.draft or "none")
+    if len(levels) < 2:
+        return levels, []
+    # The exported config was chosen at the first (scored) level: its own K stands there.
+    primary = space.workload.primary_concurrency
+    levels = [
+        replace(c, k=server.k, output_tok_s=candidate.output_tok_s, trial=candidate.number)
+        if c.concurrency == primary
+        else c
+        for c in levels
+    ]
+    table = batch_size_table(levels)
+    if len(table) < 2 or not has_per_batch_size(space.version):
+        return levels, []  # one K everywhere needs no table; older versions cannot take one
+    return levels, table
+
+
+def _notes(
+    space: SearchSpace,
+    server: ServerConfig,
+    levels: list[LevelChoice],
+    table: list[tuple[int, int, int]],
+    removed: list[str],
+    source: str,
+) -> list[str]:
+    notes = []
+    if levels:
+        per_level = "; ".join(
+            f"{c.concurrency}: "
+            + (f"K={c.k}" if c.k else "off")
+            + f" ({c.output_tok_s:.1f} tok/s {source})"
+            for c in levels
+        )
+        notes.append(f"best speculation per concurrency level: {per_level}")
+        if table:
+            notes.append(
+                "num_speculative_tokens_per_batch_size below switches K by batch size "
+                "(0 = off); num_speculative_tokens is its largest K"
+            )
+        elif not has_per_batch_size(space.version) and any(c.k != server.k for c in levels):
+            notes.append(
+                f"vLLM {space.version} cannot switch K by batch size (needs 0.24+): "
+                f"this config keeps K={server.k} at every load"
+            )
+    for flag in removed:
+        hint = " (vLLM also reads VLLM_API_KEY)" if flag == "api-key" else ""
+        notes.append(f"--{flag} left out: it holds a secret; pass it at deploy time{hint}")
+    return notes
+
+
+def _with_table(spec: dict[str, Any], table: list[tuple[int, int, int]]) -> dict[str, Any]:
+    if not table:
+        return spec
+    top = max(k for _, _, k in table)
+    return {
+        **spec,
+        "num_speculative_tokens": max(top, int(spec["num_speculative_tokens"])),
+        "num_speculative_tokens_per_batch_size": [list(entry) for entry in table],
+    }
+
+
+def _config(
+    server: ServerConfig, space: SearchSpace, table: list[tuple[int, int, int]]
+) -> dict[str, Any]:
+    config = server_yaml(server, space.version)
+    spec = config.get("speculative-config")
+    if isinstance(spec, dict):  # tables exist only from 0.24, where the file nests mappings
+        config["speculative-config"] = _with_table(spec, table)
+    return config
+
+
+def _argv(server: ServerConfig, space: SearchSpace, table: list[tuple[int, int, int]]) -> list[str]:
+    argv = server_argv(server, space.version, host="0.0.0.0", port=PORT)
+    if table and "--speculative-config" in argv:
+        at = argv.index("--speculative-config") + 1
+        argv[at] = json.dumps(_with_table(json.loads(argv[at]), table))
+    return argv
+
+
+def _comment(lines: list[str]) -> str:
+    return "".join(f"# {line}\n" for line in lines)
+
+
+def _vllm_yaml(
+    server: ServerConfig, space: SearchSpace, table: list[tuple[int, int, int]], header: list[str]
+) -> str:
+    config = _config(server, space, table)
+    use = (
+        "vllm serve --config FILE"
+        if "model" in config
+        else f"vllm serve {server.model} --config FILE"
+    )
+    body = yaml.safe_dump(config, sort_keys=False, default_flow_style=None)
+    return _comment([*header, f"use: {use}"]) + body
+
+
+def _env_names(removed: list[str]) -> list[str]:
+    return ["HF_TOKEN", *(["VLLM_API_KEY"] if "api-key" in removed else [])]
+
+
+def _json(
+    server: ServerConfig,
+    space: SearchSpace,
+    table: list[tuple[int, int, int]],
+    facts: Provenance,
+    levels: list[LevelChoice],
+    notes: list[str],
+) -> str:
+    data = {
+        "provenance": facts.to_dict(),
+        "notes": notes,
+        "image": space.vllm_image,
+        "vllm_config": _config(server, space, table),
+        "argv": ["vllm", "serve", *_argv(server, space, table)],
+        "request": {"temperature": facts.temperature},
+        "speculation_by_level": [
+            {
+                "concurrency": c.concurrency,
+                "k": c.k,
+                "output_tok_s": c.output_tok_s,
+                "trial": c.trial,
+            }
+            for c in levels
+        ],
+    }
+    return json.dumps(data, indent=2) + "\n"
+
+
+def write_best(study: optuna.Study, space: SearchSpace, paths: StudyPaths) -> Path:
+    """Writes the recommended config as ``best.yaml`` in the study's folder; returns its path."""
+    paths.folder.mkdir(parents=True, exist_ok=True)
+    paths.best_yaml.write_text(export(study, space, "vllm").text)
+    return paths.best_yaml

@@ -1,0 +1,232 @@
+"""optuna-dashboard on a spectune study: objective names, infeasible trials, per-trial logs.
+
+optuna-dashboard 0.21 knows three things only from where it looks for them:
+
+- objective names from the study's metric names (``study.set_metric_names``);
+- feasibility from the legacy ``constraints`` system attribute of each trial (a list, all
+  values <= 0 meaning feasible): Optuna 5's keyed ``constraints:<name>`` attributes are
+  invisible to it, so an OOM or over-limit trial would show as feasible without the list;
+- trial artifacts from ``artifacts:<id>`` system attributes, with the files in an artifact
+  store it is started with.
+
+The trial loop writes none of this: Optuna 5 would read a legacy list as a second set of
+constraints. :func:`prepare_dashboard` (``spectune dashboard``) writes all three before the
+server starts. Logs go to a
+:class:`~optuna.artifacts.FileSystemArtifactStore` in ``<studies>/<study>/artifacts``: the
+server log of each trial (``logs/trial-N.log``, and ``logs/confirm-N/trial-R.log`` for its
+confirmation runs) where a real backend wrote one, else a short JSON record of the trial.
+
+Optuna refuses to change a finished trial, even a system attribute, so the backfill writes the
+same attribute rows straight into the RDB storage's table (through :mod:`tuner.study.optuna_private`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import tempfile
+import uuid
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import optuna
+import sqlalchemy
+from optuna.artifacts import (
+    ArtifactMeta,
+    FileSystemArtifactStore,
+    get_all_artifact_meta,
+    upload_artifact,
+)
+from optuna.storages import RDBStorage
+from optuna.trial import FrozenTrial, TrialState
+
+from tuner.errors import ConfigError
+from tuner.study.paths import StudyPaths
+from tuner.trial.scoring import CONSTRAINT_KEYS, OBJECTIVE_NAMES
+
+__all__ = [
+    "LEGACY_CONSTRAINTS",
+    "DashboardInfo",
+    "attach_artifacts",
+    "prepare_dashboard",
+    "serve_dashboard",
+]
+
+LEGACY_CONSTRAINTS = "constraints"
+_log = logging.getLogger(__name__)
+_ARTIFACTS_PREFIX = "artifacts:"  # optuna.artifacts' key for artifact metadata
+_RECORD_KEYS = ("status", "source", "failure", "temperature", "server", "summary", "memory")
+
+
+def _store(paths: StudyPaths) -> FileSystemArtifactStore:
+    folder = paths.artifacts
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot create the artifact folder {folder} ({exc.strerror}): check --studies-dir"
+        ) from None
+    return FileSystemArtifactStore(folder)
+
+
+def _trial_record(trial: FrozenTrial) -> dict[str, Any]:
+    """What a trial without a server log gets instead: its config, outcome and log tail."""
+    attrs = trial.user_attrs
+    return {
+        "trial": trial.number,
+        "state": trial.state.name,
+        "values": trial.values,
+        "params": trial.params,
+        "constraints": [trial.constraints.get(k) for k in CONSTRAINT_KEYS],
+        **{k: attrs[k] for k in _RECORD_KEYS if k in attrs},
+        "log_tail": attrs.get("log_tail", ""),
+    }
+
+
+def _files(trial: FrozenTrial, logs: Path, scratch: Path) -> Iterator[Path]:
+    """The files to attach to ``trial``, each named as the dashboard should show it."""
+    log = logs / f"trial-{trial.number}.log"
+    if log.is_file():
+        yield log
+    else:
+        record = scratch / f"trial-{trial.number}.json"
+        record.write_text(json.dumps(_trial_record(trial), indent=2, default=str))
+        yield record
+    for run in sorted((logs / f"confirm-{trial.number}").glob("trial-*.log")):
+        named = scratch / f"confirm-{trial.number}-run-{run.stem.removeprefix('trial-')}.log"
+        named.write_bytes(run.read_bytes())
+        yield named
+
+
+def attach_artifacts(
+    study: optuna.Study,
+    trial: FrozenTrial,
+    paths: StudyPaths,
+    store: FileSystemArtifactStore | None = None,
+) -> int:
+    """Attaches ``trial``'s logs (or its JSON record) unless already attached; returns how many.
+
+    Works on running trials through Optuna's API, and on finished ones through the backfill
+    (RDB storages only; others are skipped).
+    """
+    # Past the cache: Optuna caches finished trials, so it would miss a backfilled attribute.
+    storage = _rdb(study) or study._storage
+    have = {meta.filename for meta in get_all_artifact_meta(trial, storage=storage)}
+    store = store or _store(paths)
+    added = 0
+    with tempfile.TemporaryDirectory(prefix="spectune-artifacts-") as scratch:
+        for path in _files(trial, paths.logs, Path(scratch)):
+            if path.name in have:
+                continue
+            if trial.state is TrialState.RUNNING:
+                upload_artifact(
+                    artifact_store=store,
+                    file_path=str(path),
+                    study_or_trial=trial,
+                    storage=storage,
+                    mimetype=_mimetype(path),
+                )
+            elif not _backfill_artifact(study, trial, store, path):
+                continue
+            added += 1
+    return added
+
+
+def _mimetype(path: Path) -> str:
+    return "application/json" if path.suffix == ".json" else "text/plain"
+
+
+def _rdb(study: optuna.Study) -> RDBStorage | None:
+    storage = study._storage
+    backend = getattr(storage, "_backend", storage)  # Optuna wraps RDB storages in a cache
+    return backend if isinstance(backend, RDBStorage) else None
+
+
+def _backfill_attr(study: optuna.Study, trial_id: int, key: str, value: Any) -> bool:
+    """Writes one system attribute of a finished trial into the RDB table (see module doc)."""
+    rdb = _rdb(study)
+    if rdb is None:
+        return False
+    encoded = json.dumps(value)
+    where = "trial_id = :trial_id AND key = :key"
+    params = {"trial_id": trial_id, "key": key, "value": encoded}
+    with rdb.engine.begin() as connection:
+        found = connection.execute(
+            sqlalchemy.text(f"SELECT 1 FROM trial_system_attributes WHERE {where}"), params
+        ).first()
+        statement = (
+            f"UPDATE trial_system_attributes SET value_json = :value WHERE {where}"
+            if found
+            else "INSERT INTO trial_system_attributes (trial_id, key, value_json) "
+            "VALUES (:trial_id, :key, :value)"
+        )
+        connection.execute(sqlalchemy.text(statement), params)
+    return True
+
+
+def _backfill_artifact(
+    study: optuna.Study, trial: FrozenTrial, store: FileSystemArtifactStore, path: Path
+) -> bool:
+    # The same metadata upload_artifact writes (a JSON string), with a fresh artifact ID.
+    meta = ArtifactMeta(str(uuid.uuid4()), path.name, _mimetype(path), None)
+    if not _backfill_attr(
+        study, trial._trial_id, _ARTIFACTS_PREFIX + meta.artifact_id, json.dumps(asdict(meta))
+    ):
+        return False
+    with path.open("rb") as body:
+        store.write(meta.artifact_id, body)
+    return True
+
+
+@dataclass(frozen=True)
+class DashboardInfo:
+    """What :func:`prepare_dashboard` found and fixed."""
+
+    study_id: int
+    trials: int
+    infeasible: int  # completed trials the dashboard shows as infeasible
+    constraints_fixed: int  # legacy lists written now
+    artifacts_added: int
+    artifact_dir: Path
+
+
+def _keyed_constraints(trial: FrozenTrial) -> list[float] | None:
+    keyed = trial.constraints
+    if not all(key in keyed for key in CONSTRAINT_KEYS):
+        return None
+    return [float(keyed[key]) for key in CONSTRAINT_KEYS]
+
+
+def prepare_dashboard(study: optuna.Study, paths: StudyPaths) -> DashboardInfo:
+    """Makes names, feasibility and logs visible to optuna-dashboard 0.21 (module docstring)."""
+    if not study.metric_names:
+        study.set_metric_names(list(OBJECTIVE_NAMES))
+    store = _store(paths)
+    fixed = added = infeasible = 0
+    for trial in study.get_trials(deepcopy=False):
+        if trial.state is TrialState.COMPLETE:
+            legacy = trial.system_attrs.get(LEGACY_CONSTRAINTS)
+            keyed = _keyed_constraints(trial)
+            if keyed is not None and legacy != keyed:
+                fixed += _backfill_attr(study, trial._trial_id, LEGACY_CONSTRAINTS, keyed)
+                legacy = keyed
+            infeasible += any(float(c) > 0 for c in legacy or ())
+        if trial.state in (TrialState.COMPLETE, TrialState.FAIL):
+            added += attach_artifacts(study, trial, paths, store)
+    return DashboardInfo(
+        study._study_id,
+        len(study.trials),
+        infeasible,
+        fixed,
+        added,
+        paths.artifacts,
+    )
+
+
+def serve_dashboard(storage_url: str, paths: StudyPaths, host: str, port: int) -> None:
+    """Runs optuna-dashboard on ``storage_url`` with the study's artifacts until interrupted."""
+    from optuna_dashboard import run_server  # type: ignore[import-untyped]
+
+    run_server(storage_url, host=host, port=port, artifact_store=_store(paths))

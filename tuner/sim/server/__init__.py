@@ -1,0 +1,1 @@
+"""The vLLM-compatible fake server, started as ``python -m tuner.sim.server``."""

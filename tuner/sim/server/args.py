@@ -1,0 +1,387 @@
+"""The fake server's command line: vLLM's own ``serve`` flags, ``--config`` files, ``--sim-*``.
+
+The parser speaks the newest flag dialect spectune knows (what :func:`tuner.config.vllm_args.server_argv`
+writes for :data:`~tuner.config.vllm_args.NEWEST_KNOWN`) plus the old standalone speculative flags, and
+it fails the way vLLM's does: an unknown flag is an argparse error with exit status 2 and
+"unrecognized arguments". A handful of vLLM flags that change nothing the simulator models
+(``--dtype``, ``--seed``, ...) are accepted and ignored, so a real deployment's command line
+still starts it.
+
+``--config FILE`` works like vLLM's loader: the YAML keys are flag names without ``--``; ``true``
+becomes a bare flag, ``false`` is dropped, a nested mapping becomes JSON, and flags given on the
+command line win over the file's.
+
+Simulator settings never collide with vLLM's: they are ``--sim-*`` flags, each with an
+environment variable as default (so a launcher that only controls the environment can set them):
+
+==================  =========================  =================================================
+flag                variable                   meaning
+==================  =========================  =================================================
+``--sim-hardware``  ``SPECTUNE_SIM_HARDWARE``  GPUs simulated, e.g. ``4090x2`` (default 4090x1)
+``--sim-fault``     ``SPECTUNE_SIM_FAULT``     a fault to inject (repeatable; the variable
+                                               takes a comma-separated list), see
+                                               :mod:`tuner.sim.server.faults`
+``--sim-speed``     ``SPECTUNE_SIM_SPEED``     simulated seconds per real second (default 1;
+                                               ``inf``: no pauses at all, as fast as possible)
+``--sim-seed``      ``SPECTUNE_SIM_SEED``      seeds acceptance and timing noise (default 0)
+==================  =========================  =================================================
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tuner.catalog.gpus import Hardware, parse_hardware
+from tuner.config.trial import FlagValue, ServerConfig, SpeculativeConfig
+from tuner.config.vllm_args import NEWEST_KNOWN
+from tuner.errors import ConfigError
+from tuner.sim.server.faults import FAULT_NAMES, Faults, parse_faults
+
+__all__ = [
+    "DEFAULT_HARDWARE",
+    "ConfigValidationError",
+    "ServeArgs",
+    "SimOptions",
+    "parse_serve_args",
+]
+
+DEFAULT_HARDWARE = "4090x1"
+# vLLM reads the context length from the model; every catalog model (Qwen2.5) has 32768.
+DEFAULT_MAX_MODEL_LEN = 32768
+# vLLM V1's token budget for an online server when --max-num-batched-tokens is not given.
+DEFAULT_BATCHED_TOKENS = 2048
+
+# vLLM flags that change nothing the simulator models: accepted, reported, ignored.
+_IGNORED_VALUE_FLAGS = (
+    "--dtype",
+    "--seed",
+    "--tokenizer",
+    "--revision",
+    "--download-dir",
+    "--load-format",
+    "--block-size",
+    "--kv-cache-dtype",
+    "--swap-space",
+    "--generation-config",
+    "--uvicorn-log-level",
+    "--distributed-executor-backend",
+    "--max-logprobs",
+)
+_IGNORED_BOOL_FLAGS = (
+    "--trust-remote-code",
+    "--disable-log-requests",
+    "--enable-log-requests",
+    "--disable-log-stats",
+    "--enable-prefix-caching",
+    "--disable-frontend-multiprocessing",
+)
+_HUMAN_INT = re.compile(r"(\d+(?:\.\d+)?)([kKmMgGtT])")
+_DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+_BINARY = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
+class ConfigValidationError(Exception):
+    """A flag value vLLM's config classes would reject (vLLM prints a pydantic error, exit 1).
+
+    Attributes:
+        config_class: the vLLM config class that would complain (``SpeculativeConfig``, ...).
+    """
+
+    def __init__(self, config_class: str, message: str) -> None:
+        super().__init__(message)
+        self.config_class = config_class
+
+
+@dataclass(frozen=True)
+class SimOptions:
+    """The ``--sim-*`` settings.
+
+    Attributes:
+        hardware: the simulated GPUs (``--sim-hardware 4090x2``).
+        faults: what to break.
+        speed: simulated seconds per real second; ``math.inf`` never pauses.
+        seed: seeds the engine's acceptance sampling and timing noise.
+    """
+
+    hardware: Hardware = field(default_factory=lambda: parse_hardware(DEFAULT_HARDWARE))
+    faults: Faults = field(default_factory=Faults)
+    speed: float = 1.0
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class ServeArgs:
+    """A parsed command line.
+
+    Attributes:
+        server: the server config, as spectune models it.
+        served_names: the names ``/v1/models`` lists (``--served-model-name``, else the model).
+        host: the address to listen on; None means every interface, like vLLM.
+        port: the port to listen on.
+        kv_cache_memory_bytes: an explicit KV-cache size per GPU (skips the memory profile).
+        api_key: the bearer token ``/v1`` requests must carry, if any.
+        ignored: accepted vLLM flags the simulator ignores, for the start-up log.
+        sim: the simulator's own settings.
+    """
+
+    server: ServerConfig
+    served_names: tuple[str, ...]
+    host: str | None
+    port: int
+    kv_cache_memory_bytes: int | None
+    api_key: str | None
+    ignored: tuple[str, ...]
+    sim: SimOptions
+
+
+def _human_int(text: str) -> int:
+    """vLLM's ``human_readable_int``: ``64M`` is 64 MiB, ``25.6k`` is 25,600."""
+    text = text.strip()
+    match = _HUMAN_INT.fullmatch(text)
+    if match is None:
+        return int(text)
+    number, suffix = match.groups()
+    if suffix in _DECIMAL:
+        return int(float(number) * _DECIMAL[suffix])
+    return int(number) * _BINARY[suffix]
+
+
+def _hardware(text: str) -> Hardware:
+    try:
+        return parse_hardware(text)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _bool(text: str) -> bool:
+    """vLLM's old ``StoreBoolean`` values (``--enable-chunked-prefill False``)."""
+    lowered = text.lower()
+    if lowered in ("true", "1", "yes"):
+        return True
+    if lowered in ("false", "0", "no"):
+        return False
+    raise ValueError(text)
+
+
+def _add_boolean(parser: argparse.ArgumentParser, flag: str, default: bool | None) -> None:
+    """``--FLAG``, ``--no-FLAG`` and the pre-0.8.5 ``--FLAG False`` spellings."""
+    dest = flag.lstrip("-").replace("-", "_")
+    parser.add_argument(flag, dest=dest, nargs="?", const=True, type=_bool, default=default)
+    parser.add_argument(f"--no-{flag[2:]}", dest=dest, action="store_false")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="vllm serve",
+        description="spectune's simulated vLLM server: vLLM's flags, timings from tuner.sim.",
+    )
+    parser.add_argument("--version", action="version", version=str(NEWEST_KNOWN))
+    parser.add_argument("model", nargs="?", help="catalog Hugging Face id or local model dir")
+    parser.add_argument("--config", help="YAML file whose keys are flag names")
+    parser.add_argument("--host")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--served-model-name", nargs="+")
+    parser.add_argument("--tensor-parallel-size", "-tp", type=int, default=1)
+    parser.add_argument("--max-model-len", type=_human_int)
+    parser.add_argument("--gpu-memory-utilization", type=float, default=0.9)
+    parser.add_argument("--max-num-batched-tokens", type=_human_int)
+    parser.add_argument("--max-num-seqs", type=int)
+    parser.add_argument("--kv-cache-memory-bytes", type=_human_int)
+    parser.add_argument("--quantization", "-q")
+    parser.add_argument("--speculative-config", type=json.loads)
+    parser.add_argument("--speculative-model")
+    parser.add_argument("--num-speculative-tokens", type=int)
+    parser.add_argument("--ngram-prompt-lookup-max", type=int)
+    parser.add_argument("--ngram-prompt-lookup-min", type=int)
+    parser.add_argument("--api-key")
+    _add_boolean(parser, "--enable-chunked-prefill", True)
+    _add_boolean(parser, "--enforce-eager", False)
+    for flag in _IGNORED_VALUE_FLAGS:
+        parser.add_argument(flag, dest=f"ignored_{flag[2:]}", metavar="VALUE",
+                            help="accepted and ignored by the simulator")
+    for flag in _IGNORED_BOOL_FLAGS:
+        _add_boolean(parser, flag, None)
+    sim = parser.add_argument_group("simulator (spectune only)")
+    env = os.environ
+    sim.add_argument(
+        "--sim-hardware",
+        type=_hardware,
+        default=env.get("SPECTUNE_SIM_HARDWARE", DEFAULT_HARDWARE),
+        help=f"simulated GPUs, e.g. 4090x2 (default {DEFAULT_HARDWARE}; SPECTUNE_SIM_HARDWARE)",
+    )
+    sim.add_argument("--sim-fault", action="append", default=None, metavar="FAULT",
+                     help=f"inject a fault, repeatable: {', '.join(FAULT_NAMES)} "
+                     "(SPECTUNE_SIM_FAULT, comma-separated)")
+    sim.add_argument("--sim-speed", type=float, default=env.get("SPECTUNE_SIM_SPEED", "1"),
+                     help="simulated seconds per real second; inf: no pauses (SPECTUNE_SIM_SPEED)")
+    sim.add_argument("--sim-seed", type=int, default=env.get("SPECTUNE_SIM_SEED", "0"),
+                     help="seeds acceptance and timing noise (SPECTUNE_SIM_SEED)")
+    return parser
+
+
+def _config_file_argv(path: str, parser: argparse.ArgumentParser) -> tuple[list[str], str | None]:
+    """The flags a ``--config`` YAML stands for, and its ``model`` key."""
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        parser.error(f"cannot read config file {path}: {exc}")
+    if data is None:
+        return [], None
+    if not isinstance(data, dict):
+        parser.error(f"config file {path} must hold a mapping of flag names to values")
+    argv: list[str] = []
+    model: str | None = None
+    for key, value in data.items():
+        if key == "model":
+            model = str(value)
+        elif value is True:
+            argv.append(f"--{key}")
+        elif value is False or value is None:
+            continue  # vLLM's loader drops false values
+        elif isinstance(value, dict):
+            argv += [f"--{key}", json.dumps(value)]
+        elif isinstance(value, list):
+            argv += [f"--{key}", *(str(item) for item in value)]
+        else:
+            argv += [f"--{key}", str(value)]
+    return argv, model
+
+
+def _speculative(ns: argparse.Namespace) -> SpeculativeConfig | None:
+    config: Any = ns.speculative_config
+    if config is None and ns.speculative_model is not None:
+        # The pre-0.8.3 dialect: "[ngram]" or a draft model, plus the token count.
+        config = {
+            "model": ns.speculative_model,
+            "num_speculative_tokens": ns.num_speculative_tokens,
+            "prompt_lookup_max": ns.ngram_prompt_lookup_max,
+            "prompt_lookup_min": ns.ngram_prompt_lookup_min,
+        }
+    if config is None:
+        return None
+    if not isinstance(config, dict):
+        raise ConfigValidationError("SpeculativeConfig", "speculative config must be a mapping")
+    model = config.get("model")
+    method = config.get("method")
+    if method is None:
+        if model in ("[ngram]", "ngram"):
+            method = "ngram"
+        elif model:
+            method = "draft_model"
+        else:
+            raise ConfigValidationError(
+                "SpeculativeConfig", "Either a speculative method or a draft model is required"
+            )
+    k = config.get("num_speculative_tokens")
+    if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+        raise ConfigValidationError(
+            "SpeculativeConfig", f"num_speculative_tokens must be a positive integer, got {k!r}"
+        )
+    return SpeculativeConfig(
+        method=str(method),
+        num_speculative_tokens=k,
+        model=str(model) if method == "draft_model" and model else None,
+        prompt_lookup_max=config.get("prompt_lookup_max"),
+        prompt_lookup_min=config.get("prompt_lookup_min"),
+    )
+
+
+def _model_max_len(model: str) -> int:
+    """The context length vLLM would read from the model (``max_position_embeddings``)."""
+    try:
+        config = json.loads((Path(model).expanduser() / "config.json").read_text())
+        return int(config["max_position_embeddings"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return DEFAULT_MAX_MODEL_LEN
+
+
+def _sim_options(ns: argparse.Namespace, env: Mapping[str, str]) -> SimOptions:
+    fault_specs: list[str] = ns.sim_fault or env.get("SPECTUNE_SIM_FAULT", "").split(",")
+    faults = parse_faults(fault_specs)
+    if not ns.sim_speed > 0:
+        raise ValueError(f"--sim-speed must be positive (or inf), got {ns.sim_speed}")
+    return SimOptions(hardware=ns.sim_hardware, faults=faults, speed=ns.sim_speed, seed=ns.sim_seed)
+
+
+def parse_serve_args(argv: Sequence[str], env: Mapping[str, str] | None = None) -> ServeArgs:
+    """Parses ``[serve] [MODEL] [flags]`` like ``vllm serve``.
+
+    Args:
+        argv: the arguments after the program name.
+        env: where ``SPECTUNE_SIM_FAULT`` is read (the other variables are argparse defaults
+            read from ``os.environ``); defaults to ``os.environ``.
+
+    Returns:
+        The parsed arguments.
+
+    Raises:
+        SystemExit: status 2 with an argparse message for unknown flags, bad values or a
+            missing model, as vLLM's parser exits; status 0 after ``--version``/``--help``.
+        ConfigValidationError: a value vLLM's config classes would reject.
+    """
+    env = os.environ if env is None else env
+    args = list(argv)
+    if args[:1] == ["serve"]:
+        args = args[1:]
+    parser = _parser()
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--config")
+    known, _ = pre.parse_known_args(args)
+    file_model = None
+    if known.config:
+        file_argv, file_model = _config_file_argv(known.config, parser)
+        # As vLLM does: the model first, then the file's flags, then the command line's, so
+        # the command line wins and a bare boolean from the file cannot swallow the model.
+        head = args[:1] if args and not args[0].startswith("-") else []
+        args = head + file_argv + args[len(head) :]
+    ns = parser.parse_args(args)
+    model: str | None = ns.model or file_model
+    if not model:
+        parser.error("the following arguments are required: model_tag")
+    try:
+        sim = _sim_options(ns, env)
+    except ValueError as exc:
+        parser.error(f"argument --sim-fault/--sim-speed: {exc}")
+    extra: list[tuple[str, FlagValue]] = []
+    if ns.max_num_seqs is not None:
+        extra.append(("max-num-seqs", ns.max_num_seqs))
+    if ns.enforce_eager:
+        extra.append(("enforce-eager", True))
+    names = tuple(ns.served_model_name or ())
+    server = ServerConfig(
+        model=model,
+        tensor_parallel_size=ns.tensor_parallel_size,
+        max_model_len=ns.max_model_len or _model_max_len(model),
+        gpu_memory_utilization=ns.gpu_memory_utilization,
+        max_num_batched_tokens=ns.max_num_batched_tokens or DEFAULT_BATCHED_TOKENS,
+        speculative=_speculative(ns),
+        quantization=ns.quantization,
+        enable_chunked_prefill=ns.enable_chunked_prefill is not False,
+        served_model_name=names[0] if names else None,
+        extra_flags=tuple(extra),
+    )
+    ignored = tuple(
+        f"--{key.removeprefix('ignored_').replace('_', '-')}"
+        for key, value in sorted(vars(ns).items())
+        if value is not None
+        and (key.startswith("ignored_") or f"--{key.replace('_', '-')}" in _IGNORED_BOOL_FLAGS)
+    )
+    return ServeArgs(
+        server=server,
+        served_names=names or (model,),
+        host=ns.host,
+        port=ns.port,
+        kv_cache_memory_bytes=ns.kv_cache_memory_bytes,
+        api_key=ns.api_key,
+        ignored=ignored,
+        sim=sim,
+    )

@@ -1,0 +1,134 @@
+"""Confirmation: the best configs measured again, each time on a fresh server.
+
+One trial is one measurement, and the search keeps the luckiest ones: the top of a study is
+biased upwards. Before a config is exported, :func:`confirm` runs each of the top N configs R
+more times, stopping and starting the server between runs (a fresh :class:`TrialRunner` each
+time), and stores every run with the mean and a Student-t 95 % confidence interval as the
+study's ``confirmed`` user attribute::
+
+    {"<trial number>": {"trial": 20, "source": "simulated", "date": "2026-11-29",
+                        "runs": [{"status": "ok", "output_tok_s": 59.1, "p95_ttft_ms": 281.0,
+                                  "acceptance_rate": 0.72, "levels": [[1, 59.1], [8, 280.3]]},
+                                 ...],
+                        "output_tok_s": {"mean": 59.4, "ci95": [58.1, 60.7], "n": 3},
+                        "p95_ttft_ms": {"mean": 279.2, "ci95": [270.3, 288.1], "n": 3}}}
+
+Recommendation and export prefer these numbers (:mod:`tuner.analysis.picks`). The simulator
+works the same way: each repeat gets its own noise seed, so its intervals are meaningful.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+from pathlib import Path
+
+import optuna
+from optuna.trial import FrozenTrial
+
+from tuner.analysis.confirmed import CONFIRMED_ATTR, Confirmed, Run
+from tuner.analysis.picks import confirmation_order
+from tuner.analysis.provenance import record_environment
+from tuner.analysis.recommend import feasible, trial_view
+from tuner.config.space import SearchSpace
+from tuner.config.trial import ClientConfig, LaunchContext, TrialConfig
+from tuner.errors import SpectuneError
+from tuner.results import Source
+from tuner.trial.backends import Backend
+from tuner.trial.runner import TrialOutcome, TrialRunner
+
+__all__ = ["OnRun", "confirm"]
+
+# Called after each run: (trial number, repeat index, the run).
+OnRun = Callable[[int, int, Run], None]
+
+
+def confirm(
+    study: optuna.Study,
+    space: SearchSpace,
+    backend: Backend,
+    top_n: int = 3,
+    repeats: int = 3,
+    *,
+    log_dir: Path,
+    seed: int = 0,
+    on_run: OnRun | None = None,
+    today: dt.date | None = None,
+) -> list[Confirmed]:
+    """Measures the top ``top_n`` feasible configs ``repeats`` more times each.
+
+    The candidates are the configs the picks would choose on single measurements
+    (max-throughput, balanced, min-ttft), then the next best by throughput, without
+    duplicates. Each run gets a fresh server. Results are stored with the study (merged with
+    earlier confirmations) and returned in candidate order.
+
+    Args:
+        study: the study; its space decides the workload and TTFT limit.
+        space: the study's search space.
+        backend: runs the servers (the simulator, vLLM processes or containers); its
+            launcher is stopped after each run and left open for the caller to close.
+        top_n: configs to confirm; 0 confirms nothing.
+        repeats: runs per config (at least 2 for an interval).
+        log_dir: server logs go to ``log_dir/confirm-<trial>/trial-<repeat>.log``.
+        seed: the study's seed; each run derives its own from it.
+        on_run: progress callback.
+        today: the date recorded (tests pin it).
+    """
+    if top_n < 1 or repeats < 1:
+        return []
+    candidates = confirmation_order(feasible(study))[:top_n]
+    folder = log_dir
+    date = (today or dt.date.today()).isoformat()
+    results = []
+    for trial in candidates:
+        runs = []
+        for repeat in range(repeats):
+            context = LaunchContext(study.study_name, repeat, folder / f"confirm-{trial.number}")
+            run = _run_once(trial, space, backend, context, _seed(seed, trial, repeat))
+            runs.append(run)
+            if on_run:
+                on_run(trial.number, repeat, run)
+        record = Confirmed(trial.number, backend.source.value, tuple(runs), date)
+        results.append(record)
+        # Stored per config: an interrupted confirmation of real servers keeps what it measured.
+        stored = dict(study.user_attrs.get(CONFIRMED_ATTR) or {})
+        stored[str(record.trial)] = record.to_dict()
+        study.set_user_attr(CONFIRMED_ATTR, stored)
+    if results and backend.source is Source.MEASURED:  # real GPUs: say which, with the driver
+        record_environment(study)
+    return results
+
+
+def _seed(seed: int, trial: FrozenTrial, repeat: int) -> int:
+    # Trials use seed * 100_003 + number; a large odd stride keeps repeats off those seeds.
+    return seed * 100_003 + trial.number + 1_000_003 * (repeat + 1)
+
+
+def _run_once(
+    trial: FrozenTrial, space: SearchSpace, backend: Backend, context: LaunchContext, seed: int
+) -> Run:
+    view = trial_view(trial)
+    config = TrialConfig(view.server, ClientConfig(view.temperature, space.workload))
+    runner = TrialRunner(backend, space.hardware, space.ttft_limit_ms)
+    try:
+        outcome = runner.run(config, context, seed)
+    except SpectuneError as exc:  # a crash or nothing measured: the config is not repeatable
+        return Run("failed", failure=str(exc))
+    finally:
+        # Stop, not close: the next repeat starts its own server on the same launcher, which
+        # its owner closes when done.
+        backend.launcher.stop()
+    return _run_from(outcome)
+
+
+def _run_from(outcome: TrialOutcome) -> Run:
+    primary = outcome.primary
+    if primary is None:
+        return Run(outcome.status.value, failure=outcome.failure)
+    return Run(
+        status=outcome.status.value,
+        output_tok_s=primary.output_tok_s,
+        p95_ttft_ms=outcome.score.values[1],
+        acceptance_rate=primary.acceptance_rate,
+        levels=tuple((r.concurrency, r.output_tok_s) for r in outcome.results),
+    )

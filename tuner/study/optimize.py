@@ -1,0 +1,167 @@
+"""``spectune optimize`` as a library call: open the study, run trials, confirm the best.
+
+Writing ``best.yaml`` is the export layer's job (:func:`tuner.export.vllm.write_best`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import optuna
+from optuna.trial import TrialState
+
+from tuner.analysis.confirmed import Confirmed
+from tuner.analysis.picks import pick_trial
+from tuner.analysis.recommend import TrialView, pareto_front, recommend, trial_view
+from tuner.config.space import SearchSpace
+from tuner.errors import ConfigError
+from tuner.study.confirm import OnRun, confirm
+from tuner.study.paths import StudyPaths, default_storage
+from tuner.study.storage import check_writable, open_storage
+from tuner.study.strategy import warm_start
+from tuner.study.study import (
+    OnTrial,
+    StudyOptions,
+    claim_source,
+    extend_budget,
+    make_sampler,
+    open_study,
+    run_trials,
+)
+from tuner.study.workers import WorkerRequest, check_parallel_storage, gpu_slices, spawn_workers
+from tuner.trial.backends import Backend, BackendOptions, backend_factory
+
+__all__ = ["OptimizeRequest", "OptimizeResult", "optimize"]
+
+
+@dataclass(frozen=True)
+class OptimizeRequest:
+    study: str
+    space: SearchSpace | None  # None: resume with the stored space
+    backend: str
+    trials: int
+    studies_dir: Path
+    storage: str | None = None
+    sampler: str = "spectune"
+    seed: int = 0
+    workers: int = 1
+    gpus_per_trial: int | None = None  # default: the GPU count of the space's hardware
+    confirm_top: int = 3  # configs measured again on fresh servers before export (0: none)
+    confirm_repeats: int = 3
+    # Backend settings beyond study, seed and GPUs (which optimize fills in per worker).
+    backend_options: BackendOptions = field(default_factory=lambda: BackendOptions(study=""))
+
+
+@dataclass(frozen=True)
+class OptimizeResult:
+    study: str
+    storage: str
+    space: SearchSpace
+    trials: int  # trials in the study now, all runs together
+    pareto: list[TrialView]
+    recommended: TrialView | None
+    paths: StudyPaths
+    handle: optuna.Study  # the opened study, for exports
+    confirmed: list[Confirmed]  # the re-measured configs, best candidates first
+
+
+def optimize(
+    request: OptimizeRequest,
+    on_trial: OnTrial | None = None,
+    backend: Backend | None = None,
+    on_tick: Callable[[int], None] | None = None,
+    on_confirm: OnRun | None = None,
+) -> OptimizeResult:
+    """Runs ``request.trials`` more trials (in ``request.workers`` workers) and exports the best.
+
+    Args:
+        request: what to run.
+        on_trial: called after each trial of an in-process run (one worker).
+        backend: a ready backend to use instead of building one (tests, benchmarks).
+        on_tick: called about once a second while worker processes run, with the number of
+            trials they have finished so far.
+        on_confirm: called after each confirmation run.
+    """
+    if request.trials < 1:
+        raise ConfigError(f"--trials {request.trials}: ask for at least 1 trial")
+    if request.workers < 1:
+        raise ConfigError(f"--workers {request.workers}: use at least 1 worker")
+    sampler = make_sampler(request.sampler, request.seed)
+    build_backend = backend_factory(request.backend)
+    storage_url = request.storage or default_storage(request.study, request.studies_dir)
+    check_parallel_storage(storage_url, request.workers)
+    check_writable(request.studies_dir)  # logs and exports go there whatever the storage
+    storage = open_storage(storage_url)
+    study, space = open_study(request.study, storage, request.space, sampler)
+    per_trial = request.gpus_per_trial or space.hardware.count
+    if per_trial != space.hardware.count:
+        raise ConfigError(
+            f"--gpus-per-trial {per_trial} does not match the study's hardware "
+            f"{space.hardware.label}: use --gpus-per-trial {space.hardware.count}"
+        )
+    paths = StudyPaths.of(request.studies_dir, request.study, storage_url)
+    paths.folder.mkdir(parents=True, exist_ok=True)
+    options = replace(request.backend_options, study=request.study, seed=request.seed)
+    claim_source(study, request.backend)
+    extend_budget(study, request.trials)
+    if request.sampler == "spectune":  # before any worker starts, so they all share the queue
+        warm_start(study, space, request.trials)
+    if request.workers == 1:
+        if request.gpus_per_trial is not None and options.gpus is None:
+            options = replace(options, gpus=gpu_slices(1, per_trial)[0])
+        run_trials(
+            study,
+            space,
+            backend or build_backend(space, options),
+            StudyOptions(request.trials, request.seed, paths.logs, space.ttft_limit_ms),
+            on_trial,
+        )
+    else:
+        done = (TrialState.COMPLETE, TrialState.FAIL)
+        before = len(study.get_trials(deepcopy=False, states=done))
+
+        def tick() -> None:
+            if on_tick:
+                on_tick(len(study.get_trials(deepcopy=False, states=done)) - before)
+
+        worker = WorkerRequest(
+            request.study,
+            storage_url,
+            request.backend,
+            request.studies_dir,
+            options,
+            request.sampler,
+        )
+        spawn_workers(worker, request.workers, per_trial, tick)
+    confirmed: list[Confirmed] = []
+    feasible = recommend(study) is not None  # confirming changes no trial's feasibility
+    if feasible and request.confirm_top > 0:
+        # A fresh backend: run_trials closed its own, and each run needs a fresh server.
+        fresh = backend or build_backend(space, options)
+        try:
+            confirmed = confirm(
+                study,
+                space,
+                fresh,
+                request.confirm_top,
+                request.confirm_repeats,
+                log_dir=paths.logs,
+                seed=request.seed,
+                on_run=on_confirm,
+            )
+        finally:
+            fresh.launcher.close()
+    recommended = pick_trial(study) if feasible else None  # confirmed numbers first
+    return OptimizeResult(
+        study=request.study,
+        storage=storage_url,
+        space=space,
+        trials=len(study.trials),
+        pareto=[trial_view(t) for t in pareto_front(study)],
+        recommended=recommended,
+        paths=paths,
+        handle=study,
+        confirmed=confirmed,
+    )

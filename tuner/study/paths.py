@@ -1,0 +1,74 @@
+"""Where a study keeps its files: one type, so the layout is spelled in one place.
+
+A study is named by its storage *and* its name: two databases may each hold a study called
+``demo``, and their logs and ``best.yaml`` must not overwrite each other. The default SQLite
+database of a study keeps the plain ``STUDIES_DIR/NAME/`` folder (what earlier versions wrote);
+any other storage gets ``STUDIES_DIR/NAME@<hash of the storage URL>/``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from tuner.errors import ConfigError
+
+__all__ = ["StudyPaths", "check_study_name", "default_storage"]
+
+# Letters, digits and . _ - (not leading): a name that is safe as a folder and a file name.
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_PASSWORD = re.compile(r"(://[^:/@]*):[^@]*@")
+
+
+def check_study_name(name: str) -> str:
+    """Returns ``name`` when it can name a folder; ConfigError otherwise."""
+    if not _NAME.match(name) or ".." in name or len(name) > 120:
+        raise ConfigError(
+            f"study name {name!r}: use letters, digits, '.', '_' and '-' (no '/', no '..', "
+            "at most 120 characters), e.g. --study qwen32b-4090x2"
+        )
+    return name
+
+
+def default_storage(study: str, studies_dir: Path) -> str:
+    """The SQLite database a study gets when no ``--storage`` is given."""
+    return f"sqlite:///{studies_dir / f'{check_study_name(study)}.db'}"
+
+
+@dataclass(frozen=True)
+class StudyPaths:
+    """The folder of one study in one storage, and the files inside it."""
+
+    folder: Path
+
+    @classmethod
+    def of(cls, studies_dir: Path, study: str, storage: str | None = None) -> StudyPaths:
+        """The folder for ``study`` stored at ``storage`` (None: its default SQLite file)."""
+        check_study_name(study)
+        if storage is None or storage == default_storage(study, studies_dir):
+            return cls(studies_dir / study)
+        # Without the password: changing it must not move the study's files.
+        digest = hashlib.sha256(_PASSWORD.sub(r"\1@", storage).encode()).hexdigest()[:8]
+        return cls(studies_dir / f"{study}@{digest}")
+
+    @property
+    def logs(self) -> Path:
+        """Server logs: ``trial-<n>.log`` and ``confirm-<trial>/``."""
+        return self.folder / "logs"
+
+    @property
+    def best_yaml(self) -> Path:
+        """The recommended config as ``vllm serve --config`` reads it."""
+        return self.folder / "best.yaml"
+
+    @property
+    def report(self) -> Path:
+        """The default folder of ``spectune report``."""
+        return self.folder / "report"
+
+    @property
+    def artifacts(self) -> Path:
+        """optuna-dashboard's artifact store for this study."""
+        return self.folder / "artifacts"

@@ -1,0 +1,160 @@
+"""The study database: opening it, stale-trial recovery, and a trial budget shared by workers.
+
+Several workers share a study through one database (PostgreSQL across hosts). Optuna's
+heartbeats mark a trial whose worker died as FAIL, and the retry callback re-queues its
+configuration once. The budget is enforced where trials are born: creating a new trial takes a
+database lock, counts the study's live trials and refuses past the budget, so workers together
+never run more trials than asked, however they race.
+"""
+
+from __future__ import annotations
+
+import os
+import zlib
+from pathlib import Path
+from typing import Any
+
+import optuna
+import sqlalchemy
+import sqlalchemy.exc
+from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
+from optuna.trial import FrozenTrial, TrialState
+
+from tuner.errors import ConfigError, SpectuneError
+
+__all__ = [
+    "BUDGET_ATTR",
+    "COUNTED_STATES",
+    "BudgetExhausted",
+    "BudgetedStorage",
+    "check_writable",
+    "is_sqlite",
+    "open_storage",
+    "safe_url",
+    "study_exists",
+]
+
+BUDGET_ATTR = "trial_budget"
+# States that use up the budget: a FAIL does not, since its retry (WAITING) takes its place.
+COUNTED_STATES = (TrialState.COMPLETE, TrialState.RUNNING, TrialState.WAITING, TrialState.PRUNED)
+# A worker's heartbeat every 10 s; silent for 40 s means dead. Tests shorten both.
+HEARTBEAT_INTERVAL_S = int(os.environ.get("SPECTUNE_HEARTBEAT_S", "10"))
+GRACE_PERIOD_S = int(os.environ.get("SPECTUNE_GRACE_S", "40"))
+
+
+class BudgetExhausted(SpectuneError):
+    """The study already has as many trials as its budget allows."""
+
+
+class BudgetedStorage(RDBStorage):
+    """RDBStorage that refuses to create trials beyond the study's ``trial_budget`` attribute."""
+
+    # Optuna's cache layer calls the private _create_new_trial, so the guard must sit here.
+    def _create_new_trial(
+        self, study_id: int, template_trial: FrozenTrial | None = None
+    ) -> FrozenTrial:
+        if template_trial is not None:  # enqueued configs and retries replace counted work
+            return super()._create_new_trial(study_id, template_trial)
+        with self.engine.connect() as lock:
+            postgres = self.engine.dialect.name == "postgresql"
+            if postgres:  # serialises count-then-insert across every worker of every host
+                lock.execute(
+                    sqlalchemy.text("SELECT pg_advisory_lock(:k)"), {"k": _lock_key(study_id)}
+                )
+            try:
+                budget = self.get_study_user_attrs(study_id).get(BUDGET_ATTR)
+                live = len(self.get_all_trials(study_id, deepcopy=False, states=COUNTED_STATES))
+                if budget is not None and live >= int(budget):
+                    raise BudgetExhausted(f"the study's budget of {budget} trials is used up")
+                return super()._create_new_trial(study_id, template_trial)
+            finally:
+                if postgres:
+                    lock.execute(
+                        sqlalchemy.text("SELECT pg_advisory_unlock(:k)"), {"k": _lock_key(study_id)}
+                    )
+                    lock.commit()
+
+
+def _lock_key(study_id: int) -> int:
+    return zlib.crc32(f"spectune-study-{study_id}".encode())
+
+
+def is_sqlite(url: str) -> bool:
+    return url.startswith("sqlite")
+
+
+def open_storage(
+    url: str,
+    *,
+    heartbeat_interval_s: int = HEARTBEAT_INTERVAL_S,
+    grace_period_s: int = GRACE_PERIOD_S,
+) -> BudgetedStorage:
+    """Opens (creating if needed) the study database, with heartbeats and one retry.
+
+    Raises:
+        ConfigError: the URL is malformed, the driver is unknown, the SQLite folder cannot be
+            written, or the server cannot be reached.
+    """
+    try:
+        parsed = sqlalchemy.engine.make_url(url)
+    except sqlalchemy.exc.ArgumentError:
+        raise ConfigError(
+            f"invalid storage URL {url!r}: use sqlite:///path/to.db or "
+            "postgresql+psycopg://user:password@host/db"
+        ) from None
+    if parsed.get_backend_name() == "sqlite" and parsed.database:
+        check_writable(Path(parsed.database).expanduser().resolve().parent)
+    try:
+        return BudgetedStorage(
+            url,
+            engine_kwargs=_engine_kwargs(parsed),
+            heartbeat_interval=heartbeat_interval_s,
+            grace_period=grace_period_s,
+            heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=1),
+        )
+    except (sqlalchemy.exc.SQLAlchemyError, ImportError, ValueError) as exc:
+        text = str(exc).strip()
+        reason = text.splitlines()[0] if text else type(exc).__name__
+        raise ConfigError(
+            f"cannot open storage {safe_url(url)}: {reason[:200]} (check the URL, that the "
+            "database server runs and accepts this user)"
+        ) from None
+
+
+def _engine_kwargs(url: sqlalchemy.engine.URL) -> dict[str, Any]:
+    if url.get_backend_name() == "postgresql":
+        return {"pool_pre_ping": True, "connect_args": {"connect_timeout": 10}}
+    return {}
+
+
+def check_writable(folder: Path, what: str = "studies folder", flag: str = "--studies-dir") -> None:
+    """Creates ``folder`` if needed and proves it can be written; ConfigError otherwise."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = folder / ".spectune-write-check"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise ConfigError(
+            f"{what} {folder} is not writable ({exc.strerror}): choose another with "
+            f"{flag} or fix its permissions"
+        ) from None
+
+
+def safe_url(url: str) -> str:
+    """The storage URL without its password, for messages."""
+    try:
+        return sqlalchemy.engine.make_url(url).render_as_string(hide_password=True)
+    except sqlalchemy.exc.ArgumentError:
+        return url
+
+
+def study_exists(url: str, name: str) -> bool:
+    """Whether the database at ``url`` holds study ``name``; never creates an SQLite file."""
+    if is_sqlite(url) and not Path(url.split("///", 1)[-1]).exists():
+        return False
+    return name in study_names(open_storage(url))
+
+
+def study_names(storage: optuna.storages.BaseStorage) -> set[str]:
+    return {s.study_name for s in optuna.get_all_study_summaries(storage)}

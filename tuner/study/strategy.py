@@ -1,0 +1,372 @@
+"""spectune's default search strategy: start where the simulator puts the optimum, then refine.
+
+On real GPUs every trial costs minutes (a server start-up, then a benchmark), so the first trials
+matter most. Before any trial runs, :func:`warm_start` asks the simulator's noise-free model
+(:func:`tuner.sim.engine.predict`: the catalog's models, or local model directories read through
+:func:`tuner.catalog.models.load_model`, on the space's hardware) where the best configs lie, and
+enqueues a few of them, in this order:
+
+1. the best predicted config;
+2. its request-only variants (other temperatures) predicted nearly as fast: they reuse the
+   server the first trial started, so they cost a benchmark and no restart;
+3. the best config of each next-best (draft, K) pair, so that a prediction that is wrong about
+   one draft does not cost the study all of its first trials.
+
+Only configs predicted to fit with :data:`SAFETY_MARGIN_GIB` to spare are enqueued: a start-up
+uses a few hundred MiB more or less than any model of it (allocator fragmentation, library
+workspaces), and a config pushed on the strength of a prediction alone should not be one that
+runs out of memory at launch. Where the prediction cannot tell configs apart, the one with more
+memory to spare and the lower TTFT for the longest prompts wins. The measurements come from
+whatever backend runs; the predictions only choose the first trials. After them the sampler of
+the constraint-aware multivariate TPE of ``--sampler tpe``,
+learns from what was measured; starting it next to the predicted optimum, at a safe memory
+setting, also keeps its own proposals away from the memory limit.
+
+Predicting every point of the default space (11 000 configs) would take minutes, so the screen
+is staged, each stage around the best of the one before: every (draft, K) pair at its most
+generous safe memory setting and the lowest temperature; every temperature for the best few
+pairs; every utilization, then every batched-token size, for the best config; every pair at the
+memory setting found; every temperature at the best server config. A hundred-odd predictions
+take seconds, nothing next to one server start-up. Nothing is enqueued when no config is
+predicted to meet the TTFT limit: the sampler then explores on its own.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from typing import Any
+
+import optuna
+
+from tuner.catalog.models import ModelSpec
+from tuner.config.space import NO_DRAFT, Range, SearchSpace
+from tuner.config.trial import TrialConfig
+from tuner.errors import StartupFailure
+from tuner.results import TrialResult
+from tuner.sim.engine import INPUT_SPREAD, predict
+from tuner.sim.memory import estimate_memory
+
+__all__ = [
+    "SAFETY_MARGIN_GIB",
+    "Prediction",
+    "grid_params",
+    "predicted_configs",
+    "warm_start",
+]
+
+# Memory (GiB) a config must have to spare, beyond the memory model in every way it can run out
+# (outside vLLM's budget, and KV cache beyond one max-model-len request), to be enqueued.
+SAFETY_MARGIN_GIB = 0.75
+# At most this many trials are chosen by the prediction; the sampler chooses the rest.
+WARM_START_MAX = 8
+# The prediction chooses at most this share of a run's trials, so the sampler always explores.
+_WARM_START_SHARE = 0.25
+# Request-only variants of the best config are tried when predicted within this share of it.
+_VARIANT_SHARE = 0.97
+_MAX_VARIANTS = 2
+# Candidates carried from one screening stage to the next.
+_SHORTLIST = 4
+# A float range without a step is screened at this many equal intervals.
+_FLOAT_INTERVALS = 10
+# Halvings of the interval when finding how much memory a config has to spare (~1 MiB).
+_BISECTIONS = 15
+
+Pair = tuple[str, int]  # (draft, K); K is 0 without speculation
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """The simulator's noise-free forecast for one point of a search space.
+
+    Attributes:
+        params: the point, named as :meth:`SearchSpace.suggest` names its parameters.
+        config: the trial config those parameters make.
+        output_tok_s: predicted output throughput at the workload's first concurrency level.
+        p95_ttft_ms: predicted p95 time to first token (inf when no request completes).
+        tail_ttft_ms: the same for prompts as long as the longest the simulator sends.
+        headroom_gib: memory a start-up may need beyond the model before it fails.
+    """
+
+    params: dict[str, Any]
+    config: TrialConfig
+    output_tok_s: float
+    p95_ttft_ms: float
+    tail_ttft_ms: float
+    headroom_gib: float
+
+    @property
+    def pair(self) -> Pair:
+        return str(self.params["draft"]), int(self.params.get("num_speculative_tokens", 0))
+
+
+def grid_params(space: SearchSpace) -> Iterator[dict[str, Any]]:
+    """Every point of the discretised space, named as :meth:`SearchSpace.suggest` names them.
+
+    Float ranges are taken at their step (or at 10 equal intervals when they have none); K is
+    left out where there is no draft, and the temperature where the space fixes it.
+    """
+    for draft in space.drafts:
+        for k in _ks(space, draft):
+            for util in _values(space.gpu_memory_utilization):
+                for mnbt in space.max_num_batched_tokens:
+                    for temperature in _temperatures(space):
+                        yield _params(space, draft, k, util, mnbt, temperature)
+
+
+def warm_start(study: optuna.Study, space: SearchSpace, budget: int) -> int:
+    """Enqueues the configs the simulator predicts best, before any trial of ``study`` runs.
+
+    Args:
+        study: a study with no trials yet; a resumed study already has its own evidence and is
+            left alone.
+        space: the space the study tunes (its hardware, models and workload drive the forecast).
+        budget: trials this run will spend; at most a quarter of them (and at most 8) are
+            enqueued, so the sampler still explores.
+
+    Returns:
+        How many trials were enqueued.
+    """
+    if budget < 1 or study.get_trials(deepcopy=False):
+        return 0
+    count = min(WARM_START_MAX, max(1, math.floor(budget * _WARM_START_SHARE)))
+    chosen = _plan(predicted_configs(space), count)
+    for prediction in chosen:
+        study.enqueue_trial(
+            prediction.params,
+            user_attrs={
+                "warm_start": {
+                    "source": "predicted",
+                    "output_tok_s": round(prediction.output_tok_s, 3),
+                    "p95_ttft_ms": round(prediction.p95_ttft_ms, 3),
+                }
+            },
+        )
+    return len(chosen)
+
+
+@functools.lru_cache(maxsize=8)  # deterministic per space; benchmarks start many studies
+def predicted_configs(space: SearchSpace) -> tuple[Prediction, ...]:
+    """Screens ``space`` with the simulator; returns the screened configs, best first.
+
+    Only configs that fit with :data:`SAFETY_MARGIN_GIB` to spare and meet the space's TTFT
+    limit are returned: those that also meet it for the longest prompts first, then by
+    predicted throughput, TTFT for the longest prompts, and memory to spare.
+    """
+    return tuple(p for p in _Screen(space).run() if p.p95_ttft_ms <= space.ttft_limit_ms)
+
+
+def _plan(ranked: tuple[Prediction, ...], count: int) -> list[Prediction]:
+    """The enqueue order: the best, its request-only variants, then one per next-best pair."""
+    if not ranked or count < 1:
+        return []
+    best = ranked[0]
+    plan = [best]
+    variants = [
+        p
+        for p in ranked[1:]
+        if p.config.server == best.config.server
+        and p.output_tok_s >= _VARIANT_SHARE * best.output_tok_s
+    ]
+    plan += variants[: min(_MAX_VARIANTS, count - 1)]
+    seen = {best.pair}
+    for prediction in ranked:
+        if len(plan) >= count:
+            break
+        if prediction.pair not in seen:
+            seen.add(prediction.pair)
+            plan.append(prediction)
+    return plan
+
+
+class _Screen:
+    """The staged screen: each stage predicts around the best candidates of the one before."""
+
+    def __init__(self, space: SearchSpace) -> None:
+        self.space = space
+        self.temperatures = _temperatures(space)
+        self.concurrency = space.workload.concurrency[0]
+        # p95 TTFT is set by the longest prompts, while a noise-free prediction sends prompts of
+        # the mean length; the screen also predicts prompts as long as the simulator's longest.
+        self.tail = replace(
+            space.workload, input_tokens=round(space.workload.input_tokens * (1 + INPUT_SPREAD))
+        )
+        self.drafts: dict[str, ModelSpec | None] = {d: space.draft_model(d) for d in space.drafts}
+        self.done: dict[tuple[Pair, float, int, float], Prediction | None] = {}
+        # Memory to spare (GiB) of every memory setting (utilization, batched tokens) that fits
+        # each pair with the safety margin.
+        self.safe: dict[Pair, dict[tuple[float, int], float]] = {}
+        for draft in space.drafts:
+            for k in _ks(space, draft):
+                headroom = {
+                    (util, mnbt): self._headroom((draft, k), util, mnbt)
+                    for util in _values(space.gpu_memory_utilization)
+                    for mnbt in space.max_num_batched_tokens
+                }
+                safe = {s: h for s, h in headroom.items() if h >= SAFETY_MARGIN_GIB}
+                if safe:
+                    self.safe[(draft, k)] = safe
+
+    def run(self) -> list[Prediction]:
+        """Runs the stages; returns every prediction made, best first."""
+        # Acceptance never rises with temperature, so the lowest one shows what a pair can do;
+        # the most generous safe setting (most KV cache, largest prefill chunks) likewise.
+        coldest = min(self.temperatures)
+        reference = {pair: max(settings) for pair, settings in self.safe.items()}
+        stage1 = [self._predict(pair, *reference[pair], coldest) for pair in self.safe]
+        pairs = [p.pair for p in self._best(stage1)[:_SHORTLIST]]
+        stage2 = [
+            self._predict(pair, *reference[pair], t) for pair in pairs for t in self.temperatures
+        ]
+        ranked = self._best(stage2)
+        if not ranked:
+            return []
+        setting = self._tune_memory(ranked[0])
+        # The memory setting that suits the best pair suits the others too (memory settings act
+        # through KV capacity and prefill chunking, which the pairs share); each pair's best
+        # temperature so far goes with it.
+        temperature: dict[Pair, float] = {}
+        for prediction in self._best(list(self.done.values())):
+            temperature.setdefault(prediction.pair, prediction.config.client.temperature)
+        for pair, settings in self.safe.items():
+            if setting in settings:
+                self._predict(pair, *setting, temperature.get(pair, coldest))
+        # Request-only variants of the best config: candidates that reuse its server.
+        best = self._best(list(self.done.values()))[0]
+        server = best.config.server
+        for t in self.temperatures:
+            self._predict(
+                best.pair, server.gpu_memory_utilization, server.max_num_batched_tokens, t
+            )
+        return self._best(list(self.done.values()))
+
+    def _best(self, predictions: list[Prediction | None]) -> list[Prediction]:
+        return _best(predictions, self.space.ttft_limit_ms)
+
+    def _tune_memory(self, top: Prediction) -> tuple[float, int]:
+        """Coordinate search over the safe settings: utilization first, then batched tokens."""
+        pair, temperature = top.pair, top.config.client.temperature
+        settings = self.safe[pair]
+        mnbt = top.config.server.max_num_batched_tokens
+        by_util = self._best(
+            [self._predict(pair, u, m, temperature) for u, m in settings if m == mnbt]
+        )
+        util = (
+            by_util[0].config.server.gpu_memory_utilization
+            if by_util
+            else top.params["gpu_memory_utilization"]
+        )
+        by_mnbt = self._best(
+            [self._predict(pair, u, m, temperature) for u, m in settings if u == util]
+        )
+        best = by_mnbt[0] if by_mnbt else top
+        return best.params["gpu_memory_utilization"], best.config.server.max_num_batched_tokens
+
+    def _headroom(self, pair: Pair, util: float, mnbt: int) -> float:
+        """GiB a start-up may use beyond the memory model before it fails (< 0: it fails).
+
+        The least of two slacks: memory outside vLLM's budget (found by bisection on the
+        model's hidden-overhead input), and KV cache beyond one ``max-model-len`` request.
+        """
+        server = self._config(pair, util, mnbt, self.temperatures[0]).server
+        draft = self.drafts[pair[0]]
+
+        def fits(extra_gib: float) -> bool:
+            return estimate_memory(
+                self.space.hardware, self.space.target, draft, server, jitter_gib=extra_gib
+            ).fits
+
+        memory = estimate_memory(self.space.hardware, self.space.target, draft, server)
+        if not memory.fits:
+            return -1.0
+        low, high = 0.0, memory.gpu_total_gib
+        for _ in range(_BISECTIONS):
+            middle = (low + high) / 2
+            low, high = (middle, high) if fits(middle) else (low, middle)
+        kv_slack = memory.kv_cache_gib * (1 - server.max_model_len / memory.kv_tokens)
+        return min(low, kv_slack)
+
+    def _config(self, pair: Pair, util: float, mnbt: int, temperature: float) -> TrialConfig:
+        draft, k = pair
+        return self.space.config(self.space.speculative(draft, k), util, mnbt, temperature)
+
+    def _predict(self, pair: Pair, util: float, mnbt: int, temperature: float) -> Prediction | None:
+        key = (pair, util, mnbt, temperature)
+        if key not in self.done:
+            self.done[key] = self._forecast(pair, util, mnbt, temperature)
+        return self.done[key]
+
+    def _forecast(
+        self, pair: Pair, util: float, mnbt: int, temperature: float
+    ) -> Prediction | None:
+        config = self._config(pair, util, mnbt, temperature)
+        draft = self.drafts[pair[0]]
+        args = (self.space.hardware, self.space.target, draft, config.server, temperature)
+        try:
+            result = predict(*args, config.client.workload, self.concurrency)
+            tail = predict(*args, self.tail, self.concurrency)
+        except StartupFailure:  # cannot happen for a safe setting; skipped, not guessed at
+            return None
+        return Prediction(
+            params=_params(self.space, pair[0], pair[1], util, mnbt, temperature),
+            config=config,
+            output_tok_s=result.output_tok_s,
+            p95_ttft_ms=_ttft(result),
+            tail_ttft_ms=_ttft(tail),
+            headroom_gib=self.safe[pair][(util, mnbt)],
+        )
+
+
+def _ttft(result: TrialResult) -> float:
+    ttft = result.ttft_ms(95)
+    return math.inf if ttft is None else ttft
+
+
+def _best(predictions: list[Prediction | None], ttft_limit_ms: float) -> list[Prediction]:
+    """Best first: within the TTFT limit (for long prompts too), faster, sooner, safer."""
+    return sorted(
+        (p for p in predictions if p is not None),
+        key=lambda p: (
+            p.p95_ttft_ms > ttft_limit_ms,
+            p.tail_ttft_ms > ttft_limit_ms,
+            -p.output_tok_s,
+            p.tail_ttft_ms,
+            -p.headroom_gib,
+        ),
+    )
+
+
+def _params(
+    space: SearchSpace, draft: str, k: int, util: float, mnbt: int, temperature: float
+) -> dict[str, Any]:
+    params: dict[str, Any] = {"draft": draft}
+    if draft != NO_DRAFT:
+        params["num_speculative_tokens"] = k
+    params["gpu_memory_utilization"] = util
+    params["max_num_batched_tokens"] = mnbt
+    if not isinstance(space.temperature, float):
+        params["temperature"] = temperature
+    return params
+
+
+def _ks(space: SearchSpace, draft: str) -> range:
+    if draft == NO_DRAFT:
+        return range(0, 1)
+    return range(int(space.num_speculative_tokens.low), int(space.num_speculative_tokens.high) + 1)
+
+
+def _temperatures(space: SearchSpace) -> tuple[float, ...]:
+    if isinstance(space.temperature, float):
+        return (space.temperature,)
+    return _values(space.temperature)
+
+
+def _values(value: Range) -> tuple[float, ...]:
+    """The points Optuna's ``suggest_float`` can return for ``value``, rounded as it checks them."""
+    if value.high <= value.low:
+        return (value.low,)
+    step = value.step or (value.high - value.low) / _FLOAT_INTERVALS
+    count = math.floor((value.high - value.low) / step + 1e-9)
+    return tuple(round(value.low + i * step, 10) for i in range(count + 1))

@@ -1,0 +1,125 @@
+"""Runs one trial: memory pre-screen, (re)start the server if its config changed, measure.
+
+The pre-screen runs before any launch on every backend: a config predicted not to fit is
+recorded as "OOM predicted" and costs nothing. The running server is reused while the next
+trial's ServerConfig is equal, so request-side changes (temperature, workload) never restart.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from tuner.catalog.gpus import Hardware
+from tuner.catalog.models import load_model
+from tuner.config.trial import LaunchContext, ServerConfig, TrialConfig, load_draft
+from tuner.errors import ConfigError, FailureKind, MeasurementError, StartupFailure
+from tuner.results import Endpoint, TrialResult
+from tuner.sim.memory import MemoryEstimate, estimate_memory
+from tuner.trial.backends import Backend
+from tuner.trial.scoring import Score, TrialStatus, score
+
+__all__ = ["TrialOutcome", "TrialRunner", "predict_memory"]
+
+
+@dataclass(frozen=True)
+class TrialOutcome:
+    """Everything a trial produced; scoring, storage and the live table read from it."""
+
+    config: TrialConfig
+    memory: MemoryEstimate  # predicted, before launch
+    score: Score
+    results: tuple[TrialResult, ...] = ()  # one per concurrency level
+    restarted: bool = False
+    failure: str | None = None  # the start-up failure message, for OOM trials
+    log_tail: str = ""
+    log_path: Path | None = None
+
+    @property
+    def status(self) -> TrialStatus:
+        return self.score.status
+
+    @property
+    def primary(self) -> TrialResult | None:
+        return self.results[0] if self.results else None
+
+
+def predict_memory(hardware: Hardware, server: ServerConfig) -> MemoryEstimate:
+    """The pre-screen: will this server config fit on these GPUs?"""
+    draft = load_draft(server)
+    return estimate_memory(hardware, load_model(server.model), draft, server)
+
+
+class TrialRunner:
+    """Owns the one running server of a study worker and runs trials against it."""
+
+    def __init__(self, backend: Backend, hardware: Hardware, ttft_limit_ms: float) -> None:
+        self.backend = backend
+        self.hardware = hardware
+        self.ttft_limit_ms = ttft_limit_ms
+        self._running: ServerConfig | None = None
+        self._endpoint: Endpoint | None = None
+
+    def run(self, config: TrialConfig, context: LaunchContext, seed: int) -> TrialOutcome:
+        """Runs one trial.
+
+        Raises:
+            StartupFailure: the server failed for a reason other than memory (a FAIL trial).
+            MeasurementError: the benchmark produced nothing (a FAIL trial).
+        """
+        memory = predict_memory(self.hardware, config.server)
+        if not memory.fits:
+            return TrialOutcome(
+                config,
+                memory,
+                score(None, self.ttft_limit_ms, oom=TrialStatus.OOM_PREDICTED),
+                failure=memory.reason,
+            )
+        try:
+            endpoint, restarted = self._ensure_server(config.server, context)
+        except StartupFailure as failure:
+            if failure.kind is FailureKind.BAD_ARGUMENT:  # every trial would fail the same way
+                raise ConfigError(f"{failure} (check the flags for this vLLM version)") from None
+            if failure.kind is not FailureKind.OOM:
+                raise
+            return TrialOutcome(
+                config,
+                memory,
+                score(None, self.ttft_limit_ms, oom=TrialStatus.OOM),
+                restarted=True,
+                failure=str(failure),
+                log_tail=failure.log_tail,
+            )
+        try:
+            results = tuple(
+                self.backend.measure(endpoint, config, level, seed + index)
+                for index, level in enumerate(config.client.workload.concurrency)
+            )
+        except MeasurementError:
+            self._stop_server()  # the server may be broken: the next trial starts a fresh one
+            raise
+        return TrialOutcome(
+            config,
+            memory,
+            score(results[0], self.ttft_limit_ms),
+            results,
+            restarted=restarted,
+            log_path=endpoint.log_path,
+        )
+
+    def _ensure_server(self, server: ServerConfig, context: LaunchContext) -> tuple[Endpoint, bool]:
+        if self._endpoint is not None and server == self._running:
+            return self._endpoint, False
+        self._stop_server()
+        endpoint = self.backend.launcher.start(server, context)
+        self._running, self._endpoint = server, endpoint
+        return endpoint, True
+
+    def _stop_server(self) -> None:
+        self._running, self._endpoint = None, None
+        self.backend.launcher.stop()
+
+    def close(self) -> None:
+        """Stops the running server and releases everything the launcher holds."""
+        self._running, self._endpoint = None, None
+        self.backend.launcher.close()
