@@ -136,11 +136,28 @@ def _counters(base_url: str) -> tuple[float, float]:
 def start_server(core: int) -> tuple[subprocess.Popen[bytes], str]:
     """The fake server on ``core``, in as-fast-as-possible mode; returns it and its URL."""
     port = _free_port()
-    argv = [sys.executable, "-m", "tuner.sim.server", "serve", MODEL, "--served-model-name",
-            SERVED, "--host", "127.0.0.1", "--port", str(port), "--max-model-len", "4096",
-            "--max-num-seqs", "1024", "--sim-speed", "inf"]
-    proc = subprocess.Popen(argv, preexec_fn=_pin(core), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.STDOUT)
+    argv = [
+        sys.executable,
+        "-m",
+        "tuner.sim.server",
+        "serve",
+        MODEL,
+        "--served-model-name",
+        SERVED,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--max-model-len",
+        "4096",
+        "--max-num-seqs",
+        "1024",
+        "--sim-speed",
+        "inf",
+    ]
+    proc = subprocess.Popen(
+        argv, preexec_fn=_pin(core), stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT
+    )
     base_url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
@@ -168,9 +185,15 @@ def run_spectune(
         size = concurrency + 4
         limits = httpx.Limits(max_connections=size, max_keepalive_connections=size)
         async with httpx.AsyncClient(limits=limits, timeout=120) as client:
-            records, wall = await run_load(client, base_url, SERVED, prompts,
-                                           concurrency=concurrency, temperature=0.0,
-                                           api="completions")
+            records, wall = await run_load(
+                client,
+                base_url,
+                SERVED,
+                prompts,
+                concurrency=concurrency,
+                temperature=0.0,
+                api="completions",
+            )
         return [r.completion_tokens for r in records], [r.ok for r in records], wall
 
     cpu0, server0 = time.process_time(), _cpu_seconds(server.pid)
@@ -178,9 +201,18 @@ def run_spectune(
     cpu = time.process_time() - cpu0  # includes the event loop's start and stop, a few ms
     server_cpu = _cpu_seconds(server.pid) - server0
     tokens1, chunks1 = _counters(base_url)
-    return Row("spectune", concurrency, requests, oks.count(False),
-               sum(c or 0 for c in counts), wall, cpu, tokens1 - tokens0, chunks1 - chunks0,
-               server_cpu)
+    return Row(
+        "spectune",
+        concurrency,
+        requests,
+        oks.count(False),
+        sum(c or 0 for c in counts),
+        wall,
+        cpu,
+        tokens1 - tokens0,
+        chunks1 - chunks0,
+        server_cpu,
+    )
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -192,39 +224,94 @@ def build_tokenizer(vllm_python: Path, dest: Path) -> Path:
     """The tiny test-bed model directory (its tokenizer is what vllm bench needs)."""
     target = dest / "target"
     if not (target / "tokenizer.json").is_file():
-        subprocess.run([str(vllm_python), str(ROOT / "tests/testbed/build_tiny_models.py"),
-                        str(dest)], check=True, capture_output=True, timeout=300,
-                       env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
+        subprocess.run(
+            [str(vllm_python), str(ROOT / "tests/testbed/build_tiny_models.py"), str(dest)],
+            check=True,
+            capture_output=True,
+            timeout=300,
+            env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"},
+        )
     return target
 
 
 def run_vllm_bench(
-    vllm: Path, tokenizer: Path, server: subprocess.Popen[bytes], base_url: str,
-    concurrency: int, requests: int, core: int, monitor_core: int, workdir: Path,
+    vllm: Path,
+    tokenizer: Path,
+    server: subprocess.Popen[bytes],
+    base_url: str,
+    concurrency: int,
+    requests: int,
+    core: int,
+    monitor_core: int,
+    workdir: Path,
 ) -> Row:
     """``vllm bench serve`` pinned to ``core``; this process watches from ``monitor_core``."""
     result = workdir / f"vllm-bench-{concurrency}.json"
-    argv = [str(vllm), "bench", "serve", "--backend", "openai", "--base-url", base_url,
-            "--endpoint", "/v1/completions", "--model", SERVED, "--tokenizer", str(tokenizer),
-            "--dataset-name", "random", "--random-input-len", str(INPUT_TOKENS),
-            "--random-output-len", str(OUTPUT_TOKENS), "--num-prompts", str(requests),
-            "--max-concurrency", str(concurrency), "--request-rate", "inf", "--ignore-eos",
-            "--temperature", "0", "--seed", "0", "--disable-tqdm", "--save-result",
-            "--result-dir", str(workdir), "--result-filename", result.name]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-           "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "TMPDIR": str(workdir)}
+    argv = [
+        str(vllm),
+        "bench",
+        "serve",
+        "--backend",
+        "openai",
+        "--base-url",
+        base_url,
+        "--endpoint",
+        "/v1/completions",
+        "--model",
+        SERVED,
+        "--tokenizer",
+        str(tokenizer),
+        "--dataset-name",
+        "random",
+        "--random-input-len",
+        str(INPUT_TOKENS),
+        "--random-output-len",
+        str(OUTPUT_TOKENS),
+        "--num-prompts",
+        str(requests),
+        "--max-concurrency",
+        str(concurrency),
+        "--request-rate",
+        "inf",
+        "--ignore-eos",
+        "--temperature",
+        "0",
+        "--seed",
+        "0",
+        "--disable-tqdm",
+        "--save-result",
+        "--result-dir",
+        str(workdir),
+        "--result-filename",
+        result.name,
+    ]
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "VLLM_NO_USAGE_STATS": "1",
+        "DO_NOT_TRACK": "1",
+        "TMPDIR": str(workdir),
+    }
     os.sched_setaffinity(0, {monitor_core})
     tokens0, chunks0 = _counters(base_url)
     # (time, bench CPU s, server tokens, server CPU s)
     samples: list[tuple[float, float, float, float]] = []
     log = workdir / f"vllm-bench-{concurrency}.log"
     with log.open("wb") as out:
-        proc = subprocess.Popen(argv, preexec_fn=_pin(core), stdout=out, stderr=subprocess.STDOUT,
-                                env=env)
+        proc = subprocess.Popen(
+            argv, preexec_fn=_pin(core), stdout=out, stderr=subprocess.STDOUT, env=env
+        )
         while proc.poll() is None:
             with contextlib.suppress(OSError, IndexError):  # it is exiting
-                samples.append((time.monotonic(), _cpu_seconds(proc.pid),
-                                _counters(base_url)[0], _cpu_seconds(server.pid)))
+                samples.append(
+                    (
+                        time.monotonic(),
+                        _cpu_seconds(proc.pid),
+                        _counters(base_url)[0],
+                        _cpu_seconds(server.pid),
+                    )
+                )
             time.sleep(0.02)
     tokens1, chunks1 = _counters(base_url)
     if proc.returncode != 0 or not result.is_file():
@@ -238,9 +325,18 @@ def run_vllm_bench(
     cpu_share = (samples[end][1] - samples[start][1]) / window if window > 0 else 0.0
     server_share = (samples[end][3] - samples[start][3]) / window if window > 0 else 0.0
     wall = float(data["duration"])
-    return Row("vllm bench serve", concurrency, requests, int(data.get("failed", 0)),
-               int(data["total_output_tokens"]), wall, cpu_share * wall, tokens1 - tokens0,
-               chunks1 - chunks0, server_share * wall)
+    return Row(
+        "vllm bench serve",
+        concurrency,
+        requests,
+        int(data.get("failed", 0)),
+        int(data["total_output_tokens"]),
+        wall,
+        cpu_share * wall,
+        tokens1 - tokens0,
+        chunks1 - chunks0,
+        server_share * wall,
+    )
 
 
 def table(rows: Sequence[Row]) -> str:
@@ -287,15 +383,27 @@ def main(argv: Sequence[str] | None = None) -> int:
                 rows.append(run_spectune(proc, base_url, concurrency, requests, client_core))
                 print(f"spectune  c={concurrency}: {rows[-1].tok_s:,.0f} tok/s", flush=True)
                 if tokenizer is not None:
-                    rows.append(run_vllm_bench(venv / "bin" / "vllm", tokenizer, proc, base_url,
-                                               concurrency, requests, client_core, server_core,
-                                               workdir))
+                    rows.append(
+                        run_vllm_bench(
+                            venv / "bin" / "vllm",
+                            tokenizer,
+                            proc,
+                            base_url,
+                            concurrency,
+                            requests,
+                            client_core,
+                            server_core,
+                            workdir,
+                        )
+                    )
                     print(f"vllm bench c={concurrency}: {rows[-1].tok_s:,.0f} tok/s", flush=True)
         finally:
             proc.terminate()
             proc.wait(timeout=10)
-    print(f"\nLoad average at the end: {os.getloadavg()[0]:.1f} (other processes share the cores; "
-          "CPU shares well under 100 % on both sides mean the cores were contended)\n")
+    print(
+        f"\nLoad average at the end: {os.getloadavg()[0]:.1f} (other processes share the cores; "
+        "CPU shares well under 100 % on both sides mean the cores were contended)\n"
+    )
     print(table(rows))
     if not use_vllm:
         print(f"\n(vllm bench serve skipped: no {venv}/bin/vllm or --no-vllm)")

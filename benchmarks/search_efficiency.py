@@ -123,8 +123,13 @@ def true_value(space: SearchSpace, config: TrialConfig) -> float:
     draft_id = server.speculative.model if server.speculative else None  # None for ngram
     draft = load_model(draft_id) if draft_id else None
     result = predict(
-        space.hardware, space.target, draft, server, config.client.temperature,
-        config.client.workload, config.client.workload.concurrency[0],
+        space.hardware,
+        space.target,
+        draft,
+        server,
+        config.client.temperature,
+        config.client.workload,
+        config.client.workload.concurrency[0],
     )
     ttft = result.ttft_ms(95)
     return result.output_tok_s if ttft is not None and ttft <= space.ttft_limit_ms else 0.0
@@ -182,10 +187,20 @@ class Tracker:
         self.reached_top = False  # whether the recommendation has been within 1 % of the optimum
         self.study: optuna.Study | None = None
 
-    def trial(self, config: TrialConfig | None, measured: float | None, feasible: bool,
-              cost_s: float, launched: bool, oom: bool) -> None:
-        if config is not None and measured is not None and feasible and (
-            self.best is None or measured > self.best[0]
+    def trial(
+        self,
+        config: TrialConfig | None,
+        measured: float | None,
+        feasible: bool,
+        cost_s: float,
+        launched: bool,
+        oom: bool,
+    ) -> None:
+        if (
+            config is not None
+            and measured is not None
+            and feasible
+            and (self.best is None or measured > self.best[0])
         ):
             self.best = (measured, key_of(config))
         # Every config a study can build is a grid point: a KeyError here is a bug, not a 0.
@@ -210,8 +225,14 @@ class Tracker:
         cost = (STARTUP_S if outcome.restarted else 0.0) + (
             0.0 if status in (TrialStatus.OOM, TrialStatus.OOM_PREDICTED) else BENCHMARK_S
         )
-        self.trial(outcome.config, outcome.score.values[0], outcome.score.feasible, cost,
-                   outcome.restarted, status is TrialStatus.OOM)
+        self.trial(
+            outcome.config,
+            outcome.score.values[0],
+            outcome.score.feasible,
+            cost,
+            outcome.restarted,
+            status is TrialStatus.OOM,
+        )
 
 
 class _GridSampler(optuna.samplers.BaseSampler):
@@ -226,13 +247,18 @@ class _GridSampler(optuna.samplers.BaseSampler):
         return {}
 
     def sample_relative(
-        self, study: optuna.Study, trial: FrozenTrial,
+        self,
+        study: optuna.Study,
+        trial: FrozenTrial,
         search_space: dict[str, optuna.distributions.BaseDistribution],
     ) -> dict[str, Any]:
         return {}
 
     def sample_independent(
-        self, study: optuna.Study, trial: FrozenTrial, param_name: str,
+        self,
+        study: optuna.Study,
+        trial: FrozenTrial,
+        param_name: str,
         param_distribution: optuna.distributions.BaseDistribution,
     ) -> Any:
         return self.points[trial.number % len(self.points)][param_name]
@@ -317,8 +343,14 @@ def _run_without_prescreen(
         scored = score(result, space.ttft_limit_ms)
         for name, value in zip(CONSTRAINT_KEYS, scored.constraints, strict=True):
             trial.set_constraint(name, value)
-        tracker.trial(config, scored.values[0], scored.feasible,
-                      (STARTUP_S if restart else 0.0) + BENCHMARK_S, restart, False)
+        tracker.trial(
+            config,
+            scored.values[0],
+            scored.feasible,
+            (STARTUP_S if restart else 0.0) + BENCHMARK_S,
+            restart,
+            False,
+        )
         return scored.values
 
     try:
@@ -376,8 +408,10 @@ class Summary:
 def summarise(traces: Sequence[Trace], points: Sequence[int], trials: int) -> Summary:
     return Summary(
         reached={
-            n: (statistics.median([t.reached(n) for t in traces]),
-                min(t.reached(n) for t in traces))
+            n: (
+                statistics.median([t.reached(n) for t in traces]),
+                min(t.reached(n) for t in traces),
+            )
             for n in points
         },
         to_level={level: [t.trials_to(level) for t in traces] for level in LEVELS},
@@ -388,8 +422,7 @@ def summarise(traces: Sequence[Trace], points: Sequence[int], trials: int) -> Su
     )
 
 
-def table(summaries: dict[str, Summary], points: Sequence[int], trials: int,
-          horizon: int) -> str:
+def table(summaries: dict[str, Summary], points: Sequence[int], trials: int, horizon: int) -> str:
     head = (
         ["strategy"]
         + [f"after {n}: median / worst" for n in points]
@@ -426,14 +459,21 @@ def verdicts(space: str, summaries: dict[str, Summary]) -> list[tuple[str, bool]
     ratio = _ratio(ours.gpu_to_99, grid.gpu_to_99)
     ratio_screened = _ratio(ours.gpu_to_99, screened.gpu_to_99)
     return [
-        (f"{space}: median share of the optimum after {BAR_TRIALS} trials {_pct(share)} "
-         f">= {_pct(BAR_SHARE)}", share >= BAR_SHARE),
-        (f"{space}: OOM launches {_pct(oom_share)} < {_pct(BAR_OOM_SHARE)}",
-         oom_share < BAR_OOM_SHARE),
-        (f"{space}: GPU time to 99 % {_duration(ours.gpu_to_99)} vs grid "
-         f"{_duration(grid.gpu_to_99)} (ratio {ratio:.3f}), grid + pre-screen "
-         f"{_duration(screened.gpu_to_99)} (ratio {ratio_screened:.3f}); both <= {BAR_GPU_RATIO}",
-         max(ratio, ratio_screened) <= BAR_GPU_RATIO),
+        (
+            f"{space}: median share of the optimum after {BAR_TRIALS} trials {_pct(share)} "
+            f">= {_pct(BAR_SHARE)}",
+            share >= BAR_SHARE,
+        ),
+        (
+            f"{space}: OOM launches {_pct(oom_share)} < {_pct(BAR_OOM_SHARE)}",
+            oom_share < BAR_OOM_SHARE,
+        ),
+        (
+            f"{space}: GPU time to 99 % {_duration(ours.gpu_to_99)} vs grid "
+            f"{_duration(grid.gpu_to_99)} (ratio {ratio:.3f}), grid + pre-screen "
+            f"{_duration(screened.gpu_to_99)} (ratio {ratio_screened:.3f}); both <= {BAR_GPU_RATIO}",
+            max(ratio, ratio_screened) <= BAR_GPU_RATIO,
+        ),
     ]
 
 
@@ -481,12 +521,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--seeds", type=int, default=10, help="studies per strategy (10)")
     parser.add_argument("--trials", type=int, default=40, help="trials per study (40)")
-    parser.add_argument("--horizon", type=int, default=300,
-                        help="most trials a study may run to reach 99 %% (300)")
-    parser.add_argument("--space", action="append", choices=SPACES,
-                        help="a space to run (repeatable; default: both)")
-    parser.add_argument("--quick", action="store_true",
-                        help="3 seeds, 20 trials, horizon 150, the 14B space only")
+    parser.add_argument(
+        "--horizon", type=int, default=300, help="most trials a study may run to reach 99 %% (300)"
+    )
+    parser.add_argument(
+        "--space",
+        action="append",
+        choices=SPACES,
+        help="a space to run (repeatable; default: both)",
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="3 seeds, 20 trials, horizon 150, the 14B space only"
+    )
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     args = parser.parse_args(argv)
     seeds, trials, horizon = args.seeds, args.trials, args.horizon
@@ -501,8 +547,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(_PREAMBLE.format(startup=STARTUP_S, benchmark=BENCHMARK_S))
     with ProcessPoolExecutor(args.jobs) as pool:
         truths = {name: exhaustive_truth(name, pool) for name in spaces}
-    tasks = [Task(name, strategy, seed, trials, horizon)
-             for name in spaces for strategy in STRATEGIES for seed in range(seeds)]
+    tasks = [
+        Task(name, strategy, seed, trials, horizon)
+        for name in spaces
+        for strategy in STRATEGIES
+        for seed in range(seeds)
+    ]
     traces: dict[tuple[str, str], list[Trace]] = {}
     with ProcessPoolExecutor(args.jobs, initializer=_init_worker, initargs=(truths,)) as pool:
         for task, trace in pool.map(run_task, tasks):

@@ -23,8 +23,19 @@ def _run(*args: str) -> tuple[int, str, str]:
 
 
 def test_optimize_sim_end_to_end(tmp_path: Path) -> None:
-    code, out, err = _run("optimize", "--hardware", "4090x2", "--backend", "sim", "--trials",
-                          "10", "--studies-dir", str(tmp_path), "--seed", "1")
+    code, out, err = _run(
+        "optimize",
+        "--hardware",
+        "4090x2",
+        "--backend",
+        "sim",
+        "--trials",
+        "10",
+        "--studies-dir",
+        str(tmp_path),
+        "--seed",
+        "1",
+    )
     assert code == 0, err
     db = tmp_path / "qwen2.5-32b-awq-4090x2.db"
     assert db.exists()
@@ -43,8 +54,18 @@ def test_optimize_sim_end_to_end(tmp_path: Path) -> None:
 
 
 def test_optimize_json_and_export(tmp_path: Path) -> None:
-    code, out, err = _run("optimize", "--backend", "sim", "--trials", "6", "--studies-dir",
-                          str(tmp_path), "--study", "j", "--json")
+    code, out, err = _run(
+        "optimize",
+        "--backend",
+        "sim",
+        "--trials",
+        "6",
+        "--studies-dir",
+        str(tmp_path),
+        "--study",
+        "j",
+        "--json",
+    )
     assert code == 0, err
     data = json.loads(out)
     assert data["study"] == "j" and data["trials"] == 6
@@ -52,8 +73,9 @@ def test_optimize_json_and_export(tmp_path: Path) -> None:
     assert best["source"] == "simulated" and best["output_tok_s"] > 0
     assert all(p["status"] == "ok" for p in data["pareto_front"])
     out_file = tmp_path / "exported.yaml"
-    code, out, err = _run("export", "j", "--studies-dir", str(tmp_path), "--out", str(out_file),
-                          "--json")
+    code, out, err = _run(
+        "export", "j", "--studies-dir", str(tmp_path), "--out", str(out_file), "--json"
+    )
     assert code == 0, err
     exported = json.loads(out)
     assert exported["trial"] == best["trial"]
@@ -61,14 +83,33 @@ def test_optimize_json_and_export(tmp_path: Path) -> None:
 
 
 def test_estimate_is_labelled_predicted() -> None:
-    code, out, err = _run("estimate", "--hardware", "4090x2", "--model",
-                          "Qwen/Qwen2.5-32B-Instruct-AWQ", "--draft", "Qwen/Qwen2.5-0.5B-Instruct",
-                          "--k", "4", "--workload", "code", "--temperature", "0.2")
+    code, out, err = _run(
+        "estimate",
+        "--hardware",
+        "4090x2",
+        "--model",
+        "Qwen/Qwen2.5-32B-Instruct-AWQ",
+        "--draft",
+        "Qwen/Qwen2.5-0.5B-Instruct",
+        "--k",
+        "4",
+        "--workload",
+        "code",
+        "--temperature",
+        "0.2",
+    )
     assert code == 0, err
     assert "Predicted" in out and "fits" in out and "tok/s" in out
-    code, out, _ = _run("estimate", "--hardware", "4090x2", "--model",
-                        "Qwen/Qwen2.5-32B-Instruct-AWQ", "--gpu-memory-utilization", "0.98",
-                        "--json")
+    code, out, _ = _run(
+        "estimate",
+        "--hardware",
+        "4090x2",
+        "--model",
+        "Qwen/Qwen2.5-32B-Instruct-AWQ",
+        "--gpu-memory-utilization",
+        "0.98",
+        "--json",
+    )
     data = json.loads(out)
     assert code == 0 and data["source"] == "predicted" and data["fits"] is False
     assert data["result"] is None and data["memory_per_gpu_gib"]["reason"]
@@ -87,8 +128,17 @@ def _digest(folder: Path) -> dict[str, str]:
 
 @pytest.fixture
 def existing_study(tmp_path: Path) -> Path:
-    code, _, err = _run("optimize", "--backend", "sim", "--trials", "2", "--studies-dir",
-                        str(tmp_path), "--study", "keep")
+    code, _, err = _run(
+        "optimize",
+        "--backend",
+        "sim",
+        "--trials",
+        "2",
+        "--studies-dir",
+        str(tmp_path),
+        "--study",
+        "keep",
+    )
     assert code == 0, err
     return tmp_path
 
@@ -101,12 +151,24 @@ def _bad_inputs(folder: Path) -> list[tuple[list[str], str]]:
     return [
         (["optimize", "--hardware", "5090x2", "--studies-dir", str(folder)], "unknown hardware"),
         (["estimate", "--hardware", "4090x2", "--model", "Qwen/Nope"], "unknown model"),
-        (["estimate", "--hardware", "4090x2", "--model", "Qwen/Qwen2.5-32B-Instruct-AWQ",
-          "--draft", "meta-llama/Llama-3.2-1B-Instruct"], "tokenizer"),
+        (
+            [
+                "estimate",
+                "--hardware",
+                "4090x2",
+                "--model",
+                "Qwen/Qwen2.5-32B-Instruct-AWQ",
+                "--draft",
+                "meta-llama/Llama-3.2-1B-Instruct",
+            ],
+            "tokenizer",
+        ),
         (["optimize", "--space", str(bad_yaml), "--studies-dir", str(folder)], "not valid YAML"),
         (["optimize", "--studies-dir", str(blocker / "sub")], "not writable"),
-        (["optimize", "--storage", "nonsense", "--studies-dir", str(folder)],
-         "invalid storage URL"),
+        (
+            ["optimize", "--storage", "nonsense", "--studies-dir", str(folder)],
+            "invalid storage URL",
+        ),
         (["optimize", "--backend", "cloud", "--studies-dir", str(folder)], "unknown backend"),
         (["optimize", "--sampler", "magic", "--studies-dir", str(folder)], "unknown sampler"),
         (["export", "nope", "--studies-dir", str(folder)], "no study 'nope'"),
@@ -127,9 +189,24 @@ def test_bad_input_is_one_line_exit_2_and_leaves_studies_intact(existing_study: 
 def test_console_script_runs_a_study(tmp_path: Path) -> None:
     exe = Path(sys.executable).with_name("spectune")
     proc = subprocess.run(
-        [str(exe), "optimize", "--hardware", "4090x1", "--space", "qwen2.5-14b-awq-4090x1",
-         "--backend", "sim", "--trials", "4", "--studies-dir", str(tmp_path)],
-        capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "200"},
+        [
+            str(exe),
+            "optimize",
+            "--hardware",
+            "4090x1",
+            "--space",
+            "qwen2.5-14b-awq-4090x1",
+            "--backend",
+            "sim",
+            "--trials",
+            "4",
+            "--studies-dir",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "COLUMNS": "200"},
     )
     assert proc.returncode == 0, proc.stderr
     assert "Pareto front" in proc.stdout or "No trial met" in proc.stdout

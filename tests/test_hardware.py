@@ -52,11 +52,19 @@ def test_unknown_hardware_names_the_input_and_the_fix(bad: str) -> None:
     assert repr(bad) in str(info.value) and "\n" not in str(info.value)
 
 
-@pytest.mark.parametrize(("nvml", "gpu"), [
-    ("NVIDIA GeForce RTX 3090", "RTX 3090"), ("NVIDIA H100 80GB HBM3", "H100-SXM"),
-    ("NVIDIA A100-SXM4-80GB", "A100-80GB"), ("NVIDIA A100-SXM4-40GB", "A100-40GB"),
-    ("NVIDIA L40S", "L40S"), ("NVIDIA A10G", "A10G"), ("NVIDIA L4", "L4"), ("NVIDIA H200", "H200"),
-])
+@pytest.mark.parametrize(
+    ("nvml", "gpu"),
+    [
+        ("NVIDIA GeForce RTX 3090", "RTX 3090"),
+        ("NVIDIA H100 80GB HBM3", "H100-SXM"),
+        ("NVIDIA A100-SXM4-80GB", "A100-80GB"),
+        ("NVIDIA A100-SXM4-40GB", "A100-40GB"),
+        ("NVIDIA L40S", "L40S"),
+        ("NVIDIA A10G", "A10G"),
+        ("NVIDIA L4", "L4"),
+        ("NVIDIA H200", "H200"),
+    ],
+)
 def test_nvml_device_names(nvml: str, gpu: str) -> None:
     found = find_gpu(nvml)
     assert found is not None and found.name == gpu

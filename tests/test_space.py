@@ -120,11 +120,14 @@ def test_vllm_version_override_is_stored_and_checked() -> None:
         load_space().with_vllm_version("bogus")
 
 
-@pytest.mark.parametrize(("fragment", "key"), [
-    ("server: {max_model_len: 8k}\n", "server.max_model_len"),
-    ("search: {max_num_batched_tokens: [big]}\n", "max_num_batched_tokens"),
-    ("slo: {ttft_ms: fast}\n", "slo.ttft_ms"),
-])
+@pytest.mark.parametrize(
+    ("fragment", "key"),
+    [
+        ("server: {max_model_len: 8k}\n", "server.max_model_len"),
+        ("search: {max_num_batched_tokens: [big]}\n", "max_num_batched_tokens"),
+        ("slo: {ttft_ms: fast}\n", "slo.ttft_ms"),
+    ],
+)
 def test_non_numbers_name_their_key(tmp_path: Path, fragment: str, key: str) -> None:
     path = _write(tmp_path, "target: Qwen/Qwen2.5-7B-Instruct\n" + fragment)
     with pytest.raises(ConfigError, match=f"`{key}` must be a number"):
@@ -132,8 +135,10 @@ def test_non_numbers_name_their_key(tmp_path: Path, fragment: str, key: str) -> 
 
 
 def test_a_secret_in_extra_flags_is_refused_before_it_is_stored(tmp_path: Path) -> None:
-    path = _write(tmp_path, "target: Qwen/Qwen2.5-7B-Instruct\n"
-                            "server: {extra_flags: {api-key: sk-very-secret}}\n")
+    path = _write(
+        tmp_path,
+        "target: Qwen/Qwen2.5-7B-Instruct\nserver: {extra_flags: {api-key: sk-very-secret}}\n",
+    )
     with pytest.raises(ConfigError, match="`api-key` carries a secret") as info:
         load_space(path)
     assert "sk-very-secret" not in str(info.value)

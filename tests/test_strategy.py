@@ -58,8 +58,15 @@ def _true_value(space: SearchSpace, config: TrialConfig) -> float:
     if not predict_memory(space.hardware, server).fits:
         return 0.0
     draft_id = server.speculative.model if server.speculative else None
-    result = predict(space.hardware, space.target, load_model(draft_id) if draft_id else None,
-                     server, config.client.temperature, config.client.workload, 1)
+    result = predict(
+        space.hardware,
+        space.target,
+        load_model(draft_id) if draft_id else None,
+        server,
+        config.client.temperature,
+        config.client.workload,
+        1,
+    )
     ttft = result.ttft_ms(95)
     return result.output_tok_s if ttft is not None and ttft <= space.ttft_limit_ms else 0.0
 
@@ -77,9 +84,13 @@ def test_warm_start_enqueues_configs_that_fit_with_margin(name: str) -> None:
         assert ("temperature" in params) == (not isinstance(space.temperature, float))
         server = config.server
         draft_id = server.speculative.model if server.speculative else None
-        memory = estimate_memory(space.hardware, space.target,
-                                 load_model(draft_id) if draft_id else None, server,
-                                 jitter_gib=SAFETY_MARGIN_GIB)
+        memory = estimate_memory(
+            space.hardware,
+            space.target,
+            load_model(draft_id) if draft_id else None,
+            server,
+            jitter_gib=SAFETY_MARGIN_GIB,
+        )
         assert memory.fits, params
     # The first is the best prediction; configs that share a server follow each other.
     assert enqueued[0][0] == predicted_configs(space)[0].params
@@ -129,7 +140,8 @@ def test_short_default_study_reaches_the_optimum(tmp_path: Path) -> None:
     run_trials(study, space, backend, StudyOptions(20, 7, tmp_path, space.ttft_limit_ms))
     assert len(study.trials) == 20
     feasible = [
-        t for t in study.get_trials(states=(TrialState.COMPLETE,))
+        t
+        for t in study.get_trials(states=(TrialState.COMPLETE,))
         if all(v <= 0 for v in t.constraints.values())
     ]
     recommended = max(feasible, key=lambda t: t.values[0])  # as tuner.analysis.recommend picks

@@ -16,8 +16,9 @@ from tuner.trial.scoring import CONSTRAINT_KEYS, TrialStatus
 
 
 def _request(tmp_path: Path, trials: int = 6, **kw: object) -> OptimizeRequest:
-    return OptimizeRequest(study="s", space=load_space(), backend="sim", trials=trials,
-                           studies_dir=tmp_path, **kw)  # type: ignore[arg-type]
+    return OptimizeRequest(
+        study="s", space=load_space(), backend="sim", trials=trials, studies_dir=tmp_path, **kw
+    )  # type: ignore[arg-type]
 
 
 def test_oom_trials_are_complete_with_constraints(tmp_path: Path) -> None:
@@ -37,13 +38,15 @@ def test_oom_trials_are_complete_with_constraints(tmp_path: Path) -> None:
 
 def test_resume_adds_trials_and_keeps_the_space(tmp_path: Path) -> None:
     optimize(_request(tmp_path, trials=3))
-    again = optimize(OptimizeRequest(study="s", space=None, backend="sim", trials=2,
-                                     studies_dir=tmp_path))
+    again = optimize(
+        OptimizeRequest(study="s", space=None, backend="sim", trials=2, studies_dir=tmp_path)
+    )
     assert again.trials == 5 and again.space == load_space()
     other = load_space().with_ttft_limit(123)
     with pytest.raises(ConfigError, match="different search space"):
-        optimize(OptimizeRequest(study="s", space=other, backend="sim", trials=1,
-                                 studies_dir=tmp_path))
+        optimize(
+            OptimizeRequest(study="s", space=other, backend="sim", trials=1, studies_dir=tmp_path)
+        )
 
 
 def test_predicted_oom_launches_nothing_and_request_changes_reuse_the_server(
@@ -73,11 +76,14 @@ def test_predicted_oom_launches_nothing_and_request_changes_reuse_the_server(
     runner.close()
 
 
-@pytest.mark.parametrize(("url", "match"), [
-    ("not a url", "invalid storage URL"),
-    ("nosuchdb://x/y", "cannot open storage"),
-    ("postgresql+psycopg://u:secret@127.0.0.1:1/db", "cannot open storage"),
-])
+@pytest.mark.parametrize(
+    ("url", "match"),
+    [
+        ("not a url", "invalid storage URL"),
+        ("nosuchdb://x/y", "cannot open storage"),
+        ("postgresql+psycopg://u:secret@127.0.0.1:1/db", "cannot open storage"),
+    ],
+)
 def test_bad_storage_urls(url: str, match: str) -> None:
     with pytest.raises(ConfigError, match=match) as info:
         open_storage(url)
@@ -94,5 +100,8 @@ def test_unwritable_studies_folder(tmp_path: Path) -> None:
 def test_simulated_and_measured_trials_never_share_a_study(tmp_path: Path) -> None:
     optimize(_request(tmp_path, trials=1))
     with pytest.raises(ConfigError, match="holds simulated trials"):
-        optimize(OptimizeRequest(study="s", space=None, backend="process", trials=1,
-                                 studies_dir=tmp_path))
+        optimize(
+            OptimizeRequest(
+                study="s", space=None, backend="process", trials=1, studies_dir=tmp_path
+            )
+        )

@@ -12,9 +12,23 @@ from tuner.cli import app
 
 def test_bench_counts_tokens_from_usage_with_several_tokens_per_chunk() -> None:
     with FakeOpenAIServer(tokens_per_chunk=3) as server:
-        result = CliRunner().invoke(app, [
-            "bench", "--url", server.base_url, "--workload", "code", "--concurrency", "4",
-            "--requests", "16", "--max-tokens", "64", "--json"])
+        result = CliRunner().invoke(
+            app,
+            [
+                "bench",
+                "--url",
+                server.base_url,
+                "--workload",
+                "code",
+                "--concurrency",
+                "4",
+                "--requests",
+                "16",
+                "--max-tokens",
+                "64",
+                "--json",
+            ],
+        )
     assert result.exit_code == 0, result.stderr
     data = json.loads(result.stdout)
     assert data["source"] == "measured" and data["errors"] == 0
@@ -24,16 +38,29 @@ def test_bench_counts_tokens_from_usage_with_several_tokens_per_chunk() -> None:
 
 def test_bench_table_and_model_discovery() -> None:
     with FakeOpenAIServer() as server:
-        result = CliRunner().invoke(app, ["bench", "--url", server.base_url, "--requests", "4",
-                                          "--concurrency", "2", "--max-tokens", "8"])
+        result = CliRunner().invoke(
+            app,
+            [
+                "bench",
+                "--url",
+                server.base_url,
+                "--requests",
+                "4",
+                "--concurrency",
+                "2",
+                "--max-tokens",
+                "8",
+            ],
+        )
     assert result.exit_code == 0, result.stderr
     assert "(measured)" in result.stdout and "output tok/s" in result.stdout
 
 
 def test_bench_wrong_model_and_unreachable_server_are_one_line(closed_port: int) -> None:
     with FakeOpenAIServer() as server:
-        wrong = CliRunner().invoke(app, ["bench", "--url", server.base_url, "--model", "nope",
-                                         "--requests", "2"])
+        wrong = CliRunner().invoke(
+            app, ["bench", "--url", server.base_url, "--model", "nope", "--requests", "2"]
+        )
     assert wrong.exit_code == 2 and "model 'nope' is not served" in wrong.stderr
     gone = CliRunner().invoke(app, ["bench", "--url", f"http://127.0.0.1:{closed_port}"])
     assert gone.exit_code == 2 and "cannot reach" in gone.stderr

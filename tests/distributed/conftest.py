@@ -22,8 +22,9 @@ def pg_url() -> str:
         engine.dispose()
     except Exception as exc:  # any reason the server is not usable
         if os.environ.get("CI"):
-            pytest.fail(f"PostgreSQL is required in CI but not reachable at {url}: {exc}",
-                        pytrace=False)
+            pytest.fail(
+                f"PostgreSQL is required in CI but not reachable at {url}: {exc}", pytrace=False
+            )
         pytest.skip(f"PostgreSQL not reachable: {exc}")
     return url
 

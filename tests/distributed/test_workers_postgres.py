@@ -20,24 +20,47 @@ pytestmark = pytest.mark.postgres
 SPECTUNE = [sys.executable, "-m", "tuner"]
 
 
-def _spectune(*args: str, env: dict[str, str] | None = None, timeout: float = 240
-              ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*SPECTUNE, *args], capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, **(env or {})})
+def _spectune(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 240
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*SPECTUNE, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def _ran(trials: list[optuna.trial.FrozenTrial]) -> list[optuna.trial.FrozenTrial]:
     """Trials that launched something: neither a reused duplicate nor a failed attempt."""
-    return [t for t in trials if t.state is TrialState.COMPLETE
-            and "duplicate_of" not in t.user_attrs]
+    return [
+        t for t in trials if t.state is TrialState.COMPLETE and "duplicate_of" not in t.user_attrs
+    ]
 
 
-def test_three_workers_share_one_budget(pg_url: str, pg_storage: optuna.storages.RDBStorage,
-                                        tmp_path: Path) -> None:
+def test_three_workers_share_one_budget(
+    pg_url: str, pg_storage: optuna.storages.RDBStorage, tmp_path: Path
+) -> None:
     name = f"w3-{uuid.uuid4().hex[:8]}"
-    proc = _spectune("optimize", "--backend", "sim", "--study", name, "--storage", pg_url,
-                     "--workers", "3", "--trials", "12", "--sim-speed", "40",
-                     "--studies-dir", str(tmp_path), "--json")
+    proc = _spectune(
+        "optimize",
+        "--backend",
+        "sim",
+        "--study",
+        name,
+        "--storage",
+        pg_url,
+        "--workers",
+        "3",
+        "--trials",
+        "12",
+        "--sim-speed",
+        "40",
+        "--studies-dir",
+        str(tmp_path),
+        "--json",
+    )
     assert proc.returncode == 0, proc.stderr
     study = optuna.load_study(study_name=name, storage=pg_storage)
     trials = study.get_trials()
@@ -49,8 +72,18 @@ def test_three_workers_share_one_budget(pg_url: str, pg_storage: optuna.storages
     configs = [json.dumps(t.params, sort_keys=True) for t in ran]
     assert len(configs) == len(set(configs))
     # The same records as a single-worker run on SQLite.
-    single = _spectune("optimize", "--backend", "sim", "--study", "one", "--trials", "2",
-                       "--studies-dir", str(tmp_path), "--json")
+    single = _spectune(
+        "optimize",
+        "--backend",
+        "sim",
+        "--study",
+        "one",
+        "--trials",
+        "2",
+        "--studies-dir",
+        str(tmp_path),
+        "--json",
+    )
     assert single.returncode == 0, single.stderr
     local = optuna.storages.RDBStorage(f"sqlite:///{tmp_path / 'one.db'}")
     one = optuna.load_study(study_name="one", storage=local)
@@ -62,8 +95,10 @@ def test_three_workers_share_one_budget(pg_url: str, pg_storage: optuna.storages
 def _worker_pid(parent: int, worker_id: str) -> int:
     for child in Path(f"/proc/{parent}/task/{parent}/children").read_text().split():
         cmdline = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
-        if b"--worker-id" in cmdline and cmdline[cmdline.index(b"--worker-id") + 1] == \
-                worker_id.encode():
+        if (
+            b"--worker-id" in cmdline
+            and cmdline[cmdline.index(b"--worker-id") + 1] == worker_id.encode()
+        ):
             return int(child)
     raise AssertionError(f"worker {worker_id} not found")
 
@@ -74,9 +109,30 @@ def test_killed_worker_is_recovered_by_the_others(
     name = f"kill-{uuid.uuid4().hex[:8]}"
     env = {**os.environ, "SPECTUNE_HEARTBEAT_S": "1", "SPECTUNE_GRACE_S": "4"}
     parent = subprocess.Popen(
-        [*SPECTUNE, "optimize", "--backend", "sim", "--study", name, "--storage", pg_url,
-         "--workers", "3", "--trials", "9", "--sim-speed", "8", "--studies-dir", str(tmp_path),
-         "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        [
+            *SPECTUNE,
+            "optimize",
+            "--backend",
+            "sim",
+            "--study",
+            name,
+            "--storage",
+            pg_url,
+            "--workers",
+            "3",
+            "--trials",
+            "9",
+            "--sim-speed",
+            "8",
+            "--studies-dir",
+            str(tmp_path),
+            "--json",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     try:
         deadline = time.monotonic() + 120
         victim = None
@@ -111,22 +167,66 @@ def test_killed_worker_is_recovered_by_the_others(
 
 def test_worker_errors_are_one_line(pg_url: str, tmp_path: Path) -> None:
     name = f"hw-{uuid.uuid4().hex[:8]}"
-    made = _spectune("optimize", "--backend", "sim", "--study", name, "--storage", pg_url,
-                     "--trials", "1", "--studies-dir", str(tmp_path))
+    made = _spectune(
+        "optimize",
+        "--backend",
+        "sim",
+        "--study",
+        name,
+        "--storage",
+        pg_url,
+        "--trials",
+        "1",
+        "--studies-dir",
+        str(tmp_path),
+    )
     assert made.returncode == 0, made.stderr
     cases = [
-        (["worker", "--study", name, "--storage", pg_url, "--backend", "sim", "--hardware",
-          "4090x1"], "this worker has 1x RTX 4090"),
-        (["worker", "--study", "missing-study", "--storage", pg_url, "--backend", "sim"],
-         "no study 'missing-study'"),
-        (["worker", "--study", name, "--storage",
-          "postgresql+psycopg://spectune:wrong-pass@127.0.0.1:5432/spectune"],
-         "cannot open storage"),
-        (["worker", "--study", name, "--storage", "postgresql+psycopg://x@127.0.0.1:1/db"],
-         "cannot open storage"),
+        (
+            [
+                "worker",
+                "--study",
+                name,
+                "--storage",
+                pg_url,
+                "--backend",
+                "sim",
+                "--hardware",
+                "4090x1",
+            ],
+            "this worker has 1x RTX 4090",
+        ),
+        (
+            ["worker", "--study", "missing-study", "--storage", pg_url, "--backend", "sim"],
+            "no study 'missing-study'",
+        ),
+        (
+            [
+                "worker",
+                "--study",
+                name,
+                "--storage",
+                "postgresql+psycopg://spectune:wrong-pass@127.0.0.1:5432/spectune",
+            ],
+            "cannot open storage",
+        ),
+        (
+            ["worker", "--study", name, "--storage", "postgresql+psycopg://x@127.0.0.1:1/db"],
+            "cannot open storage",
+        ),
         (["worker", "--study", name, "--storage", "postgres:/broken"], "storage"),
-        (["optimize", "--backend", "sim", "--workers", "2", "--studies-dir", str(tmp_path / "x")],
-         "PostgreSQL"),
+        (
+            [
+                "optimize",
+                "--backend",
+                "sim",
+                "--workers",
+                "2",
+                "--studies-dir",
+                str(tmp_path / "x"),
+            ],
+            "PostgreSQL",
+        ),
     ]
     for args, message in cases:
         proc = _spectune(*args, timeout=60)

@@ -37,19 +37,32 @@ def _space(**extra_flags: Any) -> dict[str, Any]:
         "server": {"max_model_len": 4096, "extra_flags": {"sim-speed": 200, **extra_flags}},
         "vllm": {"version": "0.32.0"},
         "slo": {"ttft_ms": 2000},
-        "workload": {"prompt_set": "code", "input_tokens": 64, "output_tokens": 32,
-                     "concurrency": [1], "requests": 3, "warmup": 1},
-        "search": {"draft": ["none", "ngram", DRAFT],
-                   "num_speculative_tokens": {"low": 3, "high": 3},
-                   "gpu_memory_utilization": 0.9, "max_num_batched_tokens": [2048],
-                   "temperature": {"low": 0.0, "high": 1.0, "step": 0.5}},
+        "workload": {
+            "prompt_set": "code",
+            "input_tokens": 64,
+            "output_tokens": 32,
+            "concurrency": [1],
+            "requests": 3,
+            "warmup": 1,
+        },
+        "search": {
+            "draft": ["none", "ngram", DRAFT],
+            "num_speculative_tokens": {"low": 3, "high": 3},
+            "gpu_memory_utilization": 0.9,
+            "max_num_batched_tokens": [2048],
+            "temperature": {"low": 0.0, "high": 1.0, "step": 0.5},
+        },
     }
 
 
 @pytest.fixture
-def run_study(test_image: str, study: str, tmp_path: Path, project_python: str,
-              host_volumes: Callable[..., dict[str, str]]
-              ) -> Callable[[dict[str, Any], list[dict[str, Any]]], optuna.Study]:
+def run_study(
+    test_image: str,
+    study: str,
+    tmp_path: Path,
+    project_python: str,
+    host_volumes: Callable[..., dict[str, str]],
+) -> Callable[[dict[str, Any], list[dict[str, Any]]], optuna.Study]:
     """Enqueues the given configs into a new study and runs exactly those on docker."""
 
     def run(raw: dict[str, Any], configs: list[dict[str, Any]]) -> optuna.Study:
@@ -57,16 +70,29 @@ def run_study(test_image: str, study: str, tmp_path: Path, project_python: str,
         storage = open_storage(default_storage(study, tmp_path))
         created, _ = open_study(study, storage, space, make_sampler("tpe", 0))
         for params in configs:
-            created.enqueue_trial({"gpu_memory_utilization": 0.9,
-                                   "max_num_batched_tokens": 2048, **params})
+            created.enqueue_trial(
+                {"gpu_memory_utilization": 0.9, "max_num_batched_tokens": 2048, **params}
+            )
         volumes = host_volumes(tmp_path / "container-tmp")
         options = BackendOptions(
-            study="", image=test_image, gpus=(),
+            study="",
+            image=test_image,
+            gpus=(),
             docker_entrypoint=(project_python, "-m", "tuner.sim.server"),
-            docker_volumes=tuple(volumes.items()), ready_timeout_s=60, request_timeout_s=3)
-        optimize(OptimizeRequest(study=study, space=space, backend="docker",
-                                 trials=len(configs), studies_dir=tmp_path,
-                                 backend_options=options))
+            docker_volumes=tuple(volumes.items()),
+            ready_timeout_s=60,
+            request_timeout_s=3,
+        )
+        optimize(
+            OptimizeRequest(
+                study=study,
+                space=space,
+                backend="docker",
+                trials=len(configs),
+                studies_dir=tmp_path,
+                backend_options=options,
+            )
+        )
         return optuna.load_study(study_name=study, storage=storage)
 
     return run
@@ -78,14 +104,19 @@ def _left(client: docker.DockerClient, study: str) -> list[str]:
 
 
 def test_restart_only_when_the_server_config_changes(
-    run_study: Callable[..., optuna.Study], docker_client: docker.DockerClient, study: str,
+    run_study: Callable[..., optuna.Study],
+    docker_client: docker.DockerClient,
+    study: str,
     tmp_path: Path,
 ) -> None:
-    done = run_study(_space(), [
-        {"draft": DRAFT, "num_speculative_tokens": 3, "temperature": 0.0},
-        {"draft": DRAFT, "num_speculative_tokens": 3, "temperature": 0.5},  # request-side only
-        {"draft": "ngram", "num_speculative_tokens": 3, "temperature": 0.0},
-    ])
+    done = run_study(
+        _space(),
+        [
+            {"draft": DRAFT, "num_speculative_tokens": 3, "temperature": 0.0},
+            {"draft": DRAFT, "num_speculative_tokens": 3, "temperature": 0.5},  # request-side only
+            {"draft": "ngram", "num_speculative_tokens": 3, "temperature": 0.0},
+        ],
+    )
     trials = done.get_trials()
     assert [t.state for t in trials] == [TrialState.COMPLETE] * 3
     assert [t.user_attrs["restarted"] for t in trials] == [True, False, True]
@@ -103,23 +134,31 @@ def test_restart_only_when_the_server_config_changes(
 def test_fake_cuda_oom_is_an_oom_constraint(
     run_study: Callable[..., optuna.Study], docker_client: docker.DockerClient, study: str
 ) -> None:
-    (trial,) = run_study(_space(**{"sim-fault": "oom-at-start"}),
-                         [{"draft": "none", "temperature": 0.0}]).get_trials()
+    (trial,) = run_study(
+        _space(**{"sim-fault": "oom-at-start"}), [{"draft": "none", "temperature": 0.0}]
+    ).get_trials()
     assert trial.state is TrialState.COMPLETE and trial.user_attrs["status"] == "OOM"
     assert trial.constraints["oom"] == 1.0 and "CUDA out of memory" in trial.user_attrs["log_tail"]
     assert _left(docker_client, study) == []
 
 
-@pytest.mark.parametrize(("fault", "message"), [
-    ("crash-after=40", "no request succeeded"),
-    ("hang", "did not answer a 1-token chat request: Request timed out"),
-])
+@pytest.mark.parametrize(
+    ("fault", "message"),
+    [
+        ("crash-after=40", "no request succeeded"),
+        ("hang", "did not answer a 1-token chat request: Request timed out"),
+    ],
+)
 def test_crash_and_hang_fail_the_trial_with_a_message(
-    run_study: Callable[..., optuna.Study], docker_client: docker.DockerClient, study: str,
-    fault: str, message: str,
+    run_study: Callable[..., optuna.Study],
+    docker_client: docker.DockerClient,
+    study: str,
+    fault: str,
+    message: str,
 ) -> None:
-    (trial,) = run_study(_space(**{"sim-fault": fault}),
-                         [{"draft": "none", "temperature": 0.0}]).get_trials()
+    (trial,) = run_study(
+        _space(**{"sim-fault": fault}), [{"draft": "none", "temperature": 0.0}]
+    ).get_trials()
     assert trial.state is TrialState.FAIL
     assert message in trial.user_attrs["failure"]
     assert _left(docker_client, study) == []

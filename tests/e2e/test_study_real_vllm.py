@@ -41,16 +41,28 @@ def _space(models: TinyModels, **server: Any) -> dict[str, Any]:
         "name": "tiny",
         "hardware": "4090x1",  # the pre-screen sizes these tiny models against one 4090
         "target": str(models.target),
-        "server": {"max_model_len": 512, "extra_flags": {
-            "enforce-eager": True, "kv-cache-memory-bytes": "64M"}, **server},
+        "server": {
+            "max_model_len": 512,
+            "extra_flags": {"enforce-eager": True, "kv-cache-memory-bytes": "64M"},
+            **server,
+        },
         "vllm": {"version": "0.32.0"},
         "slo": {"ttft_ms": 60000},
-        "workload": {"prompt_set": "code", "input_tokens": 48, "output_tokens": 24,
-                     "concurrency": [1], "requests": 3, "warmup": 1},
-        "search": {"draft": ["none", "ngram", str(models.draft)],
-                   "num_speculative_tokens": {"low": 3, "high": 3},
-                   "gpu_memory_utilization": 0.9, "max_num_batched_tokens": [512],
-                   "temperature": 0.0},
+        "workload": {
+            "prompt_set": "code",
+            "input_tokens": 48,
+            "output_tokens": 24,
+            "concurrency": [1],
+            "requests": 3,
+            "warmup": 1,
+        },
+        "search": {
+            "draft": ["none", "ngram", str(models.draft)],
+            "num_speculative_tokens": {"low": 3, "high": 3},
+            "gpu_memory_utilization": 0.9,
+            "max_num_batched_tokens": [512],
+            "temperature": 0.0,
+        },
     }
 
 
@@ -58,9 +70,15 @@ def _request(tmp_path: Path, study: str, raw: dict[str, Any], trials: int) -> Op
     options = BackendOptions(study="", vllm_command=vllm_command(), ready_timeout_s=300)
     # No confirmation runs: each would be one more real start (about 30 s on 2 cores); the
     # confirmation path itself is tested on the simulator and the fake server.
-    return OptimizeRequest(study=study, space=space_from_dict(raw), backend="process",
-                           trials=trials, studies_dir=tmp_path, backend_options=options,
-                           confirm_top=0)
+    return OptimizeRequest(
+        study=study,
+        space=space_from_dict(raw),
+        backend="process",
+        trials=trials,
+        studies_dir=tmp_path,
+        backend_options=options,
+        confirm_top=0,
+    )
 
 
 @pytest.fixture
@@ -101,9 +119,23 @@ def test_mini_study_on_real_vllm(tiny_models: TinyModels, tmp_path: Path) -> Non
 
 def _bench(url: str, speculative: bool) -> None:
     """``spectune bench`` against the running real server: tokens from usage, exactly."""
-    result = CliRunner().invoke(app, ["bench", "--url", url, "--concurrency", "2", "--requests",
-                                      "4", "--max-tokens", "16", "--input-tokens", "48",
-                                      "--json"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "bench",
+            "--url",
+            url,
+            "--concurrency",
+            "2",
+            "--requests",
+            "4",
+            "--max-tokens",
+            "16",
+            "--input-tokens",
+            "48",
+            "--json",
+        ],
+    )
     assert result.exit_code == 0, result.stderr
     data = json.loads(result.stdout)
     assert data["output_tokens"] == 4 * 16 and data["errors"] == 0
@@ -123,10 +155,22 @@ def _serve_config(config: Path) -> None:
     port = _free_port()
     log = config.with_suffix(".log")
     with log.open("wb") as out:
-        proc = subprocess.Popen([*vllm_command(), "serve", "--config", str(config), "--host",
-                                 "127.0.0.1", "--port", str(port)], stdout=out,
-                                stderr=subprocess.STDOUT, env=os.environ.copy(),
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            [
+                *vllm_command(),
+                "serve",
+                "--config",
+                str(config),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=os.environ.copy(),
+            start_new_session=True,
+        )
     try:
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
@@ -145,10 +189,14 @@ def _serve_config(config: Path) -> None:
 
 
 @pytest.mark.usefixtures("real_vllm_env")
-def test_real_kv_cache_failure_is_an_oom_constraint(tiny_models: TinyModels,
-                                                    tmp_path: Path) -> None:
-    raw = _space(tiny_models, max_model_len=2048,
-                 extra_flags={"enforce-eager": True, "kv-cache-memory-bytes": 1000000})
+def test_real_kv_cache_failure_is_an_oom_constraint(
+    tiny_models: TinyModels, tmp_path: Path
+) -> None:
+    raw = _space(
+        tiny_models,
+        max_model_len=2048,
+        extra_flags={"enforce-eager": True, "kv-cache-memory-bytes": 1000000},
+    )
     raw["search"]["draft"] = ["none"]
     optimize(_request(tmp_path, "oom", raw, trials=1))
     storage = open_storage(default_storage("oom", tmp_path))

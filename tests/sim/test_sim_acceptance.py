@@ -17,11 +17,16 @@ TARGET = load_model("Qwen/Qwen2.5-32B-Instruct-AWQ")
 DRAFT = load_model("Qwen/Qwen2.5-0.5B-Instruct")
 
 
-def _alpha(prompt_set: str, temperature: float = 0.2, method: str = "draft_model",
-           draft: str = "Qwen/Qwen2.5-0.5B-Instruct",
-           target: str = "Qwen/Qwen2.5-32B-Instruct-AWQ") -> float:
-    return acceptance_probability(load_model(target), load_model(draft), method, prompt_set,
-                                  temperature)
+def _alpha(
+    prompt_set: str,
+    temperature: float = 0.2,
+    method: str = "draft_model",
+    draft: str = "Qwen/Qwen2.5-0.5B-Instruct",
+    target: str = "Qwen/Qwen2.5-32B-Instruct-AWQ",
+) -> float:
+    return acceptance_probability(
+        load_model(target), load_model(draft), method, prompt_set, temperature
+    )
 
 
 def test_exposed_from_perfmodel_too() -> None:

@@ -27,9 +27,10 @@ SMALL = WorkloadSpec("code", 384, 64, requests=6, warmup=2)
 
 
 def _in_flight_max(result: TrialResult) -> int:
-    events = sorted([(r.start, 1) for r in result.requests]
-                    + [(r.end or r.start, -1) for r in result.requests],
-                    key=lambda e: (e[0], e[1]))
+    events = sorted(
+        [(r.start, 1) for r in result.requests] + [(r.end or r.start, -1) for r in result.requests],
+        key=lambda e: (e[0], e[1]),
+    )
     level = peak = 0
     for _, delta in events:
         level += delta
@@ -77,8 +78,9 @@ def test_engine_rejects_requests_longer_than_max_model_len() -> None:
 
 
 def test_engine_rejects_unknown_methods_and_missing_drafts() -> None:
-    eagle = ServerConfig(REFERENCE_TARGET, 2, 8192, 0.92, 2048,
-                         SpeculativeConfig("eagle", 4, "some/eagle-head"))
+    eagle = ServerConfig(
+        REFERENCE_TARGET, 2, 8192, 0.92, 2048, SpeculativeConfig("eagle", 4, "some/eagle-head")
+    )
     with pytest.raises(ConfigError, match="not simulated"):
         Engine(HARDWARE, TARGET, None, eagle, kv_tokens=16_384)
     with pytest.raises(ConfigError, match="no draft model"):
@@ -119,8 +121,9 @@ def test_without_speculation_one_token_per_chunk() -> None:
 @pytest.mark.parametrize("concurrency", [1, 3, 8])
 def test_closed_loop_keeps_concurrency_in_flight(concurrency: int) -> None:
     workload = WorkloadSpec("chat", 256, 32, requests=12, warmup=0)
-    result = simulate(HARDWARE, TARGET, DRAFT, reference_server(4), 0.2, workload, concurrency,
-                      seed=1)
+    result = simulate(
+        HARDWARE, TARGET, DRAFT, reference_server(4), 0.2, workload, concurrency, seed=1
+    )
     assert _in_flight_max(result) == concurrency
     if concurrency == 1:
         # Back to back: the run lasts as long as its requests together.
@@ -162,8 +165,9 @@ def test_ngram_needs_no_draft_and_follows_the_workload() -> None:
     server = reference_server(3, method="ngram")
     code = predict(HARDWARE, TARGET, None, server, 0.0, WorkloadSpec("code", 384, 128), 1)
     story = predict(HARDWARE, TARGET, None, server, 0.0, WorkloadSpec("creative", 384, 128), 1)
-    plain = predict(HARDWARE, TARGET, None, reference_server(0), 0.0,
-                    WorkloadSpec("code", 384, 128), 1)
+    plain = predict(
+        HARDWARE, TARGET, None, reference_server(0), 0.0, WorkloadSpec("code", 384, 128), 1
+    )
     assert (code.acceptance_rate or 0) > 3 * (story.acceptance_rate or 0)
     assert code.output_tok_s > 1.3 * plain.output_tok_s
     assert story.output_tok_s < 1.1 * plain.output_tok_s

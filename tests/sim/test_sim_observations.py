@@ -27,8 +27,12 @@ DRAFT = load_model(REFERENCE_DRAFT)
 CODE = REFERENCE_WORKLOADS["code"]
 
 
-def _predict(server: ServerConfig, temperature: float = 0.2, workload: WorkloadSpec = CODE,
-             concurrency: int = 1) -> TrialResult:
+def _predict(
+    server: ServerConfig,
+    temperature: float = 0.2,
+    workload: WorkloadSpec = CODE,
+    concurrency: int = 1,
+) -> TrialResult:
     draft = DRAFT if server.speculative and server.speculative.method == "draft_model" else None
     return predict(HARDWARE, TARGET, draft, server, temperature, workload, concurrency)
 
@@ -118,8 +122,9 @@ def test_low_memory_utilization_starves_the_kv_cache() -> None:
 def test_weights_match_field_notes() -> None:
     one = parse_hardware("4090x1")
     target = load_model("Qwen/Qwen2.5-14B-Instruct-AWQ")
-    server = ServerConfig(target.hf_id, 1, 8192, 0.92, 2048,
-                          SpeculativeConfig("draft_model", 4, REFERENCE_DRAFT))
+    server = ServerConfig(
+        target.hf_id, 1, 8192, 0.92, 2048, SpeculativeConfig("draft_model", 4, REFERENCE_DRAFT)
+    )
     estimate = estimate_memory(one, target, DRAFT, server)
     assert 8.8 <= estimate.weights_gib <= 9.4  # "AWQ 4-bit 14B weighs ~9.5 GB"
     assert 0.8 <= estimate.draft_gib <= 1.2  # "0.5B FP16 draft ~1.2 GB"
@@ -140,8 +145,15 @@ def test_preemptions_when_kv_cache_is_too_small_for_the_concurrency() -> None:
 
 def test_tensor_parallel_draft_pays_for_communication() -> None:
     split = reference_server(4)
-    local = ServerConfig(split.model, 2, 8192, 0.92, 2048, split.speculative,
-                         extra_flags=(("speculative-draft-tensor-parallel-size", 1),))
+    local = ServerConfig(
+        split.model,
+        2,
+        8192,
+        0.92,
+        2048,
+        split.speculative,
+        extra_flags=(("speculative-draft-tensor-parallel-size", 1),),
+    )
     assert _predict(local).output_tok_s > 1.1 * _predict(split).output_tok_s
     assert estimate_memory(HARDWARE, TARGET, DRAFT, local).draft_gib == pytest.approx(
         2 * estimate_memory(HARDWARE, TARGET, DRAFT, split).draft_gib
@@ -160,8 +172,9 @@ def _ttft(result: TrialResult) -> float:
 
 
 def _server(batched: int, chunked: bool = True) -> ServerConfig:
-    return ServerConfig(REFERENCE_TARGET, 2, 8192, 0.92, batched, None,
-                        enable_chunked_prefill=chunked)
+    return ServerConfig(
+        REFERENCE_TARGET, 2, 8192, 0.92, batched, None, enable_chunked_prefill=chunked
+    )
 
 
 def test_chunked_prefill_bounds_activation_memory_for_long_prompts() -> None:

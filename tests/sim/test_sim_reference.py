@@ -31,8 +31,15 @@ TOLERANCE = 0.10
 
 def _run(row: ReferenceRow, seed: int | None = None) -> TrialResult:
     draft = DRAFT if row.k else None
-    args = (HARDWARE, TARGET, draft, reference_server(row.k), REFERENCE_TEMPERATURE,
-            REFERENCE_WORKLOADS[row.workload], 1)
+    args = (
+        HARDWARE,
+        TARGET,
+        draft,
+        reference_server(row.k),
+        REFERENCE_TEMPERATURE,
+        REFERENCE_WORKLOADS[row.workload],
+        1,
+    )
     return predict(*args) if seed is None else simulate(*args, seed=seed)
 
 

@@ -36,8 +36,18 @@ def start_server(tmp_path: Path) -> Iterator[StartServer]:
     ) -> RunningServer:
         port = free_port()
         log_path = tmp_path / f"server-{len(started)}.log"
-        argv = [*SERVER, "serve", model, "--host", "127.0.0.1", "--port", str(port),
-                "--sim-speed", SPEED, *flags]
+        argv = [
+            *SERVER,
+            "serve",
+            model,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--sim-speed",
+            SPEED,
+            *flags,
+        ]
         with log_path.open("wb") as log:
             proc = subprocess.Popen(
                 argv, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}

@@ -80,4 +80,3 @@ def wait_ready(server: RunningServer) -> None:
             pass
         time.sleep(0.02)
     raise AssertionError(f"server not ready within {_READY_S} s:\n{server.log()}")
-

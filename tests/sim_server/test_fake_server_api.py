@@ -95,8 +95,9 @@ def test_errors_have_vllm_shapes(start_server: StartServer) -> None:
     server = start_server("--max-model-len", "1024", "--api-key", "sekrit")
     auth = {"Authorization": "Bearer sekrit"}
     assert httpx.get(f"{server.base_url}/v1/models").status_code == 401
-    wrong = httpx.post(f"{server.base_url}/v1/chat/completions", headers=auth,
-                       json={**_chat(4), "model": "nope"})
+    wrong = httpx.post(
+        f"{server.base_url}/v1/chat/completions", headers=auth, json={**_chat(4), "model": "nope"}
+    )
     assert wrong.status_code == 404
     assert wrong.json() == {
         "error": {
@@ -106,8 +107,9 @@ def test_errors_have_vllm_shapes(start_server: StartServer) -> None:
             "code": 404,
         }
     }
-    too_long = httpx.post(f"{server.base_url}/v1/chat/completions", headers=auth,
-                          json=_chat(1000, content="y" * 400))
+    too_long = httpx.post(
+        f"{server.base_url}/v1/chat/completions", headers=auth, json=_chat(1000, content="y" * 400)
+    )
     assert too_long.status_code == 400
     assert "maximum context length is 1024 tokens" in too_long.json()["error"]["message"]
     assert httpx.get(f"{server.base_url}/nowhere").status_code == 404
@@ -152,10 +154,12 @@ def test_metrics_counters_move_and_parse(start_server: StartServer) -> None:
 
 def test_measure_endpoint_counts_every_token(start_server: StartServer) -> None:
     server = start_server("--speculative-config", SPEC)
-    workload = WorkloadSpec(prompt_set="code", input_tokens=128, output_tokens=24, requests=12,
-                            warmup=2)
-    result = measure_endpoint(Endpoint(server.base_url, TARGET), 0.2, workload, 4,
-                              kv_sample_interval_s=0.01)
+    workload = WorkloadSpec(
+        prompt_set="code", input_tokens=128, output_tokens=24, requests=12, warmup=2
+    )
+    result = measure_endpoint(
+        Endpoint(server.base_url, TARGET), 0.2, workload, 4, kv_sample_interval_s=0.01
+    )
     assert result.errors == 0 and result.notes == ()
     assert result.output_tokens == 12 * 24  # requests x max_tokens
     assert result.spec_decode is not None
@@ -169,16 +173,36 @@ def test_timings_follow_the_engine(start_server: StartServer) -> None:
     """A lone request takes the simulated time divided by --sim-speed, in real time."""
     # 10x rather than the usual 50x: steps of about 2 ms leave room for a busy test machine.
     speed = 10.0
-    server = start_server("--speculative-config", SPEC, "--max-model-len", "8192",
-                          "--tensor-parallel-size", "2", "--gpu-memory-utilization", "0.92",
-                          "--sim-hardware", "4090x2", "--sim-speed", str(speed),
-                          model="Qwen/Qwen2.5-32B-Instruct-AWQ")
-    workload = WorkloadSpec(prompt_set="code", input_tokens=384, output_tokens=256, requests=2,
-                            warmup=1)
-    result = measure_endpoint(Endpoint(server.base_url, "Qwen/Qwen2.5-32B-Instruct-AWQ"), 0.2,
-                              workload, 1)
-    expected = predict(parse_hardware("4090x2"), load_model("Qwen/Qwen2.5-32B-Instruct-AWQ"),
-                       load_model(DRAFT), reference_server(), 0.2, workload, 1)
+    server = start_server(
+        "--speculative-config",
+        SPEC,
+        "--max-model-len",
+        "8192",
+        "--tensor-parallel-size",
+        "2",
+        "--gpu-memory-utilization",
+        "0.92",
+        "--sim-hardware",
+        "4090x2",
+        "--sim-speed",
+        str(speed),
+        model="Qwen/Qwen2.5-32B-Instruct-AWQ",
+    )
+    workload = WorkloadSpec(
+        prompt_set="code", input_tokens=384, output_tokens=256, requests=2, warmup=1
+    )
+    result = measure_endpoint(
+        Endpoint(server.base_url, "Qwen/Qwen2.5-32B-Instruct-AWQ"), 0.2, workload, 1
+    )
+    expected = predict(
+        parse_hardware("4090x2"),
+        load_model("Qwen/Qwen2.5-32B-Instruct-AWQ"),
+        load_model(DRAFT),
+        reference_server(),
+        0.2,
+        workload,
+        1,
+    )
     assert result.output_tok_s == pytest.approx(expected.output_tok_s * speed, rel=0.2)
     ttft = result.ttft_ms(50)
     expected_ttft = expected.ttft_ms(50)
@@ -188,9 +212,16 @@ def test_timings_follow_the_engine(start_server: StartServer) -> None:
 
 
 def test_serves_a_local_model_directory(start_server: StartServer, tmp_path: Path) -> None:
-    config = {"hidden_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2,
-              "num_hidden_layers": 2, "intermediate_size": 256, "vocab_size": 2048,
-              "max_position_embeddings": 4096, "tie_word_embeddings": True}
+    config = {
+        "hidden_size": 128,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "num_hidden_layers": 2,
+        "intermediate_size": 256,
+        "vocab_size": 2048,
+        "max_position_embeddings": 4096,
+        "tie_word_embeddings": True,
+    }
     (tmp_path / "config.json").write_text(json.dumps(config))
     server = start_server(model=str(tmp_path))
     listed = httpx.get(f"{server.base_url}/v1/models").json()["data"][0]

@@ -26,13 +26,25 @@ from tuner.sim.server.faults import Faults, parse_faults
 CONFIGS = [
     ServerConfig(TARGET, 1, 8192, 0.9, 2048),
     ServerConfig(
-        "Qwen/Qwen2.5-32B-Instruct-AWQ", 2, 4096, 0.92, 1024,
+        "Qwen/Qwen2.5-32B-Instruct-AWQ",
+        2,
+        4096,
+        0.92,
+        1024,
         speculative=SpeculativeConfig("draft_model", 4, DRAFT),
-        quantization="awq", enable_chunked_prefill=False, served_model_name="big",
+        quantization="awq",
+        enable_chunked_prefill=False,
+        served_model_name="big",
         extra_flags=(("max-num-seqs", 64), ("enforce-eager", True)),
     ),
-    ServerConfig(TARGET, 1, 8192, 0.9, 2048,
-                 speculative=SpeculativeConfig("ngram", 3, None, prompt_lookup_max=4)),
+    ServerConfig(
+        TARGET,
+        1,
+        8192,
+        0.9,
+        2048,
+        speculative=SpeculativeConfig("ngram", 3, None, prompt_lookup_max=4),
+    ),
 ]
 IDS = ["plain", "draft-tp2-no-chunked", "ngram"]
 
@@ -79,8 +91,9 @@ def test_sim_settings_from_flags_or_environment() -> None:
 
 
 def test_ignored_vllm_flags_are_accepted_and_reported() -> None:
-    args = parse_serve_args([TARGET, "--dtype", "half", "--trust-remote-code",
-                             "--kv-cache-memory-bytes", "64M"], {})
+    args = parse_serve_args(
+        [TARGET, "--dtype", "half", "--trust-remote-code", "--kv-cache-memory-bytes", "64M"], {}
+    )
     assert args.ignored == ("--dtype", "--trust-remote-code")
     assert args.kv_cache_memory_bytes == 64 * 2**20
 
@@ -112,8 +125,13 @@ def test_version_answers_like_vllm() -> None:
 @pytest.mark.parametrize("use_config_file", [False, True], ids=["flags", "config-file"])
 def test_process_launcher_starts_it(use_config_file: bool, context: LaunchContext) -> None:
     server = CONFIGS[2]
-    launcher = ProcessLauncher(SERVER, env={"SPECTUNE_SIM_SPEED": "50"}, poll_s=0.05,
-                               ready_timeout_s=15, use_config_file=use_config_file)
+    launcher = ProcessLauncher(
+        SERVER,
+        env={"SPECTUNE_SIM_SPEED": "50"},
+        poll_s=0.05,
+        ready_timeout_s=15,
+        use_config_file=use_config_file,
+    )
     with launcher:
         assert launcher.version == NEWEST_KNOWN  # asked with --version
         endpoint = launcher.start(server, context)

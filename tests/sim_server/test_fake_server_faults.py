@@ -56,14 +56,26 @@ def test_oom_fault_is_an_oom_startup_failure(context: LaunchContext) -> None:
     ("flags", "model", "cause"),
     [
         ((), "Qwen/Qwen2.5-32B-Instruct", "CUDA out of memory while loading the model weights"),
-        (("--gpu-memory-utilization", "0.4"), TARGET,
-         "No available memory for the cache blocks. Try increasing `gpu_memory_utilization`"),
-        (("--max-model-len", "100000"), TARGET,
-         "KV cache is needed, which is larger than the available KV cache memory"),
-        (("--kv-cache-memory-bytes", "1000000", "--max-model-len", "2048"), TARGET,
-         "KV cache is needed, which is larger than the available KV cache memory"),
-        (("--gpu-memory-utilization", "0.98"), TARGET,
-         "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate"),
+        (
+            ("--gpu-memory-utilization", "0.4"),
+            TARGET,
+            "No available memory for the cache blocks. Try increasing `gpu_memory_utilization`",
+        ),
+        (
+            ("--max-model-len", "100000"),
+            TARGET,
+            "KV cache is needed, which is larger than the available KV cache memory",
+        ),
+        (
+            ("--kv-cache-memory-bytes", "1000000", "--max-model-len", "2048"),
+            TARGET,
+            "KV cache is needed, which is larger than the available KV cache memory",
+        ),
+        (
+            ("--gpu-memory-utilization", "0.98"),
+            TARGET,
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate",
+        ),
     ],
     ids=["weights", "no-cache-blocks", "kv-too-small", "kv-cache-bytes", "graphs"],
 )
@@ -94,16 +106,17 @@ def test_unknown_flag_is_a_bad_argument(context: LaunchContext) -> None:
     [
         ((), "no/such-model", "validation error for ModelConfig"),
         (("--tensor-parallel-size", "2"), TARGET, "validation error for ParallelConfig"),
-        (("--speculative-config", '{"method": "eagle", "num_speculative_tokens": 2}'), TARGET,
-         "validation error for SpeculativeConfig"),
+        (
+            ("--speculative-config", '{"method": "eagle", "num_speculative_tokens": 2}'),
+            TARGET,
+            "validation error for SpeculativeConfig",
+        ),
         (("--sim-fault", "explode"), TARGET, "bad fault 'explode'"),
         (("--speculative-config", "{not json"), TARGET, "argument --speculative-config"),
     ],
     ids=["unknown-model", "tp-over-hardware", "unknown-method", "unknown-fault", "bad-json"],
 )
-def test_invalid_values_are_bad_arguments(
-    flags: tuple[str, ...], model: str, cause: str
-) -> None:
+def test_invalid_values_are_bad_arguments(flags: tuple[str, ...], model: str, cause: str) -> None:
     done = _run(*flags, model=model)
     log = done.stdout + done.stderr
     assert done.returncode in (1, 2)
@@ -124,10 +137,12 @@ def test_crash_mid_run_drops_connections(start_server: StartServer) -> None:
     # 16-token requests, four in flight: the first finishes by token 64, and token 88 (not a
     # multiple of 16) always falls in the middle of some request's stream.
     server = start_server("--sim-fault", "crash-after=88")
-    workload = WorkloadSpec(prompt_set="chat", input_tokens=32, output_tokens=16, requests=12,
-                            warmup=0)
-    result = measure_endpoint(Endpoint(server.base_url, TARGET), 0.0, workload, 4, check=False,
-                              request_timeout_s=5)
+    workload = WorkloadSpec(
+        prompt_set="chat", input_tokens=32, output_tokens=16, requests=12, warmup=0
+    )
+    result = measure_endpoint(
+        Endpoint(server.base_url, TARGET), 0.0, workload, 4, check=False, request_timeout_s=5
+    )
     errors = [r.error for r in result.requests if r.error]
     assert 1 <= sum(r.ok for r in result.requests) < 12
     assert any("connection dropped mid-stream" in e for e in errors), errors
@@ -137,8 +152,9 @@ def test_crash_mid_run_drops_connections(start_server: StartServer) -> None:
 
 def test_hang_leaves_requests_to_time_out(start_server: StartServer) -> None:
     server = start_server("--sim-fault", "hang-after=40")
-    result = measure_endpoint(Endpoint(server.base_url, TARGET), 0.0, SMALL, 1, check=False,
-                              request_timeout_s=0.3)
+    result = measure_endpoint(
+        Endpoint(server.base_url, TARGET), 0.0, SMALL, 1, check=False, request_timeout_s=0.3
+    )
     errors = [r.error for r in result.requests if r.error]
     # Two requests make 32 tokens; the third hangs at token 40, the rest get none.
     assert sum(r.ok for r in result.requests) == 2
@@ -156,8 +172,9 @@ def test_hang_leaves_requests_to_time_out(start_server: StartServer) -> None:
 def test_hang_from_the_start(start_server: StartServer) -> None:
     server = start_server("--sim-fault", "hang")
     with pytest.raises(httpx.ReadTimeout):
-        httpx.post(f"{server.base_url}/v1/completions",
-                   json={"model": TARGET, "prompt": "hi"}, timeout=0.3)
+        httpx.post(
+            f"{server.base_url}/v1/completions", json={"model": TARGET, "prompt": "hi"}, timeout=0.3
+        )
 
 
 def test_every_other_request_fails_with_http_500(start_server: StartServer) -> None:

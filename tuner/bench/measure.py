@@ -82,8 +82,9 @@ def check_model(
         client.close()
 
 
-def served_models(base_url: str, timeout_s: float = 10.0, *, api_key: str | None = None
-                  ) -> list[str]:
+def served_models(
+    base_url: str, timeout_s: float = 10.0, *, api_key: str | None = None
+) -> list[str]:
     """The model names a server lists at ``/v1/models`` (MeasurementError when unreachable)."""
     root = base_url.rstrip("/")
     client = _openai_client(root, timeout_s, api_key)

@@ -60,7 +60,11 @@ class _Run:
     """The client side: sends requests, tracks the virtual clock, drives the engine."""
 
     def __init__(
-        self, engine: Engine, workload: WorkloadSpec, temperature: float, concurrency: int,
+        self,
+        engine: Engine,
+        workload: WorkloadSpec,
+        temperature: float,
+        concurrency: int,
         rng: random.Random | None,
     ) -> None:
         self.engine = engine
@@ -116,9 +120,13 @@ class _Run:
                 arrived, index = heapq.heappop(arrivals)
                 request = batch[index]
                 try:
-                    self.engine.add_request(first_id + index, request.prompt,
-                                            self.workload.output_tokens, self.temperature,
-                                            self.workload.prompt_set)
+                    self.engine.add_request(
+                        first_id + index,
+                        request.prompt,
+                        self.workload.output_tokens,
+                        self.temperature,
+                        self.workload.prompt_set,
+                    )
                 except ValueError as exc:  # the API server answers HTTP 400 at once
                     request.error = str(exc)
                     finish(index, arrived + self._latency(API_OUT_S))
@@ -151,15 +159,21 @@ def _delta(after: SpecDecodeStats | None, before: SpecDecodeStats | None) -> Spe
         draft_tokens=after.draft_tokens - before.draft_tokens,
         accepted_tokens=after.accepted_tokens - before.accepted_tokens,
         accepted_per_position=tuple(
-            a - b for a, b in zip(after.accepted_per_position, before.accepted_per_position,
-                                  strict=True)
+            a - b
+            for a, b in zip(after.accepted_per_position, before.accepted_per_position, strict=True)
         ),
     )
 
 
 def _run(
-    hardware: Hardware, target: ModelSpec, draft: ModelSpec | None, server: ServerConfig,
-    temperature: float, workload: WorkloadSpec, concurrency: int, seed: int | None,
+    hardware: Hardware,
+    target: ModelSpec,
+    draft: ModelSpec | None,
+    server: ServerConfig,
+    temperature: float,
+    workload: WorkloadSpec,
+    concurrency: int,
+    seed: int | None,
 ) -> TrialResult:
     memory = estimate_memory(hardware, target, draft, server)
     if not memory.fits:
@@ -187,8 +201,14 @@ def _run(
 
 
 def simulate(
-    hardware: Hardware, target: ModelSpec, draft: ModelSpec | None, server: ServerConfig,
-    temperature: float, workload: WorkloadSpec, concurrency: int, seed: int,
+    hardware: Hardware,
+    target: ModelSpec,
+    draft: ModelSpec | None,
+    server: ServerConfig,
+    temperature: float,
+    workload: WorkloadSpec,
+    concurrency: int,
+    seed: int,
 ) -> TrialResult:
     """Runs the workload against the simulated server in virtual time, with seeded noise.
 
@@ -214,8 +234,13 @@ def simulate(
 
 
 def predict(
-    hardware: Hardware, target: ModelSpec, draft: ModelSpec | None, server: ServerConfig,
-    temperature: float, workload: WorkloadSpec, concurrency: int,
+    hardware: Hardware,
+    target: ModelSpec,
+    draft: ModelSpec | None,
+    server: ServerConfig,
+    temperature: float,
+    workload: WorkloadSpec,
+    concurrency: int,
 ) -> TrialResult:
     """Like :func:`simulate` without noise: expected acceptance, mean prompt length, exact steps.
 

@@ -206,23 +206,27 @@ class PerfModel:
         pre_context = sum(done + chunk for done, chunk in shape.chunks)
         pre_attention = sum(chunk * (done + chunk / 2) for done, chunk in shape.chunks)
         seqs = shape.decodes + len(shape.chunks)
-        seconds = self.target_pass_s(ForwardPass(
-            tokens=dec_tokens + pre_tokens,
-            seqs=seqs,
-            context=shape.decode_context + pre_context,
-            attention=per_decode * shape.decode_context + pre_attention,
-            graphed=shape.graphed,
-        ))
+        seconds = self.target_pass_s(
+            ForwardPass(
+                tokens=dec_tokens + pre_tokens,
+                seqs=seqs,
+                context=shape.decode_context + pre_context,
+                attention=per_decode * shape.decode_context + pre_attention,
+                graphed=shape.graphed,
+            )
+        )
         if self.draft is not None:
             for i in range(self.k if shape.decodes else 1):
                 first = i == 0
-                seconds += self.draft_pass_s(ForwardPass(
-                    tokens=shape.decodes + (pre_tokens if first else 0),
-                    seqs=seqs if first else shape.decodes,
-                    context=shape.decode_context + (pre_context if first else 0),
-                    attention=shape.decode_context + (pre_attention if first else 0),
-                    graphed=shape.graphed,
-                ))
+                seconds += self.draft_pass_s(
+                    ForwardPass(
+                        tokens=shape.decodes + (pre_tokens if first else 0),
+                        seqs=seqs if first else shape.decodes,
+                        context=shape.decode_context + (pre_context if first else 0),
+                        attention=shape.decode_context + (pre_attention if first else 0),
+                        graphed=shape.graphed,
+                    )
+                )
         verified = dec_tokens if self.k else 0
         seconds += self.step_overhead_s(seqs, verified, self.ngram)
         if self.k and shape.first_tokens:

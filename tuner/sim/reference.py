@@ -34,9 +34,7 @@ REFERENCE_OUTPUT_TOKENS = 256
 
 REFERENCE_WORKLOADS: dict[str, WorkloadSpec] = {
     "code": WorkloadSpec("code", REFERENCE_CODE_INPUT_TOKENS, REFERENCE_OUTPUT_TOKENS),
-    "creative": WorkloadSpec(
-        "creative", REFERENCE_CREATIVE_INPUT_TOKENS, REFERENCE_OUTPUT_TOKENS
-    ),
+    "creative": WorkloadSpec("creative", REFERENCE_CREATIVE_INPUT_TOKENS, REFERENCE_OUTPUT_TOKENS),
 }
 
 

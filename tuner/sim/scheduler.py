@@ -196,8 +196,9 @@ class Engine:
                 self.target, self.draft, self.method, prompt_set, temperature
             )
             rates = position_rates(alpha, self.k, self.method)
-        seq = _Seq(rid, prompt_tokens, max(max_tokens, 1), expected_accepted(rates), rates,
-                   prompt_tokens)
+        seq = _Seq(
+            rid, prompt_tokens, max(max_tokens, 1), expected_accepted(rates), rates, prompt_tokens
+        )
         self.waiting.append(seq)
 
     def abort_request(self, rid: int) -> bool:

@@ -133,8 +133,10 @@ class FakeServer:
         except OSError as exc:
             log("ERROR", str(exc))  # "[Errno 98] ... address already in use": launchers retry
             return 1
-        log("INFO", f"Starting vLLM API server 0 on http://{self.args.host or '0.0.0.0'}:"
-                     f"{self.args.port}")
+        log(
+            "INFO",
+            f"Starting vLLM API server 0 on http://{self.args.host or '0.0.0.0'}:{self.args.port}",
+        )
         log("INFO", "Application startup complete.")
         engine_task = asyncio.create_task(self._engine_loop())
         await self._stop.wait()
@@ -184,8 +186,10 @@ class FakeServer:
             writer.write(json_response(405, {"detail": "Method Not Allowed"}))
             return True
         key = self.args.api_key
-        if key and path.startswith("/v1/") and request.headers.get("authorization") != (
-            f"Bearer {key}"
+        if (
+            key
+            and path.startswith("/v1/")
+            and request.headers.get("authorization") != (f"Bearer {key}")
         ):
             writer.write(json_response(401, {"error": "Unauthorized"}))
             return True
@@ -194,8 +198,11 @@ class FakeServer:
         elif path == "/version":
             writer.write(json_response(200, {"version": str(NEWEST_KNOWN)}))
         elif path == "/metrics":
-            writer.write(response(200, self.metrics_text().encode(),
-                                  "text/plain; version=0.0.4; charset=utf-8"))
+            writer.write(
+                response(
+                    200, self.metrics_text().encode(), "text/plain; version=0.0.4; charset=utf-8"
+                )
+            )
         elif path == "/v1/models":
             writer.write(json_response(200, self._models()))
         else:
@@ -208,9 +215,16 @@ class FakeServer:
         return {
             "object": "list",
             "data": [
-                {"id": name, "object": "model", "created": created, "owned_by": "vllm",
-                 "root": server.model, "parent": None, "max_model_len": server.max_model_len,
-                 "permission": []}
+                {
+                    "id": name,
+                    "object": "model",
+                    "created": created,
+                    "owned_by": "vllm",
+                    "root": server.model,
+                    "parent": None,
+                    "max_model_len": server.max_model_len,
+                    "permission": [],
+                }
                 for name in self.args.served_names
             ],
         }
@@ -236,19 +250,22 @@ class FakeServer:
         """
         params = parse_completion(body, chat)
         if params.model is not None and params.model not in self.args.served_names:
-            raise RequestError(404, "NotFoundError", f"The model `{params.model}` does not exist.",
-                               "model")
+            raise RequestError(
+                404, "NotFoundError", f"The model `{params.model}` does not exist.", "model"
+            )
         self._completions += 1
         every = self.faults.http_500_every
         if every and self._completions % every == 0:
-            raise RequestError(500, "InternalServerError",
-                               f"simulated fault (--sim-fault http-500-every={every})")
+            raise RequestError(
+                500, "InternalServerError", f"simulated fault (--sim-fault http-500-every={every})"
+            )
         limit = self.args.server.max_model_len
         max_tokens = params.max_tokens or max(1, limit - params.prompt_tokens)
         rid = next(self._ids)
         try:
-            self.engine.add_request(rid, params.prompt_tokens, max_tokens, params.temperature,
-                                    params.prompt_set)
+            self.engine.add_request(
+                rid, params.prompt_tokens, max_tokens, params.temperature, params.prompt_set
+            )
         except ValueError as exc:  # longer than max_model_len
             raise RequestError(400, "BadRequestError", str(exc)) from None
         self.counters.prompt_tokens += params.prompt_tokens
@@ -261,13 +278,15 @@ class FakeServer:
         try:
             rid, params = self._admit(request.body, chat)
         except RequestError as exc:
-            writer.write(json_response(exc.status,
-                                       error_body(exc.status, exc.kind, str(exc), exc.param)))
+            writer.write(
+                json_response(exc.status, error_body(exc.status, exc.kind, str(exc), exc.param))
+            )
             return True
         request_id = f"{'chatcmpl' if chat else 'cmpl'}-sim{rid:06d}"
         model = params.model or self.args.served_names[0]
-        live = _Live(rid, params, request_id, reader, writer,
-                     asyncio.get_running_loop().create_future())
+        live = _Live(
+            rid, params, request_id, reader, writer, asyncio.get_running_loop().create_future()
+        )
         if params.stream:
             self._streams += 1
             every = self.faults.malformed_sse_every
@@ -369,8 +388,10 @@ class FakeServer:
         sent = self.counters.generation_tokens
         crash_after, hang = self.faults.crash_after, self.faults.hang_after
         if crash_after is not None and sent >= crash_after:
-            crash("RuntimeError: CUDA error: an illegal memory access was encountered "
-                  f"(simulated fault --sim-fault crash-after={crash_after})")
+            crash(
+                "RuntimeError: CUDA error: an illegal memory access was encountered "
+                f"(simulated fault --sim-fault crash-after={crash_after})"
+            )
         if hang is not None and sent >= hang and not self._hung:
             self._hung = True
             log("WARNING", f"simulated fault --sim-fault hang-after={hang}: the engine hangs")
@@ -395,8 +416,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = parse_serve_args(sys.argv[1:] if argv is None else argv)
         sim = args.sim
-        log("INFO", f"{SIMULATED_BANNER}; timings from tuner.sim for {sim.hardware.label} at "
-                     f"{sim.speed:g}x real time, seed {sim.seed}")
+        log(
+            "INFO",
+            f"{SIMULATED_BANNER}; timings from tuner.sim for {sim.hardware.label} at "
+            f"{sim.speed:g}x real time, seed {sim.seed}",
+        )
         if args.ignored:
             log("WARNING", f"flags ignored by the simulator: {' '.join(args.ignored)}")
         if sim.faults.slow_start_s:
@@ -410,4 +434,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         print_engine_failure(str(exc))
         return 1
     return asyncio.run(FakeServer(args, engine).serve())
-

@@ -206,8 +206,12 @@ def _parser() -> argparse.ArgumentParser:
     _add_boolean(parser, "--enable-chunked-prefill", True)
     _add_boolean(parser, "--enforce-eager", False)
     for flag in _IGNORED_VALUE_FLAGS:
-        parser.add_argument(flag, dest=f"ignored_{flag[2:]}", metavar="VALUE",
-                            help="accepted and ignored by the simulator")
+        parser.add_argument(
+            flag,
+            dest=f"ignored_{flag[2:]}",
+            metavar="VALUE",
+            help="accepted and ignored by the simulator",
+        )
     for flag in _IGNORED_BOOL_FLAGS:
         _add_boolean(parser, flag, None)
     sim = parser.add_argument_group("simulator (spectune only)")
@@ -218,13 +222,26 @@ def _parser() -> argparse.ArgumentParser:
         default=env.get("SPECTUNE_SIM_HARDWARE", DEFAULT_HARDWARE),
         help=f"simulated GPUs, e.g. 4090x2 (default {DEFAULT_HARDWARE}; SPECTUNE_SIM_HARDWARE)",
     )
-    sim.add_argument("--sim-fault", action="append", default=None, metavar="FAULT",
-                     help=f"inject a fault, repeatable: {', '.join(FAULT_NAMES)} "
-                     "(SPECTUNE_SIM_FAULT, comma-separated)")
-    sim.add_argument("--sim-speed", type=float, default=env.get("SPECTUNE_SIM_SPEED", "1"),
-                     help="simulated seconds per real second; inf: no pauses (SPECTUNE_SIM_SPEED)")
-    sim.add_argument("--sim-seed", type=int, default=env.get("SPECTUNE_SIM_SEED", "0"),
-                     help="seeds acceptance and timing noise (SPECTUNE_SIM_SEED)")
+    sim.add_argument(
+        "--sim-fault",
+        action="append",
+        default=None,
+        metavar="FAULT",
+        help=f"inject a fault, repeatable: {', '.join(FAULT_NAMES)} "
+        "(SPECTUNE_SIM_FAULT, comma-separated)",
+    )
+    sim.add_argument(
+        "--sim-speed",
+        type=float,
+        default=env.get("SPECTUNE_SIM_SPEED", "1"),
+        help="simulated seconds per real second; inf: no pauses (SPECTUNE_SIM_SPEED)",
+    )
+    sim.add_argument(
+        "--sim-seed",
+        type=int,
+        default=env.get("SPECTUNE_SIM_SEED", "0"),
+        help="seeds acceptance and timing noise (SPECTUNE_SIM_SEED)",
+    )
     return parser
 
 

@@ -127,9 +127,7 @@ async def _read_chunked(reader: asyncio.StreamReader) -> bytes:
         await reader.readexactly(2)  # the CRLF after each chunk
 
 
-def response(
-    status: int, body: bytes, content_type: str, *, close: bool = False
-) -> bytes:
+def response(status: int, body: bytes, content_type: str, *, close: bool = False) -> bytes:
     """A whole response with ``Content-Length``."""
     head = (
         f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}\r\n"

@@ -68,33 +68,71 @@ def render_metrics(
         lines.append(f"# TYPE {base} {kind}")
         lines.append(f"{name}{{{labels}{extra}}} {float(value)!r}")
 
-    metric("vllm:num_requests_running", "gauge",
-           "Number of requests in model execution batches.", running)
-    metric("vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.",
-           waiting)
-    metric("vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.",
-           kv_usage)
-    metric("vllm:num_preemptions_total", "counter",
-           "Cumulative number of preemption from the engine.", preemptions)
-    metric("vllm:prompt_tokens_total", "counter", "Number of prefill tokens processed.",
-           counters.prompt_tokens)
-    metric("vllm:generation_tokens_total", "counter", "Number of generation tokens processed.",
-           counters.generation_tokens)
-    metric("vllm:request_success_total", "counter", "Count of successfully processed requests.",
-           counters.finished, ',finished_reason="length"')
+    metric(
+        "vllm:num_requests_running",
+        "gauge",
+        "Number of requests in model execution batches.",
+        running,
+    )
+    metric(
+        "vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.", waiting
+    )
+    metric(
+        "vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.", kv_usage
+    )
+    metric(
+        "vllm:num_preemptions_total",
+        "counter",
+        "Cumulative number of preemption from the engine.",
+        preemptions,
+    )
+    metric(
+        "vllm:prompt_tokens_total",
+        "counter",
+        "Number of prefill tokens processed.",
+        counters.prompt_tokens,
+    )
+    metric(
+        "vllm:generation_tokens_total",
+        "counter",
+        "Number of generation tokens processed.",
+        counters.generation_tokens,
+    )
+    metric(
+        "vllm:request_success_total",
+        "counter",
+        "Count of successfully processed requests.",
+        counters.finished,
+        ',finished_reason="length"',
+    )
     if spec is not None:
-        metric("vllm:spec_decode_num_drafts_total", "counter", "Number of spec decoding drafts.",
-               spec.drafts)
-        metric("vllm:spec_decode_num_draft_tokens_total", "counter", "Number of draft tokens.",
-               spec.draft_tokens)
-        metric("vllm:spec_decode_num_accepted_tokens_total", "counter",
-               "Number of accepted tokens.", spec.accepted_tokens)
+        metric(
+            "vllm:spec_decode_num_drafts_total",
+            "counter",
+            "Number of spec decoding drafts.",
+            spec.drafts,
+        )
+        metric(
+            "vllm:spec_decode_num_draft_tokens_total",
+            "counter",
+            "Number of draft tokens.",
+            spec.draft_tokens,
+        )
+        metric(
+            "vllm:spec_decode_num_accepted_tokens_total",
+            "counter",
+            "Number of accepted tokens.",
+            spec.accepted_tokens,
+        )
         name = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
         lines.append(f"# HELP {name.removesuffix('_total')} Accepted tokens per draft position.")
         lines.append(f"# TYPE {name.removesuffix('_total')} counter")
         for position, value in enumerate(spec.accepted_per_position):
             lines.append(f'{name}{{{labels},position="{position}"}} {float(value)!r}')
-    metric("spectune_sim_stream_chunks_total", "counter",
-           "SSE chunks that carried tokens (spectune's simulated server only).",
-           counters.stream_chunks)
+    metric(
+        "spectune_sim_stream_chunks_total",
+        "counter",
+        "SSE chunks that carried tokens (spectune's simulated server only).",
+        counters.stream_chunks,
+    )
     return "\n".join(lines) + "\n"

@@ -108,9 +108,7 @@ def _message_text(content: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):  # content parts: [{"type": "text", "text": ...}, ...]
-        return "".join(
-            str(part.get("text", "")) for part in content if isinstance(part, dict)
-        )
+        return "".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
     return ""
 
 
@@ -120,8 +118,9 @@ def _prompt(payload: dict[str, Any], chat: bool) -> tuple[str, int | None]:
         messages = payload.get("messages")
         if not isinstance(messages, list) or not messages:
             raise _bad("'messages' must be a non-empty list", "messages")
-        return "\n".join(_message_text(m.get("content")) for m in messages
-                         if isinstance(m, dict)), None
+        return "\n".join(
+            _message_text(m.get("content")) for m in messages if isinstance(m, dict)
+        ), None
     prompt = payload.get("prompt")
     if isinstance(prompt, str):
         return prompt, None
@@ -236,8 +235,10 @@ class StreamFormat:
 
     def role_event(self) -> bytes:
         """The first chat event: the assistant role and no text, as vLLM sends it."""
-        choice = '[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,' \
+        choice = (
+            '[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,'
             '"finish_reason":null}]'
+        )
         return f'data: {self._head},"choices":{choice}}}\n\n'.encode()
 
     def token_event(self, text: str, finished: bool) -> bytes:
@@ -260,8 +261,12 @@ def completion_body(
 ) -> dict[str, Any]:
     """The non-streamed answer to a completion request."""
     text = token_text(0, completion_tokens)
-    choice: dict[str, Any] = {"index": 0, "logprobs": None, "finish_reason": "length",
-                              "stop_reason": None}
+    choice: dict[str, Any] = {
+        "index": 0,
+        "logprobs": None,
+        "finish_reason": "length",
+        "stop_reason": None,
+    }
     if params.chat:
         choice["message"] = {"role": "assistant", "content": text, "tool_calls": []}
     else:

@@ -156,8 +156,7 @@ def start_engine(args: ServeArgs) -> Engine:
         f"Maximum concurrency for {server.max_model_len:,} tokens per request: "
         f"{kv_tokens / server.max_model_len:.2f}x",
     )
-    return Engine(args.sim.hardware, target, draft, server, kv_tokens=kv_tokens,
-                  seed=args.sim.seed)
+    return Engine(args.sim.hardware, target, draft, server, kv_tokens=kv_tokens, seed=args.sim.seed)
 
 
 def crash(root_cause: str) -> None:
