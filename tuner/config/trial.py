@@ -28,13 +28,23 @@ FlagValue = str | int | float | bool
 # A flag is secret when one of its dash-separated words names a credential: --api-key,
 # --hf-token, --ssl-password; not --tokenizer or --max-num-batched-tokens.
 _SECRET_FLAG = re.compile(
-    r"(^|[-_])(key|token|secret|password|passwd|credentials?)($|[-_])", re.IGNORECASE
+    r"(^|-)(key|token|secret|password|passwd|credentials?)($|-)", re.IGNORECASE
 )
+# vLLM's own credential flags. Its parser accepts any unambiguous prefix (argparse's
+# allow_abbrev), so `--api SECRET` can reach --api-key: a prefix of one of these is secret too.
+_CREDENTIAL_FLAGS = ("api-key", "hf-token", "s3-access-key-id", "s3-secret-access-key")
 
 
 def is_secret_flag(name: str) -> bool:
-    """Whether a vLLM flag carries a credential (which must never be stored or exported)."""
-    return _SECRET_FLAG.search(name.lstrip("-")) is not None
+    """Whether a vLLM flag carries a credential (which must never be stored or exported).
+
+    ``name`` is a flag as a search space spells it: with or without dashes, with underscores,
+    or with its value glued on (``api-key=SECRET``).
+    """
+    flag = name.partition("=")[0].strip().lstrip("-").replace("_", "-").lower()
+    return _SECRET_FLAG.search(flag) is not None or (
+        len(flag) >= 2 and any(known.startswith(flag) for known in _CREDENTIAL_FLAGS)
+    )
 
 
 @dataclass(frozen=True)
