@@ -55,13 +55,13 @@ def test_predicted_oom_launches_nothing_and_request_changes_reuse_the_server(
     space = load_space()
     starts: list[object] = []
     backend = backend_factory("sim")(space, BackendOptions(study="s"))
-    original = backend.launcher.start
+    original = backend.start
 
     def counting_start(server, context):  # type: ignore[no-untyped-def]
         starts.append(server)
         return original(server, context)
 
-    backend.launcher.start = counting_start  # type: ignore[method-assign]
+    backend.start = counting_start  # type: ignore[method-assign]
     runner = TrialRunner(backend, space.hardware, space.ttft_limit_ms)
     ctx = LaunchContext("s", 0, tmp_path)
     too_big = space.config(space.speculative("Qwen/Qwen2.5-0.5B-Instruct", 4), 0.98, 2048, 0.2)

@@ -22,17 +22,13 @@ __all__ = ["Endpoint", "RequestRecord", "Source", "SpecDecodeStats", "TrialResul
 class Endpoint:
     """A ready server: where to send requests and under which model name.
 
-    ``base_url`` is ``http://host:port`` for real servers and ``sim://`` for the in-process
-    simulator, which the measurement step runs in virtual time instead of over HTTP.
+    ``base_url`` is ``http://host:port`` for real servers; the simulator, which its backend
+    measures in virtual time, puts a description there.
     """
 
     base_url: str
     model: str
     log_path: Path | None = None
-
-    @property
-    def simulated(self) -> bool:
-        return self.base_url.startswith("sim://")
 
 
 class Source(enum.StrEnum):

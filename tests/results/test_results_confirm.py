@@ -23,10 +23,10 @@ from tuner.analysis.confirmed import (
 from tuner.analysis.picks import confirmation_order, pick_candidate
 from tuner.analysis.recommend import feasible
 from tuner.config.space import SearchSpace
-from tuner.config.trial import LaunchContext, ServerConfig
+from tuner.config.trial import LaunchContext, ServerConfig, TrialConfig
 from tuner.errors import StartupFailure
 from tuner.export.vllm import export
-from tuner.results import Endpoint
+from tuner.results import Endpoint, Source, TrialResult
 from tuner.study.confirm import confirm
 from tuner.trial.backends import Backend, BackendOptions, backend_factory
 
@@ -74,24 +74,31 @@ def test_interval_is_mean_plus_minus_t_times_standard_error() -> None:
 
 
 @dataclass
-class CountingLauncher:
-    """Wraps a launcher and counts starts and stops: each repeat must get its own server."""
+class CountingBackend:
+    """Wraps a backend and counts starts and stops: each repeat must get its own server."""
 
-    inner: object
+    inner: Backend
     name: str = "counting"
     starts: list[ServerConfig] = field(default_factory=list)
     stops: int = 0
 
+    @property
+    def source(self) -> Source:
+        return self.inner.source
+
     def start(self, server: ServerConfig, context: LaunchContext) -> Endpoint:
         self.starts.append(server)
-        return self.inner.start(server, context)  # type: ignore[attr-defined,no-any-return]
+        return self.inner.start(server, context)
+
+    def measure(self, config: TrialConfig, concurrency: int, seed: int) -> TrialResult:
+        return self.inner.measure(config, concurrency, seed)
 
     def stop(self) -> None:
         self.stops += 1
-        self.inner.stop()  # type: ignore[attr-defined]
+        self.inner.stop()
 
     def close(self) -> None:
-        self.inner.close()  # type: ignore[attr-defined]
+        self.inner.close()
 
 
 def _sim(space: SearchSpace) -> Backend:
@@ -100,12 +107,10 @@ def _sim(space: SearchSpace) -> Backend:
 
 def test_confirm_reruns_the_top_configs_on_fresh_servers(levels: StudyCopy, tmp_path: Path) -> None:
     study, space = levels.open()
-    backend = _sim(space)
-    counting = CountingLauncher(backend.launcher)
-    backend.launcher = counting
+    counting = CountingBackend(_sim(space))
     seen: list[tuple[int, int, str]] = []
     results = confirm(
-        study, space, backend, top_n=3, repeats=3, log_dir=tmp_path / "logs",
+        study, space, counting, top_n=3, repeats=3, log_dir=tmp_path / "logs",
         on_run=lambda n, r, run: seen.append((n, r, run.status)), today=dt.date(2026, 1, 2),
     )  # fmt: skip
 
@@ -155,29 +160,18 @@ def test_recommendation_and_export_use_the_confirmed_numbers(levels: StudyCopy) 
 def test_a_config_that_fails_when_measured_again_is_dropped(levels: StudyCopy) -> None:
     study, space = levels.open()
     first = confirmation_order(feasible(study))[0].number
-    backend = _sim(space)
-    inner = backend.launcher
 
-    class Flaky:
-        name = "flaky"
-        calls = 0
-
+    class Flaky(CountingBackend):
         def start(self, server: ServerConfig, context: LaunchContext) -> Endpoint:
-            Flaky.calls += 1
-            if Flaky.calls == 2:  # the first config's second run dies at start-up
+            if len(self.starts) == 1:  # the first config's second run dies at start-up
                 from tuner.errors import FailureKind
 
+                self.starts.append(server)
                 raise StartupFailure(FailureKind.CRASH, "engine core died", 1, "boom")
-            return inner.start(server, context)
+            return super().start(server, context)
 
-        def stop(self) -> None:
-            inner.stop()
-
-        def close(self) -> None:
-            inner.close()
-
-    backend.launcher = Flaky()
-    results = confirm(study, space, backend, top_n=2, repeats=3, log_dir=levels.folder / "logs")
+    flaky_sim = Flaky(_sim(space))
+    results = confirm(study, space, flaky_sim, top_n=2, repeats=3, log_dir=levels.folder / "logs")
     flaky = results[0]
     assert flaky.trial == first and not flaky.stable
     assert [r.status for r in flaky.runs].count("failed") == 1

@@ -139,7 +139,7 @@ def measure_endpoint(
     """Benchmarks a ready server at one concurrency level (blocking; see the async twin).
 
     Args:
-        endpoint: the server to measure (``http://``; ``sim://`` endpoints are not served here).
+        endpoint: the server to measure (``http://host:port``).
         temperature: sampling temperature for every request.
         workload: prompts, lengths, request count or duration, warm-up, rate and seed.
         concurrency: requests in flight (closed loop) or the cap on them (open loop).
@@ -201,10 +201,6 @@ async def measure_endpoint_async(
     is left open, and should allow ``concurrency`` + 4 connections); ``transport`` is then
     ignored.
     """
-    if endpoint.simulated:
-        raise MeasurementError(
-            f"{endpoint.base_url} is a simulator endpoint; it is measured by tuner.sim, not HTTP"
-        )
     _validate(workload, concurrency)
     base_url, model = endpoint.base_url.rstrip("/"), endpoint.model
     prompts = build_requests(workload, max(workload.warmup, 0) + max(workload.requests, 1))

@@ -215,7 +215,7 @@ def confirm_command(
             on_run=on_run,
         )
     finally:
-        runner.launcher.close()
+        runner.close()
     if as_json:
         print_json([_confirmed_json(c, space.ttft_limit_ms) for c in results])
         return

@@ -66,7 +66,7 @@ def confirm(
         study: the study; its space decides the workload and TTFT limit.
         space: the study's search space.
         backend: runs the servers (the simulator, vLLM processes or containers); its
-            launcher is stopped after each run and left open for the caller to close.
+            server is stopped after each run and left open for the caller to close.
         top_n: configs to confirm; 0 confirms nothing.
         repeats: runs per config (at least 2 for an interval).
         log_dir: server logs go to ``log_dir/confirm-<trial>/trial-<repeat>.log``.
@@ -115,9 +115,9 @@ def _run_once(
     except SpectuneError as exc:  # a crash or nothing measured: the config is not repeatable
         return Run("failed", failure=str(exc))
     finally:
-        # Stop, not close: the next repeat starts its own server on the same launcher, which
+        # Stop, not close: the next repeat starts its own server on the same backend, which
         # its owner closes when done.
-        backend.launcher.stop()
+        backend.stop()
     return _run_from(outcome)
 
 

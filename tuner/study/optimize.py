@@ -152,7 +152,7 @@ def optimize(
                 on_run=on_confirm,
             )
         finally:
-            fresh.launcher.close()
+            fresh.close()
     recommended = pick_trial(study) if feasible else None  # confirmed numbers first
     return OptimizeResult(
         study=request.study,

@@ -92,7 +92,7 @@ class TrialRunner:
             )
         try:
             results = tuple(
-                self.backend.measure(endpoint, config, level, seed + index)
+                self.backend.measure(config, level, seed + index)
                 for index, level in enumerate(config.client.workload.concurrency)
             )
         except MeasurementError:
@@ -111,15 +111,15 @@ class TrialRunner:
         if self._endpoint is not None and server == self._running:
             return self._endpoint, False
         self._stop_server()
-        endpoint = self.backend.launcher.start(server, context)
+        endpoint = self.backend.start(server, context)
         self._running, self._endpoint = server, endpoint
         return endpoint, True
 
     def _stop_server(self) -> None:
         self._running, self._endpoint = None, None
-        self.backend.launcher.stop()
+        self.backend.stop()
 
     def close(self) -> None:
-        """Stops the running server and releases everything the launcher holds."""
+        """Stops the running server and releases everything the backend holds."""
         self._running, self._endpoint = None, None
-        self.backend.launcher.close()
+        self.backend.close()

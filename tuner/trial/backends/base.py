@@ -1,0 +1,79 @@
+"""The backend seam: one protocol for the simulator, local vLLM processes and containers.
+
+A backend runs at most one server at a time, in a GuideLLM-style lifecycle::
+
+    endpoint = backend.start(server, context)   # StartupFailure: classified oom/crash/...
+    result = backend.measure(config, concurrency, seed)   # on that server; MeasurementError
+    backend.stop()                              # idempotent; nothing left behind
+    backend.close()                             # once, when the worker is done
+
+The trial runner decides when to restart (only when the ServerConfig changes); a backend only
+does what it is told. Every backend hands back the same :class:`~tuner.results.TrialResult`,
+labelled with its :attr:`Backend.source`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from tuner.config.space import SearchSpace
+from tuner.config.trial import LaunchContext, ServerConfig, TrialConfig
+from tuner.config.vllm_args import VllmVersion, parse_version
+from tuner.results import Endpoint, Source, TrialResult
+
+__all__ = ["Backend", "BackendOptions", "explicit_version"]
+
+
+class Backend(Protocol):
+    """Starts one server config at a time, measures it, stops it."""
+
+    name: str
+    source: Source  # how this backend's numbers are labelled
+
+    def start(self, server: ServerConfig, context: LaunchContext) -> Endpoint:
+        """Starts ``server`` (stopping the previous one) and returns once it is ready.
+
+        Raises:
+            StartupFailure: the server did not come up; nothing of it is left running.
+            ConfigError: this backend can never run ``server`` (nothing was started).
+        """
+        ...
+
+    def measure(self, config: TrialConfig, concurrency: int, seed: int) -> TrialResult:
+        """Benchmarks the running server with ``config``'s request side at ``concurrency``.
+
+        Raises:
+            MeasurementError: no server runs, or no request succeeded.
+        """
+        ...
+
+    def stop(self) -> None:
+        """Stops the running server, if any, and waits until it is gone; idempotent."""
+        ...
+
+    def close(self) -> None:
+        """Stops everything this backend started and releases what it holds; idempotent."""
+        ...
+
+
+@dataclass(frozen=True)
+class BackendOptions:
+    """How one worker runs servers; the search space says what they run."""
+
+    study: str
+    seed: int = 0
+    gpus: tuple[int, ...] | None = None  # GPU indices this worker may use (None: all)
+    worker: str = "0"  # tells one study's workers on a host apart (container names, labels)
+    vllm_command: tuple[str, ...] = ("vllm",)  # process backend
+    image: str | None = None  # docker backend; default: the space's vllm image
+    docker_entrypoint: tuple[str, ...] = ("vllm",)
+    docker_volumes: tuple[tuple[str, str], ...] = ()  # (host path, "container path[:ro]")
+    ready_timeout_s: float = 900.0
+    request_timeout_s: float = 120.0  # one request; a hung server fails the trial after this
+    sim_speed: float | None = None  # sim: simulated seconds per wall second; None: no waiting
+
+
+def explicit_version(space: SearchSpace) -> VllmVersion | None:
+    """The version the user gave; otherwise the launcher asks the image tag or `vllm --version`."""
+    return parse_version(space.vllm_version) if space.vllm_version else None

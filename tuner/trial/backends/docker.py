@@ -1,0 +1,122 @@
+"""``--backend docker``: each server config in its own vLLM container, measured over HTTP.
+
+The container mechanics live in :mod:`tuner.launch.docker`. This backend adds the GPU side,
+composed from :mod:`tuner.catalog.nvml`: before the first start it reads the GPUs' used memory
+(after removing a crashed run's containers, so their memory does not count); before each later
+start it waits, bounded, until memory is back near that baseline (a removed container's memory
+is freed asynchronously); and from each start on it samples the peak used memory, which each
+measurement reports as ``peak_memory_gib`` (one window per measurement).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from tuner.catalog.nvml import (
+    GpuMonitor,
+    NvmlMonitor,
+    PeakSampler,
+    open_gpu_monitor,
+    wait_for_baseline,
+)
+from tuner.config.space import SearchSpace
+from tuner.config.trial import LaunchContext, ServerConfig, TrialConfig
+from tuner.launch.docker import DockerLauncher
+from tuner.results import Endpoint, TrialResult
+from tuner.trial.backends.base import BackendOptions, explicit_version
+from tuner.trial.backends.served import ServedBackend
+
+__all__ = ["DockerBackend"]
+
+
+class DockerBackend(ServedBackend):
+    """Runs each server config in a container and records its GPU memory peaks.
+
+    Args:
+        launcher: runs the containers.
+        gpu_monitor: where GPU memory is read; default NVML on the launcher's GPUs (without
+            NVML, memory is not recorded, which is logged once).
+        baseline_timeout_s: the bound on waiting for GPU memory to be freed before a start.
+        request_timeout_s: limit on one benchmark request.
+    """
+
+    name = "docker"
+    launcher: DockerLauncher
+
+    def __init__(
+        self,
+        launcher: DockerLauncher,
+        *,
+        gpu_monitor: GpuMonitor | None = None,
+        baseline_timeout_s: float = 60.0,
+        request_timeout_s: float = 120.0,
+    ) -> None:
+        super().__init__(launcher, request_timeout_s=request_timeout_s)
+        self.baseline_timeout_s = baseline_timeout_s
+        self._monitor = gpu_monitor
+        self._own_monitor = gpu_monitor is None
+        self._baseline: list[float] | None = None
+        self._started = False
+        self._sampler: PeakSampler | None = None
+
+    @classmethod
+    def build(cls, space: SearchSpace, options: BackendOptions) -> DockerBackend:
+        """The backend ``--backend docker`` runs: the image on the worker's GPUs."""
+        launcher = DockerLauncher(
+            options.image or space.vllm_image,
+            study=options.study,
+            gpus=options.gpus,
+            version=explicit_version(space),
+            ready_timeout_s=options.ready_timeout_s,
+            entrypoint=options.docker_entrypoint,
+            volumes=dict(options.docker_volumes) or None,
+        )
+        return cls(launcher, request_timeout_s=options.request_timeout_s)
+
+    def start(self, server: ServerConfig, context: LaunchContext) -> Endpoint:
+        self.stop()
+        monitor = self._gpu_monitor()
+        if not self._started:
+            self.launcher.cleanup_stale()
+            self._baseline = monitor.memory_used_gib()
+            self._started = True
+        else:
+            wait_for_baseline(monitor, self._baseline, timeout_s=self.baseline_timeout_s)
+        self._sampler = PeakSampler(monitor)
+        self._sampler.start()  # start-up peaks belong to the first measurement's window
+        try:
+            return super().start(server, context)
+        except BaseException:
+            self._end_sampling()
+            raise
+
+    def measure(self, config: TrialConfig, concurrency: int, seed: int) -> TrialResult:
+        result = super().measure(config, concurrency, seed)
+        peaks = tuple(self._sampler.take()) if self._sampler is not None else ()
+        return replace(result, peak_memory_gib=peaks)
+
+    def stop(self) -> None:
+        try:
+            super().stop()
+        finally:
+            self._end_sampling()
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            self._end_sampling()
+            if self._own_monitor and isinstance(self._monitor, NvmlMonitor):
+                self._monitor.close()
+            if self._own_monitor:
+                self._monitor = None
+
+    def _gpu_monitor(self) -> GpuMonitor:
+        if self._monitor is None:
+            self._monitor = open_gpu_monitor(self.launcher.gpus)
+        return self._monitor
+
+    def _end_sampling(self) -> None:
+        sampler, self._sampler = self._sampler, None
+        if sampler is not None:
+            sampler.stop()

@@ -1,0 +1,40 @@
+"""``--backend process``: ``vllm serve`` as a child process of this host, measured over HTTP.
+
+The mechanics (process group, port, readiness, a child that dies with spectune, the leftovers
+of a killed run) live in :mod:`tuner.launch.process`.
+"""
+
+from __future__ import annotations
+
+from tuner.config.space import SearchSpace
+from tuner.launch.process import ProcessLauncher
+from tuner.trial.backends.base import BackendOptions, explicit_version
+from tuner.trial.backends.served import ServedBackend
+
+__all__ = ["ProcessBackend"]
+
+
+class ProcessBackend(ServedBackend):
+    """Runs each server config as a local ``vllm serve`` (or any command taking its flags)."""
+
+    name = "process"
+    launcher: ProcessLauncher
+
+    def __init__(self, launcher: ProcessLauncher, *, request_timeout_s: float = 120.0) -> None:
+        super().__init__(launcher, request_timeout_s=request_timeout_s)
+
+    @classmethod
+    def build(cls, space: SearchSpace, options: BackendOptions) -> ProcessBackend:
+        """The backend ``--backend process`` runs: ``options.vllm_command`` on its GPUs."""
+        env = (
+            {}
+            if options.gpus is None
+            else {"CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in options.gpus)}
+        )
+        launcher = ProcessLauncher(
+            options.vllm_command,
+            version=explicit_version(space),
+            ready_timeout_s=options.ready_timeout_s,
+            env=env,
+        )
+        return cls(launcher, request_timeout_s=options.request_timeout_s)

@@ -1,0 +1,65 @@
+"""What the process and docker backends share: a launcher's server, measured over HTTP.
+
+The load generator (:func:`tuner.bench.measure.measure_endpoint`) measures the endpoint the
+last :meth:`ServedBackend.start` returned; measuring without a running server is a
+MeasurementError, never a request to a stale address.
+"""
+
+from __future__ import annotations
+
+from tuner.bench.measure import measure_endpoint
+from tuner.config.trial import LaunchContext, ServerConfig, TrialConfig
+from tuner.errors import MeasurementError
+from tuner.launch.base import Launcher
+from tuner.results import Endpoint, Source, TrialResult
+
+__all__ = ["ServedBackend"]
+
+
+class ServedBackend:
+    """A backend whose servers are real (or fake) vLLM servers started by ``launcher``.
+
+    Args:
+        launcher: starts and stops the servers.
+        request_timeout_s: limit on one benchmark request (and on each model-check call); a
+            hung server fails the trial after it.
+    """
+
+    name: str = "served"
+    source = Source.MEASURED
+
+    def __init__(self, launcher: Launcher, *, request_timeout_s: float = 120.0) -> None:
+        self.launcher = launcher
+        self.request_timeout_s = request_timeout_s
+        self._endpoint: Endpoint | None = None
+
+    @property
+    def endpoint(self) -> Endpoint | None:
+        """The running server's endpoint; None when none runs."""
+        return self._endpoint
+
+    def start(self, server: ServerConfig, context: LaunchContext) -> Endpoint:
+        self._endpoint = None  # the launcher stops the previous server first
+        self._endpoint = self.launcher.start(server, context)
+        return self._endpoint
+
+    def measure(self, config: TrialConfig, concurrency: int, seed: int) -> TrialResult:
+        del seed  # the workload carries its own seed; real servers bring their own noise
+        if self._endpoint is None:
+            raise MeasurementError(f"the {self.name} backend has no running server to measure")
+        return measure_endpoint(
+            self._endpoint,
+            config.client.temperature,
+            config.client.workload,
+            concurrency,
+            request_timeout_s=self.request_timeout_s,
+            check_timeout_s=self.request_timeout_s,
+        )
+
+    def stop(self) -> None:
+        self._endpoint = None
+        self.launcher.stop()
+
+    def close(self) -> None:
+        self._endpoint = None
+        self.launcher.close()
