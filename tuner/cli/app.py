@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 import json
-import signal
 import sys
 import warnings
 from collections.abc import Callable
@@ -19,6 +18,7 @@ import typer
 from rich.console import Console
 
 from tuner.errors import SpectuneError
+from tuner.launch.exit_hooks import Terminated, install_signal_handlers
 
 __all__ = ["app", "console", "err_console", "handle_errors", "print_json"]
 
@@ -37,16 +37,12 @@ _debug = {"enabled": False}
 @app.callback()
 def _main(debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False) -> None:
     _debug["enabled"] = debug
-    # SIGTERM (docker stop, a parent stopping its workers) unwinds like Ctrl-C, so every
-    # launcher's cleanup runs and no server or container is left behind.
-    signal.signal(signal.SIGTERM, _interrupt)
+    # SIGTERM (docker stop, a parent stopping its workers) and SIGHUP unwind like Ctrl-C, so
+    # the running trial is failed, every launcher's cleanup runs and nothing is left behind.
+    install_signal_handlers()
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     # Heartbeats, grouped TPE and constraints are "experimental" in Optuna: nothing to act on.
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
-
-
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
 
 
 def handle_errors(command: Callable[P, R]) -> Callable[P, R]:
@@ -61,6 +57,9 @@ def handle_errors(command: Callable[P, R]) -> Callable[P, R]:
                 raise
             err_console.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
             raise typer.Exit(2) from None
+        except Terminated as exc:
+            err_console.print(f"{exc}: the running trial failed; the study keeps finished ones")
+            raise typer.Exit(128 + exc.signum) from None
         except KeyboardInterrupt:
             err_console.print("interrupted: the study keeps every finished trial")
             raise typer.Exit(130) from None

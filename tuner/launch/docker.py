@@ -16,9 +16,10 @@ adding the engine's ``OOMKilled`` flag.
 Nothing outlives the study: ``stop`` removes the container after saving its log to
 ``<log_dir>/trial-<n>.log``; ``close`` (also on leaving ``with``, and at interpreter exit) also
 removes any container of this run, one whose creation a signal cut short included; SIGTERM and
-SIGHUP unwind like Ctrl-C (``tuner.launch.exit_hooks``, or the CLI's own handler). The first
-start removes what a crashed earlier run of the same study left (by label). Containers without
-this study's label are never touched.
+SIGHUP unwind like Ctrl-C (``tuner.launch.exit_hooks``). The first start removes what a crashed
+earlier run of the same study left (by label, :mod:`tuner.launch.containers`). Containers
+without this study's label are never touched. GPU memory is the docker backend's business
+(``tuner.trial.backends.docker``), not the launcher's.
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ from __future__ import annotations
 import atexit
 import logging
 import os
-import re
 import shlex
 import uuid
 from collections.abc import Mapping, Sequence
@@ -38,16 +38,22 @@ import docker.errors
 from docker.models.containers import Container
 from docker.types import DeviceRequest
 
-from tuner.catalog.nvml import (
-    GpuMonitor,
-    NvmlMonitor,
-    PeakSampler,
-    open_gpu_monitor,
-    wait_for_baseline,
-)
 from tuner.config.trial import LaunchContext, ServerConfig
-from tuner.config.vllm_args import VllmVersion, parse_version, server_argv, version_from_image
+from tuner.config.vllm_args import VllmVersion, server_argv, version_from_image
 from tuner.errors import ConfigError, LaunchError
+from tuner.launch.containers import (
+    LABEL_GPUS,
+    LABEL_RUN,
+    LABEL_STUDY,
+    LABEL_TRIAL,
+    check_image,
+    container_name,
+    default_hf_cache,
+    gpus_overlap,
+    list_containers,
+    probe_version,
+    remove_container,
+)
 from tuner.launch.exit_hooks import run_at_exit
 from tuner.launch.failures import startup_failure
 from tuner.launch.readiness import wait_until_ready
@@ -66,18 +72,8 @@ __all__ = [
 _log = logging.getLogger(__name__)
 
 CONTAINER_PORT = 8000
-LABEL_STUDY = "spectune.study"
-LABEL_TRIAL = "spectune.trial"
-LABEL_RUN = "spectune.run"
-LABEL_GPUS = "spectune.gpus"
 _CONTAINER_HF_CACHE = "/root/.cache/huggingface"
 _REDACTED = "[redacted]"
-_VERSION_PROBE_TIMEOUT_S = 180  # importing vLLM takes 10-15 s; a cold image disk more
-
-
-def default_hf_cache() -> Path:
-    """The host's Hugging Face cache: ``$HF_HOME`` or ``~/.cache/huggingface``."""
-    return Path(os.environ.get("HF_HOME") or Path.home() / ".cache" / "huggingface")
 
 
 class DockerLauncher:
@@ -103,9 +99,7 @@ class DockerLauncher:
         environment: extra, non-secret container environment.
         mem_limit: container memory limit, swap included (e.g. ``"8g"``).
         shm_size: a ``/dev/shm`` size instead of sharing the host's IPC namespace.
-        gpu_monitor: where GPU memory is read; default NVML on ``gpus`` when present.
         stop_timeout_s: grace between SIGTERM and SIGKILL on stop.
-        baseline_timeout_s: the bound on waiting for GPU memory to be freed before a start.
         poll_s: pause between readiness probes.
     """
 
@@ -128,9 +122,7 @@ class DockerLauncher:
         environment: Mapping[str, str] | None = None,
         mem_limit: str | None = None,
         shm_size: str | None = None,
-        gpu_monitor: GpuMonitor | None = None,
         stop_timeout_s: float = 30.0,
-        baseline_timeout_s: float = 60.0,
         poll_s: float = 0.5,
     ) -> None:
         self.image = image
@@ -146,28 +138,29 @@ class DockerLauncher:
         self.mem_limit = mem_limit
         self.shm_size = shm_size
         self.stop_timeout_s = stop_timeout_s
-        self.baseline_timeout_s = baseline_timeout_s
         self.poll_s = poll_s
         self.run_id = uuid.uuid4().hex[:8]
         self._version = version if version is not None else version_from_image(image)
         self._client = client
         self._own_client = client is None
-        self._monitor = gpu_monitor
-        self._own_monitor = False
-        self._baseline: list[float] | None = None
-        self._first_start = True
+        self._cleaned = False  # a crashed earlier run's containers are removed once
         self._hooked = False
         self._container: Container | None = None
         self._log_path: Path | None = None
         self._secrets: tuple[str, ...] = ()
-        self._sampler: PeakSampler | None = None
-        self._peaks: list[float] = []
 
     @property
     def version(self) -> VllmVersion:
         """The dialect spoken: given, from the image tag, or asked of the image once."""
         if self._version is None:
-            self._version = self._probe_version()
+            self._version = probe_version(
+                self._docker(),
+                self.image,
+                self.entrypoint,
+                labels={LABEL_STUDY: self.study, LABEL_RUN: self.run_id},
+                environment=self.environment,
+                volumes=self._volume_specs(),
+            )
         return self._version
 
     def start(self, server: ServerConfig, context: LaunchContext) -> Endpoint:
@@ -181,19 +174,14 @@ class DockerLauncher:
         """
         self.stop()
         client = self._docker()
-        self._check_image(client)
+        check_image(client, self.image)
         argv = server_argv(server, self.version, host="0.0.0.0", port=CONTAINER_PORT)
         device_requests = self._device_requests(server)
-        monitor = self._gpu_monitor()
         if not self._hooked:
             run_at_exit(self.close)
             self._hooked = True
-        if self._first_start:
+        if not self._cleaned:
             self.cleanup_stale()
-            self._baseline = monitor.memory_used_gib()
-            self._first_start = False
-        else:
-            wait_for_baseline(monitor, self._baseline, timeout_s=self.baseline_timeout_s)
         context.log_dir.mkdir(parents=True, exist_ok=True)
         self._log_path = context.log_dir / f"trial-{context.trial}.log"
         # Read at each start, so a token is held only by the container that needs it.
@@ -203,7 +191,7 @@ class DockerLauncher:
             self._container = client.containers.create(
                 self.image,
                 argv,
-                name=self._container_name(context.trial),
+                name=container_name(self.study, context.trial, self.run_id),
                 entrypoint=[*self.entrypoint, *self.subcommand],
                 labels=self._labels(context.trial),
                 environment={**self.environment, **passed},
@@ -217,8 +205,6 @@ class DockerLauncher:
                 detach=True,
             )
             self._container.start()
-            self._sampler = PeakSampler(monitor)
-            self._sampler.start()
             endpoint = self._wait_ready(server)
         except docker.errors.APIError as error:
             self._discard()
@@ -254,10 +240,11 @@ class DockerLauncher:
         Returns:
             The names of the removed containers.
         """
+        self._cleaned = True
         removed = []
-        for container in self._list(f"{LABEL_STUDY}={self.study}"):
+        for container in list_containers(self._docker(), f"{LABEL_STUDY}={self.study}"):
             labels = container.labels
-            if labels.get(LABEL_RUN) == self.run_id or not _gpus_overlap(
+            if labels.get(LABEL_RUN) == self.run_id or not gpus_overlap(
                 labels.get(LABEL_GPUS, "all"), self._gpus_label()
             ):
                 continue
@@ -266,19 +253,9 @@ class DockerLauncher:
                 container.name,
                 self.study,
             )
-            self._remove(container)
+            remove_container(container)
             removed.append(container.name or container.id or "")
         return removed
-
-    def take_peak_memory(self) -> tuple[float, ...]:
-        """Peak used memory per GPU in GiB since the last call (or the start); () without NVML.
-
-        Call it once per trial: a server kept across trials starts a new window each time.
-        """
-        if self._sampler is not None:
-            return tuple(self._sampler.take())
-        peaks, self._peaks = self._peaks, []
-        return tuple(peaks)
 
     def close(self) -> None:
         """Stops the server and removes every container of this run; idempotent."""
@@ -288,14 +265,11 @@ class DockerLauncher:
             atexit.unregister(self.close)
             self._hooked = False
             if self._client is not None:
-                for container in self._list(f"{LABEL_RUN}={self.run_id}"):
-                    self._remove(container)
+                for container in list_containers(self._client, f"{LABEL_RUN}={self.run_id}"):
+                    remove_container(container)
                 if self._own_client:
                     self._client.close()
                     self._client = None
-            if self._own_monitor and isinstance(self._monitor, NvmlMonitor):
-                self._monitor.close()
-                self._monitor = None
 
     def __enter__(self) -> DockerLauncher:
         return self
@@ -318,57 +292,6 @@ class DockerLauncher:
                     "running, and its socket mounted?"
                 ) from error
         return self._client
-
-    def _gpu_monitor(self) -> GpuMonitor:
-        if self._monitor is None:
-            self._monitor = open_gpu_monitor(self.gpus)
-            self._own_monitor = True
-        return self._monitor
-
-    def _check_image(self, client: docker.DockerClient) -> None:
-        # Checked before create, which would otherwise try a pull and fail less clearly.
-        try:
-            client.images.get(self.image)
-        except docker.errors.ImageNotFound as error:
-            raise ConfigError(
-                f"docker image {self.image} is not on this host: "
-                f"docker pull {self.image} or build it"
-            ) from error
-        except docker.errors.APIError as error:
-            raise LaunchError(f"docker could not inspect image {self.image}: {error}") from error
-
-    def _probe_version(self) -> VllmVersion:
-        """Runs ``vllm --version`` in the image once, for a tag that names no version."""
-        client = self._docker()
-        self._check_image(client)
-        container: Container | None = None
-        try:
-            container = client.containers.create(
-                self.image,
-                ["--version"],
-                entrypoint=self.entrypoint,
-                labels={LABEL_STUDY: self.study, LABEL_RUN: self.run_id},
-                environment=self.environment,
-                volumes=self._volume_specs(),
-                detach=True,
-            )
-            container.start()
-            container.wait(timeout=_VERSION_PROBE_TIMEOUT_S)
-            output = container.logs().decode("utf-8", errors="replace")
-        except Exception as error:  # a timeout surfaces as requests' ConnectionError
-            raise LaunchError(
-                f"{self.entrypoint[0]} --version in {self.image} failed: {error}"
-            ) from error
-        finally:
-            if container is not None:
-                self._remove(container)
-        for line in reversed(output.splitlines()):
-            if line.strip()[:1].isdigit():
-                return parse_version(line)
-        raise ConfigError(
-            f"cannot tell the vLLM version of image {self.image} (its "
-            "--version printed none): use a version tag or pass the version"
-        )
 
     def _device_requests(self, server: ServerConfig) -> list[DeviceRequest]:
         if self.gpus is None:
@@ -396,10 +319,6 @@ class DockerLauncher:
             LABEL_RUN: self.run_id,
             LABEL_GPUS: self._gpus_label(),
         }
-
-    def _container_name(self, trial: int) -> str:
-        study = re.sub(r"[^A-Za-z0-9_.-]+", "-", self.study).strip("-.") or "study"
-        return f"spectune-{study}-t{trial}-{self.run_id}"
 
     def _volume_specs(self) -> list[str]:
         specs = [f"{host}:{target}" for host, target in self.volumes.items()]
@@ -465,37 +384,11 @@ class DockerLauncher:
         self._log_path.write_text(header + self._logs(container), encoding="utf-8")
 
     def _discard(self) -> None:
-        """Ends memory sampling, saves the container's log and removes the container."""
+        """Saves the container's log and removes the container."""
         container, self._container = self._container, None
-        if self._sampler is not None:
-            self._peaks = self._sampler.stop()
-            self._sampler = None
         if container is None:
             return
         try:
             self._save_log(container)
         finally:
-            self._remove(container)
-
-    def _remove(self, container: Container) -> None:
-        try:
-            container.remove(force=True, v=True)
-        except docker.errors.NotFound:
-            pass
-        except docker.errors.APIError as error:
-            raise LaunchError(
-                f"docker could not remove container {container.name}: {error}"
-            ) from error
-
-    def _list(self, label: str) -> list[Container]:
-        try:
-            return self._docker().containers.list(all=True, filters={"label": label})
-        except docker.errors.APIError as error:
-            raise LaunchError(f"docker could not list containers: {error}") from error
-
-
-def _gpus_overlap(theirs: str, ours: str) -> bool:
-    """Whether two GPU labels may share a GPU: only two explicit, disjoint lists do not."""
-    if {theirs, ours} & {"all", "none"}:
-        return True
-    return bool(set(theirs.split(",")) & set(ours.split(",")))
+            remove_container(container)

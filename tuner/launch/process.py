@@ -7,8 +7,10 @@ spectune, which then stops the server itself. Stopping is SIGTERM to the group, 
 
 Nothing may outlive spectune: a launcher stops its server on ``stop()``, on leaving a ``with``
 block, on any exception (KeyboardInterrupt included) during ``start()``, and at interpreter exit.
-SIGTERM and SIGHUP, which would otherwise end Python without running ``atexit``, are turned into
-``SystemExit`` when nobody else has claimed them.
+SIGTERM and SIGHUP, which would otherwise end Python without running ``atexit``, unwind like
+Ctrl-C when nobody else has claimed them (:mod:`tuner.launch.exit_hooks`). Against SIGKILL,
+which runs nothing, the server dies with its parent and each start leaves a run file from which
+the next run removes the rest of the group (:mod:`tuner.launch.runfiles`).
 
 The leader is reaped only after the sweep (exit statuses are read with ``WNOWAIT``): while it
 is an unreaped zombie its PID, and so the group ID, cannot be reused by an unrelated process.
@@ -16,7 +18,6 @@ is an unreaped zombie its PID, and so the group ID, cannot be reused by an unrel
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shlex
 import signal
@@ -25,6 +26,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
@@ -42,6 +44,15 @@ from tuner.config.vllm_args import (
 from tuner.errors import LaunchError, StartupFailure
 from tuner.launch.exit_hooks import run_at_exit
 from tuner.launch.readiness import wait_until_ready
+from tuner.launch.runfiles import (
+    RunFile,
+    die_with_parent,
+    group_members,
+    remove_leftovers,
+    signal_group,
+    state_dir,
+    wait_group_empty,
+)
 from tuner.results import Endpoint
 
 __all__ = ["ProcessLauncher"]
@@ -53,17 +64,28 @@ _SWEEP_GRACE_S = 5.0  # how long engine-core/worker children get to follow their
 # the flags it quotes (a served name, a path) could pass for the server's own words.
 _HEADER = "spectune$ "
 
-# Every child still running, with its SIGTERM grace: strong references, so a launcher that was
-# dropped without stop() still has its server stopped at exit.
-_running: dict[int, tuple[subprocess.Popen[bytes], float]] = {}
+
+@dataclass(frozen=True)
+class _Child:
+    """A running server: its process, its SIGTERM grace and its run file."""
+
+    proc: subprocess.Popen[bytes]
+    stop_timeout_s: float
+    run_file: Path | None  # None when it could not be written
+
+
+# Every child still running: strong references, so a launcher that was dropped without stop()
+# still has its server stopped at exit.
+_running: dict[int, _Child] = {}
 _hooks_installed = False
 _hooks_lock = threading.Lock()
+_swept: set[Path] = set()  # run-file folders whose dead runs' leftovers this process removed
 
 
 def _stop_all() -> None:
     # No launcher locks here: a daemon thread may hold one, blocked in a readiness wait.
-    for proc, stop_timeout_s in list(_running.values()):
-        _terminate(proc, stop_timeout_s)
+    for child in list(_running.values()):
+        _terminate(child)
 
 
 def _install_hooks() -> None:
@@ -91,28 +113,6 @@ def _client_host(host: str) -> str:
     return f"[{reachable}]" if ":" in reachable else reachable
 
 
-def _group_members(pgid: int) -> list[int]:
-    """Live (non-zombie) processes in process group ``pgid``, read from /proc."""
-    members = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:  # it ended while we looked
-            continue
-        # "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses.
-        fields = stat.rsplit(")", 1)[1].split()
-        if fields[0] != "Z" and int(fields[2]) == pgid:
-            members.append(int(entry.name))
-    return members
-
-
-def _signal_group(pgid: int, signum: int) -> None:
-    with contextlib.suppress(ProcessLookupError):  # the group is already empty
-        os.killpg(pgid, signum)
-
-
 def _exit_status_of(proc: subprocess.Popen[bytes]) -> int | None:
     """The exit status (negative for a signal, like Popen), without reaping the process."""
     if proc.returncode is not None:
@@ -135,36 +135,30 @@ def _wait_exit(proc: subprocess.Popen[bytes], timeout_s: float) -> bool:
     return True
 
 
-def _wait_group_empty(pgid: int, timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while _group_members(pgid):
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.05)
-    return True
-
-
-def _terminate(proc: subprocess.Popen[bytes], stop_timeout_s: float) -> None:
+def _terminate(child: _Child) -> None:
     """SIGTERM to the group, SIGKILL after ``stop_timeout_s``, sweep stragglers, then reap."""
+    proc, stop_timeout_s = child.proc, child.stop_timeout_s
     pgid = proc.pid  # start_new_session made the child its group's leader
     if _exit_status_of(proc) is None:
-        _signal_group(pgid, signal.SIGTERM)
+        signal_group(pgid, signal.SIGTERM)
         if not _wait_exit(proc, stop_timeout_s):
-            _signal_group(pgid, signal.SIGKILL)
+            signal_group(pgid, signal.SIGKILL)
             _wait_exit(proc, stop_timeout_s)
     # The leader has exited but is not reaped yet, so the group ID cannot have been reused.
     # Members that outlived it (it may have died on its own) get the same TERM-then-KILL.
-    if _group_members(pgid):
-        _signal_group(pgid, signal.SIGTERM)
-        if not _wait_group_empty(pgid, _SWEEP_GRACE_S):
-            _signal_group(pgid, signal.SIGKILL)
-            _wait_group_empty(pgid, _SWEEP_GRACE_S)
+    if group_members(pgid):
+        signal_group(pgid, signal.SIGTERM)
+        if not wait_group_empty(pgid, _SWEEP_GRACE_S):
+            signal_group(pgid, signal.SIGKILL)
+            wait_group_empty(pgid, _SWEEP_GRACE_S)
     try:
         proc.wait(timeout=stop_timeout_s)
     except subprocess.TimeoutExpired as exc:
         raise LaunchError(f"server process {pgid} survived SIGKILL (stuck in the kernel?)") from exc
     finally:
         _running.pop(pgid, None)
+        if child.run_file is not None:
+            child.run_file.unlink(missing_ok=True)
 
 
 class ProcessLauncher:
@@ -182,6 +176,8 @@ class ProcessLauncher:
         subcommand: inserted after ``command``; ``()`` for a server without one.
         use_config_file: start from ``trial-N.yaml`` (``vllm serve --config``) instead of flags.
         poll_s: pause between readiness probes (an early exit is noticed within it).
+        run_dir: where run files go (default :func:`~tuner.launch.runfiles.state_dir`); the
+            first start also removes the servers of dead runs recorded there.
     """
 
     name = "process"
@@ -198,6 +194,7 @@ class ProcessLauncher:
         subcommand: Sequence[str] = ("serve",),
         use_config_file: bool = False,
         poll_s: float = 0.5,
+        run_dir: Path | None = None,
     ) -> None:
         if not command:
             raise LaunchError("ProcessLauncher needs a command, e.g. ('vllm',)")
@@ -208,16 +205,17 @@ class ProcessLauncher:
         self.subcommand = tuple(subcommand)
         self.use_config_file = use_config_file
         self.poll_s = poll_s
+        self.run_dir = run_dir or state_dir()
         self._env = {**os.environ, **(env or {})}
         self._version = version
         self._lock = threading.RLock()
-        self._proc: subprocess.Popen[bytes] | None = None
+        self._child: _Child | None = None
         self._log_path: Path | None = None
 
     @property
     def pid(self) -> int | None:
         """The running server's PID (also its process group ID), None when none runs."""
-        return self._proc.pid if self._proc is not None else None
+        return self._child.proc.pid if self._child is not None else None
 
     @property
     def version(self) -> VllmVersion:
@@ -240,6 +238,9 @@ class ProcessLauncher:
             self.stop()
             version = self.version
             check_supported(server, version)
+            if self.run_dir not in _swept:
+                _swept.add(self.run_dir)
+                remove_leftovers(self.run_dir)
             context.log_dir.mkdir(parents=True, exist_ok=True)
             log_path = context.log_dir / f"trial-{context.trial}.log"
             served = server.served_model_name or server.model
@@ -247,7 +248,7 @@ class ProcessLauncher:
             for attempt in (1, 2):
                 port = _free_port(self.host)
                 argv = self._argv(server, version, context, port)
-                self._spawn(argv, log_path, append=attempt > 1)
+                self._spawn(argv, log_path, port, append=attempt > 1)
                 base_url = f"http://{_client_host(self.host)}:{port}"
                 try:
                     wait_until_ready(
@@ -276,9 +277,9 @@ class ProcessLauncher:
     def stop(self) -> None:
         """Stops the server and every process in its group; idempotent."""
         with self._lock:
-            proc, self._proc = self._proc, None
-            if proc is not None:
-                _terminate(proc, self.stop_timeout_s)
+            child, self._child = self._child, None
+            if child is not None:
+                _terminate(child)
 
     def __enter__(self) -> ProcessLauncher:
         return self
@@ -304,27 +305,29 @@ class ProcessLauncher:
             config, str(config_path), model=server.model, host=self.host, port=port
         )
 
-    def _spawn(self, argv: list[str], log_path: Path, *, append: bool) -> None:
+    def _spawn(self, argv: list[str], log_path: Path, port: int, *, append: bool) -> None:
         with log_path.open("ab" if append else "wb") as log:
             log.write(f"{_HEADER}{shlex.join(argv)}\n".encode())
             log.flush()
             try:
                 # The child keeps its own copy of the log descriptor; ours closes on return.
-                self._proc = subprocess.Popen(
+                proc = subprocess.Popen(
                     argv,
                     stdin=subprocess.DEVNULL,
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     env=self._env,
                     start_new_session=True,
+                    preexec_fn=die_with_parent(),
                 )
             except OSError as exc:
                 raise LaunchError(f"cannot run {argv[0]!r}: {exc.strerror}") from exc
         self._log_path = log_path
-        _running[self._proc.pid] = (self._proc, self.stop_timeout_s)
+        run_file = RunFile.write(self.run_dir, proc.pid, self.host, port, shlex.join(argv))
+        self._child = _running[proc.pid] = _Child(proc, self.stop_timeout_s, run_file)
 
     def _exit_status(self) -> int | None:
-        return _exit_status_of(self._proc) if self._proc is not None else None
+        return _exit_status_of(self._child.proc) if self._child is not None else None
 
     def _read_log(self, path: Path | None = None) -> str:
         path = path or self._log_path
