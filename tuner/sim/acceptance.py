@@ -17,6 +17,7 @@ text from the prompt, and a copy that matched so far tends to keep matching, so 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from tuner.catalog.models import ModelSpec
 
@@ -24,9 +25,11 @@ __all__ = [
     "NGRAM",
     "POSITION_DECAY",
     "SPEC_METHODS",
+    "Rates",
     "acceptance_probability",
     "expected_accepted",
     "position_rates",
+    "shipped_rates",
 ]
 
 NGRAM = "ngram"
@@ -106,6 +109,25 @@ def position_rates(alpha: float, k: int, method: str) -> tuple[float, ...]:
     """
     decay = 1.0 if method == NGRAM else POSITION_DECAY
     return tuple(min(alpha * decay**i, 1.0) for i in range(k))
+
+
+# (target, draft, method, prompt set, temperature, K) -> conditional acceptance of each position.
+# The simulator takes one of these, so a study's fitted twin (or a benchmark's perturbed truth)
+# can replace the shipped acceptance model without touching the engine.
+Rates = Callable[[ModelSpec, ModelSpec | None, str, str, float, int], tuple[float, ...]]
+
+
+def shipped_rates(
+    target: ModelSpec,
+    draft: ModelSpec | None,
+    method: str,
+    prompt_set: str,
+    temperature: float,
+    k: int,
+) -> tuple[float, ...]:
+    """The shipped acceptance model as a :data:`Rates` function."""
+    alpha = acceptance_probability(target, draft, method, prompt_set, temperature)
+    return position_rates(alpha, k, method)
 
 
 def expected_accepted(rates: tuple[float, ...]) -> tuple[float, ...]:

@@ -6,6 +6,10 @@ virtual clock by each step's duration, so a 30-trial study takes seconds. It ret
 :class:`~tuner.results.TrialResult` as a measured run, with per-request timelines, speculative
 counters (deltas over the measured window, as from /metrics), peak KV usage and preemptions.
 :func:`predict` runs the same engine without noise, every draft accepting its expected share.
+
+Both take a :class:`Physics`: the step-time, acceptance and memory models the run obeys. The
+default is the shipped one; a study's fitted twin (:mod:`tuner.sim.twin`) or a benchmark's
+perturbed truth passes its own.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import heapq
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from tuner.catalog.gpus import Hardware
 from tuner.catalog.models import ModelSpec
@@ -21,10 +26,21 @@ from tuner.config.trial import ServerConfig
 from tuner.config.workload import WorkloadSpec
 from tuner.errors import FailureKind, StartupFailure
 from tuner.results import RequestRecord, Source, SpecDecodeStats, TrialResult
-from tuner.sim.memory import estimate_memory
+from tuner.sim.acceptance import shipped_rates
+from tuner.sim.memory import MemoryEstimate, estimate_memory
+from tuner.sim.perfmodel import PerfModel
 from tuner.sim.scheduler import Engine, StepResult
 
-__all__ = ["API_IN_S", "API_OUT_S", "Engine", "StepResult", "predict", "simulate"]
+__all__ = [
+    "API_IN_S",
+    "API_OUT_S",
+    "SHIPPED",
+    "Engine",
+    "Physics",
+    "StepResult",
+    "predict",
+    "simulate",
+]
 
 # Client to engine: HTTP, chat template, tokenization. Engine to client: detokenize, SSE frame.
 API_IN_S = 0.004
@@ -32,6 +48,72 @@ API_OUT_S = 0.002
 API_JITTER_S = 0.002  # seeded runs: the network and the API server's event loop vary
 # Prompts of a seeded run vary this much (uniformly, relative) around the workload's mean.
 INPUT_SPREAD = 0.1
+
+
+class Physics(Protocol):
+    """The models a simulated run obeys: step times, acceptance, memory."""
+
+    def perf_model(
+        self, hardware: Hardware, target: ModelSpec, draft: ModelSpec | None, server: ServerConfig
+    ) -> PerfModel:
+        """The step-time model of ``server`` (``draft`` only when it speculates with one)."""
+        ...
+
+    def position_rates(
+        self,
+        target: ModelSpec,
+        draft: ModelSpec | None,
+        method: str,
+        prompt_set: str,
+        temperature: float,
+        k: int,
+    ) -> tuple[float, ...]:
+        """Conditional acceptance of each of the ``k`` drafted positions."""
+        ...
+
+    def memory(
+        self,
+        hardware: Hardware,
+        target: ModelSpec,
+        draft: ModelSpec | None,
+        server: ServerConfig,
+        jitter_gib: float = 0.0,
+    ) -> MemoryEstimate:
+        """One GPU's memory under ``server`` (see :func:`tuner.sim.memory.estimate_memory`)."""
+        ...
+
+
+class _Shipped:
+    """The shipped models: :class:`PerfModel`, the acceptance model, the memory model."""
+
+    def perf_model(
+        self, hardware: Hardware, target: ModelSpec, draft: ModelSpec | None, server: ServerConfig
+    ) -> PerfModel:
+        return PerfModel(hardware, target, draft, server)
+
+    def position_rates(
+        self,
+        target: ModelSpec,
+        draft: ModelSpec | None,
+        method: str,
+        prompt_set: str,
+        temperature: float,
+        k: int,
+    ) -> tuple[float, ...]:
+        return shipped_rates(target, draft, method, prompt_set, temperature, k)
+
+    def memory(
+        self,
+        hardware: Hardware,
+        target: ModelSpec,
+        draft: ModelSpec | None,
+        server: ServerConfig,
+        jitter_gib: float = 0.0,
+    ) -> MemoryEstimate:
+        return estimate_memory(hardware, target, draft, server, jitter_gib)
+
+
+SHIPPED: Physics = _Shipped()
 
 
 @dataclass
@@ -174,11 +256,22 @@ def _run(
     workload: WorkloadSpec,
     concurrency: int,
     seed: int | None,
+    physics: Physics,
 ) -> TrialResult:
-    memory = estimate_memory(hardware, target, draft, server)
+    memory = physics.memory(hardware, target, draft, server)
     if not memory.fits:
         raise StartupFailure(FailureKind.OOM, memory.reason, log_tail=memory.reason)
-    engine = Engine(hardware, target, draft, server, kv_tokens=memory.kv_tokens, seed=seed)
+    uses_draft = server.speculative is not None and server.speculative.method == "draft_model"
+    engine = Engine(
+        hardware,
+        target,
+        draft,
+        server,
+        kv_tokens=memory.kv_tokens,
+        seed=seed,
+        perf=physics.perf_model(hardware, target, draft if uses_draft else None, server),
+        rates=physics.position_rates,
+    )
     rng = random.Random(f"client-{seed}") if seed is not None else None
     run = _Run(engine, workload, temperature, concurrency, rng)
     if workload.warmup > 0:
@@ -209,6 +302,7 @@ def simulate(
     workload: WorkloadSpec,
     concurrency: int,
     seed: int,
+    physics: Physics = SHIPPED,
 ) -> TrialResult:
     """Runs the workload against the simulated server in virtual time, with seeded noise.
 
@@ -223,6 +317,7 @@ def simulate(
             ``concurrency`` in flight).
         concurrency: requests in flight.
         seed: the same seed gives the same result, to the last digit.
+        physics: the models the run obeys (default: the shipped ones).
 
     Returns:
         A ``Source.SIMULATED`` result over the measured requests (warm-up excluded).
@@ -230,7 +325,7 @@ def simulate(
     Raises:
         StartupFailure: kind OOM when the server would not start for lack of memory.
     """
-    return _run(hardware, target, draft, server, temperature, workload, concurrency, seed)
+    return _run(hardware, target, draft, server, temperature, workload, concurrency, seed, physics)
 
 
 def predict(
@@ -241,6 +336,7 @@ def predict(
     temperature: float,
     workload: WorkloadSpec,
     concurrency: int,
+    physics: Physics = SHIPPED,
 ) -> TrialResult:
     """Like :func:`simulate` without noise: expected acceptance, mean prompt length, exact steps.
 
@@ -250,4 +346,4 @@ def predict(
     Raises:
         StartupFailure: kind OOM when the server would not start for lack of memory.
     """
-    return _run(hardware, target, draft, server, temperature, workload, concurrency, None)
+    return _run(hardware, target, draft, server, temperature, workload, concurrency, None, physics)

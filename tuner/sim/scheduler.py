@@ -22,13 +22,7 @@ from tuner.catalog.models import ModelSpec
 from tuner.config.trial import ServerConfig
 from tuner.errors import ConfigError
 from tuner.results import SpecDecodeStats
-from tuner.sim.acceptance import (
-    DRAFT_MODEL,
-    SPEC_METHODS,
-    acceptance_probability,
-    expected_accepted,
-    position_rates,
-)
+from tuner.sim.acceptance import DRAFT_MODEL, SPEC_METHODS, Rates, expected_accepted, shipped_rates
 from tuner.sim.memory import BLOCK_TOKENS, effective_batched_tokens
 from tuner.sim.perfmodel import PerfModel, StepShape
 
@@ -119,6 +113,8 @@ class Engine:
         kv_tokens: KV-cache capacity in tokens, from :func:`tuner.sim.memory.estimate_memory`.
         seed: seeds acceptance sampling and timing noise; None runs noise-free, with every
             draft accepting its expected number of tokens (used for predictions).
+        perf: the step-time model; default the shipped :class:`PerfModel` of this config.
+        rates: the acceptance model; default the shipped one.
 
     Raises:
         ConfigError: an unknown speculative method, or a draft-model method without a draft.
@@ -133,6 +129,8 @@ class Engine:
         *,
         kv_tokens: int,
         seed: int | None = None,
+        perf: PerfModel | None = None,
+        rates: Rates = shipped_rates,
     ) -> None:
         spec = server.speculative
         self.method = spec.method if spec is not None else ""
@@ -147,7 +145,8 @@ class Engine:
         self.target = target
         self.draft = draft if self.method == DRAFT_MODEL else None
         self.server = server
-        self.model = PerfModel(hardware, target, self.draft, server)
+        self.model = perf or PerfModel(hardware, target, self.draft, server)
+        self._rates = rates
         self.budget = effective_batched_tokens(server)
         self.chunked = server.enable_chunked_prefill
         self.max_seqs = _flag(server, "max-num-seqs") or DEFAULT_MAX_NUM_SEQS
@@ -192,10 +191,9 @@ class Engine:
             )
         rates: tuple[float, ...] = ()
         if self.k:
-            alpha = acceptance_probability(
-                self.target, self.draft, self.method, prompt_set, temperature
+            rates = self._rates(
+                self.target, self.draft, self.method, prompt_set, temperature, self.k
             )
-            rates = position_rates(alpha, self.k, self.method)
         seq = _Seq(
             rid, prompt_tokens, max(max_tokens, 1), expected_accepted(rates), rates, prompt_tokens
         )
