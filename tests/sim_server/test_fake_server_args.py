@@ -105,15 +105,29 @@ def test_ignored_vllm_flags_are_accepted_and_reported() -> None:
         (["malformed-sse"], Faults(malformed_sse_every=1)),
         (["slow-start=1.5", ""], Faults(slow_start_s=1.5)),
         (["hang-after=3", "malformed-sse-every=4"], Faults(hang_after=3, malformed_sse_every=4)),
+        (["drop-mid-stream", "no-usage-every=2"], Faults(drop_every=1, no_usage_every=2)),
+        (
+            ["error-event-every=3", "alloc-at-start=64"],
+            Faults(error_event_every=3, alloc_at_start_mib=64),
+        ),
+        (
+            ["crash-at-start", "sigkill-at-start", "ignore-sigterm", "spawn-child"],
+            Faults(
+                crash_at_start=True, sigkill_at_start=True, ignore_sigterm=True, spawn_child=True
+            ),
+        ),
+        (["log-env=HF_TOKEN", "log-env=HOME"], Faults(log_env=("HF_TOKEN", "HOME"))),
     ],
 )
 def test_parse_faults(specs: list[str], faults: Faults) -> None:
     assert parse_faults(specs) == faults
 
 
-@pytest.mark.parametrize("spec", ["explode", "crash-after=x", "hang=3", "slow-start=-1"])
+@pytest.mark.parametrize(
+    "spec", ["explode", "crash-after=x", "hang=3", "slow-start=-1", "log-env", "no-usage=2"]
+)
 def test_bad_faults_name_the_known_ones(spec: str) -> None:
-    with pytest.raises(ValueError, match="known faults: oom-at-start, crash-after=N"):
+    with pytest.raises(ValueError, match=r"known faults: oom-at-start, crash-at-start, .*log-env"):
         parse_faults([spec])
 
 

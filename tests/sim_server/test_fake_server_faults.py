@@ -203,3 +203,25 @@ def test_port_in_use_exits_1_with_the_errno_launchers_retry_on() -> None:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
     assert done.returncode == 1
     assert "[Errno 98]" in done.stdout + done.stderr
+
+
+@pytest.mark.parametrize(
+    ("fault", "error"),
+    [
+        ("drop-mid-stream-every=2", "connection dropped mid-stream"),
+        ("error-event-every=2", "server error mid-stream: EngineCore encountered an issue"),
+        ("no-usage-every=2", "no usage in the stream"),
+    ],
+)
+def test_stream_faults_fail_every_other_request_and_keep_its_timeline(
+    start_server: StartServer, fault: str, error: str
+) -> None:
+    server = start_server("--sim-fault", fault)
+    result = measure_endpoint(Endpoint(server.base_url, TARGET), 0.0, SMALL, 1, check=False)
+    records = result.requests
+    assert [r.error for r in records[0::2]] == [None] * 3
+    for record in records[1::2]:
+        assert record.error is not None and record.error.startswith(error), record.error
+        assert record.end is None and record.first_token is not None  # partial timelines kept
+    assert result.output_tokens == 3 * 16
+    assert server.proc.poll() is None  # one broken stream does not take the server down

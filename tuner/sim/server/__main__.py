@@ -2,6 +2,6 @@
 
 import sys
 
-from tuner.sim.server.app import main
+from tuner.sim.server.run import main
 
 sys.exit(main())

@@ -1,12 +1,13 @@
-"""A vLLM-compatible fake server: ``python -m tuner.sim.server [serve] MODEL [vLLM flags]``.
+"""The fake server's HTTP side and engine loop (its process: :mod:`tuner.sim.server.run`).
 
-It takes vLLM's own flags (see :mod:`tuner.sim.server.args`), sizes memory with
-:func:`~tuner.sim.memory.estimate_memory` and fails start-up with vLLM's messages and exit status
-1 when the config would not fit, then serves ``/health``, ``/v1/models``, ``/metrics`` (vLLM V1
-names) and streaming or plain ``/v1/chat/completions`` and ``/v1/completions`` over asyncio
-(:mod:`~tuner.sim.server.http`, :mod:`~tuner.sim.server.openai`). Every launcher and benchmark
-failure path can be exercised in seconds with ``--sim-fault``
-(:class:`~tuner.sim.server.args.Faults`).
+``python -m tuner.sim.server [serve] MODEL [vLLM flags]`` takes vLLM's own flags (see
+:mod:`tuner.sim.server.args`), sizes memory with :func:`~tuner.sim.memory.estimate_memory` and
+fails start-up with vLLM's messages and exit status 1 when the config would not fit, then
+serves ``/health``, ``/v1/models``, ``/metrics`` (vLLM V1 names) and streaming or plain
+``/v1/chat/completions`` and ``/v1/completions`` over asyncio (:mod:`~tuner.sim.server.http`,
+:mod:`~tuner.sim.server.openai`). Every launcher and benchmark failure path can be exercised in
+seconds with ``--sim-fault`` (:mod:`~tuner.sim.server.faults`); the stream faults are applied
+here.
 
 Timing: one engine task drives the :class:`~tuner.sim.scheduler.Engine`. Each ``step()`` returns
 the simulated duration of one vLLM iteration; the task sleeps until the step's end on a real-time
@@ -16,7 +17,8 @@ chunk: one token per chunk without speculation, ``1 + accepted drafts`` with it.
 arrive while a step runs join the next step, as in vLLM. ``--sim-speed inf`` never sleeps and
 instead waits for slow readers, so the client is the bottleneck (load generator benchmarks).
 
-SIGTERM or SIGINT stop it within milliseconds with exit status 0.
+SIGTERM or SIGINT stop it within milliseconds with exit status 0 (SIGTERM not with the
+``ignore-sigterm`` fault).
 """
 
 from __future__ import annotations
@@ -26,15 +28,11 @@ import contextlib
 import itertools
 import math
 import signal
-import sys
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
-from types import FrameType
 
 from tuner.config.vllm_args import NEWEST_KNOWN
 from tuner.sim.scheduler import Engine, StepResult
-from tuner.sim.server.args import ConfigValidationError, ServeArgs, parse_serve_args
+from tuner.sim.server.args import ServeArgs
 from tuner.sim.server.http import (
     LAST_CHUNK,
     SSE_HEAD,
@@ -45,6 +43,7 @@ from tuner.sim.server.http import (
     read_request,
     response,
 )
+from tuner.sim.server.live import Live, stream_faults
 from tuner.sim.server.metrics import ServerCounters, render_metrics
 from tuner.sim.server.openai import (
     DONE_EVENT,
@@ -56,16 +55,9 @@ from tuner.sim.server.openai import (
     parse_completion,
     token_text,
 )
-from tuner.sim.server.startup import (
-    StartFailure,
-    crash,
-    log,
-    print_engine_failure,
-    print_validation_failure,
-    start_engine,
-)
+from tuner.sim.server.startup import crash, log
 
-__all__ = ["SIMULATED_BANNER", "FakeServer", "main"]
+__all__ = ["SIMULATED_BANNER", "FakeServer"]
 
 SIMULATED_BANNER = "SIMULATED vLLM server (spectune tuner.sim.server): no GPU, no model weights"
 # A reader this far behind (bytes queued) holds up the engine under --sim-speed inf.
@@ -82,25 +74,6 @@ _ROUTES = {
 }
 
 
-@dataclass(eq=False)
-class _Live:
-    """A request the engine is working on, and where its tokens go."""
-
-    rid: int
-    params: CompletionParams
-    request_id: str
-    reader: asyncio.StreamReader
-    writer: asyncio.StreamWriter
-    done: asyncio.Future[bool]  # True: ran to the end; False: aborted
-    stream: StreamFormat | None = None
-    sent: int = 0
-    malformed: bool = False
-
-    def gone(self) -> bool:
-        """Whether the client hung up (it sends nothing while it waits for the answer)."""
-        return self.reader.at_eof() or self.writer.transport.is_closing()
-
-
 class FakeServer:
     """The HTTP server and the engine loop behind it.
 
@@ -114,10 +87,10 @@ class FakeServer:
         self.engine = engine
         self.faults = args.sim.faults
         self.counters = ServerCounters()
-        self.live: dict[int, _Live] = {}
+        self.live: dict[int, Live] = {}
         self._ids = itertools.count()
         self._completions = 0  # completion requests seen, for http-500-every
-        self._streams = 0  # streams started, for malformed-sse-every
+        self._streams = 0  # streams started, for the stream faults' -every=N
         self._hung = self.faults.hang_after == 0
         self._wake = asyncio.Event()
         self._stop = asyncio.Event()
@@ -126,8 +99,10 @@ class FakeServer:
     async def serve(self) -> int:
         """Listens until SIGTERM/SIGINT; returns the exit status (1 when the port is taken)."""
         loop = asyncio.get_running_loop()
+        ignored = (signal.SIGTERM,) if self.faults.ignore_sigterm else ()
         for signum in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(signum, self._stop.set)
+            if signum not in ignored:
+                loop.add_signal_handler(signum, self._stop.set)
         try:
             server = await asyncio.start_server(self._connection, self.args.host, self.args.port)
         except OSError as exc:
@@ -284,13 +259,12 @@ class FakeServer:
             return True
         request_id = f"{'chatcmpl' if chat else 'cmpl'}-sim{rid:06d}"
         model = params.model or self.args.served_names[0]
-        live = _Live(
+        live = Live(
             rid, params, request_id, reader, writer, asyncio.get_running_loop().create_future()
         )
         if params.stream:
             self._streams += 1
-            every = self.faults.malformed_sse_every
-            live.malformed = bool(every and self._streams % every == 0)
+            live.faults = stream_faults(self.faults, self._streams)
             live.stream = StreamFormat(params, request_id, model)
             writer.write(SSE_HEAD)
         self.live[rid] = live
@@ -352,28 +326,36 @@ class FakeServer:
                     done.done.set_result(True)
         self._check_token_faults()
 
-    def _send(self, live: _Live, stream: StreamFormat, count: int, last: bool) -> None:
+    def _send(self, live: Live, stream: StreamFormat, count: int, last: bool) -> None:
         events = []
-        if live.sent == 0 and stream.chat:
+        first = live.sent == 0
+        if first and stream.chat:
             events.append(stream.role_event())
         events.append(stream.token_event(token_text(live.sent, count), last))
         live.sent += count
-        if live.malformed:
+        self.counters.stream_chunks += 1
+        if first and "malformed_sse_every" in live.faults:
             events.append(stream.malformed_event())
-            live.malformed = False
-        if last:
-            if live.params.include_usage:
+        if first and "error_event_every" in live.faults:  # vLLM's answer to a failed request
+            events += [stream.error_event("EngineCore encountered an issue"), DONE_EVENT]
+            last = True
+            self._abort(live, finished=True)
+        elif last:
+            if live.params.include_usage and "no_usage_every" not in live.faults:
                 events.append(stream.usage_event(live.params.prompt_tokens, live.sent))
             events.append(DONE_EVENT)
         data = b"".join(chunk(event) for event in events)
         live.writer.write(data + LAST_CHUNK if last else data)
-        self.counters.stream_chunks += 1
+        if first and not last and "drop_every" in live.faults:
+            live.writer.transport.abort()  # mid-stream, without the chunked body's end
+            self._abort(live)
 
-    def _abort(self, live: _Live) -> None:
+    def _abort(self, live: Live, *, finished: bool = False) -> None:
+        """Drops ``live`` from the engine; ``finished``: its answer is complete nonetheless."""
         self.live.pop(live.rid, None)
         self.engine.abort_request(live.rid)
         if not live.done.done():
-            live.done.set_result(False)
+            live.done.set_result(finished)
 
     async def _wait_for_readers(self) -> None:
         """Under ``--sim-speed inf``: let readers that fell behind catch up before stepping."""
@@ -395,42 +377,3 @@ class FakeServer:
         if hang is not None and sent >= hang and not self._hung:
             self._hung = True
             log("WARNING", f"simulated fault --sim-fault hang-after={hang}: the engine hangs")
-
-
-def _exit_on_signal(signum: int, frame: FrameType | None) -> None:
-    raise SystemExit(0)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Runs the fake server; returns the process exit status.
-
-    Args:
-        argv: the arguments after the program name; ``sys.argv[1:]`` when None.
-
-    Returns:
-        0 after a signal, 1 when start-up fails like vLLM's (memory, invalid config, port in
-        use); argparse exits with 2 on unknown or malformed flags.
-    """
-    # Before the event loop exists (slow start, config checks) a SIGTERM still exits cleanly.
-    signal.signal(signal.SIGTERM, _exit_on_signal)
-    try:
-        args = parse_serve_args(sys.argv[1:] if argv is None else argv)
-        sim = args.sim
-        log(
-            "INFO",
-            f"{SIMULATED_BANNER}; timings from tuner.sim for {sim.hardware.label} at "
-            f"{sim.speed:g}x real time, seed {sim.seed}",
-        )
-        if args.ignored:
-            log("WARNING", f"flags ignored by the simulator: {' '.join(args.ignored)}")
-        if sim.faults.slow_start_s:
-            log("INFO", f"Loading weights (simulated slow start: {sim.faults.slow_start_s:g} s)")
-            time.sleep(sim.faults.slow_start_s)
-        engine = start_engine(args)
-    except ConfigValidationError as exc:
-        print_validation_failure(exc.config_class, str(exc))
-        return 1
-    except StartFailure as exc:
-        print_engine_failure(str(exc))
-        return 1
-    return asyncio.run(FakeServer(args, engine).serve())

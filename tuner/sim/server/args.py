@@ -1,15 +1,14 @@
 """The fake server's command line: vLLM's own ``serve`` flags, ``--config`` files, ``--sim-*``.
 
-The parser speaks the newest flag dialect spectune knows (what :func:`tuner.config.vllm_args.server_argv`
-writes for :data:`~tuner.config.vllm_args.NEWEST_KNOWN`) plus the old standalone speculative flags, and
-it fails the way vLLM's does: an unknown flag is an argparse error with exit status 2 and
-"unrecognized arguments". A handful of vLLM flags that change nothing the simulator models
-(``--dtype``, ``--seed``, ...) are accepted and ignored, so a real deployment's command line
-still starts it.
+The parser speaks the newest flag dialect spectune knows (what
+:func:`tuner.config.vllm_args.server_argv` writes for :data:`~tuner.config.vllm_args.NEWEST_KNOWN`)
+plus the old standalone speculative flags, and it fails the way vLLM's does: an unknown flag is
+an argparse error with exit status 2 and "unrecognized arguments". A handful of vLLM flags that
+change nothing the simulator models (``--dtype``, ``--seed``, ...) are accepted and ignored, so
+a real deployment's command line still starts it.
 
-``--config FILE`` works like vLLM's loader: the YAML keys are flag names without ``--``; ``true``
-becomes a bare flag, ``false`` is dropped, a nested mapping becomes JSON, and flags given on the
-command line win over the file's.
+``--config FILE`` works like vLLM's loader (:mod:`tuner.sim.server.config_file`); flags given
+on the command line win over the file's.
 
 Simulator settings never collide with vLLM's: they are ``--sim-*`` flags, each with an
 environment variable as default (so a launcher that only controls the environment can set them):
@@ -38,12 +37,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from tuner.catalog.gpus import Hardware, parse_hardware
 from tuner.config.trial import FlagValue, ServerConfig, SpeculativeConfig
 from tuner.config.vllm_args import NEWEST_KNOWN
 from tuner.errors import ConfigError
+from tuner.sim.server.config_file import config_file_argv
 from tuner.sim.server.faults import FAULT_NAMES, Faults, parse_faults
 
 __all__ = [
@@ -245,34 +243,6 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _config_file_argv(path: str, parser: argparse.ArgumentParser) -> tuple[list[str], str | None]:
-    """The flags a ``--config`` YAML stands for, and its ``model`` key."""
-    try:
-        data = yaml.safe_load(Path(path).read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        parser.error(f"cannot read config file {path}: {exc}")
-    if data is None:
-        return [], None
-    if not isinstance(data, dict):
-        parser.error(f"config file {path} must hold a mapping of flag names to values")
-    argv: list[str] = []
-    model: str | None = None
-    for key, value in data.items():
-        if key == "model":
-            model = str(value)
-        elif value is True:
-            argv.append(f"--{key}")
-        elif value is False or value is None:
-            continue  # vLLM's loader drops false values
-        elif isinstance(value, dict):
-            argv += [f"--{key}", json.dumps(value)]
-        elif isinstance(value, list):
-            argv += [f"--{key}", *(str(item) for item in value)]
-        else:
-            argv += [f"--{key}", str(value)]
-    return argv, model
-
-
 def _speculative(ns: argparse.Namespace) -> SpeculativeConfig | None:
     config: Any = ns.speculative_config
     if config is None and ns.speculative_model is not None:
@@ -355,7 +325,7 @@ def parse_serve_args(argv: Sequence[str], env: Mapping[str, str] | None = None) 
     known, _ = pre.parse_known_args(args)
     file_model = None
     if known.config:
-        file_argv, file_model = _config_file_argv(known.config, parser)
+        file_argv, file_model = config_file_argv(known.config, parser)
         # As vLLM does: the model first, then the file's flags, then the command line's, so
         # the command line wins and a bare boolean from the file cannot swallow the model.
         head = args[:1] if args and not args[0].startswith("-") else []

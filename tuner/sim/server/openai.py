@@ -251,6 +251,11 @@ class StreamFormat:
         usage = json.dumps(_usage(prompt_tokens, completion_tokens), separators=(",", ":"))
         return f'data: {self._head},"choices":[],"usage":{usage}}}\n\n'.encode()
 
+    def error_event(self, message: str) -> bytes:
+        """The error vLLM streams when a request fails mid-stream (then ``[DONE]``)."""
+        error = {"object": "error", "message": message, "type": "InternalServerError", "code": 500}
+        return f"data: {json.dumps({'error': error}, separators=(',', ':'))}\n\n".encode()
+
     def malformed_event(self) -> bytes:
         """A ``data:`` line cut off mid-JSON, as a broken proxy or server might send."""
         return f"data: {self._open}\n\n".encode()

@@ -1,0 +1,107 @@
+"""The fake server as a process: ``main`` parses the flags, plays the start-up, then serves.
+
+Start-up goes like vLLM's: the banner, ignored flags, the memory check of
+:func:`~tuner.sim.server.startup.start_engine` (vLLM's messages and exit status 1 when the config
+does not fit or is invalid), then :class:`~tuner.sim.server.app.FakeServer`. The process-level
+faults of :mod:`tuner.sim.server.faults` (start-up crashes, memory, SIGTERM, a child process, a
+logged secret) are played here, in the order a real server would meet them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from types import FrameType
+
+from tuner.sim.server.app import SIMULATED_BANNER, FakeServer
+from tuner.sim.server.args import ConfigValidationError, parse_serve_args
+from tuner.sim.server.faults import Faults
+from tuner.sim.server.startup import (
+    StartFailure,
+    log,
+    print_engine_failure,
+    print_validation_failure,
+    start_engine,
+)
+
+__all__ = ["main"]
+
+_MIB = 1024 * 1024
+_CHILD_SLEEP_S = 600  # a stand-in for vLLM's engine core; its group's sweep ends it sooner
+
+
+def _exit_on_signal(signum: int, frame: FrameType | None) -> None:
+    raise SystemExit(0)
+
+
+def _process_faults(faults: Faults) -> None:
+    """The faults that happen to the process before it listens."""
+    if faults.ignore_sigterm:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # inherited by the child below
+    for name in faults.log_env:
+        log("DEBUG", f"environment {name}={os.environ.get(name, '')}")
+    if faults.spawn_child:
+        child = subprocess.Popen(
+            [sys.executable, "-c", f"import time; time.sleep({_CHILD_SLEEP_S})"],
+            stdin=subprocess.DEVNULL,
+        )
+        log("INFO", f"spawned child process {child.pid} (simulated fault --sim-fault spawn-child)")
+    if faults.alloc_at_start_mib:
+        hog = []
+        for _ in range(faults.alloc_at_start_mib):
+            hog.append(bytearray(_MIB))  # zero-filled, so every page is touched: real RSS
+        log("INFO", f"allocated {len(hog)} MiB (simulated fault --sim-fault alloc-at-start)")
+    if faults.sigkill_at_start:
+        log("INFO", "Loading weights (simulated fault --sim-fault sigkill-at-start)")
+        sys.stdout.flush()
+        signal.raise_signal(signal.SIGKILL)
+    if faults.crash_at_start:
+        print(
+            "Traceback (most recent call last):\n"
+            '  File "tuner/sim/server.py", in main (simulated vLLM start-up)\n'
+            "KeyError: 'model_type' (simulated fault --sim-fault crash-at-start)",
+            file=sys.stderr,
+            flush=True,
+        )
+        raise SystemExit(1)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Runs the fake server; returns the process exit status.
+
+    Args:
+        argv: the arguments after the program name; ``sys.argv[1:]`` when None.
+
+    Returns:
+        0 after a signal, 1 when start-up fails like vLLM's (memory, invalid config, port in
+        use, an injected crash); argparse exits with 2 on unknown or malformed flags.
+    """
+    # Before the event loop exists (slow start, config checks) a SIGTERM still exits cleanly.
+    signal.signal(signal.SIGTERM, _exit_on_signal)
+    try:
+        args = parse_serve_args(sys.argv[1:] if argv is None else argv)
+        sim = args.sim
+        log(
+            "INFO",
+            f"{SIMULATED_BANNER}; timings from tuner.sim for {sim.hardware.label} at "
+            f"{sim.speed:g}x real time, seed {sim.seed}",
+        )
+        if args.ignored:
+            log("WARNING", f"flags ignored by the simulator: {' '.join(args.ignored)}")
+        _process_faults(sim.faults)
+        if sim.faults.slow_start_s:
+            log("INFO", f"Loading weights (simulated slow start: {sim.faults.slow_start_s:g} s)")
+            time.sleep(sim.faults.slow_start_s)
+        engine = start_engine(args)
+    except ConfigValidationError as exc:
+        print_validation_failure(exc.config_class, str(exc))
+        return 1
+    except StartFailure as exc:
+        print_engine_failure(str(exc))
+        return 1
+    return asyncio.run(FakeServer(args, engine).serve())
