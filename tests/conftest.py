@@ -7,12 +7,18 @@ instead: a tier that silently skips there would be a tier that does not exist.
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
 from testbed import TinyModels, build_tiny_models, require_vllm, vllm_command, vllm_env
 
 from tuner.config.vllm_args import VllmVersion, detect_version
+
+# Models outside the built-in catalog are looked up through huggingface_hub: tests never reach
+# the network, and see only the Hugging Face caches they lay out themselves.
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["HF_HUB_CACHE"] = tempfile.mkdtemp(prefix="spectune-test-hf-")
 
 
 def require(condition: bool, what: str) -> None:

@@ -89,8 +89,14 @@ def test_local_directory_models(tmp_path: Path) -> None:
 
 
 def test_unknown_model_and_broken_config(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="unknown model 'Qwen/Qwen9'"):
+    # A Hub id outside the catalog is looked up in the (empty, offline) test cache.
+    with pytest.raises(
+        ConfigError,
+        match="unknown model 'Qwen/Qwen9': not in the built-in catalog",
+    ):
         load_model("Qwen/Qwen9")
+    with pytest.raises(ConfigError, match="unknown model 'no/such/path'"):
+        load_model("no/such/path")
     (tmp_path / "config.json").write_text("{not json")
     with pytest.raises(ConfigError, match=r"config\.json"):
         load_model(str(tmp_path))

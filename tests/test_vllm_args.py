@@ -29,7 +29,7 @@ from tuner.config.vllm_args import (
 from tuner.errors import ConfigError, LaunchError
 
 TARGET = "Qwen/Qwen2.5-14B-Instruct-AWQ"
-DRAFT = "Qwen/Qwen2.5-0.5B-Instruct"
+DRAFT = "Qwen/Qwen2.5-7B-Instruct"  # 152064 vocabulary rows, like the target
 BASE = ServerConfig(
     model=TARGET,
     tensor_parallel_size=2,
@@ -52,7 +52,6 @@ COMMON_ARGV = [
     "--max-model-len", "8192",
     "--gpu-memory-utilization", "0.92",
     "--max-num-batched-tokens", "2048",
-    "--quantization", "awq",
     "--enable-chunked-prefill",
 ]  # fmt: skip
 COMMON_YAML: dict[str, Any] = {
@@ -60,7 +59,6 @@ COMMON_YAML: dict[str, Any] = {
     "max-model-len": 8192,
     "gpu-memory-utilization": 0.92,
     "max-num-batched-tokens": 2048,
-    "quantization": "awq",
     "enable-chunked-prefill": True,
 }
 
@@ -443,6 +441,43 @@ def test_speculative_json_text_is_pinned() -> None:
         '"prompt_lookup_max": 4, "prompt_lookup_min": 2}',
     ]
     assert _argv(DRAFTED, "0.15.0")[-1] == (
-        '{"method": "draft_model", "model": "Qwen/Qwen2.5-0.5B-Instruct", '
+        '{"method": "draft_model", "model": "Qwen/Qwen2.5-7B-Instruct", '
         '"num_speculative_tokens": 4}'
     )
+
+
+def test_quantization_is_left_to_vllm_unless_another_method_is_asked_for() -> None:
+    # The checkpoint declares AWQ: vLLM detects it and picks Marlin; --quantization awq would
+    # force the slow AWQ kernel on 0.9.2-0.16.
+    assert "--quantization" not in _argv(BASE, "0.9.2")
+    assert "quantization" not in server_yaml(BASE, parse_version("0.32.0"))
+    assert "--quantization" not in _argv(replace(BASE, quantization=None), "0.32.0")
+    online = replace(BASE, model="Qwen/Qwen2.5-14B-Instruct", quantization="fp8")
+    assert _argv(online, "0.32.0")[-3:-1] == ["--quantization", "fp8"]
+    marlin = replace(BASE, quantization="awq_marlin")  # another kernel, asked for by name
+    assert _argv(marlin, "0.32.0")[-3:-1] == ["--quantization", "awq_marlin"]
+
+
+def _spec_json(server: ServerConfig, version: str) -> dict[str, Any]:
+    argv = _argv(server, version)
+    result: dict[str, Any] = json.loads(argv[argv.index("--speculative-config") + 1])
+    return result
+
+
+def test_draft_of_another_vocabulary_size_gets_use_heterogeneous_vocab() -> None:
+    small = replace(
+        BASE, speculative=SpeculativeConfig("draft_model", 4, model="Qwen/Qwen2.5-0.5B-Instruct")
+    )
+    for version in ("0.25.0", "0.32.0", "latest"):
+        assert _spec_json(small, version) == {
+            "method": "draft_model",
+            "model": "Qwen/Qwen2.5-0.5B-Instruct",
+            "num_speculative_tokens": 4,
+            "use_heterogeneous_vocab": True,
+        }
+    # 0.15-0.24 have no such field (check_draft refuses the pair when the space loads).
+    assert "use_heterogeneous_vocab" not in _spec_json(small, "0.24.0")
+    assert "use_heterogeneous_vocab" not in _spec_json(DRAFTED, "0.32.0")  # same size
+    assert "use_heterogeneous_vocab" not in _spec_json(NGRAM, "0.32.0")
+    unknown = replace(small, model="/nowhere/model")  # vLLM alone can tell
+    assert "use_heterogeneous_vocab" not in _spec_json(unknown, "0.32.0")

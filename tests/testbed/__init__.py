@@ -12,8 +12,10 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,12 +27,14 @@ __all__ = [
     "TinyModels",
     "build_tiny_models",
     "cpu_server_config",
+    "judge_with_vllm",
     "parse_with_vllm",
     "require_vllm",
     "vllm_available",
     "vllm_command",
     "vllm_env",
     "vllm_venv",
+    "write_hf_cache",
 ]
 
 # Eager mode halves start-up (about 30 s instead of 65 s on 2 cores); without an explicit KV
@@ -42,6 +46,8 @@ CPU_EXTRA_FLAGS: tuple[tuple[str, FlagValue], ...] = (
 CPU_MAX_MODEL_LEN = 512
 _BUILDER = Path(__file__).with_name("build_tiny_models.py")
 _PARSER = Path(__file__).with_name("parse_with_vllm.py")
+_JUDGE = Path(__file__).with_name("judge_with_vllm.py")
+_REVISION = "0" * 40
 
 
 def vllm_venv() -> Path:
@@ -168,3 +174,53 @@ def parse_with_vllm(argvs: list[list[str]]) -> list[dict[str, object]]:
         raise RuntimeError(f"vLLM's parser failed:\n{done.stdout}\n{done.stderr}")
     results: list[dict[str, object]] = json.loads(done.stdout.strip().splitlines()[-1])
     return results
+
+
+def write_hf_cache(
+    root: Path,
+    configs: Mapping[str, Mapping[str, Any]],
+    tokenizers: Mapping[str, Mapping[str, Any]] | None = None,
+) -> Path:
+    """Lays out a Hugging Face cache (``models--ORG--NAME/snapshots/REV/``) holding only files.
+
+    ``configs`` maps a Hub id to its ``config.json``; ``tokenizers`` optionally to its
+    ``tokenizer.json``. Point ``HF_HUB_CACHE`` at the returned folder (with ``HF_HUB_OFFLINE=1``)
+    and both huggingface_hub and vLLM resolve the ids there: weight-less models, no network.
+    """
+    for hf_id, config in configs.items():
+        repo = root / f"models--{hf_id.replace('/', '--')}"
+        snapshot = repo / "snapshots" / _REVISION
+        snapshot.mkdir(parents=True, exist_ok=True)
+        (repo / "refs").mkdir(exist_ok=True)
+        (repo / "refs" / "main").write_text(_REVISION)
+        (snapshot / "config.json").write_text(json.dumps(config))
+        if tokenizers and hf_id in tokenizers:
+            (snapshot / "tokenizer.json").write_text(json.dumps(tokenizers[hf_id]))
+    return root
+
+
+def judge_with_vllm(argvs: Iterable[list[str]], hf_cache: Path) -> list[dict[str, Any]]:
+    """Whether the installed vLLM would start each ``vllm`` argument list (see the script).
+
+    The models are resolved in ``hf_cache`` (:func:`write_hf_cache`), offline. One subprocess
+    for all lists: about 15 s of import plus some 20-100 ms a list.
+    """
+    done = subprocess.run(
+        [str(vllm_venv() / "bin" / "python"), str(_JUDGE)],
+        input=json.dumps(list(argvs)),
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+        env={
+            **os.environ,
+            "HF_HUB_CACHE": str(hf_cache),
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "VLLM_NO_USAGE_STATS": "1",
+        },
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"vLLM's judge failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+    verdicts: list[dict[str, Any]] = json.loads(done.stdout.strip().splitlines()[-1])
+    return verdicts

@@ -1,32 +1,60 @@
-"""Model catalog, local model directories, and the draft/target compatibility check.
+"""Models by Hugging Face id or folder, and whether a draft can speculate for a target.
 
-Architecture numbers come from each model's published ``config.json``. Weight bytes follow how
-vLLM loads the checkpoint: 4-bit AWQ/GPTQ linear layers with group-128 scales (about 4.25 bits a
-weight) while embeddings and the LM head stay 16-bit.
+Every :class:`ModelSpec` is read from a ``config.json`` by :mod:`tuner.catalog.hf_config`: the
+built-in catalog's (:mod:`tuner.catalog.seed`, offline), a local model folder's, or any Hub
+model's through ``huggingface_hub`` (:mod:`tuner.catalog.hub`, cache first).
+
+Draft compatibility follows what vLLM checks, per version (see :func:`check_draft`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
+from typing import Any, Protocol
 
+from tuner.catalog.hf_config import architecture, quantization_of, weight_bytes
+from tuner.catalog.hub import hub_files, looks_like_hub_id
+from tuner.catalog.seed import SEED
 from tuner.errors import ConfigError, IncompatibleDraftError
 
-__all__ = ["CATALOG", "ModelSpec", "check_draft", "load_model", "model_from_config"]
+__all__ = [
+    "CATALOG",
+    "HETEROGENEOUS_VOCAB_SINCE",
+    "ModelSpec",
+    "check_draft",
+    "load_model",
+    "model_from_config",
+    "needs_heterogeneous_vocab",
+    "spec_from_config",
+]
 
-# Bytes a weight takes in memory, by quantization as vLLM loads it.
-_BYTES_PER_WEIGHT = {"bf16": 2.0, "fp16": 2.0, "awq": 0.53, "gptq-int4": 0.53}
+_UNQUANTIZED = frozenset({"bf16", "fp16", "fp32"})
 
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """What speed and memory depend on, for one checkpoint."""
+    """What speed, memory and vLLM's checks depend on, for one checkpoint.
+
+    Attributes:
+        params: every parameter, embeddings and all experts included (memory).
+        active_params: the parameters one token runs through (compute): all of them for a
+            dense model, the routed experts only for a mixture of experts.
+        vocab: the ``vocab_size`` of ``config.json`` (embedding rows), which vLLM compares.
+        quantization: ``bf16``, ``fp16``, ``awq``, ``gptq-int4``, ``fp8``, ``mxfp4``,
+            ``compressed-tensors-w4``, ...
+        weight_bytes: bytes of weights in GPU memory, every tensor-parallel shard together.
+        config: the ``config.json`` it was read from (what real vLLM would read).
+        source: where the numbers came from.
+    """
 
     hf_id: str
     tokenizer_family: str
-    params: float  # total parameters, embeddings included
+    params: float
     layers: int
     hidden: int
     intermediate: int
@@ -35,21 +63,17 @@ class ModelSpec:
     head_dim: int
     vocab: int
     tied_embeddings: bool
-    quantization: str  # bf16 | fp16 | awq | gptq-int4
-
-    @property
-    def bytes_per_weight(self) -> float:
-        return _BYTES_PER_WEIGHT[self.quantization]
+    quantization: str
+    active_params: float
+    weight_bytes: float
+    experts: int = 0
+    active_experts: int = 0
+    config: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
+    source: str = field(default="", compare=False)
 
     @property
     def embedding_params(self) -> float:
         return self.vocab * self.hidden * (1 if self.tied_embeddings else 2)
-
-    @property
-    def weight_bytes(self) -> float:
-        """Bytes of weights in GPU memory (all tensor-parallel shards together)."""
-        linear = self.params - self.embedding_params
-        return self.embedding_params * 2.0 + linear * self.bytes_per_weight
 
     @property
     def kv_bytes_per_token(self) -> int:
@@ -58,146 +82,118 @@ class ModelSpec:
 
     @property
     def flops_per_token(self) -> float:
-        """Matmul FLOPs for one token's forward pass: 2 per weight, input embedding excluded."""
-        return 2.0 * (self.params - self.vocab * self.hidden * (0 if self.tied_embeddings else 1))
+        """Matmul FLOPs for one token's forward pass: 2 per active weight, input embedding out."""
+        lookup = self.vocab * self.hidden * (0 if self.tied_embeddings else 1)
+        return 2.0 * (self.active_params - lookup)
 
     @property
     def quantized(self) -> bool:
-        return self.quantization in {"awq", "gptq-int4"}
+        return self.quantization not in _UNQUANTIZED
 
 
-def _qwen25(
-    size: str,
-    params: float,
-    layers: int,
-    hidden: int,
-    inter: int,
-    heads: int,
-    kv: int,
-    vocab: int,
-    tied: bool,
-) -> list[ModelSpec]:
-    base = f"Qwen/Qwen2.5-{size}-Instruct"
-    head_dim = hidden // heads
-    return [
-        ModelSpec(
-            base + suffix,
-            "qwen2.5",
-            params,
-            layers,
-            hidden,
-            inter,
-            heads,
-            kv,
-            head_dim,
-            vocab,
-            tied,
-            quant,
-        )
-        for suffix, quant in (("", "bf16"), ("-AWQ", "awq"), ("-GPTQ-Int4", "gptq-int4"))
-    ]
-
-
-def _single(
+def spec_from_config(
     hf_id: str,
+    config: Mapping[str, Any],
+    *,
     family: str,
-    params: float,
-    layers: int,
-    hidden: int,
-    inter: int,
-    heads: int,
-    kv: int,
-    head_dim: int,
-    vocab: int,
-    tied: bool,
+    params: float | None = None,
+    source: str = "",
 ) -> ModelSpec:
+    """Builds a :class:`ModelSpec` from a parsed ``config.json``.
+
+    Args:
+        hf_id: the id or path vLLM is given.
+        config: the parsed ``config.json``.
+        family: the tokenizer family (drafts must share the target's).
+        params: a published parameter count, when known (else counted from the shapes).
+        source: where ``config`` came from, for messages and ``spectune models``.
+
+    Raises:
+        ConfigError: a shape number is missing.
+    """
+    arch = architecture(config, source or hf_id)
+    counted = arch.params
+    total = params or counted
     return ModelSpec(
-        hf_id, family, params, layers, hidden, inter, heads, kv, head_dim, vocab, tied, "bf16"
+        hf_id=hf_id,
+        tokenizer_family=family,
+        params=total,
+        layers=arch.layers,
+        hidden=arch.hidden,
+        intermediate=arch.intermediate,
+        heads=arch.heads,
+        kv_heads=arch.kv_heads,
+        head_dim=arch.head_dim,
+        vocab=arch.vocab,
+        tied_embeddings=arch.tied_embeddings,
+        quantization=quantization_of(config),
+        active_params=arch.active_params * total / counted,
+        weight_bytes=weight_bytes(config, arch) * total / counted,
+        experts=arch.experts,
+        active_experts=arch.active_experts if arch.experts else 0,
+        config=dict(config),
+        source=source,
     )
 
 
-# fmt: off
-# hf_id, tokenizer family, parameters, layers, hidden, intermediate, heads, KV heads, head dim,
-# vocabulary, tied embeddings (from each model's config.json)
-CATALOG: tuple[ModelSpec, ...] = (
-    *_qwen25("0.5B", 0.494e9, 24, 896, 4864, 14, 2, 151936, True),
-    *_qwen25("1.5B", 1.54e9, 28, 1536, 8960, 12, 2, 151936, True),
-    *_qwen25("3B", 3.09e9, 36, 2048, 11008, 16, 2, 151936, True),
-    *_qwen25("7B", 7.62e9, 28, 3584, 18944, 28, 4, 152064, False),
-    *_qwen25("14B", 14.7e9, 48, 5120, 13824, 40, 8, 152064, False),
-    *_qwen25("32B", 32.5e9, 64, 5120, 27648, 40, 8, 152064, False),
-    *_qwen25("72B", 72.7e9, 80, 8192, 29568, 64, 8, 152064, False),
-    _single("meta-llama/Llama-3.2-1B-Instruct", "llama3", 1.24e9, 16, 2048, 8192, 32, 8, 64, 128256, True),  # noqa: E501
-    _single("meta-llama/Llama-3.2-3B-Instruct", "llama3", 3.21e9, 28, 3072, 8192, 24, 8, 128, 128256, True),  # noqa: E501
-    _single("meta-llama/Llama-3.1-8B-Instruct", "llama3", 8.03e9, 32, 4096, 14336, 32, 8, 128, 128256, False),  # noqa: E501
-    _single("meta-llama/Llama-3.1-70B-Instruct", "llama3", 70.6e9, 80, 8192, 28672, 64, 8, 128, 128256, False),  # noqa: E501
-    _single("meta-llama/Llama-3.3-70B-Instruct", "llama3", 70.6e9, 80, 8192, 28672, 64, 8, 128, 128256, False),  # noqa: E501
-    _single("deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B", "deepseek-r1-qwen", 1.78e9, 28, 1536, 8960, 12, 2, 128, 151936, False),  # noqa: E501
-    _single("deepseek-ai/DeepSeek-R1-Distill-Qwen-7B", "deepseek-r1-qwen", 7.62e9, 28, 3584, 18944, 28, 4, 128, 152064, False),  # noqa: E501
-    _single("deepseek-ai/DeepSeek-R1-Distill-Qwen-14B", "deepseek-r1-qwen", 14.8e9, 48, 5120, 13824, 40, 8, 128, 152064, False),  # noqa: E501
-    _single("deepseek-ai/DeepSeek-R1-Distill-Qwen-32B", "deepseek-r1-qwen", 32.8e9, 64, 5120, 27648, 40, 8, 128, 152064, False),  # noqa: E501
+CATALOG: tuple[ModelSpec, ...] = tuple(
+    spec_from_config(e.hf_id, e.config, family=e.family, params=e.params, source=e.where)
+    for e in SEED
 )
-# fmt: on
 
 _BY_ID = {m.hf_id.lower(): m for m in CATALOG}
 
 
-def _tokenizer_family(directory: Path, config: dict[str, object]) -> str:
-    """Names the vocabulary: a fingerprint of tokenizer.json's vocab when present."""
-    tokenizer = directory / "tokenizer.json"
-    if tokenizer.is_file():
-        vocab = json.loads(tokenizer.read_text()).get("model", {}).get("vocab", {})
+def _family(tokenizer: Mapping[str, Any] | None, config: Mapping[str, Any]) -> str:
+    """Names the vocabulary: a fingerprint of tokenizer.json's vocab when there is one."""
+    model = tokenizer.get("model") if tokenizer else None
+    vocab = model.get("vocab") if isinstance(model, Mapping) else None
+    if vocab:
         digest = hashlib.sha256(json.dumps(vocab, sort_keys=True).encode()).hexdigest()[:12]
         return f"tokenizer-{digest}"
     return f"{config.get('model_type', 'unknown')}-vocab{config.get('vocab_size')}"
 
 
 def model_from_config(directory: Path) -> ModelSpec:
-    """Builds a :class:`ModelSpec` from a local Hugging Face model directory's ``config.json``."""
+    """Builds a :class:`ModelSpec` from a local Hugging Face model directory's ``config.json``.
+
+    Raises:
+        ConfigError: no readable ``config.json`` or a missing shape number.
+    """
     path = directory / "config.json"
     try:
         config = json.loads(path.read_text())
-        hidden = int(config["hidden_size"])
-        heads = int(config["num_attention_heads"])
-        layers = int(config["num_hidden_layers"])
-        inter = int(config["intermediate_size"])
-        vocab = int(config["vocab_size"])
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+        tokenizer_path = directory / "tokenizer.json"
+        tokenizer = json.loads(tokenizer_path.read_text()) if tokenizer_path.is_file() else None
+    except (OSError, ValueError) as exc:
         raise ConfigError(
             f"model directory {directory} has no usable config.json ({exc}): point at a Hugging "
             "Face model folder with hidden_size, num_attention_heads, num_hidden_layers, "
             "intermediate_size and vocab_size"
         ) from None
-    kv_heads = int(config.get("num_key_value_heads", heads))
-    head_dim = int(config.get("head_dim") or hidden // heads)
-    tied = bool(config.get("tie_word_embeddings", False))
-    attention = hidden * heads * head_dim * 2 + hidden * kv_heads * head_dim * 2
-    per_layer = attention + 3 * hidden * inter
-    params = layers * per_layer + vocab * hidden * (1 if tied else 2)
-    quant_cfg = config.get("quantization_config") or {}
-    method = str(quant_cfg.get("quant_method", "")).lower() if isinstance(quant_cfg, dict) else ""
-    quantization = {"awq": "awq", "gptq": "gptq-int4"}.get(method, "bf16")
-    return ModelSpec(
-        str(directory),
-        _tokenizer_family(directory, config),
-        float(params),
-        layers,
-        hidden,
-        inter,
-        heads,
-        kv_heads,
-        head_dim,
-        vocab,
-        tied,
-        quantization,
+    if not isinstance(config, dict):
+        raise ConfigError(f"model directory {directory}: config.json is not a JSON object")
+    return spec_from_config(
+        str(directory), config, family=_family(tokenizer, config), source=str(path)
+    )
+
+
+@cache
+def _from_hub(hf_id: str) -> ModelSpec:
+    files = hub_files(hf_id)
+    return spec_from_config(
+        hf_id,
+        files.config,
+        family=_family(files.tokenizer, files.config),
+        source=f"https://huggingface.co/{hf_id} (config.json via huggingface_hub)",
     )
 
 
 def load_model(name: str) -> ModelSpec:
-    """Finds a model by Hugging Face id (case-insensitive) or as a local directory.
+    """Finds a model: a catalog id (case-insensitive), a local directory, or any Hub id.
 
     Raises:
-        ConfigError: neither a catalog id nor a directory with a ``config.json``.
+        ConfigError: none of these, in one line (an offline miss, a gated repo, an unknown id).
     """
     found = _BY_ID.get(name.strip().lower())
     if found is not None:
@@ -205,22 +201,60 @@ def load_model(name: str) -> ModelSpec:
     directory = Path(name).expanduser()
     if (directory / "config.json").is_file():
         return model_from_config(directory)
+    if looks_like_hub_id(name.strip()):
+        return _from_hub(name.strip())
     raise ConfigError(
-        f"unknown model {name!r}: use a Hugging Face id from the catalog (e.g. "
-        "Qwen/Qwen2.5-32B-Instruct-AWQ; `spectune models` lists them) or a local model directory "
-        "containing config.json"
+        f"unknown model {name!r}: use a Hugging Face id (e.g. Qwen/Qwen2.5-32B-Instruct-AWQ; "
+        "`spectune models` lists the built-in ones) or a local model directory containing "
+        "config.json"
     )
 
 
-def check_draft(target: ModelSpec, draft: ModelSpec) -> None:
-    """Rejects a draft that cannot speculate for ``target``.
+class Release(Protocol):
+    """A vLLM version (``tuner.config.vllm_args.VllmVersion`` fits; this layer sits below it)."""
 
-    A draft proposes token ids that the target verifies, so both must use the same tokenizer;
-    otherwise vLLM garbles output or fails at start-up. Embedding sizes may differ (Qwen2.5's
-    small models pad to 151936, the large ones to 152064) while the vocabulary is the same.
+    @property
+    def major(self) -> int: ...
+    @property
+    def minor(self) -> int: ...
+    @property
+    def patch(self) -> int: ...
+
+
+_V1_DRAFTS = (0, 10, 0)  # from here the V1 engine's SpeculativeConfig does the check
+HETEROGENEOUS_VOCAB_SINCE = (0, 25, 0)
+"""``SpeculativeConfig.use_heterogeneous_vocab`` exists from this vLLM release on (BRIEF.md)."""
+
+
+def needs_heterogeneous_vocab(target: ModelSpec, draft: ModelSpec) -> bool:
+    """Whether vLLM sees different vocabulary sizes (``config.json``'s ``vocab_size``).
+
+    vLLM 0.32 compares ``ModelConfig.get_vocab_size()`` of both (``vllm/config/speculative.py``,
+    ``verify_equal_vocab_size_if_draft_model``) unless ``use_heterogeneous_vocab`` is set.
+    """
+    return target.vocab != draft.vocab
+
+
+def _release(version: Release) -> tuple[int, int, int]:
+    return (version.major, version.minor, version.patch)
+
+
+def check_draft(target: ModelSpec, draft: ModelSpec, version: Release | None = None) -> None:
+    """Rejects a draft that cannot speculate for ``target`` on vLLM ``version``.
+
+    Rules (``version`` None means the newest):
+
+    - the tokenizers must be the same, or the draft proposes ids that mean other tokens;
+    - the draft must be smaller than the target;
+    - vocabulary sizes (embedding rows) may differ only from vLLM 0.25, where spectune sets
+      ``use_heterogeneous_vocab``. 0.15-0.24's ``SpeculativeConfig`` raises "Target and draft
+      model should have the same vocabulary size" with no opt-out (read in 0.32's
+      ``vllm/config/speculative.py``; the earlier releases' rule is BRIEF.md's), and the V0
+      engine (up to 0.9) asserts equal sizes (``vllm/spec_decode/spec_decode_worker.py``
+      ``SpecDecodeWorker._vocab_size``, read in vLLM's repository history).
 
     Raises:
-        IncompatibleDraftError: the tokenizers differ, or the draft is not smaller.
+        IncompatibleDraftError: one line naming the pair, the reason and the fix.
     """
     if draft.tokenizer_family != target.tokenizer_family:
         raise IncompatibleDraftError(
@@ -233,3 +267,26 @@ def check_draft(target: ModelSpec, draft: ModelSpec) -> None:
             f"draft {draft.hf_id} ({draft.params / 1e9:.1f}B) is not smaller than target "
             f"{target.hf_id} ({target.params / 1e9:.1f}B): pick a smaller draft"
         )
+    if not needs_heterogeneous_vocab(target, draft):
+        return
+    if version is None or _release(version) >= HETEROGENEOUS_VOCAB_SINCE:
+        return
+    same = [
+        m.hf_id
+        for m in CATALOG
+        if m.tokenizer_family == target.tokenizer_family
+        and m.vocab == target.vocab
+        and m.params < target.params
+        and not m.quantized
+    ]
+    hint = f", or a draft with {target.vocab} rows ({same[0]})" if same else ""
+    why = (
+        "its V0 engine asserts equal sizes (SpecDecodeWorker._vocab_size)"
+        if _release(version) < _V1_DRAFTS
+        else '"Target and draft model should have the same vocabulary size"'
+    )
+    raise IncompatibleDraftError(
+        f"draft {draft.hf_id} has {draft.vocab} vocabulary rows but target {target.hf_id} has "
+        f"{target.vocab}, and vLLM {version} refuses that pair ({why}; use_heterogeneous_vocab "
+        f"came in 0.25): use vLLM 0.25 or later{hint}"
+    )

@@ -16,30 +16,45 @@ config-file loader of the released wheels 0.6.6, 0.8.1, 0.8.2, 0.8.4, 0.8.5, 0.9
                ``--use-v2-block-manager`` is gone (argparse would exit on it).
 0.15 -         draft models are back on V1 as ``"method": "draft_model"``; the draft's tensor
                parallelism defaults to the target's, which V1 requires.
+0.25 -         ``"use_heterogeneous_vocab": true`` when the draft's ``vocab_size`` differs from
+               the target's (Qwen2.5-0.5B's 151936 rows against 32B's 152064); without it
+               ``SpeculativeConfig`` refuses the pair (``vllm/config/speculative.py``). Older
+               releases cannot run such a pair: ``tuner.catalog.models.check_draft`` refuses it
+               when the space loads.
 =============  ================================================================================
 
-Booleans: up to 0.8.4 ``--enable-chunked-prefill`` is a ``StoreBoolean`` taking ``False`` as a
-value; from 0.8.5 every boolean is an ``argparse.BooleanOptionalAction`` (``--no-FLAG``).
-
-``vllm serve --config FILE``: keys are flag names without ``--``. A ``model`` key is read from
-0.8.4 (older versions insist on the positional model, and 0.6's ``serve`` rejects ``--model``).
-A nested mapping becomes JSON only from 0.16; older loaders ``str()`` it into a Python repr
-that ``json.loads`` rejects, so they get the JSON as a quoted string. Loaders up to at least
-0.16 drop ``false`` values, so a false boolean is written as ``no-FLAG: true`` (0.8.5+) or as
-the string ``"False"`` (``StoreBoolean``, up to 0.8.4).
+``--quantization`` only when the server config asks for a method other than the one the
+checkpoint's ``quantization_config`` declares: vLLM detects that one by itself and picks its
+fastest kernel (``vllm/config/model.py`` ``_verify_quantization`` asks each method's
+``override_quantization_method``). On 0.9.2-0.16 an explicit ``--quantization awq`` forces the
+slow AWQ kernel instead of Marlin (BRIEF.md; only 0.32's source was read here, where
+``vllm/model_executor/layers/quantization/auto_awq.py`` upgrades ``awq`` requests as well).
 """
 
 from __future__ import annotations
 
 import json
 import re
-import subprocess
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Literal
 
+from tuner.catalog.models import (
+    HETEROGENEOUS_VOCAB_SINCE,
+    ModelSpec,
+    load_model,
+    needs_heterogeneous_vocab,
+)
 from tuner.config.trial import FlagValue, ServerConfig
-from tuner.errors import ConfigError, LaunchError
+from tuner.config.vllm_version import (
+    NEWEST_KNOWN,
+    OLDEST_SUPPORTED,
+    VllmVersion,
+    detect_version,
+    parse_version,
+    version_from_image,
+)
+from tuner.errors import ConfigError
 
 __all__ = [
     "NEWEST_KNOWN",
@@ -56,24 +71,6 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, order=True)
-class VllmVersion:
-    """A vLLM release, compared by (major, minor, patch); ``text`` keeps what the user wrote."""
-
-    major: int
-    minor: int
-    patch: int = 0
-    text: str = field(default="", compare=False)
-
-    def __str__(self) -> str:
-        return self.text or f"{self.major}.{self.minor}.{self.patch}"
-
-
-NEWEST_KNOWN = VllmVersion(0, 33, 0)
-"""The newest release whose dialect was checked; ``latest``/``nightly`` mean this one."""
-
-OLDEST_SUPPORTED = VllmVersion(0, 6, 0)
-
 _V0_7 = VllmVersion(0, 7, 0)
 _V0_8_2 = VllmVersion(0, 8, 2)
 _V0_8_4 = VllmVersion(0, 8, 4)
@@ -81,80 +78,7 @@ _V0_8_5 = VllmVersion(0, 8, 5)
 _V0_10 = VllmVersion(0, 10, 0)
 _V0_15 = VllmVersion(0, 15, 0)
 _V0_16 = VllmVersion(0, 16, 0)
-
-# Leading release numbers; pre/post/dev/local suffixes ("rc1", ".post1", "+cpu", "-cu128") are
-# ignored because no dialect change happened inside a release's pre-releases we support.
-_VERSION_RE = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+))?")
-_NEWEST_ALIASES = ("latest", "nightly")
-
-
-def parse_version(text: str) -> VllmVersion:
-    """Parses ``"0.7.2"``, ``"v0.10.1.1"``, ``"0.32.0+cpu"``, ``"0.8.5.post1"`` or ``"latest"``.
-
-    Raises:
-        ConfigError: the text names no vLLM release.
-    """
-    cleaned = text.strip()
-    if cleaned.lower().startswith(_NEWEST_ALIASES):
-        return VllmVersion(NEWEST_KNOWN.major, NEWEST_KNOWN.minor, NEWEST_KNOWN.patch, cleaned)
-    match = _VERSION_RE.match(cleaned)
-    if match is None:
-        raise ConfigError(
-            f"cannot read a vLLM version from {text!r}: pass one like --vllm-version 0.8.5"
-        )
-    major, minor, patch = match.group(1), match.group(2), match.group(3) or "0"
-    return VllmVersion(int(major), int(minor), int(patch), cleaned)
-
-
-def version_from_image(image: str) -> VllmVersion | None:
-    """The vLLM version an image tag names (``vllm/vllm-openai:v0.7.2`` → 0.7.2).
-
-    No tag means ``latest``. Returns None when the tag is not a version (``my-build``) or the
-    image is pinned only by digest: the caller then asks the image itself (``vllm --version``).
-    """
-    name, _, digest = image.partition("@")
-    last_part = name.rsplit("/", 1)[-1]
-    if ":" in last_part:
-        tag = last_part.split(":", 1)[1]
-    elif digest:
-        return None
-    else:
-        tag = "latest"
-    try:
-        return parse_version(tag)
-    except ConfigError:
-        return None
-
-
-def detect_version(
-    command: Sequence[str], *, env: Mapping[str, str] | None = None, timeout_s: float = 180.0
-) -> VllmVersion:
-    """Runs ``<command> --version`` and parses its answer (real vLLM takes ~10-15 s to import).
-
-    Raises:
-        ConfigError: the command does not exist or prints no version.
-        LaunchError: the command hangs past ``timeout_s``.
-    """
-    argv = [*command, "--version"]
-    try:
-        done = subprocess.run(
-            argv, capture_output=True, text=True, env=env, timeout=timeout_s, check=False
-        )
-    except FileNotFoundError as exc:
-        raise ConfigError(
-            f"cannot run {command[0]!r}: not found; install vLLM or pass --vllm-version"
-        ) from exc
-    except subprocess.TimeoutExpired as exc:
-        raise LaunchError(f"{' '.join(argv)} did not answer within {timeout_s:g} s") from exc
-    # vLLM may log warnings before the version; the version is the last line that is one.
-    for line in reversed((done.stdout + "\n" + done.stderr).splitlines()):
-        if _VERSION_RE.match(line.strip()):
-            return parse_version(line)
-    last = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
-    raise ConfigError(
-        f"{' '.join(argv)} printed no version (exit status {done.returncode}: {last[0]}); "
-        "pass --vllm-version"
-    )
+_HETEROGENEOUS_VOCAB = VllmVersion(*HETEROGENEOUS_VOCAB_SINCE)
 
 
 @dataclass(frozen=True)
@@ -285,11 +209,43 @@ def _speculative_json(server: ServerConfig, version: VllmVersion) -> dict[str, A
     if spec.method == "draft_model":
         config["model"] = spec.model
     config["num_speculative_tokens"] = spec.num_speculative_tokens
+    if _heterogeneous_vocab(server, version):
+        config["use_heterogeneous_vocab"] = True
     if spec.prompt_lookup_max is not None:
         config["prompt_lookup_max"] = spec.prompt_lookup_max
     if spec.prompt_lookup_min is not None:
         config["prompt_lookup_min"] = spec.prompt_lookup_min
     return config
+
+
+def _known_model(name: str | None) -> ModelSpec | None:
+    """The model's spec when spectune can read it; otherwise vLLM alone judges the flag."""
+    if not name:
+        return None
+    try:
+        return load_model(name)
+    except ConfigError:
+        return None
+
+
+def _heterogeneous_vocab(server: ServerConfig, version: VllmVersion) -> bool:
+    """Whether the draft's vocabulary size differs from the target's, on a version with the flag."""
+    if version < _HETEROGENEOUS_VOCAB or server.speculative is None:
+        return False
+    if server.speculative.method != "draft_model":
+        return False
+    target, draft = _known_model(server.model), _known_model(server.speculative.model)
+    return target is not None and draft is not None and needs_heterogeneous_vocab(target, draft)
+
+
+def _explicit_quantization(server: ServerConfig) -> str | None:
+    """The ``--quantization`` to pass: None when it is the checkpoint's own (vLLM detects it)."""
+    if not server.quantization:
+        return None
+    target = _known_model(server.model)
+    declared = (target.config.get("quantization_config") or {}) if target else {}
+    own = str(declared.get("quant_method", "")).lower() if isinstance(declared, dict) else ""
+    return None if server.quantization.lower() == own else server.quantization
 
 
 _FlagItems = list[tuple[str, FlagValue | dict[str, Any]]]
@@ -305,8 +261,9 @@ def _flag_items(server: ServerConfig, version: VllmVersion) -> _FlagItems:
         ("gpu-memory-utilization", server.gpu_memory_utilization),
         ("max-num-batched-tokens", server.max_num_batched_tokens),
     ]
-    if server.quantization:
-        items.append(("quantization", server.quantization))
+    quantization = _explicit_quantization(server)
+    if quantization:
+        items.append(("quantization", quantization))
     if server.served_model_name:
         items.append(("served-model-name", server.served_model_name))
     # Always explicit: the default differs between versions and engines.

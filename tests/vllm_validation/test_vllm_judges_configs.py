@@ -1,0 +1,161 @@
+"""Real vLLM as the judge: every config spectune proposes is one vLLM 0.32 accepts.
+
+Each argv spectune would launch (``server_argv``) and each exported ``--config`` YAML
+(``server_yaml``) goes through vLLM's own ``vllm serve`` parser and
+``EngineArgs(...).create_engine_config()`` on weight-less model folders that carry the models'
+``config.json`` (the catalog's, written into a Hugging Face cache). Covered: every shipped search
+space (each draft choice, K at its bounds, memory utilization and batched tokens at their ends),
+and every (target, draft) pair the catalog allows, plus ngram for every catalog target.
+A new method or model joins by entering the space files or the catalog.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from testbed import judge_with_vllm, require_vllm, write_hf_cache
+
+from tuner.catalog.models import CATALOG, ModelSpec, check_draft, needs_heterogeneous_vocab
+from tuner.config.space import NGRAM, NO_DRAFT, SearchSpace, builtin_spaces, load_space
+from tuner.config.trial import ServerConfig, SpeculativeConfig
+from tuner.config.vllm_args import (
+    VllmVersion,
+    config_file_argv,
+    parse_version,
+    server_argv,
+    server_yaml,
+)
+from tuner.errors import IncompatibleDraftError
+
+pytestmark = pytest.mark.vllm
+
+JUDGE_VERSION = parse_version("0.32.0")  # the CPU build in the test bed, and the spaces' image
+K_BOUNDS = (1, 8)
+_BY_ID = {m.hf_id: m for m in CATALOG}
+
+
+def _argv(server: ServerConfig, version: VllmVersion) -> list[str]:
+    return ["serve", *server_argv(server, version, host="127.0.0.1", port=8000)]
+
+
+def _yaml_argv(server: ServerConfig, version: VllmVersion, folder: Path, name: str) -> list[str]:
+    config = server_yaml(server, version)
+    path = folder / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    argv = config_file_argv(config, str(path), model=server.model, host="127.0.0.1", port=8000)
+    return ["serve", *argv]
+
+
+def _space_servers(space: SearchSpace) -> Iterator[tuple[str, ServerConfig]]:
+    """Each draft choice at K's bounds, memory utilization and batched tokens at their ends."""
+    ks = (int(space.num_speculative_tokens.low), int(space.num_speculative_tokens.high))
+    utils = (space.gpu_memory_utilization.low, space.gpu_memory_utilization.high)
+    batched = (min(space.max_num_batched_tokens), max(space.max_num_batched_tokens))
+    for draft in space.drafts:
+        for k, util, mnbt in itertools.product(ks if draft != NO_DRAFT else (0,), utils, batched):
+            trial = space.config(space.speculative(draft, k), util, mnbt, 0.0)
+            yield f"{space.name}/{draft}/k{k}/u{util}/b{mnbt}", trial.server
+
+
+def _pair_servers() -> Iterator[tuple[str, ServerConfig, ModelSpec | None, ModelSpec]]:
+    """Every catalog (target, draft) pair check_draft allows on 0.32, and ngram per target."""
+    for target in CATALOG:
+        base = ServerConfig(target.hf_id, 1, 8192, 0.9, 2048)
+        for k in K_BOUNDS:
+            ngram = SpeculativeConfig("ngram", k, prompt_lookup_max=4, prompt_lookup_min=1)
+            yield f"{target.hf_id}+ngram/k{k}", _with(base, ngram), None, target
+        for draft in CATALOG:
+            try:
+                check_draft(target, draft, JUDGE_VERSION)
+            except IncompatibleDraftError:
+                continue
+            spec = SpeculativeConfig("draft_model", K_BOUNDS[-1], model=draft.hf_id)
+            yield f"{target.hf_id}+{draft.hf_id}", _with(base, spec), draft, target
+
+
+def _with(server: ServerConfig, spec: SpeculativeConfig) -> ServerConfig:
+    return ServerConfig(**{**server.__dict__, "speculative": spec})
+
+
+@pytest.fixture(scope="module")
+def hf_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    require_vllm()
+    root = tmp_path_factory.mktemp("hf-cache")
+    return write_hf_cache(root, {m.hf_id: m.config for m in CATALOG})
+
+
+@pytest.fixture(scope="module")
+def verdicts(hf_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """One vLLM subprocess judges every case of this module (import once: about 15 s)."""
+    folder = tmp_path_factory.mktemp("yaml")
+    cases: dict[str, list[str]] = {}
+    for name in sorted(builtin_spaces()):
+        space = load_space(name)
+        assert space.version == JUDGE_VERSION, f"{name}: the judge is vLLM {JUDGE_VERSION}"
+        for label, server in _space_servers(space):
+            cases[label] = _argv(server, space.version)
+            cases[label + "/yaml"] = _yaml_argv(server, space.version, folder, str(len(cases)))
+    for label, server, _, _ in _pair_servers():
+        cases["pair:" + label] = _argv(server, JUDGE_VERSION)
+    default = load_space("default")
+    small = default.config(default.speculative("Qwen/Qwen2.5-0.5B-Instruct", 4), 0.9, 2048, 0.0)
+    # Controls: the argv 0.24's dialect writes (no use_heterogeneous_vocab) and an unknown flag.
+    cases["control:no-heterogeneous-flag"] = _argv(small.server, parse_version("0.24.0"))
+    unknown = ServerConfig(**{**small.server.__dict__, "extra_flags": (("no-such-flag", 1),)})
+    cases["control:unknown-flag"] = _argv(unknown, JUDGE_VERSION)
+    results = judge_with_vllm(list(cases.values()), hf_cache)
+    return dict(zip(cases, results, strict=True))
+
+
+def _refused(verdicts: dict[str, Any], prefix: str) -> dict[str, str]:
+    return {
+        label: f"{v['stage']}: {v['error']}"
+        for label, v in verdicts.items()
+        if label.startswith(prefix) and not v["ok"]
+    }
+
+
+def test_vllm_accepts_every_config_of_every_shipped_space(verdicts: dict[str, Any]) -> None:
+    for name in builtin_spaces():
+        space = load_space(name)
+        labels = [label for label in verdicts if label.startswith(space.name + "/")]
+        assert len(labels) >= 2 * len(space.drafts)
+        assert _refused(verdicts, space.name + "/") == {}
+        for label in labels:
+            draft = label.split("/", 1)[1].rsplit("/k", 1)[0]
+            spec = verdicts[label]["speculative"]
+            if draft == NO_DRAFT:
+                assert spec is None
+                continue
+            assert spec["method"] == ("ngram" if draft == NGRAM else "draft_model")
+            # vLLM detects AWQ from the checkpoint; spectune no longer passes --quantization.
+            assert verdicts[label]["quantization"] == space.target.quantization
+            if draft not in (NO_DRAFT, NGRAM):
+                differs = needs_heterogeneous_vocab(space.target, _BY_ID[draft])
+                assert spec["use_heterogeneous_vocab"] is differs
+
+
+def test_vllm_accepts_every_catalog_pair(verdicts: dict[str, Any]) -> None:
+    pairs = [label for label in verdicts if label.startswith("pair:")]
+    assert len(pairs) > 2 * len(CATALOG)  # ngram at both K bounds, plus the draft pairs
+    assert _refused(verdicts, "pair:") == {}
+    for label, _, draft, target in _pair_servers():
+        spec = verdicts["pair:" + label]["speculative"]
+        if draft is not None:
+            assert spec["use_heterogeneous_vocab"] is needs_heterogeneous_vocab(target, draft)
+
+
+def test_the_judge_refuses_what_vllm_refuses(verdicts: dict[str, Any]) -> None:
+    """The tier would have caught issue 10: the default pair without the flag is refused."""
+    no_flag = verdicts["control:no-heterogeneous-flag"]
+    assert no_flag["ok"] is False and no_flag["stage"] == "engine"
+    assert "Target and draft model should have the same vocabulary size" in no_flag["error"]
+    assert "vocab_size=152064" in no_flag["error"] and "vocab_size=151936" in no_flag["error"]
+    unknown = verdicts["control:unknown-flag"]
+    assert unknown["stage"] == "argparse" and unknown["exit"] == 2
+    assert "unrecognized arguments: --no-such-flag" in unknown["error"]
