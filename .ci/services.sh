@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs and starts the real services the test tiers use: Docker Engine, PostgreSQL, Chromium.
+# Installs and starts the real services the test tiers use: Docker Engine, PostgreSQL, Chromium,
+# and installs the container registry (docker-registry) that the docker tier starts per test.
 # Idempotent; safe to run on a developer machine as root. Prints the env to export.
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
@@ -8,10 +9,14 @@ need=()
 command -v dockerd >/dev/null || need+=(docker.io)
 command -v pg_ctlcluster >/dev/null || need+=(postgresql)
 command -v chromium >/dev/null || need+=(chromium)
+command -v docker-registry >/dev/null || need+=(docker-registry)
 if [ ${#need[@]} -gt 0 ]; then
   apt-get update -qq
   apt-get install -y -qq "${need[@]}" >/dev/null
 fi
+
+# The package starts a registry of its own where an init system runs; the tests start theirs.
+pkill -x docker-registry 2>/dev/null || true
 
 if ! docker info >/dev/null 2>&1; then
   nohup dockerd >/tmp/dockerd.log 2>&1 &
