@@ -47,6 +47,40 @@ def _log(name: str) -> str:
             "SpeculativeConfig: Value error, Model architectures ['EagleQwen2ForCausalLM'] are "
             "not supported for now.",
         ),
+        # Reconstructed from vLLM 0.32's source text inside the real log's framing:
+        (
+            "free-memory-below-utilization-0.32.log",
+            1,
+            FailureKind.OOM,
+            "ValueError: Free memory on device cuda:0 (21.12/23.52 GiB) on startup is less than "
+            "desired GPU memory utilization (0.96, 22.58 GiB).",
+        ),
+        (
+            "no-cache-blocks-0.32.log",
+            1,
+            FailureKind.OOM,
+            "ValueError: No available memory for the cache blocks. Try increasing "
+            "`gpu_memory_utilization`",
+        ),
+        (
+            "sampler-warmup-oom-0.32.log",
+            1,
+            FailureKind.OOM,
+            "RuntimeError: CUDA out of memory occurred when warming up sampler with 256 dummy "
+            "requests.",
+        ),
+        (
+            "torch-oom-graph-capture-0.32.log",
+            1,
+            FailureKind.OOM,
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.16 GiB.",
+        ),
+        (
+            "oom-killed-loading-0.32.log",
+            137,
+            FailureKind.OOM,
+            "Filesystem type for checkpoints: EXT4.",  # what it was doing when killed
+        ),
         (
             "suffix-missing-package-0.32.log",
             1,
@@ -65,6 +99,33 @@ def test_real_vllm_logs(name: str, exit_code: int, kind: FailureKind, decisive: 
     assert "\n" not in str(failure)
     assert len(str(failure)) < 400
     assert failure.log_tail == tail(text, 40)
+
+
+def test_the_startup_memory_report_of_a_good_start_is_not_an_oom() -> None:
+    # vllm/v1/worker/gpu_worker.py logs this INFO line after every profiled start-up.
+    text = (
+        "(Worker pid=7) INFO 11-29 17:57:51 [gpu_worker.py:1034] Free memory on device "
+        "(23.1/23.52 GiB) on startup. Desired GPU memory utilization is (0.92, 21.64 GiB). "
+        "Actual usage is 9.5 GiB for consumed memory (weights + non-torch)\n"
+        "Traceback (most recent call last):\nKeyError: 'model_type'\n"
+    )
+    assert classify_failure(1, text) is FailureKind.CRASH
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "ValueError: Free memory on device cuda:0 (10.00/23.52 GiB) on startup is less than the "
+        "engine's budget after excluding external process's weights (0.9, 11.2 GiB). Decrease "
+        "GPU memory utilization or reduce GPU memory used by other processes.",
+        "ValueError: Externally held weights on device cuda:0 (22.00/23.52 GiB) exceed the "
+        "desired GPU memory utilization (0.9, 21.17 GiB). Increase GPU memory utilization or "
+        "reduce GPU memory used by other processes.",
+    ],
+)
+def test_other_startup_memory_checks_are_oom(line: str) -> None:
+    text = f"(EngineCore pid=1) ERROR 11-29 17:57:51 [core.py:1510] {line}\n"
+    assert classify_failure(1, text) is FailureKind.OOM
 
 
 def test_the_ulimit_warning_quoting_oserror_is_not_the_cause() -> None:

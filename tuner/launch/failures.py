@@ -24,9 +24,18 @@ _OOM_PATTERNS = [
     for p in (
         r"OutOfMemoryError",  # torch.OutOfMemoryError / torch.cuda.OutOfMemoryError
         r"\bout of memory\b",  # "CUDA out of memory", "CUDA error: out of memory", HIP, XPU
+        # vllm/v1/core/kv_cache_utils.py _check_enough_kv_cache_memory (0.32):
         r"No available memory for the cache blocks",
         r"larger than the available KV cache memory",  # V1: KV cache too small for max len
         r"maximum number of tokens that can be stored in KV cache",  # V0 wording of the same
+        # vllm/v1/worker/utils.py request_memory (0.21+): start-up needs free >= util x total.
+        # The INFO line "Free memory on device (...) on startup. Desired GPU memory utilization
+        # is ..." of a successful start is informational and never matched.
+        r"on startup is less than (desired GPU memory utilization|the engine's budget)",
+        r"Externally held weights on device .* exceed the desired GPU memory utilization",
+        # vllm/v1/worker/gpu_model_runner.py _dummy_sampler_run: "CUDA out of memory occurred
+        # when warming up sampler" (also caught by "out of memory" below; named for the reader).
+        r"out of memory occurred when warming up sampler",
         r"not enough memory",  # torch CPU allocator
         r"Cannot allocate memory",  # ENOMEM
         r"std::bad_alloc",
