@@ -1,22 +1,21 @@
 """Real ``vllm serve`` (CPU build) through the process launcher: the paths a study takes.
 
-Each start costs about 30 s on 2 cores, so there are two, one server at a time: ngram
-speculation from flags and a draft model from a ``--config`` YAML. vLLM's own KV-cache OOM
-through this launcher is tested at the study level (tests/e2e/test_study_real_vllm.py).
+Each start costs about 30 s on 2 cores, so there is one here: a draft model from a ``--config``
+YAML. Ngram speculation from flags is the backend contract's real-vLLM case
+(tests/contract/test_contract_vllm.py); vLLM's own KV-cache OOM through this launcher is tested
+at the study level (tests/e2e/test_study_real_vllm.py).
 """
 
 from __future__ import annotations
 
 import json
 import re
-import time
 from pathlib import Path
 
 import httpx
 import pytest
 import yaml
 from testbed import TinyModels, cpu_server_config
-from testbed.processes import running_in_group
 
 from tuner.config.trial import LaunchContext, SpeculativeConfig
 from tuner.config.vllm_args import VllmVersion, parse_version
@@ -66,41 +65,6 @@ def _stream_greedy(client: httpx.Client, endpoint: Endpoint, max_tokens: int) ->
 def test_detects_the_installed_version(real_vllm_version: VllmVersion) -> None:
     assert real_vllm_version == parse_version("0.32.0")
     assert "cpu" in str(real_vllm_version)
-
-
-def test_ngram_speculation_streams_and_moves_the_counters(
-    vllm_launcher: ProcessLauncher, tiny_models: TinyModels, tmp_path: Path
-) -> None:
-    server = cpu_server_config(
-        tiny_models.target,
-        speculative=SpeculativeConfig("ngram", num_speculative_tokens=3, prompt_lookup_max=3),
-    )
-    context = LaunchContext(study="vllm", trial=1, log_dir=tmp_path / "logs")
-    started = time.monotonic()
-    endpoint = vllm_launcher.start(server, context)
-    print(f"ngram server ready in {time.monotonic() - started:.1f} s")
-
-    assert endpoint.model == "tiny"
-    assert endpoint.log_path == tmp_path / "logs" / "trial-1.log"
-    with httpx.Client(base_url=endpoint.base_url, timeout=60, trust_env=False) as client:
-        before = _spec_counters(client)
-        chunks, tokens = _stream_greedy(client, endpoint, max_tokens=64)
-        after = _spec_counters(client)
-
-    assert tokens == 64
-    # Accepted drafts arrive together: fewer SSE chunks than tokens (count from usage!).
-    assert chunks < tokens
-    drafted = "vllm:spec_decode_num_draft_tokens_total"
-    accepted = "vllm:spec_decode_num_accepted_tokens_total"
-    assert after[drafted] > before.get(drafted, 0.0)
-    assert after[accepted] > before.get(accepted, 0.0)
-    assert after["vllm:spec_decode_num_drafts_total"] > 0
-
-    pid = vllm_launcher.pid
-    assert pid is not None
-    vllm_launcher.stop()
-    assert vllm_launcher.pid is None
-    assert running_in_group(pid) == []  # engine core and workers went with the API server
 
 
 def test_draft_model_from_a_config_file(

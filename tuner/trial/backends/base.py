@@ -28,8 +28,15 @@ __all__ = ["Backend", "BackendOptions", "explicit_version"]
 class Backend(Protocol):
     """Starts one server config at a time, measures it, stops it."""
 
-    name: str
-    source: Source  # how this backend's numbers are labelled
+    @property
+    def name(self) -> str:
+        """The name it is chosen by: ``sim``, ``process``, ``docker``."""
+        ...
+
+    @property
+    def source(self) -> Source:
+        """How this backend's numbers are labelled (simulated or measured)."""
+        ...
 
     def start(self, server: ServerConfig, context: LaunchContext) -> Endpoint:
         """Starts ``server`` (stopping the previous one) and returns once it is ready.
