@@ -21,7 +21,6 @@ from tuner.analysis.confirmed import (
     t_quantile_975,
 )
 from tuner.analysis.picks import confirmation_order, pick_candidate
-from tuner.analysis.recommend import feasible
 from tuner.config.space import SearchSpace
 from tuner.config.trial import LaunchContext, ServerConfig, TrialConfig
 from tuner.errors import StartupFailure
@@ -29,6 +28,7 @@ from tuner.export.vllm import export
 from tuner.results import Endpoint, Source, TrialResult
 from tuner.study.confirm import confirm
 from tuner.trial.backends import Backend, BackendOptions, backend_factory
+from tuner.trial.scoring import TrialStatus
 
 
 def _t_cdf(x: float, df: int) -> float:
@@ -114,7 +114,7 @@ def test_confirm_reruns_the_top_configs_on_fresh_servers(levels: StudyCopy, tmp_
         on_run=lambda n, r, run: seen.append((n, r, run.status)), today=dt.date(2026, 1, 2),
     )  # fmt: skip
 
-    expected = [t.number for t in confirmation_order(feasible(study))[:3]]
+    expected = [t.number for t in confirmation_order(study)[:3]]
     assert [c.trial for c in results] == expected and len(set(expected)) == 3
     assert len(counting.starts) == 9  # three configs, three fresh servers each
     assert counting.stops >= 9
@@ -159,7 +159,7 @@ def test_recommendation_and_export_use_the_confirmed_numbers(levels: StudyCopy) 
 
 def test_a_config_that_fails_when_measured_again_is_dropped(levels: StudyCopy) -> None:
     study, space = levels.open()
-    first = confirmation_order(feasible(study))[0].number
+    first = confirmation_order(study)[0].number
 
     class Flaky(CountingBackend):
         def start(self, server: ServerConfig, context: LaunchContext) -> Endpoint:
@@ -183,4 +183,4 @@ def test_a_config_that_fails_when_measured_again_is_dropped(levels: StudyCopy) -
 def test_nothing_to_confirm() -> None:
     assert confirm(None, None, None, top_n=0, log_dir=Path()) == []  # type: ignore[arg-type]
     assert Confirmed(1, "simulated", ()).output_tok_s is None
-    assert not Confirmed(1, "simulated", (Run("OOM"),)).stable
+    assert not Confirmed(1, "simulated", (Run(TrialStatus.OOM),)).stable

@@ -11,17 +11,18 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import optuna
 import pytest
 import yaml
 from results_support import SPACE, StudyCopy, build_study
 
-from tuner.analysis.picks import pick_candidate, pick_trial
-from tuner.analysis.recommend import feasible, trial_view
+from tuner.analysis.picks import feasible, pick_candidate, recommend
 from tuner.analysis.trials import Outcome, points
 from tuner.config.space import SearchSpace
 from tuner.config.vllm_args import server_argv, server_yaml
 from tuner.errors import ConfigError
 from tuner.export.vllm import FORMATS, export
+from tuner.trial.record import RUN_ATTR, RunFacts, TrialRecord
 
 TODAY = dt.date(2026, 1, 2)
 
@@ -34,6 +35,12 @@ def _expected_spec(text: str) -> list[list[int]]:
     return yaml.safe_load(text)["speculative-config"]["num_speculative_tokens_per_batch_size"]
 
 
+def _recommended(study: optuna.Study) -> TrialRecord:
+    chosen = recommend(study)
+    assert chosen is not None
+    return chosen.record
+
+
 def _with_table(config: dict[str, Any], table: list[list[int]]) -> dict[str, Any]:
     spec = dict(config["speculative-config"])
     spec["num_speculative_tokens"] = max(spec["num_speculative_tokens"], *(k for *_, k in table))
@@ -44,11 +51,12 @@ def _with_table(config: dict[str, Any], table: list[list[int]]) -> dict[str, Any
 def test_vllm_yaml_loads_back_with_provenance_and_the_per_level_table(levels: StudyCopy) -> None:
     study, space = levels.open()
     exported = export(study, space, "vllm", today=TODAY)
-    view = pick_trial(study)
+    view = _recommended(study)
     assert exported.provenance.trial == view.number
     header = _header(exported.text)
     assert header[0] == f"spectune export: study levels, trial {view.number} (pick max-throughput)"
-    assert "vLLM v0.32.0, image vllm/vllm-openai:v0.32.0; GPUs 2x RTX 4090" in header[1]
+    # A simulated study says so: no image ran, no GPU was detected.
+    assert header[1] == "vLLM v0.32.0 flags, simulator (nothing ran); GPUs 2x RTX 4090 (simulated)"
     assert header[3].startswith("simulated: output ") and "one run, not confirmed" in header[3]
     assert "exported 2026-01-02" in header
     assert "use: vllm serve --config FILE" in header
@@ -63,7 +71,7 @@ def test_vllm_yaml_loads_back_with_provenance_and_the_per_level_table(levels: St
 def test_compose_is_the_file_people_write_by_hand(levels: StudyCopy) -> None:
     study, space = levels.open()
     exported = export(study, space, "compose", today=TODAY)
-    view = pick_trial(study)
+    view = _recommended(study)
     assert _header(exported.text)[0].startswith("spectune export: study levels")
     service = yaml.safe_load(exported.text)["services"]["vllm"]
     assert service["image"] == "vllm/vllm-openai:v0.32.0"
@@ -114,7 +122,7 @@ def test_docker_run_is_a_shell_script_that_runs_docker(levels: StudyCopy, tmp_pa
     assert argv[image_at - 2 : image_at] == ["--entrypoint", "vllm"]
     assert argv[image_at + 1] == "serve"
     served = argv[image_at + 2 :]
-    view = pick_trial(study)
+    view = _recommended(study)
     expected = server_argv(view.server, space.version, host="0.0.0.0", port=8000)
     at = expected.index("--speculative-config") + 1
     assert served[:at] == expected[:at]
@@ -130,21 +138,43 @@ def test_json_holds_config_argv_and_provenance(levels: StudyCopy) -> None:
     assert data["argv"][:3] == ["vllm", "serve", "Qwen/Qwen2.5-32B-Instruct-AWQ"]
     facts = data["provenance"]
     assert facts["study"] == "levels" and facts["date"] == "2026-01-02"
-    assert facts["gpu"] == "RTX 4090" and facts["gpu_count"] == 2 and facts["driver"] is None
+    assert facts["hardware"] == "2x RTX 4090" and facts["gpu"] is None and facts["driver"] is None
     assert facts["vllm_version"] == "v0.32.0" and facts["source"] == "simulated"
+    assert facts["backend"] == "sim" and facts["image"] is None
     assert facts["confirmed"] is False and facts["output_tok_s_ci95"] is None
     assert [lvl["concurrency"] for lvl in data["speculation_by_level"]] == [1, 8, 32]
     assert data["request"] == {"temperature": facts["temperature"]}
 
 
-def test_recorded_environment_names_the_driver(levels: StudyCopy) -> None:
+def test_what_ran_is_what_the_export_says(levels: StudyCopy) -> None:
     study, space = levels.open()
+    gpus = {"gpu": "NVIDIA GeForce RTX 4090", "gpu_count": 2, "driver": "550.54.15", "cuda": "12.4"}
+    docker = RunFacts("docker", "0.32.0", "vllm/vllm-openai:v0.32.0", gpus)
+    study.set_user_attr(RUN_ATTR, docker.to_dict())
+    assert _header(export(study, space, "vllm").text)[1] == (
+        "vLLM 0.32.0, image vllm/vllm-openai:v0.32.0; GPUs 2x RTX 4090 declared; "
+        "detected 2x NVIDIA GeForce RTX 4090 (driver 550.54.15, CUDA 12.4)"
+    )
+    # vLLM's CPU build under the process backend: no image, no GPU, the version it answered.
+    study.set_user_attr(RUN_ATTR, RunFacts("process", "0.32.0+cpu").to_dict())
+    exported = export(study, space, "json")
+    assert _header(export(study, space, "vllm").text)[1] == (
+        "vLLM 0.32.0+cpu, process backend (vllm serve on the host, no image); "
+        "GPUs 2x RTX 4090 as declared; none detected (no NVML)"
+    )
+    facts = exported.provenance
+    assert (facts.backend, facts.image, facts.vllm_version) == ("process", None, "0.32.0+cpu")
+
+
+def test_a_study_without_run_facts_falls_back_to_its_space(levels: StudyCopy) -> None:
+    study, space = levels.open()
+    study.set_user_attr(RUN_ATTR, None)  # as studies written before RunFacts read
     study.set_user_attr(
         "environment",
         {"gpu": "NVIDIA GeForce RTX 4090", "gpu_count": 2, "driver": "550.54.15", "cuda": "12.4"},
     )
     header = _header(export(study, space, "vllm").text)
-    assert "GPUs 2x NVIDIA GeForce RTX 4090 (driver 550.54.15, CUDA 12.4)" in header[1]
+    assert header[1].startswith("vLLM v0.32.0, image vllm/vllm-openai:v0.32.0 (backend not")
 
 
 def _versioned(space: SearchSpace, version: str) -> SearchSpace:
@@ -155,7 +185,7 @@ def test_older_vllm_dialects_get_their_flags_and_the_table_as_a_comment(
     levels: StudyCopy,
 ) -> None:
     study, space = levels.open()
-    view = pick_trial(study)
+    view = _recommended(study)
     old = _versioned(space, "0.7.2")
     exported = export(study, old, "vllm")
     loaded = yaml.safe_load(exported.text)
@@ -181,16 +211,15 @@ def test_older_vllm_dialects_get_their_flags_and_the_table_as_a_comment(
 
 def test_picks(levels: StudyCopy) -> None:
     study, _ = levels.open()
-    views = [trial_view(t) for t in feasible(study)]
-    top = max(views, key=lambda v: v.output_tok_s)
-    fastest = min(views, key=lambda v: v.p95_ttft_ms)
+    views = [r.objective for r in feasible(study)]
+    top = max(feasible(study), key=lambda r: r.objective[0])
+    fastest = min(feasible(study), key=lambda r: r.objective[1])
     assert pick_candidate(study, "max-throughput").number == top.number
     assert pick_candidate(study, "min-ttft").number == fastest.number
-    balanced = pick_candidate(study, "balanced").view
-    assert fastest.p95_ttft_ms <= balanced.p95_ttft_ms <= top.p95_ttft_ms
+    balanced = pick_candidate(study, "balanced")
+    assert fastest.objective[1] <= balanced.p95_ttft_ms <= top.objective[1]
     assert not any(  # balanced is on the Pareto front
-        v.output_tok_s > balanced.output_tok_s and v.p95_ttft_ms < balanced.p95_ttft_ms
-        for v in views
+        tok_s > balanced.output_tok_s and ttft < balanced.p95_ttft_ms for tok_s, ttft in views
     )
     assert pick_candidate(study, "3").number == 3
     with pytest.raises(ConfigError, match="unknown pick 'fastest'"):

@@ -117,7 +117,7 @@ def interval(values: Sequence[float]) -> Interval:
 class Run:
     """One re-measurement of a config on a freshly started server."""
 
-    status: str  # a TrialStatus value, or "failed" for an infrastructure fault
+    status: TrialStatus  # FAILED for an infrastructure fault
     output_tok_s: float | None = None
     p95_ttft_ms: float | None = None
     acceptance_rate: float | None = None
@@ -127,12 +127,12 @@ class Run:
     @property
     def ok(self) -> bool:
         """Whether the run started, was measured and met the TTFT limit."""
-        return self.status == TrialStatus.OK.value
+        return self.status is TrialStatus.OK
 
     def to_dict(self) -> dict[str, Any]:
         """The run as plain JSON data."""
         return {
-            "status": self.status,
+            "status": self.status.value,
             "output_tok_s": self.output_tok_s,
             "p95_ttft_ms": self.p95_ttft_ms,
             "acceptance_rate": self.acceptance_rate,
@@ -144,7 +144,7 @@ class Run:
     def from_dict(cls, data: Mapping[str, Any]) -> Run:
         """Reads what :meth:`to_dict` wrote."""
         return cls(
-            status=str(data["status"]),
+            status=TrialStatus(data["status"]),
             output_tok_s=_opt_float(data.get("output_tok_s")),
             p95_ttft_ms=_opt_float(data.get("p95_ttft_ms")),
             acceptance_rate=_opt_float(data.get("acceptance_rate")),
@@ -162,7 +162,7 @@ class Confirmed:
     """A trial's config, re-measured: every run and the intervals over the measured ones."""
 
     trial: int
-    source: str
+    source: Source
     runs: tuple[Run, ...]
     date: str = ""
 
@@ -177,10 +177,7 @@ class Confirmed:
         return (
             bool(self.runs)
             and all(r.output_tok_s is not None for r in self.runs)
-            and not any(
-                r.status in (TrialStatus.OOM.value, TrialStatus.OOM_PREDICTED.value, "failed")
-                for r in self.runs
-            )
+            and not any(r.status.oom or r.status is TrialStatus.FAILED for r in self.runs)
         )
 
     @property
@@ -213,7 +210,7 @@ class Confirmed:
         tok_s, ttft = self.output_tok_s, self.p95_ttft_ms
         return {
             "trial": self.trial,
-            "source": self.source,
+            "source": self.source.value,
             "date": self.date,
             "runs": [r.to_dict() for r in self.runs],
             "output_tok_s": None if tok_s is None else tok_s.to_dict(),
@@ -225,7 +222,7 @@ class Confirmed:
         """Reads what :meth:`to_dict` wrote."""
         return cls(
             trial=int(data["trial"]),
-            source=str(data.get("source", Source.MEASURED.value)),
+            source=Source(data.get("source", Source.MEASURED.value)),
             runs=tuple(Run.from_dict(r) for r in data.get("runs") or ()),
             date=str(data.get("date", "")),
         )

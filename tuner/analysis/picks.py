@@ -1,29 +1,35 @@
-"""Which config to hand out: max-throughput, min-ttft or balanced, on confirmed numbers.
+"""Which config to hand out: the study's feasible trials, its Pareto front, and the picks.
 
 A candidate's numbers are its confirmation means when it was confirmed (see
 :mod:`tuner.study.confirm`) and its single measurement otherwise. Once any config has passed
 confirmation, only confirmed configs are candidates: a single lucky measurement must not beat
 a mean of several. A confirmed config that ran out of memory, crashed or broke the TTFT limit
-when re-measured is dropped.
+when re-measured is dropped. A trial that reused an earlier one's result ("same as #N") is
+that trial again, not a candidate of its own.
 
-``balanced`` is the Pareto-front config nearest the ideal point (the best throughput and the
-best p95 TTFT seen on the front), each axis scaled to the front's range, so neither unit
-dominates.
+The Pareto front is Optuna's (``study.best_trials``: for a constrained study, the feasible
+trials no other feasible trial beats on both throughput and p95 TTFT), without the repeats.
+
+``balanced`` is the candidate on the Pareto front nearest the ideal point (the best throughput
+and the best p95 TTFT among those candidates, on their numbers), each axis scaled to the
+front's range, so neither unit dominates. When confirmation dropped every front config, the
+nearest of all candidates is taken.
+
+:func:`recommend` is the one recommendation: optimize, export and the report all take it.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 import optuna
-from optuna.trial import FrozenTrial
+from optuna.trial import TrialState
 
 from tuner.analysis.confirmed import Confirmed, Interval, load_confirmed
-from tuner.analysis.recommend import TrialView, feasible, trial_view
 from tuner.errors import ConfigError
-from tuner.trial.record import stored_space
+from tuner.trial.record import TrialRecord, records, stored_space
 
 __all__ = [
     "DEFAULT_PICK",
@@ -33,8 +39,11 @@ __all__ = [
     "check_pick",
     "choose",
     "confirmation_order",
+    "feasible",
+    "pareto_front",
     "pick_candidate",
-    "pick_trial",
+    "ranked",
+    "recommend",
 ]
 
 PICKS = ("max-throughput", "min-ttft", "balanced")
@@ -45,13 +54,14 @@ DEFAULT_PICK = "max-throughput"
 class Candidate:
     """A feasible trial with the numbers a pick ranks it by."""
 
-    view: TrialView
+    record: TrialRecord
     confirmed: Confirmed | None = None
+    on_front: bool = False  # on the study's Pareto front (single measurements)
 
     @property
     def number(self) -> int:
         """The trial number."""
-        return self.view.number
+        return self.record.number
 
     @property
     def tok_s_interval(self) -> Interval | None:
@@ -67,13 +77,13 @@ class Candidate:
     def output_tok_s(self) -> float:
         """Output tokens/s: the confirmed mean, else the single measurement."""
         measured = self.tok_s_interval
-        return self.view.output_tok_s if measured is None else measured.mean
+        return self.record.objective[0] if measured is None else measured.mean
 
     @property
     def p95_ttft_ms(self) -> float:
         """p95 TTFT in ms: the confirmed mean, else the single measurement."""
         measured = self.ttft_interval
-        return self.view.p95_ttft_ms if measured is None else measured.mean
+        return self.record.objective[1] if measured is None else measured.mean
 
 
 def check_pick(pick: str) -> str:
@@ -89,13 +99,36 @@ def check_pick(pick: str) -> str:
     return pick
 
 
+def feasible(study: optuna.Study) -> list[TrialRecord]:
+    """Completed trials that neither ran out of memory nor broke the TTFT limit, repeats left
+    out."""
+    done = records(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
+    return [r for r in done if r.feasible and r.duplicate_of is None]
+
+
+def pareto_front(study: optuna.Study) -> list[TrialRecord]:
+    """The feasible Pareto front (Optuna's ``best_trials``), repeats left out, fastest first."""
+    front = [r for r in records(study.best_trials) if r.feasible and r.duplicate_of is None]
+    return sorted(front, key=lambda r: (-r.objective[0], r.number))
+
+
 def candidates(
-    trials: Sequence[FrozenTrial], confirmed: Mapping[int, Confirmed], ttft_limit_ms: float
+    trials: Sequence[TrialRecord],
+    confirmed: Mapping[int, Confirmed],
+    ttft_limit_ms: float,
+    front: Collection[int] = (),
 ) -> list[Candidate]:
-    """Feasible ``trials`` as candidates, best throughput first (see the module docstring)."""
+    """Feasible ``trials`` as candidates, best throughput first (see the module docstring).
+
+    Args:
+        trials: feasible records.
+        confirmed: the study's confirmations by trial number.
+        ttft_limit_ms: the limit a confirmation's mean must meet.
+        front: the trial numbers on the study's Pareto front.
+    """
     passed = {n: c for n, c in confirmed.items() if c.feasible(ttft_limit_ms)}
     chosen = [
-        Candidate(trial_view(t), passed.get(t.number))
+        Candidate(t, passed.get(t.number), t.number in front)
         for t in trials
         if t.number not in confirmed or t.number in passed
     ]
@@ -104,16 +137,12 @@ def candidates(
     return sorted(chosen, key=lambda c: (-c.output_tok_s, c.p95_ttft_ms, c.number))
 
 
-def _front(cands: Sequence[Candidate]) -> list[Candidate]:
-    def dominated(c: Candidate) -> bool:
-        return any(
-            o.output_tok_s >= c.output_tok_s
-            and o.p95_ttft_ms <= c.p95_ttft_ms
-            and (o.output_tok_s > c.output_tok_s or o.p95_ttft_ms < c.p95_ttft_ms)
-            for o in cands
-        )
-
-    return [c for c in cands if not dominated(c)]
+def ranked(study: optuna.Study) -> list[Candidate]:
+    """The study's candidates, best throughput first, on confirmed numbers where it has them."""
+    space = stored_space(study)
+    limit = space.ttft_limit_ms if space else math.inf
+    front = {r.number for r in pareto_front(study)}
+    return candidates(feasible(study), load_confirmed(study), limit, front)
 
 
 def choose(cands: Sequence[Candidate], pick: str) -> Candidate | None:
@@ -125,7 +154,7 @@ def choose(cands: Sequence[Candidate], pick: str) -> Candidate | None:
         return min(cands, key=lambda c: (-c.output_tok_s, c.p95_ttft_ms, c.number))
     if pick == "min-ttft":
         return min(cands, key=lambda c: (c.p95_ttft_ms, -c.output_tok_s, c.number))
-    front = _front(cands)
+    front = [c for c in cands if c.on_front] or list(cands)
     tok_hi = max(c.output_tok_s for c in front)
     tok_lo = min(c.output_tok_s for c in front)
     ttft_hi = max(c.p95_ttft_ms for c in front)
@@ -139,22 +168,24 @@ def choose(cands: Sequence[Candidate], pick: str) -> Candidate | None:
     return min(front, key=lambda c: (distance(c), -c.output_tok_s, c.number))
 
 
-def _config_key(trial: FrozenTrial) -> str:
-    # The same server config at the same temperature is one config, however often TPE tried it.
-    return f"{sorted(trial.user_attrs['server'].items())!r}|{trial.user_attrs['temperature']}"
+def recommend(study: optuna.Study, pick: str = DEFAULT_PICK) -> Candidate | None:
+    """The config ``pick`` recommends (confirmed numbers first); None when nothing is feasible."""
+    return choose(ranked(study), pick)
 
 
-def confirmation_order(trials: Sequence[FrozenTrial]) -> list[FrozenTrial]:
-    """Feasible ``trials`` in the order to confirm them, one per distinct config.
+def confirmation_order(study: optuna.Study) -> list[TrialRecord]:
+    """The study's feasible trials in the order to confirm them, one per distinct config.
 
     First the configs each pick selects on single measurements (max-throughput, balanced,
     min-ttft), so that whatever pick a user exports was confirmed, then the rest by throughput.
     """
-    unique: dict[str, FrozenTrial] = {}
-    for trial in sorted(trials, key=lambda t: (-(t.values or [0.0])[0], t.number)):
-        unique.setdefault(_config_key(trial), trial)
-    cands = candidates(list(unique.values()), {}, math.inf)
-    by_number = {t.number: t for t in unique.values()}
+    unique: dict[tuple[object, float], TrialRecord] = {}
+    for record in sorted(feasible(study), key=lambda r: (-r.objective[0], r.number)):
+        # The same server config at the same temperature is one config, however often tried.
+        unique.setdefault((record.server, record.temperature), record)
+    front = {r.number for r in pareto_front(study)}
+    cands = candidates(list(unique.values()), {}, math.inf, front)
+    by_number = {r.number: r for r in unique.values()}
     order: list[int] = []
     for pick in ("max-throughput", "balanced", "min-ttft"):
         chosen = choose(cands, pick)
@@ -170,15 +201,9 @@ def pick_candidate(study: optuna.Study, pick: str = DEFAULT_PICK) -> Candidate:
     Raises:
         ConfigError: unknown pick, no such completed trial, or nothing feasible yet.
     """
-    space = stored_space(study)
-    limit = space.ttft_limit_ms if space else float("inf")
-    confirmed = load_confirmed(study)
     if pick.isdigit():
-        view = pick_trial(study, int(pick))
-        record = confirmed.get(view.number)
-        return Candidate(view, record if record and record.stable else None)
-    check_pick(pick)
-    chosen = choose(candidates(feasible(study), confirmed, limit), pick)
+        return _numbered(study, int(pick))
+    chosen = recommend(study, check_pick(pick))
     if chosen is None:
         raise ConfigError(
             f"study {study.study_name!r} has no feasible trial yet: run more trials with "
@@ -187,21 +212,15 @@ def pick_candidate(study: optuna.Study, pick: str = DEFAULT_PICK) -> Candidate:
     return chosen
 
 
-def pick_trial(study: optuna.Study, trial_number: int | None = None) -> TrialView:
-    """The recommended trial (max-throughput, confirmed numbers first), or a given one.
-
-    Raises:
-        ConfigError: no such completed trial, or nothing feasible to recommend.
-    """
-    if trial_number is None:
-        return pick_candidate(study).view
-    try:
-        trial = study.trials[trial_number]
-    except IndexError:
+def _numbered(study: optuna.Study, number: int) -> Candidate:
+    trials = study.get_trials(deepcopy=False)
+    if number >= len(trials):
         raise ConfigError(
-            f"study {study.study_name!r} has no trial {trial_number}: it has "
-            f"{len(study.trials)} trials (numbers 0..{len(study.trials) - 1})"
-        ) from None
-    if trial.values is None or "server" not in trial.user_attrs:
-        raise ConfigError(f"trial {trial_number} did not complete: pick a completed trial")
-    return trial_view(trial)
+            f"study {study.study_name!r} has no trial {number}: it has "
+            f"{len(trials)} trials (numbers 0..{len(trials) - 1})"
+        )
+    record = TrialRecord.from_trial(trials[number])
+    if record is None or record.values is None:
+        raise ConfigError(f"trial {number} did not complete: pick a completed trial")
+    confirmation = load_confirmed(study).get(number)
+    return Candidate(record, confirmation if confirmation and confirmation.stable else None)

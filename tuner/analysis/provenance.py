@@ -1,10 +1,12 @@
 """Where an exported config came from: study, trial, vLLM, GPUs, driver, numbers and date.
 
 Every export and the report carry this, so a config found in a repository months later still
-says what it was measured on and how sure the numbers are. The GPU driver is known only where
-the study ran on real GPUs: :func:`record_environment` stores what NVML reports as the study's
-``environment`` attribute (confirmation calls it; nothing is recorded for the simulator).
-Nothing secret is part of it: no storage URL, token or key.
+says what it was measured on and how sure the numbers are. What ran is what the study recorded
+when its servers started (:class:`~tuner.trial.record.RunFacts`): the backend, the vLLM version
+spoken to (detected where nobody gave one), the image for the docker backend only, and the GPUs
+as NVML detected them beside the hardware the study declares (:func:`detect_environment`).
+Studies written before that was recorded fall back to the space's image and version and to
+the older ``environment`` attribute. Nothing secret is part of it: no storage URL, token or key.
 """
 
 from __future__ import annotations
@@ -17,18 +19,19 @@ from typing import Any
 import optuna
 
 from tuner.analysis.picks import Candidate
-from tuner.analysis.recommend import TrialView
 from tuner.config.space import SearchSpace
+from tuner.results import Source
+from tuner.trial.record import stored_run
 
 __all__ = [
     "ENVIRONMENT_ATTR",
     "Provenance",
     "detect_environment",
     "provenance",
-    "record_environment",
+    "runs_note",
 ]
 
-ENVIRONMENT_ATTR = "environment"
+ENVIRONMENT_ATTR = "environment"  # NVML's findings, as studies before RunFacts stored them
 _log = logging.getLogger(__name__)
 
 
@@ -64,14 +67,6 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def record_environment(study: optuna.Study) -> dict[str, Any] | None:
-    """Stores :func:`detect_environment` with the study (where NVML answers); returns it."""
-    environment = detect_environment()
-    if environment is not None:
-        study.set_user_attr(ENVIRONMENT_ATTR, environment)
-    return environment
-
-
 @dataclass(frozen=True)
 class Provenance:
     """The facts an export's header states."""
@@ -80,12 +75,14 @@ class Provenance:
     trial: int
     pick: str
     vllm_version: str
-    image: str
-    gpu: str
-    gpu_count: int
+    backend: str | None  # sim | process | docker; None: not recorded (older studies)
+    image: str | None  # the image that ran (docker); None for the process and sim backends
+    hardware: str  # as the study declares it, e.g. "2x RTX 4090"
+    gpu: str | None  # as NVML detected it; None: not detected
+    gpu_count: int | None
     driver: str | None
     cuda: str | None
-    source: str  # measured | simulated
+    source: Source
     output_tok_s: float
     output_tok_s_ci95: tuple[float, float] | None
     p95_ttft_ms: float
@@ -112,18 +109,33 @@ class Provenance:
         data["confirmed"] = self.confirmed
         return data
 
-    def lines(self) -> list[str]:
-        """The header as text lines (callers add their comment marker)."""
-        gpus = f"{self.gpu_count}x {self.gpu}"
+    def _ran(self) -> str:
+        if self.backend == "docker":
+            return f"vLLM {self.vllm_version}, image {self.image}"
+        if self.backend == "process":
+            return f"vLLM {self.vllm_version}, process backend (vllm serve on the host, no image)"
+        if self.backend == "sim":
+            return f"vLLM {self.vllm_version} flags, simulator (nothing ran)"
+        return f"vLLM {self.vllm_version}, image {self.image} (backend not recorded)"
+
+    def _gpus(self) -> str:
+        if self.backend == "sim" or (self.backend is None and self.source is Source.SIMULATED):
+            return f"GPUs {self.hardware} (simulated)"
+        if self.gpu is None:
+            return f"GPUs {self.hardware} as declared; none detected (no NVML)"
         driver = (
             f"driver {self.driver}" + (f", CUDA {self.cuda}" if self.cuda else "")
             if self.driver
             else "driver not recorded"
         )
+        return f"GPUs {self.hardware} declared; detected {self.gpu_count}x {self.gpu} ({driver})"
+
+    def lines(self) -> list[str]:
+        """The header as text lines (callers add their comment marker)."""
         spec = "no speculation" if self.k == 0 else f"draft {self.draft}, K={self.k}"
         return [
             f"spectune export: study {self.study}, trial {self.trial} (pick {self.pick})",
-            f"vLLM {self.vllm_version}, image {self.image}; GPUs {gpus} ({driver})",
+            f"{self._ran()}; {self._gpus()}",
             f"target {self.target}, {spec}",
             f"{self.source}: {self._numbers()}",
             f"workload {self.workload}, concurrency {', '.join(map(str, self.concurrency))}; "
@@ -139,7 +151,7 @@ class Provenance:
             else f", draft acceptance {self.acceptance_rate * 100:.1f} %"
         )
         if self.output_tok_s_ci95 is None or self.p95_ttft_ms_ci95 is None:
-            how = "one run, not confirmed" if self.runs <= 1 else f"{self.runs} runs"
+            how = runs_note(self.runs)
             return (
                 f"output {self.output_tok_s:.1f} tok/s, p95 TTFT {self.p95_ttft_ms:.1f} ms "
                 f"({how}){accept}"
@@ -149,12 +161,18 @@ class Provenance:
         return (
             f"output {self.output_tok_s:.1f} tok/s (95 % CI {tok_lo:.1f}-{tok_hi:.1f}), "
             f"p95 TTFT {self.p95_ttft_ms:.1f} ms (95 % CI {ttft_lo:.1f}-{ttft_hi:.1f}), "
-            f"mean of {self.runs} runs on fresh servers{accept}"
+            f"{runs_note(self.runs)}{accept}"
         )
 
 
 def _ci(low: float | None, high: float | None) -> tuple[float, float] | None:
     return None if low is None or high is None else (low, high)
+
+
+def runs_note(runs: int) -> str:
+    """What stands behind a number: ``one run, not confirmed`` or ``mean of 3 runs on fresh
+    servers``. The CLI's recommendation says the same, so optimize and export agree."""
+    return "one run, not confirmed" if runs <= 1 else f"mean of {runs} runs on fresh servers"
 
 
 def provenance(
@@ -165,38 +183,40 @@ def provenance(
     today: dt.date | None = None,
 ) -> Provenance:
     """The provenance of exporting ``candidate`` from ``study``."""
-    view: TrialView = candidate.view
-    environment = study.user_attrs.get(ENVIRONMENT_ATTR) or {}
+    record = candidate.record
+    ran = stored_run(study)
+    detected = (ran.gpus if ran is not None else study.user_attrs.get(ENVIRONMENT_ATTR)) or {}
     tok_s, ttft = candidate.tok_s_interval, candidate.ttft_interval
     confirmed = candidate.confirmed
     runs = len(confirmed.measured) if confirmed is not None else 1
-    accept = None
     if confirmed is not None:
         rates = [r.acceptance_rate for r in confirmed.measured if r.acceptance_rate is not None]
         accept = sum(rates) / len(rates) if rates else None
     else:
-        accept = view.acceptance_rate
+        accept = record.acceptance_rate
     return Provenance(
         study=study.study_name,
-        trial=view.number,
+        trial=record.number,
         pick=pick,
-        vllm_version=str(space.version),
-        image=space.vllm_image,
-        gpu=str(environment.get("gpu") or space.hardware.gpu.name),
-        gpu_count=int(environment.get("gpu_count") or space.hardware.count),
-        driver=environment.get("driver"),
-        cuda=environment.get("cuda"),
-        source=confirmed.source if confirmed is not None else view.source,
+        vllm_version=ran.vllm_version if ran is not None else str(space.version),
+        backend=None if ran is None else ran.backend,
+        image=space.vllm_image if ran is None else ran.image,
+        hardware=space.hardware.label,
+        gpu=detected.get("gpu"),
+        gpu_count=detected.get("gpu_count"),
+        driver=detected.get("driver"),
+        cuda=detected.get("cuda"),
+        source=confirmed.source if confirmed is not None else record.source,
         output_tok_s=candidate.output_tok_s,
         output_tok_s_ci95=None if tok_s is None else _ci(tok_s.low, tok_s.high),
         p95_ttft_ms=candidate.p95_ttft_ms,
         p95_ttft_ms_ci95=None if ttft is None else _ci(ttft.low, ttft.high),
         runs=runs,
         acceptance_rate=accept,
-        target=view.server.model,
-        draft=view.draft,
-        k=view.server.k,
-        temperature=view.temperature,
+        target=record.server.model,
+        draft=record.draft,
+        k=record.server.k,
+        temperature=record.temperature,
         workload=space.workload.prompt_set,
         concurrency=space.workload.concurrency,
         ttft_limit_ms=space.ttft_limit_ms,

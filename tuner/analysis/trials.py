@@ -1,19 +1,23 @@
 """A study's trials as flat points: what charts, tables and the per-level analysis read.
 
 Each completed trial becomes one :class:`Point` with its outcome (feasible, over the TTFT limit,
-or out of memory), the tuned settings and the measured numbers. OOM trials carry no throughput
-or TTFT: the pessimistic values they report to Optuna are for the sampler, not for people.
+or out of memory), the tuned settings and the measured numbers, read from its
+:class:`~tuner.trial.record.TrialRecord`. OOM trials carry no throughput or TTFT: the
+pessimistic values they report to Optuna are for the sampler, not for people.
 """
 
 from __future__ import annotations
 
 import enum
+from collections.abc import Collection
 from dataclasses import dataclass
 
 import optuna
-from optuna.trial import FrozenTrial, TrialState
+from optuna.trial import TrialState
 
-from tuner.config.trial import server_from_dict
+from tuner.analysis.picks import pareto_front
+from tuner.results import Source
+from tuner.trial.record import TrialRecord, records
 from tuner.trial.scoring import TrialStatus
 
 __all__ = ["Outcome", "Point", "point", "points"]
@@ -33,17 +37,19 @@ class Point:
 
     number: int
     outcome: Outcome
-    draft: str  # "none", "ngram" or the draft model id
+    draft: str  # a SpecMethod name (none, ngram) or the draft model id
     k: int  # speculative tokens; 0 without speculation
     gpu_memory_utilization: float
     max_num_batched_tokens: int
     temperature: float
-    source: str
+    source: Source
     output_tok_s: float | None  # None when the trial ran out of memory
     p95_ttft_ms: float | None
     acceptance_rate: float | None
     levels: tuple[tuple[int, float], ...]  # (concurrency, output tok/s) per measured level
     oom_predicted: bool = False
+    on_front: bool = False  # on the study's feasible Pareto front
+    duplicate_of: int | None = None  # "same as #N": a repeat of trial N's result
 
     @property
     def speculative(self) -> bool:
@@ -56,49 +62,46 @@ class Point:
         return self.draft.rstrip("/").rsplit("/", 1)[-1]
 
 
-def _outcome(trial: FrozenTrial) -> Outcome:
-    status = str(trial.user_attrs.get("status", TrialStatus.OK.value))
-    constraints = trial.constraints
-    if status in (TrialStatus.OOM, TrialStatus.OOM_PREDICTED) or constraints.get("oom", -1) > 0:
+def _outcome(record: TrialRecord) -> Outcome:
+    if record.oom:
         return Outcome.OOM
-    if constraints.get("ttft_slo", -1) > 0 or status == TrialStatus.OVER_TTFT:
+    if record.over_ttft:
         return Outcome.OVER_TTFT
     return Outcome.FEASIBLE
 
 
-def point(trial: FrozenTrial) -> Point | None:
-    """The trial as a point; None unless it completed with a recorded config."""
-    if trial.state is not TrialState.COMPLETE or "server" not in trial.user_attrs:
+def point(record: TrialRecord, front: Collection[int] = ()) -> Point | None:
+    """The record as a point; None unless its trial completed.
+
+    Args:
+        record: the trial's record.
+        front: the trial numbers on the study's Pareto front.
+    """
+    if record.state is not TrialState.COMPLETE:
         return None
-    attrs = trial.user_attrs
-    server = server_from_dict(attrs["server"])
-    outcome = _outcome(trial)
-    values = trial.values or [0.0, 0.0]
-    measured = outcome is not Outcome.OOM
-    summary = attrs.get("summary") or {}
-    accept = summary.get("acceptance_rate")
+    server = record.server
     return Point(
-        number=trial.number,
-        outcome=outcome,
-        draft=server.draft or "none",
+        number=record.number,
+        outcome=_outcome(record),
+        draft=record.draft,
         k=server.k,
         gpu_memory_utilization=server.gpu_memory_utilization,
         max_num_batched_tokens=server.max_num_batched_tokens,
-        temperature=float(attrs.get("temperature", 0.0)),
-        source=str(attrs.get("source", "measured")),
-        output_tok_s=float(values[0]) if measured else None,
-        p95_ttft_ms=float(values[1]) if measured else None,
-        acceptance_rate=None if accept is None else float(accept),
-        levels=tuple(
-            (int(level["concurrency"]), float(level["output_tok_s"]))
-            for level in attrs.get("levels") or ()
-            if level.get("output_tok_s") is not None
-        ),
-        oom_predicted=attrs.get("status") == TrialStatus.OOM_PREDICTED.value,
+        temperature=record.temperature,
+        source=record.source,
+        output_tok_s=record.output_tok_s,
+        p95_ttft_ms=record.p95_ttft_ms,
+        acceptance_rate=record.acceptance_rate,
+        levels=record.level_tok_s,
+        oom_predicted=record.status is TrialStatus.OOM_PREDICTED,
+        on_front=record.number in front,
+        duplicate_of=record.duplicate_of,
     )
 
 
 def points(study: optuna.Study) -> list[Point]:
     """Every completed trial with a recorded config, by trial number."""
-    found = (point(t) for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
+    done = records(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
+    front = {r.number for r in pareto_front(study)}
+    found = (point(r, front) for r in done)
     return sorted((p for p in found if p is not None), key=lambda p: p.number)

@@ -6,33 +6,68 @@ simulated figure for a measurement.
 
 from __future__ import annotations
 
+import re
+
 from rich.table import Table
 
 from tuner.analysis.confirmed import Confirmed, Interval, Run
-from tuner.analysis.recommend import TrialView
-from tuner.config.trial import ServerConfig
-from tuner.trial.runner import TrialOutcome
+from tuner.analysis.provenance import runs_note
+from tuner.config.trial import ServerConfig, SpecMethod
+from tuner.trial.record import TrialRecord
+from tuner.trial.scoring import TrialStatus
 
-__all__ = ["config_label", "outcome_row", "trial_table", "views_table"]
+__all__ = [
+    "TRIAL_COLUMNS",
+    "config_label",
+    "confirm_run_line",
+    "confirmed_table",
+    "draft_label",
+    "recommendation",
+    "record_row",
+    "records_table",
+    "trial_table",
+]
 
+# Short enough that a row fits an 80-column terminal; the caption spells them out.
 TRIAL_COLUMNS = (
     "#",
     "draft",
     "K",
-    "gpu-mem",
-    "batched",
+    "mem",
+    "batch",
     "temp",
     "tok/s",
-    "p95 TTFT ms",
-    "accept",
-    "restart",
+    "TTFT",
+    "acc",
+    "new",
     "status",
 )
+_CAPTION = (
+    "mem: --gpu-memory-utilization, batch: --max-num-batched-tokens, TTFT: p95 ms, "
+    "acc: draft acceptance, new: server (re)started"
+)
+_STATUS = {
+    TrialStatus.OK: "ok",
+    TrialStatus.OOM_PREDICTED: "OOM pred.",
+    TrialStatus.OOM: "OOM",
+    TrialStatus.OVER_TTFT: "over TTFT",
+    TrialStatus.FAILED: "failed",
+}
+# The parameter count in a model id: Qwen2.5-0.5B-Instruct -> 0.5B, Llama-3.2-1B -> 1B.
+_SIZE = re.compile(r"(?:^|[-_])(\d+(?:\.\d+)?[BM])(?=$|[-_])")
 
 
 def _draft_name(server: ServerConfig) -> str:
-    draft = server.draft or "none"
-    return draft.split("/")[-1]
+    return (server.draft or SpecMethod.NONE).rstrip("/").split("/")[-1]
+
+
+def draft_label(server: ServerConfig) -> str:
+    """The draft as a table cell: ``none``, ``ngram``, or the draft's size (``0.5B``)."""
+    name = _draft_name(server)
+    if server.method is not SpecMethod.DRAFT_MODEL:
+        return name
+    size = _SIZE.search(name)
+    return size.group(1) if size else name
 
 
 def config_label(server: ServerConfig, temperature: float) -> str:
@@ -45,9 +80,17 @@ def config_label(server: ServerConfig, temperature: float) -> str:
 
 
 def trial_table(title: str) -> Table:
-    table = Table(title=title, title_justify="left")
+    """An empty trial table (rows from :func:`record_row`), narrow enough for 80 columns."""
+    table = Table(
+        title=title, title_justify="left", caption=_CAPTION, caption_justify="left", box=None
+    )
     for name in TRIAL_COLUMNS:
-        table.add_column(name, justify="left" if name in ("draft", "status") else "right")
+        table.add_column(
+            name,
+            justify="left" if name in ("draft", "status") else "right",
+            no_wrap=True,
+            max_width=12 if name == "draft" else None,
+        )
     return table
 
 
@@ -55,43 +98,50 @@ def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value * 100:.1f}%"
 
 
-def outcome_row(number: int, outcome: TrialOutcome) -> list[str]:
-    server = outcome.config.server
-    primary = outcome.primary
-    measured = primary is not None
-    p95 = primary.ttft_ms(95) if primary else None
+def _number(value: float | None, digits: int) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def record_row(record: TrialRecord) -> list[str]:
+    """One trial as a row: its config always (a failed trial's too), and what it measured."""
+    server = record.server
+    status = _STATUS[record.status]
+    if record.duplicate_of is not None:
+        status = f"same as #{record.duplicate_of}"
     return [
-        str(number),
-        _draft_name(server),
+        str(record.number),
+        draft_label(server),
         str(server.k) if server.speculative else "-",
         f"{server.gpu_memory_utilization:.2f}",
         str(server.max_num_batched_tokens),
-        f"{outcome.config.client.temperature:.2f}",
-        f"{primary.output_tok_s:.1f}" if measured and primary else "-",
-        "-" if p95 is None else f"{p95:.0f}",
-        _pct(primary.acceptance_rate) if primary else "-",
-        "yes" if outcome.restarted else "no",
-        outcome.status.value,
+        f"{record.temperature:.2f}",
+        _number(record.output_tok_s, 1),
+        _number(record.p95_ttft_ms, 0),
+        _pct(record.acceptance_rate),
+        "yes" if record.restarted else "no",
+        status,
     ]
 
 
-def views_table(title: str, views: list[TrialView]) -> Table:
+def records_table(title: str, records: list[TrialRecord]) -> Table:
+    """A trial table holding ``records``."""
     table = trial_table(title)
-    for v in views:
-        table.add_row(
-            str(v.number),
-            _draft_name(v.server),
-            str(v.server.k) if v.server.speculative else "-",
-            f"{v.server.gpu_memory_utilization:.2f}",
-            str(v.server.max_num_batched_tokens),
-            f"{v.temperature:.2f}",
-            f"{v.output_tok_s:.1f}",
-            f"{v.p95_ttft_ms:.0f}",
-            _pct(v.acceptance_rate),
-            "yes" if v.restarted else "no",
-            v.status,
-        )
+    for record in records:
+        table.add_row(*record_row(record))
     return table
+
+
+def recommendation(
+    record: TrialRecord, tok_s: str, ttft: str, confirmed: Confirmed | None, limit_ms: float
+) -> str:
+    """The recommendation lines optimize prints; the runs are counted as the export counts
+    them (:func:`tuner.analysis.provenance.runs_note`)."""
+    how = runs_note(1 if confirmed is None else len(confirmed.measured))
+    return (
+        f"Recommended (highest throughput within p95 TTFT <= {limit_ms:.0f} ms): "
+        f"trial {record.number}: {config_label(record.server, record.temperature)}\n"
+        f"  {record.source}: {tok_s} output tok/s, p95 TTFT {ttft} ms ({how})"
+    )
 
 
 def _interval(value: Interval | None, digits: int) -> str:

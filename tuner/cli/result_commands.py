@@ -21,6 +21,7 @@ from tuner.errors import ConfigError
 from tuner.export.vllm import FORMATS, Exported, export, write_best
 from tuner.report.dashboard import prepare_dashboard, serve_dashboard
 from tuner.report.page import write_report
+from tuner.results import Source
 from tuner.study.confirm import confirm
 from tuner.study.paths import StudyPaths, default_storage
 from tuner.study.storage import check_writable
@@ -228,8 +229,8 @@ def confirm_command(
 
 
 def _default_backend(study: optuna.Study) -> str:
-    sources = {p.source for p in points(study)} - {"predicted"}
-    if sources <= {"simulated"}:
+    sources = {p.source for p in points(study)} - {Source.PREDICTED}
+    if sources <= {Source.SIMULATED}:
         return "sim"
     raise ConfigError(
         f"study {study.study_name!r} was measured on real servers: pass --backend process or "

@@ -12,28 +12,28 @@ from rich.live import Live
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from tuner.analysis.confirmed import Run
-from tuner.analysis.recommend import TrialView
 from tuner.catalog.gpus import parse_hardware
 from tuner.catalog.nvml import gpu_names
 from tuner.cli import options as opt
 from tuner.cli.app import app, console, handle_errors, print_json
 from tuner.cli.options import backend_options
 from tuner.cli.render import (
-    config_label,
     confirm_run_line,
     confirmed_table,
-    outcome_row,
+    recommendation,
+    record_row,
+    records_table,
     trial_table,
-    views_table,
 )
 from tuner.config.space import SearchSpace, load_space
 from tuner.config.trial import server_to_dict
 from tuner.export.vllm import write_best
-from tuner.study.optimize import OptimizeRequest, OptimizeResult, optimize
+from tuner.study.optimize import OptimizeRequest, OptimizeResult, check_request, optimize
 from tuner.study.paths import default_storage
 from tuner.study.storage import safe_url, study_exists
 from tuner.study.workers import WorkerRequest, run_worker
-from tuner.trial.runner import TrialOutcome
+from tuner.trial.record import TrialRecord
+from tuner.trial.scoring import TrialStatus
 
 
 def _build_space(
@@ -143,6 +143,7 @@ def optimize_command(
         confirm_top=confirm_top,
         confirm_repeats=confirm_repeats,
     )
+    check_request(request)  # argument errors before the live table draws anything
     if as_json:
         result = optimize(request)
         print_json(_optimize_json(result, _write_best(result)))
@@ -164,14 +165,10 @@ def optimize_command(
     def on_tick(finished: int) -> None:  # worker processes report through the database
         progress.update(task, completed=finished)
 
-    def on_trial(number: int, outcome: TrialOutcome | None, note: str | None) -> None:
-        if outcome is not None:
-            table.add_row(*outcome_row(number, outcome))
-        else:
-            status, _, detail = (note or "").partition(": ")
-            table.add_row(str(number), *["-"] * 9, status)
-            if detail:
-                progress.console.print(f"trial {number} {status}: {detail}", markup=False)
+    def on_trial(record: TrialRecord) -> None:
+        table.add_row(*record_row(record))
+        if record.status is TrialStatus.FAILED:
+            progress.console.print(f"trial {record.number} failed: {record.failure}", markup=False)
         progress.advance(task)
 
     with Live(Group(table, progress), console=console, refresh_per_second=4):
@@ -233,16 +230,17 @@ def worker_command(
     console.print(f"worker {worker_id}: study {study} has used up its trial budget")
 
 
-def _view_json(view: TrialView) -> dict[str, Any]:
+def _record_json(record: TrialRecord) -> dict[str, Any]:
+    tok_s, ttft = record.objective
     return {
-        "trial": view.number,
-        "source": view.source,
-        "output_tok_s": view.output_tok_s,
-        "p95_ttft_ms": view.p95_ttft_ms,
-        "status": view.status,
-        "temperature": view.temperature,
-        "server": server_to_dict(view.server),
-        "summary": view.summary,
+        "trial": record.number,
+        "source": record.source,
+        "output_tok_s": tok_s,
+        "p95_ttft_ms": ttft,
+        "status": record.status,
+        "temperature": record.temperature,
+        "server": server_to_dict(record.server),
+        "summary": dict(record.summary),
     }
 
 
@@ -257,16 +255,22 @@ def _optimize_json(result: OptimizeResult, best_yaml: Path | None) -> dict[str, 
         "study": result.study,
         "storage": safe_url(result.storage),
         "trials": result.trials,
-        "pareto_front": [_view_json(v) for v in result.pareto],
-        "recommended": None if result.recommended is None else _view_json(result.recommended),
+        "pareto_front": [_record_json(r) for r in result.pareto],
+        "recommended": None
+        if result.recommended is None
+        else _record_json(result.recommended.record),
         "best_yaml": None if best_yaml is None else str(best_yaml),
     }
 
 
 def _print_optimize(result: OptimizeResult, best_yaml: Path | None) -> None:
-    source = result.recommended.source if result.recommended else "n/a"
-    console.print(views_table(f"Pareto front (feasible, {source})", result.pareto))
-    if result.recommended is None:
+    if result.pareto:
+        source = result.pareto[0].source
+        console.print(records_table(f"Pareto front (feasible, {source})", result.pareto))
+    else:
+        console.print("Pareto front: no feasible trial")
+    best = result.recommended
+    if best is None:
         console.print(
             "No trial met the constraints: no config recommended. Run more trials or "
             "relax --slo-ttft-ms."
@@ -274,17 +278,10 @@ def _print_optimize(result: OptimizeResult, best_yaml: Path | None) -> None:
         return
     if result.confirmed:
         console.print(confirmed_table(result.confirmed, result.space.ttft_limit_ms))
-    best = result.recommended
-    confirmed = {c.trial: c for c in result.confirmed}.get(best.number)
     tok_s, ttft = f"{best.output_tok_s:.1f}", f"{best.p95_ttft_ms:.0f}"
-    if confirmed and confirmed.output_tok_s and confirmed.p95_ttft_ms:
-        tok_s, ttft = confirmed.output_tok_s.format(1), confirmed.p95_ttft_ms.format(0)
+    if best.tok_s_interval and best.ttft_interval:
+        tok_s, ttft = best.tok_s_interval.format(1), best.ttft_interval.format(0)
     limit = result.space.ttft_limit_ms
-    console.print(
-        f"Recommended (highest throughput within p95 TTFT <= {limit:.0f} ms): "
-        f"trial {best.number}: {config_label(best.server, best.temperature)}\n"
-        f"  {best.source}: {tok_s} output tok/s, p95 TTFT {ttft} ms"
-        + (f" (confirmed over {len(confirmed.runs)} fresh runs)" if confirmed else "")
-    )
+    console.print(recommendation(best.record, tok_s, ttft, best.confirmed, limit))
     where = safe_url(result.storage)
     console.print(f"Wrote {best_yaml} (vllm serve --config); study in {where}")

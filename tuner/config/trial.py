@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import enum
 import re
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -15,6 +17,7 @@ __all__ = [
     "FlagValue",
     "LaunchContext",
     "ServerConfig",
+    "SpecMethod",
     "SpeculativeConfig",
     "TrialConfig",
     "is_secret_flag",
@@ -47,15 +50,29 @@ def is_secret_flag(name: str) -> bool:
     )
 
 
+class SpecMethod(enum.StrEnum):
+    """A speculation method, named as vLLM's ``speculative_config`` names it."""
+
+    NONE = "none"  # no speculation: a ServerConfig without a SpeculativeConfig
+    NGRAM = "ngram"
+    DRAFT_MODEL = "draft_model"
+
+
 @dataclass(frozen=True)
 class SpeculativeConfig:
     """vLLM's speculative decoding settings, independent of the flag dialect that spells them."""
 
-    method: str  # "draft_model" | "ngram"
+    # A SpecMethod for every name spectune knows (strings are converted); another name stays a
+    # str, so that the vLLM-args check refuses it with a message naming it.
+    method: SpecMethod | str
     num_speculative_tokens: int
     model: str | None = None  # the draft; None for ngram
     prompt_lookup_max: int | None = None
     prompt_lookup_min: int | None = None
+
+    def __post_init__(self) -> None:
+        with contextlib.suppress(ValueError):
+            object.__setattr__(self, "method", SpecMethod(self.method))
 
 
 @dataclass(frozen=True)
@@ -75,11 +92,18 @@ class ServerConfig:
     extra_flags: tuple[tuple[str, FlagValue], ...] = field(default=())
 
     @property
+    def method(self) -> SpecMethod | str:
+        """How the server speculates; :attr:`SpecMethod.NONE` without speculation."""
+        return SpecMethod.NONE if self.speculative is None else self.speculative.method
+
+    @property
     def draft(self) -> str | None:
-        """The draft model id, ``"ngram"``, or None without speculation."""
+        """The draft model id, the method's name (``"ngram"``), or None without speculation."""
         if self.speculative is None:
             return None
-        return self.speculative.model if self.speculative.method == "draft_model" else "ngram"
+        if self.speculative.method is SpecMethod.DRAFT_MODEL:
+            return self.speculative.model
+        return str(self.speculative.method)
 
     @property
     def draft_model(self) -> str | None:

@@ -6,7 +6,8 @@ Which trial: a pick (:mod:`tuner.analysis.picks`: max-throughput, min-ttft or ba
 confirmed numbers where the study has them) or a trial number. Every format starts with the
 provenance (:mod:`tuner.analysis.provenance`): study, trial, vLLM version and image, GPUs and
 driver, the numbers with their confidence intervals, the date. The flags are spelled in the
-dialect of the study's vLLM version (:mod:`tuner.config.vllm_args`).
+dialect of the study's vLLM version (:mod:`tuner.config.vllm_args`): the space's, or where it
+names none, the version that ran (detected at the first start).
 
 Where the workload measured several concurrency levels and the version has
 ``num_speculative_tokens_per_batch_size`` (0.24+), the speculative config carries the best K
@@ -38,11 +39,14 @@ from tuner.analysis.picks import DEFAULT_PICK, PICKS, Candidate, pick_candidate
 from tuner.analysis.provenance import Provenance, provenance
 from tuner.analysis.trials import points
 from tuner.config.space import SearchSpace
-from tuner.config.trial import ServerConfig, is_secret_flag
+from tuner.config.trial import ServerConfig, SpecMethod, is_secret_flag
 from tuner.config.vllm_args import server_argv, server_yaml
 from tuner.errors import ConfigError
 from tuner.export.deploy import PORT, compose_file, docker_run_script
+from tuner.results import Source
 from tuner.study.paths import StudyPaths
+from tuner.trial.record import stored_run
+from tuner.trial.scoring import TrialStatus
 
 __all__ = [
     "FORMATS",
@@ -81,6 +85,10 @@ def export(
     if fmt not in FORMATS:
         raise ConfigError(f"unknown export format {fmt!r}: choose one of {', '.join(FORMATS)}")
     candidate = pick_candidate(study, pick)
+    ran = stored_run(study)
+    if ran is not None and space.vllm_version is None:
+        # The space names no version: speak the dialect of the vLLM that ran (detected).
+        space = space.with_vllm_version(ran.vllm_version)
     return _render(study, space, candidate, pick, fmt, today)
 
 
@@ -93,13 +101,12 @@ def _render(
     today: dt.date | None,
 ) -> Exported:
     facts = provenance(study, space, candidate, pick if not pick.isdigit() else "trial", today)
-    server, removed = _without_secrets(candidate.view.server)
+    record = candidate.record
+    server, removed = _without_secrets(record.server)
     levels, table = _levels(study, space, candidate, server)
-    notes = _notes(space, server, levels, table, removed, candidate.view.source)
-    if candidate.view.status != "ok":  # only a trial asked for by number gets here
-        notes.insert(
-            0, f"WARNING: trial {candidate.number} was not feasible: {candidate.view.status}"
-        )
+    notes = _notes(space, server, levels, table, removed, record.source)
+    if record.status is not TrialStatus.OK:  # only a trial asked for by number gets here
+        notes.insert(0, f"WARNING: trial {candidate.number} was not feasible: {record.status}")
     header = [*facts.lines(), *notes]
     if fmt == "vllm":
         text = _vllm_yaml(server, space, table, header)
@@ -130,7 +137,7 @@ def _levels(
 ) -> tuple[list[LevelChoice], list[tuple[int, int, int]]]:
     if len(space.workload.concurrency) < 2 or server.speculative is None:
         return [], []
-    levels = speculation_by_level(points(study), server.draft or "none")
+    levels = speculation_by_level(points(study), server.draft or SpecMethod.NONE)
     if len(levels) < 2:
         return levels, []
     # The exported config was chosen at the first (scored) level: its own K stands there.
@@ -153,7 +160,7 @@ def _notes(
     levels: list[LevelChoice],
     table: list[tuple[int, int, int]],
     removed: list[str],
-    source: str,
+    source: Source,
 ) -> list[str]:
     notes = []
     if levels:

@@ -8,5 +8,6 @@
 - :mod:`~tuner.report.importance`, :mod:`~tuner.report.charts`, :mod:`~tuner.report.page`:
   the HTML report and its PNG charts (matplotlib, imported only to write a report).
 
-Export (:mod:`tuner.export.vllm`) and confirmation (:mod:`tuner.study.confirm`) use the light modules.
+Export (:mod:`tuner.export.vllm`) and confirmation (:mod:`tuner.study.confirm`) use the light
+modules.
 """

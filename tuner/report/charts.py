@@ -23,6 +23,7 @@ from matplotlib.figure import Figure
 from tuner.analysis.confirmed import Confirmed
 from tuner.analysis.levels import LevelChoice
 from tuner.analysis.trials import Outcome, Point
+from tuner.config.trial import SpecMethod
 
 __all__ = [
     "Chart",
@@ -72,7 +73,9 @@ def _empty(axes: Axes, text: str) -> None:
 
 
 def _drafts(points: Sequence[Point]) -> dict[str, str]:
-    names = sorted({p.draft for p in points}, key=lambda d: (d != "none", d != "ngram", d))
+    names = sorted(
+        {p.draft for p in points}, key=lambda d: (d != SpecMethod.NONE, d != SpecMethod.NGRAM, d)
+    )
     return {d: _PALETTE[i % len(_PALETTE)] for i, d in enumerate(names)}
 
 
@@ -102,7 +105,7 @@ def pareto_chart(
                 label=f"{style['label']} ({len(group)})",
                 alpha=0.8,
             )
-    front = _front([p for p in measured if p.outcome is Outcome.FEASIBLE])
+    front = sorted((p for p in measured if p.on_front), key=lambda p: (_ttft(p), -_tok(p)))
     if front:
         axes.step(
             [_ttft(p) for p in front],
@@ -176,14 +179,6 @@ def _ttft(p: Point) -> float:
     return p.p95_ttft_ms or 0.0
 
 
-def _front(feasible: Sequence[Point]) -> list[Point]:
-    front: list[Point] = []
-    for p in sorted(feasible, key=lambda p: (p.p95_ttft_ms or 0.0, -(p.output_tok_s or 0.0))):
-        if not front or (p.output_tok_s or 0.0) > (front[-1].output_tok_s or 0.0):
-            front.append(p)
-    return front
-
-
 def k_chart(points: Sequence[Point], path: Path) -> Chart:
     """Throughput against K, one colour per draft (K = 0: no speculation)."""
     figure, axes = _figure()
@@ -204,7 +199,7 @@ def k_chart(points: Sequence[Point], path: Path) -> Chart:
         if len(best) > 1:
             ks = sorted(best)
             axes.plot(ks, [best[k] for k in ks], color=color, alpha=0.7)
-        elif draft == "none" and best:
+        elif draft == SpecMethod.NONE and best:
             axes.axhline(best[0], color=color, linestyle=":", label="best without speculation")
     axes.set_xlabel("speculative tokens K (0 = no speculation)")
     axes.set_ylabel("output tokens/s")
@@ -306,8 +301,9 @@ def memory_chart(points: Sequence[Point], path: Path) -> Chart:
     )
 
 
-def importance_chart(importances: dict[str, dict[str, float]], path: Path) -> Chart:
-    """Horizontal bars: each parameter's importance for throughput and for p95 TTFT."""
+def importance_chart(importances: dict[str, dict[str, float]], measured: int, path: Path) -> Chart:
+    """Horizontal bars: each parameter's importance for throughput and for p95 TTFT, over the
+    ``measured`` trials it was computed on."""
     figure, axes = _figure(7.0, 3.8)
     names = sorted({n for values in importances.values() for n in values})
     height = 0.8 / max(1, len(importances))
@@ -332,7 +328,8 @@ def importance_chart(importances: dict[str, dict[str, float]], path: Path) -> Ch
         _save(figure, path),
         sum(len(v) for v in importances.values()),
         "How much each parameter decides whether a trial is among the best 10 % "
-        "(Optuna's PED-ANOVA).",
+        f"(Optuna's PED-ANOVA), over the {measured} trials that measured something: "
+        "OOM trials (observed or predicted) and repeats of earlier trials are left out.",
     )
 
 

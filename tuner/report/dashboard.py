@@ -17,13 +17,13 @@ server log of each trial (``logs/trial-N.log``, and ``logs/confirm-N/trial-R.log
 confirmation runs) where a real backend wrote one, else a short JSON record of the trial.
 
 Optuna refuses to change a finished trial, even a system attribute, so the backfill writes the
-same attribute rows straight into the RDB storage's table (through :mod:`tuner.study.optuna_private`).
+same attribute rows straight into the RDB storage's table (through
+:mod:`tuner.study.optuna_private`, like every use of Optuna's internals).
 """
 
 from __future__ import annotations
 
 import json
-import logging
 import tempfile
 import uuid
 from collections.abc import Iterator
@@ -32,18 +32,13 @@ from pathlib import Path
 from typing import Any
 
 import optuna
-import sqlalchemy
-from optuna.artifacts import (
-    ArtifactMeta,
-    FileSystemArtifactStore,
-    get_all_artifact_meta,
-    upload_artifact,
-)
-from optuna.storages import RDBStorage
+from optuna.artifacts import ArtifactMeta, FileSystemArtifactStore, get_all_artifact_meta
 from optuna.trial import FrozenTrial, TrialState
 
 from tuner.errors import ConfigError
+from tuner.study import optuna_private
 from tuner.study.paths import StudyPaths
+from tuner.trial.record import TrialRecord
 from tuner.trial.scoring import CONSTRAINT_KEYS, OBJECTIVE_NAMES
 
 __all__ = [
@@ -54,10 +49,7 @@ __all__ = [
     "serve_dashboard",
 ]
 
-LEGACY_CONSTRAINTS = "constraints"
-_log = logging.getLogger(__name__)
-_ARTIFACTS_PREFIX = "artifacts:"  # optuna.artifacts' key for artifact metadata
-_RECORD_KEYS = ("status", "source", "failure", "temperature", "server", "summary", "memory")
+LEGACY_CONSTRAINTS = optuna_private.LEGACY_CONSTRAINTS
 
 
 def _store(paths: StudyPaths) -> FileSystemArtifactStore:
@@ -73,15 +65,15 @@ def _store(paths: StudyPaths) -> FileSystemArtifactStore:
 
 def _trial_record(trial: FrozenTrial) -> dict[str, Any]:
     """What a trial without a server log gets instead: its config, outcome and log tail."""
-    attrs = trial.user_attrs
+    record = TrialRecord.from_trial(trial)
     return {
         "trial": trial.number,
         "state": trial.state.name,
         "values": trial.values,
         "params": trial.params,
         "constraints": [trial.constraints.get(k) for k in CONSTRAINT_KEYS],
-        **{k: attrs[k] for k in _RECORD_KEYS if k in attrs},
-        "log_tail": attrs.get("log_tail", ""),
+        "log_tail": "",
+        **({} if record is None else record.to_attrs()),
     }
 
 
@@ -106,31 +98,20 @@ def attach_artifacts(
     paths: StudyPaths,
     store: FileSystemArtifactStore | None = None,
 ) -> int:
-    """Attaches ``trial``'s logs (or its JSON record) unless already attached; returns how many.
-
-    Works on running trials through Optuna's API, and on finished ones through the backfill
-    (RDB storages only; others are skipped).
-    """
+    """Attaches finished ``trial``'s logs (or its JSON record) unless already attached; returns
+    how many (RDB storages only; others get none)."""
     # Past the cache: Optuna caches finished trials, so it would miss a backfilled attribute.
-    storage = _rdb(study) or study._storage
+    storage = optuna_private.rdb_of(study)
+    if storage is None:
+        return 0
     have = {meta.filename for meta in get_all_artifact_meta(trial, storage=storage)}
     store = store or _store(paths)
     added = 0
     with tempfile.TemporaryDirectory(prefix="spectune-artifacts-") as scratch:
         for path in _files(trial, paths.logs, Path(scratch)):
-            if path.name in have:
-                continue
-            if trial.state is TrialState.RUNNING:
-                upload_artifact(
-                    artifact_store=store,
-                    file_path=str(path),
-                    study_or_trial=trial,
-                    storage=storage,
-                    mimetype=_mimetype(path),
-                )
-            elif not _backfill_artifact(study, trial, store, path):
-                continue
-            added += 1
+            if path.name not in have:
+                _backfill_artifact(study, trial, store, path)
+                added += 1
     return added
 
 
@@ -138,46 +119,15 @@ def _mimetype(path: Path) -> str:
     return "application/json" if path.suffix == ".json" else "text/plain"
 
 
-def _rdb(study: optuna.Study) -> RDBStorage | None:
-    storage = study._storage
-    backend = getattr(storage, "_backend", storage)  # Optuna wraps RDB storages in a cache
-    return backend if isinstance(backend, RDBStorage) else None
-
-
-def _backfill_attr(study: optuna.Study, trial_id: int, key: str, value: Any) -> bool:
-    """Writes one system attribute of a finished trial into the RDB table (see module doc)."""
-    rdb = _rdb(study)
-    if rdb is None:
-        return False
-    encoded = json.dumps(value)
-    where = "trial_id = :trial_id AND key = :key"
-    params = {"trial_id": trial_id, "key": key, "value": encoded}
-    with rdb.engine.begin() as connection:
-        found = connection.execute(
-            sqlalchemy.text(f"SELECT 1 FROM trial_system_attributes WHERE {where}"), params
-        ).first()
-        statement = (
-            f"UPDATE trial_system_attributes SET value_json = :value WHERE {where}"
-            if found
-            else "INSERT INTO trial_system_attributes (trial_id, key, value_json) "
-            "VALUES (:trial_id, :key, :value)"
-        )
-        connection.execute(sqlalchemy.text(statement), params)
-    return True
-
-
 def _backfill_artifact(
     study: optuna.Study, trial: FrozenTrial, store: FileSystemArtifactStore, path: Path
-) -> bool:
+) -> None:
     # The same metadata upload_artifact writes (a JSON string), with a fresh artifact ID.
     meta = ArtifactMeta(str(uuid.uuid4()), path.name, _mimetype(path), None)
-    if not _backfill_attr(
-        study, trial._trial_id, _ARTIFACTS_PREFIX + meta.artifact_id, json.dumps(asdict(meta))
-    ):
-        return False
+    key = optuna_private.ARTIFACTS_PREFIX + meta.artifact_id
+    optuna_private.write_finished_trial_attr(study, trial, key, json.dumps(asdict(meta)))
     with path.open("rb") as body:
         store.write(meta.artifact_id, body)
-    return True
 
 
 @dataclass(frozen=True)
@@ -210,13 +160,15 @@ def prepare_dashboard(study: optuna.Study, paths: StudyPaths) -> DashboardInfo:
             legacy = trial.system_attrs.get(LEGACY_CONSTRAINTS)
             keyed = _keyed_constraints(trial)
             if keyed is not None and legacy != keyed:
-                fixed += _backfill_attr(study, trial._trial_id, LEGACY_CONSTRAINTS, keyed)
+                fixed += optuna_private.write_finished_trial_attr(
+                    study, trial, LEGACY_CONSTRAINTS, keyed
+                )
                 legacy = keyed
             infeasible += any(float(c) > 0 for c in legacy or ())
         if trial.state in (TrialState.COMPLETE, TrialState.FAIL):
             added += attach_artifacts(study, trial, paths, store)
     return DashboardInfo(
-        study._study_id,
+        optuna_private.study_id(study),
         len(study.trials),
         infeasible,
         fixed,

@@ -1,8 +1,13 @@
 """Parameter importances for the report: which knobs decide throughput and TTFT.
 
 Optuna's default evaluator (PED-ANOVA) is used: deterministic, and unlike fANOVA it needs no
-scikit-learn. The study's own search space is conditional (K exists only with a draft), so the
-trials are copied into an in-memory study where K is 0 without speculation: every trial then
+scikit-learn. Only trials that measured something count: an OOM trial (observed or predicted)
+has no throughput or TTFT, and scoring it as 0 would rank the memory knobs by where the memory
+limit lies, not by what they do to speed; a repeat of an earlier trial ("same as #N") would
+count that trial twice.
+
+The study's own search space is conditional (K exists only with a draft), so the trials are
+copied into an in-memory study where K is 0 without speculation: every measured trial then
 counts, and "no draft" shows up as K = 0 instead of being left out.
 """
 
@@ -17,16 +22,25 @@ import optuna
 
 from tuner.analysis.trials import Point
 
-__all__ = ["param_importances"]
+__all__ = ["importance_points", "param_importances"]
 
 Direction = Literal["maximize", "minimize"]
 
 
+def importance_points(points: Sequence[Point]) -> list[Point]:
+    """The trials importances are computed on: measured ones, repeats left out."""
+    return [
+        p
+        for p in points
+        if p.output_tok_s is not None and p.p95_ttft_ms is not None and p.duplicate_of is None
+    ]
+
+
 def param_importances(points: Sequence[Point]) -> dict[str, dict[str, float]]:
-    """Importances for throughput (all trials, OOM as 0) and p95 TTFT (measured trials).
+    """Importances for throughput and p95 TTFT over :func:`importance_points`.
 
     K is taken as 0 for trials without speculation, so it counts for every trial instead of
-    only the speculative ones. Fewer than three trials give no importances.
+    only the speculative ones. Fewer than three measured trials give no importances.
     """
     params = {
         "draft": lambda p: p.draft,
@@ -36,12 +50,13 @@ def param_importances(points: Sequence[Point]) -> dict[str, dict[str, float]]:
         "temperature": lambda p: p.temperature,
     }
     targets: dict[str, tuple[Callable[[Point], float | None], Direction]] = {
-        "output tok/s": (lambda p: p.output_tok_s or 0.0, "maximize"),
+        "output tok/s": (lambda p: p.output_tok_s, "maximize"),
         "p95 TTFT": (lambda p: p.p95_ttft_ms, "minimize"),
     }
     result = {}
+    measured = importance_points(points)
     for name, (target, direction) in targets.items():
-        rows = [(p, target(p)) for p in points]
+        rows = [(p, target(p)) for p in measured]
         usable = [(p, v) for p, v in rows if v is not None and math.isfinite(v)]
         if len(usable) >= 3:
             result[name] = _importances(usable, params, direction)

@@ -19,12 +19,13 @@ import optuna
 
 from tuner.analysis.confirmed import Interval, load_confirmed
 from tuner.analysis.levels import LevelChoice, best_by_draft, measured_levels, speculation_by_level
-from tuner.analysis.picks import PICKS, Candidate, candidates, choose
-from tuner.analysis.recommend import feasible
+from tuner.analysis.picks import PICKS, Candidate, choose, ranked
 from tuner.analysis.trials import Outcome, Point, points
 from tuner.config.space import SearchSpace
+from tuner.config.trial import SpecMethod
 from tuner.report import charts
-from tuner.report.importance import param_importances
+from tuner.report.importance import importance_points, param_importances
+from tuner.trial.record import stored_run
 
 __all__ = ["Report", "write_report"]
 
@@ -48,10 +49,10 @@ def write_report(
     out_dir.mkdir(parents=True, exist_ok=True)
     trials = points(study)
     confirmed = load_confirmed(study)
-    ranked = candidates(feasible(study), confirmed, space.ttft_limit_ms)
-    picks = {pick: choose(ranked, pick) for pick in PICKS}
+    best_first = ranked(study)
+    picks = {pick: choose(best_first, pick) for pick in PICKS}  # as analysis.picks.recommend
     best = picks["max-throughput"]
-    draft = best.view.draft if best is not None and best.view.server.speculative else None
+    draft = best.record.draft if best is not None and best.record.server.speculative else None
     several = len(measured_levels(trials)) > 1
     levels = speculation_by_level(trials, draft) if draft and several else []
     drawn = [
@@ -59,13 +60,15 @@ def write_report(
         charts.k_chart(trials, out_dir / "k.png"),
         charts.acceptance_chart(trials, out_dir / "acceptance.png"),
         charts.memory_chart(trials, out_dir / "memory.png"),
-        charts.importance_chart(param_importances(trials), out_dir / "importance.png"),
+        charts.importance_chart(
+            param_importances(trials), len(importance_points(trials)), out_dir / "importance.png"
+        ),
     ]
     if levels and draft:
         drawn.append(charts.levels_chart(trials, levels, draft, out_dir / "levels.png"))
     # The best by throughput, plus whatever a pick chose further down.
     chosen = {c.number for c in picks.values() if c is not None}
-    best_rows = [c for i, c in enumerate(ranked) if i < _BEST_ROWS or c.number in chosen]
+    best_rows = [c for i, c in enumerate(best_first) if i < _BEST_ROWS or c.number in chosen]
     page = out_dir / "report.html"
     body = _page(study, space, trials, best_rows, picks, drawn, levels, today)
     page.write_text(body, encoding="utf-8")
@@ -110,7 +113,7 @@ def _summary(study: optuna.Study, space: SearchSpace, trials: Sequence[Point]) -
         ("study", study.study_name),
         ("target", space.target.hf_id),
         ("GPUs", space.hardware.label),
-        ("vLLM", f"{space.version} ({space.vllm_image})"),
+        ("vLLM", _ran(study, space)),
         ("workload", f"{space.workload.prompt_set}, concurrency {levels}"),
         ("p95 TTFT limit", f"{space.ttft_limit_ms:.0f} ms"),
         (
@@ -127,6 +130,15 @@ def _summary(study: optuna.Study, space: SearchSpace, trials: Sequence[Point]) -
     return f"<table id='summary'>{cells}</table>"
 
 
+def _ran(study: optuna.Study, space: SearchSpace) -> str:
+    ran = stored_run(study)
+    if ran is None:  # a study written before spectune recorded what ran
+        return f"{space.version} ({space.vllm_image})"
+    return f"{ran.vllm_version} ({ran.backend} backend" + (
+        f", image {ran.image})" if ran.image else ")"
+    )
+
+
 def _best_table(best: Sequence[Candidate], picks: dict[str, Candidate | None]) -> str:
     if not best:
         return "<p id='best'>No feasible config yet: run more trials or relax the TTFT limit.</p>"
@@ -137,21 +149,21 @@ def _best_table(best: Sequence[Candidate], picks: dict[str, Candidate | None]) -
     )
     rows = []
     for c in best:
-        server = c.view.server
+        server = c.record.server
         tags = "".join(
             f"<span class='tag'>{_esc(p)}</span>"
             for p, chosen in picks.items()
             if chosen is not None and chosen.number == c.number
         )
-        accept = c.view.acceptance_rate
-        source = c.view.source + (" · confirmed" if c.confirmed else "")
+        accept = c.record.acceptance_rate
+        source = c.record.source + (" · confirmed" if c.confirmed else "")
         rows.append(
             f"<tr data-trial='{c.number}'><td>{c.number}</td>"
-            f"<td class='l'>{_esc(c.view.draft)}</td><td>{server.k or '-'}</td>"
+            f"<td class='l'>{_esc(c.record.draft)}</td><td>{server.k or '-'}</td>"
             f"<td>{server.gpu_memory_utilization:.2f}</td><td>{server.max_num_batched_tokens}</td>"
-            f"<td>{c.view.temperature:.2f}</td>"
-            f"<td>{_with_ci(c.view.output_tok_s, c.tok_s_interval, 1)}</td>"
-            f"<td>{_with_ci(c.view.p95_ttft_ms, c.ttft_interval, 0)}</td>"
+            f"<td>{c.record.temperature:.2f}</td>"
+            f"<td>{_with_ci(c.record.objective[0], c.tok_s_interval, 1)}</td>"
+            f"<td>{_with_ci(c.record.objective[1], c.ttft_interval, 0)}</td>"
             f"<td>{'-' if accept is None else f'{accept * 100:.1f} %'}</td>"
             f"<td class='l'>{_esc(source)}</td><td class='l'>{tags}</td></tr>"
         )
@@ -169,7 +181,9 @@ def _levels_section(trials: Sequence[Point], levels: Sequence[LevelChoice]) -> s
     table = best_by_draft(trials)
     if len(table) < 2:
         return "<p class='muted'>The workload measures one concurrency level.</p>"
-    drafts = sorted({d for row in table.values() for d in row}, key=lambda d: (d != "none", d))
+    drafts = sorted(
+        {d for row in table.values() for d in row}, key=lambda d: (d != SpecMethod.NONE, d)
+    )
     head = "<tr><th>concurrency</th>" + "".join(f"<th>{_esc(d)}</th>" for d in drafts)
     head += "<th class='l'>speculation</th></tr>" if levels else "</tr>"
     chosen = {c.concurrency: c for c in levels}

@@ -24,18 +24,17 @@ from collections.abc import Callable
 from pathlib import Path
 
 import optuna
-from optuna.trial import FrozenTrial
 
 from tuner.analysis.confirmed import CONFIRMED_ATTR, Confirmed, Run
 from tuner.analysis.picks import confirmation_order
-from tuner.analysis.provenance import record_environment
-from tuner.analysis.recommend import feasible, trial_view
 from tuner.config.space import SearchSpace
 from tuner.config.trial import ClientConfig, LaunchContext, TrialConfig
 from tuner.errors import SpectuneError
-from tuner.results import Source
+from tuner.study.study import record_run
 from tuner.trial.backends import Backend
+from tuner.trial.record import TrialRecord
 from tuner.trial.runner import TrialOutcome, TrialRunner
+from tuner.trial.scoring import TrialStatus
 
 __all__ = ["OnRun", "confirm"]
 
@@ -76,7 +75,7 @@ def confirm(
     """
     if top_n < 1 or repeats < 1:
         return []
-    candidates = confirmation_order(feasible(study))[:top_n]
+    candidates = confirmation_order(study)[:top_n]
     folder = log_dir
     date = (today or dt.date.today()).isoformat()
     results = []
@@ -88,32 +87,31 @@ def confirm(
             runs.append(run)
             if on_run:
                 on_run(trial.number, repeat, run)
-        record = Confirmed(trial.number, backend.source.value, tuple(runs), date)
+        record = Confirmed(trial.number, backend.source, tuple(runs), date)
         results.append(record)
         # Stored per config: an interrupted confirmation of real servers keeps what it measured.
         stored = dict(study.user_attrs.get(CONFIRMED_ATTR) or {})
         stored[str(record.trial)] = record.to_dict()
         study.set_user_attr(CONFIRMED_ATTR, stored)
-    if results and backend.source is Source.MEASURED:  # real GPUs: say which, with the driver
-        record_environment(study)
+    if results:  # the numbers exports show now come from these servers
+        record_run(study, backend, space)
     return results
 
 
-def _seed(seed: int, trial: FrozenTrial, repeat: int) -> int:
+def _seed(seed: int, trial: TrialRecord, repeat: int) -> int:
     # Trials use seed * 100_003 + number; a large odd stride keeps repeats off those seeds.
     return seed * 100_003 + trial.number + 1_000_003 * (repeat + 1)
 
 
 def _run_once(
-    trial: FrozenTrial, space: SearchSpace, backend: Backend, context: LaunchContext, seed: int
+    trial: TrialRecord, space: SearchSpace, backend: Backend, context: LaunchContext, seed: int
 ) -> Run:
-    view = trial_view(trial)
-    config = TrialConfig(view.server, ClientConfig(view.temperature, space.workload))
+    config = TrialConfig(trial.server, ClientConfig(trial.temperature, space.workload))
     runner = TrialRunner(backend, space.hardware, space.ttft_limit_ms)
     try:
         outcome = runner.run(config, context, seed)
     except SpectuneError as exc:  # a crash or nothing measured: the config is not repeatable
-        return Run("failed", failure=str(exc))
+        return Run(TrialStatus.FAILED, failure=str(exc))
     finally:
         # Stop, not close: the next repeat starts its own server on the same backend, which
         # its owner closes when done.
@@ -124,9 +122,9 @@ def _run_once(
 def _run_from(outcome: TrialOutcome) -> Run:
     primary = outcome.primary
     if primary is None:
-        return Run(outcome.status.value, failure=outcome.failure)
+        return Run(outcome.status, failure=outcome.failure)
     return Run(
-        status=outcome.status.value,
+        status=outcome.status,
         output_tok_s=primary.output_tok_s,
         p95_ttft_ms=outcome.score.values[1],
         acceptance_rate=primary.acceptance_rate,

@@ -13,8 +13,7 @@ import optuna
 from optuna.trial import TrialState
 
 from tuner.analysis.confirmed import Confirmed
-from tuner.analysis.picks import pick_trial
-from tuner.analysis.recommend import TrialView, pareto_front, recommend, trial_view
+from tuner.analysis.picks import Candidate, pareto_front, recommend
 from tuner.config.space import SearchSpace
 from tuner.errors import ConfigError
 from tuner.study.confirm import OnRun, confirm
@@ -32,8 +31,9 @@ from tuner.study.study import (
 )
 from tuner.study.workers import WorkerRequest, check_parallel_storage, gpu_slices, spawn_workers
 from tuner.trial.backends import Backend, BackendOptions, backend_factory
+from tuner.trial.record import TrialRecord
 
-__all__ = ["OptimizeRequest", "OptimizeResult", "optimize"]
+__all__ = ["OptimizeRequest", "OptimizeResult", "check_request", "optimize"]
 
 
 @dataclass(frozen=True)
@@ -60,11 +60,29 @@ class OptimizeResult:
     storage: str
     space: SearchSpace
     trials: int  # trials in the study now, all runs together
-    pareto: list[TrialView]
-    recommended: TrialView | None
+    pareto: list[TrialRecord]  # the feasible Pareto front, fastest first
+    recommended: Candidate | None  # with its confirmation, when it has one
     paths: StudyPaths
     handle: optuna.Study  # the opened study, for exports
     confirmed: list[Confirmed]  # the re-measured configs, best candidates first
+
+
+def check_request(request: OptimizeRequest) -> None:
+    """Refuses bad arguments before anything runs (the CLI calls it before its live table).
+
+    Raises:
+        ConfigError: no trials or workers, an unknown sampler or backend, several workers on
+            SQLite, or a studies folder that cannot be written.
+    """
+    if request.trials < 1:
+        raise ConfigError(f"--trials {request.trials}: ask for at least 1 trial")
+    if request.workers < 1:
+        raise ConfigError(f"--workers {request.workers}: use at least 1 worker")
+    make_sampler(request.sampler, request.seed)
+    backend_factory(request.backend)
+    storage_url = request.storage or default_storage(request.study, request.studies_dir)
+    check_parallel_storage(storage_url, request.workers)
+    check_writable(request.studies_dir)  # logs and exports go there whatever the storage
 
 
 def optimize(
@@ -84,15 +102,10 @@ def optimize(
             trials they have finished so far.
         on_confirm: called after each confirmation run.
     """
-    if request.trials < 1:
-        raise ConfigError(f"--trials {request.trials}: ask for at least 1 trial")
-    if request.workers < 1:
-        raise ConfigError(f"--workers {request.workers}: use at least 1 worker")
+    check_request(request)
     sampler = make_sampler(request.sampler, request.seed)
     build_backend = backend_factory(request.backend)
     storage_url = request.storage or default_storage(request.study, request.studies_dir)
-    check_parallel_storage(storage_url, request.workers)
-    check_writable(request.studies_dir)  # logs and exports go there whatever the storage
     storage = open_storage(storage_url)
     study, space = open_study(request.study, storage, request.space, sampler)
     per_trial = request.gpus_per_trial or space.hardware.count
@@ -153,13 +166,13 @@ def optimize(
             )
         finally:
             fresh.close()
-    recommended = pick_trial(study) if feasible else None  # confirmed numbers first
+    recommended = recommend(study)  # after confirmation: confirmed numbers first
     return OptimizeResult(
         study=request.study,
         storage=storage_url,
         space=space,
         trials=len(study.trials),
-        pareto=[trial_view(t) for t in pareto_front(study)],
+        pareto=pareto_front(study),
         recommended=recommended,
         paths=paths,
         handle=study,

@@ -11,22 +11,31 @@ from __future__ import annotations
 
 import os
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import optuna
 import sqlalchemy
 import sqlalchemy.exc
-from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
+from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.trial import FrozenTrial, TrialState
 
 from tuner.errors import ConfigError, SpectuneError
+from tuner.study.optuna_private import (
+    ARTIFACTS_PREFIX,
+    LEGACY_CONSTRAINTS,
+    NewTrialHook,
+    without_attrs,
+)
+from tuner.trial.record import RECORD_ATTRS
 
 __all__ = [
     "BUDGET_ATTR",
     "COUNTED_STATES",
     "BudgetExhausted",
     "BudgetedStorage",
+    "RetryOwnRecord",
     "check_writable",
     "is_sqlite",
     "open_storage",
@@ -46,15 +55,13 @@ class BudgetExhausted(SpectuneError):
     """The study already has as many trials as its budget allows."""
 
 
-class BudgetedStorage(RDBStorage):
-    """RDBStorage that refuses to create trials beyond the study's ``trial_budget`` attribute."""
+class BudgetedStorage(NewTrialHook):
+    """RDBStorage that refuses to create trials beyond the study's ``trial_budget`` attribute.
 
-    # Optuna's cache layer calls the private _create_new_trial, so the guard must sit here.
-    def _create_new_trial(
-        self, study_id: int, template_trial: FrozenTrial | None = None
-    ) -> FrozenTrial:
-        if template_trial is not None:  # enqueued configs and retries replace counted work
-            return super()._create_new_trial(study_id, template_trial)
+    Enqueued configs and retries (made from a template) replace counted work and pass freely.
+    """
+
+    def new_trial(self, study_id: int, create: Callable[[], FrozenTrial]) -> FrozenTrial:
         with self.engine.connect() as lock:
             postgres = self.engine.dialect.name == "postgresql"
             if postgres:  # serialises count-then-insert across every worker of every host
@@ -66,13 +73,27 @@ class BudgetedStorage(RDBStorage):
                 live = len(self.get_all_trials(study_id, deepcopy=False, states=COUNTED_STATES))
                 if budget is not None and live >= int(budget):
                     raise BudgetExhausted(f"the study's budget of {budget} trials is used up")
-                return super()._create_new_trial(study_id, template_trial)
+                return create()
             finally:
                 if postgres:
                     lock.execute(
                         sqlalchemy.text("SELECT pg_advisory_unlock(:k)"), {"k": _lock_key(study_id)}
                     )
                     lock.commit()
+
+
+class RetryOwnRecord(RetryHeartbeatStaleTrialCallback):
+    """Optuna's retry of a stale trial, without what the dead run recorded.
+
+    Optuna copies every attribute into the retry; the dead run's constraints would then stand
+    for the retry (Optuna refuses to set a constraint twice, so the retry's own would be
+    dropped), and its record and artifacts would read as the retry's. The retry keeps its
+    config and Optuna's retry history only.
+    """
+
+    def __call__(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        own = without_attrs(trial, RECORD_ATTRS, (LEGACY_CONSTRAINTS, ARTIFACTS_PREFIX))
+        super().__call__(study, own)
 
 
 def _lock_key(study_id: int) -> int:
@@ -110,7 +131,7 @@ def open_storage(
             engine_kwargs=_engine_kwargs(parsed),
             heartbeat_interval=heartbeat_interval_s,
             grace_period=grace_period_s,
-            heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=1),
+            heartbeat_stale_trial_callback=RetryOwnRecord(max_retry=1),
         )
     except (sqlalchemy.exc.SQLAlchemyError, ImportError, ValueError) as exc:
         text = str(exc).strip()

@@ -45,9 +45,10 @@ from tuner.catalog.models import ModelSpec
 from tuner.config.space import NO_DRAFT, Range, SearchSpace
 from tuner.config.trial import TrialConfig
 from tuner.errors import StartupFailure
-from tuner.results import TrialResult
+from tuner.results import Source, TrialResult
 from tuner.sim.engine import INPUT_SPREAD, predict
 from tuner.sim.memory import estimate_memory
+from tuner.trial.record import WARM_START_ATTR
 
 __all__ = [
     "SAFETY_MARGIN_GIB",
@@ -137,8 +138,8 @@ def warm_start(study: optuna.Study, space: SearchSpace, budget: int) -> int:
         study.enqueue_trial(
             prediction.params,
             user_attrs={
-                "warm_start": {
-                    "source": "predicted",
+                WARM_START_ATTR: {
+                    "source": Source.PREDICTED.value,
                     "output_tok_s": round(prediction.output_tok_s, 3),
                     "p95_ttft_ms": round(prediction.p95_ttft_ms, 3),
                 }

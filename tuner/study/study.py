@@ -8,21 +8,23 @@ set; only infrastructure faults (a crash, a hang, nothing measured) end as FAIL.
 
 from __future__ import annotations
 
-import math
 import socket
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import optuna
 from optuna.storages import fail_stale_trials
-from optuna.trial import FrozenTrial, TrialState
+from optuna.trial import TrialState
 
+from tuner.analysis.provenance import detect_environment
 from tuner.config.space import SearchSpace
-from tuner.config.trial import LaunchContext, server_to_dict
-from tuner.errors import ConfigError, LaunchError, MeasurementError, SpectuneError, StartupFailure
+from tuner.config.trial import LaunchContext
+from tuner.errors import ConfigError, LaunchError, MeasurementError, SpectuneError
+from tuner.launch.docker import DockerLauncher
+from tuner.launch.process import ProcessLauncher
 from tuner.results import Source
 from tuner.study.storage import (
     BUDGET_ATTR,
@@ -35,9 +37,17 @@ from tuner.study.storage import (
     study_names,
 )
 from tuner.trial.backends import Backend
-from tuner.trial.record import SOURCE_ATTR, SPACE_ATTR, stored_space
-from tuner.trial.runner import TrialOutcome, TrialRunner
-from tuner.trial.scoring import CONSTRAINT_KEYS, DIRECTIONS, OBJECTIVE_NAMES, TrialStatus
+from tuner.trial.backends.served import ServedBackend
+from tuner.trial.record import (
+    RUN_ATTR,
+    SOURCE_ATTR,
+    SPACE_ATTR,
+    RunFacts,
+    TrialRecord,
+    stored_space,
+)
+from tuner.trial.runner import TrialRunner
+from tuner.trial.scoring import CONSTRAINT_KEYS, DIRECTIONS, OBJECTIVE_NAMES
 
 __all__ = [
     "SAMPLERS",
@@ -47,6 +57,7 @@ __all__ = [
     "make_sampler",
     "open_existing",
     "open_study",
+    "record_run",
     "run_trials",
 ]
 
@@ -154,9 +165,8 @@ class StudyOptions:
     worker: str = "0"  # recorded with each trial as host/worker
 
 
-# Called after every trial: (trial number, outcome, None), or (number, None, note) for a trial
-# that did not run: "failed: <why>" or "same as #N".
-OnTrial = Callable[[int, TrialOutcome | None, str | None], None]
+# Called after every trial with its record: run, reused ("same as #N") or failed.
+OnTrial = Callable[[TrialRecord], None]
 
 
 def run_trials(
@@ -168,29 +178,34 @@ def run_trials(
 ) -> None:
     """Runs ``options.trials`` more trials; the server is stopped however this ends."""
     runner = TrialRunner(backend, space.hardware, options.ttft_limit_ms)
-    # Every trial's record and logs become dashboard artifacts as soon as it ends.
     listeners = [on_trial] if on_trial else []
 
-    def notify(number: int, outcome: TrialOutcome | None, note: str | None) -> None:
+    ran = [False]
+
+    def finish(trial: optuna.Trial, record: TrialRecord) -> None:
+        _write(trial, record)
+        if record.restarted and not ran[0]:  # a server started: its version is known now
+            record_run(study, backend, space)
+            ran[0] = True
         for listener in listeners:
-            listener(number, outcome, note)
+            listener(record)
 
     failures_in_a_row = [0]
+    worker = f"{socket.gethostname()}/{options.worker}"
 
     def objective(trial: optuna.Trial) -> tuple[float, float]:
-        trial.set_user_attr("worker", f"{socket.gethostname()}/{options.worker}")
+        trial.set_user_attr("worker", worker)  # before anything runs: a stale trial says whose
         config = space.suggest(trial)
         earlier = _earlier_same_config(study, trial)
         if earlier is not None:  # samplers repeat points of a discrete space: don't rerun
-            values = _reuse(trial, earlier)
-            notify(trial.number, None, f"same as #{earlier.number}")
-            return values
+            reused = earlier.reused_by(trial.number, worker)
+            finish(trial, reused)
+            return reused.objective
         context = LaunchContext(study.study_name, trial.number, options.log_dir)
         try:
             outcome = runner.run(config, context, seed=options.seed * 100_003 + trial.number)
         except SpectuneError as exc:
-            _record_failure(trial, exc)
-            notify(trial.number, None, f"failed: {exc}")
+            finish(trial, TrialRecord.failed(trial.number, config, exc, backend.source, worker))
             failures_in_a_row[0] += 1
             if failures_in_a_row[0] >= MAX_FAILURES_IN_A_ROW:  # a broken setup, not bad luck
                 raise SpectuneError(
@@ -199,9 +214,9 @@ def run_trials(
                 ) from None
             raise
         failures_in_a_row[0] = 0
-        _record(trial, outcome, backend)
-        notify(trial.number, outcome, None)
-        return outcome.score.values
+        record = TrialRecord.from_outcome(trial.number, outcome, backend.source, worker)
+        finish(trial, record)
+        return record.objective
 
     try:
         while True:
@@ -216,6 +231,23 @@ def run_trials(
                     return
     finally:
         runner.close()
+
+
+def record_run(study: optuna.Study, backend: Backend, space: SearchSpace) -> RunFacts:
+    """Stores what ran the study's servers (:class:`RunFacts`) once one has started."""
+    launcher = backend.launcher if isinstance(backend, ServedBackend) else None
+    if isinstance(launcher, ProcessLauncher | DockerLauncher):
+        version = launcher.version  # detected at the first start where nobody gave one
+    else:
+        version = space.version
+    facts = RunFacts(
+        backend=backend.name,
+        vllm_version=str(version),
+        image=launcher.image if isinstance(launcher, DockerLauncher) else None,
+        gpus=detect_environment() if backend.source is Source.MEASURED else None,
+    )
+    study.set_user_attr(RUN_ATTR, facts.to_dict())
+    return facts
 
 
 def _await_unfinished(study: optuna.Study) -> bool:
@@ -235,66 +267,24 @@ def _await_unfinished(study: optuna.Study) -> bool:
         time.sleep(HEARTBEAT_INTERVAL_S)
 
 
-def _record(trial: optuna.Trial, outcome: TrialOutcome, backend: Backend) -> None:
-    config = outcome.config
-    trial.set_user_attr("server", server_to_dict(config.server))
-    trial.set_user_attr("temperature", config.client.temperature)
-    trial.set_user_attr("status", outcome.status.value)
-    trial.set_user_attr("restarted", outcome.restarted)
-    trial.set_user_attr("memory", _finite(asdict(outcome.memory)))
-    launched = outcome.status is not TrialStatus.OOM_PREDICTED
-    trial.set_user_attr("source", (backend.source if launched else Source.PREDICTED).value)
-    if outcome.results:
-        trial.set_user_attr("summary", _finite(outcome.results[0].summary()))
-        trial.set_user_attr("levels", [_finite(r.summary()) for r in outcome.results])
-    if outcome.failure:
-        trial.set_user_attr("failure", outcome.failure)
-    if outcome.log_tail:
-        trial.set_user_attr("log_tail", outcome.log_tail[-4000:])
-    _set_constraints(trial, outcome.score.constraints)
+def _write(trial: optuna.Trial, record: TrialRecord) -> None:
+    for key, value in record.to_attrs().items():
+        trial.set_user_attr(key, value)
+    if record.state is TrialState.COMPLETE:  # the same keys, in the same order, on every trial
+        for key in CONSTRAINT_KEYS:
+            trial.set_constraint(key, record.constraints[key])
 
 
-def _set_constraints(trial: optuna.Trial, values: Sequence[float]) -> None:
-    for key, value in zip(CONSTRAINT_KEYS, values, strict=True):
-        trial.set_constraint(key, value)
-
-
-def _earlier_same_config(study: optuna.Study, trial: optuna.Trial) -> FrozenTrial | None:
+def _earlier_same_config(study: optuna.Study, trial: optuna.Trial) -> TrialRecord | None:
     wanted = _rounded(trial.params)
     for done in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
         if done.number != trial.number and _rounded(done.params) == wanted:
-            return done
+            record = TrialRecord.from_trial(done)
+            if record is not None:
+                return record
     return None
 
 
 def _rounded(params: dict[str, Any]) -> dict[str, Any]:
     """Stepped floats come back as 0.8600000000000001 from TPE and 0.86 from the queue."""
     return {k: round(v, 6) if isinstance(v, float) else v for k, v in params.items()}
-
-
-# What a reused result carries over; who ran it (worker), its logs and failures stay its own.
-_RESULT_ATTRS = {"server", "temperature", "status", "source", "memory", "summary", "levels"}
-
-
-def _reuse(trial: optuna.Trial, earlier: FrozenTrial) -> tuple[float, float]:
-    """Records an earlier trial's result for the same config, marked as such; nothing runs."""
-    for key in _RESULT_ATTRS & earlier.user_attrs.keys():
-        trial.set_user_attr(key, earlier.user_attrs[key])
-    trial.set_user_attr("duplicate_of", earlier.number)
-    _set_constraints(trial, [earlier.constraints[key] for key in CONSTRAINT_KEYS])
-    values = earlier.values
-    return float(values[0]), float(values[1])
-
-
-def _record_failure(trial: optuna.Trial, exc: SpectuneError) -> None:
-    trial.set_user_attr("status", "failed")
-    trial.set_user_attr("failure", str(exc))
-    if isinstance(exc, StartupFailure):
-        trial.set_user_attr("log_tail", exc.log_tail[-4000:])
-
-
-def _finite(data: dict[str, Any]) -> dict[str, Any]:
-    """JSON has no inf/nan; the database gets None instead."""
-    return {
-        k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in data.items()
-    }

@@ -1,21 +1,359 @@
 """What a study stores, written and read in this one module.
 
-Study attributes: the search space (``space``) and the kind of numbers it holds (``source``).
+Study attributes: the search space (``space``), the kind of numbers it holds (``source``) and
+what ran its servers (``run``: a :class:`RunFacts`).
+
+Each trial's outcome is one :class:`TrialRecord`. The study loop writes it with
+:meth:`TrialRecord.to_attrs` (Optuna user attributes, one key per field, JSON values) plus the
+constraints (``oom``, ``ttft_slo``) and the two objective values Optuna keeps itself; every
+reader (picks, points, export, report, dashboard, CLI) gets it back with
+:meth:`TrialRecord.from_trial`. The keys are those earlier versions wrote, so their studies
+still open: a missing ``status`` reads as ``ok`` (``failed`` for a FAIL trial), a missing
+``source`` as ``measured``.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
 import optuna
+from optuna.trial import FrozenTrial, TrialState
 
 from tuner.config.space import SearchSpace, space_from_dict
+from tuner.config.trial import (
+    ServerConfig,
+    SpecMethod,
+    TrialConfig,
+    server_from_dict,
+    server_to_dict,
+)
+from tuner.errors import SpectuneError, StartupFailure
+from tuner.results import Source
+from tuner.trial.runner import TrialOutcome
+from tuner.trial.scoring import CONSTRAINT_KEYS, TrialStatus
 
-__all__ = ["SOURCE_ATTR", "SPACE_ATTR", "stored_space"]
+__all__ = [
+    "RECORD_ATTRS",
+    "RUN_ATTR",
+    "SOURCE_ATTR",
+    "SPACE_ATTR",
+    "WARM_START_ATTR",
+    "RunFacts",
+    "TrialRecord",
+    "records",
+    "stored_run",
+    "stored_space",
+]
 
 SPACE_ATTR = "space"
 SOURCE_ATTR = "source"
+RUN_ATTR = "run"
+# The simulator's forecast an enqueued warm-start trial carries (tuner.study.strategy).
+WARM_START_ATTR = "warm_start"
+# The trial user attributes a record writes: what a retried trial must not inherit.
+RECORD_ATTRS = (
+    "server",
+    "temperature",
+    "status",
+    "source",
+    "restarted",
+    "memory",
+    "summary",
+    "levels",
+    "failure",
+    "log_tail",
+    "duplicate_of",
+    "worker",
+)
+_LOG_TAIL_CHARS = 4000
 
 
 def stored_space(study: optuna.Study) -> SearchSpace | None:
     """The search space the study was created with; None for a study spectune did not create."""
     raw = study.user_attrs.get(SPACE_ATTR)
     return None if raw is None else space_from_dict(raw, origin=f"study {study.study_name}")
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    """What ran a study's servers, as the last worker (or confirmation) to start one found it.
+
+    Attributes:
+        backend: ``sim``, ``process`` or ``docker``.
+        vllm_version: the vLLM version spoken to: given, from the image tag, or detected
+            (``vllm --version``).
+        image: the container image that ran; None for the process and sim backends.
+        gpus: the GPUs NVML detected (``gpu``, ``gpu_count``, ``driver``, ``cuda``); None when
+            nothing was detected (no NVML: a CPU build, or the simulator).
+    """
+
+    backend: str
+    vllm_version: str
+    image: str | None = None
+    gpus: Mapping[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The facts as the study's ``run`` attribute."""
+        return {
+            "backend": self.backend,
+            "vllm_version": self.vllm_version,
+            "image": self.image,
+            "gpus": None if self.gpus is None else dict(self.gpus),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RunFacts:
+        """Reads what :meth:`to_dict` wrote."""
+        gpus = data.get("gpus")
+        return cls(
+            str(data["backend"]),
+            str(data["vllm_version"]),
+            data.get("image"),
+            None if gpus is None else dict(gpus),
+        )
+
+
+def stored_run(study: optuna.Study) -> RunFacts | None:
+    """What ran the study's servers; None for studies written before it was recorded."""
+    raw = study.user_attrs.get(RUN_ATTR)
+    return None if raw is None else RunFacts.from_dict(raw)
+
+
+@dataclass(frozen=True)
+class TrialRecord:
+    """One trial as the study stores it: its config, how it ended, and what it measured.
+
+    Attributes:
+        number: the Optuna trial number.
+        state: Optuna's state: COMPLETE (OOM trials included), FAIL, or RUNNING/WAITING.
+        server: the server config the trial ran (or would have run).
+        temperature: the sampling temperature its requests used.
+        status: how it ended (an OOM is COMPLETE with status OOM; a fault is FAILED).
+        source: where its numbers came from: measured, simulated, or predicted (OOM predicted).
+        values: the objectives Optuna holds, (output tok/s, p95 TTFT ms); pessimistic but
+            finite for OOM trials; None for a trial that did not complete.
+        constraints: Optuna's keyed constraints (``oom``, ``ttft_slo``); <= 0 is feasible.
+        restarted: whether the trial started a server (False when it reused the running one).
+        memory: the pre-screen's memory estimate (the fields of ``MemoryEstimate``, in GiB).
+        summary: the first concurrency level's ``TrialResult.summary()``; empty when nothing
+            was measured.
+        levels: every level's summary, first level first.
+        failure: why the server did not start or the trial failed.
+        log_tail: the end of the server log of a failed start.
+        duplicate_of: the earlier trial whose result this one reuses ("same as #N").
+        worker: ``host/worker-id`` of the worker that ran it.
+        params: the Optuna parameters the sampler chose.
+    """
+
+    number: int
+    state: TrialState
+    server: ServerConfig
+    temperature: float
+    status: TrialStatus
+    source: Source
+    values: tuple[float, float] | None = None
+    constraints: Mapping[str, float] = field(default_factory=dict)
+    restarted: bool = False
+    memory: Mapping[str, Any] = field(default_factory=dict)
+    summary: Mapping[str, Any] = field(default_factory=dict)
+    levels: tuple[Mapping[str, Any], ...] = ()
+    failure: str | None = None
+    log_tail: str = ""
+    duplicate_of: int | None = None
+    worker: str | None = None
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_outcome(
+        cls, number: int, outcome: TrialOutcome, source: Source, worker: str | None = None
+    ) -> TrialRecord:
+        """The record of a trial that ran (or was predicted out of memory) on ``source``."""
+        predicted = outcome.status is TrialStatus.OOM_PREDICTED
+        return cls(
+            number=number,
+            state=TrialState.COMPLETE,
+            server=outcome.config.server,
+            temperature=outcome.config.client.temperature,
+            status=outcome.status,
+            source=Source.PREDICTED if predicted else source,
+            values=outcome.score.values,
+            constraints=dict(zip(CONSTRAINT_KEYS, outcome.score.constraints, strict=True)),
+            restarted=outcome.restarted,
+            memory=asdict(outcome.memory),
+            summary=outcome.results[0].summary() if outcome.results else {},
+            levels=tuple(r.summary() for r in outcome.results),
+            failure=outcome.failure,
+            log_tail=outcome.log_tail,
+            worker=worker,
+        )
+
+    @classmethod
+    def failed(
+        cls,
+        number: int,
+        config: TrialConfig,
+        error: SpectuneError,
+        source: Source,
+        worker: str | None = None,
+    ) -> TrialRecord:
+        """The record of a trial that ended in an infrastructure fault (a FAIL trial)."""
+        return cls(
+            number=number,
+            state=TrialState.FAIL,
+            server=config.server,
+            temperature=config.client.temperature,
+            status=TrialStatus.FAILED,
+            source=source,
+            failure=str(error),
+            log_tail=error.log_tail if isinstance(error, StartupFailure) else "",
+            worker=worker,
+        )
+
+    def reused_by(self, number: int, worker: str | None = None) -> TrialRecord:
+        """This record's result, recorded again for trial ``number`` ("same as #N").
+
+        Who ran it, and its logs and failures, stay the original's; nothing restarted.
+        """
+        return replace(
+            self,
+            number=number,
+            state=TrialState.COMPLETE,
+            restarted=False,
+            failure=None,
+            log_tail="",
+            duplicate_of=self.duplicate_of if self.duplicate_of is not None else self.number,
+            worker=worker,
+        )
+
+    def to_attrs(self) -> dict[str, Any]:
+        """The user attributes the study loop writes; absent fields are left out."""
+        attrs: dict[str, Any] = {
+            "server": server_to_dict(self.server),
+            "temperature": self.temperature,
+            "status": self.status.value,
+            "restarted": self.restarted,
+            "source": self.source.value,
+        }
+        if self.memory:
+            attrs["memory"] = _finite(self.memory)
+        if self.summary:
+            attrs["summary"] = _finite(self.summary)
+        if self.levels:
+            attrs["levels"] = [_finite(level) for level in self.levels]
+        if self.failure:
+            attrs["failure"] = self.failure
+        if self.log_tail:
+            attrs["log_tail"] = self.log_tail[-_LOG_TAIL_CHARS:]
+        if self.duplicate_of is not None:
+            attrs["duplicate_of"] = self.duplicate_of
+        if self.worker is not None:
+            attrs["worker"] = self.worker
+        return attrs
+
+    @classmethod
+    def from_trial(cls, trial: FrozenTrial) -> TrialRecord | None:
+        """The record of a stored trial; None when it holds no config (not run yet, foreign)."""
+        attrs = trial.user_attrs
+        if "server" not in attrs:
+            return None
+        default = TrialStatus.FAILED if trial.state is TrialState.FAIL else TrialStatus.OK
+        values = trial.values
+        duplicate = attrs.get("duplicate_of")
+        return cls(
+            number=trial.number,
+            state=trial.state,
+            server=server_from_dict(attrs["server"]),
+            temperature=float(attrs.get("temperature", 0.0)),
+            status=TrialStatus(attrs.get("status", default.value)),
+            source=Source(attrs.get("source", Source.MEASURED.value)),
+            values=(float(values[0]), float(values[1])) if values and len(values) == 2 else None,
+            constraints={k: float(v) for k, v in trial.constraints.items()},
+            restarted=bool(attrs.get("restarted", False)),
+            memory=dict(attrs.get("memory") or {}),
+            summary=dict(attrs.get("summary") or {}),
+            levels=tuple(dict(level) for level in attrs.get("levels") or ()),
+            failure=attrs.get("failure"),
+            log_tail=str(attrs.get("log_tail", "")),
+            duplicate_of=None if duplicate is None else int(duplicate),
+            worker=attrs.get("worker"),
+            params=dict(trial.params),
+        )
+
+    @property
+    def draft(self) -> str:
+        """The draft model id, the method's name (``ngram``), or ``none``."""
+        return self.server.draft or SpecMethod.NONE
+
+    @property
+    def oom(self) -> bool:
+        """Ran out of memory at start-up, or was predicted to."""
+        return self.status.oom or self.constraints.get("oom", -1.0) > 0
+
+    @property
+    def over_ttft(self) -> bool:
+        """Measured, but the p95 TTFT broke the limit."""
+        return self.status is TrialStatus.OVER_TTFT or self.constraints.get("ttft_slo", -1.0) > 0
+
+    @property
+    def feasible(self) -> bool:
+        """Completed with every constraint met (a missing constraint is not met)."""
+        return self.state is TrialState.COMPLETE and all(
+            self.constraints.get(key, 1.0) <= 0 for key in CONSTRAINT_KEYS
+        )
+
+    @property
+    def measured(self) -> bool:
+        """Completed with real (or simulated) numbers: not OOM, not failed."""
+        return self.state is TrialState.COMPLETE and self.values is not None and not self.oom
+
+    @property
+    def objective(self) -> tuple[float, float]:
+        """(output tok/s, p95 TTFT ms) as Optuna holds them (pessimistic for OOM trials).
+
+        Raises:
+            ValueError: the trial did not complete.
+        """
+        if self.values is None:
+            raise ValueError(f"trial {self.number} did not complete: it has no values")
+        return self.values
+
+    @property
+    def output_tok_s(self) -> float | None:
+        """Measured output tokens/s; None when nothing was measured."""
+        return self.values[0] if self.measured and self.values else None
+
+    @property
+    def p95_ttft_ms(self) -> float | None:
+        """Measured p95 time to first token (ms); None when nothing was measured."""
+        return self.values[1] if self.measured and self.values else None
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        """Accepted over drafted tokens at the first level; None without speculation."""
+        value = self.summary.get("acceptance_rate")
+        return None if value is None else float(value)
+
+    @property
+    def level_tok_s(self) -> tuple[tuple[int, float], ...]:
+        """(concurrency, output tok/s) for every measured level."""
+        return tuple(
+            (int(level["concurrency"]), float(level["output_tok_s"]))
+            for level in self.levels
+            if level.get("output_tok_s") is not None
+        )
+
+
+def records(trials: Iterable[FrozenTrial]) -> list[TrialRecord]:
+    """The records among ``trials`` (trials without a recorded config are left out)."""
+    found = (TrialRecord.from_trial(t) for t in trials)
+    return [r for r in found if r is not None]
+
+
+def _finite(data: Mapping[str, Any]) -> dict[str, Any]:
+    """JSON has no inf/nan; the database gets None instead."""
+    return {
+        k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in data.items()
+    }

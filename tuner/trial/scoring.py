@@ -32,10 +32,23 @@ CONSTRAINT_KEYS = ("oom", "ttft_slo")
 
 
 class TrialStatus(enum.StrEnum):
+    """How a trial (or a confirmation run) ended; the values are what studies store."""
+
     OK = "ok"
     OOM_PREDICTED = "OOM predicted"
     OOM = "OOM"
     OVER_TTFT = "over TTFT limit"
+    FAILED = "failed"  # an infrastructure fault: a crash, a hang, nothing measured (FAIL)
+
+    @property
+    def oom(self) -> bool:
+        """Out of memory, observed at start-up or predicted before it."""
+        return self in (TrialStatus.OOM, TrialStatus.OOM_PREDICTED)
+
+    @property
+    def measured(self) -> bool:
+        """The server ran and the benchmark produced numbers."""
+        return self in (TrialStatus.OK, TrialStatus.OVER_TTFT)
 
 
 @dataclass(frozen=True)
