@@ -113,8 +113,18 @@ def test_warm_start_leaves_a_resumed_study_and_small_budgets_to_the_sampler() ->
     space = load_space(SPACE_14B)
     study = optuna.create_study(directions=list(DIRECTIONS))
     assert warm_start(study, space, budget=0) == 0
-    assert warm_start(study, space, budget=5) == 1  # a quarter of the run, at least one
+    # A quarter of the run, but never fewer than one config per method (none, ngram, 2 drafts).
+    assert warm_start(study, space, budget=5) == 4
     assert warm_start(study, space, budget=40) == 0  # the study has a trial now
+
+
+@pytest.mark.parametrize("name", [SPACE_14B, "default"])
+def test_warm_start_tries_the_best_of_every_method(name: str) -> None:
+    space = load_space(name)
+    study = optuna.create_study(directions=list(DIRECTIONS))
+    warm_start(study, space, budget=8)
+    drafts = {params["draft"] for params, _ in _enqueued(study, space)}
+    assert drafts == set(space.drafts)
 
 
 def test_grid_params_spans_the_discretised_space() -> None:

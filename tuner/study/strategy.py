@@ -7,10 +7,11 @@ matter most. Before any trial runs, :func:`warm_start` asks the simulator's nois
 enqueues a few of them, in this order:
 
 1. the best predicted config;
-2. its request-only variants (other temperatures) predicted nearly as fast: they reuse the
-   server the first trial started, so they cost a benchmark and no restart;
-3. the best config of each next-best (draft, K) pair, so that a prediction that is wrong about
-   one draft does not cost the study all of its first trials.
+2. its request-only variants (other temperatures) predicted nearly as fast, when the count
+   leaves room: they reuse the server the first trial started, so they cost no restart;
+3. the best config of every other speculation method (none, ngram, each draft), whatever the
+   count, so that a prior wrong about one method costs a trial, not the study;
+4. the best config of each next-best (draft, K) pair, up to the count.
 
 Only configs predicted to fit with :data:`SAFETY_MARGIN_GIB` to spare are enqueued: a start-up
 uses a few hundred MiB more or less than any model of it (allocator fragmentation, library
@@ -160,19 +161,29 @@ def predicted_configs(space: SearchSpace) -> tuple[Prediction, ...]:
 
 
 def _plan(ranked: tuple[Prediction, ...], count: int) -> list[Prediction]:
-    """The enqueue order: the best, its request-only variants, then one per next-best pair."""
+    """The enqueue order: the best, the best of every other method, its request-only variants,
+    then one per next-best pair.
+
+    Every method (none, ngram, each draft) gets its best config in, whatever the count: a prior
+    wrong about one method then costs a trial, not the study.
+    """
     if not ranked or count < 1:
         return []
     best = ranked[0]
     plan = [best]
+    methods = {best.pair[0]}
+    for prediction in ranked:
+        if prediction.pair[0] not in methods:
+            methods.add(prediction.pair[0])
+            plan.append(prediction)
     variants = [
         p
         for p in ranked[1:]
         if p.config.server == best.config.server
         and p.output_tok_s >= _VARIANT_SHARE * best.output_tok_s
     ]
-    plan += variants[: min(_MAX_VARIANTS, count - 1)]
-    seen = {best.pair}
+    plan[1:1] = variants[: max(0, min(_MAX_VARIANTS, count - len(plan)))]
+    seen = {p.pair for p in plan}
     for prediction in ranked:
         if len(plan) >= count:
             break

@@ -1,0 +1,192 @@
+"""Held-out truths for the search benchmark: simulators the strategy and its prior never see.
+
+Each :class:`World` is the shipped simulator with some of its physics changed: other GPUs behind
+the label the space names, other step-time constants, another acceptance model, another memory
+rule. The benchmark's backend (:class:`WorldBackend`) measures with the world; the study keeps
+the shipped models for its prior, pre-screen and twin, and has to find out from its trials.
+Nothing in ``tuner`` imports this module.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, replace
+
+from tuner.catalog.gpus import CATALOG, Hardware
+from tuner.catalog.models import ModelSpec, load_model
+from tuner.config.trial import LaunchContext, ServerConfig, TrialConfig, load_draft
+from tuner.errors import MeasurementError
+from tuner.launch.failures import startup_failure
+from tuner.results import Endpoint, Source, TrialResult
+from tuner.sim.acceptance import NGRAM, POSITION_DECAY, acceptance_probability
+from tuner.sim.engine import simulate
+from tuner.sim.memory import MemoryEstimate, estimate_memory
+from tuner.sim.perfmodel import PerfModel
+from tuner.sim.twin.model import adjust_memory
+
+__all__ = ["WORLDS", "World", "WorldBackend"]
+
+_MAX_JITTER_GIB = 0.5  # the sim backend's hidden start-up variation, kept in every world
+
+
+@dataclass(frozen=True)
+class World:
+    """One truth: how it differs from the shipped simulator.
+
+    Attributes:
+        name: how the table names it.
+        note: what changed, in a few words.
+        gpu: another catalog GPU really sitting behind the space's label (None: the same).
+        bandwidth: factor on the GPUs' memory bandwidth reached.
+        allreduce: factor on the all-reduce latency.
+        draft_cost: factor on each draft pass.
+        draft_decay: conditional acceptance decay per position of draft models.
+        ngram_decay: the same for prompt lookup (1: no decay, as shipped).
+        ngram_logit: shift of prompt lookup's acceptance logit.
+        outside_gib: memory outside vLLM's budget beyond the model.
+        inside_gib: memory inside the budget beyond the model.
+    """
+
+    name: str
+    note: str
+    gpu: str | None = None
+    bandwidth: float = 1.0
+    allreduce: float = 1.0
+    draft_cost: float = 1.0
+    draft_decay: float = POSITION_DECAY
+    ngram_decay: float = 1.0
+    ngram_logit: float = 0.0
+    outside_gib: float = 0.0
+    inside_gib: float = 0.0
+
+    def hardware(self, label: Hardware) -> Hardware:
+        gpu = label.gpu
+        if self.gpu is not None:
+            gpu = next(g for g in CATALOG if g.name == self.gpu)
+        gpu = replace(gpu, bandwidth_gbs=gpu.bandwidth_gbs * self.bandwidth)
+        return Hardware(gpu, label.count)
+
+    # -- the Physics protocol -------------------------------------------------------------
+
+    def perf_model(
+        self, hardware: Hardware, target: ModelSpec, draft: ModelSpec | None, server: ServerConfig
+    ) -> PerfModel:
+        return _WorldPerf(hardware, target, draft, server, self)
+
+    def position_rates(
+        self,
+        target: ModelSpec,
+        draft: ModelSpec | None,
+        method: str,
+        prompt_set: str,
+        temperature: float,
+        k: int,
+    ) -> tuple[float, ...]:
+        alpha = acceptance_probability(target, draft, method, prompt_set, temperature)
+        decay = self.draft_decay
+        if method == NGRAM:
+            decay = self.ngram_decay
+            logit = math.log(alpha / (1 - alpha)) + self.ngram_logit
+            alpha = 1 / (1 + math.exp(-logit))
+        return tuple(min(alpha * decay**i, 1.0) for i in range(k))
+
+    def memory(
+        self,
+        hardware: Hardware,
+        target: ModelSpec,
+        draft: ModelSpec | None,
+        server: ServerConfig,
+        jitter_gib: float = 0.0,
+    ) -> MemoryEstimate:
+        base = estimate_memory(hardware, target, draft, server, jitter_gib + self.outside_gib)
+        return adjust_memory(base, target, draft, server, self.inside_gib, self.outside_gib)
+
+
+class _WorldPerf(PerfModel):
+    def __init__(
+        self,
+        hardware: Hardware,
+        target: ModelSpec,
+        draft: ModelSpec | None,
+        server: ServerConfig,
+        world: World,
+    ) -> None:
+        super().__init__(hardware, target, draft, server)
+        self._ar_latency *= world.allreduce  # test equipment may reach inside the model
+        self.draft_cost = world.draft_cost
+
+    def draft_pass_s(self, batch: object) -> float:  # type: ignore[override]
+        return super().draft_pass_s(batch) * self.draft_cost  # type: ignore[arg-type]
+
+
+SHIPPED = World("shipped", "the simulator the prior was built from")
+WORLDS: tuple[World, ...] = (
+    World(
+        "acceptance decay",
+        "draft acceptance decays 0.86/position, ngram 0.97",
+        draft_decay=0.86,
+        ngram_decay=0.97,
+    ),
+    World("bandwidth 0.75x", "kernels reach 3/4 of the modelled bandwidth", bandwidth=0.75),
+    World("memory +1.1 GiB", "1.1 GiB more outside vLLM's budget", outside_gib=1.1),
+    World("draft 2.5x", "each draft pass costs 2.5x the model", draft_cost=2.5),
+    World("ngram workload", "outputs repeat the prompt: ngram logit +2.0", ngram_logit=2.0),
+    World(
+        "vLLM 0.21 memory",
+        "CUDA graphs inside the budget, NCCL outside",
+        inside_gib=0.6,
+        outside_gib=0.4,
+    ),
+    World(
+        "slow interconnect", "all-reduce latency 3x (no P2P, a busy root complex)", allreduce=3.0
+    ),
+    World("RTX 3090", "the label says 4090, the cards are 3090s", gpu="RTX 3090"),
+)
+
+
+class WorldBackend:
+    """The sim backend measuring in ``world`` (the backend protocol of ``tuner.trial``)."""
+
+    name = "sim"
+    source = Source.SIMULATED
+
+    def __init__(self, label: Hardware, world: World, seed: int) -> None:
+        self.hardware = world.hardware(label)
+        self.world = world
+        self.seed = seed
+        self._server: ServerConfig | None = None
+
+    def start(self, server: ServerConfig, context: LaunchContext) -> Endpoint:
+        del context
+        self._server = None
+        target, draft = load_model(server.model), load_draft(server)
+        jitter = random.Random(f"{self.seed}:{server!r}").uniform(0.0, _MAX_JITTER_GIB)
+        memory = self.world.memory(self.hardware, target, draft, server, jitter)
+        if not memory.fits:
+            log = f"ERROR [simulated] {memory.reason}\nRuntimeError: Engine core init failed.\n"
+            raise startup_failure(1, log)
+        self._server = server
+        return Endpoint(f"simulator:{self.world.name}", server.model)
+
+    def measure(self, config: TrialConfig, concurrency: int, seed: int) -> TrialResult:
+        server = self._server
+        if server is None:
+            raise MeasurementError("no simulated server runs")
+        return simulate(
+            self.hardware,
+            load_model(server.model),
+            load_draft(server),
+            server,
+            config.client.temperature,
+            config.client.workload,
+            concurrency,
+            seed,
+            physics=self.world,
+        )
+
+    def stop(self) -> None:
+        self._server = None
+
+    def close(self) -> None:
+        self._server = None

@@ -1,0 +1,73 @@
+"""The study-side twin: fitted and stored after every trial, proposing and guarding memory."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import optuna
+import pytest
+
+from tuner.config.space import load_space
+from tuner.sim.twin import TwinParams
+from tuner.sim.twin.fit import FittedTwin
+from tuner.study.strategy import warm_start
+from tuner.study.study import StudyOptions, open_study, run_trials
+from tuner.study.twin_steer import PROPOSED_ATTR, TwinSampler, TwinScreen, stored_twin
+
+sys.path.insert(0, str(Path(__file__).parents[2] / "benchmarks"))
+from worlds import World, WorldBackend
+
+SPACE = load_space("default")
+
+
+def _study(world: World, trials: int, tmp_path: Path, seed: int = 0) -> optuna.Study:
+    sampler = TwinSampler(
+        optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True, n_startup_trials=8)
+    )
+    study = open_study("t", optuna.storages.InMemoryStorage(), SPACE, sampler)[0]
+    warm_start(study, SPACE, trials)
+    backend = WorldBackend(SPACE.hardware, world, seed)
+    run_trials(study, SPACE, backend, StudyOptions(trials, seed, tmp_path, SPACE.ttft_limit_ms))
+    return study
+
+
+@pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
+def test_twin_learns_a_costly_draft_and_proposes_ngram(tmp_path: Path) -> None:
+    world = World("draft 2.5x", "", draft_cost=2.5)
+    study = _study(world, 12, tmp_path)
+    twin = stored_twin(study)
+    assert twin is not None and twin.observations >= 10
+    assert twin.params.draft == pytest.approx(2.5, rel=0.2)
+    proposed = [t for t in study.trials if PROPOSED_ATTR in t.user_attrs]
+    assert proposed, "the twin proposed nothing"
+    best = max(
+        (t for t in study.trials if t.values and all(c <= 0 for c in t.constraints.values())),
+        key=lambda t: t.values[0],
+    )
+    assert best.params["draft"] == "ngram"  # truly best in that world; the prior says the draft
+
+
+@pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
+def test_twin_keeps_launches_out_of_measured_memory_trouble(tmp_path: Path) -> None:
+    world = World("memory +1.1 GiB", "", outside_gib=1.1)
+    study = _study(world, 16, tmp_path, seed=1)
+    statuses = [t.user_attrs.get("status") for t in study.trials]
+    assert statuses.count("OOM") <= 1
+    twin = stored_twin(study)
+    assert twin is not None and twin.params.outside_gib == pytest.approx(1.1, abs=0.1)
+    assert twin.margin_gib >= 0.5
+
+
+def test_screen_respects_the_fitted_margin() -> None:
+    screen = TwinScreen(SPACE)
+    loose = FittedTwin()
+    tight = FittedTwin(TwinParams(outside_gib=2.5), margin_gib=0.75)
+    top_loose, top_tight = screen.rank(loose)[0], screen.rank(tight)[0]
+    assert top_loose.headroom_gib >= 0.75
+    assert top_tight.headroom_gib >= 0.75
+    pair = ("none", 0)
+    settings = sorted(screen.settings[pair])
+    assert sum(screen.safe(tight, pair, s) for s in settings) < sum(
+        screen.safe(loose, pair, s) for s in settings
+    )

@@ -1,0 +1,353 @@
+"""Fitting the twin to measured trials: conjugate Gaussian updates, so every value has an interval.
+
+Each part of the twin is a small linear-Gaussian model with the prior (the shipped model, or a
+host's calibration) as its starting point:
+
+- **step times**: a decode step's median (the gap between streamed chunks) is
+  ``decode * target + draft * drafts + overhead * engine`` over the shipped parts of that config
+  (:func:`tuner.sim.twin.forecast.step_parts`); the prefill part of TTFT is ``prefill`` times the
+  shipped prefill passes. Configs with other K and drafts tell the factors apart; where they
+  cannot (one config measured), the prior keeps the split.
+- **acceptance**, per method and workload: vLLM's per-position counters give each position's
+  conditional acceptance; the first position's logit minus the shipped one is linear in
+  ``logit + temperature * T**2``, and the log-ratio of later positions to the first gives the
+  decay. Observation noise is binomial, from the number of drafts.
+- **memory**: NVML's peak minus the memory model's peak is the memory outside vLLM's budget
+  that the model missed; start-ups that ran out of memory raise the margin a config must keep.
+
+Only trials run at concurrency 1 inform the step-time factors (the parts are taken apart for
+one request at a time); every trial informs acceptance and memory.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from tuner.catalog.gpus import Hardware
+from tuner.catalog.models import ModelSpec, load_model
+from tuner.config.trial import ServerConfig, TrialConfig, server_from_dict, server_to_dict
+from tuner.results import TrialResult
+from tuner.sim.engine import API_IN_S, API_OUT_S
+from tuner.sim.memory import MemoryEstimate, estimate_memory
+from tuner.sim.twin.forecast import step_parts
+from tuner.sim.twin.model import (
+    TIME_FACTORS,
+    AcceptanceShift,
+    TwinParams,
+    method_key,
+    shipped_decay,
+    shipped_logit,
+)
+
+__all__ = [
+    "BASE_MARGIN_GIB",
+    "FittedTwin",
+    "Observation",
+    "fit",
+    "headroom_gib",
+    "observe",
+    "slacks",
+]
+
+# Unseen start-up variation (allocator fragmentation, workspaces) a config must leave room for
+# beyond the fitted memory; with the prior's uncertainty it makes the shipped 0.75 GiB margin.
+BASE_MARGIN_GIB = 0.5
+_MARGIN_SIGMAS = 2.0
+# Prior standard deviations: factors of the shipped model, logits, log decay, GiB.
+PRIOR_SD = {"decode": 0.5, "draft": 0.7, "overhead": 0.7, "prefill": 0.5}
+_LOGIT_SD, _TEMPERATURE_SD, _DECAY_SD = 1.5, 2.0, 0.15
+_OUTSIDE_SD = 0.125
+# Relative noise of one measured median step time or TTFT (run-to-run clocks, jitter).
+_TIME_NOISE = 0.03
+_PEAK_NOISE_GIB = 0.05
+_MIN_LOGIT_SD = 0.05  # model error: no count makes a logit exact
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What one trial measured, as the fit needs it (a start-up OOM has only ``oom``).
+
+    Attributes:
+        server: the server config.
+        temperature: the requests' sampling temperature.
+        prompt_set: the workload kind.
+        input_tokens: mean prompt length.
+        output_tokens: tokens per request.
+        concurrency: requests in flight.
+        oom: whether the start-up ran out of memory.
+        step_ms: median gap between streamed chunks (one decode step at concurrency 1).
+        ttft_ms: median time to first token.
+        reach: each position's unconditional acceptance (accepted at i / drafts).
+        drafts: verification steps counted (the acceptance's sample size).
+        peak_gib: the largest per-GPU memory NVML saw, if it was read.
+    """
+
+    server: ServerConfig
+    temperature: float
+    prompt_set: str
+    input_tokens: int
+    output_tokens: int
+    concurrency: int
+    oom: bool = False
+    step_ms: float | None = None
+    ttft_ms: float | None = None
+    reach: tuple[float, ...] = ()
+    drafts: float = 0.0
+    peak_gib: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        data = {k: v for k, v in vars(self).items() if k != "server"}
+        data["reach"] = list(self.reach)
+        return {"server": server_to_dict(self.server), **data}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Observation:
+        rest = {k: v for k, v in data.items() if k not in ("server", "reach")}
+        return cls(server_from_dict(data["server"]), reach=tuple(data.get("reach", ())), **rest)
+
+
+def observe(config: TrialConfig, result: TrialResult | None, oom: bool = False) -> Observation:
+    """The observation of one trial: its config and what its first concurrency level measured."""
+    workload = config.client.workload
+    base = Observation(
+        config.server,
+        config.client.temperature,
+        workload.prompt_set,
+        workload.input_tokens,
+        workload.output_tokens,
+        result.concurrency if result else workload.concurrency[0],
+        oom=oom,
+    )
+    if result is None:
+        return base
+    spec = result.spec_decode
+    return replace(
+        base,
+        oom=False,
+        step_ms=result.itl_ms(50),
+        ttft_ms=result.ttft_ms(50),
+        reach=spec.per_position_rate if spec else (),
+        drafts=spec.drafts if spec else 0.0,
+        peak_gib=max(result.peak_memory_gib) if result.peak_memory_gib else None,
+    )
+
+
+@dataclass(frozen=True)
+class FittedTwin:
+    """Fitted corrections with their standard deviations, and the memory margin.
+
+    Attributes:
+        params: the posterior means.
+        sd: posterior standard deviation of each scalar (factors, ``outside_gib``) and of each
+            acceptance shift (``"<method>|<prompt set>|logit"`` and so on).
+        margin_gib: memory a config must keep to spare, under the twin, to be proposed.
+        observations: how many trials the fit saw.
+    """
+
+    params: TwinParams = field(default_factory=TwinParams)
+    sd: dict[str, float] = field(default_factory=dict)
+    margin_gib: float = BASE_MARGIN_GIB + _MARGIN_SIGMAS * _OUTSIDE_SD
+    observations: int = 0
+
+    def prior_sd(self, name: str, default: float) -> float:
+        return self.sd.get(name, default)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "params": self.params.to_json(),
+            "sd": dict(self.sd),
+            "margin_gib": self.margin_gib,
+            "observations": self.observations,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> FittedTwin:
+        return cls(
+            TwinParams.from_json(data["params"]),
+            {str(k): float(v) for k, v in data.get("sd", {}).items()},
+            float(data["margin_gib"]),
+            int(data.get("observations", 0)),
+        )
+
+
+def _gaussian(
+    mean: np.ndarray, sd: np.ndarray, rows: list[list[float]], ys: list[float], noise: list[float]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Posterior mean and standard deviations of ``y = x . theta + e`` under a diagonal prior."""
+    precision = np.diag(1.0 / sd**2)
+    moment = precision @ mean
+    if rows:
+        x = np.asarray(rows)
+        w = 1.0 / np.asarray(noise) ** 2
+        precision = precision + x.T @ (x * w[:, None])
+        moment = moment + x.T @ (w * np.asarray(ys))
+    cov = np.linalg.inv(precision)
+    return cov @ moment, np.sqrt(np.diag(cov))
+
+
+def _models(server: ServerConfig) -> tuple[ModelSpec, ModelSpec | None]:
+    draft = load_model(server.draft_model) if server.draft_model else None
+    return load_model(server.model), draft
+
+
+def headroom_gib(memory: MemoryEstimate, max_model_len: int) -> float:
+    """Memory a start-up may use beyond ``memory`` before it fails (< 0: it fails).
+
+    The least of the two :func:`slacks`.
+    """
+    return min(slacks(memory, max_model_len)) if memory.fits else -1.0
+
+
+def slacks(memory: MemoryEstimate, max_model_len: int) -> tuple[float, float]:
+    """(outside, KV) slack in GiB: what the card has beyond vLLM's budget and what it already
+    holds there, and KV cache beyond one ``max-model-len`` request."""
+    workspace = (
+        memory.budget_gib
+        - memory.weights_gib
+        - memory.draft_gib
+        - memory.activation_gib
+        - memory.kv_cache_gib
+    )
+    outside = memory.overhead_gib - workspace
+    outside_slack = memory.gpu_total_gib - memory.budget_gib - outside
+    kv_slack = memory.kv_cache_gib * (1 - max_model_len / max(memory.kv_tokens, 1))
+    return outside_slack, kv_slack
+
+
+def fit(hardware: Hardware, observations: Sequence[Observation], prior: FittedTwin) -> FittedTwin:
+    """The twin fitted to ``observations`` (all of a study's trials so far), from ``prior``."""
+    sd: dict[str, float] = {}
+    times = _fit_times(hardware, observations, prior, sd)
+    shifts = _fit_acceptance(observations, prior, sd)
+    outside, margin = _fit_memory(hardware, observations, prior, sd)
+    params = TwinParams(
+        **times,
+        acceptance=shifts,
+        outside_gib=outside,
+        inside_gib=prior.params.inside_gib,
+    )
+    return FittedTwin(params, sd, margin, len(observations))
+
+
+def _fit_times(
+    hardware: Hardware, observations: Sequence[Observation], prior: FittedTwin, sd: dict[str, float]
+) -> dict[str, float]:
+    decode = ("decode", "draft", "overhead")
+    mean = np.array([getattr(prior.params, n) for n in decode])
+    spread = np.array([prior.prior_sd(n, PRIOR_SD[n]) for n in decode])
+    rows: list[list[float]] = []
+    ys: list[float] = []
+    prefill_rows: list[list[float]] = []
+    prefill_ys: list[float] = []
+    for obs in observations:
+        if obs.oom or obs.concurrency != 1 or obs.step_ms is None:
+            continue
+        target, draft = _models(obs.server)
+        parts = step_parts(hardware, target, draft, obs.server, obs.input_tokens, obs.output_tokens)
+        rows.append([parts.decode_target, parts.decode_draft, parts.decode_overhead])
+        ys.append(obs.step_ms / 1000.0)
+        if obs.ttft_ms is not None:
+            passes = parts.prefill_target + prior.params.draft * parts.prefill_draft
+            rest = API_IN_S + API_OUT_S + parts.first_token
+            rest += prior.params.overhead * parts.prefill_overhead
+            prefill_rows.append([passes])
+            prefill_ys.append(obs.ttft_ms / 1000.0 - rest)
+    noise = [_TIME_NOISE * y for y in ys]
+    theta, theta_sd = _gaussian(mean, spread, rows, ys, noise)
+    p_mean = np.array([prior.params.prefill])
+    p_sd = np.array([prior.prior_sd("prefill", PRIOR_SD["prefill"])])
+    p_noise = [_TIME_NOISE * max(y, 1e-3) for y in prefill_ys]
+    pre, pre_sd = _gaussian(p_mean, p_sd, prefill_rows, prefill_ys, p_noise)
+    out = {n: max(float(v), 0.05) for n, v in zip(decode, theta, strict=True)}
+    out["prefill"] = max(float(pre[0]), 0.05)
+    sd.update({n: float(v) for n, v in zip(decode, theta_sd, strict=True)})
+    sd["prefill"] = float(pre_sd[0])
+    assert set(out) == set(TIME_FACTORS)
+    return out
+
+
+def _fit_acceptance(
+    observations: Sequence[Observation], prior: FittedTwin, sd: dict[str, float]
+) -> dict[tuple[str, str], AcceptanceShift]:
+    groups: dict[tuple[str, str], list[Observation]] = {}
+    for obs in observations:
+        key = method_key(obs.server)
+        if key is not None and obs.reach and obs.drafts > 0:
+            groups.setdefault((key, obs.prompt_set), []).append(obs)
+    shifts = dict(prior.params.acceptance)
+    for (key, prompt_set), group in groups.items():
+        start = prior.params.shift(key, prompt_set)
+        name = f"{key}|{prompt_set}"
+        rows, ys, noise = [], [], []
+        decay_rows, decay_ys, decay_noise = [], [], []
+        for obs in group:
+            target, draft = _models(obs.server)
+            method = obs.server.speculative.method if obs.server.speculative else ""
+            first = min(max(obs.reach[0], 0.5 / obs.drafts), 1 - 0.5 / obs.drafts)
+            base = shipped_logit(target, draft, method, prompt_set, obs.temperature)
+            rows.append([1.0, obs.temperature**2])
+            ys.append(math.log(first / (1 - first)) - base)
+            noise.append(max(1 / math.sqrt(obs.drafts * first * (1 - first)), _MIN_LOGIT_SD))
+            for i in range(1, len(obs.reach)):
+                shown = obs.drafts * obs.reach[i - 1]  # drafts that got as far as position i
+                if shown < 5 or obs.reach[i] <= 0:
+                    break
+                rate = obs.reach[i] / obs.reach[i - 1]
+                rate = min(rate, 1 - 0.5 / shown)
+                decay_rows.append([float(i)])
+                decay_ys.append(math.log(rate / first) - i * math.log(shipped_decay(method)))
+                decay_noise.append(
+                    max(math.sqrt((1 - rate) / (shown * rate)), _MIN_LOGIT_SD) + 0.02 * i
+                )
+        mean = np.array([start.logit, start.temperature])
+        spread = np.array(
+            [
+                prior.prior_sd(f"{name}|logit", _LOGIT_SD),
+                prior.prior_sd(f"{name}|temperature", _TEMPERATURE_SD),
+            ]
+        )
+        theta, theta_sd = _gaussian(mean, spread, rows, ys, noise)
+        d_mean = np.array([start.log_decay])
+        d_sd = np.array([prior.prior_sd(f"{name}|log_decay", _DECAY_SD)])
+        decay, decay_sd = _gaussian(d_mean, d_sd, decay_rows, decay_ys, decay_noise)
+        shifts[(key, prompt_set)] = AcceptanceShift(
+            float(theta[0]), float(theta[1]), min(float(decay[0]), 0.2)
+        )
+        sd[f"{name}|logit"] = float(theta_sd[0])
+        sd[f"{name}|temperature"] = float(theta_sd[1])
+        sd[f"{name}|log_decay"] = float(decay_sd[0])
+    return shifts
+
+
+def _fit_memory(
+    hardware: Hardware, observations: Sequence[Observation], prior: FittedTwin, sd: dict[str, float]
+) -> tuple[float, float]:
+    """The memory outside the budget the model missed, and the margin a config must keep."""
+    rows, ys, noise = [], [], []
+    slack: list[tuple[bool, float]] = []  # (ran out of memory, shipped headroom)
+    for obs in observations:
+        target, draft = _models(obs.server)
+        shipped = estimate_memory(hardware, target, draft, obs.server)
+        slack.append((obs.oom, headroom_gib(shipped, obs.server.max_model_len)))
+        if obs.peak_gib is not None and shipped.fits:
+            rows.append([1.0])
+            ys.append(obs.peak_gib - shipped.peak_gib)
+            noise.append(_PEAK_NOISE_GIB)
+    mean = np.array([prior.params.outside_gib])
+    spread = np.array([prior.prior_sd("outside_gib", _OUTSIDE_SD)])
+    outside, outside_sd = _gaussian(mean, spread, rows, ys, noise)
+    sd["outside_gib"] = float(outside_sd[0])
+    value = float(outside[0])
+    margin = max(prior.margin_gib - prior.params.outside_gib, 0.0)
+    if rows:  # measured memory replaces the prior's allowance for the model's own error
+        margin = BASE_MARGIN_GIB + _MARGIN_SIGMAS * float(outside_sd[0])
+    # A start-up that ran out with h GiB to spare (under the fitted memory) says h was not enough.
+    for oom, room in slack:
+        if oom:
+            margin = max(margin, room - value + 0.1)
+    return value, margin

@@ -1,0 +1,229 @@
+"""The twin's parameters and the simulator they drive.
+
+A twin is the shipped simulator with a handful of corrections a study can measure: how much
+slower (or faster) than modelled the target's decode pass, the draft's pass, the engine's
+per-step work and the prefill pass are; how far each speculation method's acceptance sits from
+the shipped model, per workload (a shift of the first position's logit, one of its temperature
+penalty, one of the per-position decay); and how much memory a start-up needs outside vLLM's
+budget and inside it beyond the memory model. All corrections at their neutral value give the
+shipped simulator exactly.
+
+:class:`TwinPhysics` turns the corrections into a :class:`tuner.sim.engine.Physics`, so
+``simulate``/``predict`` run the twin; :mod:`tuner.sim.twin.forecast` is its fast closed form
+for one request at a time, which the study's re-screen uses.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+from tuner.catalog.gpus import Hardware
+from tuner.catalog.models import ModelSpec
+from tuner.config.trial import ServerConfig
+from tuner.sim.acceptance import NGRAM, POSITION_DECAY, acceptance_probability
+from tuner.sim.memory import BLOCK_TOKENS, GIB, MemoryEstimate, estimate_memory
+from tuner.sim.perfmodel import ForwardPass, PerfModel, draft_tensor_parallel, kv_bytes_per_gpu
+
+__all__ = [
+    "TIME_FACTORS",
+    "AcceptanceShift",
+    "TwinParams",
+    "TwinPhysics",
+    "method_key",
+]
+
+# The step-time corrections, each a factor on a part of the shipped step time.
+TIME_FACTORS = ("decode", "draft", "overhead", "prefill")
+
+
+def method_key(server: ServerConfig) -> str | None:
+    """What acceptance is fitted per: ``ngram`` or the draft model's id (None: no speculation)."""
+    return server.draft
+
+
+@dataclass(frozen=True)
+class AcceptanceShift:
+    """One method's acceptance correction on one workload (0 everywhere: the shipped model).
+
+    Attributes:
+        logit: added to the logit of the first position's acceptance.
+        temperature: added to that logit per squared unit of temperature.
+        log_decay: added to the log of the per-position decay.
+    """
+
+    logit: float = 0.0
+    temperature: float = 0.0
+    log_decay: float = 0.0
+
+
+@dataclass(frozen=True)
+class TwinParams:
+    """The twin's corrections to the shipped simulator.
+
+    Attributes:
+        decode: factor on the target's decode pass (bandwidth efficiency, all-reduce).
+        draft: factor on each draft pass.
+        overhead: factor on the engine's per-step work outside the passes.
+        prefill: factor on the target's (and draft's) prefill pass.
+        acceptance: ``(method key, prompt set) -> shift``; absent pairs are unshifted.
+        outside_gib: memory a start-up needs outside vLLM's budget beyond the memory model.
+        inside_gib: memory inside the budget beyond the model (taken from the KV cache).
+    """
+
+    decode: float = 1.0
+    draft: float = 1.0
+    overhead: float = 1.0
+    prefill: float = 1.0
+    acceptance: dict[tuple[str, str], AcceptanceShift] = field(default_factory=dict)
+    outside_gib: float = 0.0
+    inside_gib: float = 0.0
+
+    def shift(self, method: str, prompt_set: str) -> AcceptanceShift:
+        return self.acceptance.get((method, prompt_set), AcceptanceShift())
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(self)}
+        data["acceptance"] = [
+            {"method": m, "prompt_set": p, **vars(s)} for (m, p), s in self.acceptance.items()
+        ]
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> TwinParams:
+        shifts = {
+            (str(a["method"]), str(a["prompt_set"])): AcceptanceShift(
+                float(a["logit"]), float(a["temperature"]), float(a["log_decay"])
+            )
+            for a in data.get("acceptance", [])
+        }
+        scalars = {
+            f.name: float(data[f.name])
+            for f in fields(cls)
+            if f.name in data and f.name != "acceptance"
+        }
+        return cls(**scalars, acceptance=shifts)
+
+
+def _logit(p: float) -> float:
+    p = min(max(p, 1e-6), 1 - 1e-6)
+    return math.log(p / (1 - p))
+
+
+def shipped_logit(
+    target: ModelSpec, draft: ModelSpec | None, method: str, prompt_set: str, temperature: float
+) -> float:
+    """The shipped model's logit of the first position's acceptance."""
+    return _logit(acceptance_probability(target, draft, method, prompt_set, temperature))
+
+
+def shipped_decay(method: str) -> float:
+    return 1.0 if method == NGRAM else POSITION_DECAY
+
+
+class _TwinPerf(PerfModel):
+    """The shipped step-time model with each part scaled by the twin's factors."""
+
+    def __init__(
+        self,
+        hardware: Hardware,
+        target: ModelSpec,
+        draft: ModelSpec | None,
+        server: ServerConfig,
+        params: TwinParams,
+    ) -> None:
+        super().__init__(hardware, target, draft, server)
+        self.params = params
+
+    def _decoding(self, batch: ForwardPass) -> bool:
+        # A decode pass carries 1+K tokens a sequence; anything more holds a prefill chunk.
+        return batch.tokens <= batch.seqs * (1 + self.k)
+
+    def target_pass_s(self, batch: ForwardPass) -> float:
+        factor = self.params.decode if self._decoding(batch) else self.params.prefill
+        return super().target_pass_s(batch) * factor
+
+    def draft_pass_s(self, batch: ForwardPass) -> float:
+        factor = self.params.draft * (1.0 if batch.tokens <= batch.seqs else self.params.prefill)
+        return super().draft_pass_s(batch) * factor
+
+    def step_overhead_s(self, seqs: int, verified: int, ngram: bool) -> float:  # type: ignore[override]
+        return PerfModel.step_overhead_s(seqs, verified, ngram) * self.params.overhead
+
+
+@dataclass(frozen=True)
+class TwinPhysics:
+    """The twin as the simulator's :class:`~tuner.sim.engine.Physics`."""
+
+    params: TwinParams
+
+    def perf_model(
+        self, hardware: Hardware, target: ModelSpec, draft: ModelSpec | None, server: ServerConfig
+    ) -> PerfModel:
+        return _TwinPerf(hardware, target, draft, server, self.params)
+
+    def position_rates(
+        self,
+        target: ModelSpec,
+        draft: ModelSpec | None,
+        method: str,
+        prompt_set: str,
+        temperature: float,
+        k: int,
+    ) -> tuple[float, ...]:
+        key = NGRAM if method == NGRAM else (draft.hf_id if draft else "")
+        shift = self.params.shift(key, prompt_set)
+        logit = shipped_logit(target, draft, method, prompt_set, temperature)
+        alpha = 1 / (1 + math.exp(-(logit + shift.logit + shift.temperature * temperature**2)))
+        decay = shipped_decay(method) * math.exp(shift.log_decay)
+        return tuple(min(alpha * decay**i, 1.0) for i in range(k))
+
+    def memory(
+        self,
+        hardware: Hardware,
+        target: ModelSpec,
+        draft: ModelSpec | None,
+        server: ServerConfig,
+        jitter_gib: float = 0.0,
+    ) -> MemoryEstimate:
+        outside = self.params.outside_gib
+        base = estimate_memory(hardware, target, draft, server, jitter_gib + outside)
+        return adjust_memory(base, target, draft, server, self.params.inside_gib, outside)
+
+
+def adjust_memory(
+    base: MemoryEstimate,
+    target: ModelSpec,
+    draft: ModelSpec | None,
+    server: ServerConfig,
+    inside_gib: float,
+    outside_gib: float,
+) -> MemoryEstimate:
+    """``base`` with ``inside_gib`` more taken from the KV cache and ``outside_gib`` more held.
+
+    ``base`` already checked the outside memory (it is the memory model's hidden overhead); this
+    re-checks the KV cache and books both in the peak, as NVML would see them.
+    """
+    if not inside_gib and not outside_gib:
+        return base
+    per_token = kv_bytes_per_gpu(target, server.tensor_parallel_size)
+    if draft is not None and server.speculative and server.speculative.method == "draft_model":
+        per_token += kv_bytes_per_gpu(draft, draft_tensor_parallel(server))
+    kv = base.kv_cache_gib - inside_gib
+    tokens = math.floor(kv * GIB / per_token / BLOCK_TOKENS) * BLOCK_TOKENS if kv > 0 else 0
+    reason = base.reason
+    if not reason and tokens < server.max_model_len:
+        reason = (
+            f"ValueError: To serve at least one request with the models's max seq len "
+            f"({server.max_model_len}), more KV cache is needed than the available KV cache "
+            f"memory ({max(kv, 0.0):.2f} GiB). Try increasing `gpu_memory_utilization`."
+        )
+    return replace(
+        base,
+        overhead_gib=base.overhead_gib + inside_gib + outside_gib,
+        kv_cache_gib=kv,
+        kv_tokens=tokens,
+        fits=not reason,
+        reason=reason,
+    )

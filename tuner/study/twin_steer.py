@@ -1,0 +1,387 @@
+"""The study's digital twin: fitted after every trial, stored with the study, steering the search.
+
+:class:`TwinSampler` wraps the study's sampler (TPE). After each trial it
+
+1. refits the twin (:func:`tuner.sim.twin.fit.fit`) to every trial measured so far, from the
+   host's calibration when there is one (else the shipped simulator), and stores it as the
+   study's ``twin`` attribute (plain JSON, read back by :func:`stored_twin`);
+2. re-screens the space with the fitted twin (:class:`TwinScreen`, closed form, milliseconds)
+   and enqueues its predicted best config, or else the best config of the next speculation
+   method (none, ngram, each draft) predicted close to it, when not measured yet: one proposal
+   waits at a time, so TPE chooses the trials the twin has no new idea for;
+3. keeps TPE's own proposals inside the memory the trials measured: a utilization or batch
+   size the twin predicts to leave less than its fitted margin is moved to the nearest one
+   that does (the margin comes from NVML's peaks and the start-ups that ran out of memory).
+
+The closed-form screen serves one request at a time; for a workload scored at a higher
+concurrency the twin is still fitted and stored, and only the memory guard steers.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import optuna
+from optuna.distributions import BaseDistribution
+from optuna.trial import FrozenTrial, TrialState
+
+from tuner.config.space import NO_DRAFT, SearchSpace
+from tuner.config.trial import TrialConfig
+from tuner.sim.acceptance import expected_accepted
+from tuner.sim.engine import INPUT_SPREAD
+from tuner.sim.memory import estimate_memory
+from tuner.sim.twin.fit import FittedTwin, Observation, fit, slacks
+from tuner.sim.twin.forecast import StepParts, forecast, step_parts
+from tuner.sim.twin.model import TwinPhysics
+from tuner.study.strategy import grid_params
+from tuner.trial.record import TrialRecord, records, stored_space
+from tuner.trial.scoring import TrialStatus
+
+__all__ = ["TWIN_ATTR", "TwinProposal", "TwinSampler", "TwinScreen", "observations", "stored_twin"]
+
+TWIN_ATTR = "twin"
+# The user attribute a trial the twin proposed carries (its forecast).
+PROPOSED_ATTR = "twin_proposal"
+# Another method's best is proposed when the twin puts it within this share of the best.
+_CLOSE_SHARE = 0.9
+
+
+def stored_twin(study: optuna.Study) -> FittedTwin | None:
+    """The twin fitted to ``study``'s trials; None before its first trial."""
+    raw = study.user_attrs.get(TWIN_ATTR)
+    return None if raw is None else FittedTwin.from_json(raw)
+
+
+def _observation(space: SearchSpace, record: TrialRecord) -> Observation | None:
+    workload = space.workload
+    base = Observation(
+        record.server,
+        record.temperature,
+        workload.prompt_set,
+        workload.input_tokens,
+        workload.output_tokens,
+        workload.concurrency[0],
+    )
+    if record.status is TrialStatus.OOM:
+        return replace(base, oom=True)
+    summary = record.summary
+    # The trial just told is still RUNNING to Optuna: its summary says what it measured.
+    if record.status.oom or not summary or record.duplicate_of is not None:
+        return None
+    length = summary.get("mean_acceptance_length")
+    peaks = summary.get("peak_memory_gib") or []
+    return replace(
+        base,
+        concurrency=int(summary.get("concurrency", base.concurrency)),
+        step_ms=summary.get("itl_p50_ms"),
+        ttft_ms=summary.get("ttft_p50_ms"),
+        reach=tuple(float(r) for r in summary.get("acceptance_per_position") or ()),
+        drafts=float(summary.get("output_tokens", 0)) / float(length) if length else 0.0,
+        peak_gib=max(float(p) for p in peaks) if peaks else None,
+    )
+
+
+def observations(space: SearchSpace, trials: Sequence[FrozenTrial]) -> list[Observation]:
+    """What the twin learns from: every launched trial (reused results counted once)."""
+    found = (_observation(space, r) for r in records(trials))
+    return [o for o in found if o is not None]
+
+
+@dataclass(frozen=True)
+class TwinProposal:
+    """A config the fitted twin predicts, as :meth:`SearchSpace.suggest` names its parameters."""
+
+    params: dict[str, Any]
+    output_tok_s: float
+    ttft_ms: float
+    headroom_gib: float
+
+    @property
+    def method(self) -> str:
+        return str(self.params["draft"])
+
+
+Pair = tuple[str, int]
+Setting = tuple[float, int]  # (utilization, batched tokens)
+
+
+class TwinScreen:
+    """Every point of a space under a fitted twin, from parts computed once per space."""
+
+    def __init__(self, space: SearchSpace) -> None:
+        self.space = space
+        w = space.workload
+        self.tail_prompt = round(w.input_tokens * (1 + INPUT_SPREAD))
+        self.pairs: dict[Pair, dict[str, Any]] = {}
+        self.temperatures: set[float] = set()
+        self.settings: dict[Pair, set[Setting]] = {}
+        for params in grid_params(space):
+            pair = (str(params["draft"]), int(params.get("num_speculative_tokens", 0)))
+            self.pairs.setdefault(pair, params)
+            self.temperatures.add(float(params.get("temperature", space.temperature)))
+            setting = (
+                float(params["gpu_memory_utilization"]),
+                int(params["max_num_batched_tokens"]),
+            )
+            self.settings.setdefault(pair, set()).add(setting)
+        self._parts: dict[tuple[Pair, int, int], StepParts] = {}
+        # Shipped (outside slack, KV slack) of each setting; None where it does not fit.
+        self._slack: dict[tuple[Pair, Setting], tuple[float, float] | None] = {}
+
+    def config(self, pair: Pair, setting: Setting, temperature: float) -> TrialConfig:
+        spec = self.space.speculative(pair[0], pair[1])
+        return self.space.config(spec, setting[0], setting[1], temperature)
+
+    def parts(self, pair: Pair, mnbt: int, prompt: int) -> StepParts:
+        key = (pair, mnbt, prompt)
+        if key not in self._parts:
+            server = self.config(pair, (max(self.settings[pair])[0], mnbt), 0.0).server
+            space = self.space
+            draft = space.draft_model(pair[0])
+            self._parts[key] = step_parts(
+                space.hardware, space.target, draft, server, prompt, space.workload.output_tokens
+            )
+        return self._parts[key]
+
+    def headroom(self, twin: FittedTwin, pair: Pair, setting: Setting) -> float:
+        """GiB a start-up may need beyond the twin's memory before it fails (< 0: it fails)."""
+        key = (pair, setting)
+        if key not in self._slack:
+            server = self.config(pair, setting, 0.0).server
+            space = self.space
+            memory = estimate_memory(
+                space.hardware, space.target, space.draft_model(pair[0]), server
+            )
+            fits = memory.fits
+            self._slack[key] = slacks(memory, server.max_model_len) if fits else None
+        slack = self._slack[key]
+        if slack is None:
+            return -1.0
+        params = twin.params
+        outside = slack[0] - params.outside_gib
+        return min(outside, slack[1] - params.inside_gib)
+
+    def safe(self, twin: FittedTwin, pair: Pair, setting: Setting) -> bool:
+        return self.headroom(twin, pair, setting) >= twin.margin_gib
+
+    def rank(self, twin: FittedTwin) -> list[TwinProposal]:
+        """The best config of every (pair, temperature) under the twin, best first."""
+        space, physics = self.space, TwinPhysics(twin.params)
+        output = space.workload.output_tokens
+        limit = space.ttft_limit_ms
+        out: list[tuple[tuple[Any, ...], TwinProposal]] = []
+        for pair, settings in self.settings.items():
+            safe = [s for s in settings if self.safe(twin, pair, s)]
+            if not safe:
+                continue
+            by_mnbt: dict[int, Setting] = {}
+            for s in safe:  # per batch size, the utilization with the most memory to spare
+                best = by_mnbt.get(s[1])
+                if best is None or self.headroom(twin, pair, s) > self.headroom(twin, pair, best):
+                    by_mnbt[s[1]] = s
+            for temperature in sorted(self.temperatures):
+                accepted = self._accepted(physics, pair, temperature)
+                for mnbt, setting in by_mnbt.items():
+                    mean = forecast(
+                        self.parts(pair, mnbt, space.workload.input_tokens),
+                        twin.params,
+                        accepted,
+                        output,
+                    )
+                    tail = forecast(
+                        self.parts(pair, mnbt, self.tail_prompt), twin.params, accepted, output
+                    )
+                    room = self.headroom(twin, pair, setting)
+                    params = self._params(pair, setting, temperature)
+                    key = (
+                        mean.ttft_ms > limit,
+                        tail.ttft_ms > limit,
+                        -mean.output_tok_s,
+                        tail.ttft_ms,
+                        -room,
+                    )
+                    out.append((key, TwinProposal(params, mean.output_tok_s, mean.ttft_ms, room)))
+        out.sort(key=lambda item: item[0])
+        return [p for key, p in out if not key[0]]
+
+    def _accepted(self, physics: TwinPhysics, pair: Pair, temperature: float) -> float:
+        if pair[0] == NO_DRAFT:
+            return 0.0
+        spec = self.space.speculative(*pair)
+        assert spec is not None
+        rates = physics.position_rates(
+            self.space.target,
+            self.space.draft_model(pair[0]),
+            spec.method,
+            self.space.workload.prompt_set,
+            temperature,
+            pair[1],
+        )
+        return sum(expected_accepted(rates))
+
+    def _params(self, pair: Pair, setting: Setting, temperature: float) -> dict[str, Any]:
+        params = dict(self.pairs[pair])
+        params["gpu_memory_utilization"], params["max_num_batched_tokens"] = setting
+        if "temperature" in params:
+            params["temperature"] = temperature
+        return params
+
+
+class TwinSampler(optuna.samplers.BaseSampler):
+    """``inner`` (TPE), with the twin refitted after each trial, proposing and guarding memory.
+
+    Args:
+        inner: the sampler that chooses every trial the twin does not propose.
+        prior: the twin to start from (a host's calibration); default the shipped simulator.
+        steer: False fits and stores the twin but leaves the search to ``inner``.
+    """
+
+    def __init__(
+        self,
+        inner: optuna.samplers.BaseSampler,
+        prior: FittedTwin | None = None,
+        steer: bool = True,
+    ) -> None:
+        self.inner = inner
+        self.prior = prior or FittedTwin()
+        self.steer = steer
+        self._screen: TwinScreen | None = None
+
+    def _space(self, study: optuna.Study) -> TwinScreen | None:
+        if self._screen is None:
+            space = stored_space(study)
+            self._screen = None if space is None else _screen(space)
+        return self._screen
+
+    def twin(self, study: optuna.Study) -> FittedTwin:
+        return stored_twin(study) or self.prior
+
+    # -- optuna.samplers.BaseSampler ------------------------------------------------------
+
+    def infer_relative_search_space(
+        self, study: optuna.Study, trial: FrozenTrial
+    ) -> dict[str, BaseDistribution]:
+        return self.inner.infer_relative_search_space(study, trial)
+
+    def sample_relative(
+        self, study: optuna.Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
+    ) -> dict[str, Any]:
+        params = self.inner.sample_relative(study, trial, search_space)
+        screen = self._space(study)
+        if screen is None or not self.steer or "draft" not in params:
+            return params
+        return _guard(screen, self.twin(study), params)
+
+    def sample_independent(
+        self,
+        study: optuna.Study,
+        trial: FrozenTrial,
+        param_name: str,
+        param_distribution: BaseDistribution,
+    ) -> Any:
+        value = self.inner.sample_independent(study, trial, param_name, param_distribution)
+        screen = self._space(study)
+        if screen is None or not self.steer or "draft" not in trial.params:
+            return value
+        if param_name not in ("gpu_memory_utilization", "max_num_batched_tokens"):
+            return value
+        guarded = _guard(screen, self.twin(study), {**trial.params, param_name: value})
+        return guarded[param_name]
+
+    def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        self.inner.before_trial(study, trial)
+
+    def after_trial(
+        self,
+        study: optuna.Study,
+        trial: FrozenTrial,
+        state: TrialState,
+        values: Sequence[float] | None,
+    ) -> None:
+        self.inner.after_trial(study, trial, state, values)
+        screen = self._space(study)
+        if screen is None or state is not TrialState.COMPLETE:
+            return
+        done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        seen = [t for t in done if t.number != trial.number] + [trial]
+        twin = fit(screen.space.hardware, observations(screen.space, seen), self.prior)
+        study.set_user_attr(TWIN_ATTR, twin.to_json())
+        if self.steer and screen.space.workload.concurrency[0] == 1:
+            _propose(study, screen, twin, seen)
+
+    def reseed_rng(self) -> None:
+        self.inner.reseed_rng()
+
+
+@functools.lru_cache(maxsize=8)  # one per space: benchmarks run many studies of one space
+def _screen(space: SearchSpace) -> TwinScreen:
+    return TwinScreen(space)
+
+
+def _key(params: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
+    return tuple(sorted((k, round(v, 6) if isinstance(v, float) else v) for k, v in params.items()))
+
+
+def _propose(
+    study: optuna.Study, screen: TwinScreen, twin: FittedTwin, done: Sequence[FrozenTrial]
+) -> None:
+    """Enqueues the twin's best config not measured yet, unless a proposal already waits."""
+    waiting = study.get_trials(deepcopy=False, states=(TrialState.WAITING, TrialState.RUNNING))
+    if any(PROPOSED_ATTR in t.user_attrs for t in waiting):
+        return
+    ranked = screen.rank(twin)
+    if not ranked:
+        return
+    known = {_key(t.params) for t in [*done, *waiting]}
+    best = ranked[0].output_tok_s
+    per_method: dict[str, TwinProposal] = {}
+    for proposal in ranked:
+        per_method.setdefault(proposal.method, proposal)
+    candidates = [ranked[0]] + [
+        p for p in per_method.values() if p.output_tok_s >= _CLOSE_SHARE * best
+    ]
+    for proposal in candidates:
+        if _key(proposal.params) not in known:
+            study.enqueue_trial(
+                proposal.params,
+                user_attrs={
+                    PROPOSED_ATTR: {
+                        "output_tok_s": round(proposal.output_tok_s, 3),
+                        "ttft_ms": round(proposal.ttft_ms, 3),
+                        "trials_fitted": twin.observations,
+                    }
+                },
+            )
+            return
+
+
+def _guard(screen: TwinScreen, twin: FittedTwin, params: dict[str, Any]) -> dict[str, Any]:
+    """``params`` with the utilization (then batch size) nearest to it that the twin deems safe."""
+    draft = str(params["draft"])
+    pair = (draft, int(params.get("num_speculative_tokens", 0)) if draft != NO_DRAFT else 0)
+    settings = screen.settings.get(pair)
+    util, mnbt = params.get("gpu_memory_utilization"), params.get("max_num_batched_tokens")
+    if not settings or util is None:
+        return params
+    util = float(util)
+    safe = [s for s in settings if screen.safe(twin, pair, s)]
+    if mnbt is not None:
+        if (round(util, 6), int(mnbt)) in {(round(u, 6), m) for u, m in safe}:
+            return params
+        choices = safe
+    else:  # the batch size is not chosen yet: any batch size may still make it fit
+        if any(math.isclose(u, util) for u, _ in safe):
+            return params
+        choices = safe
+    if not choices:
+        return params
+    near = min(choices, key=lambda s: (abs(s[0] - util), abs(s[1] - int(mnbt or s[1]))))
+    out = dict(params)
+    out["gpu_memory_utilization"] = near[0]
+    if mnbt is not None:
+        out["max_num_batched_tokens"] = near[1]
+    return out
