@@ -1,7 +1,7 @@
-"""Fixtures for the launcher tests: a steerable fake server, and real vLLM on the CPU.
+"""Fixtures for the launcher tests: the shipped fake server, and real vLLM on the CPU.
 
-The real-vLLM fixtures are plain wrappers around :mod:`testbed`, so ``tests/conftest.py`` can
-adopt them later for other tiers.
+The fake server is ``python -m tuner.sim.server``, steered with ``--sim-fault`` through
+``SPECTUNE_SIM_FAULT``. The real-vLLM fixtures are plain wrappers around :mod:`testbed`.
 """
 
 from __future__ import annotations
@@ -17,13 +17,15 @@ from tuner.config.trial import LaunchContext
 from tuner.config.vllm_args import VllmVersion
 from tuner.launch.process import ProcessLauncher
 
-FAKE_VLLM = Path(__file__).with_name("fake_vllm.py")
+FAKE_SERVER = (sys.executable, "-m", "tuner.sim.server")
 
 
-@pytest.fixture
-def fake_command() -> tuple[str, ...]:
-    """Runs the steerable fake server with this interpreter."""
-    return (sys.executable, str(FAKE_VLLM))
+@pytest.fixture(autouse=True)
+def private_state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Run files go to the test's own folder, never the user's ``~/.local/state``."""
+    state = tmp_path / "state"
+    monkeypatch.setenv("XDG_STATE_HOME", str(state))
+    return state / "spectune" / "servers"
 
 
 @pytest.fixture
