@@ -11,7 +11,7 @@ from __future__ import annotations
 import socket
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,7 @@ from tuner.study.storage import (
     study_exists,
     study_names,
 )
+from tuner.study.twin_steer import TwinSampler
 from tuner.trial.backends import Backend
 from tuner.trial.backends.served import ServedBackend
 from tuner.trial.record import (
@@ -73,9 +74,11 @@ def make_sampler(name: str, seed: int | None) -> optuna.samplers.BaseSampler:
     :func:`tuner.study.optimize.optimize` enqueues (see ``tuner/strategy.py``).
     """
     if name in ("spectune", "tpe"):
-        return optuna.samplers.TPESampler(
+        tpe = optuna.samplers.TPESampler(
             seed=seed, multivariate=True, group=True, n_startup_trials=8
         )
+        # spectune: the same TPE, steered by the study's digital twin (tuner.study.twin_steer).
+        return TwinSampler(tpe) if name == "spectune" else tpe
     if name == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     if name == "gp":
@@ -183,6 +186,7 @@ def run_trials(
     ran = [False]
 
     def finish(trial: optuna.Trial, record: TrialRecord) -> None:
+        record = replace(record, params=dict(trial.params))  # as readers will see it
         _write(trial, record)
         if record.restarted and not ran[0]:  # a server started: its version is known now
             record_run(study, backend, space)
