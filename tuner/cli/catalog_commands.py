@@ -26,17 +26,17 @@ def estimate_command(
     hardware: Annotated[str, typer.Option("--hardware", help="GPUs, e.g. 4090x2.")],
     model: Annotated[str, typer.Option("--model", help="Target: HF id or local directory.")],
     draft: Annotated[str, typer.Option("--draft", help="Draft model, ngram, or none.")] = "none",
-    k: Annotated[int, typer.Option("--k", help="Speculative tokens per step.")] = 4,
+    k: opt.SpecTokens = 4,
     workload: Annotated[
         str, typer.Option("--workload", help="code, creative, chat, long-context.")
     ] = "code",
-    temperature: Annotated[float, typer.Option("--temperature")] = 0.2,
-    gpu_memory_utilization: Annotated[float, typer.Option("--gpu-memory-utilization")] = 0.92,
-    max_num_batched_tokens: Annotated[int, typer.Option("--max-num-batched-tokens")] = 2048,
-    max_model_len: Annotated[int, typer.Option("--max-model-len")] = 8192,
-    concurrency: Annotated[int, typer.Option("--concurrency")] = 1,
-    input_tokens: Annotated[int, typer.Option("--input-tokens")] = 512,
-    output_tokens: Annotated[int, typer.Option("--output-tokens")] = 256,
+    temperature: opt.Temperature = 0.2,
+    gpu_memory_utilization: opt.GpuMemoryUtilization = 0.92,
+    max_num_batched_tokens: opt.BatchTokens = 2048,
+    max_model_len: opt.MaxModelLen = 8192,
+    concurrency: opt.Concurrency = 1,
+    input_tokens: opt.InputTokens = 512,
+    output_tokens: opt.OutputTokens = 256,
     as_json: opt.Json = False,
 ) -> None:
     """Predict one config's speed and memory with the simulator (nothing is launched)."""

@@ -3,34 +3,64 @@
 from __future__ import annotations
 
 import shlex
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+from pydantic import TypeAdapter
 
+from tuner.cli.app import handle_errors
+from tuner.config import bounds
+from tuner.config.bounds import check_value
 from tuner.errors import ConfigError
 from tuner.trial.backends import BackendOptions, parse_volume
 
 __all__ = [
     "Backend",
+    "BatchTokens",
+    "Concurrency",
     "DockerEntrypoint",
     "DockerVolume",
+    "GpuMemoryUtilization",
     "Gpus",
     "Hardware",
     "Image",
+    "InputTokens",
     "Json",
+    "MaxModelLen",
+    "OutputTokens",
     "ReadyTimeout",
     "RequestTimeout",
     "Sampler",
     "Seed",
     "SimSpeed",
+    "SpecTokens",
     "Storage",
     "StudiesDir",
     "StudyName",
+    "Temperature",
+    "Trials",
     "VllmCommand",
     "backend_options",
     "parse_gpus",
 ]
+
+
+def _bounded(flag: str, kind: Any, help: str) -> Any:
+    """An option whose value must fit ``kind``, one of the types in :mod:`tuner.config.bounds`.
+
+    The check runs while typer parses, so a bad value is one line and exit code 2 (through
+    handle_errors) instead of typer's boxed usage error.
+    """
+    adapter: TypeAdapter[Any] = TypeAdapter(kind)
+    checked: Callable[[Any, object, str], Any] = handle_errors(check_value)
+
+    def check(value: Any) -> Any:
+        return value if value is None else checked(adapter, value, flag)
+
+    return typer.Option(flag, help=help, callback=check)
+
 
 Hardware = Annotated[
     str | None,
@@ -89,12 +119,15 @@ DockerEntrypoint = Annotated[
 ]
 SimSpeed = Annotated[
     float | None,
-    typer.Option(
-        "--sim-speed", help="sim backend: simulated seconds per wall second (default: no waiting)."
+    _bounded(
+        "--sim-speed",
+        bounds.SimSpeed,
+        "sim backend: simulated seconds per wall second, > 0 (default: no waiting).",
     ),
 ]
 ReadyTimeout = Annotated[
-    float, typer.Option("--ready-timeout", help="Seconds a server may take to become ready.")
+    float,
+    _bounded("--ready-timeout", bounds.Seconds, "Seconds a server may take to become ready (> 0)."),
 ]
 Gpus = Annotated[
     str | None,
@@ -103,7 +136,39 @@ Gpus = Annotated[
     ),
 ]
 RequestTimeout = Annotated[
-    float, typer.Option("--request-timeout", help="Seconds one benchmark request may take.")
+    float,
+    _bounded("--request-timeout", bounds.Seconds, "Seconds one benchmark request may take (> 0)."),
+]
+Trials = Annotated[
+    int, _bounded("--trials", bounds.Count, "Trials to run now (all workers), >= 1.")
+]
+
+# One server config and its load, as the simulator's estimate takes them; same bounds as a space.
+SpecTokens = Annotated[
+    int, _bounded("--k", bounds.SpecTokens, "Speculative tokens per step (>= 1).")
+]
+Temperature = Annotated[
+    float, _bounded("--temperature", bounds.Temperature, "Sampling temperature (0 to 2).")
+]
+GpuMemoryUtilization = Annotated[
+    float,
+    _bounded(
+        "--gpu-memory-utilization", bounds.Fraction, "Share of GPU memory vLLM may use (> 0, <= 1)."
+    ),
+]
+BatchTokens = Annotated[
+    int,
+    _bounded("--max-num-batched-tokens", bounds.BatchTokens, "Tokens per scheduler step (> 0)."),
+]
+MaxModelLen = Annotated[
+    int, _bounded("--max-model-len", bounds.ContextLength, "Longest sequence in tokens (> 0).")
+]
+Concurrency = Annotated[int, _bounded("--concurrency", bounds.Count, "Requests in flight (>= 1).")]
+InputTokens = Annotated[
+    int, _bounded("--input-tokens", bounds.Tokens, "Mean prompt length in tokens (> 0).")
+]
+OutputTokens = Annotated[
+    int, _bounded("--output-tokens", bounds.Tokens, "Output tokens per request (> 0).")
 ]
 
 

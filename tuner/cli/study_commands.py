@@ -60,7 +60,7 @@ def optimize_command(
         ),
     ] = None,
     backend: opt.Backend = "docker",
-    trials: Annotated[int, typer.Option("--trials", help="Trials to run now (all workers).")] = 30,
+    trials: opt.Trials = 30,
     study: opt.StudyName = None,
     storage: opt.Storage = None,
     studies_dir: opt.StudiesDir = Path("studies"),

@@ -2,12 +2,14 @@
 
 A space has fixed settings (target, hardware, vLLM version, TTFT limit, workload) and tuned ones
 (draft, K, gpu-memory-utilization, max-num-batched-tokens, temperature). K exists only when a
-draft or ngram is chosen. Drafts are checked against the target when the space loads, so a
-mismatched draft stops the study before anything runs.
+draft or ngram is chosen. The YAML is checked against :mod:`tuner.config.schema` (typed,
+bounded, no unknown keys), and drafts against the target, when the space loads, so a bad value
+or a mismatched draft stops the study before anything runs.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from importlib.resources import files
 from pathlib import Path
@@ -15,9 +17,12 @@ from typing import Any, TypeVar
 
 import optuna
 import yaml
+from pydantic import TypeAdapter
 
 from tuner.catalog.gpus import Hardware, parse_hardware
 from tuner.catalog.models import ModelSpec, check_draft, load_model
+from tuner.config.bounds import Milliseconds, check_value
+from tuner.config.schema import FractionRange, SpecTokensRange, TemperatureRange, parse_space
 from tuner.config.trial import (
     ClientConfig,
     FlagValue,
@@ -30,7 +35,7 @@ from tuner.config.vllm_args import NEWEST_KNOWN, VllmVersion, parse_version, ver
 from tuner.config.workload import WorkloadSpec
 from tuner.errors import ConfigError
 
-N = TypeVar("N", int, float)
+T = TypeVar("T")
 
 __all__ = ["NGRAM", "NO_DRAFT", "Range", "SearchSpace", "builtin_spaces", "load_space"]
 
@@ -38,6 +43,7 @@ NO_DRAFT = "none"
 NGRAM = "ngram"
 DEFAULT_SPACE = "default"
 _NGRAM_LOOKUP_MAX = 4
+_TTFT_LIMIT = TypeAdapter(Milliseconds)
 
 
 @dataclass(frozen=True)
@@ -77,6 +83,21 @@ class SearchSpace:
         if self.vllm_version is not None:
             return parse_version(self.vllm_version)
         return version_from_image(self.vllm_image) or NEWEST_KNOWN
+
+    @property
+    def tuned_dimensions(self) -> tuple[str, ...]:
+        """The Optuna parameters that can take more than one value in this space."""
+        k = self.num_speculative_tokens
+        spans = {
+            "draft": len(self.drafts) > 1,
+            "num_speculative_tokens": k.low < k.high and self.drafts != (NO_DRAFT,),
+            "gpu_memory_utilization": self.gpu_memory_utilization.low
+            < self.gpu_memory_utilization.high,
+            "max_num_batched_tokens": len(set(self.max_num_batched_tokens)) > 1,
+            "temperature": isinstance(self.temperature, Range)
+            and self.temperature.low < self.temperature.high,
+        }
+        return tuple(name for name, varies in spans.items() if varies)
 
     def draft_model(self, draft: str) -> ModelSpec | None:
         """The ModelSpec of a draft choice; None for ``none`` and ``ngram``."""
@@ -135,12 +156,16 @@ class SearchSpace:
 
     def with_vllm_version(self, version: str) -> SearchSpace:
         """The same space for another vLLM version (its flag dialect), checked now."""
-        parse_version(version)
+        release = parse_version(version)
+        for draft in self.drafts:  # a draft pair one version runs may be refused by another
+            if draft not in (NO_DRAFT, NGRAM):
+                check_draft(self.target, load_model(draft), release)
         source = {**self.source, "vllm": {**(self.source.get("vllm") or {}), "version": version}}
         return replace(self, vllm_version=version, source=source)
 
     def with_ttft_limit(self, ttft_ms: float) -> SearchSpace:
         """The same space under another TTFT limit (stored with the study like the rest)."""
+        ttft_ms = check_value(_TTFT_LIMIT, ttft_ms, "slo.ttft_ms")
         source = {**self.source, "slo": {**(self.source.get("slo") or {}), "ttft_ms": ttft_ms}}
         return replace(self, ttft_limit_ms=float(ttft_ms), source=source)
 
@@ -191,139 +216,78 @@ def load_space(name_or_path: str | None = None) -> SearchSpace:
             f"search space {path} is not valid YAML{where}: fix the syntax "
             "(see search_spaces/default.yaml for the layout)"
         ) from None
-    return space_from_dict(raw, origin=str(path))
+    return _build(raw, str(path), lenient=False)
 
 
 def space_from_dict(raw: Any, origin: str = "search space") -> SearchSpace:
-    """Validates a parsed space; also rebuilds the copy stored with a study."""
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{origin} must be a YAML mapping (see search_spaces/default.yaml)")
-    reader = _Reader(raw, origin)
-    hardware = parse_hardware(str(reader.get("hardware", "4090x2")))
-    target = load_model(str(reader.require("target")))
-    server = reader.section("server")
-    search = reader.section("search")
-    vllm = reader.section("vllm")
-    drafts = tuple(str(d) for d in reader.list_of(search, "draft", [NO_DRAFT]))
-    for draft in drafts:
+    """Rebuilds the copy of a space stored with a study (``SearchSpace.source``).
+
+    Checked like a file, except that keys this version does not know are ignored (earlier
+    versions stored them unread) and prompt files need not exist on this machine.
+    """
+    return _build(raw, origin, lenient=True)
+
+
+def _build(raw: Any, origin: str, *, lenient: bool) -> SearchSpace:
+    _refuse_secrets(raw, origin)
+    model = parse_space(raw, origin, lenient=lenient)
+    hardware = _named(origin, parse_hardware, model.hardware)
+    target = _named(origin, load_model, model.target)
+    search, server = model.search, model.server
+    vllm = model.vllm
+    release = parse_version(vllm.version) if vllm.version else version_from_image(vllm.image)
+    for draft in search.draft:
         if draft not in (NO_DRAFT, NGRAM):
-            check_draft(target, load_model(draft))
-    extra = server.get("extra_flags") or {}
-    if not isinstance(extra, dict):
-        raise ConfigError(f"{origin}: server.extra_flags must be a mapping of flag: value")
-    for flag in extra:
+            _named(origin, lambda d: check_draft(target, load_model(d), release), draft)
+    return SearchSpace(
+        name=model.name or Path(origin).stem,
+        hardware=hardware,
+        target=target,
+        drafts=tuple(search.draft),
+        num_speculative_tokens=_range(search.num_speculative_tokens),
+        gpu_memory_utilization=_range(search.gpu_memory_utilization),
+        max_num_batched_tokens=tuple(search.max_num_batched_tokens),
+        temperature=(
+            float(search.temperature)
+            if isinstance(search.temperature, int | float)
+            else _range(search.temperature)
+        ),
+        max_model_len=server.max_model_len,
+        tensor_parallel_size=server.tensor_parallel_size or hardware.count,
+        quantization=server.quantization,
+        vllm_image=model.vllm.image,
+        vllm_version=model.vllm.version,
+        ttft_limit_ms=float(model.slo.ttft_ms),
+        workload=WorkloadSpec(
+            **{**model.workload.model_dump(), "concurrency": tuple(model.workload.concurrency)}
+        ),
+        extra_flags=tuple(server.extra_flags.items()),
+        source=raw,
+    )
+
+
+def _range(value: float | SpecTokensRange | FractionRange | TemperatureRange) -> Range:
+    if isinstance(value, int | float):
+        return Range(float(value), float(value))
+    step = getattr(value, "step", None)  # K steps by 1
+    return Range(float(value.low), float(value.high), None if step is None else float(step))
+
+
+def _named(origin: str, parse: Callable[[str], T], text: str) -> T:
+    """``parse(text)``, its ConfigError (of the same class) naming the file."""
+    try:
+        return parse(text)
+    except ConfigError as exc:
+        raise type(exc)(f"{origin}: {exc}") from None
+
+
+def _refuse_secrets(raw: Any, origin: str) -> None:
+    """A secret flag stops the space before it is stored, or echoed in an error."""
+    server = raw.get("server") if isinstance(raw, dict) else None
+    flags = server.get("extra_flags") if isinstance(server, dict) else None
+    for flag in flags if isinstance(flags, dict) else ():
         if is_secret_flag(str(flag)):
             raise ConfigError(
                 f"{origin}: server.extra_flags `{flag}` carries a secret, and the space is stored "
                 "with the study: set it in the server's environment instead (e.g. VLLM_API_KEY)"
             )
-    return SearchSpace(
-        name=str(reader.get("name", Path(origin).stem)),
-        hardware=hardware,
-        target=target,
-        drafts=drafts,
-        num_speculative_tokens=reader.range(search, "num_speculative_tokens", Range(1, 8)),
-        gpu_memory_utilization=reader.range(search, "gpu_memory_utilization", Range(0.9, 0.9)),
-        max_num_batched_tokens=tuple(
-            reader.number(int, "max_num_batched_tokens", v)
-            for v in reader.list_of(search, "max_num_batched_tokens", [2048])
-        ),
-        temperature=reader.range_or_value(search, "temperature", 0.0),
-        max_model_len=reader.number(int, "server.max_model_len", server.get("max_model_len", 8192)),
-        tensor_parallel_size=reader.number(
-            int, "server.tensor_parallel_size", server.get("tensor_parallel_size", hardware.count)
-        ),
-        quantization=server.get("quantization"),
-        vllm_image=str(vllm.get("image", "vllm/vllm-openai:latest")),
-        vllm_version=None if vllm.get("version") is None else str(vllm["version"]),
-        ttft_limit_ms=reader.number(
-            float, "slo.ttft_ms", reader.section("slo").get("ttft_ms", 1000)
-        ),
-        workload=reader.workload(),
-        extra_flags=tuple((str(k), v) for k, v in extra.items()),
-        source=raw,
-    )
-
-
-class _Reader:
-    """Pulls typed values out of the YAML, naming the key and file in every error."""
-
-    def __init__(self, raw: dict[str, Any], origin: str) -> None:
-        self.raw = raw
-        self.origin = origin
-
-    def fail(self, key: str, expected: str) -> ConfigError:
-        return ConfigError(f"{self.origin}: `{key}` must be {expected}")
-
-    def get(self, key: str, default: Any) -> Any:
-        return self.raw.get(key, default)
-
-    def number(self, kind: type[N], key: str, value: Any) -> N:
-        try:
-            return kind(value)
-        except (TypeError, ValueError):
-            raise self.fail(key, f"a number (got {value!r})") from None
-
-    def require(self, key: str) -> Any:
-        if key not in self.raw:
-            raise self.fail(key, "set (e.g. target: Qwen/Qwen2.5-32B-Instruct-AWQ)")
-        return self.raw[key]
-
-    def section(self, key: str) -> dict[str, Any]:
-        value = self.raw.get(key) or {}
-        if not isinstance(value, dict):
-            raise self.fail(key, "a mapping")
-        return value
-
-    def list_of(self, section: dict[str, Any], key: str, default: list[Any]) -> list[Any]:
-        value = section.get(key, default)
-        value = value if isinstance(value, list) else [value]
-        if not value:
-            raise self.fail(key, "a non-empty list")
-        return value
-
-    def range(self, section: dict[str, Any], key: str, default: Range) -> Range:
-        value = section.get(key)
-        if value is None:
-            return default
-        if isinstance(value, int | float):
-            return Range(float(value), float(value))
-        try:
-            low, high = float(value["low"]), float(value["high"])
-            step = None if value.get("step") is None else float(value["step"])
-        except (TypeError, KeyError, ValueError):
-            raise self.fail(key, "a number or {low: .., high: .., step: ..}") from None
-        if low > high:
-            raise self.fail(key, f"a range with low <= high (got {low} > {high})")
-        return Range(low, high, step)
-
-    def range_or_value(self, section: dict[str, Any], key: str, default: float) -> Range | float:
-        value = section.get(key, default)
-        return (
-            float(value)
-            if isinstance(value, int | float)
-            else self.range(section, key, Range(0, 0))
-        )
-
-    def workload(self) -> WorkloadSpec:
-        w = self.section("workload")
-        defaults = WorkloadSpec()
-        try:
-            levels = w.get("concurrency", list(defaults.concurrency))
-            concurrency = tuple(int(c) for c in (levels if isinstance(levels, list) else [levels]))
-            rate = w.get("request_rate")
-            spec = WorkloadSpec(
-                prompt_set=str(w.get("prompt_set", defaults.prompt_set)),
-                input_tokens=int(w.get("input_tokens", defaults.input_tokens)),
-                output_tokens=int(w.get("output_tokens", defaults.output_tokens)),
-                concurrency=concurrency,
-                requests=int(w.get("requests", defaults.requests)),
-                warmup=int(w.get("warmup", defaults.warmup)),
-                request_rate=None if rate is None else float(rate),
-                seed=int(w.get("seed", defaults.seed)),
-            )
-        except (TypeError, ValueError) as exc:
-            raise self.fail("workload", f"numbers where numbers belong ({exc})") from None
-        if not concurrency or min(concurrency) < 1 or spec.requests < 1:
-            raise self.fail("workload", "concurrency levels >= 1 and requests >= 1")
-        return spec

@@ -15,10 +15,11 @@ from __future__ import annotations
 import json
 import math
 import random
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from tuner.config.schema import BUILTIN_PROMPT_SETS, check_workload
 from tuner.errors import ConfigError
 
 __all__ = [
@@ -30,9 +31,6 @@ __all__ = [
     "WorkloadSpec",
     "build_requests",
 ]
-
-# Built-in prompt sets; a path to a JSONL or ShareGPT file is accepted as well.
-BUILTIN_PROMPT_SETS = ("code", "creative", "chat", "long-context")
 
 CHARS_PER_TOKEN = 4.0
 """Characters per token used to size generated prompts and estimate a prompt's length."""
@@ -56,6 +54,10 @@ class WorkloadSpec:
         seed: makes prompts and arrival times reproducible.
         duration_s: when set, the measured window lasts this long (prompts are reused in a
             cycle) instead of ending after ``requests`` requests.
+
+    Raises:
+        ConfigError: a field is out of the bounds of the ``workload`` schema; the prompt set
+            is looked up when it is read.
     """
 
     prompt_set: str = "code"
@@ -67,6 +69,10 @@ class WorkloadSpec:
     request_rate: float | None = None
     seed: int = 0
     duration_s: float | None = None
+
+    def __post_init__(self) -> None:
+        # The bounds live in the schema, for specs from YAML, flags and code alike.
+        check_workload(asdict(self))
 
     @property
     def primary_concurrency(self) -> int:
@@ -124,14 +130,10 @@ def build_requests(spec: WorkloadSpec, count: int) -> list[PromptRequest]:
         ``count`` requests, deterministic for ``spec.seed``.
 
     Raises:
-        ConfigError: unknown prompt set, missing or malformed file, or bad lengths.
+        ConfigError: unknown prompt set, missing or malformed file.
     """
     if count < 0:
         raise ValueError(f"count must be >= 0, got {count}")
-    if spec.output_tokens < 1:
-        raise ConfigError(f"output_tokens must be at least 1, got {spec.output_tokens}")
-    if spec.input_tokens < 1:
-        raise ConfigError(f"input_tokens must be at least 1, got {spec.input_tokens}")
     rng = random.Random(f"{spec.prompt_set}:{spec.seed}")
     if spec.prompt_set in BUILTIN_PROMPT_SETS:
         return [_builtin_request(spec, rng) for _ in range(count)]

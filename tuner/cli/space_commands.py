@@ -1,0 +1,38 @@
+"""``spectune space``: check a search space, or print the JSON Schema editors complete it with."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from tuner.cli.app import app, console, handle_errors, print_json
+from tuner.config.schema import space_json_schema
+from tuner.config.space import load_space
+
+__all__ = ["check_command", "schema_command"]
+
+space_app = typer.Typer(
+    no_args_is_help=True, help="Check search spaces; print their JSON Schema for editors."
+)
+app.add_typer(space_app, name="space")
+
+
+@space_app.command("check")
+@handle_errors
+def check_command(
+    space: Annotated[str, typer.Argument(help="A YAML file, or the name of a shipped space.")],
+) -> None:
+    """Validate a search space without running anything (exit 2 and one line if it is wrong)."""
+    loaded = load_space(space)
+    console.print(
+        f"ok: {loaded.name} ({len(loaded.tuned_dimensions)} tuned dimensions)",
+        markup=False,
+        highlight=False,
+    )
+
+
+@space_app.command("schema")
+def schema_command() -> None:
+    """Print the JSON Schema of a search-space YAML (e.g. for yaml-language-server)."""
+    print_json(space_json_schema())
