@@ -4,13 +4,18 @@ from pathlib import Path
 
 import optuna
 import pytest
+from optuna.trial import TrialState
 
-from tuner.config.space import load_space
-from tuner.config.trial import LaunchContext
-from tuner.errors import ConfigError
+from tuner.config.space import SearchSpace, load_space
+from tuner.config.trial import LaunchContext, ServerConfig, TrialConfig
+from tuner.errors import ConfigError, FailureKind, StartupFailure
+from tuner.results import Endpoint, TrialResult
 from tuner.study.optimize import OptimizeRequest, optimize
-from tuner.study.storage import BUDGET_ATTR, open_storage
-from tuner.trial.backends import BackendOptions, backend_factory
+from tuner.study.storage import BUDGET_ATTR, RetryOwnRecord, open_storage
+from tuner.study.strategy import grid_params
+from tuner.study.study import StudyOptions, open_study, run_trials
+from tuner.trial.backends import Backend, BackendOptions, backend_factory
+from tuner.trial.record import TrialRecord
 from tuner.trial.runner import TrialRunner
 from tuner.trial.scoring import CONSTRAINT_KEYS, TrialStatus
 
@@ -105,3 +110,80 @@ def test_simulated_and_measured_trials_never_share_a_study(tmp_path: Path) -> No
                 study="s", space=None, backend="process", trials=1, studies_dir=tmp_path
             )
         )
+
+
+def _sim(space: SearchSpace) -> Backend:
+    return backend_factory("sim")(space, BackendOptions(study="r"))
+
+
+@pytest.mark.filterwarnings("ignore:Heartbeat of storage is supposed to be used")
+def test_a_retried_stale_trial_carries_only_its_own_constraints(tmp_path: Path) -> None:
+    space = load_space()
+    storage = open_storage(f"sqlite:///{tmp_path / 'r.db'}")
+    study, _ = open_study("r", storage, space, optuna.samplers.RandomSampler(seed=0))
+    study.enqueue_trial(next(grid_params(space)))
+    dead = study.ask()
+    # The dead worker recorded its trial, then died before telling Optuna.
+    dead.set_user_attr("status", "OOM")
+    dead.set_user_attr("failure", "the dead run's failure")
+    dead.set_constraint("oom", 1.0)
+    dead.set_constraint("ttft_slo", 12345.0)
+    study.tell(dead, state=TrialState.FAIL)  # what the heartbeat check does to a stale trial
+    retry_callback = storage.get_heartbeat_stale_trial_callback()
+    assert isinstance(retry_callback, RetryOwnRecord)
+    retry_callback(study, study.trials[dead.number])
+
+    waiting = study.get_trials(states=(TrialState.WAITING,))
+    assert len(waiting) == 1 and waiting[0].params == study.trials[dead.number].params
+    assert waiting[0].constraints == {} and "status" not in waiting[0].user_attrs
+    assert waiting[0].system_attrs["failed_trial"] == dead.number  # Optuna's retry history stays
+
+    seen: list[TrialRecord] = []
+    run_trials(study, space, _sim(space), StudyOptions(1, 0, tmp_path, 500.0), seen.append)
+    retried = study.trials[waiting[0].number]
+    assert retried.state is TrialState.COMPLETE and [r.number for r in seen] == [retried.number]
+    assert retried.constraints == dict(seen[0].constraints)  # its own, not the dead run's
+    assert retried.constraints["ttft_slo"] != 12345.0
+    assert retried.user_attrs.get("failure") == seen[0].failure  # not the dead run's either
+
+
+class _Crashing:
+    """The simulator, except that every server start crashes."""
+
+    def __init__(self, inner: Backend) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.source = inner.source
+
+    def start(self, server: ServerConfig, context: LaunchContext) -> Endpoint:
+        raise StartupFailure(FailureKind.CRASH, "engine core died", 1, "Traceback ...")
+
+    def measure(self, config: TrialConfig, concurrency: int, seed: int) -> TrialResult:
+        return self.inner.measure(config, concurrency, seed)
+
+    def stop(self) -> None:
+        self.inner.stop()
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def test_a_failed_trial_records_its_config(tmp_path: Path) -> None:
+    space = load_space()
+    storage = open_storage(f"sqlite:///{tmp_path / 'f.db'}")
+    study, _ = open_study("f", storage, space, optuna.samplers.RandomSampler(seed=0))
+    fits = space.config(space.speculative("Qwen/Qwen2.5-0.5B-Instruct", 4), 0.9, 2048, 0.2)
+    study.enqueue_trial({"draft": "Qwen/Qwen2.5-0.5B-Instruct", "num_speculative_tokens": 4,
+                         "gpu_memory_utilization": 0.9, "max_num_batched_tokens": 2048,
+                         "temperature": 0.2})  # fmt: skip
+    seen: list[TrialRecord] = []
+    run_trials(
+        study, space, _Crashing(_sim(space)), StudyOptions(1, 0, tmp_path, 500.0), seen.append
+    )
+    trial = study.trials[0]
+    assert trial.state is TrialState.FAIL and trial.user_attrs["status"] == "failed"
+    record = TrialRecord.from_trial(trial)
+    assert record is not None and record == seen[0]
+    assert record.status is TrialStatus.FAILED and record.server == fits.server
+    assert "engine core died" in (record.failure or "") and record.log_tail == "Traceback ..."
+    assert trial.constraints == {}  # a FAIL trial is invisible to the sampler anyway

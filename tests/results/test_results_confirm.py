@@ -20,7 +20,8 @@ from tuner.analysis.confirmed import (
     load_confirmed,
     t_quantile_975,
 )
-from tuner.analysis.picks import confirmation_order, pick_candidate
+from tuner.analysis.picks import confirmation_order, pick_candidate, recommend
+from tuner.cli.render import recommendation
 from tuner.config.space import SearchSpace
 from tuner.config.trial import LaunchContext, ServerConfig, TrialConfig
 from tuner.errors import StartupFailure
@@ -184,3 +185,23 @@ def test_nothing_to_confirm() -> None:
     assert confirm(None, None, None, top_n=0, log_dir=Path()) == []  # type: ignore[arg-type]
     assert Confirmed(1, "simulated", ()).output_tok_s is None
     assert not Confirmed(1, "simulated", (Run(TrialStatus.OOM),)).stable
+
+
+def test_optimize_and_export_count_the_runs_alike(levels: StudyCopy, tmp_path: Path) -> None:
+    study, space = levels.open()
+
+    def said() -> tuple[str, str]:
+        best = recommend(study)
+        assert best is not None
+        header = export(study, space, "vllm").text.splitlines()[3]
+        line = recommendation(best.record, "-", "-", best.confirmed, space.ttft_limit_ms)
+        return header, line
+
+    for header_or_line in said():  # not confirmed
+        assert "(one run, not confirmed)" in header_or_line
+    confirm(study, space, _sim(space), top_n=1, repeats=1, log_dir=tmp_path / "one")
+    for header_or_line in said():  # one more run is still one run: nothing confirmed
+        assert "(one run, not confirmed)" in header_or_line and "fresh runs" not in header_or_line
+    confirm(study, space, _sim(space), top_n=1, repeats=3, log_dir=tmp_path / "three")
+    for header_or_line in said():
+        assert "mean of 3 runs on fresh servers" in header_or_line

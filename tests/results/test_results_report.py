@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import html
 import re
 import warnings
 from html.parser import HTMLParser
@@ -14,6 +15,7 @@ from results_support import StudyCopy, ink, run_chromium
 from tuner.analysis.picks import choose
 from tuner.analysis.trials import Outcome, points
 from tuner.report import charts
+from tuner.report.importance import importance_points, param_importances
 from tuner.report.page import write_report
 from tuner.study.confirm import confirm
 from tuner.trial.backends import BackendOptions, backend_factory
@@ -156,3 +158,22 @@ def test_one_level_and_empty_studies_still_report(tmp_path: Path) -> None:
     report = write_report(study, space, tmp_path / "empty-report")
     assert all(c.points == 0 for c in report.charts) and report.best == ()
     assert "No feasible config yet" in report.html.read_text()
+
+
+def test_importances_count_only_trials_that_measured_something(
+    levels: StudyCopy, tmp_path: Path
+) -> None:
+    study, space = levels.open()
+    trials = points(study)
+    measured = importance_points(trials)
+    assert measured and all(p.outcome is not Outcome.OOM for p in measured)
+    assert all(p.duplicate_of is None for p in measured)
+    left_out = [p for p in trials if p not in measured]
+    assert any(p.outcome is Outcome.OOM for p in left_out), "the study needs OOM trials"
+    # OOM trials change nothing: they are not counted, whatever numbers they would carry.
+    assert param_importances(trials) == param_importances(measured)
+    report = write_report(study, space, tmp_path)
+    caption = next(c.caption for c in report.charts if c.name == "importance")
+    assert f"over the {len(measured)} trials that measured something" in caption
+    assert "OOM trials (observed or predicted)" in caption
+    assert html.escape(caption) in report.html.read_text()

@@ -1,0 +1,71 @@
+"""The Pareto front, once: Optuna's best_trials, feasible only, without "same as #N" repeats."""
+
+from __future__ import annotations
+
+import optuna
+from optuna.distributions import IntDistribution
+
+from tuner.analysis.picks import confirmation_order, feasible, pareto_front, ranked, recommend
+from tuner.analysis.trials import points
+from tuner.config.trial import ServerConfig, server_to_dict
+from tuner.trial.scoring import CONSTRAINT_KEYS
+
+# (number, output tok/s, p95 TTFT ms, oom, duplicate of)
+TRIALS = [
+    (0, 60.0, 200.0, False, None),
+    (1, 60.0, 200.0, False, 0),  # a repeat of #0: the same config, the same result
+    (2, 50.0, 250.0, False, None),  # dominated by #0
+    (3, 40.0, 150.0, False, None),  # the fastest to first token
+    (4, 0.0, 5000.0, True, None),  # out of memory
+    (5, 70.0, 900.0, False, None),  # over the TTFT limit: infeasible
+]
+
+
+def _study() -> optuna.Study:
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    for number, tok_s, ttft, oom, duplicate in TRIALS:
+        server = ServerConfig("m", 1, 4096, 0.80 + number / 100, 2048)
+        attrs = {
+            "server": server_to_dict(server),
+            "temperature": 0.2,
+            "status": "OOM" if oom else "ok",
+        }
+        if duplicate is not None:
+            attrs = {**attrs, "server": server_to_dict(ServerConfig("m", 1, 4096, 0.8, 2048))}
+            attrs["duplicate_of"] = duplicate
+        over = ttft - 500.0
+        constraints = (1.0 if oom else -1.0, over)
+        study.add_trial(
+            optuna.trial.create_trial(
+                values=[tok_s, ttft],
+                params={"n": number},
+                distributions={"n": IntDistribution(0, 10)},
+                user_attrs=attrs,
+                system_attrs={
+                    f"constraints:{k}": v for k, v in zip(CONSTRAINT_KEYS, constraints, strict=True)
+                },
+            )
+        )
+    return study
+
+
+def test_the_front_is_optunas_without_repeats() -> None:
+    study = _study()
+    assert {t.number for t in study.best_trials} == {0, 1, 3}  # Optuna keeps the repeat
+    assert [r.number for r in pareto_front(study)] == [0, 3]  # fastest first, repeat gone
+    assert {p.number for p in points(study) if p.on_front} == {0, 3}
+    assert next(p for p in points(study) if p.number == 1).duplicate_of == 0
+    assert [r.number for r in feasible(study)] == [0, 2, 3]
+
+
+def test_picks_use_that_front_and_never_a_repeat() -> None:
+    study = _study()
+    assert [c.number for c in ranked(study)] == [0, 2, 3]
+    assert [c.on_front for c in ranked(study)] == [True, False, True]
+    best = recommend(study)
+    assert best is not None and best.number == 0
+    fastest = recommend(study, "min-ttft")
+    assert fastest is not None and fastest.number == 3
+    balanced = recommend(study, "balanced")
+    assert balanced is not None and balanced.on_front  # #2, off the front, is never balanced
+    assert [r.number for r in confirmation_order(study)] == [0, 3, 2]

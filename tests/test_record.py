@@ -1,0 +1,189 @@
+"""The trial record: written once, read back with enums, and older studies still read."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+from optuna.distributions import CategoricalDistribution
+from optuna.trial import TrialState
+
+from tuner.config.space import load_space
+from tuner.config.trial import (
+    ClientConfig,
+    ServerConfig,
+    SpecMethod,
+    SpeculativeConfig,
+    TrialConfig,
+    server_to_dict,
+)
+from tuner.errors import FailureKind, MeasurementError, StartupFailure
+from tuner.export.vllm import export
+from tuner.results import Source
+from tuner.trial.record import (
+    RECORD_ATTRS,
+    SPACE_ATTR,
+    TrialRecord,
+    records,
+)
+from tuner.trial.scoring import CONSTRAINT_KEYS, TrialStatus
+
+DRAFT = "Qwen/Qwen2.5-0.5B-Instruct"
+SERVER = ServerConfig(
+    "Qwen/Qwen2.5-32B-Instruct-AWQ",
+    2,
+    8192,
+    0.9,
+    2048,
+    SpeculativeConfig(SpecMethod.DRAFT_MODEL, 4, DRAFT),
+)
+SUMMARY = {"concurrency": 1, "output_tok_s": 55.0, "acceptance_rate": 0.7, "ttft_p95_ms": 230.0}
+
+
+def _frozen(
+    attrs: dict[str, Any],
+    *,
+    number: int = 0,
+    state: TrialState = TrialState.COMPLETE,
+    values: list[float] | None = None,
+    constraints: tuple[float, float] | None = (-1.0, -270.0),
+) -> optuna.trial.FrozenTrial:
+    system = (
+        {}
+        if constraints is None
+        else {f"constraints:{k}": v for k, v in zip(CONSTRAINT_KEYS, constraints, strict=True)}
+    )
+    trial = optuna.trial.create_trial(
+        state=state,
+        values=values if values is not None or state is not TrialState.COMPLETE else [55.0, 230.0],
+        params={"draft": DRAFT},
+        distributions={"draft": CategoricalDistribution([DRAFT])},
+        user_attrs=attrs,
+        system_attrs=system,
+    )
+    trial.number = number
+    return trial
+
+
+def test_a_record_reads_back_what_it_wrote_with_its_enums() -> None:
+    written = TrialRecord(
+        number=0,
+        state=TrialState.COMPLETE,
+        server=SERVER,
+        temperature=0.2,
+        status=TrialStatus.OK,
+        source=Source.SIMULATED,
+        values=(55.0, 230.0),
+        constraints={"oom": -1.0, "ttft_slo": -270.0},
+        restarted=True,
+        memory={"kv_cache_gib": float("inf"), "fits": True},
+        summary=SUMMARY,
+        levels=(SUMMARY,),
+        worker="host/0",
+    )
+    attrs = written.to_attrs()
+    assert set(attrs) <= set(RECORD_ATTRS)
+    assert attrs["memory"]["kv_cache_gib"] is None  # JSON has no inf
+    assert "failure" not in attrs and "duplicate_of" not in attrs  # absent, not None
+    read = TrialRecord.from_trial(_frozen(attrs))
+    assert read is not None
+    assert read.status is TrialStatus.OK and read.source is Source.SIMULATED
+    assert read.server == SERVER and read.server.speculative is not None
+    assert read.server.speculative.method is SpecMethod.DRAFT_MODEL
+    assert (read.output_tok_s, read.p95_ttft_ms, read.acceptance_rate) == (55.0, 230.0, 0.7)
+    assert read.feasible and read.measured and not read.oom and read.draft == DRAFT
+    assert read.level_tok_s == ((1, 55.0),) and read.worker == "host/0"
+
+
+def test_oom_failed_and_repeated_records() -> None:
+    config = TrialConfig(SERVER, ClientConfig(0.2, load_space().workload))
+    crash = StartupFailure(FailureKind.CRASH, "engine core died", 1, "x" * 5000)
+    failed = TrialRecord.failed(3, config, crash, Source.MEASURED, "h/1")
+    assert failed.state is TrialState.FAIL and failed.status is TrialStatus.FAILED
+    assert failed.failure == str(crash) and len(failed.to_attrs()["log_tail"]) == 4000
+    plain = TrialRecord.failed(4, config, MeasurementError("no request succeeded"), Source.MEASURED)
+    assert plain.failure == "no request succeeded" and plain.log_tail == ""
+    # A failed trial keeps its config: the live table and the dashboard show it.
+    assert TrialRecord.from_trial(
+        _frozen(plain.to_attrs(), state=TrialState.FAIL, constraints=None)
+    ) == TrialRecord(
+        number=0,
+        state=TrialState.FAIL,
+        server=SERVER,
+        temperature=0.2,
+        status=TrialStatus.FAILED,
+        source=Source.MEASURED,
+        failure="no request succeeded",
+        params={"draft": DRAFT},
+    )
+    oom = TrialRecord.from_trial(
+        _frozen({**plain.to_attrs(), "status": "OOM"}, values=[0.0, 5000.0], constraints=(1, 1))
+    )
+    assert oom is not None and oom.oom and not oom.feasible and not oom.measured
+    assert oom.output_tok_s is None and oom.objective == (0.0, 5000.0)
+    reused = oom.reused_by(9, "h/2")
+    assert (reused.number, reused.duplicate_of, reused.worker) == (9, 0, "h/2")
+    assert reused.reused_by(12).duplicate_of == 0  # a repeat of a repeat names the original
+    with pytest.raises(ValueError, match="trial 4 did not complete"):
+        _ = plain.objective
+
+
+# What spectune wrote before TrialRecord, key for key: statuses as plain strings, no status on
+# an early OK trial, no source, a FAIL trial with nothing but its failure.
+OLD_OK = {
+    "worker": "h/0",
+    "server": server_to_dict(SERVER),
+    "temperature": 0.2,
+    "restarted": True,
+    "memory": {"fits": True},
+    "summary": SUMMARY,
+    "levels": [SUMMARY],
+}
+OLD_DUPLICATE = {
+    **OLD_OK,
+    "status": "ok",
+    "source": "simulated",
+    "duplicate_of": 0,
+    "server": {**server_to_dict(SERVER), "speculative": {**server_to_dict(SERVER)["speculative"]}},
+}
+OLD_FAILED = {"worker": "h/0", "status": "failed", "failure": "engine died", "log_tail": "boom"}
+
+
+def test_old_attributes_still_read() -> None:
+    ok = TrialRecord.from_trial(_frozen(OLD_OK))
+    assert ok is not None and ok.status is TrialStatus.OK and ok.source is Source.MEASURED
+    assert ok.server.method is SpecMethod.DRAFT_MODEL
+    duplicate = TrialRecord.from_trial(_frozen(OLD_DUPLICATE, number=1))
+    assert duplicate is not None and duplicate.duplicate_of == 0
+    # A failure recorded without its config is no record; the trial itself is still there.
+    assert TrialRecord.from_trial(_frozen(OLD_FAILED, state=TrialState.FAIL)) is None
+    assert records([_frozen(OLD_OK), _frozen(OLD_FAILED, state=TrialState.FAIL)]) == [ok]
+
+
+def test_a_study_written_by_the_previous_version_opens_and_exports(tmp_path: Path) -> None:
+    space = load_space()
+    study = optuna.create_study(
+        study_name="old",
+        storage=f"sqlite:///{tmp_path / 'old.db'}",
+        directions=["maximize", "minimize"],
+    )
+    study.set_user_attr(SPACE_ATTR, space.source)
+    study.set_user_attr("source", "measured")
+    for number, attrs in enumerate([OLD_OK, OLD_DUPLICATE, OLD_FAILED]):
+        frozen = _frozen(attrs, number=number)
+        if attrs is OLD_FAILED:
+            frozen = _frozen(attrs, number=number, state=TrialState.FAIL, constraints=None)
+        study.add_trial(frozen)
+    exported = export(study, space, "vllm")
+    assert exported.provenance.trial == 0  # the repeat is not a config of its own
+    assert "backend not recorded" in exported.text.splitlines()[1]
+    assert "draft_model" in exported.text and DRAFT in exported.text
+
+
+def test_spec_method_names_are_members_and_unknown_names_stay_for_the_check() -> None:
+    assert SpeculativeConfig("ngram", 3).method is SpecMethod.NGRAM
+    assert SpeculativeConfig("eagle", 3, "head").method == "eagle"
+    assert ServerConfig("m", 1, 512, 0.9, 512).method is SpecMethod.NONE
+    assert ServerConfig("m", 1, 512, 0.9, 512, SpeculativeConfig("ngram", 3)).draft == "ngram"
