@@ -29,6 +29,7 @@ from tuner.study.study import (
     open_study,
     run_trials,
 )
+from tuner.study.twin_calibrate import seed_study
 from tuner.study.workers import WorkerRequest, check_parallel_storage, gpu_slices, spawn_workers
 from tuner.trial.backends import Backend, BackendOptions, backend_factory
 from tuner.trial.record import TrialRecord
@@ -120,6 +121,7 @@ def optimize(
     claim_source(study, request.backend)
     extend_budget(study, request.trials)
     if request.sampler == "spectune":  # before any worker starts, so they all share the queue
+        seed_study(study, request.studies_dir, space)  # the host's calibrated twin, if any
         warm_start(study, space, request.trials)
     if request.workers == 1:
         if request.gpus_per_trial is not None and options.gpus is None:

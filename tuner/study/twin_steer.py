@@ -41,9 +41,19 @@ from tuner.study.strategy import grid_params
 from tuner.trial.record import TrialRecord, records, stored_space
 from tuner.trial.scoring import TrialStatus
 
-__all__ = ["TWIN_ATTR", "TwinProposal", "TwinSampler", "TwinScreen", "observations", "stored_twin"]
+__all__ = [
+    "PRIOR_ATTR",
+    "TWIN_ATTR",
+    "TwinProposal",
+    "TwinSampler",
+    "TwinScreen",
+    "observations",
+    "stored_twin",
+]
 
 TWIN_ATTR = "twin"
+# The twin a study starts from when the host was calibrated (``spectune calibrate``).
+PRIOR_ATTR = "twin_prior"
 # The user attribute a trial the twin proposed carries (its forecast).
 PROPOSED_ATTR = "twin_proposal"
 # Another method's best is proposed when the twin puts it within this share of the best.
@@ -140,8 +150,7 @@ class TwinScreen:
         key = (pair, mnbt, prompt)
         if key not in self._parts:
             server = self.config(pair, (max(self.settings[pair])[0], mnbt), 0.0).server
-            space = self.space
-            draft = space.draft_model(pair[0])
+            space, draft = self.space, self.space.draft_model(pair[0])
             self._parts[key] = step_parts(
                 space.hardware, space.target, draft, server, prompt, space.workload.output_tokens
             )
@@ -156,14 +165,11 @@ class TwinScreen:
             memory = estimate_memory(
                 space.hardware, space.target, space.draft_model(pair[0]), server
             )
-            fits = memory.fits
-            self._slack[key] = slacks(memory, server.max_model_len) if fits else None
+            self._slack[key] = slacks(memory, server.max_model_len) if memory.fits else None
         slack = self._slack[key]
         if slack is None:
             return -1.0
-        params = twin.params
-        outside = slack[0] - params.outside_gib
-        return min(outside, slack[1] - params.inside_gib)
+        return min(slack[0] - twin.params.outside_gib, slack[1] - twin.params.inside_gib)
 
     def safe(self, twin: FittedTwin, pair: Pair, setting: Setting) -> bool:
         return self.headroom(twin, pair, setting) >= twin.margin_gib
@@ -257,8 +263,13 @@ class TwinSampler(optuna.samplers.BaseSampler):
             self._screen = None if space is None else _screen(space)
         return self._screen
 
+    def start(self, study: optuna.Study) -> FittedTwin:
+        """The twin before any trial: the host's calibration, else ``prior``."""
+        raw = study.user_attrs.get(PRIOR_ATTR)
+        return self.prior if raw is None else FittedTwin.from_json(raw)
+
     def twin(self, study: optuna.Study) -> FittedTwin:
-        return stored_twin(study) or self.prior
+        return stored_twin(study) or self.start(study)
 
     # -- optuna.samplers.BaseSampler ------------------------------------------------------
 
@@ -308,7 +319,7 @@ class TwinSampler(optuna.samplers.BaseSampler):
             return
         done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
         seen = [t for t in done if t.number != trial.number] + [trial]
-        twin = fit(screen.space.hardware, observations(screen.space, seen), self.prior)
+        twin = fit(screen.space.hardware, observations(screen.space, seen), self.start(study))
         study.set_user_attr(TWIN_ATTR, twin.to_json())
         if self.steer and screen.space.workload.concurrency[0] == 1:
             _propose(study, screen, twin, seen)

@@ -1,0 +1,86 @@
+"""``spectune calibrate``: a handful of designed launches that fit the host's twin."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from tuner.catalog.gpus import parse_hardware
+from tuner.cli import options as opt
+from tuner.cli.app import app, console, handle_errors, print_json
+from tuner.config.space import load_space
+from tuner.sim.twin.fit import FittedTwin
+from tuner.study.twin_calibrate import calibrate
+from tuner.trial.backends import backend_factory
+from tuner.trial.runner import TrialOutcome
+
+__all__ = ["calibrate_command"]
+
+
+@app.command("calibrate")
+@handle_errors
+def calibrate_command(
+    hardware: opt.Hardware = None,
+    space: Annotated[
+        str | None,
+        typer.Option("--space", help="Search space whose model and GPUs to calibrate."),
+    ] = None,
+    backend: opt.Backend = "docker",
+    studies_dir: opt.StudiesDir = Path("studies"),
+    seed: opt.Seed = 0,
+    gpus: opt.Gpus = None,
+    vllm_command: opt.VllmCommand = "vllm",
+    image: opt.Image = None,
+    docker_volume: opt.DockerVolume = None,
+    docker_entrypoint: opt.DockerEntrypoint = "vllm",
+    sim_speed: opt.SimSpeed = None,
+    ready_timeout: opt.ReadyTimeout = 900.0,
+    request_timeout: opt.RequestTimeout = 120.0,
+    as_json: opt.Json = False,
+) -> None:
+    """Fit the host's twin on a few designed launches; later studies and estimates start from it."""
+    loaded = load_space(space)
+    if hardware is not None:
+        loaded = loaded.with_hardware(parse_hardware(hardware))
+    options = opt.backend_options(
+        "calibrate",
+        seed,
+        gpus=gpus,
+        vllm_command=vllm_command,
+        image=image,
+        docker_volume=docker_volume,
+        docker_entrypoint=docker_entrypoint,
+        sim_speed=sim_speed,
+        ready_timeout=ready_timeout,
+        request_timeout=request_timeout,
+    )
+    built = backend_factory(backend)(loaded, options)
+
+    def show(outcome: TrialOutcome) -> None:
+        if not as_json:
+            server = outcome.config.server
+            primary = outcome.primary
+            speed = "" if primary is None else f" {primary.output_tok_s:.1f} tok/s"
+            console.print(f"  {server.draft or 'none'} K={server.k}: {outcome.status.value}{speed}")
+
+    result = calibrate(
+        loaded, built, studies_dir, studies_dir / "calibration" / "logs", seed, on_run=show
+    )
+    if as_json:
+        print_json({"path": str(result.path), "twin": result.twin.to_json()})
+        return
+    console.print(f"calibrated twin written to {result.path}")
+    for line in describe(result.twin):
+        console.print(f"  {line}")
+
+
+def describe(twin: FittedTwin) -> list[str]:
+    """One line per fitted step-time factor and the memory, with a 95 % interval."""
+    lines = []
+    for name in ("decode", "draft", "overhead", "prefill", "outside_gib"):
+        value, sd = getattr(twin.params, name), twin.sd.get(name, 0.0)
+        lines.append(f"{name}: {value:.3f} (95 % {value - 2 * sd:.3f} .. {value + 2 * sd:.3f})")
+    lines.append(f"memory margin: {twin.margin_gib:.2f} GiB")
+    return lines
