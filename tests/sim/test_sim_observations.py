@@ -9,6 +9,7 @@ import pytest
 from tuner.catalog.gpus import parse_hardware
 from tuner.catalog.models import load_model
 from tuner.config.trial import ServerConfig, SpeculativeConfig
+from tuner.config.vllm_version import parse_version
 from tuner.config.workload import WorkloadSpec
 from tuner.results import TrialResult
 from tuner.sim.engine import predict
@@ -97,8 +98,9 @@ def test_speculation_gain_shrinks_with_concurrency() -> None:
 
 
 def test_memory_utilization_098_runs_out_while_092_fits() -> None:
-    fits = estimate_memory(HARDWARE, TARGET, DRAFT, reference_server(4, 0.92))
-    oom = estimate_memory(HARDWARE, TARGET, DRAFT, reference_server(4, 0.98))
+    field_notes = parse_version("0.7.2")  # the version the field notes were taken on
+    fits = estimate_memory(HARDWARE, TARGET, DRAFT, reference_server(4, 0.92), version=field_notes)
+    oom = estimate_memory(HARDWARE, TARGET, DRAFT, reference_server(4, 0.98), version=field_notes)
     assert fits.fits and fits.reason == ""
     # 0.92 leaves ~2 GB outside vLLM's budget for the CUDA context and bursts.
     assert fits.gpu_total_gib - fits.budget_gib == pytest.approx(1.9, abs=0.1)

@@ -32,7 +32,7 @@ CONFIGS = [
         0.92,
         1024,
         speculative=SpeculativeConfig("draft_model", 4, DRAFT),
-        quantization="awq",
+        quantization="awq_marlin",  # passed: not the checkpoint's own "awq" (vLLM detects that)
         enable_chunked_prefill=False,
         served_model_name="big",
         extra_flags=(("max-num-seqs", 64), ("enforce-eager", True)),

@@ -2,14 +2,29 @@
 
 vLLM asks for ``gpu_memory_utilization`` of each GPU. Inside that budget it loads the target and
 draft weights, profiles one forward pass of ``max-num-batched-tokens`` tokens (the activation
-peak), keeps its cuBLAS/NCCL workspaces, and gives everything left to the KV cache. Two things
-sit *outside* the budget: the CUDA context, there before vLLM measures anything, and the CUDA
-graphs captured after the KV cache is allocated. That is why 0.98 of a 24 GB card fails while
-0.92 leaves ~2 GB for them (BRIEF.md): the budget plus what lies outside must fit the card.
+peak, the sampler's logits included), keeps its cuBLAS workspace, and gives everything left to
+the KV cache of target and draft (``--kv-cache-dtype`` sets its bytes per value). What lies
+inside and outside the budget changed with vLLM's releases; :func:`memory_rules` names the two
+rule sets and the versions each encodes:
 
-The failure causes follow vLLM's start-up messages, in the order vLLM meets them: weights that do
-not fit at all, no memory left for cache blocks, a cache too small for one request of
-``max-model-len`` tokens, and finally the CUDA OOM while capturing graphs.
+``0.21+`` (read in vLLM 0.32's source; the release it began with is BRIEF.md's):
+    the CUDA-graph memory is profiled and counted inside the budget
+    (``vllm/v1/worker/gpu_worker.py`` ``determine_available_memory`` subtracts
+    ``profile_cudagraph_memory()``; ``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS`` defaults to 1 in
+    ``vllm/envs.py``). The CUDA context and NCCL's buffers exist before the start-up snapshot
+    (``init_device`` runs ``init_worker_distributed_environment`` before ``MemorySnapshot``) and
+    so sit outside it. Start-up refuses unless the free memory is at least utilization x total
+    (``vllm/v1/worker/utils.py`` ``request_memory``: "Free memory on device ... on startup is
+    less than desired GPU memory utilization"); the free memory is NVML's where known, so
+    another process on the GPU counts. The KV-cache checks are
+    ``vllm/v1/core/kv_cache_utils.py`` ``_check_enough_kv_cache_memory``.
+``0.6-0.20`` (the rules this model was first calibrated on, BRIEF.md's reference run on 0.7.2):
+    the CUDA context and the CUDA graphs captured after the KV cache is allocated sit outside
+    the budget, cuBLAS and NCCL workspaces inside. 0.98 of a 24 GB card then fails while
+    capturing graphs, and 0.92 leaves ~2 GB for them. No start-up free-memory check; memory
+    other processes hold also lies outside the budget and must fit next to it.
+
+The failure causes follow vLLM's start-up messages in the order vLLM meets them.
 """
 
 from __future__ import annotations
@@ -20,10 +35,19 @@ from dataclasses import dataclass
 from tuner.catalog.gpus import Hardware
 from tuner.catalog.models import ModelSpec
 from tuner.config.trial import ServerConfig
+from tuner.config.vllm_version import NEWEST_KNOWN, VllmVersion
 from tuner.errors import ConfigError
 from tuner.sim.perfmodel import draft_tensor_parallel, kv_bytes_per_gpu
 
-__all__ = ["BLOCK_TOKENS", "MemoryEstimate", "effective_batched_tokens", "estimate_memory"]
+__all__ = [
+    "BLOCK_TOKENS",
+    "MemoryEstimate",
+    "MemoryRules",
+    "effective_batched_tokens",
+    "estimate_memory",
+    "kv_cache_bytes_per_value",
+    "memory_rules",
+]
 
 GIB = 1024**3
 BLOCK_TOKENS = 16  # vLLM's KV-cache block size
@@ -43,14 +67,54 @@ ACTIVATION_FACTOR = 3.0
 SAMPLER_SEQS = 256
 SAMPLER_COPIES = 3
 
+_BUDGETED_GRAPHS = VllmVersion(0, 21, 0)
+# --kv-cache-dtype: bytes per cached value (auto/bf16/fp16 keep the model's 16 bits).
+_KV_DTYPE_BYTES = (("fp8", 1.0), ("int8", 1.0), ("int4", 0.5), ("nvfp4", 0.5625))
+
+
+@dataclass(frozen=True)
+class MemoryRules:
+    """What one range of vLLM releases counts inside ``gpu_memory_utilization``.
+
+    Attributes:
+        versions: the releases these rules encode, e.g. ``"0.21+"``.
+        graphs_in_budget: CUDA-graph memory comes out of the KV cache (else it lies outside).
+        nccl_in_budget: NCCL buffers come out of the KV cache (else they lie outside).
+        free_memory_check: start-up needs free memory >= utilization x total.
+    """
+
+    versions: str
+    graphs_in_budget: bool
+    nccl_in_budget: bool
+    free_memory_check: bool
+
+
+def memory_rules(version: VllmVersion | None) -> MemoryRules:
+    """The rules of ``version`` (None: the newest known release)."""
+    if (version or NEWEST_KNOWN) >= _BUDGETED_GRAPHS:
+        return MemoryRules("0.21+", graphs_in_budget=True, nccl_in_budget=False,
+                           free_memory_check=True)  # fmt: skip
+    return MemoryRules("0.6-0.20", graphs_in_budget=False, nccl_in_budget=True,
+                       free_memory_check=False)  # fmt: skip
+
+
+def kv_cache_bytes_per_value(server: ServerConfig) -> float:
+    """Bytes a cached K or V value takes under the server's ``--kv-cache-dtype``."""
+    for name, value in server.extra_flags:
+        if name.lstrip("-").replace("_", "-") == "kv-cache-dtype":
+            text = str(value).lower()
+            return next((size for prefix, size in _KV_DTYPE_BYTES if text.startswith(prefix)), 2.0)
+    return 2.0
+
 
 @dataclass(frozen=True)
 class MemoryEstimate:
     """Where one GPU's memory goes under a server config; every figure in GiB, per GPU.
 
-    ``weights_gib + draft_gib + activation_gib + kv_cache_gib`` plus the workspace part of
-    ``overhead_gib`` fill ``budget_gib``; the rest of ``overhead_gib`` (CUDA context and graphs)
-    lies outside it and must fit in what the budget leaves of ``gpu_total_gib``.
+    ``weights_gib + draft_gib + activation_gib + kv_cache_gib`` plus the part of ``overhead_gib``
+    inside the budget (workspaces; from 0.21 the CUDA graphs too) fill ``budget_gib``; the rest
+    of ``overhead_gib`` (CUDA context; graphs before 0.21, NCCL from 0.21) lies outside it and
+    must fit in what the budget leaves of ``gpu_total_gib``.
 
     Attributes:
         gpu_total_gib: the card's memory.
@@ -63,6 +127,7 @@ class MemoryEstimate:
         kv_tokens: tokens of context the KV cache holds (target and draft KV per token).
         fits: whether the server would start.
         reason: "" when it fits; else the cause in vLLM's words.
+        rules: the vLLM releases whose rules produced the estimate (``"0.21+"``).
     """
 
     gpu_total_gib: float
@@ -75,6 +140,7 @@ class MemoryEstimate:
     kv_tokens: int
     fits: bool
     reason: str
+    rules: str = "0.21+"
 
     @property
     def peak_gib(self) -> float:
@@ -119,16 +185,22 @@ def estimate_memory(
     draft: ModelSpec | None,
     server: ServerConfig,
     jitter_gib: float = 0.0,
+    *,
+    version: VllmVersion | None = None,
+    free_gib: float | None = None,
 ) -> MemoryEstimate:
-    """Predicts one GPU's memory use under ``server`` and whether vLLM would start.
+    """Predicts one GPU's memory use under ``server`` and whether vLLM ``version`` would start.
 
     Args:
         hardware: the GPUs; tensor parallelism uses ``server.tensor_parallel_size`` of them.
         target: the served model.
         draft: the draft model; ignored unless the server speculates with ``draft_model``.
-        server: memory utilization, batched tokens, max model length and speculation.
+        server: memory utilization, batched tokens, max model length, speculation, KV dtype.
         jitter_gib: hidden extra memory outside the budget (the simulated launcher's seeded
             variation, so borderline configs can still fail at launch); predictions use 0.
+        version: whose memory rules apply (:func:`memory_rules`; None: the newest).
+        free_gib: NVML's free memory on the fullest GPU before vLLM starts, where NVML is
+            present; memory other processes hold then counts against the start-up.
 
     Returns:
         The estimate; ``fits`` is False with vLLM's cause in ``reason`` when it would not start.
@@ -140,67 +212,108 @@ def estimate_memory(
     _check_parallel(hardware, target, tp)
     if server.speculative is None or server.speculative.method != "draft_model":
         draft = None  # only a draft-model server loads the draft
+    rules = memory_rules(version)
     total = hardware.gpu.vram_gib
     budget = server.gpu_memory_utilization * total
+    others = max(total - free_gib, 0.0) if free_gib is not None else 0.0
     tokens = effective_batched_tokens(server)
     weights = target.weight_bytes / tp / GIB
     activation = _activation_bytes(target, tp, tokens, sampler=True)
-    workspace = CUBLAS_WORKSPACE_GIB + (NCCL_WORKSPACE_GIB if tp > 1 else 0.0)
-    outside = CUDA_CONTEXT_GIB + _graphs_gib(target)
+    nccl = NCCL_WORKSPACE_GIB if tp > 1 else 0.0
+    graphs = _graphs_gib(target)
     draft_weights = 0.0
-    per_token = kv_bytes_per_gpu(target, tp)
+    dtype_scale = kv_cache_bytes_per_value(server) / 2.0
+    per_token = kv_bytes_per_gpu(target, tp) * dtype_scale
     if draft is not None:
         # A draft on one GPU (draft TP 1) puts all of it on GPU 0, the GPU reported here.
         draft_tp = draft_tensor_parallel(server)
         draft_weights = draft.weight_bytes / draft_tp / GIB
         # The draft's profile pass runs after the target's; only its own activations add up.
         activation += _activation_bytes(draft, draft_tp, tokens, sampler=False)
-        outside += _graphs_gib(draft)
-        per_token += kv_bytes_per_gpu(draft, draft_tp)
+        graphs += _graphs_gib(draft)
+        per_token += kv_bytes_per_gpu(draft, draft_tp) * dtype_scale
     activation /= GIB
-    kv_cache = budget - weights - draft_weights - activation - workspace
+    inside = CUBLAS_WORKSPACE_GIB + (nccl if rules.nccl_in_budget else 0.0)
+    inside += graphs if rules.graphs_in_budget else 0.0
+    outside = CUDA_CONTEXT_GIB + (0.0 if rules.nccl_in_budget else nccl)
+    outside += 0.0 if rules.graphs_in_budget else graphs
+    kv_cache = budget - weights - draft_weights - activation - inside
     blocks = math.floor(kv_cache * GIB / per_token / BLOCK_TOKENS) if kv_cache > 0 else 0
     kv_tokens = blocks * BLOCK_TOKENS
-    reason = ""
-    loaded = weights + draft_weights + workspace + CUDA_CONTEXT_GIB + jitter_gib
-    if loaded > total:
-        reason = (
-            "torch.OutOfMemoryError: CUDA out of memory while loading the model weights: "
-            f"{weights + draft_weights:.2f} GiB of weights on a GPU with {total:.2f} GiB total "
-            "capacity. Use more GPUs (tensor parallelism) or a quantized model."
-        )
-    elif kv_cache <= 0:
-        reason = (
-            "ValueError: No available memory for the cache blocks. Try increasing "
-            f"`gpu_memory_utilization` when initializing the engine (budget {budget:.2f} GiB, "
-            f"weights {weights + draft_weights:.2f} GiB, activations {activation:.2f} GiB)."
-        )
-    elif kv_tokens < server.max_model_len:
-        needed = server.max_model_len * per_token / GIB
-        reason = (
-            f"ValueError: To serve at least one request with the models's max seq len "
-            f"({server.max_model_len}), ({needed:.2f} GiB KV cache is needed, which is larger "
-            f"than the available KV cache memory ({kv_cache:.2f} GiB). Based on the available "
-            f"memory, the estimated maximum model length is {kv_tokens}. Try increasing "
-            "`gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine."
-        )
-    elif budget + outside + jitter_gib > total:
-        free_mib = max(total - budget - CUDA_CONTEXT_GIB - jitter_gib, 0.0) * 1024
-        wanted_mib = (outside - CUDA_CONTEXT_GIB) * 1024
-        reason = (
-            f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {wanted_mib:.0f} MiB. "
-            f"GPU 0 has a total capacity of {total:.2f} GiB of which {free_mib:.0f} MiB is free "
-            "(while capturing CUDA graphs). Try lowering `gpu_memory_utilization`."
-        )
+    # Memory vLLM finds taken when it starts: its own context (and NCCL from 0.21), others'.
+    held = CUDA_CONTEXT_GIB + (0.0 if rules.nccl_in_budget else nccl) + others + jitter_gib
+    reason = _failure(
+        rules, server, total=total, budget=budget, held=held, weights=weights + draft_weights,
+        activation=activation, kv_cache=kv_cache, kv_tokens=kv_tokens, per_token=per_token,
+        late=outside - CUDA_CONTEXT_GIB,
+        workspace=CUBLAS_WORKSPACE_GIB + (nccl if rules.nccl_in_budget else 0.0),
+    )  # fmt: skip
     return MemoryEstimate(
         gpu_total_gib=total,
         budget_gib=budget,
         weights_gib=weights,
         draft_gib=draft_weights,
         activation_gib=activation,
-        overhead_gib=workspace + outside,
+        overhead_gib=inside + outside,
         kv_cache_gib=kv_cache,
         kv_tokens=kv_tokens,
         fits=not reason,
         reason=reason,
+        rules=rules.versions,
     )
+
+
+def _failure(
+    rules: MemoryRules,
+    server: ServerConfig,
+    *,
+    total: float,
+    budget: float,
+    held: float,
+    weights: float,
+    activation: float,
+    kv_cache: float,
+    kv_tokens: int,
+    per_token: float,
+    late: float,
+    workspace: float,
+) -> str:
+    """vLLM's root-cause line for the first check that fails, in the order vLLM runs them."""
+    util = server.gpu_memory_utilization
+    free = total - held
+    if rules.free_memory_check and free < budget:
+        # vllm/v1/worker/utils.py request_memory, before anything is loaded.
+        return (
+            f"ValueError: Free memory on device cuda:0 ({free:.2f}/{total:.2f} GiB) on startup "
+            f"is less than desired GPU memory utilization ({util}, {budget:.2f} GiB). Decrease "
+            "GPU memory utilization or reduce GPU memory used by other processes."
+        )
+    if weights + workspace + held > total:
+        return (
+            "torch.OutOfMemoryError: CUDA out of memory while loading the model weights: "
+            f"{weights:.2f} GiB of weights on a GPU with {total:.2f} GiB total capacity. Use "
+            "more GPUs (tensor parallelism) or a quantized model."
+        )
+    if kv_cache <= 0:
+        return (
+            "ValueError: No available memory for the cache blocks. Try increasing "
+            f"`gpu_memory_utilization` when initializing the engine (budget {budget:.2f} GiB, "
+            f"weights {weights:.2f} GiB, activations {activation:.2f} GiB)."
+        )
+    if kv_tokens < server.max_model_len:
+        needed = server.max_model_len * per_token / GIB
+        return (
+            f"ValueError: To serve at least one request with the model's max seq len "
+            f"({server.max_model_len}), ({needed:.2f} GiB KV cache is needed, which is larger "
+            f"than the available KV cache memory ({kv_cache:.2f} GiB). Based on the available "
+            f"memory, the estimated maximum model length is {kv_tokens}. Try increasing "
+            "`gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine."
+        )
+    if not rules.graphs_in_budget and budget + late + held > total:
+        free_mib = max(total - budget - held, 0.0) * 1024
+        return (
+            f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {late * 1024:.0f} "
+            f"MiB. GPU 0 has a total capacity of {total:.2f} GiB of which {free_mib:.0f} MiB is "
+            "free (while capturing CUDA graphs). Try lowering `gpu_memory_utilization`."
+        )
+    return ""

@@ -15,6 +15,7 @@ import sys
 import time
 
 from tuner.catalog.models import ModelSpec, load_model
+from tuner.config.vllm_version import VllmVersion
 from tuner.errors import ConfigError
 from tuner.sim.acceptance import DRAFT_MODEL, SPEC_METHODS
 from tuner.sim.memory import BLOCK_TOKENS, GIB, estimate_memory
@@ -88,11 +89,23 @@ def _load(name: str, config_class: str) -> ModelSpec:
         ) from None
 
 
-def _kv_cache(args: ServeArgs, target: ModelSpec, draft: ModelSpec | None) -> tuple[int, float]:
-    """KV-cache tokens and GiB per GPU, or the start-up failure vLLM would meet."""
+def _kv_cache(
+    args: ServeArgs,
+    target: ModelSpec,
+    draft: ModelSpec | None,
+    version: VllmVersion | None,
+    free_gib: float | None,
+) -> tuple[int, float]:
+    """KV-cache tokens and GiB per GPU, or the start-up failure vLLM ``version`` would meet.
+
+    The same :func:`~tuner.sim.memory.estimate_memory` as the pre-screen, under the same
+    version's rules, so the two never disagree on whether a config starts.
+    """
     server, hardware = args.server, args.sim.hardware
     try:
-        memory = estimate_memory(hardware, target, draft, server)
+        memory = estimate_memory(
+            hardware, target, draft, server, version=version, free_gib=free_gib
+        )
     except ConfigError as exc:
         raise ConfigValidationError("ParallelConfig", str(exc)) from None
     if args.sim.faults.oom_at_start:
@@ -117,7 +130,7 @@ def _kv_cache(args: ServeArgs, target: ModelSpec, draft: ModelSpec | None) -> tu
     tokens = explicit // per_token // BLOCK_TOKENS * BLOCK_TOKENS
     if tokens < server.max_model_len:
         raise StartFailure(
-            "ValueError: To serve at least one request with the models's max seq len "
+            "ValueError: To serve at least one request with the model's max seq len "
             f"({server.max_model_len}), ({server.max_model_len * per_token / GIB:.2f} GiB KV "
             "cache is needed, which is larger than the available KV cache memory "
             f"({explicit / GIB:.2f} GiB). Based on the available memory, the estimated maximum "
@@ -127,8 +140,15 @@ def _kv_cache(args: ServeArgs, target: ModelSpec, draft: ModelSpec | None) -> tu
     return tokens, explicit / GIB
 
 
-def start_engine(args: ServeArgs) -> Engine:
-    """Loads the model specs, checks memory like vLLM's start-up, and builds the engine.
+def start_engine(
+    args: ServeArgs, *, version: VllmVersion | None = None, free_gib: float | None = None
+) -> Engine:
+    """Loads the model specs, checks memory like vLLM ``version``'s start-up, builds the engine.
+
+    Args:
+        args: the parsed command line.
+        version: whose memory rules to follow (None: the newest, what the fake server reports).
+        free_gib: the free memory of the simulated GPU before start-up (None: all but nothing).
 
     Raises:
         ConfigValidationError: an unknown model, draft or method, or a bad parallel size.
@@ -148,7 +168,7 @@ def start_engine(args: ServeArgs) -> Engine:
         if not spec.model:
             raise ConfigValidationError("SpeculativeConfig", "method draft_model needs a model")
         draft = _load(spec.model, "SpeculativeConfig")
-    kv_tokens, kv_gib = _kv_cache(args, target, draft)
+    kv_tokens, kv_gib = _kv_cache(args, target, draft, version, free_gib)
     log("INFO", f"Available KV cache memory: {kv_gib:.2f} GiB (simulated)")
     log("INFO", f"GPU KV cache size: {kv_tokens:,} tokens")
     log(
