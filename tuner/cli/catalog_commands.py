@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -16,6 +17,7 @@ from tuner.cli.app import app, console, handle_errors, print_json
 from tuner.config.trial import server_to_dict
 from tuner.config.workload import WorkloadSpec
 from tuner.sim.estimate import Estimate, estimate
+from tuner.study.twin_calibrate import study_physics
 
 __all__ = ["estimate_command", "hardware_command", "models_command"]
 
@@ -37,6 +39,11 @@ def estimate_command(
     concurrency: opt.Concurrency = 1,
     input_tokens: opt.InputTokens = 512,
     output_tokens: opt.OutputTokens = 256,
+    study: Annotated[
+        str | None, typer.Option("--study", help="Predict with this study's fitted twin.")
+    ] = None,
+    storage: opt.Storage = None,
+    studies_dir: opt.StudiesDir = Path("studies"),
     as_json: opt.Json = False,
 ) -> None:
     """Predict one config's speed and memory with the simulator (nothing is launched)."""
@@ -58,6 +65,7 @@ def estimate_command(
         max_num_batched_tokens=max_num_batched_tokens,
         max_model_len=max_model_len,
         concurrency=concurrency,
+        physics=study_physics(study, storage, studies_dir),
     )
     if as_json:
         print_json(_estimate_json(result))
