@@ -1,8 +1,8 @@
 """Starts the fake server through a DockerLauncher, the way a study would, then waits for a signal.
 
-Usage: ``python signal_driver.py SPEC_JSON`` with keys image, study, log_dir, phase, and the
-launcher's entrypoint, volumes, environment. ``phase`` "starting" uses a server that never gets
-ready (the signal arrives inside ``start``); "running" prints READY once started and sleeps.
+Usage: ``python signal_driver.py SPEC_JSON`` with keys image, study, log_dir, and the
+launcher's entrypoint, subcommand, volumes, environment (a fake server that never gets ready
+receives the signal inside ``start``); once started it prints READY and sleeps.
 
 Deliberately no ``with`` block and no handlers of its own: the launcher's own hooks must be
 enough for nothing to outlive the process.
@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from tuner.config.trial import LaunchContext, ServerConfig
-from tuner.config.vllm_args import parse_version
+from tuner.config.vllm_args import NEWEST_KNOWN
 from tuner.launch.docker import DockerLauncher
 
 
@@ -25,16 +25,16 @@ def main(spec: dict[str, object]) -> None:
         str(spec["image"]),
         study=str(spec["study"]),
         gpus=(),
-        version=parse_version("0.32.0"),
+        version=NEWEST_KNOWN,
         entrypoint=list(spec["entrypoint"]),  # type: ignore[call-overload]
-        subcommand=(),
+        subcommand=list(spec["subcommand"]),  # type: ignore[call-overload]
         volumes=dict(spec["volumes"]),  # type: ignore[call-overload]
         environment=dict(spec["environment"]),  # type: ignore[call-overload]
         ready_timeout_s=300,
         stop_timeout_s=10,
         poll_s=0.2,
     )
-    server = ServerConfig("tiny", 1, 512, 0.9, 512)
+    server = ServerConfig("Qwen/Qwen2.5-14B-Instruct-AWQ", 1, 8192, 0.9, 2048)
     context = LaunchContext(str(spec["study"]), 1, Path(str(spec["log_dir"])))
     launcher.start(server, context)
     print("READY", flush=True)

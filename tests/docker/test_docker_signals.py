@@ -70,12 +70,14 @@ def test_a_signal_leaves_no_container_of_the_study(
     signum: signal.Signals,
     phase: str,
 ) -> None:
-    kwargs = fake_launcher_kwargs(tmp_path, "hang" if phase == "starting" else "serve")
+    faults = ("slow-start=300",) if phase == "starting" else ()
+    kwargs = fake_launcher_kwargs(tmp_path, *faults)
     spec = {
         "image": test_image,
         "study": study,
         "log_dir": str(tmp_path / "logs"),
         "entrypoint": list(kwargs["entrypoint"]),
+        "subcommand": list(kwargs["subcommand"]),
         "volumes": kwargs["volumes"],
         "environment": kwargs["environment"],
     }

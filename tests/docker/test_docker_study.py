@@ -17,6 +17,7 @@ import pytest
 from optuna.trial import TrialState
 
 from tuner.config.space import space_from_dict
+from tuner.export.vllm import write_best
 from tuner.launch.docker import LABEL_STUDY
 from tuner.study.optimize import OptimizeRequest, optimize
 from tuner.study.paths import default_storage
@@ -83,7 +84,7 @@ def run_study(
             ready_timeout_s=60,
             request_timeout_s=3,
         )
-        optimize(
+        result = optimize(
             OptimizeRequest(
                 study=study,
                 space=space,
@@ -93,6 +94,8 @@ def run_study(
                 backend_options=options,
             )
         )
+        if result.recommended is not None:  # what `spectune optimize` then writes
+            write_best(result.handle, space, result.paths)
         return optuna.load_study(study_name=study, storage=storage)
 
     return run
