@@ -12,6 +12,7 @@ import pytest
 import yaml
 from testbed import parse_with_vllm, require_vllm
 
+from tuner.catalog.gpus import find_gpu
 from tuner.config.trial import ServerConfig, SpeculativeConfig
 from tuner.config.vllm_args import (
     NEWEST_KNOWN,
@@ -22,6 +23,7 @@ from tuner.config.vllm_args import (
     detect_version,
     dialect,
     parse_version,
+    sampled_value_refusal,
     server_argv,
     server_yaml,
     version_from_image,
@@ -481,3 +483,18 @@ def test_draft_of_another_vocabulary_size_gets_use_heterogeneous_vocab() -> None
     assert "use_heterogeneous_vocab" not in _spec_json(NGRAM, "0.32.0")
     unknown = replace(small, model="/nowhere/model")  # vLLM alone can tell
     assert "use_heterogeneous_vocab" not in _spec_json(unknown, "0.32.0")
+
+
+def test_sampled_values_vllm_refuses_are_named_not_raised() -> None:
+    small = replace(BASE, max_num_batched_tokens=512)
+    assert sampled_value_refusal(BASE, find_gpu("4090")) is None
+    assert sampled_value_refusal(small, find_gpu("4090")) is None  # 256 sequences by default
+    # vLLM 0.32 defaults to 1024 sequences on 70 GiB+ cards (A100 excepted).
+    assert sampled_value_refusal(small, find_gpu("H100")) == (
+        "max_num_batched_tokens (512) must be greater than or equal to max_num_seqs (1024)."
+    )
+    assert sampled_value_refusal(small, find_gpu("A100-80GB")) is None
+    fewer = replace(small, extra_flags=(("max-num-seqs", 64),))
+    assert sampled_value_refusal(fewer, find_gpu("H100")) is None
+    unchunked = replace(BASE, enable_chunked_prefill=False)
+    assert "is smaller than max_model_len (8192)" in str(sampled_value_refusal(unchunked))

@@ -27,6 +27,7 @@ from tuner.config.vllm_args import (
     VllmVersion,
     config_file_argv,
     parse_version,
+    sampled_value_refusal,
     server_argv,
     server_yaml,
 )
@@ -78,6 +79,23 @@ def _pair_servers() -> Iterator[tuple[str, ServerConfig, ModelSpec | None, Model
             yield f"{target.hf_id}+{draft.hf_id}", _with(base, spec), draft, target
 
 
+def _sampled_servers(server: ServerConfig) -> dict[str, ServerConfig]:
+    """Tuned values vLLM refuses, or just accepts (the boundary of sampled_value_refusal)."""
+    seqs = (("max-num-seqs", 256),)  # explicit: the default depends on the device
+    return {
+        "batched-below-seqs": _replace(server, max_num_batched_tokens=128, extra_flags=seqs),
+        "batched-equal-seqs": _replace(server, max_num_batched_tokens=256, extra_flags=seqs),
+        "no-chunking-short-batch": _replace(server, enable_chunked_prefill=False),
+        "no-chunking-long-batch": _replace(
+            server, enable_chunked_prefill=False, max_num_batched_tokens=8192
+        ),
+    }
+
+
+def _replace(server: ServerConfig, **changes: Any) -> ServerConfig:
+    return ServerConfig(**{**server.__dict__, **changes})
+
+
 def _with(server: ServerConfig, spec: SpeculativeConfig) -> ServerConfig:
     return ServerConfig(**{**server.__dict__, "speculative": spec})
 
@@ -108,6 +126,8 @@ def verdicts(hf_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[s
     cases["control:no-heterogeneous-flag"] = _argv(small.server, parse_version("0.24.0"))
     unknown = ServerConfig(**{**small.server.__dict__, "extra_flags": (("no-such-flag", 1),)})
     cases["control:unknown-flag"] = _argv(unknown, JUDGE_VERSION)
+    for label, server in _sampled_servers(small.server).items():
+        cases["sampled:" + label] = _argv(server, JUDGE_VERSION)
     results = judge_with_vllm(list(cases.values()), hf_cache)
     return dict(zip(cases, results, strict=True))
 
@@ -159,3 +179,20 @@ def test_the_judge_refuses_what_vllm_refuses(verdicts: dict[str, Any]) -> None:
     unknown = verdicts["control:unknown-flag"]
     assert unknown["stage"] == "argparse" and unknown["exit"] == 2
     assert "unrecognized arguments: --no-such-flag" in unknown["error"]
+
+
+def test_sampled_value_refusals_match_vllms(verdicts: dict[str, Any]) -> None:
+    """Refusals that depend on sampled values: spectune predicts them (infeasible trials)."""
+    default = load_space("default")
+    base = default.config(default.speculative("Qwen/Qwen2.5-0.5B-Instruct", 4), 0.9, 2048, 0.0)
+    for label, server in _sampled_servers(base.server).items():
+        verdict = verdicts["sampled:" + label]
+        predicted = sampled_value_refusal(server)
+        assert verdict["ok"] is (predicted is None), label
+        if predicted is not None:
+            assert predicted in verdict["error"], label
+    # Nothing a shipped space proposes is refused for its sampled values, on its own GPUs.
+    for name in builtin_spaces():
+        space = load_space(name)
+        for _, server in _space_servers(space):
+            assert sampled_value_refusal(server, space.hardware.gpu) is None

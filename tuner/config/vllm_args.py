@@ -39,6 +39,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from tuner.catalog.gpus import GpuSpec
 from tuner.catalog.models import (
     HETEROGENEOUS_VOCAB_SINCE,
     ModelSpec,
@@ -65,6 +66,7 @@ __all__ = [
     "detect_version",
     "dialect",
     "parse_version",
+    "sampled_value_refusal",
     "server_argv",
     "server_yaml",
     "version_from_image",
@@ -195,6 +197,50 @@ def check_supported(server: ServerConfig, version: VllmVersion) -> None:
                 f"--use-v2-block-manager was removed in vLLM 0.10 and {version} would exit on "
                 "it: drop the extra flag"
             )
+
+
+def _extra_int(server: ServerConfig, flag: str) -> int | None:
+    for name, value in server.extra_flags:
+        if _flag_name(name) == flag and value is not True and value is not False:
+            return int(value)
+    return None
+
+
+def _default_max_num_seqs(gpu: GpuSpec | None) -> int:
+    """``vllm serve``'s default ``max_num_seqs`` (``EngineArgs.get_batch_defaults``, 0.32)."""
+    if gpu is not None and (
+        gpu.vram_gib >= 160 or (gpu.vram_gib >= 70 and "a100" not in gpu.name.lower())
+    ):
+        return 1024
+    return 256
+
+
+def sampled_value_refusal(server: ServerConfig, gpu: GpuSpec | None = None) -> str | None:
+    """vLLM's refusal of a config's tuned values, or None when it accepts them.
+
+    These depend on what a trial sampled (batched tokens against the sequence limit or the
+    context), so a refused point is an infeasible trial the sampler learns from, not a reason to
+    stop the study. Rules read in vLLM 0.32's ``vllm/config/scheduler.py``
+    (``SchedulerConfig.verify_max_model_len``) and ``vllm/engine/arg_utils.py`` (defaults).
+
+    Args:
+        server: the config a trial would start.
+        gpu: the GPU model; the default ``max_num_seqs`` is 1024 on 70 GiB+ cards (A100 aside).
+    """
+    batched = server.max_num_batched_tokens
+    if not server.enable_chunked_prefill and batched < server.max_model_len:
+        return (
+            f"max_num_batched_tokens ({batched}) is smaller than max_model_len "
+            f"({server.max_model_len}). This effectively limits the maximum sequence length to "
+            "max_num_batched_tokens and makes vLLM reject longer sequences."
+        )
+    seqs = _extra_int(server, "max-num-seqs") or _default_max_num_seqs(gpu)
+    if batched < seqs:
+        return (
+            f"max_num_batched_tokens ({batched}) must be greater than or equal to "
+            f"max_num_seqs ({seqs})."
+        )
+    return None
 
 
 def _speculative_json(server: ServerConfig, version: VllmVersion) -> dict[str, Any]:
