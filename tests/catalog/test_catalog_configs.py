@@ -141,3 +141,14 @@ def test_vocabulary_sizes_per_version(version: str, outcome: str | None) -> None
     assert outcome in message and "\n" not in message
     assert "151936" in message and "152064" in message
     assert "use vLLM 0.25 or later, or a draft with 152064 rows" in message
+
+
+def test_a_mixture_of_experts_streams_only_the_routed_experts() -> None:
+    a3b = load_model("Qwen/Qwen3-30B-A3B")
+    dense = load_model("Qwen/Qwen3-32B")
+    assert dense.weights_read(1) == dense.weights_read(512) == dense.weight_bytes
+    assert 0.9 * a3b.weight_bytes < a3b.expert_weight_bytes < a3b.weight_bytes
+    one = a3b.weights_read(1)  # 8 of 128 experts
+    assert one == pytest.approx(a3b.weight_bytes - a3b.expert_weight_bytes * (120 / 128))
+    assert one < a3b.weights_read(16) < a3b.weights_read(4096) <= a3b.weight_bytes
+    assert a3b.weights_read(4096) == pytest.approx(a3b.weight_bytes)

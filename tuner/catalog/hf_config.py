@@ -23,7 +23,13 @@ from typing import Any
 
 from tuner.errors import ConfigError
 
-__all__ = ["Architecture", "architecture", "quantization_of", "weight_bytes"]
+__all__ = [
+    "Architecture",
+    "architecture",
+    "expert_weight_bytes",
+    "quantization_of",
+    "weight_bytes",
+]
 
 # vLLM's dtype "auto" serves fp32 checkpoints in 16 bits too.
 _UNQUANTIZED_BYTES = 2.0
@@ -210,3 +216,10 @@ def weight_bytes(config: Mapping[str, Any], arch: Architecture) -> float:
         return embeddings + dense * _UNQUANTIZED_BYTES + arch.expert_params * _MXFP4_BITS / 8
     linear = _linear_bytes(config, quantization)
     return embeddings + (dense + arch.expert_params) * linear
+
+
+def expert_weight_bytes(config: Mapping[str, Any], arch: Architecture) -> float:
+    """The routed experts' part of :func:`weight_bytes` (0 for a dense model)."""
+    if quantization_of(config) == "mxfp4":
+        return arch.expert_params * _MXFP4_BITS / 8
+    return arch.expert_params * _linear_bytes(config, quantization_of(config))

@@ -17,7 +17,12 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Protocol
 
-from tuner.catalog.hf_config import architecture, quantization_of, weight_bytes
+from tuner.catalog.hf_config import (
+    architecture,
+    expert_weight_bytes,
+    quantization_of,
+    weight_bytes,
+)
 from tuner.catalog.hub import hub_files, looks_like_hub_id
 from tuner.catalog.seed import SEED
 from tuner.errors import ConfigError, IncompatibleDraftError
@@ -68,6 +73,7 @@ class ModelSpec:
     weight_bytes: float
     experts: int = 0
     active_experts: int = 0
+    expert_weight_bytes: float = 0.0  # the routed experts' share of weight_bytes
     config: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
     source: str = field(default="", compare=False)
 
@@ -89,6 +95,17 @@ class ModelSpec:
     @property
     def quantized(self) -> bool:
         return self.quantization not in _UNQUANTIZED
+
+    def weights_read(self, tokens: int) -> float:
+        """Weight bytes one forward pass over ``tokens`` tokens streams from memory.
+
+        A dense model reads all of them; a mixture of experts reads its dense part and only the
+        experts its tokens are routed to (uniform routing: each token picks ``active_experts``).
+        """
+        if not self.experts or tokens <= 0:
+            return self.weight_bytes
+        untouched = (1 - self.active_experts / self.experts) ** tokens
+        return self.weight_bytes - self.expert_weight_bytes * untouched
 
 
 def spec_from_config(
@@ -131,6 +148,7 @@ def spec_from_config(
         weight_bytes=weight_bytes(config, arch) * total / counted,
         experts=arch.experts,
         active_experts=arch.active_experts if arch.experts else 0,
+        expert_weight_bytes=expert_weight_bytes(config, arch) * total / counted,
         config=dict(config),
         source=source,
     )

@@ -152,7 +152,10 @@ class PerfModel:
     def _forward_s(self, model: ModelSpec, tp: int, batch: ForwardPass) -> float:
         if batch.tokens <= 0:
             return 0.0
-        bytes_moved = model.weight_bytes / tp + batch.context * kv_bytes_per_gpu(model, tp)
+        # A mixture of experts streams only the experts its tokens are routed to.
+        bytes_moved = model.weights_read(batch.tokens) / tp + batch.context * kv_bytes_per_gpu(
+            model, tp
+        )
         memory_s = bytes_moved / self._bandwidth
         attention_flops = 4.0 * model.layers * model.heads * model.head_dim * batch.attention
         flops = (batch.tokens * model.flops_per_token + attention_flops) / tp
