@@ -7,7 +7,7 @@ import math
 
 import httpx
 import pytest
-from openai_sse_server import FakeOpenAIServer
+from testbed.fake_server import RunningServer
 
 from tuner.bench.metrics import (
     MetricsSnapshot,
@@ -156,19 +156,21 @@ def test_first_scrape_without_counters_counts_from_zero() -> None:
     assert stats is not None and stats.drafts == 250.0
 
 
-async def _scrape(url: str) -> MetricsSnapshot | None:
-    async with httpx.AsyncClient() as client:
+async def _scrape(
+    url: str, transport: httpx.AsyncBaseTransport | None = None
+) -> MetricsSnapshot | None:
+    async with httpx.AsyncClient(transport=transport) as client:
         return await scrape(client, url)
 
 
-def test_scrape_reads_a_real_endpoint(server: FakeOpenAIServer) -> None:
+def test_scrape_reads_a_real_endpoint(server: RunningServer) -> None:
     snapshot = asyncio.run(_scrape(server.base_url + "/"))
     assert snapshot is not None
-    assert snapshot.total("vllm:spec_decode_num_drafts_total") == 0.0
-    assert snapshot.kv_cache_usage == 0.0
+    assert snapshot.total("vllm:spec_decode_num_drafts_total") is not None
+    assert snapshot.kv_cache_usage == 0.0  # idle
 
 
 def test_scrape_is_none_when_metrics_are_missing_or_unreachable(closed_port: int) -> None:
-    with FakeOpenAIServer(metrics="none") as server:
-        assert asyncio.run(_scrape(server.base_url)) is None
+    missing = httpx.MockTransport(lambda request: httpx.Response(404))
+    assert asyncio.run(_scrape("http://server", missing)) is None
     assert asyncio.run(_scrape(f"http://127.0.0.1:{closed_port}")) is None

@@ -1,22 +1,12 @@
-"""Fixtures for the fake vLLM server tests (helpers live in ``fake_server_support``)."""
+"""Fixtures for the fake vLLM server tests (helpers live in ``testbed.fake_server``)."""
 
 from __future__ import annotations
 
-import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fake_server_support import (
-    SERVER,
-    SPEED,
-    TARGET,
-    RunningServer,
-    StartServer,
-    free_port,
-    wait_ready,
-)
+from testbed.fake_server import TARGET, RunningServer, StartServer, start_fake_server
 
 from tuner.config.trial import LaunchContext
 
@@ -34,28 +24,9 @@ def start_server(tmp_path: Path) -> Iterator[StartServer]:
     def start(
         *flags: str, model: str = TARGET, env: dict[str, str] | None = None, wait: bool = True
     ) -> RunningServer:
-        port = free_port()
         log_path = tmp_path / f"server-{len(started)}.log"
-        argv = [
-            *SERVER,
-            "serve",
-            model,
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--sim-speed",
-            SPEED,
-            *flags,
-        ]
-        with log_path.open("wb") as log:
-            proc = subprocess.Popen(
-                argv, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
-            )
-        server = RunningServer(proc, port, log_path)
+        server = start_fake_server(*flags, log_path=log_path, model=model, env=env, wait=wait)
         started.append(server)
-        if wait:
-            wait_ready(server)
         return server
 
     yield start

@@ -8,7 +8,7 @@ from typing import Any
 
 import httpx
 import pytest
-from fake_server_support import DRAFT, SPEC, TARGET, StartServer
+from testbed.fake_server import DRAFT, SPEC, TARGET, StartServer
 
 from tuner.bench.measure import measure_endpoint
 from tuner.bench.metrics import MetricsSnapshot, spec_decode_delta

@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
-from fake_server_support import DRAFT, SERVER, TARGET
+from testbed.fake_server import DRAFT, SERVER, TARGET
 
 from tuner.config.trial import LaunchContext, ServerConfig, SpeculativeConfig
 from tuner.config.vllm_args import (

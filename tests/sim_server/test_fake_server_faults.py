@@ -8,7 +8,7 @@ import time
 
 import httpx
 import pytest
-from fake_server_support import SERVER, TARGET, StartServer, free_port
+from testbed.fake_server import SERVER, TARGET, StartServer, free_port
 
 from tuner.bench.measure import measure_endpoint
 from tuner.bench.metrics import MetricsSnapshot

@@ -1,11 +1,13 @@
-"""Helpers for the fake vLLM server tests: the server as a real subprocess on a free port.
+"""The shipped fake vLLM server (``python -m tuner.sim.server``) as a subprocess on a free port.
 
-A module of its own (not ``conftest``) so the test files can import it by a unique name.
+Shared by the fake server's own tests and the benchmark tests: :func:`start_fake_server`
+starts one, :class:`RunningServer` reads its log and stops it.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -65,6 +67,41 @@ class RunningServer:
 
 
 StartServer = Callable[..., RunningServer]
+
+
+def start_fake_server(
+    *flags: str,
+    log_path: Path,
+    model: str = TARGET,
+    env: dict[str, str] | None = None,
+    speed: str = SPEED,
+    wait: bool = True,
+) -> RunningServer:
+    """Starts ``python -m tuner.sim.server serve MODEL ...`` on a free port of 127.0.0.1.
+
+    Args:
+        flags: more flags (vLLM's or ``--sim-*``).
+        log_path: where its output goes.
+        model: the catalog model it serves.
+        env: variables set on top of this process's environment.
+        speed: ``--sim-speed``.
+        wait: return once ``/health`` answers (False: at once, for servers meant to fail).
+    """
+    port = free_port()
+    argv = [*SERVER, "serve", model, "--host", "127.0.0.1", "--port", str(port)]
+    argv += ["--sim-speed", speed, *flags]
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            argv, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
+        )
+    server = RunningServer(proc, port, log_path)
+    if wait:
+        try:
+            wait_ready(server)
+        except BaseException:
+            server.stop()
+            raise
+    return server
 
 
 def wait_ready(server: RunningServer) -> None:
