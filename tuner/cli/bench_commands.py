@@ -33,14 +33,14 @@ def bench_command(
             "--workload", help="code, creative, chat, long-context, or a JSONL/ShareGPT file."
         ),
     ] = "code",
-    concurrency: Annotated[int, typer.Option("--concurrency", help="Requests in flight.")] = 4,
+    concurrency: opt.Concurrency = 4,
     requests: Annotated[int, typer.Option("--requests", help="Measured requests.")] = 16,
     max_tokens: Annotated[
         int,
         typer.Option("--max-tokens", help="Output tokens per request (forced with ignore_eos)."),
     ] = 64,
-    input_tokens: Annotated[int, typer.Option("--input-tokens", help="Mean prompt tokens.")] = 512,
-    temperature: Annotated[float, typer.Option("--temperature")] = 0.0,
+    input_tokens: opt.InputTokens = 512,
+    temperature: opt.Temperature = 0.0,
     request_rate: Annotated[
         float | None,
         typer.Option(
