@@ -26,6 +26,7 @@ from results_support import STUDY, StudyCopy, free_port, run_chromium
 
 from tuner.analysis.trials import Outcome, points
 from tuner.report.dashboard import LEGACY_CONSTRAINTS, prepare_dashboard
+from tuner.study.optuna_private import storage_of
 from tuner.study.paths import StudyPaths
 from tuner.study.storage import open_storage
 from tuner.trial.scoring import CONSTRAINT_KEYS
@@ -69,14 +70,14 @@ def test_prepare_writes_what_the_dashboard_reads(levels: StudyCopy) -> None:
         legacy = trial.system_attrs[LEGACY_CONSTRAINTS]
         assert legacy == [trial.constraints[k] for k in CONSTRAINT_KEYS]
         assert any(c > 0 for c in legacy) == (outcomes[trial.number] is not Outcome.FEASIBLE)
-        names = {m.filename for m in get_all_artifact_meta(trial, storage=reread._storage)}
+        names = {m.filename for m in get_all_artifact_meta(trial, storage=storage_of(reread))}
         # Every trial gets its record; a trial's server logs join it.
         expected = {f"trial-{trial.number}.json"}
         if trial.number == 2:
             expected = {"trial-2.log", "confirm-2-run-0.log"}
         assert names == expected
     record = next(
-        m for m in get_all_artifact_meta(reread.trials[infeasible[0]], storage=reread._storage)
+        m for m in get_all_artifact_meta(reread.trials[infeasible[0]], storage=storage_of(reread))
     )
     body = json.loads((info.artifact_dir / record.artifact_id).read_text())
     assert body["status"] in ("OOM", "OOM predicted") and body["constraints"][0] == 1.0
