@@ -1,12 +1,11 @@
-"""Fixtures for the launcher tests: the shipped fake server, and real vLLM on the CPU.
+"""Fixtures for the launcher tests: a private state folder, and real vLLM on the CPU.
 
-The fake server is ``python -m tuner.sim.server``, steered with ``--sim-fault`` through
-``SPECTUNE_SIM_FAULT``. The real-vLLM fixtures are plain wrappers around :mod:`testbed`.
+The tests drive the shipped fake server (``testbed.fake_server.SERVER``), steered with
+``--sim-fault`` through ``SPECTUNE_SIM_FAULT``. The real-vLLM fixtures wrap :mod:`testbed`.
 """
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,8 +15,6 @@ from testbed import vllm_command, vllm_env
 from tuner.config.trial import LaunchContext
 from tuner.config.vllm_args import VllmVersion
 from tuner.launch.process import ProcessLauncher
-
-FAKE_SERVER = (sys.executable, "-m", "tuner.sim.server")
 
 
 @pytest.fixture(autouse=True)

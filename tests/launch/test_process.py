@@ -20,7 +20,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import FAKE_SERVER
+from testbed.fake_server import SERVER as FAKE_SERVER
 from testbed.processes import is_running, running_in_group
 
 from tuner.config.trial import LaunchContext, ServerConfig, SpeculativeConfig
