@@ -1,8 +1,10 @@
-"""The launcher seam: every backend starts a server config and hands back an :class:`Endpoint`.
+"""The launcher seam: the mechanics of running a vLLM server, as a process or a container.
 
-Implementations (docker, process, simulator) raise :class:`~tuner.errors.StartupFailure` when a
-server does not come up, with the kind classified by the shared code in ``tuner.launch.failures``.
-A launcher runs at most one server at a time; ``stop`` is idempotent and must leave nothing behind.
+Implementations (:mod:`tuner.launch.process`, :mod:`tuner.launch.docker`) raise
+:class:`~tuner.errors.StartupFailure` when a server does not come up, with the kind classified
+by the shared code in ``tuner.launch.failures``. A launcher runs at most one server at a time;
+``stop`` is idempotent and must leave nothing behind. The backends of ``tuner.trial.backends``
+compose a launcher with a way to measure what it started.
 """
 
 from __future__ import annotations
