@@ -92,8 +92,8 @@ def config_of(space: SearchSpace, params: dict[str, Any]) -> TrialConfig:
 
 def world_truth(args: tuple[str, World]) -> tuple[str, dict[Key, float]]:
     """The true value of every grid point in ``world``: tok/s if it fits and meets the limit."""
-    space = load_space(args[0])
     world = args[1]
+    space = world.space(args[0])
     hardware = world.hardware(space.hardware)
     speed: dict[tuple[Any, ...], float] = {}
     truth: dict[Key, float] = {}
@@ -196,7 +196,7 @@ def _init_worker(truths: dict[str, dict[Key, float]]) -> None:
 
 
 def run_task(task: Task) -> tuple[Task, Trace]:
-    space = load_space(task.space)
+    space = task.world.space(task.space)
     truth = _TRUTHS[task.world.name]
     optimum = max(truth.values())
     trace = Trace()
@@ -299,8 +299,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ]
     traces: dict[tuple[str, str], list[Trace]] = {}
     with ProcessPoolExecutor(args.jobs, initializer=_init_worker, initargs=(truths,)) as pool:
-        for task, trace in pool.map(run_task, tasks):
+        for done, (task, trace) in enumerate(pool.map(run_task, tasks), 1):
             traces.setdefault((task.world.name, task.strategy), []).append(trace)
+            if done % 50 == 0:
+                print(f"  {done}/{len(tasks)} studies", file=sys.stderr, flush=True)
     head = "| world | strategy | after 10 | after 20 | worst after 20 | OOM launches |"
     say(head)
     say("|---|---|---|---|---|---|")

@@ -13,9 +13,11 @@ import math
 import random
 from dataclasses import dataclass, replace
 
-from tuner.catalog.gpus import CATALOG, Hardware
+from tuner.catalog.gpus import CATALOG, Hardware, parse_hardware
 from tuner.catalog.models import ModelSpec, load_model
+from tuner.config.space import SearchSpace, load_space
 from tuner.config.trial import LaunchContext, ServerConfig, TrialConfig, load_draft
+from tuner.config.vllm_version import parse_version
 from tuner.errors import MeasurementError
 from tuner.launch.failures import startup_failure
 from tuner.results import Endpoint, Source, TrialResult
@@ -46,6 +48,8 @@ class World:
         ngram_logit: shift of prompt lookup's acceptance logit.
         outside_gib: memory outside vLLM's budget beyond the model.
         inside_gib: memory inside the budget beyond the model.
+        memory_rules: the vLLM version whose memory rules hold (None: the newest, as shipped).
+        space_hardware: GPUs the space itself names for this world (None: the space's own).
     """
 
     name: str
@@ -59,6 +63,15 @@ class World:
     ngram_logit: float = 0.0
     outside_gib: float = 0.0
     inside_gib: float = 0.0
+    memory_rules: str | None = None
+    space_hardware: str | None = None
+
+    def space(self, name: str) -> SearchSpace:
+        """The space a study of this world tunes (the strategy sees this much of the world)."""
+        space = load_space(name)
+        if self.space_hardware is None:
+            return space
+        return space.with_hardware(parse_hardware(self.space_hardware))
 
     def hardware(self, label: Hardware) -> Hardware:
         gpu = label.gpu
@@ -99,7 +112,9 @@ class World:
         server: ServerConfig,
         jitter_gib: float = 0.0,
     ) -> MemoryEstimate:
-        base = estimate_memory(hardware, target, draft, server, jitter_gib + self.outside_gib)
+        version = parse_version(self.memory_rules) if self.memory_rules else None
+        extra = jitter_gib + self.outside_gib
+        base = estimate_memory(hardware, target, draft, server, extra, version=version)
         return adjust_memory(base, target, draft, server, self.inside_gib, self.outside_gib)
 
 
@@ -133,15 +148,19 @@ WORLDS: tuple[World, ...] = (
     World("draft 2.5x", "each draft pass costs 2.5x the model", draft_cost=2.5),
     World("ngram workload", "outputs repeat the prompt: ngram logit +2.0", ngram_logit=2.0),
     World(
-        "vLLM 0.21 memory",
-        "CUDA graphs inside the budget, NCCL outside",
-        inside_gib=0.6,
-        outside_gib=0.4,
+        "vLLM 0.20 memory",
+        "vLLM 0.20's memory rule (the model: 0.21+): CUDA graphs outside the budget, NCCL inside",
+        memory_rules="0.20.0",
     ),
     World(
         "slow interconnect", "all-reduce latency 3x (no P2P, a busy root complex)", allreduce=3.0
     ),
-    World("RTX 3090", "the label says 4090, the cards are 3090s", gpu="RTX 3090"),
+    World(
+        "H100 x2",
+        "the space on 2 H100s, where kernels reach 75 % of the bandwidth (the model 66 %)",
+        bandwidth=0.75 / 0.66,
+        space_hardware="h100x2",
+    ),
 )
 
 

@@ -11,6 +11,7 @@ its error against measurements is what the fit absorbs.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from tuner.catalog.gpus import Hardware
@@ -132,6 +133,7 @@ def forecast(
     return Forecast(output_tokens / request, ttft * 1000.0)
 
 
+@functools.lru_cache(maxsize=4096)  # a re-screen asks it for every batch size and prompt length
 def decode_steps(accepted_per_step: float, k: int, output_tokens: int) -> int:
     """Decode steps after the first token, counted as the noise-free engine counts them.
 
