@@ -13,10 +13,18 @@ from dataclasses import dataclass, field, replace
 import pytest
 from contract_support import CONFIG, FITS, HARDWARE, SMALL, TOO_BIG, Case
 
+from tuner.config.space import load_space
 from tuner.config.trial import LaunchContext, ServerConfig, TrialConfig
-from tuner.errors import FailureKind, MeasurementError, StartupFailure
+from tuner.errors import ConfigError, FailureKind, MeasurementError, StartupFailure
 from tuner.results import Endpoint, Source, TrialResult
-from tuner.trial.backends import Backend
+from tuner.trial.backends import (
+    Backend,
+    BackendOptions,
+    DockerBackend,
+    ProcessBackend,
+    SimBackend,
+    backend_factory,
+)
 from tuner.trial.runner import TrialRunner
 from tuner.trial.scoring import TrialStatus
 
@@ -152,3 +160,13 @@ def test_only_a_server_config_change_restarts(case: Case, context: LaunchContext
     assert {o.status for o in (first, warmer, changed)} == {TrialStatus.OK}
     runner.close()
     assert case.leftovers() == []
+
+
+@pytest.mark.parametrize(
+    ("name", "kind"), [("sim", SimBackend), ("process", ProcessBackend), ("docker", DockerBackend)]
+)
+def test_each_backend_is_built_by_its_name(name: str, kind: type) -> None:
+    backend = backend_factory(name)(load_space(), BackendOptions(study="s"))  # starts nothing
+    assert isinstance(backend, kind) and backend.name == name
+    with pytest.raises(ConfigError, match="unknown backend 'cloud': choose one of sim, process"):
+        backend_factory("cloud")
