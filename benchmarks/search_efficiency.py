@@ -67,6 +67,7 @@ from tuner.trial.scoring import TrialStatus
 STRATEGIES = ("spectune", "spectune, no twin", "TPE", "random", "grid")
 BAR_20, BAR_10, BAR_TPE_POINTS, BAR_OOM = 0.97, 0.98, 0.01, 0.05
 TABLE_FILE = Path("/tmp/readme/twin-table.txt")
+SPACE_FILE = Path(__file__).parent / "held_out_space.yaml"  # pinned: the numbers stay put
 _LOG_DIR = Path("/tmp/spectune-bench")
 
 Key = tuple[str, int, float, int, float]  # (draft, K, utilization, batched tokens, temperature)
@@ -272,7 +273,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--trials", type=int, default=20)
-    parser.add_argument("--space", default="default")
+    parser.add_argument("--space", default=str(SPACE_FILE), help="a space name or YAML path")
     parser.add_argument("--quick", action="store_true", help="3 seeds: a smoke test")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     args = parser.parse_args(argv)

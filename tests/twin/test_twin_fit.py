@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -13,7 +14,7 @@ from tuner.sim.engine import simulate
 from tuner.sim.twin import AcceptanceShift, TwinParams, TwinPhysics
 from tuner.sim.twin.fit import FittedTwin, Observation, fit, observe
 
-SPACE = load_space("default")
+SPACE = load_space(str(Path(__file__).parents[2] / "benchmarks" / "held_out_space.yaml"))
 SMALL = "Qwen/Qwen2.5-0.5B-Instruct"
 TRUTH = TwinParams(
     decode=1.25,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tuner.config.space import NO_DRAFT, load_space
@@ -11,7 +13,7 @@ from tuner.sim.engine import predict
 from tuner.sim.memory import estimate_memory
 from tuner.sim.twin import AcceptanceShift, TwinParams, TwinPhysics, forecast, step_parts
 
-SPACE = load_space("default")
+SPACE = load_space(str(Path(__file__).parents[2] / "benchmarks" / "held_out_space.yaml"))
 
 
 def _configs() -> list[tuple[str, int, int, float]]:

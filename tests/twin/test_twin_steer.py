@@ -18,7 +18,7 @@ from tuner.study.twin_steer import PROPOSED_ATTR, TwinSampler, TwinScreen, store
 sys.path.insert(0, str(Path(__file__).parents[2] / "benchmarks"))
 from worlds import World, WorldBackend
 
-SPACE = load_space("default")
+SPACE = load_space(str(Path(__file__).parents[2] / "benchmarks" / "held_out_space.yaml"))
 
 
 def _study(world: World, trials: int, tmp_path: Path, seed: int = 0) -> optuna.Study:

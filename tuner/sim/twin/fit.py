@@ -5,9 +5,10 @@ host's calibration) as its starting point:
 
 - **step times**: a decode step's median (the gap between streamed chunks) is
   ``decode * target + draft * drafts + overhead * engine`` over the shipped parts of that config
-  (:func:`tuner.sim.twin.forecast.step_parts`); the prefill part of TTFT is ``prefill`` times the
-  shipped prefill passes. Configs with other K and drafts tell the factors apart; where they
-  cannot (one config measured), the prior keeps the split.
+  (:func:`tuner.sim.twin.forecast.step_parts`); TTFT is ``prefill`` times the shipped prefill
+  passes, plus ``first_token`` times the speculative set-up, plus an offset the model has no
+  part for (HTTP, tokenizer, a CPU build). Configs with other K and drafts tell the factors
+  apart; where they cannot (one config measured), the prior keeps the split.
 - **acceptance**, per method and workload: vLLM's per-position counters give each position's
   conditional acceptance; the first position's logit minus the shipped one is linear in
   ``logit + temperature * T**2``, and the log-ratio of later positions to the first gives the
@@ -59,7 +60,14 @@ __all__ = [
 BASE_MARGIN_GIB = 0.5
 _MARGIN_SIGMAS = 2.0
 # Prior standard deviations: factors of the shipped model, logits, log decay, GiB.
-PRIOR_SD = {"decode": 0.5, "draft": 0.7, "overhead": 0.7, "prefill": 0.5}
+PRIOR_SD = {
+    "decode": 0.5,
+    "draft": 0.7,
+    "overhead": 0.7,
+    "prefill": 0.5,
+    "first_token": 0.5,
+    "ttft_offset_s": 0.05,  # seconds
+}
 _LOGIT_SD, _TEMPERATURE_SD, _DECAY_SD = 1.5, 2.0, 0.15
 _OUTSIDE_SD = 0.125
 # Relative noise of one measured median step time or TTFT (run-to-run clocks, jitter).
@@ -253,21 +261,21 @@ def _fit_times(
         ys.append(obs.step_ms / 1000.0)
         if obs.ttft_ms is not None:
             passes = parts.prefill_target + prior.params.draft * parts.prefill_draft
-            rest = API_IN_S + API_OUT_S + parts.first_token
-            rest += prior.params.overhead * parts.prefill_overhead
-            prefill_rows.append([passes])
+            rest = API_IN_S + API_OUT_S + prior.params.overhead * parts.prefill_overhead
+            prefill_rows.append([passes, parts.first_token, 1.0])
             prefill_ys.append(obs.ttft_ms / 1000.0 - rest)
     noise = [_TIME_NOISE * y for y in ys]
     theta, theta_sd = _gaussian(mean, spread, rows, ys, noise)
-    p_mean = np.array([prior.params.prefill])
-    p_sd = np.array([prior.prior_sd("prefill", PRIOR_SD["prefill"])])
+    first = ("prefill", "first_token", "ttft_offset_s")
+    p_mean = np.array([getattr(prior.params, n) for n in first])
+    p_sd = np.array([prior.prior_sd(n, PRIOR_SD[n]) for n in first])
     p_noise = [_TIME_NOISE * max(y, 1e-3) for y in prefill_ys]
     pre, pre_sd = _gaussian(p_mean, p_sd, prefill_rows, prefill_ys, p_noise)
     out = {n: max(float(v), 0.05) for n, v in zip(decode, theta, strict=True)}
-    out["prefill"] = max(float(pre[0]), 0.05)
-    sd.update({n: float(v) for n, v in zip(decode, theta_sd, strict=True)})
-    sd["prefill"] = float(pre_sd[0])
-    assert set(out) == set(TIME_FACTORS)
+    out.update({n: max(float(v), 0.0) for n, v in zip(first[:2], pre[:2], strict=True)})
+    out["ttft_offset_s"] = float(pre[2])
+    sd.update({n: float(v) for n, v in zip(decode + first, [*theta_sd, *pre_sd], strict=True)})
+    assert set(out) == {*TIME_FACTORS, "ttft_offset_s"}
     return out
 
 

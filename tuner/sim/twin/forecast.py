@@ -113,7 +113,8 @@ def decode_step_s(parts: StepParts, params: TwinParams) -> float:
 def prefill_s(parts: StepParts, params: TwinParams) -> float:
     """The prompt's prefill steps under the twin's factors, speculative set-up included."""
     passes = parts.prefill_target + params.draft * parts.prefill_draft
-    return params.prefill * passes + params.overhead * parts.prefill_overhead + parts.first_token
+    fixed = params.first_token * parts.first_token + params.ttft_offset_s
+    return params.prefill * passes + params.overhead * parts.prefill_overhead + fixed
 
 
 def forecast(

@@ -24,7 +24,14 @@ from tuner.catalog.models import ModelSpec
 from tuner.config.trial import ServerConfig
 from tuner.sim.acceptance import NGRAM, POSITION_DECAY, acceptance_probability
 from tuner.sim.memory import BLOCK_TOKENS, GIB, MemoryEstimate, estimate_memory
-from tuner.sim.perfmodel import ForwardPass, PerfModel, draft_tensor_parallel, kv_bytes_per_gpu
+from tuner.sim.perfmodel import (
+    SPEC_FIRST_TOKEN_S,
+    ForwardPass,
+    PerfModel,
+    StepShape,
+    draft_tensor_parallel,
+    kv_bytes_per_gpu,
+)
 
 __all__ = [
     "TIME_FACTORS",
@@ -35,7 +42,7 @@ __all__ = [
 ]
 
 # The step-time corrections, each a factor on a part of the shipped step time.
-TIME_FACTORS = ("decode", "draft", "overhead", "prefill")
+TIME_FACTORS = ("decode", "draft", "overhead", "prefill", "first_token")
 
 
 def method_key(server: ServerConfig) -> str | None:
@@ -67,6 +74,8 @@ class TwinParams:
         draft: factor on each draft pass.
         overhead: factor on the engine's per-step work outside the passes.
         prefill: factor on the target's (and draft's) prefill pass.
+        first_token: factor on the speculative set-up before the first token.
+        ttft_offset_s: time to first token the model has no part for (HTTP, tokenizer, a CPU).
         acceptance: ``(method key, prompt set) -> shift``; absent pairs are unshifted.
         outside_gib: memory a start-up needs outside vLLM's budget beyond the memory model.
         inside_gib: memory inside the budget beyond the model (taken from the KV cache).
@@ -76,6 +85,8 @@ class TwinParams:
     draft: float = 1.0
     overhead: float = 1.0
     prefill: float = 1.0
+    first_token: float = 1.0
+    ttft_offset_s: float = 0.0
     acceptance: dict[tuple[str, str], AcceptanceShift] = field(default_factory=dict)
     outside_gib: float = 0.0
     inside_gib: float = 0.0
@@ -150,6 +161,14 @@ class _TwinPerf(PerfModel):
 
     def step_overhead_s(self, seqs: int, verified: int, ngram: bool) -> float:  # type: ignore[override]
         return PerfModel.step_overhead_s(seqs, verified, ngram) * self.params.overhead
+
+    def step_s(self, shape: StepShape) -> float:
+        seconds = super().step_s(shape)
+        if shape.first_tokens:  # the parts of a first token's latency the passes do not hold
+            seconds += self.params.ttft_offset_s
+            if self.k:
+                seconds += (self.params.first_token - 1.0) * SPEC_FIRST_TOKEN_S
+        return seconds
 
 
 @dataclass(frozen=True)
