@@ -265,7 +265,7 @@ def test_no_secret_reaches_any_export(tmp_path: Path, monkeypatch: pytest.Monkey
     texts = [export(study, stored, fmt).text for fmt in FORMATS]
     for text in texts:
         assert SECRET not in text
-    vllm_yaml, compose, docker_run, _ = texts
+    vllm_yaml, compose, docker_run, *_ = texts
     loaded = yaml.safe_load(vllm_yaml)
     assert loaded["enforce-eager"] is True and loaded["tokenizer-mode"] == "auto"  # kept
     assert yaml.safe_load(compose)["services"]["vllm"]["environment"] == ["HF_TOKEN"]

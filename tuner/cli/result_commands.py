@@ -64,7 +64,8 @@ def export_command(
     studies_dir: opt.StudiesDir = Path("studies"),
     as_json: opt.Json = False,
 ) -> None:
-    """Export a config: vLLM --config YAML, docker-compose.yml, docker run line or JSON."""
+    """Export a config: vLLM --config YAML, docker-compose.yml, docker run line, Kubernetes
+    Deployment and Service, or JSON."""
     study, space, _, _ = _open(name, storage, studies_dir)
     exported = export(study, space, fmt, pick)
     if out is not None:

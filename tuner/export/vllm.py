@@ -1,6 +1,8 @@
-"""Exports a study's chosen config: vLLM ``--config`` YAML, docker-compose, ``docker run``, JSON.
+"""Exports a study's chosen config: vLLM ``--config`` YAML, docker-compose, ``docker run``,
+Kubernetes, JSON.
 
-The container formats are rendered by :mod:`tuner.export.deploy`.
+The container formats are rendered by :mod:`tuner.export.deploy` and
+:mod:`tuner.export.kubernetes`.
 
 Which trial: a pick (:mod:`tuner.analysis.picks`: max-throughput, min-ttft or balanced, on
 confirmed numbers where the study has them) or a trial number. Every format starts with the
@@ -43,6 +45,7 @@ from tuner.config.trial import ServerConfig, SpecMethod, is_secret_flag
 from tuner.config.vllm_args import server_argv, server_yaml
 from tuner.errors import ConfigError
 from tuner.export.deploy import PORT, compose_file, docker_run_script
+from tuner.export.kubernetes import kubernetes_manifests
 from tuner.results import Source
 from tuner.study.paths import StudyPaths
 from tuner.trial.record import stored_run
@@ -56,7 +59,7 @@ __all__ = [
     "write_best",
 ]
 
-FORMATS = ("vllm", "compose", "docker-run", "json")
+FORMATS = ("vllm", "compose", "docker-run", "kubernetes", "json")
 
 
 @dataclass(frozen=True)
@@ -116,6 +119,14 @@ def _render(
             _argv(server, space, table),
             image=space.vllm_image,
             gpus=space.hardware.count,
+            server=server,
+            env=_env_names(removed),
+            header=header,
+        )
+    elif fmt == "kubernetes":
+        text = kubernetes_manifests(
+            _argv(server, space, table),
+            image=space.vllm_image,
             server=server,
             env=_env_names(removed),
             header=header,
