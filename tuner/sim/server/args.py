@@ -73,6 +73,13 @@ _IGNORED_VALUE_FLAGS = (
     "--uvicorn-log-level",
     "--distributed-executor-backend",
     "--max-logprobs",
+    "--tokenizer-mode",
+    "--chat-template",
+    "--tool-call-parser",
+    "--reasoning-parser",
+    "--hf-overrides",
+    "--max-seq-len-to-capture",
+    "--compilation-config",
 )
 _IGNORED_BOOL_FLAGS = (
     "--trust-remote-code",
@@ -81,6 +88,8 @@ _IGNORED_BOOL_FLAGS = (
     "--disable-log-stats",
     "--enable-prefix-caching",
     "--disable-frontend-multiprocessing",
+    "--enable-auto-tool-choice",
+    "--async-scheduling",
 )
 _HUMAN_INT = re.compile(r"(\d+(?:\.\d+)?)([kKmMgGtT])")
 _DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
