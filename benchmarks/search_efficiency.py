@@ -1,6 +1,6 @@
 """How well the default strategy finds the best config on worlds it has never seen.
 
-Run it (about 5 minutes on 2 cores; ``--quick``: 3 seeds, under 2 minutes)::
+Run it (about 8 CPU-minutes, 4 minutes on 2 idle cores; ``--quick``: 3 seeds, a third of that)::
 
     .venv/bin/python benchmarks/search_efficiency.py [--seeds 10] [--trials 20] [--quick]
 
@@ -13,7 +13,8 @@ memory pre-screen and the twin keep the shipped models and learn only from their
 
 What is measured
     A world's **optimum** is found by exhaustive grid over the space with that world's noise-free
-    simulator: a point's true value is its predicted output tok/s when it fits the world's memory
+    simulator (on ``benchmarks/held_out_space.yaml``, pinned so the numbers stay put): a point's
+    true value is its predicted output tok/s when it fits the world's memory
     and meets the TTFT limit, else 0. After n trials a study **reaches** the true value of the
     config it would recommend then (its best measured trial within the TTFT limit) over the
     optimum. Medians and the worst over seeds; OOM: launches that ran out of memory over all
