@@ -7,7 +7,7 @@ Run it (about 8 CPU-minutes, 4 minutes on 2 idle cores; ``--quick``: 3 seeds, a 
 Scoring a strategy on the simulator its prior was built from proves nothing: the prior is the
 truth there. Here each study measures on a **perturbed truth** (``benchmarks/worlds.py``: other
 acceptance, bandwidth, memory overheads, draft cost, a workload that favours ngram, another vLLM
-memory rule, a slower interconnect, other GPUs behind the label), injected through the
+memory rule, a slower interconnect, H100s reaching more bandwidth), injected through the
 simulator's ``Physics`` seam by the benchmark's own backend. The strategy, its prior, the
 memory pre-screen and the twin keep the shipped models and learn only from their trials.
 
