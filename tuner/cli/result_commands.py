@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import socket
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -140,6 +142,7 @@ def dashboard_command(
     studies_dir: opt.StudiesDir = Path("studies"),
 ) -> None:
     """Open the study in optuna-dashboard (OOM and over-limit trials shown infeasible)."""
+    _check_port(host, port)
     study, _, url, paths = _open(name, storage, studies_dir)
     info = prepare_dashboard(study, paths)
     shown = "localhost" if host in ("0.0.0.0", "::") else host
@@ -153,6 +156,19 @@ def dashboard_command(
     if host not in ("127.0.0.1", "localhost", "::1"):
         console.print(f"  listening on {host}: anyone who can reach it can edit the study")
     serve_dashboard(url, paths, host, port)
+
+
+def _check_port(host: str, port: int) -> None:
+    """A busy port is one line before the study is touched, not the server's traceback."""
+    try:
+        with socket.create_server((host, port)):
+            pass
+    except OSError as exc:
+        raise ConfigError(
+            f"--port {port}: cannot listen on {host}:{port} ({os.strerror(exc.errno or 0)}): "
+            "choose another "
+            "port with --port"
+        ) from None
 
 
 @app.command("confirm")

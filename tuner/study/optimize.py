@@ -16,6 +16,7 @@ from tuner.analysis.confirmed import Confirmed
 from tuner.analysis.picks import Candidate, pareto_front, recommend
 from tuner.config.space import SearchSpace
 from tuner.errors import ConfigError
+from tuner.study.cluster import RayOptions, check_ray_options, ray_backend_factory, run_on_ray
 from tuner.study.confirm import OnRun, confirm
 from tuner.study.paths import StudyPaths, default_storage
 from tuner.study.storage import check_writable, open_storage
@@ -23,6 +24,7 @@ from tuner.study.strategy import warm_start
 from tuner.study.study import (
     OnTrial,
     StudyOptions,
+    check_resume,
     claim_source,
     extend_budget,
     make_sampler,
@@ -53,6 +55,7 @@ class OptimizeRequest:
     confirm_repeats: int = 3
     # Backend settings beyond study, seed and GPUs (which optimize fills in per worker).
     backend_options: BackendOptions = field(default_factory=lambda: BackendOptions(study=""))
+    ray: RayOptions | None = None  # trials on a Ray cluster's nodes instead of this host
 
 
 @dataclass(frozen=True)
@@ -81,9 +84,13 @@ def check_request(request: OptimizeRequest) -> None:
         raise ConfigError(f"--workers {request.workers}: use at least 1 worker")
     make_sampler(request.sampler, request.seed)
     backend_factory(request.backend)
+    if request.ray is not None:
+        check_ray_options(request.ray, request.workers)
     storage_url = request.storage or default_storage(request.study, request.studies_dir)
     check_parallel_storage(storage_url, request.workers)
     check_writable(request.studies_dir)  # logs and exports go there whatever the storage
+    if request.space is not None:  # a corrupt database or a changed space: before any table
+        check_resume(request.study, open_storage(storage_url), request.space)
 
 
 def optimize(
@@ -106,6 +113,8 @@ def optimize(
     check_request(request)
     sampler = make_sampler(request.sampler, request.seed)
     build_backend = backend_factory(request.backend)
+    if request.ray is not None:  # servers (confirmation's too) run on the cluster's nodes
+        build_backend = ray_backend_factory(request.ray, request.backend)
     storage_url = request.storage or default_storage(request.study, request.studies_dir)
     storage = open_storage(storage_url)
     study, space = open_study(request.study, storage, request.space, sampler)
@@ -123,7 +132,9 @@ def optimize(
     if request.sampler == "spectune":  # before any worker starts, so they all share the queue
         seed_study(study, request.studies_dir, space)  # the host's calibrated twin, if any
         warm_start(study, space, request.trials)
-    if request.workers == 1:
+    if request.ray is not None:
+        run_on_ray(study, space, request.ray, request.backend, options, request.seed, on_trial)
+    elif request.workers == 1:
         if request.gpus_per_trial is not None and options.gpus is None:
             options = replace(options, gpus=gpu_slices(1, per_trial)[0])
         run_trials(

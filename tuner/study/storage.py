@@ -136,10 +136,12 @@ def open_storage(
     except (sqlalchemy.exc.SQLAlchemyError, ImportError, ValueError) as exc:
         text = str(exc).strip()
         reason = text.splitlines()[0] if text else type(exc).__name__
-        raise ConfigError(
-            f"cannot open storage {safe_url(url)}: {reason[:200]} (check the URL, that the "
-            "database server runs and accepts this user)"
-        ) from None
+        hint = (
+            "the file is not an Optuna database: move it away or choose another --storage path"
+            if parsed.get_backend_name() == "sqlite"
+            else "check the URL, that the database server runs and accepts this user"
+        )
+        raise ConfigError(f"cannot open storage {safe_url(url)}: {reason[:200]} ({hint})") from None
 
 
 def _engine_kwargs(url: sqlalchemy.engine.URL) -> dict[str, Any]:

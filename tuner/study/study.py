@@ -45,20 +45,23 @@ from tuner.trial.record import (
     SPACE_ATTR,
     RunFacts,
     TrialRecord,
+    constraint_keys,
     stored_space,
 )
 from tuner.trial.runner import TrialRunner
-from tuner.trial.scoring import CONSTRAINT_KEYS, DIRECTIONS, OBJECTIVE_NAMES
+from tuner.trial.scoring import DIRECTIONS, OBJECTIVE_NAMES, stored_constraints
 
 __all__ = [
     "SAMPLERS",
     "StudyOptions",
+    "check_resume",
     "claim_source",
     "extend_budget",
     "make_sampler",
     "open_existing",
     "open_study",
     "record_run",
+    "run_facts",
     "run_trials",
 ]
 
@@ -86,6 +89,15 @@ def make_sampler(name: str, seed: int | None) -> optuna.samplers.BaseSampler:
     if name == "nsga2":
         return optuna.samplers.NSGAIISampler(seed=seed)
     raise ConfigError(f"unknown sampler {name!r}: choose one of {', '.join(SAMPLERS)}")
+
+
+def check_resume(name: str, storage: optuna.storages.BaseStorage, space: SearchSpace) -> None:
+    """Refuses, before anything runs, a space that differs from the one the study holds."""
+    if name not in study_names(storage):
+        return
+    stored = stored_space(optuna.load_study(study_name=name, storage=storage))
+    if stored is not None and space != stored:
+        raise ConfigError(f"study {name!r} was created with {_difference(stored, space)}")
 
 
 def open_study(
@@ -116,12 +128,27 @@ def open_study(
         study.set_user_attr(SPACE_ATTR, space.source)
         return study, space
     if space is not None and space != stored:
-        raise ConfigError(
-            f"study {name!r} was created with a different search space or hardware "
-            f"({stored.name} on {stored.hardware.label}): resume it without --space/--hardware, "
-            "or start a new study with --study NEW_NAME"
-        )
+        raise ConfigError(f"study {name!r} was created with {_difference(stored, space)}")
     return study, stored
+
+
+def _difference(stored: SearchSpace, asked: SearchSpace) -> str:
+    """What a resume asked to change, with the flag that changed it."""
+    if replace(asked, ttft_limit_ms=stored.ttft_limit_ms) == stored:
+        return (
+            f"a TTFT limit of {stored.ttft_limit_ms:g} ms, not {asked.ttft_limit_ms:g}: resume "
+            "it without --slo-ttft-ms, or start a new study with --study NEW_NAME"
+        )
+    if replace(asked, vllm_version=stored.vllm_version) == stored:
+        return (
+            f"vLLM version {stored.vllm_version or 'from the image'}, not "
+            f"{asked.vllm_version or 'from the image'}: resume it without --vllm-version, or "
+            "start a new study with --study NEW_NAME"
+        )
+    return (
+        f"a different search space or hardware ({stored.name} on {stored.hardware.label}): "
+        "resume it without --space/--hardware, or start a new study with --study NEW_NAME"
+    )
 
 
 def claim_source(study: optuna.Study, backend: str) -> None:
@@ -141,10 +168,18 @@ def claim_source(study: optuna.Study, backend: str) -> None:
 
 
 def extend_budget(study: optuna.Study, trials: int) -> int:
-    """Lets the study run ``trials`` more trials (all workers together); returns the budget."""
-    budget = len(study.get_trials(deepcopy=False, states=COUNTED_STATES)) + trials
-    study.set_user_attr(BUDGET_ATTR, budget)
-    return budget
+    """Lets the study run ``trials`` more trials (all workers together); returns the budget.
+
+    While another run is still working on the study (a trial RUNNING), its allowance stays and
+    this run's trials are added to it: two runs of one study share the budget instead of the
+    second cutting the first short.
+    """
+    live = len(study.get_trials(deepcopy=False, states=COUNTED_STATES))
+    budget = study.user_attrs.get(BUDGET_ATTR)
+    running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+    base = max(int(budget), live) if running and budget is not None else live
+    study.set_user_attr(BUDGET_ATTR, base + trials)
+    return base + trials
 
 
 def open_existing(
@@ -180,14 +215,20 @@ def run_trials(
     on_trial: OnTrial | None = None,
 ) -> None:
     """Runs ``options.trials`` more trials; the server is stopped however this ends."""
-    runner = TrialRunner(backend, space.hardware, options.ttft_limit_ms)
+    runner = TrialRunner(
+        backend,
+        space.hardware,
+        options.ttft_limit_ms,
+        max_failed_share=space.max_failed_requests,
+    )
+    keys = constraint_keys(study)  # an older study keeps the keys its trials have
     listeners = [on_trial] if on_trial else []
 
     ran = [False]
 
     def finish(trial: optuna.Trial, record: TrialRecord) -> None:
         record = replace(record, params=dict(trial.params))  # as readers will see it
-        _write(trial, record)
+        _write(trial, record, keys)
         if record.restarted and not ran[0]:  # a server started: its version is known now
             record_run(study, backend, space)
             ran[0] = True
@@ -239,19 +280,28 @@ def run_trials(
 
 def record_run(study: optuna.Study, backend: Backend, space: SearchSpace) -> RunFacts:
     """Stores what ran the study's servers (:class:`RunFacts`) once one has started."""
+    facts = run_facts(backend, space)
+    study.set_user_attr(RUN_ATTR, facts.to_dict())
+    return facts
+
+
+def run_facts(backend: Backend, space: SearchSpace) -> RunFacts:
+    """What ``backend`` ran its servers with, read where it runs (the GPUs of this host)."""
+    remote = getattr(backend, "run_facts", None)
+    if callable(remote):  # it runs servers on another host, which tells (tuner.study.cluster)
+        facts: RunFacts = remote()
+        return facts
     launcher = backend.launcher if isinstance(backend, ServedBackend) else None
     if isinstance(launcher, ProcessLauncher | DockerLauncher):
         version = launcher.version  # detected at the first start where nobody gave one
     else:
         version = space.version
-    facts = RunFacts(
+    return RunFacts(
         backend=backend.name,
         vllm_version=str(version),
         image=launcher.image if isinstance(launcher, DockerLauncher) else None,
         gpus=detect_environment() if backend.source is Source.MEASURED else None,
     )
-    study.set_user_attr(RUN_ATTR, facts.to_dict())
-    return facts
 
 
 def _await_unfinished(study: optuna.Study) -> bool:
@@ -271,12 +321,12 @@ def _await_unfinished(study: optuna.Study) -> bool:
         time.sleep(HEARTBEAT_INTERVAL_S)
 
 
-def _write(trial: optuna.Trial, record: TrialRecord) -> None:
+def _write(trial: optuna.Trial, record: TrialRecord, keys: tuple[str, ...]) -> None:
     for key, value in record.to_attrs().items():
         trial.set_user_attr(key, value)
     if record.state is TrialState.COMPLETE:  # the same keys, in the same order, on every trial
-        for key in CONSTRAINT_KEYS:
-            trial.set_constraint(key, record.constraints[key])
+        for key, value in stored_constraints(record.constraints, keys).items():
+            trial.set_constraint(key, value)
 
 
 def _earlier_same_config(study: optuna.Study, trial: optuna.Trial) -> TrialRecord | None:
