@@ -28,7 +28,7 @@ from tuner.trial.record import (
     TrialRecord,
     records,
 )
-from tuner.trial.scoring import CONSTRAINT_KEYS, TrialStatus
+from tuner.trial.scoring import LEGACY_CONSTRAINT_KEYS, TrialStatus
 
 DRAFT = "Qwen/Qwen2.5-0.5B-Instruct"
 SERVER = ServerConfig(
@@ -53,7 +53,9 @@ def _frozen(
     system = (
         {}
         if constraints is None
-        else {f"constraints:{k}": v for k, v in zip(CONSTRAINT_KEYS, constraints, strict=True)}
+        else {
+            f"constraints:{k}": v for k, v in zip(LEGACY_CONSTRAINT_KEYS, constraints, strict=True)
+        }
     )
     trial = optuna.trial.create_trial(
         state=state,
@@ -117,6 +119,7 @@ def test_oom_failed_and_repeated_records() -> None:
         source=Source.MEASURED,
         failure="no request succeeded",
         params={"draft": DRAFT},
+        temperature_mix=config.client.workload.temperature_mix,
     )
     oom = TrialRecord.from_trial(
         _frozen({**plain.to_attrs(), "status": "OOM"}, values=[0.0, 5000.0], constraints=(1, 1))

@@ -16,7 +16,10 @@ def test_shipped_spaces_load() -> None:
     assert default.hardware == parse_hardware("4090x2") and default.tensor_parallel_size == 2
     assert "none" in default.drafts and "Qwen/Qwen2.5-0.5B-Instruct" in default.drafts
     small = load_space("qwen2.5-14b-awq-4090x1")
-    assert small.tensor_parallel_size == 1 and small.temperature == 0.2
+    assert small.tensor_parallel_size == 1 and not small.tunes_temperature
+    # The shipped spaces serve a realistic mix, measured at each temperature, never tuned.
+    assert small.workload.temperature_mix == ((0.2, 0.7), (0.8, 0.3))
+    assert small.workload.load_profile == ((1, 0.5), (8, 0.3), (32, 0.2))
 
 
 def test_suggest_with_draft_has_k_and_without_draft_has_none() -> None:
@@ -34,7 +37,9 @@ def test_suggest_with_draft_has_k_and_without_draft_has_none() -> None:
     )
     assert with_draft.server.speculative is not None
     assert with_draft.server.speculative.method == "draft_model"
-    assert with_draft.server.k == 4 and with_draft.client.temperature == 0.2
+    assert with_draft.server.k == 4
+    # The default space does not tune the temperature: the trial serves the workload's mix.
+    assert with_draft.client.workload.temperature == (0.2, 0.8)
     no_draft = space.suggest(
         optuna.trial.FixedTrial(
             {

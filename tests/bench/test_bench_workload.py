@@ -88,7 +88,9 @@ def test_jsonl_file(tmp_path: Path) -> None:
     assert requests == build_requests(spec, 7)
     assert {r.prompt for r in requests} == {"Write a haiku about rain.", "Hi", "Q"}
     assert {r.max_tokens for r in requests if r.prompt == "Hi"} == {7}
-    assert {r.max_tokens for r in requests if r.prompt != "Hi"} == {32}
+    assert {r.max_tokens for r in requests if r.prompt == "Write a haiku about rain."} == {32}
+    # A ShareGPT line keeps its recorded reply's length ("A": one token), not output_tokens.
+    assert {r.max_tokens for r in requests if r.prompt == "Q"} == {1}
     assert requests[:3] == requests[3:6]  # cycled after a seeded shuffle
 
 
@@ -111,7 +113,8 @@ def test_sharegpt_file(tmp_path: Path) -> None:
     (request,) = build_requests(WorkloadSpec(prompt_set=str(path), output_tokens=9), 1)
     assert [m.role for m in request.messages] == ["system", "user", "assistant", "user"]
     assert request.messages[-1].content == "Why?"
-    assert request.max_tokens == 9
+    # The reply the conversation recorded sets the length ("The moon." is about 3 tokens).
+    assert request.max_tokens == math.ceil(len("The moon.") / CHARS_PER_TOKEN)
 
 
 @pytest.mark.parametrize(

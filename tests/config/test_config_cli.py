@@ -38,7 +38,7 @@ def test_space_check_takes_a_shipped_name() -> None:
     assert set(builtin_spaces()) >= {"default"}
     result = runner.invoke(app, ["space", "check", "default"])
     assert result.exit_code == 0, result.output
-    assert result.stdout == "ok: qwen2.5-32b-awq-4090x2 (5 tuned dimensions)\n"
+    assert result.stdout == "ok: qwen2.5-32b-awq-4090x2 (4 tuned dimensions)\n"
 
 
 # The bad inputs of issue 16: each used to run silently, loop forever or end in a traceback.
@@ -52,7 +52,7 @@ BAD_SPACES = [
     ("workload: {output_tokens: -10}\n", "workload.output_tokens = -10: must be an integer > 0"),
     ("workload: {warmup: -4}\n", "workload.warmup = -4: must be an integer >= 0"),
     ("workload: {requests: 0}\n", "workload.requests = 0: must be an integer >= 1"),
-    ("workload: {concurrency: [0]}\n", "workload.concurrency[0] = 0: must be"),
+    ("workload: {concurrency: [0]}\n", "workload.concurrency[0].level = 0: must be"),
     ("workload: {prompt_set: kode}\n", "workload.prompt_set = 'kode': must be a built-in set"),
     (
         "search: {num_speculative_tokens: {low: -3, high: 2}}\n",

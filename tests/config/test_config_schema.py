@@ -6,7 +6,12 @@ from pathlib import Path
 import pytest
 
 from tuner.catalog.gpus import parse_hardware
-from tuner.config.schema import BUILTIN_PROMPT_SETS, parse_space, space_json_schema
+from tuner.config.schema import (
+    BUILTIN_PROMPT_SETS,
+    DEFAULT_TEMPERATURE,
+    parse_space,
+    space_json_schema,
+)
 from tuner.config.space import Range, builtin_spaces, load_space, space_from_dict
 from tuner.config.workload import WorkloadSpec
 from tuner.errors import ConfigError
@@ -87,7 +92,6 @@ def test_a_fixed_value_and_a_range_give_the_dimensions_the_study_tunes(tmp_path:
         "num_speculative_tokens",
         "gpu_memory_utilization",
         "max_num_batched_tokens",
-        "temperature",
     )
 
 
@@ -97,7 +101,8 @@ def test_empty_sections_take_the_defaults(tmp_path: Path) -> None:
     space = load_space(str(path))
     assert space.workload == WorkloadSpec()  # the schema's defaults are the dataclass's
     assert space.max_model_len == 8192 and space.ttft_limit_ms == 1000.0
-    assert space.drafts == ("none",) and space.temperature == 0.0
+    assert space.drafts == ("none",) and space.temperature == DEFAULT_TEMPERATURE
+    assert not space.tunes_temperature and space.max_failed_requests == 0.0
 
 
 @pytest.mark.parametrize("name", sorted(builtin_spaces()))
@@ -134,7 +139,7 @@ def test_a_stored_copy_keeps_loading_where_a_file_would_be_refused(tmp_path: Pat
 def test_a_workload_built_in_code_meets_the_same_bounds() -> None:
     with pytest.raises(ConfigError, match=r"^workload\.warmup = -4: must be an integer >= 0"):
         WorkloadSpec(warmup=-4)
-    with pytest.raises(ConfigError, match=r"^workload\.concurrency\[1\] = 0: must be"):
+    with pytest.raises(ConfigError, match=r"^workload\.concurrency\[1\]\.level = 0: must be"):
         WorkloadSpec(concurrency=(1, 0))
     assert WorkloadSpec(prompt_set="later.jsonl").prompt_set == "later.jsonl"  # read when used
 

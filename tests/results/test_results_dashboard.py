@@ -80,7 +80,7 @@ def test_prepare_writes_what_the_dashboard_reads(levels: StudyCopy) -> None:
         m for m in get_all_artifact_meta(reread.trials[infeasible[0]], storage=storage_of(reread))
     )
     body = json.loads((info.artifact_dir / record.artifact_id).read_text())
-    assert body["status"] in ("OOM", "OOM predicted") and body["constraints"][0] == 1.0
+    assert body["status"] in ("OOM", "OOM predicted") and body["constraints"]["oom"] == 1.0
 
     again = prepare_dashboard(_fresh(levels), StudyPaths(levels.folder))
     assert (again.constraints_fixed, again.artifacts_added) == (0, 0)  # idempotent

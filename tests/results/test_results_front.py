@@ -34,7 +34,7 @@ def _study() -> optuna.Study:
             attrs = {**attrs, "server": server_to_dict(ServerConfig("m", 1, 4096, 0.8, 2048))}
             attrs["duplicate_of"] = duplicate
         over = ttft - 500.0
-        constraints = (1.0 if oom else -1.0, over)
+        constraints = (-1.0, 1.0 if oom else -1.0, over)  # errors, oom, ttft_slo
         study.add_trial(
             optuna.trial.create_trial(
                 values=[tok_s, ttft],

@@ -16,6 +16,13 @@ derived from it. Token counts come only from the ``usage`` object the server sen
 
 A failing request (HTTP error, timeout, refused connection, malformed SSE, a dropped stream)
 becomes a record with a short ``error``; nothing is raised through the benchmark.
+
+A request that times out before its first token means the server stopped answering: the run
+stops there instead of waiting out every request's timeout. Requests in flight are cancelled
+and the rest are not sent; each is recorded as failed with :data:`STALLED` in its error.
+
+Replies end where the model ends them (capped by ``max_tokens``) unless ``ignore_eos`` forces
+every reply to exactly ``max_tokens`` tokens, as capacity tests want.
 """
 
 from __future__ import annotations
@@ -24,8 +31,8 @@ import asyncio
 import json
 import random
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Coroutine, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import httpx
@@ -33,11 +40,13 @@ import httpx
 from tuner.config.workload import PromptRequest
 from tuner.results import RequestRecord
 
-__all__ = ["Api", "build_payload", "run_load"]
+__all__ = ["STALLED", "Api", "build_payload", "run_load"]
 
 Api = Literal["chat", "completions"]
 _PATHS: dict[str, str] = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
 _EXCERPT_CHARS = 200
+STALLED = "server stopped answering"
+"""In the error of every request a run gave up on after a request timed out with no token."""
 
 
 def build_payload(
@@ -84,7 +93,7 @@ async def run_load(
     api: Api = "chat",
     request_timeout_s: float = 120.0,
     seed: int = 0,
-    ignore_eos: bool = True,
+    ignore_eos: bool = False,
 ) -> tuple[list[RequestRecord], float]:
     """Sends ``requests`` to an OpenAI-compatible server and records each one.
 
@@ -104,8 +113,9 @@ async def run_load(
         ignore_eos: force completions to exactly ``max_tokens`` tokens (vLLM's ``ignore_eos``).
 
     Returns:
-        The records in the order the requests were started, and the wall time in seconds from
-        the first start until every request had ended.
+        The records in the order the requests were started (those left unsent after a stall
+        included), and the wall time in seconds from the first start until every request had
+        ended.
 
     Raises:
         ValueError: no requests, a concurrency below 1, a non-positive rate, or an unknown api.
@@ -122,18 +132,19 @@ async def run_load(
     begin = time.monotonic()
     source = _Source(requests, None if duration_s is None else begin + duration_s)
     results: dict[int, RequestRecord] = {}
+    stall = _Stall()
 
     async def send(index: int, request: PromptRequest) -> None:
         payload = build_payload(
             model, request, api=api, temperature=temperature, ignore_eos=ignore_eos
         )
-        results[index] = await _one_request(client, url, payload, request_timeout_s)
+        results[index] = await stall.guard(_one_request(client, url, payload, request_timeout_s))
 
     async with asyncio.TaskGroup() as group:
         if request_rate is None:
 
             async def worker() -> None:
-                while (item := source.next()) is not None:
+                while not stall.seen and (item := source.next()) is not None:
                     await send(*item)
 
             workers = concurrency if duration_s is not None else min(concurrency, len(requests))
@@ -148,7 +159,7 @@ async def run_load(
                     await send(index, request)
 
             next_arrival = begin
-            while source.has_more():
+            while source.has_more() and not stall.seen:
                 wake = (
                     next_arrival if source.deadline is None else min(next_arrival, source.deadline)
                 )
@@ -156,11 +167,45 @@ async def run_load(
                 if delay > 0:
                     await asyncio.sleep(delay)
                 item = source.next()
-                if item is None:
+                if item is None or stall.seen:
                     break
                 group.create_task(limited(*item))
                 next_arrival += arrivals.expovariate(request_rate)
-    return [results[i] for i in sorted(results)], time.monotonic() - begin
+    end = time.monotonic()
+    if stall.seen and source.deadline is None:  # what was never sent failed too
+        while (item := source.next()) is not None:
+            results[item[0]] = RequestRecord(start=end, error=f"not sent: {STALLED}")
+    return [results[i] for i in sorted(results)], end - begin
+
+
+class _Stall:
+    """Watches for a request that timed out with no token, then cancels those in flight."""
+
+    def __init__(self) -> None:
+        self.seen = False
+        self._inflight: set[asyncio.Task[RequestRecord]] = set()
+
+    async def guard(self, request: Coroutine[Any, Any, RequestRecord]) -> RequestRecord:
+        started = time.monotonic()
+        if self.seen:
+            request.close()
+            return RequestRecord(start=started, error=f"not sent: {STALLED}")
+        task = asyncio.ensure_future(request)
+        self._inflight.add(task)
+        try:
+            record = await task
+        except asyncio.CancelledError:
+            if not (self.seen and task.cancelled()):
+                raise  # the run itself is being cancelled
+            return RequestRecord(start=started, error=f"cancelled: {STALLED}")
+        finally:
+            self._inflight.discard(task)
+        if record.first_token is None and (record.error or "").startswith("timed out"):
+            self.seen = True
+            for other in self._inflight:
+                other.cancel()
+            return replace(record, error=f"{record.error} with no token: {STALLED}")
+        return record
 
 
 @dataclass

@@ -10,25 +10,39 @@
 4. returns a :class:`~tuner.results.TrialResult` marked :attr:`~tuner.results.Source.MEASURED`.
 
 Single failed requests stay in the result as records; only a benchmark in which no request
-succeeded raises :class:`~tuner.errors.MeasurementError`.
+succeeded (or whose warm-up found the server not answering) raises
+:class:`~tuner.errors.MeasurementError`.
+
+No request reuses a prompt the server has seen: each warm-up and measured prompt starts with a
+tag of its own (:func:`fresh_prompts`), so vLLM's prefix cache (on by default) cannot serve any
+of it from an earlier request, trial or study on the same server. Measured TTFT is then that of
+a prompt the server has not seen, whether the server was just started or reused.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import secrets
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import replace
 
 import httpx
 import openai
 
-from tuner.bench.loadgen import Api, run_load
+from tuner.bench.loadgen import STALLED, Api, run_load
 from tuner.bench.metrics import MetricsSnapshot, preemptions_delta, scrape, spec_decode_delta
-from tuner.config.workload import PromptRequest, WorkloadSpec, build_requests
+from tuner.config.workload import ChatMessage, PromptRequest, WorkloadSpec, build_requests
 from tuner.errors import ConfigError, MeasurementError
 from tuner.results import Endpoint, RequestRecord, Source, TrialResult
 
-__all__ = ["check_model", "measure_endpoint", "measure_endpoint_async", "served_models"]
+__all__ = [
+    "check_model",
+    "fresh_prompts",
+    "measure_endpoint",
+    "measure_endpoint_async",
+    "served_models",
+]
 
 _CONNECT_TIMEOUT_S = 10.0
 _SPARE_CONNECTIONS = 4  # for /metrics scrapes beside the load
@@ -134,7 +148,7 @@ def measure_endpoint(
     check_timeout_s: float = 60.0,
     api_key: str | None = None,
     kv_sample_interval_s: float = 0.5,
-    ignore_eos: bool = True,
+    ignore_eos: bool = False,
 ) -> TrialResult:
     """Benchmarks a ready server at one concurrency level (blocking; see the async twin).
 
@@ -152,7 +166,8 @@ def measure_endpoint(
         api_key: bearer token if the server was started with ``--api-key``.
         kv_sample_interval_s: how often ``/metrics`` is read during the window for the peak KV
             cache usage; 0 reads it only before and after.
-        ignore_eos: force completions to exactly ``max_tokens`` tokens.
+        ignore_eos: force completions to exactly ``max_tokens`` tokens (capacity tests);
+            by default replies end where the model ends them, capped at ``max_tokens``.
 
     Returns:
         The measured result; failed requests are in it as records with their error.
@@ -193,7 +208,7 @@ async def measure_endpoint_async(
     check_timeout_s: float = 60.0,
     api_key: str | None = None,
     kv_sample_interval_s: float = 0.5,
-    ignore_eos: bool = True,
+    ignore_eos: bool = False,
 ) -> TrialResult:
     """:func:`measure_endpoint` for callers already inside an event loop.
 
@@ -203,7 +218,9 @@ async def measure_endpoint_async(
     """
     _validate(concurrency)
     base_url, model = endpoint.base_url.rstrip("/"), endpoint.model
-    prompts = build_requests(workload, max(workload.warmup, 0) + max(workload.requests, 1))
+    prompts = fresh_prompts(
+        build_requests(workload, max(workload.warmup, 0) + max(workload.requests, 1))
+    )
     warmup, measured = prompts[: max(workload.warmup, 0)], prompts[max(workload.warmup, 0) :]
     if check:
         await asyncio.to_thread(
@@ -211,7 +228,7 @@ async def measure_endpoint_async(
         )
     async with _client(client, transport, concurrency, request_timeout_s, api_key) as http:
         if warmup:
-            await run_load(
+            warm, _ = await run_load(
                 http,
                 base_url,
                 model,
@@ -222,6 +239,8 @@ async def measure_endpoint_async(
                 request_timeout_s=request_timeout_s,
                 ignore_eos=ignore_eos,
             )
+            if any(STALLED in (r.error or "") for r in warm):
+                raise MeasurementError(f"{base_url} did not answer the warm-up: {warm[0].error}")
         before = await scrape(http, base_url)
         peak: list[float] = []
         sampler = asyncio.create_task(_sample_kv(http, base_url, kv_sample_interval_s, peak))
@@ -247,6 +266,21 @@ async def measure_endpoint_async(
     return _result(
         records, duration, concurrency, before, after, peak, measured, ignore_eos, base_url, model
     )
+
+
+def fresh_prompts(prompts: Sequence[PromptRequest]) -> list[PromptRequest]:
+    """The prompts, each opened by a random tag, so none shares a prefix with any before it.
+
+    vLLM's prefix cache hashes whole blocks from the first token on: a tag in the first block
+    makes every block of the prompt new to the server. The tag is a few tokens.
+    """
+    fresh = []
+    for prompt in prompts:
+        tag = f"[{secrets.token_hex(6)}] "
+        first, *rest = prompt.messages
+        messages = (ChatMessage(first.role, tag + first.content), *rest)
+        fresh.append(replace(prompt, messages=messages, prompt=tag + prompt.prompt))
+    return fresh
 
 
 def _validate(concurrency: int) -> None:

@@ -30,6 +30,7 @@ __all__ = [
     "Rate",
     "Seconds",
     "Seed",
+    "Share",
     "SimSpeed",
     "SpecTokens",
     "Step",
@@ -37,6 +38,7 @@ __all__ = [
     "Tokens",
     "VersionText",
     "Warmup",
+    "Weight",
     "check_value",
 ]
 
@@ -90,6 +92,8 @@ Tokens = Annotated[int, Field(gt=0), _Rule("an integer > 0", 256)]
 Count = Annotated[int, Field(ge=1), _Rule("an integer >= 1", 8)]
 Warmup = Annotated[int, Field(ge=0), _Rule("an integer >= 0", 1)]
 Seed = Annotated[int, _Rule("an integer", 0)]
+Share = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False), _Rule("a share from 0 to 1", 0.0)]
+Weight = Annotated[float, Field(gt=0, allow_inf_nan=False), _Rule("a number > 0", 0.5)]
 Rate = Annotated[float, Field(gt=0, allow_inf_nan=False), _Rule("a number > 0", 2.0)]
 Milliseconds = Annotated[float, Field(gt=0, allow_inf_nan=False), _Rule("a number > 0", 500)]
 Seconds = Annotated[float, Field(gt=0, allow_inf_nan=False), _Rule("a number > 0", 120)]

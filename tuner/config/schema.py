@@ -3,8 +3,9 @@
     SpaceModel             name, hardware, target, and the sections below
     ├── ServerModel        server: max_model_len, tensor_parallel_size, quantization, extra_flags
     ├── VllmModel          vllm: image, version
-    ├── SloModel           slo: ttft_ms
-    ├── WorkloadModel      workload: prompt_set, token counts, concurrency, requests, warm-up, ...
+    ├── SloModel           slo: ttft_ms, max_failed_requests
+    ├── WorkloadModel      workload: prompt_set, token counts, the traffic (concurrency levels and
+    │                      temperatures, each with a weight), requests, warm-up, ...
     └── SearchModel        search: the tuned dimensions (a value or a range each)
 
 Unknown keys are refused with the nearest known one, so a typo never runs silently.
@@ -48,24 +49,31 @@ from tuner.config.bounds import (
     Rate,
     Seconds,
     Seed,
+    Share,
     SpecTokens,
     Step,
     Temperature,
     Tokens,
     VersionText,
     Warmup,
+    Weight,
 )
+from tuner.config.schema_errors import A_RANGE, ONE_VALUE
+from tuner.config.schema_errors import one_line as _one_line
 from tuner.errors import ConfigError
 
 __all__ = [
     "BUILTIN_PROMPT_SETS",
+    "DEFAULT_TEMPERATURE",
     "FractionRange",
+    "LoadLevel",
     "SearchModel",
     "ServerModel",
     "SloModel",
     "SpaceModel",
     "SpecTokensRange",
     "TemperatureRange",
+    "TemperatureShare",
     "VllmModel",
     "WorkloadModel",
     "check_workload",
@@ -76,10 +84,10 @@ __all__ = [
 T = TypeVar("T")
 
 BUILTIN_PROMPT_SETS = ("code", "creative", "chat", "long-context")
-"""Prompt sets generated locally (``tuner.config.workload``); a JSONL/ShareGPT path works too."""
+"""Built-in prompt sets (``tuner.config.prompts``); a JSONL/ShareGPT path works too."""
 
-# The union branch a value took; dropped from key paths, which name what the user wrote.
-_ONE_VALUE, _A_RANGE = "one value", "a range"
+DEFAULT_TEMPERATURE = 0.7
+"""A workload's temperature when it names none: Qwen2.5's generation-config default."""
 
 
 def _known_prompt_set(name: str, info: ValidationInfo) -> str:
@@ -184,13 +192,62 @@ class TemperatureRange(_Range):
     step: Step | None = None
 
 
+class TemperatureShare(_Section):
+    """One temperature the user's product sends, and its share of the traffic."""
+
+    value: Temperature = Field(examples=[0.2])
+    weight: Weight = 1.0
+    """Its share of the traffic (weights are normalised to sum to 1)."""
+
+
+class LoadLevel(_Section):
+    """One concurrency level of the traffic profile, and its share of the time."""
+
+    level: Count = Field(examples=[8])
+    weight: Weight = 1.0
+    """Its share of the time (weights are normalised to sum to 1)."""
+
+
+def _as_shares(key: str) -> Any:
+    """A bare value (or a list of them) as shares of weight 1: ``0.2`` -> ``[{value: 0.2}]``."""
+
+    def convert(value: object) -> object:
+        items = list(value) if isinstance(value, list | tuple) else [value]
+        return [item if isinstance(item, Mapping | BaseModel) else {key: item} for item in items]
+
+    return BeforeValidator(convert)
+
+
+def _distinct(key: str) -> Any:
+    def check(shares: list[Any]) -> list[Any]:
+        if len({getattr(share, key) for share in shares}) < len(shares):
+            raise PydanticCustomError("distinct", "names a {key} twice", {"key": key})
+        return shares
+
+    return AfterValidator(check)
+
+
 def _branch(value: object) -> str:
-    return _A_RANGE if isinstance(value, Mapping | BaseModel) else _ONE_VALUE
+    return A_RANGE if isinstance(value, Mapping | BaseModel) else ONE_VALUE
 
 
 # A list field takes one bare value as a list of one; a tuned number takes a value or a range.
 _AS_LIST, _NON_EMPTY = BeforeValidator(_as_list), AfterValidator(_non_empty)
-Levels = Annotated[list[Count], _AS_LIST, _NON_EMPTY, Field(examples=[[1, 8]])]
+LoadProfile = Annotated[
+    list[LoadLevel],
+    _as_shares("level"),
+    _NON_EMPTY,
+    _distinct("level"),
+    Field(examples=[[{"level": 1, "weight": 0.5}, {"level": 8, "weight": 0.5}]]),
+]
+TemperatureMix = Annotated[
+    list[TemperatureShare],
+    _as_shares("value"),
+    _NON_EMPTY,
+    _distinct("value"),
+    Field(examples=[[{"value": 0.2, "weight": 0.7}, {"value": 0.8, "weight": 0.3}]]),
+]
+Weights = Annotated[list[Weight], _AS_LIST]
 Drafts = Annotated[
     list[Draft],
     _AS_LIST,
@@ -202,13 +259,13 @@ BatchChoices = Annotated[
 ]
 _Choice = Discriminator(_branch)
 KChoice = Annotated[
-    Annotated[SpecTokens, Tag(_ONE_VALUE)] | Annotated[SpecTokensRange, Tag(_A_RANGE)], _Choice
+    Annotated[SpecTokens, Tag(ONE_VALUE)] | Annotated[SpecTokensRange, Tag(A_RANGE)], _Choice
 ]
 FractionChoice = Annotated[
-    Annotated[Fraction, Tag(_ONE_VALUE)] | Annotated[FractionRange, Tag(_A_RANGE)], _Choice
+    Annotated[Fraction, Tag(ONE_VALUE)] | Annotated[FractionRange, Tag(A_RANGE)], _Choice
 ]
 TemperatureChoice = Annotated[
-    Annotated[Temperature, Tag(_ONE_VALUE)] | Annotated[TemperatureRange, Tag(_A_RANGE)], _Choice
+    Annotated[Temperature, Tag(ONE_VALUE)] | Annotated[TemperatureRange, Tag(A_RANGE)], _Choice
 ]
 
 
@@ -238,22 +295,26 @@ class SloModel(_Section):
     """``slo``: the service-level objective a trial must meet."""
 
     ttft_ms: Milliseconds = 1000
-    """p95 time to first token in ms; trials above it are infeasible."""
+    """p95 time to first token in ms, at every concurrency level; trials above it are infeasible."""
+    max_failed_requests: Share = 0.0
+    """Share of measured requests that may fail (0 to 1); a trial above it is infeasible."""
 
 
 class WorkloadModel(_Section):
-    """``workload``: the benchmark each trial runs, once per concurrency level."""
+    """``workload``: the traffic each trial serves, at every (concurrency, temperature) pair."""
 
     prompt_set: PromptSet = "code"
     """code, creative, chat, long-context, or a JSONL/ShareGPT file."""
     input_tokens: Tokens = 512
     """Mean prompt length in tokens."""
     output_tokens: Tokens = 256
-    """Completion length in tokens."""
-    concurrency: Levels = [1]
-    """Requests in flight, one benchmark per level; the first level is scored."""
-    requests: Count = 8
-    """Measured requests per level."""
+    """Most tokens a reply may have; replies end where the model ends them."""
+    concurrency: LoadProfile = [LoadLevel(level=1)]
+    """Requests in flight: levels ({level: 8, weight: 0.3}) or plain numbers (equal weights)."""
+    temperature: TemperatureMix = [TemperatureShare(value=DEFAULT_TEMPERATURE)]
+    """What the product sends: one temperature or a mix ({value: 0.2, weight: 0.7})."""
+    requests: Count = 40
+    """Measured requests per (level, temperature); p95 needs about 40."""
     warmup: Warmup = 1
     """Requests sent first and left out of the results."""
     request_rate: Rate | None = None
@@ -263,8 +324,10 @@ class WorkloadModel(_Section):
 
 
 class _WorkloadRecord(WorkloadModel):
-    """A :class:`WorkloadSpec` as built in code, which may also bound the window in time."""
+    """A :class:`WorkloadSpec` as built in code: weights apart, a window bounded in time."""
 
+    concurrency_weights: Weights = []
+    temperature_weights: Weights = []
     duration_s: Seconds | None = None
 
 
@@ -279,8 +342,9 @@ class SearchModel(_Section):
     """Share of GPU memory vLLM may use."""
     max_num_batched_tokens: BatchChoices = [2048]
     """Choices of tokens per scheduler step (chunked prefill)."""
-    temperature: TemperatureChoice = 0.0
-    """Sampling temperature: the one you serve, or a range to tune over."""
+    temperature: TemperatureChoice | None = None
+    """Only when your product may choose it: a range of temperatures to tune over (the
+    report then shows the best server config per temperature); unset: workload.temperature."""
 
 
 class SpaceModel(_Section):
@@ -333,30 +397,3 @@ def space_json_schema() -> dict[str, Any]:
     """The JSON Schema of a search-space YAML, for editors (yaml-language-server and the like)."""
     schema = SpaceModel.model_json_schema()
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema}
-
-
-def _one_line(exc: ValidationError, prefix: tuple[str, ...] = ()) -> str:
-    """The first problem of ``exc`` as one line; a count of any others follows it."""
-    errors = exc.errors(include_url=False)
-    first = errors[0]
-    loc = prefix + tuple(str(part) for part in first["loc"] if part not in (_ONE_VALUE, _A_RANGE))
-    path = "".join(f"[{part}]" if part.isdigit() else f".{part}" for part in loc).lstrip(".")
-    ctx = first.get("ctx") or {}
-    kind = first["type"]
-    if kind == "unknown_key":
-        key = ".".join((*loc, ctx["key"]))
-        hint = (
-            f"did you mean '{'.'.join((*loc, ctx['near']))}'?"
-            if ctx["near"]
-            else ("known keys: " + ", ".join(ctx["known"]))
-        )
-        line = f"unknown key '{key}'; {hint}"
-    elif kind == "missing_key":
-        line = f"'{'.'.join((*loc, ctx['key']))}' must be set (e.g. {ctx['key']}: {ctx['example']})"
-    elif not path:
-        line = f"{first['msg']} (see search_spaces/default.yaml for the layout)"
-    else:
-        either = " or a range {low: .., high: ..}" if _ONE_VALUE in first["loc"] else ""
-        line = f"{path} = {first['input']!r}: {first['msg']}{either}"
-    more = len(errors) - 1
-    return line + (f" (and {more} more problem{'s' * (more > 1)})" if more else "")

@@ -1,15 +1,19 @@
 """Search spaces: YAML in, Optuna suggestions out, as a :class:`TrialConfig`.
 
-A space has fixed settings (target, hardware, vLLM version, TTFT limit, workload) and tuned ones
-(draft, K, gpu-memory-utilization, max-num-batched-tokens, temperature). K exists only when a
-draft or ngram is chosen. The YAML is checked against :mod:`tuner.config.schema` (typed,
+A space has fixed settings (target, hardware, vLLM version, the SLO, the workload with its traffic
+of concurrency levels and temperatures) and tuned ones (draft, K, gpu-memory-utilization,
+max-num-batched-tokens; the temperature only where the user may choose it). K exists only when a
+draft or ngram is chosen. The temperatures the user serves belong to the workload: every trial is
+measured at each of them, so the recommended server config holds for that mix.
+
+The YAML is checked against :mod:`tuner.config.schema` (typed,
 bounded, no unknown keys), and drafts against the target, when the space loads, so a bad value
 or a mismatched draft stops the study before anything runs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from importlib.resources import files
 from pathlib import Path
@@ -22,7 +26,13 @@ from pydantic import TypeAdapter
 from tuner.catalog.gpus import Hardware, parse_hardware
 from tuner.catalog.models import ModelSpec, check_draft, load_model
 from tuner.config.bounds import Milliseconds, check_value
-from tuner.config.schema import FractionRange, SpecTokensRange, TemperatureRange, parse_space
+from tuner.config.schema import (
+    FractionRange,
+    SpaceModel,
+    SpecTokensRange,
+    TemperatureRange,
+    parse_space,
+)
 from tuner.config.trial import (
     ClientConfig,
     FlagValue,
@@ -66,6 +76,8 @@ class SearchSpace:
     num_speculative_tokens: Range
     gpu_memory_utilization: Range
     max_num_batched_tokens: tuple[int, ...]
+    # A Range when the temperature is tuned; otherwise the workload mix's weighted mean, which
+    # forecasts stand in for the mix (every trial is measured at each of its temperatures).
     temperature: Range | float
     max_model_len: int
     tensor_parallel_size: int
@@ -75,7 +87,13 @@ class SearchSpace:
     ttft_limit_ms: float
     workload: WorkloadSpec
     extra_flags: tuple[tuple[str, FlagValue], ...] = ()
+    max_failed_requests: float = 0.0  # share of measured requests that may fail
     source: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def tunes_temperature(self) -> bool:
+        """Whether trials choose the temperature (``search.temperature``), not the workload."""
+        return isinstance(self.temperature, Range)
 
     @property
     def version(self) -> VllmVersion:
@@ -152,7 +170,15 @@ class SearchSpace:
             quantization=self.quantization,
             extra_flags=self.extra_flags,
         )
-        return TrialConfig(server, ClientConfig(round(temperature, 4), self.workload))
+        return TrialConfig(server, self.client(temperature))
+
+    def client(self, temperature: float) -> ClientConfig:
+        """The request side of a trial: the workload's temperature mix, or ``temperature``
+        alone when the space tunes it (then it is the trial's own choice)."""
+        if not self.tunes_temperature:
+            return ClientConfig(self.workload.mean_temperature, self.workload)
+        temperature = round(temperature, 4)
+        return ClientConfig(temperature, self.workload.serving(temperature))
 
     def with_vllm_version(self, version: str) -> SearchSpace:
         """The same space for another vLLM version (its flag dialect), checked now."""
@@ -234,6 +260,7 @@ def _build(raw: Any, origin: str, *, lenient: bool) -> SearchSpace:
     hardware = _named(origin, parse_hardware, model.hardware)
     target = _named(origin, load_model, model.target)
     search, server = model.search, model.server
+    workload = _workload(model, origin, lenient)
     vllm = model.vllm
     release = parse_version(vllm.version) if vllm.version else version_from_image(vllm.image)
     for draft in search.draft:
@@ -248,8 +275,8 @@ def _build(raw: Any, origin: str, *, lenient: bool) -> SearchSpace:
         gpu_memory_utilization=_range(search.gpu_memory_utilization),
         max_num_batched_tokens=tuple(search.max_num_batched_tokens),
         temperature=(
-            float(search.temperature)
-            if isinstance(search.temperature, int | float)
+            workload.mean_temperature
+            if not isinstance(search.temperature, TemperatureRange)
             else _range(search.temperature)
         ),
         max_model_len=server.max_model_len,
@@ -258,12 +285,40 @@ def _build(raw: Any, origin: str, *, lenient: bool) -> SearchSpace:
         vllm_image=model.vllm.image,
         vllm_version=model.vllm.version,
         ttft_limit_ms=float(model.slo.ttft_ms),
-        workload=WorkloadSpec(
-            **{**model.workload.model_dump(), "concurrency": tuple(model.workload.concurrency)}
-        ),
+        workload=workload,
         extra_flags=tuple(server.extra_flags.items()),
+        max_failed_requests=float(model.slo.max_failed_requests),
         source=raw,
     )
+
+
+def _workload(model: SpaceModel, origin: str, lenient: bool) -> WorkloadSpec:
+    """The workload section as a spec; a single ``search.temperature`` (what earlier spaces
+    wrote for the temperature they serve) is the workload's temperature."""
+    section, fixed = model.workload, model.search.temperature
+    mix = [(share.value, share.weight) for share in section.temperature]
+    if isinstance(fixed, int | float):
+        if "temperature" in section.model_fields_set and not lenient:
+            raise ConfigError(
+                f"{origin}: search.temperature {fixed} and workload.temperature both set: the "
+                "temperatures you serve go in workload.temperature; remove search.temperature"
+            )
+        mix = [(float(fixed), 1.0)]
+    data = section.model_dump(exclude={"concurrency", "temperature"})
+    levels = [(level.level, level.weight) for level in section.concurrency]
+    return WorkloadSpec(
+        **data,
+        concurrency=tuple(level for level, _ in levels),
+        concurrency_weights=_unequal(weight for _, weight in levels),
+        temperature=tuple(value for value, _ in mix),
+        temperature_weights=_unequal(weight for _, weight in mix),
+    )
+
+
+def _unequal(weights: Iterable[float]) -> tuple[float, ...]:
+    """The weights, or none when they are all equal (equal shares are the default)."""
+    given = tuple(weights)
+    return given if len(set(given)) > 1 else ()
 
 
 def _range(value: float | SpecTokensRange | FractionRange | TemperatureRange) -> Range:

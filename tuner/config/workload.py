@@ -1,59 +1,73 @@
-"""Workload description and the prompts it expands to.
+"""What a workload is: the traffic a server config is measured and scored on.
 
-The built-in prompt sets (``code``, ``creative``, ``chat``, ``long-context``) are generated here,
-locally and deterministically from :attr:`WorkloadSpec.seed`; nothing is downloaded. A user file is
-accepted too: JSONL with one object per line (``prompt`` or ``messages``, optional ``max_tokens``),
-or a ShareGPT JSON list (``conversations`` of ``{"from", "value"}`` turns).
-
-Token counts here are estimates only, at :data:`CHARS_PER_TOKEN` characters per token (the usual
-ratio of byte-level BPE tokenizers such as Qwen2.5's or Llama 3's on English prose and code). What
-is measured always comes from the server's ``usage``.
+A workload names its prompts (:mod:`tuner.config.prompts`), their lengths, and the traffic the
+user serves: concurrency levels and sampling temperatures, each with its share (a weight). Every
+server config is measured at every (level, temperature) pair on one server and scored on the
+weighted result (:mod:`tuner.trial.scoring`).
 """
 
 from __future__ import annotations
 
-import json
-import math
 import random
-from dataclasses import asdict, dataclass
-from pathlib import Path
-from typing import Any
+from dataclasses import asdict, dataclass, replace
+from itertools import product
+from typing import TypeVar
 
-from tuner.config.schema import BUILTIN_PROMPT_SETS, check_workload
+from tuner.config.prompts import (
+    CHARS_PER_TOKEN,
+    LONG_CONTEXT_TOKENS,
+    PROMPT_SOURCES,
+    ChatMessage,
+    PromptRequest,
+    builtin_request,
+    load_prompt_file,
+)
+from tuner.config.schema import BUILTIN_PROMPT_SETS, DEFAULT_TEMPERATURE, check_workload
 from tuner.errors import ConfigError
 
 __all__ = [
     "BUILTIN_PROMPT_SETS",
     "CHARS_PER_TOKEN",
     "LONG_CONTEXT_TOKENS",
+    "PROMPT_SOURCES",
     "ChatMessage",
+    "Condition",
     "PromptRequest",
     "WorkloadSpec",
     "build_requests",
 ]
 
-CHARS_PER_TOKEN = 4.0
-"""Characters per token used to size generated prompts and estimate a prompt's length."""
+T = TypeVar("T", int, float)
 
-LONG_CONTEXT_TOKENS = 4096
-"""Prompt length of the ``long-context`` set (or ``input_tokens`` when that is larger)."""
+
+@dataclass(frozen=True)
+class Condition:
+    """One (concurrency, temperature) pair of the traffic, and its share of it."""
+
+    concurrency: int
+    temperature: float
+    weight: float  # level weight x temperature weight; all conditions sum to 1
 
 
 @dataclass(frozen=True)
 class WorkloadSpec:
-    """The benchmark each trial runs, once per concurrency level.
+    """The traffic each trial serves, measured at every (concurrency, temperature) pair.
 
     Attributes:
         prompt_set: a built-in set name or a path to a JSONL/ShareGPT file.
         input_tokens: mean prompt length in tokens.
-        output_tokens: completion length in tokens (forced with ``ignore_eos``).
-        concurrency: requests in flight, one benchmark per level; the first level is scored.
-        requests: measured requests per level.
+        output_tokens: the most tokens a reply may have (files may set their own lengths);
+            replies end where the model ends them.
+        concurrency: requests in flight, one benchmark per level.
+        requests: measured requests per (level, temperature).
         warmup: requests sent first and left out of the results.
         request_rate: Poisson arrival rate (requests/s) for an open loop; None for a closed loop.
         seed: makes prompts and arrival times reproducible.
         duration_s: when set, the measured window lasts this long (prompts are reused in a
             cycle) instead of ending after ``requests`` requests.
+        concurrency_weights: each level's share of the time; empty: equal shares.
+        temperature: the sampling temperatures the product sends.
+        temperature_weights: each temperature's share of the requests; empty: equal shares.
 
     Raises:
         ConfigError: a field is out of the bounds of the ``workload`` schema; the prompt set
@@ -64,59 +78,67 @@ class WorkloadSpec:
     input_tokens: int = 512
     output_tokens: int = 256
     concurrency: tuple[int, ...] = (1,)
-    requests: int = 8
+    requests: int = 40
     warmup: int = 1
     request_rate: float | None = None
     seed: int = 0
     duration_s: float | None = None
+    concurrency_weights: tuple[float, ...] = ()
+    temperature: tuple[float, ...] = (DEFAULT_TEMPERATURE,)
+    temperature_weights: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         # The bounds live in the schema, for specs from YAML, flags and code alike.
         check_workload(asdict(self))
+        for values, weights, name in (
+            (self.concurrency, self.concurrency_weights, "concurrency"),
+            (self.temperature, self.temperature_weights, "temperature"),
+        ):
+            if weights and len(weights) != len(values):
+                raise ConfigError(
+                    f"workload.{name}: {len(weights)} weights for {len(values)} values; "
+                    "give one weight per value"
+                )
 
     @property
     def primary_concurrency(self) -> int:
-        return self.concurrency[0]
+        """The heaviest level of the traffic profile (the first of equals)."""
+        return max(self.load_profile, key=lambda share: share[1])[0]
+
+    @property
+    def load_profile(self) -> tuple[tuple[int, float], ...]:
+        """(level, share of the time) per concurrency level; the shares sum to 1."""
+        return _shares(self.concurrency, self.concurrency_weights)
+
+    @property
+    def temperature_mix(self) -> tuple[tuple[float, float], ...]:
+        """(temperature, share of the requests) per temperature; the shares sum to 1."""
+        return _shares(self.temperature, self.temperature_weights)
+
+    @property
+    def mean_temperature(self) -> float:
+        """The traffic-weighted mean temperature (a forecast's stand-in for the mix)."""
+        return round(sum(t * w for t, w in self.temperature_mix), 4)
+
+    @property
+    def conditions(self) -> tuple[Condition, ...]:
+        """Every (level, temperature) pair to measure, level by level, with its share."""
+        return tuple(
+            Condition(level, temperature, level_weight * temperature_weight)
+            for (level, level_weight), (temperature, temperature_weight) in product(
+                self.load_profile, self.temperature_mix
+            )
+        )
+
+    def serving(self, temperature: float) -> WorkloadSpec:
+        """The same traffic at one temperature (a trial that tunes the temperature)."""
+        return replace(self, temperature=(temperature,), temperature_weights=())
 
 
-@dataclass(frozen=True)
-class ChatMessage:
-    """One turn of a chat prompt."""
-
-    role: str
-    content: str
-
-
-@dataclass(frozen=True)
-class PromptRequest:
-    """One request's input, usable with both ``/v1/chat/completions`` and ``/v1/completions``.
-
-    Attributes:
-        messages: the chat form of the prompt.
-        prompt: the plain-text form (the chat turns joined when the source is a chat).
-        max_tokens: completion length asked for.
-        approx_input_tokens: estimated prompt length, at :data:`CHARS_PER_TOKEN`.
-    """
-
-    messages: tuple[ChatMessage, ...]
-    prompt: str
-    max_tokens: int
-    approx_input_tokens: int
-
-    @classmethod
-    def from_prompt(cls, prompt: str, max_tokens: int) -> PromptRequest:
-        """A single user turn holding ``prompt``."""
-        return cls((ChatMessage("user", prompt),), prompt, max_tokens, _estimate_tokens(prompt))
-
-    @classmethod
-    def from_messages(cls, messages: tuple[ChatMessage, ...], max_tokens: int) -> PromptRequest:
-        """A chat prompt; its plain form is the turns' contents joined by blank lines."""
-        prompt = "\n\n".join(m.content for m in messages)
-        return cls(messages, prompt, max_tokens, _estimate_tokens(prompt))
-
-    def chat_messages(self) -> list[dict[str, str]]:
-        """The messages as the OpenAI chat API takes them."""
-        return [{"role": m.role, "content": m.content} for m in self.messages]
+def _shares(values: tuple[T, ...], weights: tuple[float, ...]) -> tuple[tuple[T, float], ...]:
+    given = weights or (1.0,) * len(values)
+    total = sum(given)
+    return tuple((value, weight / total) for value, weight in zip(values, given, strict=True))
 
 
 def build_requests(spec: WorkloadSpec, count: int) -> list[PromptRequest]:
@@ -136,264 +158,10 @@ def build_requests(spec: WorkloadSpec, count: int) -> list[PromptRequest]:
         raise ValueError(f"count must be >= 0, got {count}")
     rng = random.Random(f"{spec.prompt_set}:{spec.seed}")
     if spec.prompt_set in BUILTIN_PROMPT_SETS:
-        return [_builtin_request(spec, rng) for _ in range(count)]
-    entries = _load_prompt_file(spec.prompt_set, spec.output_tokens)
+        return [
+            builtin_request(spec.prompt_set, spec.input_tokens, spec.output_tokens, rng)
+            for _ in range(count)
+        ]
+    entries = load_prompt_file(spec.prompt_set, spec.output_tokens)
     rng.shuffle(entries)
     return [entries[i % len(entries)] for i in range(count)]
-
-
-def _estimate_tokens(text: str) -> int:
-    return max(1, math.ceil(len(text) / CHARS_PER_TOKEN))
-
-
-# --- built-in prompt sets ----------------------------------------------------------------------
-
-
-def _phrases(text: str) -> tuple[str, ...]:
-    return tuple(text.split("|"))
-
-
-_SUBJECTS = _phrases(
-    "the committee|a young engineer|the old lighthouse keeper|our team|the river|"
-    "the city council|a curious fox|the research group|the market|my neighbour|the orchestra|"
-    "a quiet librarian|the storm|the startup|the village baker"
-)
-_VERBS = _phrases(
-    "examined|rebuilt|questioned|celebrated|ignored|measured|described|followed|replaced|"
-    "discovered|planned|defended|mapped|shared|tested"
-)
-_OBJECTS = _phrases(
-    "the budget for next year|a broken compass|the schedule of the trains|an old letter|"
-    "the results of the survey|a map of the northern coast|the rules of the game|"
-    "a recipe for barley bread|the latency of the network|the shape of the clouds|"
-    "a list of missing books|the cost of the new bridge|the colour of the harbour"
-)
-_CLAUSES = _phrases(
-    "before the sun went down|without telling anyone|because the numbers did not add up|"
-    "while the rain kept falling|after a long argument|as everyone had expected|"
-    "despite the warnings|in less than an hour|with great care|for the third time"
-)
-_TOPICS = _phrases(
-    "caching in web servers|growing tomatoes on a balcony|the history of the printing press|"
-    "learning a second language|planning a week of healthy meals|how tides work|"
-    "choosing a first telescope|writing unit tests|saving for retirement|"
-    "training for a half marathon|how vaccines are tested|reading old maps"
-)
-_CHARACTERS = _phrases(
-    "a retired astronaut|a clockmaker's apprentice|a talking crow|twin detectives|"
-    "a ship's cook|an exiled queen|a nervous dragon|a street musician"
-)
-_SETTINGS = _phrases(
-    "a floating city|a snowed-in mountain inn|a library that never closes|a desert train|"
-    "a village under the sea|a space station orbiting Neptune"
-)
-_TONES = _phrases("hopeful|eerie|funny|bittersweet|adventurous|quiet and reflective")
-_NAMES = _phrases(
-    "parse|load|merge|filter|render|validate|schedule|compress|index|resolve|encode|rank|"
-    "split|normalize|aggregate|sample"
-)
-_NOUNS = _phrases(
-    "records|config|events|tokens|matrix|path|orders|users|frames|intervals|graph|batch|"
-    "prices|headers|samples|rows"
-)
-
-
-def _sentence(rng: random.Random) -> str:
-    text = f"{rng.choice(_SUBJECTS)} {rng.choice(_VERBS)} {rng.choice(_OBJECTS)}"
-    if rng.random() < 0.6:
-        text += f" {rng.choice(_CLAUSES)}"
-    return text[0].upper() + text[1:] + "."
-
-
-def _prose(rng: random.Random, chars: int) -> str:
-    """Generated sentences in short paragraphs, at least ``chars`` characters long."""
-    text = ""
-    sentences_left = rng.randint(3, 6)
-    while len(text) < chars:
-        if sentences_left == 0:
-            text, sentences_left = text + "\n\n", rng.randint(3, 6)
-        text += ("" if not text or text.endswith("\n") else " ") + _sentence(rng)
-        sentences_left -= 1
-    return text
-
-
-def _python_function(rng: random.Random) -> str:
-    name = f"{rng.choice(_NAMES)}_{rng.choice(_NOUNS)}"
-    arg, other = rng.sample(_NOUNS, 2)
-    limit = rng.randint(2, 64)
-    return (
-        f"def {name}({arg}: list[dict[str, int]], {other}_limit: int = {limit}) -> list[int]:\n"
-        f'    """{rng.choice(_NAMES).capitalize()} the {arg} and keep at most {limit}."""\n'
-        f"    result: list[int] = []\n"
-        f"    for index, item in enumerate({arg}):\n"
-        f"        if index >= {other}_limit:\n"
-        f"            break\n"
-        f'        value = item.get("{rng.choice(_NOUNS)}", {rng.randint(0, 9)})\n'
-        f"        if value % {rng.randint(2, 7)} == 0:\n"
-        f"            result.append(value * {rng.randint(2, 9)})\n"
-        f"    return result\n"
-    )
-
-
-def _code_prompt(rng: random.Random, tokens: int) -> PromptRequest:
-    head = "Complete the last Python function in this module. Reply with code only.\n\n```python\n"
-    tail_name = f"{rng.choice(_NAMES)}_{rng.choice(_NOUNS)}"
-    tail = (
-        f"def {tail_name}(items: list[int], window: int) -> list[float]:\n"
-        f'    """Return the moving average of items over the given window."""\n```'
-    )
-    budget = tokens * CHARS_PER_TOKEN - len(head) - len(tail)
-    body: list[str] = ["from __future__ import annotations\n"]
-    used = len(body[0])
-    while (function := _python_function(rng)) and used + len(function) / 2 < budget:
-        body.append(function)
-        used += len(function) + 1
-    return PromptRequest.from_prompt(head + "\n".join(body) + "\n" + tail, 0)
-
-
-def _creative_prompt(rng: random.Random, tokens: int) -> PromptRequest:
-    ask = (
-        f"Write a {rng.choice(_TONES)} short story about {rng.choice(_CHARACTERS)} in "
-        f"{rng.choice(_SETTINGS)}. Use the notes below for background details.\n\nNotes:\n"
-    )
-    notes = _prose(rng, int(tokens * CHARS_PER_TOKEN) - len(ask))
-    return PromptRequest.from_prompt(ask + notes, 0)
-
-
-def _chat_prompt(rng: random.Random, tokens: int) -> PromptRequest:
-    topic = rng.choice(_TOPICS)
-    messages = [ChatMessage("system", "You are a helpful, concise assistant.")]
-    budget = tokens * CHARS_PER_TOKEN
-    used = len(messages[0].content)
-    while True:
-        question = f"Tell me more about {topic}. {_sentence(rng)}"
-        messages.append(ChatMessage("user", question))
-        used += len(question)
-        if used >= budget - 200:
-            break
-        answer = _prose(rng, min(600, int(budget - used - 200)))
-        messages.append(ChatMessage("assistant", answer))
-        used += len(answer)
-    return PromptRequest.from_messages(tuple(messages), 0)
-
-
-def _long_context_prompt(rng: random.Random, tokens: int) -> PromptRequest:
-    ask = "Read the report below, then summarize section 3 and list every number it mentions.\n\n"
-    sections: list[str] = []
-    budget = tokens * CHARS_PER_TOKEN - len(ask)
-    while sum(len(s) + 2 for s in sections) < budget:
-        sections.append(f"Section {len(sections) + 1}.\n{_prose(rng, 700)}")
-    text = ask + "\n\n".join(sections)
-    return PromptRequest.from_prompt(text[: int(tokens * CHARS_PER_TOKEN)], 0)
-
-
-_GENERATORS = {
-    "code": _code_prompt,
-    "creative": _creative_prompt,
-    "chat": _chat_prompt,
-    "long-context": _long_context_prompt,
-}
-
-
-def _builtin_request(spec: WorkloadSpec, rng: random.Random) -> PromptRequest:
-    if spec.prompt_set == "long-context":
-        tokens = max(spec.input_tokens, LONG_CONTEXT_TOKENS)
-    else:
-        tokens = max(1, round(spec.input_tokens * rng.uniform(0.75, 1.25)))
-    request = _GENERATORS[spec.prompt_set](rng, tokens)
-    return PromptRequest(
-        request.messages, request.prompt, spec.output_tokens, request.approx_input_tokens
-    )
-
-
-# --- user files ----------------------------------------------------------------------------------
-
-_SHAREGPT_ROLES = {
-    "human": "user",
-    "user": "user",
-    "gpt": "assistant",
-    "assistant": "assistant",
-    "chatgpt": "assistant",
-    "system": "system",
-    "bing": "assistant",
-    "bard": "assistant",
-}
-
-
-def _load_prompt_file(name: str, default_max_tokens: int) -> list[PromptRequest]:
-    path = Path(name).expanduser()
-    known = ", ".join(BUILTIN_PROMPT_SETS)
-    if not path.is_file():
-        raise ConfigError(
-            f"prompt set '{name}' is neither a built-in set ({known}) nor an existing file"
-        )
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"cannot read prompt file {path}: {exc}") from exc
-    items: list[tuple[str, Any]] = []
-    if path.suffix.lower() == ".jsonl":
-        for number, line in enumerate(text.splitlines(), start=1):
-            if line.strip():
-                items.append((f"{path}:{number}", _parse_json(line, f"{path}:{number}")))
-    else:
-        data = _parse_json(text, str(path))
-        if not isinstance(data, list):
-            raise ConfigError(f"prompt file {path}: expected a JSON list (ShareGPT format)")
-        items = [(f"{path}[{index}]", item) for index, item in enumerate(data)]
-    requests = [r for where, item in items if (r := _parse_item(item, where, default_max_tokens))]
-    if not requests:
-        raise ConfigError(f"prompt file {path} holds no usable prompts")
-    return requests
-
-
-def _parse_json(text: str, where: str) -> Any:
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from exc
-
-
-def _parse_item(item: Any, where: str, default_max_tokens: int) -> PromptRequest | None:
-    """One JSONL line or ShareGPT entry; None for a conversation without a user turn."""
-    if not isinstance(item, dict):
-        raise ConfigError(f"{where}: expected a JSON object")
-    max_tokens = item.get("max_tokens", default_max_tokens)
-    if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
-        raise ConfigError(f"{where}: max_tokens must be a positive integer")
-    if isinstance(item.get("prompt"), str):
-        return PromptRequest.from_prompt(item["prompt"], max_tokens)
-    if isinstance(item.get("messages"), list):
-        messages = []
-        for message in item["messages"]:
-            if not (
-                isinstance(message, dict)
-                and isinstance(message.get("role"), str)
-                and isinstance(message.get("content"), str)
-            ):
-                raise ConfigError(f"{where}: each message needs string 'role' and 'content'")
-            messages.append(ChatMessage(message["role"], message["content"]))
-        if not messages:
-            raise ConfigError(f"{where}: 'messages' is empty")
-        return PromptRequest.from_messages(tuple(messages), max_tokens)
-    if isinstance(item.get("conversations"), list):
-        return _sharegpt(item["conversations"], where, max_tokens)
-    raise ConfigError(
-        f"{where}: needs 'prompt' (string), 'messages' (list of role/content) "
-        "or 'conversations' (ShareGPT)"
-    )
-
-
-def _sharegpt(turns: list[Any], where: str, max_tokens: int) -> PromptRequest | None:
-    """The conversation up to its last user turn; later assistant turns are dropped."""
-    messages: list[ChatMessage] = []
-    for turn in turns:
-        if not (isinstance(turn, dict) and isinstance(turn.get("value"), str)):
-            raise ConfigError(f"{where}: each ShareGPT turn needs a string 'value'")
-        role = _SHAREGPT_ROLES.get(str(turn.get("from", "")).lower())
-        if role is None:
-            raise ConfigError(f"{where}: unknown ShareGPT speaker {turn.get('from')!r}")
-        messages.append(ChatMessage(role, turn["value"]))
-    while messages and messages[-1].role != "user":
-        messages.pop()
-    return PromptRequest.from_messages(tuple(messages), max_tokens) if messages else None

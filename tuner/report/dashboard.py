@@ -39,7 +39,7 @@ from tuner.errors import ConfigError
 from tuner.study import optuna_private
 from tuner.study.paths import StudyPaths
 from tuner.trial.record import TrialRecord
-from tuner.trial.scoring import CONSTRAINT_KEYS, OBJECTIVE_NAMES
+from tuner.trial.scoring import CONSTRAINT_KEYS, LEGACY_CONSTRAINT_KEYS, OBJECTIVE_NAMES
 
 __all__ = [
     "LEGACY_CONSTRAINTS",
@@ -71,7 +71,7 @@ def _trial_record(trial: FrozenTrial) -> dict[str, Any]:
         "state": trial.state.name,
         "values": trial.values,
         "params": trial.params,
-        "constraints": [trial.constraints.get(k) for k in CONSTRAINT_KEYS],
+        "constraints": dict(trial.constraints),
         "log_tail": "",
         **({} if record is None else record.to_attrs()),
     }
@@ -143,10 +143,13 @@ class DashboardInfo:
 
 
 def _keyed_constraints(trial: FrozenTrial) -> list[float] | None:
+    # A study older than the errors constraint has two keys on every trial; either way the
+    # list follows CONSTRAINT_KEYS' order, the one every trial of a study shares.
     keyed = trial.constraints
-    if not all(key in keyed for key in CONSTRAINT_KEYS):
+    keys = CONSTRAINT_KEYS if "errors" in keyed else LEGACY_CONSTRAINT_KEYS
+    if not all(key in keyed for key in keys):
         return None
-    return [float(keyed[key]) for key in CONSTRAINT_KEYS]
+    return [float(keyed[key]) for key in keys]
 
 
 def prepare_dashboard(study: optuna.Study, paths: StudyPaths) -> DashboardInfo:

@@ -28,13 +28,13 @@ import optuna
 from tuner.analysis.confirmed import CONFIRMED_ATTR, Confirmed, Run
 from tuner.analysis.picks import confirmation_order
 from tuner.config.space import SearchSpace
-from tuner.config.trial import ClientConfig, LaunchContext, TrialConfig
+from tuner.config.trial import LaunchContext, TrialConfig
 from tuner.errors import SpectuneError
 from tuner.study.study import record_run
 from tuner.trial.backends import Backend
 from tuner.trial.record import TrialRecord
 from tuner.trial.runner import TrialOutcome, TrialRunner
-from tuner.trial.scoring import TrialStatus
+from tuner.trial.scoring import TrialStatus, level_tok_s
 
 __all__ = ["OnRun", "confirm"]
 
@@ -106,8 +106,10 @@ def _seed(seed: int, trial: TrialRecord, repeat: int) -> int:
 def _run_once(
     trial: TrialRecord, space: SearchSpace, backend: Backend, context: LaunchContext, seed: int
 ) -> Run:
-    config = TrialConfig(trial.server, ClientConfig(trial.temperature, space.workload))
-    runner = TrialRunner(backend, space.hardware, space.ttft_limit_ms)
+    config = TrialConfig(trial.server, space.client(trial.temperature))
+    runner = TrialRunner(
+        backend, space.hardware, space.ttft_limit_ms, max_failed_share=space.max_failed_requests
+    )
     try:
         outcome = runner.run(config, context, seed)
     except SpectuneError as exc:  # a crash or nothing measured: the config is not repeatable
@@ -125,8 +127,8 @@ def _run_from(outcome: TrialOutcome) -> Run:
         return Run(outcome.status, failure=outcome.failure)
     return Run(
         status=outcome.status,
-        output_tok_s=primary.output_tok_s,
-        p95_ttft_ms=outcome.score.values[1],
+        output_tok_s=outcome.score.values[0] if outcome.status.measured else None,
+        p95_ttft_ms=outcome.score.values[1] if outcome.status.measured else None,
         acceptance_rate=primary.acceptance_rate,
-        levels=tuple((r.concurrency, r.output_tok_s) for r in outcome.results),
+        levels=level_tok_s(outcome.results, [c.weight for c in outcome.conditions]),
     )

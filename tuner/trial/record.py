@@ -5,11 +5,16 @@ what ran its servers (``run``: a :class:`RunFacts`).
 
 Each trial's outcome is one :class:`TrialRecord`. The study loop writes it with
 :meth:`TrialRecord.to_attrs` (Optuna user attributes, one key per field, JSON values) plus the
-constraints (``oom``, ``ttft_slo``) and the two objective values Optuna keeps itself; every
-reader (picks, points, export, report, dashboard, CLI) gets it back with
-:meth:`TrialRecord.from_trial`. The keys are those earlier versions wrote, so their studies
-still open: a missing ``status`` reads as ``ok`` (``failed`` for a FAIL trial), a missing
-``source`` as ``measured``.
+constraints (``oom``, ``ttft_slo``, ``errors``: :func:`constraint_keys` says which a study
+takes) and the two objective values Optuna keeps itself; every reader (picks, points, export,
+report, dashboard, CLI) gets it back with :meth:`TrialRecord.from_trial`. The keys are those
+earlier versions wrote, so their studies still open: a missing ``status`` reads as ``ok``
+(``failed`` for a FAIL trial), a missing ``source`` as ``measured``, a missing ``errors``
+constraint as met (nothing failed that was counted).
+
+Each measured (concurrency, temperature) pair is one entry of ``levels``: the result's summary
+plus the pair's ``temperature`` and ``weight``, the order-statistic interval of its p95 TTFT and
+its failed-request share.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from tuner.bench.percentiles import quantile_interval
 from tuner.config.space import SearchSpace, space_from_dict
 from tuner.config.trial import (
     ServerConfig,
@@ -30,10 +36,12 @@ from tuner.config.trial import (
     server_from_dict,
     server_to_dict,
 )
+from tuner.config.workload import Condition
 from tuner.errors import SpectuneError, StartupFailure
-from tuner.results import Source
+from tuner.results import Source, TrialResult
+from tuner.trial.run_facts import RUN_ATTR, RunFacts, stored_run
 from tuner.trial.runner import TrialOutcome
-from tuner.trial.scoring import CONSTRAINT_KEYS, TrialStatus
+from tuner.trial.scoring import CONSTRAINT_KEYS, LEGACY_CONSTRAINT_KEYS, TrialStatus
 
 __all__ = [
     "RECORD_ATTRS",
@@ -43,6 +51,8 @@ __all__ = [
     "WARM_START_ATTR",
     "RunFacts",
     "TrialRecord",
+    "constraint_keys",
+    "level_summary",
     "records",
     "stored_run",
     "stored_space",
@@ -50,7 +60,6 @@ __all__ = [
 
 SPACE_ATTR = "space"
 SOURCE_ATTR = "source"
-RUN_ATTR = "run"
 # The simulator's forecast an enqueued warm-start trial carries (tuner.study.strategy).
 WARM_START_ATTR = "warm_start"
 # The trial user attributes a record writes: what a retried trial must not inherit.
@@ -67,6 +76,8 @@ RECORD_ATTRS = (
     "log_tail",
     "duplicate_of",
     "worker",
+    "failed_share",
+    "temperature_mix",
 )
 _LOG_TAIL_CHARS = 4000
 
@@ -78,51 +89,6 @@ def stored_space(study: optuna.Study) -> SearchSpace | None:
 
 
 @dataclass(frozen=True)
-class RunFacts:
-    """What ran a study's servers, as the last worker (or confirmation) to start one found it.
-
-    Attributes:
-        backend: ``sim``, ``process`` or ``docker``.
-        vllm_version: the vLLM version spoken to: given, from the image tag, or detected
-            (``vllm --version``).
-        image: the container image that ran; None for the process and sim backends.
-        gpus: the GPUs NVML detected (``gpu``, ``gpu_count``, ``driver``, ``cuda``); None when
-            nothing was detected (no NVML: a CPU build, or the simulator).
-    """
-
-    backend: str
-    vllm_version: str
-    image: str | None = None
-    gpus: Mapping[str, Any] | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        """The facts as the study's ``run`` attribute."""
-        return {
-            "backend": self.backend,
-            "vllm_version": self.vllm_version,
-            "image": self.image,
-            "gpus": None if self.gpus is None else dict(self.gpus),
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> RunFacts:
-        """Reads what :meth:`to_dict` wrote."""
-        gpus = data.get("gpus")
-        return cls(
-            str(data["backend"]),
-            str(data["vllm_version"]),
-            data.get("image"),
-            None if gpus is None else dict(gpus),
-        )
-
-
-def stored_run(study: optuna.Study) -> RunFacts | None:
-    """What ran the study's servers; None for studies written before it was recorded."""
-    raw = study.user_attrs.get(RUN_ATTR)
-    return None if raw is None else RunFacts.from_dict(raw)
-
-
-@dataclass(frozen=True)
 class TrialRecord:
     """One trial as the study stores it: its config, how it ended, and what it measured.
 
@@ -130,22 +96,27 @@ class TrialRecord:
         number: the Optuna trial number.
         state: Optuna's state: COMPLETE (OOM trials included), FAIL, or RUNNING/WAITING.
         server: the server config the trial ran (or would have run).
-        temperature: the sampling temperature its requests used.
+        temperature: the trial's temperature when the space tunes it; otherwise the workload
+            mix's weighted mean (the mix itself is ``temperature_mix``).
         status: how it ended (an OOM is COMPLETE with status OOM; a fault is FAILED).
         source: where its numbers came from: measured, simulated, or predicted (OOM predicted).
         values: the objectives Optuna holds, (output tok/s, p95 TTFT ms); pessimistic but
             finite for OOM trials; None for a trial that did not complete.
-        constraints: Optuna's keyed constraints (``oom``, ``ttft_slo``); <= 0 is feasible.
+        constraints: Optuna's keyed constraints (``oom``, ``ttft_slo``, ``errors``); <= 0 is
+            feasible.
         restarted: whether the trial started a server (False when it reused the running one).
         memory: the pre-screen's memory estimate (the fields of ``MemoryEstimate``, in GiB).
-        summary: the first concurrency level's ``TrialResult.summary()``; empty when nothing
-            was measured.
-        levels: every level's summary, first level first.
-        failure: why the server did not start or the trial failed.
+        summary: the first measured pair's :func:`level_summary`; empty when nothing was
+            measured.
+        levels: every measured pair's summary, level by level, temperature by temperature.
+        failure: why the server did not start, the trial failed, or is not scored (requests
+            failed).
         log_tail: the end of the server log of a failed start.
         duplicate_of: the earlier trial whose result this one reuses ("same as #N").
         worker: ``host/worker-id`` of the worker that ran it.
         params: the Optuna parameters the sampler chose.
+        failed_share: failed over sent requests, all pairs together; None when none was sent.
+        temperature_mix: the (temperature, share) pairs the trial was measured at.
     """
 
     number: int
@@ -165,6 +136,8 @@ class TrialRecord:
     duplicate_of: int | None = None
     worker: str | None = None
     params: Mapping[str, Any] = field(default_factory=dict)
+    failed_share: float | None = None
+    temperature_mix: tuple[tuple[float, float], ...] = ()
 
     @classmethod
     def from_outcome(
@@ -172,6 +145,9 @@ class TrialRecord:
     ) -> TrialRecord:
         """The record of a trial that ran (or was predicted out of memory) on ``source``."""
         predicted = outcome.status is TrialStatus.OOM_PREDICTED
+        levels = tuple(
+            level_summary(r, c) for r, c in zip(outcome.results, outcome.conditions, strict=False)
+        )
         return cls(
             number=number,
             state=TrialState.COMPLETE,
@@ -183,11 +159,13 @@ class TrialRecord:
             constraints=dict(zip(CONSTRAINT_KEYS, outcome.score.constraints, strict=True)),
             restarted=outcome.restarted,
             memory=asdict(outcome.memory),
-            summary=outcome.results[0].summary() if outcome.results else {},
-            levels=tuple(r.summary() for r in outcome.results),
+            summary=levels[0] if levels else {},
+            levels=levels,
             failure=outcome.failure,
             log_tail=outcome.log_tail,
             worker=worker,
+            failed_share=outcome.score.failed_share if outcome.results else None,
+            temperature_mix=outcome.config.client.workload.temperature_mix,
         )
 
     @classmethod
@@ -210,6 +188,7 @@ class TrialRecord:
             failure=str(error),
             log_tail=error.log_tail if isinstance(error, StartupFailure) else "",
             worker=worker,
+            temperature_mix=config.client.workload.temperature_mix,
         )
 
     def reused_by(self, number: int, worker: str | None = None) -> TrialRecord:
@@ -251,6 +230,10 @@ class TrialRecord:
             attrs["duplicate_of"] = self.duplicate_of
         if self.worker is not None:
             attrs["worker"] = self.worker
+        if self.failed_share is not None:
+            attrs["failed_share"] = self.failed_share
+        if self.temperature_mix:
+            attrs["temperature_mix"] = [list(pair) for pair in self.temperature_mix]
         return attrs
 
     @classmethod
@@ -261,7 +244,7 @@ class TrialRecord:
             return None
         default = TrialStatus.FAILED if trial.state is TrialState.FAIL else TrialStatus.OK
         values = trial.values
-        duplicate = attrs.get("duplicate_of")
+        duplicate, share = attrs.get("duplicate_of"), attrs.get("failed_share")
         return cls(
             number=trial.number,
             state=trial.state,
@@ -280,6 +263,10 @@ class TrialRecord:
             duplicate_of=None if duplicate is None else int(duplicate),
             worker=attrs.get("worker"),
             params=dict(trial.params),
+            failed_share=None if share is None else float(share),
+            temperature_mix=tuple(
+                (float(t), float(w)) for t, w in attrs.get("temperature_mix") or ()
+            ),
         )
 
     @property
@@ -298,16 +285,36 @@ class TrialRecord:
         return self.status is TrialStatus.OVER_TTFT or self.constraints.get("ttft_slo", -1.0) > 0
 
     @property
+    def lost_requests(self) -> bool:
+        """More requests failed than the space allows: not scored on the rest."""
+        return (
+            self.status is TrialStatus.FAILED_REQUESTS or self.constraints.get("errors", -1.0) > 0
+        )
+
+    @property
     def feasible(self) -> bool:
-        """Completed with every constraint met (a missing constraint is not met)."""
-        return self.state is TrialState.COMPLETE and all(
-            self.constraints.get(key, 1.0) <= 0 for key in CONSTRAINT_KEYS
+        """Completed with every constraint met (a missing ``oom`` or ``ttft_slo`` is not met;
+        a missing ``errors``, from a study older than it, is)."""
+        return (
+            self.state is TrialState.COMPLETE
+            and not self.lost_requests
+            and all(self.constraints.get(key, 1.0) <= 0 for key in LEGACY_CONSTRAINT_KEYS)
         )
 
     @property
     def measured(self) -> bool:
-        """Completed with real (or simulated) numbers: not OOM, not failed."""
-        return self.state is TrialState.COMPLETE and self.values is not None and not self.oom
+        """Completed with numbers that count: not OOM, not failed, no requests lost."""
+        return (
+            self.state is TrialState.COMPLETE
+            and self.values is not None
+            and not self.oom
+            and not self.lost_requests
+        )
+
+    @property
+    def tunes_temperature(self) -> bool:
+        """Whether the sampler chose this trial's temperature (``search.temperature``)."""
+        return "temperature" in self.params
 
     @property
     def objective(self) -> tuple[float, float]:
@@ -338,18 +345,51 @@ class TrialRecord:
 
     @property
     def level_tok_s(self) -> tuple[tuple[int, float], ...]:
-        """(concurrency, output tok/s) for every measured level."""
-        return tuple(
-            (int(level["concurrency"]), float(level["output_tok_s"]))
-            for level in self.levels
-            if level.get("output_tok_s") is not None
-        )
+        """(concurrency, output tok/s) per measured level, its temperatures weighted by their
+        share; levels first measured first."""
+        sums: dict[int, list[float]] = {}
+        for level in self.levels:
+            if level.get("output_tok_s") is None:
+                continue
+            weight = float(level.get("weight") or 1.0)  # within a level: the temperature share
+            total = sums.setdefault(int(level["concurrency"]), [0.0, 0.0])
+            total[0] += weight * float(level["output_tok_s"])
+            total[1] += weight
+        return tuple((c, tok_s / weight) for c, (tok_s, weight) in sums.items())
 
 
 def records(trials: Iterable[FrozenTrial]) -> list[TrialRecord]:
     """The records among ``trials`` (trials without a recorded config are left out)."""
     found = (TrialRecord.from_trial(t) for t in trials)
     return [r for r in found if r is not None]
+
+
+def constraint_keys(study: optuna.Study) -> tuple[str, ...]:
+    """The constraint keys this study's trials carry: a study whose trials were written
+    before ``errors`` existed keeps the two it has (samplers want the same keys on all)."""
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        if trial.constraints:
+            return LEGACY_CONSTRAINT_KEYS if "errors" not in trial.constraints else CONSTRAINT_KEYS
+    return CONSTRAINT_KEYS
+
+
+def level_summary(result: TrialResult, condition: Condition | None = None) -> dict[str, Any]:
+    """One measured pair as stored: the result's summary, the pair, and honest percentiles.
+
+    ``ttft_p95_interval_ms`` holds order-statistic bounds (95 % confidence) on the p95 TTFT;
+    a side is None where the requests were too few to bound it. TPOT is per token (from
+    ``usage``), ITL per streamed chunk (under speculation one chunk carries several tokens).
+    """
+    ttfts = [r.ttft * 1000.0 for r in result.succeeded if r.ttft is not None]
+    summary = {
+        **result.summary(),
+        "ttft_p95_interval_ms": list(quantile_interval(ttfts, 95)),
+        "tpot_p95_ms": result.tpot_ms(95),
+        "failed_share": result.errors / len(result.requests) if result.requests else None,
+    }
+    if condition is not None:
+        summary.update(temperature=condition.temperature, weight=condition.weight)
+    return summary
 
 
 def _finite(data: Mapping[str, Any]) -> dict[str, Any]:

@@ -2,7 +2,8 @@
 
 The pre-screen runs before any launch on every backend: a config predicted not to fit is
 recorded as "OOM predicted" and costs nothing. The running server is reused while the next
-trial's ServerConfig is equal, so request-side changes (temperature, workload) never restart.
+trial's ServerConfig is equal, so request-side changes (temperature, workload) never restart;
+a server that failed requests is never reused (it may be dead or broken).
 """
 
 from __future__ import annotations
@@ -13,11 +14,13 @@ from pathlib import Path
 from tuner.catalog.gpus import Hardware
 from tuner.catalog.models import load_model
 from tuner.config.trial import LaunchContext, ServerConfig, TrialConfig, load_draft
+from tuner.config.workload import Condition
 from tuner.errors import ConfigError, FailureKind, MeasurementError, StartupFailure
 from tuner.results import Endpoint, TrialResult
 from tuner.sim.memory import MemoryEstimate, estimate_memory
 from tuner.trial.backends import Backend
 from tuner.trial.scoring import Score, TrialStatus, score
+from tuner.trial.traffic import measure_traffic
 
 __all__ = ["TrialOutcome", "TrialRunner", "predict_memory"]
 
@@ -29,9 +32,10 @@ class TrialOutcome:
     config: TrialConfig
     memory: MemoryEstimate  # predicted, before launch
     score: Score
-    results: tuple[TrialResult, ...] = ()  # one per concurrency level
+    results: tuple[TrialResult, ...] = ()  # one per measured (level, temperature) pair
     restarted: bool = False
-    failure: str | None = None  # the start-up failure message, for OOM trials
+    failure: str | None = None  # why it is not scored: a start-up OOM, failed requests
+    conditions: tuple[Condition, ...] = ()  # the pair each result was measured at
     log_tail: str = ""
     log_path: Path | None = None
 
@@ -53,10 +57,18 @@ def predict_memory(hardware: Hardware, server: ServerConfig) -> MemoryEstimate:
 class TrialRunner:
     """Owns the one running server of a study worker and runs trials against it."""
 
-    def __init__(self, backend: Backend, hardware: Hardware, ttft_limit_ms: float) -> None:
+    def __init__(
+        self,
+        backend: Backend,
+        hardware: Hardware,
+        ttft_limit_ms: float,
+        *,
+        max_failed_share: float = 0.0,
+    ) -> None:
         self.backend = backend
         self.hardware = hardware
         self.ttft_limit_ms = ttft_limit_ms
+        self.max_failed_share = max_failed_share
         self._running: ServerConfig | None = None
         self._endpoint: Endpoint | None = None
 
@@ -91,20 +103,28 @@ class TrialRunner:
                 log_tail=failure.log_tail,
             )
         try:
-            results = tuple(
-                self.backend.measure(config, level, seed + index)
-                for index, level in enumerate(config.client.workload.concurrency)
-            )
+            traffic = measure_traffic(self.backend, config, seed, self.max_failed_share)
         except MeasurementError:
             self._stop_server()  # the server may be broken: the next trial starts a fresh one
             raise
+        if traffic.lost_requests:
+            self._stop_server()  # it failed requests: dead, hung or broken, never reused
+        scored = score(
+            traffic.results,
+            self.ttft_limit_ms,
+            weights=[c.weight for c in traffic.conditions],
+            max_failed_share=self.max_failed_share,
+            broken=traffic.broken,
+        )
         return TrialOutcome(
             config,
             memory,
-            score(results[0], self.ttft_limit_ms),
-            results,
+            scored,
+            traffic.results,
             restarted=restarted,
+            failure=scored.reason,
             log_path=endpoint.log_path,
+            conditions=traffic.conditions,
         )
 
     def _ensure_server(self, server: ServerConfig, context: LaunchContext) -> tuple[Endpoint, bool]:

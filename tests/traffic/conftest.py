@@ -1,0 +1,71 @@
+"""Fixtures for the traffic tests: small spaces served by the shipped fake server."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tuner.config.space import SearchSpace, load_space
+from tuner.study.optimize import OptimizeRequest
+from tuner.trial.backends import BackendOptions
+
+FAKE_VLLM = (sys.executable, "-m", "tuner.sim.server")
+SMALL_SPACE: dict[str, Any] = {
+    "name": "traffic",
+    "hardware": "4090x1",
+    "target": "Qwen/Qwen2.5-14B-Instruct-AWQ",
+    "vllm": {"version": "0.32.0"},
+    "slo": {"ttft_ms": 5000},
+    "workload": {
+        "prompt_set": "chat",
+        "input_tokens": 64,
+        "output_tokens": 16,
+        "concurrency": [{"level": 1, "weight": 0.5}, {"level": 4, "weight": 0.5}],
+        "temperature": [{"value": 0.2, "weight": 0.7}, {"value": 0.8, "weight": 0.3}],
+        "requests": 6,
+        "warmup": 1,
+    },
+    "search": {
+        "draft": ["none", "ngram"],
+        "num_speculative_tokens": 3,
+        "gpu_memory_utilization": 0.9,
+        "max_num_batched_tokens": [2048, 4096],
+    },
+}
+
+
+def small_space(tmp_path: Path, **sections: dict[str, Any]) -> SearchSpace:
+    """:data:`SMALL_SPACE` with ``sections`` merged in, loaded from a file like a user's."""
+    raw = {k: dict(v) if isinstance(v, dict) else v for k, v in SMALL_SPACE.items()}
+    for name, values in sections.items():
+        raw[name] = {**raw.get(name, {}), **values}
+    path = tmp_path / "space.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return load_space(str(path))
+
+
+def fake_request(tmp_path: Path, space: SearchSpace, trials: int) -> OptimizeRequest:
+    """A process-backend study whose ``vllm serve`` is the fake server."""
+    return OptimizeRequest(
+        study="traffic",
+        space=space,
+        backend="process",
+        trials=trials,
+        studies_dir=tmp_path / "studies",
+        sampler="random",
+        confirm_top=0,
+        backend_options=BackendOptions(
+            study="", vllm_command=FAKE_VLLM, request_timeout_s=5.0, ready_timeout_s=60.0
+        ),
+    )
+
+
+@pytest.fixture
+def fast_fake_server(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fake server in fast real time, with no faults unless a test sets some."""
+    monkeypatch.setenv("SPECTUNE_SIM_SPEED", "50")
+    monkeypatch.delenv("SPECTUNE_SIM_FAULT", raising=False)

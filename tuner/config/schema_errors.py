@@ -1,0 +1,37 @@
+"""One line for the first problem pydantic found in a search space: key path, value, fix."""
+
+from __future__ import annotations
+
+from pydantic import ValidationError
+
+__all__ = ["A_RANGE", "ONE_VALUE", "one_line"]
+
+# The union branch a value took; dropped from key paths, which name what the user wrote.
+ONE_VALUE, A_RANGE = "one value", "a range"
+
+
+def one_line(exc: ValidationError, prefix: tuple[str, ...] = ()) -> str:
+    """The first problem of ``exc`` as one line; a count of any others follows it."""
+    errors = exc.errors(include_url=False)
+    first = errors[0]
+    loc = prefix + tuple(str(part) for part in first["loc"] if part not in (ONE_VALUE, A_RANGE))
+    path = "".join(f"[{part}]" if part.isdigit() else f".{part}" for part in loc).lstrip(".")
+    ctx = first.get("ctx") or {}
+    kind = first["type"]
+    if kind == "unknown_key":
+        key = ".".join((*loc, ctx["key"]))
+        hint = (
+            f"did you mean '{'.'.join((*loc, ctx['near']))}'?"
+            if ctx["near"]
+            else ("known keys: " + ", ".join(ctx["known"]))
+        )
+        line = f"unknown key '{key}'; {hint}"
+    elif kind == "missing_key":
+        line = f"'{'.'.join((*loc, ctx['key']))}' must be set (e.g. {ctx['key']}: {ctx['example']})"
+    elif not path:
+        line = f"{first['msg']} (see search_spaces/default.yaml for the layout)"
+    else:
+        either = " or a range {low: .., high: ..}" if ONE_VALUE in first["loc"] else ""
+        line = f"{path} = {first['input']!r}: {first['msg']}{either}"
+    more = len(errors) - 1
+    return line + (f" (and {more} more problem{'s' * (more > 1)})" if more else "")
