@@ -6,6 +6,7 @@ instead: a tier that silently skips there would be a tier that does not exist.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import tempfile
 from pathlib import Path
@@ -28,6 +29,13 @@ def require(condition: bool, what: str) -> None:
     if os.environ.get("CI"):
         pytest.fail(f"{what} is required in CI but is not available", pytrace=False)
     pytest.skip(f"{what} not available")
+
+
+@pytest.fixture(autouse=True)
+def _ray_tier(request: pytest.FixtureRequest) -> None:
+    """The ``ray`` tier needs Ray installed (``pip install -e '.[ray]'``)."""
+    if request.node.get_closest_marker("ray") is not None:
+        require(importlib.util.find_spec("ray") is not None, "Ray (pip install -e '.[ray]')")
 
 
 # Real vLLM on the CPU: built once per session and shared by every tier that needs it.

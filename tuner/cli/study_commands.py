@@ -1,4 +1,5 @@
-"""Study commands: optimize (one host, one or more workers) and worker (join from any host)."""
+"""Study commands: optimize (one host, one or more workers, or a Ray cluster) and worker (join
+from any host)."""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ from tuner.cli.render import (
 from tuner.config.space import SearchSpace, load_space
 from tuner.config.trial import server_to_dict
 from tuner.export.vllm import write_best
+from tuner.study.cluster import RayOptions
 from tuner.study.optimize import OptimizeRequest, OptimizeResult, check_request, optimize
 from tuner.study.paths import default_storage
 from tuner.study.storage import safe_url, study_exists
@@ -92,6 +94,17 @@ def optimize_command(
         ),
     ] = None,
     gpus: opt.Gpus = None,
+    ray: Annotated[
+        str | None,
+        typer.Option(
+            "--ray",
+            help="Run trials on the GPU nodes of this Ray cluster: ray://HEAD:10001, "
+            "HEAD:6379, or auto (needs pip install 'spectune[ray]').",
+        ),
+    ] = None,
+    parallel: Annotated[
+        int, typer.Option("--parallel", help="With --ray: trials running at once.")
+    ] = 1,
     vllm_command: opt.VllmCommand = "vllm",
     image: opt.Image = None,
     docker_volume: opt.DockerVolume = None,
@@ -142,6 +155,7 @@ def optimize_command(
         backend_options=options,
         confirm_top=confirm_top,
         confirm_repeats=confirm_repeats,
+        ray=None if ray is None else RayOptions(ray, parallel),
     )
     check_request(request)  # argument errors before the live table draws anything
     if as_json:

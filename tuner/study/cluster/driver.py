@@ -1,0 +1,229 @@
+"""The driver's loop: ask Optuna for trials, run them in slots, write what they return.
+
+Only the driver writes the study, so SQLite is enough. Trials are asked for while a slot is
+idle and the study's budget allows (:class:`~tuner.study.storage.BudgetedStorage` refuses
+past it), so the budget is exact however many run at once; a FAIL does not use it up, so a
+failed trial is replaced, as with several workers.
+
+Faults: a slot whose actor dies (its node was lost, its process killed) fails its trial, which
+Optuna's retry copies once (the stale-trial retry, :class:`~tuner.study.storage.RetryOwnRecord`)
+for the next idle slot, on another node. Ctrl-C or SIGTERM (which the CLI turns into a
+KeyboardInterrupt) cancels every slot: each stops its servers, and the running trials end FAIL.
+"""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass, replace
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+
+from tuner.config.space import SearchSpace
+from tuner.config.trial import TrialConfig
+from tuner.errors import ConfigError, LaunchError, SpectuneError
+from tuner.results import Source
+from tuner.study.cluster.connect import connect
+from tuner.study.cluster.nodes import detect_with_nvml, read_nodes, require_matching
+from tuner.study.cluster.pool import Slot, SlotPool
+from tuner.study.cluster.slot import SlotResult
+from tuner.study.storage import BudgetExhausted, RetryOwnRecord
+from tuner.study.study import (
+    MAX_FAILURES_IN_A_ROW,
+    OnTrial,
+    _earlier_same_config,
+    _write,
+)
+from tuner.trial.backends import BackendOptions
+from tuner.trial.record import RUN_ATTR, TrialRecord, constraint_keys
+
+__all__ = ["RayOptions", "check_ray_options", "run_on_ray"]
+
+_POLL_S = 1.0  # how often the driver looks up from waiting (a Ctrl-C lands within it)
+
+
+@dataclass(frozen=True)
+class RayOptions:
+    """Where the cluster is and how much of it one study uses."""
+
+    address: str  # ray://HEAD:10001, HEAD:6379, or auto
+    parallel: int = 1  # trials at once
+    start_timeout_s: float = 300.0  # a slot must be placed on its node and ready by then
+
+
+def check_ray_options(options: RayOptions, workers: int = 1) -> None:
+    """Refuses bad ``--ray``/``--parallel`` values before anything connects."""
+    if workers != 1:
+        raise ConfigError(f"--workers {workers} with --ray: use --parallel {workers} instead")
+    if not options.address.strip():
+        raise ConfigError("--ray '': give the cluster, e.g. ray://HEAD:10001 or auto")
+    if options.parallel < 1:
+        raise ConfigError(f"--parallel {options.parallel}: run at least 1 trial at a time")
+
+
+@dataclass(frozen=True)
+class _Job:
+    trial: optuna.Trial
+    config: TrialConfig
+    slot: Slot
+
+
+def run_on_ray(
+    study: optuna.Study,
+    space: SearchSpace,
+    ray_options: RayOptions,
+    backend: str,
+    options: BackendOptions,
+    seed: int,
+    on_trial: OnTrial | None = None,
+) -> None:
+    """Runs trials on the cluster until the study's budget is used up.
+
+    Raises:
+        ConfigError: Ray is missing, the cluster cannot be reached, no node has the study's
+            hardware, or a slot cannot start there.
+        SpectuneError: trials kept failing, or every matching node was lost.
+    """
+    check_ray_options(ray_options)
+    ray = connect(ray_options.address)
+    nodes = read_nodes(ray.nodes(), detect_with_nvml(ray))
+    matching = require_matching(nodes, space.hardware, ray_options.address)
+    pool = SlotPool(ray, space, backend, options, matching, ray_options.start_timeout_s)
+    loop = _Loop(ray, study, space, pool, seed, on_trial, backend)
+    try:
+        loop.run(ray_options.parallel)
+    except BaseException:
+        pool.cancel()  # Ctrl-C, SIGTERM, a fatal error: every node removes its servers
+        loop.fail_running()
+        raise
+    finally:
+        pool.close()
+
+
+class _Loop:
+    def __init__(
+        self,
+        ray: Any,
+        study: optuna.Study,
+        space: SearchSpace,
+        pool: SlotPool,
+        seed: int,
+        on_trial: OnTrial | None,
+        backend: str,
+    ) -> None:
+        self.ray = ray
+        self.study = study
+        self.space = space
+        self.pool = pool
+        self.seed = seed
+        self.on_trial = on_trial
+        self.source = Source.SIMULATED if backend == "sim" else Source.MEASURED
+        self.keys = constraint_keys(study)  # an older study keeps the keys its trials have
+        self.running: dict[Any, _Job] = {}
+        self.idle: list[Slot] = []
+        self.failures_in_a_row = 0
+        self.driver = f"{socket.gethostname()}/ray-driver"  # who recorded a reused result
+
+    def run(self, parallel: int) -> None:
+        self.idle = self.pool.grow(parallel)
+        if not self.idle:
+            raise ConfigError(
+                "no trial slot could be placed on the Ray cluster within "
+                f"{self.pool.start_timeout_s:.0f} s: its matching GPUs are busy"
+            )
+        while True:
+            self._fill()
+            if not self.running:
+                return
+            ready, _ = self.ray.wait(list(self.running), num_returns=1, timeout=_POLL_S)
+            for ref in ready:
+                self._collect(ref, self.running.pop(ref))
+
+    def _fill(self) -> None:
+        while self.idle:
+            trial = self._ask()
+            if trial is None:
+                return
+            config = self.space.suggest(trial)
+            earlier = _earlier_same_config(self.study, trial)
+            if earlier is not None:  # samplers repeat points of a discrete space: don't rerun
+                self._finish(trial, earlier.reused_by(trial.number, self.driver))
+                continue
+            slot = self.idle.pop()
+            trial.set_user_attr("worker", slot.worker)  # before it runs: a FAIL says where
+            seed = self.seed * 100_003 + trial.number
+            ref = slot.handle.run.remote(trial.number, config, seed)
+            self.running[ref] = _Job(trial, config, slot)
+
+    def _ask(self) -> optuna.Trial | None:
+        try:
+            return self.study.ask()
+        except BudgetExhausted:
+            return None
+
+    def _collect(self, ref: Any, job: _Job) -> None:
+        try:
+            result: SlotResult = self.ray.get(ref)
+        except self.ray.exceptions.RayActorError as exc:
+            self._node_lost(job, exc)
+            return
+        except self.ray.exceptions.RayTaskError as exc:  # a bug on the node, not a fault
+            raise SpectuneError(
+                f"trial {job.trial.number} broke on Ray node {job.slot.host}: {exc}"
+            ) from None
+        self.idle.append(job.slot)
+        if result.facts is not None:
+            self.study.set_user_attr(RUN_ATTR, result.facts.to_dict())
+        self._finish(job.trial, result.record)
+        if result.fatal is not None:
+            raise ConfigError(result.fatal)
+        if result.record.state is TrialState.FAIL:
+            self.failures_in_a_row += 1
+            if self.failures_in_a_row >= MAX_FAILURES_IN_A_ROW:  # a broken setup, not bad luck
+                raise SpectuneError(
+                    f"{MAX_FAILURES_IN_A_ROW} trials in a row failed, the last with: "
+                    f"{result.record.failure}; stopping (check the image, model and flags on "
+                    "the nodes; logs in their temp folder under spectune/)"
+                )
+        else:
+            self.failures_in_a_row = 0
+
+    def _node_lost(self, job: _Job, exc: Exception) -> None:
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        error = LaunchError(
+            f"Ray node {job.slot.host} was lost during trial {job.trial.number} ({reason}); "
+            "it is retried on another node"
+        )
+        number = job.trial.number
+        record = TrialRecord.failed(number, job.config, error, self.source, job.slot.worker)
+        self._finish(job.trial, record)
+        failed = next(t for t in self.study.get_trials(deepcopy=False) if t.number == number)
+        RetryOwnRecord(max_retry=1)(self.study, failed)  # a WAITING copy, once
+        self.pool.lose(job.slot)
+        self.idle += self.pool.grow(1)  # on a matching node with free GPUs, if any is left
+        if not self.idle and not self.running:
+            raise SpectuneError(
+                f"every Ray node with {self.space.hardware.label} was lost "
+                f"(last {job.slot.host}): the study stops; resume it when nodes are back"
+            )
+
+    def _finish(self, trial: optuna.Trial, record: TrialRecord) -> None:
+        record = replace(record, params=dict(trial.params))  # as readers will see it
+        _write(trial, record, self.keys)
+        if record.state is TrialState.COMPLETE:
+            self.study.tell(trial, list(record.objective))
+        else:
+            self.study.tell(trial, state=TrialState.FAIL)
+        if self.on_trial is not None:
+            self.on_trial(record)
+
+    def fail_running(self) -> None:
+        """Ends the trials that were running when the study was stopped: FAIL, no retry."""
+        for job in self.running.values():
+            error = LaunchError(f"trial {job.trial.number} was cancelled: the study was stopped")
+            number, worker = job.trial.number, job.slot.worker
+            self._finish(
+                job.trial, TrialRecord.failed(number, job.config, error, self.source, worker)
+            )
+        self.running.clear()
