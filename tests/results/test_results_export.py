@@ -143,7 +143,13 @@ def test_json_holds_config_argv_and_provenance(levels: StudyCopy) -> None:
     assert facts["backend"] == "sim" and facts["image"] is None
     assert facts["confirmed"] is False and facts["output_tok_s_ci95"] is None
     assert [lvl["concurrency"] for lvl in data["speculation_by_level"]] == [1, 8, 32]
-    assert data["request"] == {"temperature": facts["temperature"]}
+    # The levels study tunes the temperature: the export names it as measured, never as advice.
+    assert "request" not in data and facts["temperature_tuned"] is True
+    assert facts["failed_share"] == 0.0 and facts["max_failed_share"] == 0.0
+    assert facts["concurrency"] == [[1, 1 / 3], [8, 1 / 3], [32, 1 / 3]]
+    header = vllm_text.splitlines()
+    assert not any("send temperature" in line for line in header)
+    assert any(line.startswith("# failed requests 0.0 %") for line in header)
 
 
 def test_what_ran_is_what_the_export_says(levels: StudyCopy) -> None:

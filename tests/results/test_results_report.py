@@ -106,6 +106,21 @@ def test_levels_section_switches_speculation_off_at_32(levels: StudyCopy, tmp_pa
 
 
 @pytest.mark.browser
+def test_the_report_says_what_traffic_was_served_and_the_best_per_temperature(
+    levels: StudyCopy, tmp_path: Path
+) -> None:
+    study, space = levels.open()
+    text = write_report(study, space, tmp_path).html.read_text()
+    assert "<th class='l'>concurrency</th><td class='l'>1 (33 %), 8 (33 %), 32 (33 %)" in text
+    assert "0 trials lost requests (at most 0% allowed)" in text
+    assert "code: HumanEval" in text
+    # The levels study tunes the temperature: one best server config per temperature tried.
+    table = text.split("<table id='per-temperature'>")[1].split("</table>")[0]
+    temperatures = [float(row.split("</td>")[0]) for row in table.split("<tr><td>")[1:]]
+    assert temperatures == sorted(set(temperatures)) and len(temperatures) >= 2
+    assert "Speculation stops paying at 32 concurrent requests" in text
+
+
 def test_report_renders_in_headless_chromium(
     levels: StudyCopy, tmp_path: Path, chromium: Path
 ) -> None:

@@ -36,6 +36,7 @@ __all__ = [
     "has_per_batch_size",
     "measured_levels",
     "speculation_by_level",
+    "speculation_stops",
 ]
 
 PER_BATCH_SIZE_SINCE = VllmVersion(0, 24, 0)
@@ -64,9 +65,9 @@ class LevelChoice:
 
 
 def _usable(points: Sequence[Point]) -> list[Point]:
-    # Over-limit trials count: the TTFT limit is judged at the first level only, and a
-    # higher level's TTFT is long by nature. Out-of-memory trials measured nothing.
-    return [p for p in points if p.outcome is not Outcome.OOM and p.levels]
+    # Over-limit trials count: their throughput at each level is real. Out-of-memory trials
+    # measured nothing; a trial that lost requests is not judged on the ones that survived.
+    return [p for p in points if p.outcome in (Outcome.FEASIBLE, Outcome.OVER_TTFT) and p.levels]
 
 
 def measured_levels(points: Sequence[Point]) -> list[int]:
@@ -104,6 +105,17 @@ def speculation_by_level(points: Sequence[Point], draft: str) -> list[LevelChoic
             )
         )
     return choices
+
+
+def speculation_stops(choices: Sequence[LevelChoice]) -> int | None:
+    """The lowest measured level from which on no K beats running without speculation;
+    None when speculation pays at the highest level (or nothing was measured)."""
+    stops = None
+    for choice in reversed(choices):  # ascending levels: walk down while it stays off
+        if choice.k != 0:
+            break
+        stops = choice.concurrency
+    return stops
 
 
 def best_by_draft(points: Sequence[Point]) -> dict[int, dict[str, tuple[int, float, int]]]:

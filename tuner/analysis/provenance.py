@@ -20,6 +20,7 @@ import optuna
 
 from tuner.analysis.picks import Candidate
 from tuner.config.space import SearchSpace
+from tuner.config.workload import PROMPT_SOURCES
 from tuner.results import Source
 from tuner.trial.record import stored_run
 
@@ -92,10 +93,14 @@ class Provenance:
     target: str
     draft: str
     k: int
-    temperature: float
+    temperatures: tuple[tuple[float, float], ...]  # (temperature, share) measured at
+    temperature_tuned: bool  # the study chose it (search.temperature), not the workload
     workload: str
-    concurrency: tuple[int, ...]
+    prompts: str  # where the prompts come from
+    concurrency: tuple[tuple[int, float], ...]  # (level, share of the time)
     ttft_limit_ms: float
+    failed_share: float | None  # failed over sent requests in the trial
+    max_failed_share: float
     date: str
 
     @property
@@ -138,11 +143,27 @@ class Provenance:
             f"{self._ran()}; {self._gpus()}",
             f"target {self.target}, {spec}",
             f"{self.source}: {self._numbers()}",
-            f"workload {self.workload}, concurrency {', '.join(map(str, self.concurrency))}; "
-            f"p95 TTFT limit {self.ttft_limit_ms:.0f} ms",
-            f"send temperature {self.temperature} with each request (request-side, not a flag)",
+            f"measured on the traffic: concurrency {_shares(self.concurrency)}; prompts "
+            f"{self.workload} ({self.prompts}); p95 TTFT limit {self.ttft_limit_ms:.0f} ms at "
+            "every level",
+            self._temperatures(),
+            f"failed requests {_percent(self.failed_share)} "
+            f"(at most {self.max_failed_share * 100:g} % allowed)",
             f"exported {self.date}",
         ]
+
+    def _temperatures(self) -> str:
+        # A description of the traffic measured, never advice: sampling is the product's call.
+        if self.temperature_tuned:
+            (temperature, _), *_ = self.temperatures
+            return (
+                f"measured at temperature {temperature:g}, which the study tuned; the server "
+                "config was best there (sampling settings stay your product's choice)"
+            )
+        return (
+            f"measured at temperatures {_shares(self.temperatures)} as requests send them; "
+            "the server config holds for that mix"
+        )
 
     def _numbers(self) -> str:
         accept = (
@@ -163,6 +184,16 @@ class Provenance:
             f"p95 TTFT {self.p95_ttft_ms:.1f} ms (95 % CI {ttft_lo:.1f}-{ttft_hi:.1f}), "
             f"{runs_note(self.runs)}{accept}"
         )
+
+
+def _shares(pairs: tuple[tuple[Any, float], ...]) -> str:
+    if len(pairs) == 1:
+        return f"{pairs[0][0]:g}"
+    return ", ".join(f"{value:g} ({share * 100:.0f} %)" for value, share in pairs)
+
+
+def _percent(share: float | None) -> str:
+    return "not recorded" if share is None else f"{share * 100:.1f} %"
 
 
 def _ci(low: float | None, high: float | None) -> tuple[float, float] | None:
@@ -216,9 +247,13 @@ def provenance(
         target=record.server.model,
         draft=record.draft,
         k=record.server.k,
-        temperature=record.temperature,
+        temperatures=record.temperature_mix or ((record.temperature, 1.0),),
+        temperature_tuned=record.tunes_temperature,
         workload=space.workload.prompt_set,
-        concurrency=space.workload.concurrency,
+        prompts=PROMPT_SOURCES.get(space.workload.prompt_set, "a prompt file"),
+        concurrency=space.workload.load_profile,
         ttft_limit_ms=space.ttft_limit_ms,
+        failed_share=record.failed_share,
+        max_failed_share=space.max_failed_requests,
         date=(today or dt.date.today()).isoformat(),
     )

@@ -1,7 +1,7 @@
 """A study's trials as flat points: what charts, tables and the per-level analysis read.
 
 Each completed trial becomes one :class:`Point` with its outcome (feasible, over the TTFT limit,
-or out of memory), the tuned settings and the measured numbers, read from its
+failed requests, or out of memory), the tuned settings and the measured numbers, read from its
 :class:`~tuner.trial.record.TrialRecord`. OOM trials carry no throughput or TTFT: the
 pessimistic values they report to Optuna are for the sampler, not for people.
 """
@@ -28,6 +28,7 @@ class Outcome(enum.StrEnum):
 
     FEASIBLE = "feasible"
     OVER_TTFT = "over TTFT limit"
+    LOST_REQUESTS = "failed requests"  # the server failed requests: no numbers that count
     OOM = "OOM"
 
 
@@ -43,7 +44,7 @@ class Point:
     max_num_batched_tokens: int
     temperature: float
     source: Source
-    output_tok_s: float | None  # None when the trial ran out of memory
+    output_tok_s: float | None  # None when the trial ran out of memory or lost requests
     p95_ttft_ms: float | None
     acceptance_rate: float | None
     levels: tuple[tuple[int, float], ...]  # (concurrency, output tok/s) per measured level
@@ -65,6 +66,8 @@ class Point:
 def _outcome(record: TrialRecord) -> Outcome:
     if record.oom:
         return Outcome.OOM
+    if record.lost_requests:
+        return Outcome.LOST_REQUESTS
     if record.over_ttft:
         return Outcome.OVER_TTFT
     return Outcome.FEASIBLE

@@ -43,14 +43,16 @@ TRIAL_COLUMNS = (
     "status",
 )
 _CAPTION = (
-    "mem: --gpu-memory-utilization, batch: --max-num-batched-tokens, TTFT: p95 ms, "
-    "acc: draft acceptance, new: server (re)started"
+    "mem: --gpu-memory-utilization, batch: --max-num-batched-tokens, temp: tuned or the "
+    "workload's (mix: several), tok/s: traffic-weighted, TTFT: worst p95 ms over the levels, "
+    "acc: draft acceptance, new: server (re)started, lost N%: requests failed"
 )
 _STATUS = {
     TrialStatus.OK: "ok",
     TrialStatus.OOM_PREDICTED: "OOM pred.",
     TrialStatus.OOM: "OOM",
     TrialStatus.OVER_TTFT: "over TTFT",
+    TrialStatus.FAILED_REQUESTS: "lost",
     TrialStatus.FAILED: "failed",
 }
 # The parameter count in a model id: Qwen2.5-0.5B-Instruct -> 0.5B, Llama-3.2-1B -> 1B.
@@ -70,13 +72,25 @@ def draft_label(server: ServerConfig) -> str:
     return size.group(1) if size else name
 
 
-def config_label(server: ServerConfig, temperature: float) -> str:
-    """A one-line description of a trial's config."""
+def config_label(server: ServerConfig, temperature: float | None = None) -> str:
+    """A one-line description of a trial's server config; ``temperature`` only where the
+    study tuned it (a served mix is the user's traffic, not part of the config)."""
     k = f" K={server.k}" if server.speculative else ""
+    temp = "" if temperature is None else f" temp={temperature:.2f}"
     return (
         f"draft={_draft_name(server)}{k} gpu-mem={server.gpu_memory_utilization:.2f} "
-        f"batched={server.max_num_batched_tokens} temp={temperature:.2f}"
+        f"batched={server.max_num_batched_tokens}{temp}"
     )
+
+
+def _temperature_cell(record: TrialRecord) -> str:
+    if len(record.temperature_mix) > 1 and not record.tunes_temperature:
+        return "mix"
+    return f"{record.temperature:.2f}"
+
+
+def _tuned_temperature(record: TrialRecord) -> float | None:
+    return record.temperature if record.tunes_temperature else None
 
 
 def trial_table(title: str) -> Table:
@@ -106,6 +120,8 @@ def record_row(record: TrialRecord) -> list[str]:
     """One trial as a row: its config always (a failed trial's too), and what it measured."""
     server = record.server
     status = _STATUS[record.status]
+    if record.status is TrialStatus.FAILED_REQUESTS and record.failed_share is not None:
+        status = f"lost {record.failed_share * 100:.0f}%"
     if record.duplicate_of is not None:
         status = f"same as #{record.duplicate_of}"
     return [
@@ -114,7 +130,7 @@ def record_row(record: TrialRecord) -> list[str]:
         str(server.k) if server.speculative else "-",
         f"{server.gpu_memory_utilization:.2f}",
         str(server.max_num_batched_tokens),
-        f"{record.temperature:.2f}",
+        _temperature_cell(record),
         _number(record.output_tok_s, 1),
         _number(record.p95_ttft_ms, 0),
         _pct(record.acceptance_rate),
@@ -139,7 +155,7 @@ def recommendation(
     how = runs_note(1 if confirmed is None else len(confirmed.measured))
     return (
         f"Recommended (highest throughput within p95 TTFT <= {limit_ms:.0f} ms): "
-        f"trial {record.number}: {config_label(record.server, record.temperature)}\n"
+        f"trial {record.number}: {config_label(record.server, _tuned_temperature(record))}\n"
         f"  {record.source}: {tok_s} output tok/s, p95 TTFT {ttft} ms ({how})"
     )
 

@@ -262,7 +262,6 @@ def _json(
         "image": space.vllm_image,
         "vllm_config": _config(server, space, table),
         "argv": ["vllm", "serve", *_argv(server, space, table)],
-        "request": {"temperature": facts.temperature},
         "speculation_by_level": [
             {
                 "concurrency": c.concurrency,

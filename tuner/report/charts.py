@@ -39,6 +39,7 @@ _STYLE = {
     Outcome.FEASIBLE: {"marker": "o", "color": "#1f77b4", "label": "feasible"},
     Outcome.OVER_TTFT: {"marker": "^", "color": "#ff7f0e", "label": "over TTFT limit"},
     Outcome.OOM: {"marker": "x", "color": "#d62728", "label": "OOM"},
+    Outcome.LOST_REQUESTS: {"marker": "s", "color": "#7f7f7f", "label": "failed requests"},
 }
 _PALETTE = ("#1f77b4", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22")
 

@@ -25,7 +25,8 @@ from tuner.config.space import SearchSpace
 from tuner.config.trial import SpecMethod
 from tuner.report import charts
 from tuner.report.importance import importance_points, param_importances
-from tuner.trial.record import stored_run
+from tuner.report.traffic import per_temperature_section, speculation_note, traffic_rows
+from tuner.trial.record import records, stored_run
 
 __all__ = ["Report", "write_report"]
 
@@ -108,18 +109,18 @@ def _summary(study: optuna.Study, space: SearchSpace, trials: Sequence[Point]) -
     counts = {o: sum(p.outcome is o for p in trials) for o in Outcome}
     failed = sum(t.state is optuna.trial.TrialState.FAIL for t in study.trials)
     sources = ", ".join(sorted({p.source for p in trials})) or "n/a"
-    levels = ", ".join(map(str, space.workload.concurrency))
     rows = [
         ("study", study.study_name),
         ("target", space.target.hf_id),
         ("GPUs", space.hardware.label),
         ("vLLM", _ran(study, space)),
-        ("workload", f"{space.workload.prompt_set}, concurrency {levels}"),
-        ("p95 TTFT limit", f"{space.ttft_limit_ms:.0f} ms"),
+        *traffic_rows(space, records(study.get_trials(deepcopy=False))),
+        ("p95 TTFT limit", f"{space.ttft_limit_ms:.0f} ms at every level"),
         (
             "trials",
             f"{len(study.trials)}: {counts[Outcome.FEASIBLE]} feasible, "
-            f"{counts[Outcome.OVER_TTFT]} over the TTFT limit, {counts[Outcome.OOM]} OOM, "
+            f"{counts[Outcome.OVER_TTFT]} over the TTFT limit, "
+            f"{counts[Outcome.LOST_REQUESTS]} lost requests, {counts[Outcome.OOM]} OOM, "
             f"{failed} failed",
         ),
         ("numbers", sources),
@@ -161,7 +162,7 @@ def _best_table(best: Sequence[Candidate], picks: dict[str, Candidate | None]) -
             f"<tr data-trial='{c.number}'><td>{c.number}</td>"
             f"<td class='l'>{_esc(c.record.draft)}</td><td>{server.k or '-'}</td>"
             f"<td>{server.gpu_memory_utilization:.2f}</td><td>{server.max_num_batched_tokens}</td>"
-            f"<td>{c.record.temperature:.2f}</td>"
+            f"<td>{_temperature(c)}</td>"
             f"<td>{_with_ci(c.record.objective[0], c.tok_s_interval, 1)}</td>"
             f"<td>{_with_ci(c.record.objective[1], c.ttft_interval, 0)}</td>"
             f"<td>{'-' if accept is None else f'{accept * 100:.1f} %'}</td>"
@@ -175,6 +176,13 @@ def _best_table(best: Sequence[Candidate], picks: dict[str, Candidate | None]) -
         "repeat runs with confidence intervals."
     )
     return f"<table id='best'>{head}{''.join(rows)}</table><p class='muted'>{note}</p>"
+
+
+def _temperature(candidate: Candidate) -> str:
+    record = candidate.record
+    if record.tunes_temperature or len(record.temperature_mix) < 2:
+        return f"{record.temperature:.2f}"
+    return "mix"
 
 
 def _levels_section(trials: Sequence[Point], levels: Sequence[LevelChoice]) -> str:
@@ -235,8 +243,9 @@ def _page(
         f"<title>spectune report: {_esc(study.study_name)}</title><style>{_CSS}</style></head>"
         f"<body><h1>spectune report: {_esc(study.study_name)}</h1>"
         f"<p class='muted'>Written {date}.</p>{_summary(study, space, trials)}"
-        f"<h2>Best configs</h2>{_best_table(best, picks)}"
+        f"<h2>Best configs</h2>{_best_table(best, picks)}{per_temperature_section(space, best)}"
         f"<h2>Charts</h2><div class='charts'>{figures}</div>"
-        f"<h2>Speculation per load level</h2>{_levels_section(trials, levels)}"
+        f"<h2>Speculation per load level</h2>{speculation_note(levels)}"
+        f"{_levels_section(trials, levels)}"
         "</body></html>\n"
     )
