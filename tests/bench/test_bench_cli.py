@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from testbed.fake_server import RunningServer
+from testbed.fake_server import RunningServer, StartServer
 from typer.testing import CliRunner
 
 from tuner.cli import app
@@ -50,3 +50,35 @@ def test_bench_wrong_model_and_unreachable_server_are_one_line(
     gone = CliRunner().invoke(app, ["bench", "--url", f"http://127.0.0.1:{closed_port}"])
     assert gone.exit_code == 2 and "cannot reach" in gone.stderr
     assert len(gone.stderr.strip().splitlines()) == 1
+
+
+def test_bench_exits_1_with_one_line_when_requests_failed(start_server: StartServer) -> None:
+    broken = start_server("--sim-fault", "http-500-every=3")
+    result = CliRunner().invoke(
+        app,
+        [
+            "bench", "--url", broken.base_url, "--requests", "6", "--concurrency", "1",
+            "--output-tokens", "8", "--json",
+        ],
+    )  # fmt: skip
+    assert result.exit_code == 1, result.stderr
+    data = json.loads(result.stdout)  # the numbers still print, with their failed share
+    assert data["errors"] == 2 and data["failed_share"] == 2 / 6
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("error: 2 of 6 requests failed; first: HTTP 500")
+
+
+def test_bench_replies_end_naturally_unless_max_tokens_forces_them(
+    server: RunningServer,
+) -> None:
+    def run(*flags: str) -> dict[str, object]:
+        result = CliRunner().invoke(
+            app, ["bench", "--url", server.base_url, "--requests", "2", "--json", *flags]
+        )
+        assert result.exit_code == 0, result.stderr
+        return dict(json.loads(result.stdout))
+
+    # The fake server stops at the cap; forced or natural, usage says how many came.
+    assert run("--output-tokens", "12")["output_tokens"] == 2 * 12
+    forced = run("--max-tokens", "20")
+    assert forced["output_tokens"] == 2 * 20 and forced["notes"] == []

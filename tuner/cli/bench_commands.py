@@ -1,18 +1,25 @@
-"""``spectune bench``: measure a server that is already running, with the study's load generator."""
+"""``spectune bench``: measure a server that is already running, with the study's load generator.
+
+Replies end where the model ends them (capped at ``--output-tokens``), as users' requests do;
+``--max-tokens N`` forces every reply to N tokens (``ignore_eos``) for capacity tests. A run in
+which requests failed prints its table, then one line saying how many failed, and exits 1.
+"""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
 
 import typer
 from rich.table import Table
 
 from tuner.bench.measure import measure_endpoint, served_models
 from tuner.cli import options as opt
-from tuner.cli.app import app, console, handle_errors, print_json
+from tuner.cli.app import app, console, err_console, handle_errors, print_json
 from tuner.config.workload import WorkloadSpec
 from tuner.errors import ConfigError
-from tuner.results import Endpoint, TrialResult
+from tuner.results import Endpoint
+from tuner.trial.record import level_summary
 
 __all__ = ["bench_command"]
 
@@ -36,9 +43,16 @@ def bench_command(
     concurrency: opt.Concurrency = 4,
     requests: Annotated[int, typer.Option("--requests", help="Measured requests.")] = 16,
     max_tokens: Annotated[
+        int | None,
+        typer.Option(
+            "--max-tokens",
+            help="Force every reply to this many tokens (ignore_eos), for capacity tests.",
+        ),
+    ] = None,
+    output_tokens: Annotated[
         int,
-        typer.Option("--max-tokens", help="Output tokens per request (forced with ignore_eos)."),
-    ] = 64,
+        typer.Option("--output-tokens", help="Most tokens a natural reply may have."),
+    ] = 256,
     input_tokens: opt.InputTokens = 512,
     temperature: opt.Temperature = 0.0,
     request_rate: Annotated[
@@ -69,7 +83,7 @@ def bench_command(
     spec = WorkloadSpec(
         prompt_set=workload,
         input_tokens=input_tokens,
-        output_tokens=max_tokens,
+        output_tokens=output_tokens if max_tokens is None else max_tokens,
         concurrency=(concurrency,),
         requests=requests,
         warmup=warmup,
@@ -83,11 +97,22 @@ def bench_command(
         concurrency,
         api=chosen_api,
         api_key=api_key,
+        ignore_eos=max_tokens is not None,
     )
+    summary = level_summary(result)
     if as_json:
-        print_json({"url": url, "model": name, **result.summary()})
+        print_json({"url": url, "model": name, **summary})
     else:
-        console.print(bench_table(url, name, result))
+        console.print(bench_table(url, name, summary))
+    if result.errors:  # a benchmark that lost requests is no measurement of the server
+        first = next(r.error for r in result.requests if r.error)
+        err_console.print(
+            f"error: {result.errors} of {len(result.requests)} requests failed; first: {first}",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
+        raise typer.Exit(1)
 
 
 def _first_model(url: str, api_key: str | None) -> str:
@@ -97,9 +122,8 @@ def _first_model(url: str, api_key: str | None) -> str:
     return models[0]
 
 
-def bench_table(url: str, model: str, result: TrialResult) -> Table:
-    """The measured metrics of one run, every row labelled with its source."""
-    s = result.summary()
+def bench_table(url: str, model: str, s: Mapping[str, Any]) -> Table:
+    """The measured metrics of one run (:func:`level_summary`), labelled with its source."""
     table = Table(
         "metric", "value", title=f"{model} at {url} ({s['source']})", title_justify="left"
     )
@@ -114,9 +138,16 @@ def bench_table(url: str, model: str, result: TrialResult) -> Table:
     row("requests/s", s["request_rate"], "{:.2f}")
     for q in (50, 90, 95, 99):
         row(f"TTFT p{q} ms", s[f"ttft_p{q}_ms"])
-    row("ITL p50 ms", s["itl_p50_ms"])
-    row("ITL p95 ms", s["itl_p95_ms"])
-    row("TPOT p50 ms", s["tpot_p50_ms"])
+    low, high = s["ttft_p95_interval_ms"]
+    table.add_row(
+        "TTFT p95 95 % interval",
+        f"{'-' if low is None else f'{low:.1f}'} to "
+        f"{'above the largest sample' if high is None else f'{high:.1f}'}",
+    )
+    row("TPOT p50 ms (per token)", s["tpot_p50_ms"])
+    row("TPOT p95 ms (per token)", s["tpot_p95_ms"])
+    row("ITL p50 ms (per chunk)", s["itl_p50_ms"])
+    row("ITL p95 ms (per chunk)", s["itl_p95_ms"])
     row("draft acceptance", s["acceptance_rate"], "{:.1%}")
     row("mean acceptance length", s["mean_acceptance_length"], "{:.2f}")
     row("KV cache usage (peak)", s["kv_cache_usage"], "{:.1%}")
