@@ -9,6 +9,7 @@ SQLAlchemy or the OS are translated into this tree where they are caught, never 
     │   └── IncompatibleDraftError   draft and target do not share a tokenizer/vocabulary
     ├── LaunchError            a server could not be started or stopped
     │   └── StartupFailure     exited or never became ready (oom|crash|timeout|bad-argument)
+    ├── EngineUnavailable      the Docker Engine cannot be reached or went away: stops the study
     └── MeasurementError       the benchmark could not run at all (single requests fail as records)
 
 Each message names the input at fault and the fix, so it reads well as the only line a user sees.
@@ -20,6 +21,7 @@ import enum
 
 __all__ = [
     "ConfigError",
+    "EngineUnavailable",
     "FailureKind",
     "IncompatibleDraftError",
     "LaunchError",
@@ -43,6 +45,14 @@ class IncompatibleDraftError(ConfigError):
 
 class LaunchError(SpectuneError):
     """A vLLM server could not be started, reached or stopped."""
+
+
+class EngineUnavailable(SpectuneError):
+    """The Docker Engine cannot be reached, or went away while a trial ran.
+
+    Not a :class:`LaunchError` on purpose: one trial's fault lets the study go on, while
+    without an engine every further trial would fail the same way, so the study stops.
+    """
 
 
 class FailureKind(enum.StrEnum):

@@ -1,13 +1,16 @@
 """The docker launcher and backend on a real Docker Engine, with the fake server in the image.
 
 What every backend must do is the backend contract (tests/contract); here: what a container
-gets (labels, name, mounts, argv, secrets), memory limits, images and their versions, a
-crashed run's leftovers, and the docker backend's GPU memory. Each start takes about a second.
+gets (labels, name, mounts, argv, secrets), memory limits, images and their versions, and the
+docker backend's GPU memory (ownership and leftovers: test_docker_ownership.py).
+Each start takes about a second.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -18,6 +21,7 @@ import docker.errors
 import httpx
 import pytest
 
+from tuner.catalog import nvml
 from tuner.catalog.nvml import NvmlMonitor, open_gpu_monitor
 from tuner.config.trial import (
     ClientConfig,
@@ -37,6 +41,8 @@ from tuner.launch.docker import (
     LABEL_TRIAL,
     DockerLauncher,
 )
+from tuner.launch.engine import LABEL_HOST, LABEL_PID, LABEL_STARTED
+from tuner.launch.runfiles import start_ticks
 from tuner.sim.server.app import SIMULATED_BANNER
 from tuner.trial.backends import DockerBackend
 
@@ -80,6 +86,9 @@ def test_runs_the_server_config_in_a_labelled_container_and_removes_it_on_stop(
         LABEL_TRIAL: "3",
         LABEL_RUN: launcher.run_id,
         LABEL_GPUS: "none",
+        LABEL_HOST: socket.gethostname(),
+        LABEL_PID: str(os.getpid()),
+        LABEL_STARTED: str(start_ticks(os.getpid())),
     }
     assert container.attrs["HostConfig"]["IpcMode"] == "host"
     binding = container.attrs["NetworkSettings"]["Ports"][f"{CONTAINER_PORT}/tcp"][0]
@@ -90,6 +99,7 @@ def test_runs_the_server_config_in_a_labelled_container_and_removes_it_on_stop(
     assert container.attrs["Config"]["Cmd"] == argv
     mounts = {m["Destination"]: m["Source"] for m in container.attrs["Mounts"]}
     assert mounts["/root/.cache/huggingface"] == str(hf_cache)
+    assert "HF_HOME=/root/.cache/huggingface" in container.attrs["Config"]["Env"]
 
     launcher.stop()
     launcher.stop()  # idempotent
@@ -126,17 +136,20 @@ def test_hf_token_reaches_the_container_but_no_label_log_or_endpoint(
     assert all(token not in p.read_text() for p in context.log_dir.iterdir())
 
 
-def test_a_missing_hf_cache_is_not_mounted(
+def test_a_missing_hf_cache_is_created_and_mounted(
     fake_launcher: LauncherFactory,
     fake_server: ServerConfig,
     context: LaunchContext,
     docker_client: docker.DockerClient,
     study: str,
+    tmp_path: Path,
 ) -> None:
-    launcher = fake_launcher()  # hf_cache points at a folder that does not exist
+    launcher = fake_launcher()  # hf_cache points at a folder that does not exist yet
     launcher.start(fake_server, context)
     (container,) = docker_client.containers.list(filters={"label": f"{LABEL_STUDY}={study}"})
-    assert "/root/.cache/huggingface" not in {m["Destination"] for m in container.attrs["Mounts"]}
+    mounts = {m["Destination"]: m["Source"] for m in container.attrs["Mounts"]}
+    assert mounts["/root/.cache/huggingface"] == str(tmp_path / "no-hf-cache")
+    assert (tmp_path / "no-hf-cache").is_dir()
 
 
 def test_a_container_killed_at_its_memory_limit_is_oom(
@@ -193,46 +206,6 @@ def test_a_tag_that_names_no_version_is_asked_of_the_image(
     assert _containers(docker_client, study) == []
 
 
-def test_stale_containers_of_the_study_go_at_start_and_nobody_elses(
-    fake_launcher: LauncherFactory,
-    fake_server: ServerConfig,
-    context: LaunchContext,
-    docker_client: docker.DockerClient,
-    test_image: str,
-    study: str,
-    host_volumes: Callable[..., dict[str, str]],
-    tmp_path: Path,
-) -> None:
-    volumes = [f"{host}:{target}" for host, target in host_volumes(tmp_path / "t").items()]
-
-    def sleeper(labels: dict[str, str]) -> str:
-        container = docker_client.containers.create(
-            test_image, ["/bin/sleep", "300"], labels=labels, volumes=volumes, detach=True
-        )
-        container.start()
-        return container.id or ""
-
-    stale = sleeper({LABEL_STUDY: study, LABEL_RUN: "crashed1", LABEL_GPUS: "none"})
-    other_worker = sleeper({LABEL_STUDY: study, LABEL_RUN: "worker2", LABEL_GPUS: "2,3"})
-    other_study = sleeper({LABEL_STUDY: f"{study}-other", LABEL_RUN: "x", LABEL_GPUS: "none"})
-    unlabelled = sleeper({})
-    try:
-        launcher = fake_launcher(gpus=(0, 1))  # a worker on GPUs 0,1 spares one on 2,3
-        assert len(launcher.cleanup_stale()) == 1
-        alive = {c.id for c in docker_client.containers.list(all=True)}
-        assert stale not in alive
-        assert {other_worker, other_study, unlabelled} <= alive
-
-        launcher = fake_launcher()  # no GPUs: "none" overlaps everything of this study
-        launcher.start(fake_server, context)
-        alive = {c.id for c in docker_client.containers.list(all=True)}
-        assert other_worker not in alive
-        assert {other_study, unlabelled} <= alive
-    finally:
-        for container_id in (other_study, unlabelled):
-            docker_client.containers.get(container_id).remove(force=True)
-
-
 class SettableMonitor:
     """A GPU monitor whose reading the test sets; the first read (the baseline) is 1 GiB."""
 
@@ -283,15 +256,20 @@ def test_without_nvml_memory_is_not_recorded_and_that_is_said_once(
     fake_server: ServerConfig,
     context: LaunchContext,
     caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     if isinstance(open_gpu_monitor(None), NvmlMonitor):
         pytest.skip("this host has NVML")
+    monkeypatch.setitem(nvml._said, "unavailable", False)  # a fresh run
     caplog.clear()
-    backend = DockerBackend(fake_launcher())
     config = TrialConfig(fake_server, ClientConfig(0.0, SMALL))
     with caplog.at_level(logging.WARNING, logger="tuner.catalog.nvml"):
-        backend.start(fake_server, context)
-        backend.start(fake_server, context)
-    assert backend.measure(config, 1, seed=0).peak_memory_gib == ()
+        trials = DockerBackend(fake_launcher())  # a run builds one for its trials...
+        trials.start(fake_server, context)
+        trials.start(fake_server, context)
+        assert trials.measure(config, 1, seed=0).peak_memory_gib == ()
+        trials.close()
+        confirmation = DockerBackend(fake_launcher())  # ...and one to confirm the best
+        confirmation.start(fake_server, context)
+        confirmation.close()
     assert caplog.text.count("NVML not available") == 1
-    backend.close()

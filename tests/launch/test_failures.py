@@ -7,7 +7,15 @@ from pathlib import Path
 import pytest
 
 from tuner.errors import FailureKind
-from tuner.launch.failures import classify_failure, decisive_line, startup_failure, tail
+from tuner.launch.failures import (
+    ServerEnd,
+    Stage,
+    classify_failure,
+    decisive_line,
+    end_failure,
+    startup_failure,
+    tail,
+)
 
 LOGS = Path(__file__).with_name("logs")  # captured from real vLLM 0.32 (CPU) start-ups
 
@@ -74,12 +82,6 @@ def _log(name: str) -> str:
             1,
             FailureKind.OOM,
             "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.16 GiB.",
-        ),
-        (
-            "oom-killed-loading-0.32.log",
-            137,
-            FailureKind.OOM,
-            "Filesystem type for checkpoints: EXT4.",  # what it was doing when killed
         ),
         (
             "suffix-missing-package-0.32.log",
@@ -181,8 +183,11 @@ def test_oom_hints_in_info_and_warning_lines_are_not_failures() -> None:
 @pytest.mark.parametrize(
     ("exit_code", "kwargs", "kind"),
     [
-        (137, {}, FailureKind.OOM),  # Docker/shell: 128 + SIGKILL
-        (-9, {}, FailureKind.OOM),  # subprocess: killed by SIGKILL
+        # A SIGKILL alone (docker kill, kill -9) is a crash; only a real memory kill is OOM.
+        (137, {}, FailureKind.CRASH),  # Docker/shell: 128 + SIGKILL
+        (-9, {}, FailureKind.CRASH),  # subprocess: killed by SIGKILL
+        (137, {"oom_killed": True}, FailureKind.OOM),
+        (-9, {"oom_killed": True}, FailureKind.OOM),
         (1, {"oom_killed": True}, FailureKind.OOM),
         (2, {}, FailureKind.BAD_ARGUMENT),  # argparse's exit status, whatever the log says
         (1, {}, FailureKind.CRASH),
@@ -221,7 +226,7 @@ def test_refused_arguments_are_bad_argument(line: str) -> None:
 
 def test_messages_name_signals_and_timeouts() -> None:
     killed = startup_failure(-9, "INFO: loading weights\n")
-    assert str(killed) == "vLLM did not start (oom, killed by SIGKILL): INFO: loading weights"
+    assert str(killed) == "vLLM did not start (crash, killed by SIGKILL): INFO: loading weights"
     docker = startup_failure(137, "", oom_killed=True)
     assert str(docker) == "vLLM did not start (oom, exit status 137, OOM-killed): (empty log)"
     slow = startup_failure(None, "a\nINFO 07-01 12:00:00 [x.py:1] Loading weights\n\n",
@@ -240,3 +245,26 @@ def test_tail() -> None:
     assert tail(text, 3) == "97\n98\n99"
     assert tail("a\nb", 40) == "a\nb"
     assert tail("") == ""
+
+
+def test_a_memory_kill_while_loading_is_oom_and_a_plain_kill_is_a_crash() -> None:
+    text = _log("oom-killed-loading-0.32.log")  # killed mid-load: no memory text in the log
+    killed = end_failure(ServerEnd(137, text, oom_killed=True))
+    assert killed.kind is FailureKind.OOM
+    assert str(killed).startswith("vLLM did not start (oom, exit status 137, OOM-killed): ")
+    assert "Filesystem type for checkpoints: EXT4." in str(killed)  # what it was doing
+    assert end_failure(ServerEnd(137, text)).kind is FailureKind.CRASH
+
+
+def test_one_reading_of_an_end_classifies_start_up_and_measurement_alike() -> None:
+    text = "INFO serving\ntorch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2 GiB\n"
+    for stage in Stage:
+        end = ServerEnd(1, text, stage=stage)
+        assert end.kind is FailureKind.OOM
+        assert "torch.OutOfMemoryError: CUDA out of memory" in str(end_failure(end))
+    measuring = end_failure(ServerEnd(137, "INFO serving\n", True, Stage.MEASURING))
+    assert str(measuring) == (
+        "vLLM died during measurement (oom, exit status 137, OOM-killed): INFO serving"
+    )
+    crashed = end_failure(ServerEnd(1, "KeyError: 'x'\n", stage=Stage.MEASURING))
+    assert str(crashed) == "vLLM died during measurement (crash, exit status 1): KeyError: 'x'"

@@ -30,6 +30,7 @@ __all__ = [
 
 _log = logging.getLogger(__name__)
 _GIB = 1024**3
+_said = {"unavailable": False}
 
 
 class GpuMonitor(Protocol):
@@ -140,7 +141,9 @@ def open_gpu_monitor(indices: Sequence[int] | None) -> GpuMonitor:
     try:
         return NvmlMonitor(indices)
     except Exception as error:  # any NVMLError subclass, or an invalid index
-        _log.warning("NVML not available (%s): GPU memory is not measured", error)
+        if not _said["unavailable"]:  # once per run: the trials' and the confirmation's
+            _said["unavailable"] = True
+            _log.warning("NVML not available (%s): GPU memory is not measured", error)
         return NoGpuMonitor()
 
 

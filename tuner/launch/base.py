@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from tuner.config.trial import LaunchContext, ServerConfig
+from tuner.launch.failures import ServerEnd
 from tuner.results import Endpoint
 
 __all__ = ["Launcher"]
@@ -24,6 +25,10 @@ class Launcher(Protocol):
 
     def start(self, server: ServerConfig, context: LaunchContext) -> Endpoint:
         """Starts ``server`` and returns once it answers; raises StartupFailure otherwise."""
+        ...
+
+    def ended(self) -> ServerEnd | None:
+        """How the running server ended, if it has (read after a measurement); else None."""
         ...
 
     def stop(self) -> None:

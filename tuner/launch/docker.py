@@ -1,61 +1,61 @@
 """Runs each server config in its own ``vllm/vllm-openai`` container, through the docker SDK.
 
 A container gets: the image (its tag also picks the vLLM flag dialect); entrypoint ``vllm serve``
-(the images' own entrypoint changed between releases) and the argv of
-:func:`~tuner.config.vllm_args.server_argv`; the study's GPUs by index as a device request;
-``ipc_mode=host`` (multi-GPU runs die with bus errors on Docker's 64 MB ``/dev/shm``); the
-Hugging Face cache; ``HF_TOKEN`` copied from the environment at start into the container's
-environment only, never into labels, names or saved logs (a log line printing it is redacted);
-port 8000 published on a free port of 127.0.0.1 that the engine picks; ``spectune.*`` labels
-naming study, trial, run and GPUs; a name ``spectune-<study>-t<trial>-<run>``.
+and the argv of :func:`~tuner.config.vllm_args.server_argv`; the study's GPUs as a device
+request; ``ipc_mode=host`` (multi-GPU runs die with bus errors on a 64 MB ``/dev/shm``); the
+mounts and environment of :class:`~tuner.launch.mounts.ContainerFiles` (secrets read at each
+start, redacted from saved logs); port 8000 published on 127.0.0.1 (a port the engine cannot
+allocate is retried once on another); ``spectune.*`` labels naming study, trial, run, GPUs and
+the owning process; a name ``spectune-<study>-t<trial>-<run>``.
 
-Readiness polls the container state and ``/health`` together and classifies failures with the
-code the process launcher uses (:mod:`tuner.launch.readiness`, :mod:`tuner.launch.failures`),
-adding the engine's ``OOMKilled`` flag.
+A container's end (exit code, ``OOMKilled``, the log's last lines, the stage) is read once into
+a :class:`~tuner.launch.failures.ServerEnd`, at start-up and after a measurement alike.
 
 Nothing outlives the study: ``stop`` removes the container after saving its log to
-``<log_dir>/trial-<n>.log``; ``close`` (also on leaving ``with``, and at interpreter exit) also
-removes any container of this run, one whose creation a signal cut short included; SIGTERM and
-SIGHUP unwind like Ctrl-C (``tuner.launch.exit_hooks``). The first start removes what a crashed
-earlier run of the same study left (by label, :mod:`tuner.launch.containers`). Containers
-without this study's label are never touched. GPU memory is the docker backend's business
-(``tuner.trial.backends.docker``), not the launcher's.
+``<log_dir>/trial-<n>.log``; ``close`` (also on leaving ``with`` and at exit; SIGTERM and SIGHUP
+unwind like Ctrl-C) removes every container of this run. The first start removes what dead runs
+left and refuses a live run's container on our GPUs (:mod:`tuner.launch.containers`). A lost
+engine is one :class:`~tuner.errors.EngineUnavailable`; the next run removes what it kept.
 """
 
 from __future__ import annotations
 
 import atexit
 import logging
-import os
-import shlex
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 
 import docker
 import docker.errors
 from docker.models.containers import Container
-from docker.types import DeviceRequest
 
 from tuner.config.trial import LaunchContext, ServerConfig
 from tuner.config.vllm_args import VllmVersion, server_argv, version_from_image
-from tuner.errors import ConfigError, LaunchError
+from tuner.errors import EngineUnavailable, LaunchError
 from tuner.launch.containers import (
     LABEL_GPUS,
     LABEL_RUN,
     LABEL_STUDY,
     LABEL_TRIAL,
     check_image,
+    clean_leftovers,
     container_name,
     default_hf_cache,
-    gpus_overlap,
+    device_requests,
+    gpus_label,
     list_containers,
     probe_version,
+    read_log,
+    remove_all,
     remove_container,
+    save_log,
 )
+from tuner.launch.engine import RunOwner, check_engine, engine_calls
 from tuner.launch.exit_hooks import run_at_exit
-from tuner.launch.failures import startup_failure
+from tuner.launch.failures import ServerEnd, Stage, end_failure
+from tuner.launch.mounts import ContainerFiles
 from tuner.launch.readiness import wait_until_ready
 from tuner.results import Endpoint
 
@@ -72,8 +72,13 @@ __all__ = [
 _log = logging.getLogger(__name__)
 
 CONTAINER_PORT = 8000
-_CONTAINER_HF_CACHE = "/root/.cache/huggingface"
-_REDACTED = "[redacted]"
+# The engine's words when the host port cannot be had (docker-proxy's bind, the allocator).
+_PORT_TAKEN = ("port is already allocated", "address already in use")
+
+
+def _engine_picks() -> Iterator[int]:
+    while True:
+        yield 0  # the engine picks a free port of 127.0.0.1
 
 
 class DockerLauncher:
@@ -81,26 +86,24 @@ class DockerLauncher:
 
     Args:
         image: the vLLM image, e.g. ``vllm/vllm-openai:v0.8.5``.
-        study: the study name, for labels, names and finding a crashed run's containers.
-        client: the docker client; default ``docker.from_env()`` (then closed by ``close``).
-        gpus: NVML indices the study may use (a container gets the first
-            ``tensor_parallel_size`` of them); None for all GPUs, ``()`` for none (CPU).
-        hf_cache: host folder mounted as the container's Hugging Face cache; default
-            :func:`default_hf_cache`; mounted only if it exists.
-        env_passthrough: variables copied from this process's environment at each start, if
-            set; their values are secrets, redacted from saved logs.
-        version: the vLLM flag dialect; default from the image tag, else ``vllm --version``
-            run once in the image.
+        study: the study name, for labels and names.
+        client: the docker client; default ``docker.from_env()`` (closed by ``close``).
+        gpus: NVML indices the study may use (a container gets the first TP of them); None
+            for all GPUs, ``()`` for none (CPU).
+        hf_cache: the host's Hugging Face cache (created if missing; :func:`default_hf_cache`).
+        env_passthrough: secrets copied from this process's environment at each start.
+        version: the vLLM flag dialect; default from the tag, else asked of the image once.
         ready_timeout_s: how long a start may take before it is a ``timeout`` failure.
-        entrypoint: the vLLM command in the image; it must answer ``--version`` unless the
-            tag or ``version`` names the version.
+        entrypoint: the vLLM command in the image (answering ``--version``).
         subcommand: between ``entrypoint`` and the argv; ``()`` for a server without one.
         volumes: extra bind mounts, host path to ``container_path[:ro]``.
         environment: extra, non-secret container environment.
+        vllm_cache: host folder kept as the containers' ``~/.cache/vllm``; None: none.
         mem_limit: container memory limit, swap included (e.g. ``"8g"``).
         shm_size: a ``/dev/shm`` size instead of sharing the host's IPC namespace.
         stop_timeout_s: grace between SIGTERM and SIGKILL on stop.
         poll_s: pause between readiness probes.
+        host_ports: the host port each creation asks for (default 0: the engine picks).
     """
 
     name = "docker"
@@ -120,30 +123,37 @@ class DockerLauncher:
         subcommand: Sequence[str] = ("serve",),
         volumes: Mapping[str, str] | None = None,
         environment: Mapping[str, str] | None = None,
+        vllm_cache: Path | None = None,
         mem_limit: str | None = None,
         shm_size: str | None = None,
         stop_timeout_s: float = 30.0,
         poll_s: float = 0.5,
+        host_ports: Iterator[int] | None = None,
     ) -> None:
         self.image = image
         self.study = study
         self.gpus = None if gpus is None else tuple(gpus)
-        self.hf_cache = hf_cache if hf_cache is not None else default_hf_cache()
-        self.env_passthrough = tuple(env_passthrough)
+        self.files = ContainerFiles(
+            hf_cache=hf_cache if hf_cache is not None else default_hf_cache(),
+            vllm_cache=vllm_cache,
+            volumes=dict(volumes or {}),
+            environment=dict(environment or {}),
+            secrets=tuple(env_passthrough),
+        )
         self.ready_timeout_s = ready_timeout_s
         self.entrypoint = list(entrypoint)
         self.subcommand = list(subcommand)
-        self.volumes = dict(volumes or {})
-        self.environment = dict(environment or {})
         self.mem_limit = mem_limit
         self.shm_size = shm_size
         self.stop_timeout_s = stop_timeout_s
         self.poll_s = poll_s
         self.run_id = uuid.uuid4().hex[:8]
+        self.owner = RunOwner.current()
+        self._host_ports = host_ports or _engine_picks()
         self._version = version if version is not None else version_from_image(image)
         self._client = client
         self._own_client = client is None
-        self._cleaned = False  # a crashed earlier run's containers are removed once
+        self._cleaned = False  # dead runs' containers are removed once
         self._hooked = False
         self._container: Container | None = None
         self._log_path: Path | None = None
@@ -157,9 +167,9 @@ class DockerLauncher:
                 self._docker(),
                 self.image,
                 self.entrypoint,
-                labels={LABEL_STUDY: self.study, LABEL_RUN: self.run_id},
-                environment=self.environment,
-                volumes=self._volume_specs(),
+                labels={LABEL_STUDY: self.study, LABEL_RUN: self.run_id, **self.owner.labels()},
+                environment=self.files.environment,
+                volumes=self.files.volume_specs(),
             )
         return self._version
 
@@ -168,15 +178,17 @@ class DockerLauncher:
 
         Raises:
             ConfigError: the image is not on this host, the vLLM version cannot run the
-                config, or the config needs more GPUs than allowed; nothing was started.
+                config, the config needs more GPUs than allowed, or a live run's container
+                holds our GPUs; nothing was started.
             StartupFailure: the container exited or was not ready in time; it has been removed.
-            LaunchError: the engine refused or lost the container.
+            LaunchError: the engine refused the container.
+            EngineUnavailable: the engine went away.
         """
         self.stop()
         client = self._docker()
         check_image(client, self.image)
         argv = server_argv(server, self.version, host="0.0.0.0", port=CONTAINER_PORT)
-        device_requests = self._device_requests(server)
+        requests = device_requests(self.gpus, server.tensor_parallel_size)
         if not self._hooked:
             run_at_exit(self.close)
             self._hooked = True
@@ -184,89 +196,108 @@ class DockerLauncher:
             self.cleanup_stale()
         context.log_dir.mkdir(parents=True, exist_ok=True)
         self._log_path = context.log_dir / f"trial-{context.trial}.log"
-        # Read at each start, so a token is held only by the container that needs it.
-        passed = {k: os.environ[k] for k in self.env_passthrough if os.environ.get(k)}
-        self._secrets = tuple(passed.values())
+        self.files.ensure()
+        environment, self._secrets = self.files.container_environment()
+        name = container_name(self.study, context.trial, self.run_id)
         try:
-            self._container = client.containers.create(
-                self.image,
-                argv,
-                name=container_name(self.study, context.trial, self.run_id),
-                entrypoint=[*self.entrypoint, *self.subcommand],
-                labels=self._labels(context.trial),
-                environment={**self.environment, **passed},
-                device_requests=device_requests,
-                ipc_mode=None if self.shm_size else "host",
-                shm_size=self.shm_size,
-                mem_limit=self.mem_limit,
-                memswap_limit=self.mem_limit,  # equal: no swap, over the limit means killed
-                ports={f"{CONTAINER_PORT}/tcp": ("127.0.0.1", 0)},
-                volumes=self._volume_specs(),
-                detach=True,
-            )
-            self._container.start()
+            for attempt in (1, 2):
+                with engine_calls(f"creating container {name}"):
+                    self._container = client.containers.create(
+                        self.image,
+                        argv,
+                        name=name,
+                        entrypoint=[*self.entrypoint, *self.subcommand],
+                        labels=self._labels(context.trial),
+                        environment=environment,
+                        device_requests=requests,
+                        ipc_mode=None if self.shm_size else "host",
+                        shm_size=self.shm_size,
+                        mem_limit=self.mem_limit,
+                        memswap_limit=self.mem_limit,  # equal: no swap, over it means killed
+                        ports={f"{CONTAINER_PORT}/tcp": ("127.0.0.1", next(self._host_ports))},
+                        volumes=self.files.volume_specs(server),
+                        detach=True,
+                    )
+                try:
+                    with engine_calls(f"starting container {name}"):
+                        self._container.start()
+                    break
+                except docker.errors.APIError as error:
+                    if attempt == 2 or not any(t in str(error) for t in _PORT_TAKEN):
+                        raise
+                    _log.info("port for %s not available (%s): another port", name, error)
+                    self._discard(quiet=True)
             endpoint = self._wait_ready(server)
         except docker.errors.APIError as error:
-            self._discard()
+            self._discard(quiet=True)
             raise LaunchError(
                 f"docker could not run {self.image}: {error.explanation or error}"
             ) from error
         except BaseException:  # StartupFailure, Ctrl-C, SystemExit from SIGTERM: no orphans
-            self._discard()
+            self._discard(quiet=True)
             raise
+        assert self._container is not None
         self._save_log(self._container)
         return endpoint
+
+    def ended(self) -> ServerEnd | None:
+        """How the running container ended, read after a measurement; None while it runs.
+
+        Raises:
+            EngineUnavailable: the engine went away.
+        """
+        return self._read_end(Stage.MEASURING)
 
     def stop(self) -> None:
         """Stops and removes the running container, keeping its log; idempotent.
 
         Raises:
             LaunchError: the engine could not remove the container.
+            EngineUnavailable: the engine went away (the next run removes the container).
         """
-        if self._container is None:
+        container = self._container
+        if container is None:
             return
         try:
-            self._container.stop(timeout=self.stop_timeout_s)
+            with engine_calls(f"stopping container {container.name}"):
+                container.stop(timeout=self.stop_timeout_s)
         except docker.errors.APIError as error:  # gone already, or stuck: removed by force
-            _log.debug("docker stop %s: %s", self._container.name, error)
-        self._discard()
+            _log.debug("docker stop %s: %s", container.name, error)
+        except EngineUnavailable:
+            self._container = None  # nothing more to ask of it here
+            raise
+        self._discard(quiet=False)
 
     def cleanup_stale(self) -> list[str]:
-        """Removes the containers a crashed earlier run of this study left behind.
-
-        Candidates carry this study's label; of those, this run's own stay, and so do those
-        pinned to GPUs disjoint from ours (another worker of the same study).
-
-        Returns:
-            The names of the removed containers.
+        """Removes what dead runs left (returns their names); refuses a live run's container
+        on our GPUs with a ConfigError naming it (every trial here would run out of memory).
         """
         self._cleaned = True
-        removed = []
-        for container in list_containers(self._docker(), f"{LABEL_STUDY}={self.study}"):
-            labels = container.labels
-            if labels.get(LABEL_RUN) == self.run_id or not gpus_overlap(
-                labels.get(LABEL_GPUS, "all"), self._gpus_label()
-            ):
-                continue
-            _log.warning(
-                "removing container %s, left by an earlier run of study %s",
-                container.name,
-                self.study,
-            )
-            remove_container(container)
-            removed.append(container.name or container.id or "")
-        return removed
+        return clean_leftovers(self._docker(), self.study, self.run_id, self._gpus_label())
+
+    def check_conflicts(self) -> None:
+        """The engine answers and no live run holds our GPUs; asked before a study stores
+        anything (the first start asks again, and removes dead runs' containers)."""
+        self._client = check_engine(self._client)
+        clean_leftovers(self._client, self.study, self.run_id, self._gpus_label(), remove=False)
 
     def close(self) -> None:
-        """Stops the server and removes every container of this run; idempotent."""
+        """Stops the server and removes every container of this run; idempotent.
+
+        Never raises for a lost engine: what it kept is removed by the next run.
+        """
         try:
             self.stop()
+        except EngineUnavailable as error:
+            _log.debug("close: %s", error)
         finally:
             atexit.unregister(self.close)
             self._hooked = False
             if self._client is not None:
-                for container in list_containers(self._client, f"{LABEL_RUN}={self.run_id}"):
-                    remove_container(container)
+                try:
+                    remove_all(list_containers(self._client, f"{LABEL_RUN}={self.run_id}"))
+                except (EngineUnavailable, LaunchError) as error:
+                    _log.debug("close: %s", error)
                 if self._own_client:
                     self._client.close()
                     self._client = None
@@ -284,33 +315,11 @@ class DockerLauncher:
 
     def _docker(self) -> docker.DockerClient:
         if self._client is None:
-            try:
-                self._client = docker.from_env()
-            except docker.errors.DockerException as error:
-                raise LaunchError(
-                    f"cannot reach the Docker Engine ({error}): is dockerd "
-                    "running, and its socket mounted?"
-                ) from error
+            self._client = check_engine()
         return self._client
 
-    def _device_requests(self, server: ServerConfig) -> list[DeviceRequest]:
-        if self.gpus is None:
-            return [DeviceRequest(count=-1, capabilities=[["gpu"]])]
-        if not self.gpus:
-            return []
-        needed = server.tensor_parallel_size
-        if needed > len(self.gpus):
-            raise ConfigError(
-                f"tensor-parallel-size {needed} needs {needed} GPUs but --gpus "
-                f"allows {len(self.gpus)}: allow more GPUs or lower it"
-            )
-        ids = [str(index) for index in self.gpus[:needed]]
-        return [DeviceRequest(device_ids=ids, capabilities=[["gpu"]])]
-
     def _gpus_label(self) -> str:
-        if self.gpus is None:
-            return "all"
-        return ",".join(str(i) for i in self.gpus) or "none"
+        return gpus_label(self.gpus)
 
     def _labels(self, trial: int) -> dict[str, str]:
         return {
@@ -318,25 +327,21 @@ class DockerLauncher:
             LABEL_TRIAL: str(trial),
             LABEL_RUN: self.run_id,
             LABEL_GPUS: self._gpus_label(),
+            **self.owner.labels(),
         }
-
-    def _volume_specs(self) -> list[str]:
-        specs = [f"{host}:{target}" for host, target in self.volumes.items()]
-        if self.hf_cache.is_dir():
-            specs.append(f"{self.hf_cache}:{_CONTAINER_HF_CACHE}")
-        return specs
 
     def _wait_ready(self, server: ServerConfig) -> Endpoint:
         container = self._container
         assert container is not None
-        container.reload()
+        with engine_calls(f"inspecting container {container.name}"):
+            container.reload()
         ports = container.attrs["NetworkSettings"]["Ports"] or {}
         bindings = ports.get(f"{CONTAINER_PORT}/tcp")
         if not bindings:  # it exited before Docker published the port
-            code = self._exit_code()
-            if code is None:
+            end = self._read_end(Stage.STARTING)
+            if end is None:
                 raise LaunchError(f"docker published no port for container {container.name}")
-            raise startup_failure(code, self._logs(container), oom_killed=self._oom_killed())
+            raise end_failure(end)
         base_url = f"http://127.0.0.1:{bindings[0]['HostPort']}"
         model = server.served_model_name or server.model
         wait_until_ready(
@@ -350,14 +355,22 @@ class DockerLauncher:
         )
         return Endpoint(base_url, model, self._log_path)
 
+    def _read_end(self, stage: Stage) -> ServerEnd | None:
+        container = self._container
+        code = self._exit_code()
+        if container is None or code is None:
+            return None
+        return ServerEnd(code, self._logs(container), oom_killed=self._oom_killed(), stage=stage)
+
     def _exit_code(self) -> int | None:
         container = self._container
         if container is None:
             return None
         try:
-            container.reload()
+            with engine_calls(f"inspecting container {container.name}"):
+                container.reload()
         except docker.errors.NotFound as error:
-            raise LaunchError(f"container {container.name} was removed during start-up") from error
+            raise LaunchError(f"container {container.name} was removed while it ran") from error
         if container.status in ("exited", "dead"):
             return int(container.attrs["State"]["ExitCode"])
         return None
@@ -367,28 +380,28 @@ class DockerLauncher:
         return container is not None and bool(container.attrs["State"].get("OOMKilled"))
 
     def _logs(self, container: Container) -> str:
-        try:
-            text = container.logs(stdout=True, stderr=True).decode("utf-8", errors="replace")
-        except docker.errors.APIError:
-            return ""
-        for secret in self._secrets:
-            text = text.replace(secret, _REDACTED)
-        return text
+        return read_log(container, self._secrets)
 
     def _save_log(self, container: Container) -> None:
-        if self._log_path is None:
-            return
-        config = container.attrs["Config"]
-        argv = [*(config["Entrypoint"] or []), *(config["Cmd"] or [])]
-        header = f"# {self.image} as container {container.name}\n$ {shlex.join(argv)}\n"
-        self._log_path.write_text(header + self._logs(container), encoding="utf-8")
+        if self._log_path is not None:
+            save_log(self._log_path, self.image, container, self._logs(container))
 
-    def _discard(self) -> None:
-        """Saves the container's log and removes the container."""
+    def _discard(self, *, quiet: bool) -> None:
+        """Saves the container's log and removes the container.
+
+        Args:
+            quiet: another exception is on its way up; a lost engine is then only logged
+                (the next run removes the container).
+        """
         container, self._container = self._container, None
         if container is None:
             return
         try:
             self._save_log(container)
         finally:
-            remove_container(container)
+            try:
+                remove_container(container)
+            except EngineUnavailable as error:
+                if not quiet:
+                    raise
+                _log.debug("%s", error)

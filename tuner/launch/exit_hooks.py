@@ -7,6 +7,14 @@ trial FAIL (a plain ``SystemExit`` would leave it RUNNING) and the launchers' cl
 it is a ``SystemExit`` with status 128 + the signal number (143 for SIGTERM), so a process that
 does not catch it exits with the status a shell expects.
 
+Signals cannot be swallowed. Python runs a signal's handler at whatever bytecode the main
+thread is at, so the exception can be raised inside a garbage-collection or weakref callback
+or a ``__del__``, where Python only prints "Exception ignored in ..." and carries on (and the
+study would run to its end, or be SIGKILLed by ``docker stop`` with its containers orphaned).
+The :data:`sys.unraisablehook` installed here catches exactly those (a ``Terminated`` or a
+Ctrl-C's ``KeyboardInterrupt``) and delivers the signal to the main thread again, to be
+handled at the next bytecode outside the callback; anything else goes to the previous hook.
+
 :func:`install_signal_handlers` claims both signals (the CLI does, at start);
 :func:`run_at_exit` claims only those nobody has claimed. Handlers can only be set from the
 main thread: a launcher used from a worker thread relies on ``atexit`` alone. SIGKILL runs
@@ -15,15 +23,20 @@ nothing at all; :mod:`tuner.launch.runfiles` covers it.
 
 from __future__ import annotations
 
+import _thread
 import atexit
+import queue
 import signal
+import sys
 import threading
+import time
 from collections.abc import Callable
 from types import FrameType
 
 __all__ = ["Terminated", "install_signal_handlers", "run_at_exit"]
 
 _SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+_REDELIVERY_DELAY_S = 0.01
 
 
 class Terminated(SystemExit, KeyboardInterrupt):
@@ -42,16 +55,54 @@ def _raise_terminated(signum: int, frame: FrameType | None) -> None:
     raise Terminated(signum)
 
 
+def _redeliver(unraisable: sys.UnraisableHookArgs) -> None:
+    """A signal's exception swallowed by a callback is delivered again, not printed.
+
+    Only a C call here (a queue put): any bytecode that checked for pending signals could run
+    the handler inside this hook, whose exceptions Python ignores too.
+    """
+    error = unraisable.exc_value
+    if isinstance(error, KeyboardInterrupt):  # Terminated included
+        _pending.put(error.signum if isinstance(error, Terminated) else signal.SIGINT)
+    else:
+        _previous_hook(unraisable)
+
+
+def _deliver_again() -> None:
+    while True:
+        signum = _pending.get()
+        time.sleep(_REDELIVERY_DELAY_S)  # the main thread is out of the callback by then
+        _thread.interrupt_main(signal.Signals(signum))
+
+
+_pending: queue.SimpleQueue[int] = queue.SimpleQueue()
+_previous_hook = sys.unraisablehook
+_redelivery: threading.Thread | None = None
+
+
+def _claim_unraisable() -> None:
+    global _previous_hook, _redelivery
+    if _redelivery is None:
+        _redelivery = threading.Thread(target=_deliver_again, name="signal-redelivery", daemon=True)
+        _redelivery.start()
+    if sys.unraisablehook is not _redeliver:
+        _previous_hook = sys.unraisablehook
+        sys.unraisablehook = _redeliver
+
+
 def install_signal_handlers() -> None:
-    """Makes SIGTERM and SIGHUP raise :class:`Terminated` (call from the main thread)."""
+    """Makes SIGTERM and SIGHUP raise :class:`Terminated` (call from the main thread), and
+    makes no signal's exception swallowable."""
     for signum in _SIGNALS:
         signal.signal(signum, _raise_terminated)
+    _claim_unraisable()
 
 
 def run_at_exit(cleanup: Callable[[], None]) -> None:
     """Registers ``cleanup`` with ``atexit`` and makes SIGTERM and SIGHUP reach it."""
     atexit.register(cleanup)
     if threading.current_thread() is threading.main_thread():
+        _claim_unraisable()
         for signum in _SIGNALS:
             if signal.getsignal(signum) is signal.SIG_DFL:
                 signal.signal(signum, _raise_terminated)

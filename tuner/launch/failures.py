@@ -1,23 +1,38 @@
-"""Why a vLLM server did not come up: oom, bad-argument, timeout or crash, from its exit and log.
+"""Why a vLLM server ended: oom, bad-argument, timeout or crash, from one reading of its end.
 
-Shared by every launcher (process, docker): each one hands over the exit status, the log text and
-what its runtime knows (Docker's ``OOMKilled``, a readiness timeout) and gets back one
-:class:`~tuner.errors.StartupFailure` whose message is a single line: the kind, the exit status
-and the decisive log line. The patterns come from real vLLM logs (0.6 to 0.32, CUDA and CPU).
+Shared by every launcher (process, docker) and by start-up and measurement alike: a launcher
+reads a server's end once into a :class:`ServerEnd` (exit status, whether the runtime saw a
+memory kill, the log's last lines, the stage it died in) and :func:`end_failure` turns it into
+one :class:`~tuner.errors.StartupFailure` whose message is a single line: the kind, the exit
+status and the decisive log line. The patterns come from real vLLM logs (0.6 to 0.32, CUDA and
+CPU).
 
 The order matters. Memory comes first because an OOM is a constraint the search learns from,
 while every other kind is a failed trial: an out-of-memory line anywhere in the log wins, even
-over a timeout (a V0 engine can hang after a worker's CUDA OOM).
+over a timeout (a V0 engine can hang after a worker's CUDA OOM). Only a real memory kill (the
+runtime says so: Docker's ``OOMKilled``, the kernel's OOM-kill counter) or vLLM's memory texts
+are OOM: a SIGKILL alone (``docker kill``, ``kill -9``) is a crash, or the sampler would learn a
+false memory limit.
 """
 
 from __future__ import annotations
 
+import enum
 import re
 import signal
+from dataclasses import dataclass
 
 from tuner.errors import FailureKind, StartupFailure
 
-__all__ = ["classify_failure", "decisive_line", "startup_failure", "tail"]
+__all__ = [
+    "ServerEnd",
+    "Stage",
+    "classify_failure",
+    "decisive_line",
+    "end_failure",
+    "startup_failure",
+    "tail",
+]
 
 _OOM_PATTERNS = [
     re.compile(p, re.IGNORECASE)
@@ -61,7 +76,6 @@ _LEVEL_PREFIX = re.compile(
 )
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)\b(:|$)")
-_SIGKILL_CODES = (137, -signal.SIGKILL)  # Docker/shell spelling, subprocess spelling
 _ARGPARSE_EXIT = 2
 _MAX_LINE = 300
 
@@ -101,14 +115,11 @@ def classify_failure(
     Args:
         exit_code: the exit status; negative for a signal (subprocess), None if still running.
         log_text: the server's log, or its last few hundred lines.
-        oom_killed: the runtime says the kernel's OOM killer ended it (Docker ``OOMKilled``).
+        oom_killed: the runtime saw the kernel's OOM killer end it (Docker ``OOMKilled``).
         timed_out: the server never became ready within the launcher's timeout.
     """
     lines = _message_lines(log_text)
     if oom_killed or _first_match(lines, _OOM_PATTERNS) is not None:
-        return FailureKind.OOM
-    # SIGKILL that the launcher did not send is, in practice, the kernel's OOM killer.
-    if exit_code in _SIGKILL_CODES:
         return FailureKind.OOM
     if _first_match(lines, _BAD_ARGUMENT_PATTERNS) is not None or exit_code == _ARGPARSE_EXIT:
         return FailureKind.BAD_ARGUMENT
@@ -158,6 +169,60 @@ def _describe_exit(exit_code: int | None, timeout_s: float | None) -> str:
     return f"exit status {exit_code}"
 
 
+class Stage(enum.StrEnum):
+    """Where in a server's life it ended."""
+
+    STARTING = "start-up"
+    MEASURING = "measurement"
+
+
+@dataclass(frozen=True)
+class ServerEnd:
+    """One reading of how a server ended, the same for a process and a container.
+
+    Attributes:
+        exit_code: the exit status (negative for a signal, as subprocess spells it); None
+            while it still runs (a server that was never ready).
+        log_text: the log's last lines.
+        oom_killed: the runtime saw a memory kill (Docker's ``OOMKilled``, the kernel's
+            OOM-kill counter moving).
+        stage: the stage it died in.
+        timed_out: it never became ready within the launcher's timeout.
+    """
+
+    exit_code: int | None
+    log_text: str
+    oom_killed: bool = False
+    stage: Stage = Stage.STARTING
+    timed_out: bool = False
+
+    @property
+    def kind(self) -> FailureKind:
+        return classify_failure(
+            self.exit_code, self.log_text, oom_killed=self.oom_killed, timed_out=self.timed_out
+        )
+
+
+def end_failure(
+    end: ServerEnd, *, timeout_s: float | None = None, lines: int = 40
+) -> StartupFailure:
+    """The classified :class:`StartupFailure` for ``end``, whatever the stage.
+
+    The message is one line: ``vLLM did not start (oom, exit status 1): ValueError: ...`` or
+    ``vLLM died during measurement (oom, exit status 137, OOM-killed): ...``. The last ``lines``
+    lines of the log are kept as ``log_tail`` for the trial record.
+    """
+    kind = end.kind
+    how = _describe_exit(end.exit_code, timeout_s)
+    if end.oom_killed:
+        how += ", OOM-killed"
+    what = "did not start" if end.stage is Stage.STARTING else f"died during {end.stage.value}"
+    message = f"vLLM {what} ({kind.value}, {how}): {decisive_line(end.log_text, kind)}"
+    return StartupFailure(
+        kind, message, exit_code=end.exit_code, log_tail=tail(end.log_text, lines)
+    )
+
+
 def startup_failure(
     exit_code: int | None,
     log_text: str,
@@ -167,14 +232,6 @@ def startup_failure(
     timeout_s: float | None = None,
     lines: int = 40,
 ) -> StartupFailure:
-    """Builds the classified :class:`StartupFailure` a launcher raises.
-
-    The message is one line: ``vLLM did not start (oom, exit status 1): ValueError: ...``. The
-    last ``lines`` lines of the log are kept as ``log_tail`` for the trial record.
-    """
-    kind = classify_failure(exit_code, log_text, oom_killed=oom_killed, timed_out=timed_out)
-    how = _describe_exit(exit_code, timeout_s)
-    if oom_killed:
-        how += ", OOM-killed"
-    message = f"vLLM did not start ({kind.value}, {how}): {decisive_line(log_text, kind)}"
-    return StartupFailure(kind, message, exit_code=exit_code, log_tail=tail(log_text, lines))
+    """:func:`end_failure` for a server that did not start."""
+    end = ServerEnd(exit_code, log_text, oom_killed=oom_killed, timed_out=timed_out)
+    return end_failure(end, timeout_s=timeout_s, lines=lines)

@@ -43,6 +43,7 @@ from tuner.config.vllm_args import (
 )
 from tuner.errors import LaunchError, StartupFailure
 from tuner.launch.exit_hooks import run_at_exit
+from tuner.launch.failures import ServerEnd, Stage
 from tuner.launch.readiness import wait_until_ready
 from tuner.launch.runfiles import (
     RunFile,
@@ -104,6 +105,21 @@ def _free_port(host: str) -> int:
         sock.bind((host, 0))
         port: int = sock.getsockname()[1]
         return port
+
+
+def _oom_kills() -> int | None:
+    """The kernel's count of OOM kills since boot (``/proc/vmstat``); None where unknown.
+
+    A server killed by SIGKILL is out of memory only if this count moved while it ran: a
+    ``kill -9`` from someone else is a crash, not a memory limit for the sampler to learn.
+    """
+    try:
+        for line in Path("/proc/vmstat").read_text().splitlines():
+            if line.startswith("oom_kill "):
+                return int(line.split()[1])
+    except (OSError, ValueError):
+        return None
+    return None
 
 
 def _client_host(host: str) -> str:
@@ -211,6 +227,7 @@ class ProcessLauncher:
         self._lock = threading.RLock()
         self._child: _Child | None = None
         self._log_path: Path | None = None
+        self._oom_before: int | None = None
 
     @property
     def pid(self) -> int | None:
@@ -258,6 +275,7 @@ class ProcessLauncher:
                         log_tail=self._read_log,
                         poll_s=self.poll_s,
                         model=served,
+                        oom_killed=self._oom_killed,
                     )
                 except StartupFailure:
                     self.stop()
@@ -269,6 +287,13 @@ class ProcessLauncher:
                     raise
                 return Endpoint(base_url=base_url, model=served, log_path=log_path)
         raise AssertionError("unreachable")  # the loop returns or raises
+
+    def ended(self) -> ServerEnd | None:
+        """How the running server ended, read after a measurement; None while it runs."""
+        code = self._exit_status()
+        if code is None:
+            return None
+        return ServerEnd(code, self._read_log(), self._oom_killed(), Stage.MEASURING)
 
     def close(self) -> None:
         """The same as :meth:`stop`: a process launcher holds nothing beyond its server."""
@@ -323,11 +348,17 @@ class ProcessLauncher:
             except OSError as exc:
                 raise LaunchError(f"cannot run {argv[0]!r}: {exc.strerror}") from exc
         self._log_path = log_path
+        self._oom_before = _oom_kills()
         run_file = RunFile.write(self.run_dir, proc.pid, self.host, port, shlex.join(argv))
         self._child = _running[proc.pid] = _Child(proc, self.stop_timeout_s, run_file)
 
     def _exit_status(self) -> int | None:
         return _exit_status_of(self._child.proc) if self._child is not None else None
+
+    def _oom_killed(self) -> bool:
+        before, now = self._oom_before, _oom_kills()
+        killed = self._exit_status() == -signal.SIGKILL
+        return killed and before is not None and now is not None and now > before
 
     def _read_log(self, path: Path | None = None) -> str:
         path = path or self._log_path

@@ -34,6 +34,7 @@ from tuner.study.study import (
 from tuner.study.twin_calibrate import seed_study
 from tuner.study.workers import WorkerRequest, check_parallel_storage, gpu_slices, spawn_workers
 from tuner.trial.backends import Backend, BackendOptions, backend_factory
+from tuner.trial.backends.served import ServedBackend
 from tuner.trial.record import TrialRecord
 
 __all__ = ["OptimizeRequest", "OptimizeResult", "check_request", "optimize"]
@@ -93,6 +94,18 @@ def check_request(request: OptimizeRequest) -> None:
         check_resume(request.study, open_storage(storage_url), request.space)
 
 
+def _prepare(request: OptimizeRequest, backend: Backend | None, space: SearchSpace) -> None:
+    """The backend's checks (an engine that answers, GPUs nobody else holds) on a probe."""
+    options = replace(request.backend_options, study=request.study, seed=request.seed)
+    probe = backend or backend_factory(request.backend)(space, options)
+    try:
+        if isinstance(probe, ServedBackend):
+            probe.prepare()
+    finally:
+        if backend is None:
+            probe.close()
+
+
 def optimize(
     request: OptimizeRequest,
     on_trial: OnTrial | None = None,
@@ -117,7 +130,11 @@ def optimize(
         build_backend = ray_backend_factory(request.ray, request.backend)
     storage_url = request.storage or default_storage(request.study, request.studies_dir)
     storage = open_storage(storage_url)
+    if request.space is not None and request.ray is None:  # checked before anything is stored
+        _prepare(request, backend, request.space)
     study, space = open_study(request.study, storage, request.space, sampler)
+    if request.space is None and request.ray is None:  # a resume: opening it stored nothing
+        _prepare(request, backend, space)
     per_trial = request.gpus_per_trial or space.hardware.count
     if per_trial != space.hardware.count:
         raise ConfigError(

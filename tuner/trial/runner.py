@@ -104,6 +104,14 @@ class TrialRunner:
             )
         try:
             traffic = measure_traffic(self.backend, config, seed, self.max_failed_share)
+        except StartupFailure as died:  # the server ended mid-benchmark, read like a start-up
+            self._stop_server()
+            if died.kind is not FailureKind.OOM:
+                raise
+            oom = score(None, self.ttft_limit_ms, oom=TrialStatus.OOM)
+            return TrialOutcome(
+                config, memory, oom, restarted=restarted, failure=str(died), log_tail=died.log_tail
+            )
         except MeasurementError:
             self._stop_server()  # the server may be broken: the next trial starts a fresh one
             raise

@@ -73,6 +73,15 @@ class DockerBackend(ServedBackend):
         )
         return cls(launcher, request_timeout_s=options.request_timeout_s)
 
+    def prepare(self) -> None:
+        """The engine answers and no live run holds our GPUs, before the study stores anything.
+
+        Raises:
+            EngineUnavailable: no engine answers.
+            ConfigError: a live run's container runs on our GPUs (named).
+        """
+        self.launcher.check_conflicts()
+
     def start(self, server: ServerConfig, context: LaunchContext) -> Endpoint:
         self.stop()
         monitor = self._gpu_monitor()

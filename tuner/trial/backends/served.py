@@ -2,7 +2,9 @@
 
 The load generator (:func:`tuner.bench.measure.measure_endpoint`) measures the endpoint the
 last :meth:`ServedBackend.start` returned; measuring without a running server is a
-MeasurementError, never a request to a stale address.
+MeasurementError, never a request to a stale address. A measurement that lost requests asks
+the launcher whether the server ended; if it did, that end is classified like a start-up's
+(an OOM kill mid-benchmark is an OOM, a crash says why) and raised as the trial's failure.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from tuner.bench.measure import measure_endpoint
 from tuner.config.trial import LaunchContext, ServerConfig, TrialConfig
 from tuner.errors import MeasurementError
 from tuner.launch.base import Launcher
+from tuner.launch.failures import end_failure
 from tuner.results import Endpoint, Source, TrialResult
 
 __all__ = ["ServedBackend"]
@@ -38,6 +41,9 @@ class ServedBackend:
         """The running server's endpoint; None when none runs."""
         return self._endpoint
 
+    def prepare(self) -> None:
+        """Nothing beyond what the launcher checks at its first start (see DockerBackend)."""
+
     def start(self, server: ServerConfig, context: LaunchContext) -> Endpoint:
         self._endpoint = None  # the launcher stops the previous server first
         self._endpoint = self.launcher.start(server, context)
@@ -47,14 +53,28 @@ class ServedBackend:
         del seed  # the workload carries its own seed; real servers bring their own noise
         if self._endpoint is None:
             raise MeasurementError(f"the {self.name} backend has no running server to measure")
-        return measure_endpoint(
-            self._endpoint,
-            config.client.temperature,
-            config.client.workload,
-            concurrency,
-            request_timeout_s=self.request_timeout_s,
-            check_timeout_s=self.request_timeout_s,
-        )
+        try:
+            result = measure_endpoint(
+                self._endpoint,
+                config.client.temperature,
+                config.client.workload,
+                concurrency,
+                request_timeout_s=self.request_timeout_s,
+                check_timeout_s=self.request_timeout_s,
+            )
+        except MeasurementError:
+            self._raise_if_ended()
+            raise
+        if result.errors:
+            self._raise_if_ended()
+        return result
+
+    def _raise_if_ended(self) -> None:
+        """Raises the classified StartupFailure (stage measurement) of a server that died."""
+        end = self.launcher.ended()
+        if end is not None:
+            self._endpoint = None
+            raise end_failure(end)
 
     def stop(self) -> None:
         self._endpoint = None

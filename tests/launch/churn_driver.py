@@ -1,0 +1,37 @@
+"""Spends most of its time inside weakref callbacks, where a signal's exception is swallowable.
+
+Usage: ``python churn_driver.py``; prints READY, then churns for 20 s and prints SURVIVED,
+which a signalled run must never reach.
+"""
+
+from __future__ import annotations
+
+import time
+import weakref
+
+from tuner.launch.exit_hooks import install_signal_handlers
+
+
+class _Thing:
+    pass
+
+
+def _busy() -> None:
+    started = time.perf_counter()
+    while time.perf_counter() - started < 0.005:
+        pass
+
+
+def main() -> None:
+    install_signal_handlers()
+    print("READY", flush=True)
+    end = time.monotonic() + 20
+    while time.monotonic() < end:
+        thing = _Thing()
+        weakref.finalize(thing, _busy)
+        del thing  # the callback runs now, in the main thread
+    print("SURVIVED", flush=True)
+
+
+if __name__ == "__main__":
+    main()

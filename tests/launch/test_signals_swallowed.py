@@ -1,0 +1,39 @@
+"""A signal landing inside a garbage-collection callback is delivered again, never swallowed.
+
+Without the re-delivery, nearly every run below prints "Exception ignored in: <finalize ...>"
+and churns on to SURVIVED (checked while building it).
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+DRIVER = Path(__file__).with_name("churn_driver.py")
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_signals_inside_callbacks_are_not_swallowed() -> None:
+    chance = random.Random(17)
+    for _ in range(6):
+        signum = chance.choice([signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
+        driver = subprocess.Popen(
+            [sys.executable, str(DRIVER)],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert driver.stdout is not None
+        assert driver.stdout.readline().strip() == "READY"
+        time.sleep(chance.uniform(0.05, 0.5))
+        driver.send_signal(signum)
+        out, err = driver.communicate(timeout=30)
+        assert "SURVIVED" not in out, err
+        assert "Exception ignored" not in err
+        expected = -signal.SIGINT if signum is signal.SIGINT else 128 + signum
+        assert driver.returncode == expected, err
