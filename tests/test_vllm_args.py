@@ -258,8 +258,8 @@ def test_use_v2_block_manager_as_extra_flag_is_refused_from_0_10() -> None:
 @pytest.mark.parametrize(
     ("server", "match"),
     [
-        (replace(BASE, speculative=SpeculativeConfig("eagle", 3, model="x")), "unknown"),
-        (replace(BASE, speculative=SpeculativeConfig("draft_model", 3)), "needs a draft"),
+        (replace(BASE, speculative=SpeculativeConfig("medusa", 3, model="x")), "unknown"),
+        (replace(BASE, speculative=SpeculativeConfig("draft_model", 3)), "needs a model"),
         (replace(BASE, speculative=SpeculativeConfig("ngram", 0)), "at least 1"),
         (replace(BASE, extra_flags=(("bad flag", True),)), "not a vLLM flag name"),
     ],

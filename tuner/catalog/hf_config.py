@@ -115,6 +115,8 @@ def architecture(raw: Mapping[str, Any], origin: str) -> Architecture:
             "vocab_size"
         ) from None
     attention = layers * (hidden * heads * head_dim * 2 + hidden * kv_heads * head_dim * 2)
+    if config.get("kv_lora_rank"):
+        attention, kv_heads, head_dim = _mla(config, layers, hidden, heads)
     if not experts:
         return Architecture(
             layers, hidden, intermediate, heads, kv_heads, head_dim, vocab,
@@ -148,6 +150,24 @@ def architecture(raw: Mapping[str, Any], origin: str) -> Architecture:
         active_expert_params=float(moe_layers * active * per_expert),
         shared_params=float(moe_layers * (3 * hidden * shared_width + hidden * experts)),
     )
+
+
+def _mla(config: Mapping[str, Any], layers: int, hidden: int, heads: int) -> tuple[int, int, int]:
+    """Multi-head latent attention (DeepSeek-V2/V3): its weights, and its KV cache as heads.
+
+    MLA caches one latent of ``kv_lora_rank + qk_rope_head_dim`` values per token and layer,
+    the same on every tensor-parallel GPU; one KV "head" of half that width (K and V counted
+    apart) holds the same bytes. Returns (attention weights, KV heads, head width).
+    """
+    lora, rope = int(config["kv_lora_rank"]), int(config.get("qk_rope_head_dim") or 0)
+    nope, v_dim = int(config.get("qk_nope_head_dim") or 0), int(config.get("v_head_dim") or 0)
+    q_lora = int(config.get("q_lora_rank") or 0)
+    q_width = heads * (nope + rope)
+    query = hidden * q_lora + q_lora * q_width if q_lora else hidden * q_width
+    per_layer = (
+        query + hidden * (lora + rope) + lora * heads * (nope + v_dim) + heads * v_dim * hidden
+    )
+    return layers * per_layer, 1, (lora + rope) // 2
 
 
 def quantization_of(config: Mapping[str, Any]) -> str:

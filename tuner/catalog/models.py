@@ -17,6 +17,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Protocol
 
+from tuner.catalog.heads import HEADS, head_kind, head_params, is_head
 from tuner.catalog.hf_config import (
     architecture,
     expert_weight_bytes,
@@ -130,7 +131,8 @@ def spec_from_config(
     """
     arch = architecture(config, source or hf_id)
     counted = arch.params
-    total = params or counted
+    # A head shares the target's embeddings: its own parameters are fewer than its shapes say.
+    total = params or (head_params(config) if is_head(config, hf_id) else counted)
     return ModelSpec(
         hf_id=hf_id,
         tokenizer_family=family,
@@ -154,9 +156,12 @@ def spec_from_config(
     )
 
 
+_FAMILY = {e.hf_id: e.family for e in SEED}
 CATALOG: tuple[ModelSpec, ...] = tuple(
     spec_from_config(e.hf_id, e.config, family=e.family, params=e.params, source=e.where)
     for e in SEED
+) + tuple(  # heads speak their target's tokenizer
+    spec_from_config(h.hf_id, h.config, family=_FAMILY[h.targets[0]], source=h.where) for h in HEADS
 )
 
 _BY_ID = {m.hf_id.lower(): m for m in CATALOG}
@@ -274,6 +279,11 @@ def check_draft(target: ModelSpec, draft: ModelSpec, version: Release | None = N
     Raises:
         IncompatibleDraftError: one line naming the pair, the reason and the fix.
     """
+    if is_head(draft.config, draft.hf_id):
+        raise IncompatibleDraftError(
+            f"{draft.hf_id} is an EAGLE head, not a draft model: list it under method "
+            f"{head_kind(draft.config, draft.hf_id)} (it needs the target's hidden states)"
+        )
     if draft.tokenizer_family != target.tokenizer_family:
         raise IncompatibleDraftError(
             f"draft {draft.hf_id} uses the {draft.tokenizer_family} tokenizer (vocab "

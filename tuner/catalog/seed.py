@@ -207,6 +207,63 @@ def _gpt_oss(hf_id: str, layers: int, experts: int) -> SeedEntry:
     return SeedEntry(hf_id, "o200k-harmony", config)
 
 
+def _deepseek_v3(hf_id: str) -> SeedEntry:
+    # MLA attention (kv_lora_rank 512 + rope 64 cached per token and layer), 256 routed experts
+    # (8 a token) plus one shared, the first 3 layers dense, FP8 blocks; one MTP layer.
+    config = {
+        "architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3",
+        "hidden_size": 7168, "intermediate_size": 18432, "moe_intermediate_size": 2048,
+        "num_hidden_layers": 61, "num_attention_heads": 128, "num_key_value_heads": 128,
+        "n_routed_experts": 256, "n_shared_experts": 1, "num_experts_per_tok": 8,
+        "first_k_dense_replace": 3, "moe_layer_freq": 1, "n_group": 8, "topk_group": 4,
+        "routed_scaling_factor": 2.5, "scoring_func": "sigmoid", "topk_method": "noaux_tc",
+        "norm_topk_prob": True, "kv_lora_rank": 512, "q_lora_rank": 1536,
+        "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128,
+        "num_nextn_predict_layers": 1, "vocab_size": 129280, "tie_word_embeddings": False,
+        "max_position_embeddings": 163840, "rope_theta": 10000, "rms_norm_eps": 1e-6,
+        "hidden_act": "silu", "torch_dtype": "bfloat16", "quantization_config": _FP8_BLOCK,
+        "rope_scaling": {"type": "yarn", "factor": 40, "original_max_position_embeddings": 4096,
+                         "beta_fast": 32, "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0},
+    }  # fmt: skip
+    return SeedEntry(hf_id, "deepseek-v3", config, 671e9)
+
+
+def _glm45(hf_id: str, layers: int, hidden: int, inter: int, moe: int, experts: int,
+           dense: int, params: float) -> SeedEntry:  # fmt: skip
+    config = _dense(
+        "Glm4MoeForCausalLM", "glm4_moe", layers, hidden, inter, 96, 8, 151552, False,
+        head_dim=128, moe_intermediate_size=moe, n_routed_experts=experts, n_shared_experts=1,
+        num_experts_per_tok=8, first_k_dense_replace=dense, norm_topk_prob=True,
+        partial_rotary_factor=0.5, num_nextn_predict_layers=1, max_position_embeddings=131072,
+        rope_theta=1000000, rms_norm_eps=1e-5, use_qk_norm=False, routed_scaling_factor=1.0,
+        n_group=1, topk_group=1, attention_bias=True,
+    )  # fmt: skip
+    return SeedEntry(hf_id, "glm4.5", config, params)
+
+
+_QWEN3_NEXT = _dense(
+    "Qwen3NextForCausalLM", "qwen3_next", 48, 2048, 5120, 16, 2, 151936, False,
+    head_dim=256, moe_intermediate_size=512, shared_expert_intermediate_size=512,
+    num_experts=512, num_experts_per_tok=10, decoder_sparse_step=1, mlp_only_layers=[],
+    norm_topk_prob=True, full_attention_interval=4, linear_num_key_heads=16,
+    linear_num_value_heads=32, linear_key_head_dim=128, linear_value_head_dim=128,
+    linear_conv_kernel_dim=4, partial_rotary_factor=0.25, max_position_embeddings=262144,
+    rope_theta=10000000,
+)  # fmt: skip
+_MIMO = _dense(
+    "MiMoForCausalLM", "mimo", 36, 4096, 11008, 32, 8, 151680, False,
+    num_nextn_predict_layers=1, max_position_embeddings=32768, rope_theta=640000,
+    attention_bias=True, rms_norm_eps=1e-5,
+)  # fmt: skip
+_MTP_TARGETS = (
+    _deepseek_v3("deepseek-ai/DeepSeek-V3"),
+    _deepseek_v3("deepseek-ai/DeepSeek-R1"),
+    _glm45("zai-org/GLM-4.5", 92, 5120, 12288, 1536, 160, 3, 355e9),
+    _glm45("zai-org/GLM-4.5-Air", 46, 4096, 10944, 1408, 128, 1, 106e9),
+    SeedEntry("Qwen/Qwen3-Next-80B-A3B-Instruct", "qwen3", _QWEN3_NEXT, 80e9),
+    SeedEntry("XiaomiMiMo/MiMo-7B-RL", "mimo", _MIMO),
+)
+
 _QWEN25 = (
     # size, card's parameters, layers, hidden, intermediate, heads, KV heads, vocabulary rows
     *_qwen25("0.5B", 0.494e9, 24, 896, 4864, 14, 2, 151936),
@@ -263,5 +320,7 @@ SEED: tuple[SeedEntry, ...] = (
     # gpt-oss: MXFP4 experts (32 or 128, 4 routed a token), alternating sliding/full attention.
     _gpt_oss("openai/gpt-oss-20b", 24, 32),
     _gpt_oss("openai/gpt-oss-120b", 36, 128),
+    # Targets with native MTP layers (num_nextn_predict_layers; vLLM's method "mtp").
+    *_MTP_TARGETS,
 )
 # fmt: on

@@ -6,7 +6,8 @@
     ├── SloModel           slo: ttft_ms, max_failed_requests
     ├── WorkloadModel      workload: prompt_set, token counts, the traffic (concurrency levels and
     │                      temperatures, each with a weight), requests, warm-up, ...
-    └── SearchModel        search: the tuned dimensions (a value or a range each)
+    └── SearchModel        search: the tuned dimensions, speculation methods first
+                           (:mod:`tuner.config.methods`)
 
 Unknown keys are refused with the nearest known one, so a typo never runs silently.
 :func:`parse_space` turns the first problem into one line naming the file, the key path, the
@@ -17,32 +18,24 @@ value and the fix (a :class:`ConfigError`); :func:`check_workload` holds a
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any
 
 from pydantic import (
     AfterValidator,
     BaseModel,
     BeforeValidator,
-    ConfigDict,
-    Discriminator,
     Field,
-    Tag,
     ValidationError,
     ValidationInfo,
-    model_validator,
 )
 from pydantic_core import PydanticCustomError
 
 from tuner.config.bounds import (
-    BatchTokens,
     ContextLength,
     Count,
-    Draft,
     FlagValue,
-    Fraction,
     Milliseconds,
     ModelId,
     Name,
@@ -50,16 +43,23 @@ from tuner.config.bounds import (
     Seconds,
     Seed,
     Share,
-    SpecTokens,
-    Step,
     Temperature,
     Tokens,
     VersionText,
     Warmup,
     Weight,
 )
-from tuner.config.schema_errors import A_RANGE, ONE_VALUE
+from tuner.config.methods import (
+    FractionRange,
+    SearchModel,
+    SpecTokensRange,
+    TemperatureRange,
+)
 from tuner.config.schema_errors import one_line as _one_line
+from tuner.config.sections import AS_LIST as _AS_LIST
+from tuner.config.sections import NON_EMPTY as _NON_EMPTY
+from tuner.config.sections import Section
+from tuner.config.sections import context_flag as _context
 from tuner.errors import ConfigError
 
 __all__ = [
@@ -80,8 +80,6 @@ __all__ = [
     "parse_space",
     "space_json_schema",
 ]
-
-T = TypeVar("T")
 
 BUILTIN_PROMPT_SETS = ("code", "creative", "chat", "long-context")
 """Built-in prompt sets (``tuner.config.prompts``); a JSONL/ShareGPT path works too."""
@@ -108,88 +106,8 @@ def _known_prompt_set(name: str, info: ValidationInfo) -> str:
 PromptSet = Annotated[Name, AfterValidator(_known_prompt_set)]
 
 
-def _as_list(value: object) -> object:
-    return list(value) if isinstance(value, list | tuple) else [value]
-
-
-def _non_empty(value: list[T]) -> list[T]:
-    if not value:
-        raise PydanticCustomError("empty", "must be a non-empty list")
-    return value
-
-
-def _context(info: ValidationInfo, key: str) -> bool:
-    return bool(isinstance(info.context, Mapping) and info.context.get(key))
-
-
-class _Section(BaseModel):
-    """A YAML mapping: ``null`` is empty, unknown keys fail naming the nearest known one."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _known_keys(cls, data: Any, info: ValidationInfo) -> Any:
-        if data is None:
-            return {}
-        if not isinstance(data, Mapping):
-            raise PydanticCustomError("mapping", "must be a YAML mapping of key: value")
-        known = list(cls.model_fields)
-        unknown = [str(key) for key in data if key not in cls.model_fields]
-        if unknown and _context(info, "lenient"):  # stored by a version that ignored typos
-            return {key: value for key, value in data.items() if key in cls.model_fields}
-        if unknown:
-            near = difflib.get_close_matches(unknown[0], known, n=1)
-            raise PydanticCustomError(
-                "unknown_key",
-                "unknown key",
-                {"key": unknown[0], "near": near[0] if near else "", "known": known},
-            )
-        for name, spec in cls.model_fields.items():
-            if spec.is_required() and name not in data:
-                example = spec.examples[0] if spec.examples else "..."
-                raise PydanticCustomError(
-                    "missing_key", "missing key", {"key": name, "example": example}
-                )
-        return data
-
-
-class _Range(_Section):
-    low: float
-    high: float
-
-    @model_validator(mode="after")
-    def _ordered(self) -> _Range:
-        if self.low > self.high:
-            raise PydanticCustomError(
-                "order",
-                "low {low} is above high {high}: swap them",
-                {"low": self.low, "high": self.high},
-            )
-        return self
-
-
-class SpecTokensRange(_Range):
-    """Speculative tokens K, every integer from low to high."""
-
-    low: SpecTokens
-    high: SpecTokens
-
-
-class FractionRange(_Range):
-    """A share of GPU memory from low to high, optionally in steps."""
-
-    low: Fraction
-    high: Fraction
-    step: Step | None = None
-
-
-class TemperatureRange(_Range):
-    """Sampling temperatures from low to high, optionally in steps."""
-
-    low: Temperature
-    high: Temperature
-    step: Step | None = None
+class _Section(Section, BaseModel):
+    """A :class:`Section`; BaseModel named again so linters see a pydantic model."""
 
 
 class TemperatureShare(_Section):
@@ -227,12 +145,6 @@ def _distinct(key: str) -> Any:
     return AfterValidator(check)
 
 
-def _branch(value: object) -> str:
-    return A_RANGE if isinstance(value, Mapping | BaseModel) else ONE_VALUE
-
-
-# A list field takes one bare value as a list of one; a tuned number takes a value or a range.
-_AS_LIST, _NON_EMPTY = BeforeValidator(_as_list), AfterValidator(_non_empty)
 LoadProfile = Annotated[
     list[LoadLevel],
     _as_shares("level"),
@@ -248,25 +160,6 @@ TemperatureMix = Annotated[
     Field(examples=[[{"value": 0.2, "weight": 0.7}, {"value": 0.8, "weight": 0.3}]]),
 ]
 Weights = Annotated[list[Weight], _AS_LIST]
-Drafts = Annotated[
-    list[Draft],
-    _AS_LIST,
-    _NON_EMPTY,
-    Field(examples=[["none", "ngram", "Qwen/Qwen2.5-0.5B-Instruct"]]),
-]
-BatchChoices = Annotated[
-    list[BatchTokens], _AS_LIST, _NON_EMPTY, Field(examples=[[1024, 2048, 4096]])
-]
-_Choice = Discriminator(_branch)
-KChoice = Annotated[
-    Annotated[SpecTokens, Tag(ONE_VALUE)] | Annotated[SpecTokensRange, Tag(A_RANGE)], _Choice
-]
-FractionChoice = Annotated[
-    Annotated[Fraction, Tag(ONE_VALUE)] | Annotated[FractionRange, Tag(A_RANGE)], _Choice
-]
-TemperatureChoice = Annotated[
-    Annotated[Temperature, Tag(ONE_VALUE)] | Annotated[TemperatureRange, Tag(A_RANGE)], _Choice
-]
 
 
 class ServerModel(_Section):
@@ -329,22 +222,6 @@ class _WorkloadRecord(WorkloadModel):
     concurrency_weights: Weights = []
     temperature_weights: Weights = []
     duration_s: Seconds | None = None
-
-
-class SearchModel(_Section):
-    """``search``: the tuned dimensions; a single value fixes one."""
-
-    draft: Drafts = ["none"]
-    """Draft choices: model ids or folders, none (no speculation), ngram."""
-    num_speculative_tokens: KChoice = SpecTokensRange(low=1, high=8)
-    """K, tokens the draft proposes per step (only when a draft or ngram is chosen)."""
-    gpu_memory_utilization: FractionChoice = 0.9
-    """Share of GPU memory vLLM may use."""
-    max_num_batched_tokens: BatchChoices = [2048]
-    """Choices of tokens per scheduler step (chunked prefill)."""
-    temperature: TemperatureChoice | None = None
-    """Only when your product may choose it: a range of temperatures to tune over (the
-    report then shows the best server config per temperature); unset: workload.temperature."""
 
 
 class SpaceModel(_Section):

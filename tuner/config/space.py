@@ -1,10 +1,11 @@
 """Search spaces: YAML in, Optuna suggestions out, as a :class:`TrialConfig`.
 
 A space has fixed settings (target, hardware, vLLM version, the SLO, the workload with its traffic
-of concurrency levels and temperatures) and tuned ones (draft, K, gpu-memory-utilization,
-max-num-batched-tokens; the temperature only where the user may choose it). K exists only when a
-draft or ngram is chosen. The temperatures the user serves belong to the workload: every trial is
-measured at each of them, so the recommended server config holds for that mix.
+of concurrency levels and temperatures) and tuned ones (the speculation choice, then its own K
+and settings, :mod:`tuner.config.choices`; gpu-memory-utilization, max-num-batched-tokens; the
+temperature only where the user may choose it). The temperatures the user serves belong to the
+workload: every trial is measured at each of them, so the recommended server config holds for
+that mix.
 
 The YAML is checked against :mod:`tuner.config.schema` (typed,
 bounded, no unknown keys), and drafts against the target, when the space loads, so a bad value
@@ -24,8 +25,9 @@ import yaml
 from pydantic import TypeAdapter
 
 from tuner.catalog.gpus import Hardware, parse_hardware
-from tuner.catalog.models import ModelSpec, check_draft, load_model
+from tuner.catalog.models import ModelSpec, load_model
 from tuner.config.bounds import Milliseconds, check_value
+from tuner.config.choices import Range, SpecChoice, check_choices, choices_from_search
 from tuner.config.schema import (
     FractionRange,
     SpaceModel,
@@ -47,22 +49,20 @@ from tuner.errors import ConfigError
 
 T = TypeVar("T")
 
-__all__ = ["NGRAM", "NO_DRAFT", "Range", "SearchSpace", "builtin_spaces", "load_space"]
+__all__ = [
+    "NGRAM",
+    "NO_DRAFT",
+    "Range",
+    "SearchSpace",
+    "SpecChoice",
+    "builtin_spaces",
+    "load_space",
+]
 
 NO_DRAFT = "none"
 NGRAM = "ngram"
 DEFAULT_SPACE = "default"
-_NGRAM_LOOKUP_MAX = 4
 _TTFT_LIMIT = TypeAdapter(Milliseconds)
-
-
-@dataclass(frozen=True)
-class Range:
-    """A numeric interval; ``step`` discretises it (ints always step by 1)."""
-
-    low: float
-    high: float
-    step: float | None = None
 
 
 @dataclass(frozen=True)
@@ -72,8 +72,7 @@ class SearchSpace:
     name: str
     hardware: Hardware
     target: ModelSpec
-    drafts: tuple[str, ...]
-    num_speculative_tokens: Range
+    choices: tuple[SpecChoice, ...]  # the speculation choices, each with its own K and settings
     gpu_memory_utilization: Range
     max_num_batched_tokens: tuple[int, ...]
     # A Range when the temperature is tuned; otherwise the workload mix's weighted mean, which
@@ -103,12 +102,46 @@ class SearchSpace:
         return version_from_image(self.vllm_image) or NEWEST_KNOWN
 
     @property
+    def drafts(self) -> tuple[str, ...]:
+        """The values of the ``draft`` parameter: each choice's label."""
+        return tuple(choice.label for choice in self.choices)
+
+    @property
+    def num_speculative_tokens(self) -> Range:
+        """K's range over every choice (each choice has its own: :meth:`k_range`)."""
+        ranges = [c.k for c in self.choices if c.method != NO_DRAFT] or [Range(1, 1)]
+        return Range(min(r.low for r in ranges), max(r.high for r in ranges))
+
+    def choice(self, draft: str) -> SpecChoice:
+        """The choice a ``draft`` parameter value selects.
+
+        Raises:
+            ConfigError: the value names no choice of this space.
+        """
+        found = next((c for c in self.choices if c.label == draft), None)
+        if found is None:
+            raise ConfigError(f"{draft!r} is not a speculation choice of {self.name}: use one of "
+                              f"{', '.join(self.drafts)}")  # fmt: skip
+        return found
+
+    def k_range(self, draft: str) -> range:
+        """The K values of one choice (just 0 for ``none``)."""
+        choice = self.choice(draft)
+        if choice.method == NO_DRAFT:
+            return range(0, 1)
+        return range(int(choice.k.low), int(choice.k.high) + 1)
+
+    def choice_params(self, draft: str, k: int) -> dict[str, Any]:
+        """The Optuna parameters of one choice at K = ``k`` with default settings."""
+        return {"draft": draft, **self.choice(draft).params(k)}
+
+    @property
     def tuned_dimensions(self) -> tuple[str, ...]:
         """The Optuna parameters that can take more than one value in this space."""
-        k = self.num_speculative_tokens
+        own = {name for choice in self.choices for name in choice.tuned}
         spans = {
-            "draft": len(self.drafts) > 1,
-            "num_speculative_tokens": k.low < k.high and self.drafts != (NO_DRAFT,),
+            "draft": len(self.choices) > 1,
+            **{name: True for name in sorted(own)},
             "gpu_memory_utilization": self.gpu_memory_utilization.low
             < self.gpu_memory_utilization.high,
             "max_num_batched_tokens": len(set(self.max_num_batched_tokens)) > 1,
@@ -118,20 +151,14 @@ class SearchSpace:
         return tuple(name for name, varies in spans.items() if varies)
 
     def draft_model(self, draft: str) -> ModelSpec | None:
-        """The ModelSpec of a draft choice; None for ``none`` and ``ngram``."""
-        return None if draft in (NO_DRAFT, NGRAM) else load_model(draft)
+        """The ModelSpec of a choice's draft or head; None for none, ngram, suffix and mtp."""
+        model = self.choice(draft).model
+        return None if model is None else load_model(model)
 
     def suggest(self, trial: optuna.Trial) -> TrialConfig:
-        """Asks ``trial`` for one point of the space."""
+        """Asks ``trial`` for one point of the space: the choice, then its own parameters."""
         draft = str(trial.suggest_categorical("draft", list(self.drafts)))
-        speculative = None
-        if draft != NO_DRAFT:
-            k = trial.suggest_int(
-                "num_speculative_tokens",
-                int(self.num_speculative_tokens.low),
-                int(self.num_speculative_tokens.high),
-            )
-            speculative = self.speculative(draft, k)
+        speculative = self.choice(draft).suggest(trial)
         util = _suggest_float(trial, "gpu_memory_utilization", self.gpu_memory_utilization)
         mnbt = int(
             trial.suggest_categorical("max_num_batched_tokens", list(self.max_num_batched_tokens))
@@ -144,13 +171,8 @@ class SearchSpace:
         return self.config(speculative, util, mnbt, temperature)
 
     def speculative(self, draft: str, k: int) -> SpeculativeConfig | None:
-        if draft == NO_DRAFT:
-            return None
-        if draft == NGRAM:
-            return SpeculativeConfig(
-                "ngram", k, prompt_lookup_max=_NGRAM_LOOKUP_MAX, prompt_lookup_min=1
-            )
-        return SpeculativeConfig("draft_model", k, model=draft)
+        """One choice's vLLM settings at K = ``k``, its other settings at their defaults."""
+        return self.choice(draft).speculative(k)
 
     def config(
         self,
@@ -182,10 +204,8 @@ class SearchSpace:
 
     def with_vllm_version(self, version: str) -> SearchSpace:
         """The same space for another vLLM version (its flag dialect), checked now."""
-        release = parse_version(version)
-        for draft in self.drafts:  # a draft pair one version runs may be refused by another
-            if draft not in (NO_DRAFT, NGRAM):
-                check_draft(self.target, load_model(draft), release)
+        # A method or draft pair one version runs may be refused by another.
+        check_choices(self.choices, self.target, parse_version(version))
         source = {**self.source, "vllm": {**(self.source.get("vllm") or {}), "version": version}}
         return replace(self, vllm_version=version, source=source)
 
@@ -263,15 +283,13 @@ def _build(raw: Any, origin: str, *, lenient: bool) -> SearchSpace:
     workload = _workload(model, origin, lenient)
     vllm = model.vllm
     release = parse_version(vllm.version) if vllm.version else version_from_image(vllm.image)
-    for draft in search.draft:
-        if draft not in (NO_DRAFT, NGRAM):
-            _named(origin, lambda d: check_draft(target, load_model(d), release), draft)
+    choices = choices_from_search(search, origin)
+    _named(origin, lambda _: check_choices(choices, target, release), "")
     return SearchSpace(
         name=model.name or Path(origin).stem,
         hardware=hardware,
         target=target,
-        drafts=tuple(search.draft),
-        num_speculative_tokens=_range(search.num_speculative_tokens),
+        choices=choices,
         gpu_memory_utilization=_range(search.gpu_memory_utilization),
         max_num_batched_tokens=tuple(search.max_num_batched_tokens),
         temperature=(

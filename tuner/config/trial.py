@@ -13,6 +13,8 @@ from tuner.catalog.models import ModelSpec, load_model
 from tuner.config.workload import WorkloadSpec
 
 __all__ = [
+    "HEAD_METHODS",
+    "MODEL_METHODS",
     "ClientConfig",
     "FlagValue",
     "LaunchContext",
@@ -20,6 +22,7 @@ __all__ = [
     "SpecMethod",
     "SpeculativeConfig",
     "TrialConfig",
+    "choice_label",
     "is_secret_flag",
     "load_draft",
     "server_from_dict",
@@ -54,8 +57,17 @@ class SpecMethod(enum.StrEnum):
     """A speculation method, named as vLLM's ``speculative_config`` names it."""
 
     NONE = "none"  # no speculation: a ServerConfig without a SpeculativeConfig
-    NGRAM = "ngram"
-    DRAFT_MODEL = "draft_model"
+    NGRAM = "ngram"  # prompt lookup: copies what followed the last n-gram in the prompt
+    SUFFIX = "suffix"  # suffix trees over the prompt and earlier outputs (arctic-inference)
+    DRAFT_MODEL = "draft_model"  # a separate, smaller model of the target's vocabulary
+    EAGLE = "eagle"  # an EAGLE head fed the target's hidden states
+    EAGLE3 = "eagle3"  # an EAGLE-3 head (three target layers' hidden states, own vocabulary)
+    MTP = "mtp"  # the target's own multi-token-prediction layers
+
+
+# Methods that load a model named in ``SpeculativeConfig.model`` (a draft, or a head).
+MODEL_METHODS = frozenset({SpecMethod.DRAFT_MODEL, SpecMethod.EAGLE, SpecMethod.EAGLE3})
+HEAD_METHODS = frozenset({SpecMethod.EAGLE, SpecMethod.EAGLE3})
 
 
 @dataclass(frozen=True)
@@ -66,13 +78,31 @@ class SpeculativeConfig:
     # str, so that the vLLM-args check refuses it with a message naming it.
     method: SpecMethod | str
     num_speculative_tokens: int
-    model: str | None = None  # the draft; None for ngram
+    model: str | None = None  # the draft or the EAGLE head; None for ngram, suffix and mtp
     prompt_lookup_max: int | None = None
     prompt_lookup_min: int | None = None
+    # Suffix decoding's own settings, named as vLLM 0.32's SpeculativeConfig names them
+    # (None: vLLM's default).
+    suffix_decoding_max_tree_depth: int | None = None
+    suffix_decoding_max_spec_factor: float | None = None
+    suffix_decoding_min_token_prob: float | None = None
+    suffix_decoding_max_cached_requests: int | None = None
 
     def __post_init__(self) -> None:
         with contextlib.suppress(ValueError):
             object.__setattr__(self, "method", SpecMethod(self.method))
+
+
+def choice_label(spec: SpeculativeConfig | None) -> str:
+    """The name a search space gives this speculation: ``none``, ``ngram``, ``suffix``, ``mtp``,
+    the draft model's id, or ``METHOD:HEAD`` for an EAGLE or EAGLE-3 head."""
+    if spec is None:
+        return str(SpecMethod.NONE)
+    if spec.method is SpecMethod.DRAFT_MODEL:
+        return str(spec.model)
+    if spec.method in HEAD_METHODS:
+        return f"{spec.method}:{spec.model}"
+    return str(spec.method)
 
 
 @dataclass(frozen=True)
@@ -98,17 +128,16 @@ class ServerConfig:
 
     @property
     def draft(self) -> str | None:
-        """The draft model id, the method's name (``"ngram"``), or None without speculation."""
-        if self.speculative is None:
-            return None
-        if self.speculative.method is SpecMethod.DRAFT_MODEL:
-            return self.speculative.model
-        return str(self.speculative.method)
+        """How the server speculates, as a search space's choice names it: the draft model id,
+        ``eagle3:HEAD`` for a head, the method's name (``"ngram"``), or None without speculation.
+        """
+        return None if self.speculative is None else choice_label(self.speculative)
 
     @property
     def draft_model(self) -> str | None:
-        """The separate draft model's id or path; None for ngram or no speculation."""
-        return self.speculative.model if self.speculative else None
+        """The draft model's or EAGLE head's id or path; None for ngram, suffix, mtp or none."""
+        spec = self.speculative
+        return spec.model if spec is not None and spec.method in MODEL_METHODS else None
 
     @property
     def k(self) -> int:
@@ -160,5 +189,5 @@ def server_from_dict(data: dict[str, Any]) -> ServerConfig:
 
 
 def load_draft(server: ServerConfig) -> ModelSpec | None:
-    """The draft model of a server config, or None for ngram and no speculation."""
+    """The draft model (or EAGLE head) of a server config; None for ngram, suffix, mtp, none."""
     return load_model(server.draft_model) if server.draft_model else None

@@ -23,6 +23,9 @@ config-file loader of the released wheels 0.6.6, 0.8.1, 0.8.2, 0.8.4, 0.8.5, 0.9
                when the space loads.
 =============  ================================================================================
 
+Which releases run EAGLE, EAGLE-3, MTP and suffix decoding, and with which keys, is the table of
+:mod:`tuner.config.vllm_methods`; those methods are spelled in the JSON dialect only.
+
 ``--quantization`` only when the server config asks for a method other than the one the
 checkpoint's ``quantization_config`` declares: vLLM detects that one by itself and picks its
 fastest kernel (``vllm/config/model.py`` ``_verify_quantization`` asks each method's
@@ -46,7 +49,8 @@ from tuner.catalog.models import (
     load_model,
     needs_heterogeneous_vocab,
 )
-from tuner.config.trial import FlagValue, ServerConfig
+from tuner.config.trial import MODEL_METHODS, FlagValue, ServerConfig, SpecMethod
+from tuner.config.vllm_methods import check_method, json_keys
 from tuner.config.vllm_version import (
     NEWEST_KNOWN,
     OLDEST_SUPPORTED,
@@ -135,7 +139,7 @@ _MODELED_FLAGS = frozenset(
         "ngram-prompt-lookup-min",
     }
 )
-_METHODS = ("draft_model", "ngram")
+_STANDALONE_METHODS = (SpecMethod.DRAFT_MODEL, SpecMethod.NGRAM)
 _FLAG_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 
 
@@ -157,23 +161,19 @@ def check_supported(server: ServerConfig, version: VllmVersion) -> None:
         )
     spec = server.speculative
     if spec is not None:
-        if spec.method not in _METHODS:
-            raise ConfigError(
-                f"unknown speculative method {spec.method!r}: use one of {', '.join(_METHODS)}"
-            )
+        check_method(spec.method, version)
         if spec.num_speculative_tokens < 1:
             raise ConfigError(
                 f"num_speculative_tokens must be at least 1, got {spec.num_speculative_tokens}"
             )
-        if spec.method == "draft_model":
-            if not spec.model:
-                raise ConfigError("speculative method draft_model needs a draft model")
-            if dialect(version).draft_model == "refused":
-                raise ConfigError(
-                    f"vLLM {version} cannot speculate with a separate draft model "
-                    f"({spec.model}): its V1 engine dropped draft models from 0.10 until 0.15. "
-                    "Use vLLM 0.15 or later (or 0.9.2 or older), or the ngram method"
-                )
+        if spec.method in MODEL_METHODS and not spec.model:
+            raise ConfigError(f"speculative method {spec.method} needs a model (draft or head)")
+        if spec.method == "draft_model" and dialect(version).draft_model == "refused":
+            raise ConfigError(
+                f"vLLM {version} cannot speculate with a separate draft model "
+                f"({spec.model}): its V1 engine dropped draft models from 0.10 until 0.15. "
+                "Use vLLM 0.15 or later (or 0.9.2 or older), or the ngram method"
+            )
         if (
             spec.method == "ngram"
             and spec.prompt_lookup_max is None
@@ -247,20 +247,19 @@ def _speculative_json(server: ServerConfig, version: VllmVersion) -> dict[str, A
     spec = server.speculative
     assert spec is not None
     config: dict[str, Any] = {}
-    if spec.method == "ngram":
-        config["method"] = "ngram"
-    elif dialect(version).draft_model == "v1":
+    if spec.method != "draft_model" or dialect(version).draft_model == "v1":
         # 0.15+ dispatches on the method; older releases infer draft_model from the model.
-        config["method"] = "draft_model"
-    if spec.method == "draft_model":
+        config["method"] = str(spec.method)
+    if spec.method in MODEL_METHODS:
         config["model"] = spec.model
     config["num_speculative_tokens"] = spec.num_speculative_tokens
     if _heterogeneous_vocab(server, version):
         config["use_heterogeneous_vocab"] = True
-    if spec.prompt_lookup_max is not None:
-        config["prompt_lookup_max"] = spec.prompt_lookup_max
-    if spec.prompt_lookup_min is not None:
-        config["prompt_lookup_min"] = spec.prompt_lookup_min
+    method = SpecMethod(spec.method)
+    for key in json_keys(method):  # the method's own settings, where set
+        value = getattr(spec, key, None)
+        if value is not None and key not in config:
+            config[key] = value
     return config
 
 
@@ -321,7 +320,7 @@ def _flag_items(server: ServerConfig, version: VllmVersion) -> _FlagItems:
         items.append(("enable-chunked-prefill", "False"))
     spec = server.speculative
     if spec is not None:
-        if rules.speculative_flags == "json":
+        if rules.speculative_flags == "json" or spec.method not in _STANDALONE_METHODS:
             items.append(("speculative-config", _speculative_json(server, version)))
         else:
             draft = "[ngram]" if spec.method == "ngram" else str(spec.model)

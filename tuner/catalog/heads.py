@@ -1,0 +1,302 @@
+"""Speculation that lives beside a target: EAGLE / EAGLE-3 heads and native MTP layers.
+
+An EAGLE head is one decoder layer trained on one target's hidden states (EAGLE, arXiv
+2401.15077); an EAGLE-3 head (arXiv 2503.01840) reads three of the target's layers through a
+``fc`` of ``3 x hidden`` inputs and predicts over its own, smaller vocabulary
+(``draft_vocab_size``, mapped back to the target's by a ``d2t`` table). Both are useless for any
+other target, so a head is offered only for the targets it was trained for (:data:`HEADS`), or,
+given by Hugging Face id or folder, when its shapes fit the target (:func:`check_head`).
+
+MTP layers ship inside the target's checkpoint. vLLM 0.32 finds them by the model type or
+architecture (``vllm/config/speculative.py`` ``SpeculativeConfig.hf_config_override``) and
+counts them from ``num_nextn_predict_layers`` (DeepSeek-V3/R1, GLM-4.5, Qwen3-Next, MiMo) or
+``mtp_num_hidden_layers`` (Qwen3.5): :func:`mtp_layers`.
+
+Head configs below are the ``config.json`` numbers memory and speed depend on; each entry says
+where they come from (``source``). Where a number was not read from the file itself it says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from tuner.errors import IncompatibleDraftError
+
+__all__ = [
+    "HEADS",
+    "MTP_ARCHITECTURES",
+    "HeadEntry",
+    "check_head",
+    "check_mtp",
+    "draft_vocab",
+    "head_kind",
+    "head_params",
+    "heads_for",
+    "is_head",
+    "mtp_layers",
+]
+
+# Model types and architectures whose checkpoints vLLM 0.32 turns into an MTP drafter
+# (``SpeculativeConfig.hf_config_override``), with the config key that counts the layers.
+MTP_ARCHITECTURES = frozenset(
+    {
+        "DeepseekV3ForCausalLM",
+        "DeepseekV32ForCausalLM",
+        "Glm4MoeForCausalLM",
+        "Qwen3NextForCausalLM",
+        "MiMoForCausalLM",
+        "Ernie4_5_MoeForCausalLM",
+    }
+)
+_MTP_MODEL_TYPES = frozenset({"deepseek_v3", "deepseek_v32", "qwen3_next", "glm4_moe"})
+_MTP_LAYER_KEYS = ("num_nextn_predict_layers", "mtp_num_hidden_layers")
+
+
+@dataclass(frozen=True)
+class HeadEntry:
+    """One published head: its id, method, the targets it was trained for, its config."""
+
+    hf_id: str
+    method: str  # "eagle" or "eagle3"
+    targets: tuple[str, ...]
+    config: dict[str, Any] = field(hash=False)
+    source: str = ""
+
+    @property
+    def where(self) -> str:
+        return self.source or f"https://huggingface.co/{self.hf_id}/blob/main/config.json"
+
+
+def _head(
+    arch: str, hidden: int, inter: int, heads: int, kv: int, vocab: int, **extra: Any
+) -> dict[str, Any]:
+    return {
+        "architectures": [arch],
+        "model_type": "llama",
+        "hidden_act": "silu",
+        "num_hidden_layers": 1,
+        "hidden_size": hidden,
+        "intermediate_size": inter,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv,
+        "vocab_size": vocab,
+        "tie_word_embeddings": False,
+        "rms_norm_eps": 1e-5,
+        "torch_dtype": "float16",
+        **extra,
+    }
+
+
+HEADS: tuple[HeadEntry, ...] = (
+    HeadEntry(
+        "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B",
+        "eagle3",
+        ("meta-llama/Llama-3.1-8B-Instruct",),
+        _head(
+            "LlamaForCausalLMEagle3",
+            4096,
+            14336,
+            32,
+            8,
+            128256,
+            draft_vocab_size=32000,
+            max_position_embeddings=2048,
+        ),
+        "https://huggingface.co/yuhuili/EAGLE3-LLaMA3.1-Instruct-8B/blob/main/config.json "
+        "(the head vLLM PR #16937 measured; named in vllm/config/speculative.py)",
+    ),
+    HeadEntry(
+        "yuhuili/EAGLE-LLaMA3.1-Instruct-8B",
+        "eagle",
+        ("meta-llama/Llama-3.1-8B-Instruct",),
+        _head("LlamaForCausalLM", 4096, 14336, 32, 8, 128256, max_position_embeddings=2048),
+        "https://huggingface.co/yuhuili/EAGLE-LLaMA3.1-Instruct-8B/blob/main/config.json "
+        "(EAGLE-1: one Llama layer, the target's vocabulary; the EAGLE paper's recipe)",
+    ),
+    HeadEntry(
+        "AngelSlim/Qwen3-8B_eagle3",
+        "eagle3",
+        ("Qwen/Qwen3-8B", "Qwen/Qwen3-8B-FP8"),
+        _head(
+            "LlamaForCausalLMEagle3",
+            4096,
+            12288,
+            32,
+            8,
+            151936,
+            draft_vocab_size=32000,
+            head_dim=128,
+            max_position_embeddings=40960,
+        ),
+        "https://huggingface.co/AngelSlim/Qwen3-8B_eagle3 (named in vLLM 0.32's "
+        "vllm/config/speculative.py; hidden, heads and vocabulary follow Qwen3-8B, which a "
+        "head must; draft_vocab_size 32000 as in the EAGLE-3 recipe, not read from the file)",
+    ),
+    HeadEntry(
+        "nvidia/gpt-oss-120b-Eagle3-v2",
+        "eagle3",
+        ("openai/gpt-oss-120b",),
+        _head(
+            "LlamaForCausalLMEagle3",
+            2880,
+            17280,
+            64,
+            8,
+            201088,
+            draft_vocab_size=201088,
+            head_dim=64,
+            max_position_embeddings=131072,
+            eagle_config={"use_aux_hidden_state": False},
+        ),
+        "https://huggingface.co/nvidia/gpt-oss-120b-Eagle3-v2: named in vLLM 0.32's --config "
+        "docs (vllm/utils/argparse_utils.py) and "
+        "vllm/v1/spec_decode/llm_base_proposer.py (it reads the last layer only: "
+        "use_aux_hidden_state false); hidden 2880 follows gpt-oss-120b, the intermediate size "
+        "and the full draft vocabulary are assumptions, not read from the file",
+    ),
+)
+
+
+def is_head(config: Mapping[str, Any], hf_id: str = "") -> bool:
+    """Whether a ``config.json`` (of ``hf_id``) is an EAGLE or EAGLE-3 head, not a full model."""
+    return head_kind(config, hf_id) is not None
+
+
+def head_kind(config: Mapping[str, Any], hf_id: str = "") -> str | None:
+    """``eagle3``, ``eagle`` or None.
+
+    From the architectures, then from the id as vLLM 0.32 detects a method
+    (``SpeculativeConfig.__post_init__``: ``eagle-`` or ``eagle3`` in the model's name): EAGLE-1
+    heads such as ``yuhuili/EAGLE-LLaMA3.1-Instruct-8B`` say plain ``LlamaForCausalLM``.
+    """
+    archs = " ".join(str(a) for a in config.get("architectures") or ()).lower()
+    name = hf_id.lower()
+    if "eagle3" in archs or "draft_vocab_size" in config or "eagle3" in name:
+        return "eagle3"
+    if "eagle" in archs or config.get("model_type") == "eagle" or "eagle-" in name:
+        return "eagle"
+    return None
+
+
+def draft_vocab(config: Mapping[str, Any]) -> int:
+    """The vocabulary a head's LM head predicts over (EAGLE-3: ``draft_vocab_size``)."""
+    return int(config.get("draft_vocab_size") or config.get("vocab_size") or 0)
+
+
+def head_params(config: Mapping[str, Any]) -> float:
+    """Parameters a head holds in GPU memory: its layers, its ``fc`` and its LM head.
+
+    The input embeddings are the target's (vLLM shares them when the head's vocabulary is the
+    target's); EAGLE-1 heads also share the target's LM head. An EAGLE-3 layer's attention
+    reads the embedding and the fused hidden state side by side (``2 x hidden`` inputs), and
+    its ``fc`` fuses three target layers (``3 x hidden``; one without auxiliary states).
+    """
+    hidden = int(config["hidden_size"])
+    target_hidden = int(config.get("target_hidden_size") or hidden)
+    heads = int(config["num_attention_heads"])
+    kv = int(config.get("num_key_value_heads") or heads)
+    head_dim = int(config.get("head_dim") or hidden // heads)
+    layers = int(config.get("num_hidden_layers") or 1)
+    inter = int(config["intermediate_size"])
+    eagle3 = head_kind(config) == "eagle3"  # EAGLE-3 configs say so themselves
+    eagle_config = config.get("eagle_config")
+    aux = not (
+        isinstance(eagle_config, Mapping) and eagle_config.get("use_aux_hidden_state") is False
+    )
+    inputs = 2 * hidden if eagle3 else hidden
+    attention = inputs * (heads + 2 * kv) * head_dim + heads * head_dim * hidden
+    mlp = 3 * hidden * inter
+    fc = (3 if aux else 0) * target_hidden * hidden if eagle3 else 2 * target_hidden * hidden
+    lm_head = draft_vocab(config) * hidden if eagle3 else 0
+    return float(layers * (attention + mlp) + fc + lm_head)
+
+
+def heads_for(target_id: str) -> tuple[HeadEntry, ...]:
+    """The catalog's heads trained for ``target_id`` (case-insensitive)."""
+    key = target_id.lower()
+    return tuple(h for h in HEADS if key in (t.lower() for t in h.targets))
+
+
+def _catalog_head(hf_id: str) -> HeadEntry | None:
+    return next((h for h in HEADS if h.hf_id.lower() == hf_id.lower()), None)
+
+
+def check_head(
+    target_id: str,
+    target_config: Mapping[str, Any],
+    head_id: str,
+    head_config: Mapping[str, Any],
+    method: str,
+) -> None:
+    """Refuses a head that cannot speculate for this target with ``method``.
+
+    A catalog head must list the target; any other head must be an EAGLE head whose kind
+    matches ``method`` and whose input width (``target_hidden_size``, else ``hidden_size``)
+    and vocabulary are the target's.
+
+    Raises:
+        IncompatibleDraftError: one line naming the head, the target and the fix.
+    """
+    kind = head_kind(head_config, head_id)
+    known = _catalog_head(head_id)
+    if kind is None:
+        raise IncompatibleDraftError(
+            f"{head_id} is not an EAGLE head (architectures "
+            f"{list(head_config.get('architectures') or [])}): use it as method draft_model, "
+            "or name an EAGLE/EAGLE-3 head"
+        )
+    if kind != method:
+        raise IncompatibleDraftError(
+            f"{head_id} is an {kind} head, not {method}: list it under method {kind}"
+        )
+    if known is not None and target_id.lower() not in (t.lower() for t in known.targets):
+        raise IncompatibleDraftError(
+            f"head {head_id} was trained for {', '.join(known.targets)}, not {target_id}: pick "
+            f"a head of {target_id}" + _offer(target_id)
+        )
+    width = int(head_config.get("target_hidden_size") or head_config.get("hidden_size") or 0)
+    target_hidden = int(target_config.get("hidden_size") or 0)
+    target_vocab = int(target_config.get("vocab_size") or 0)
+    if width != target_hidden or int(head_config.get("vocab_size") or 0) != target_vocab:
+        raise IncompatibleDraftError(
+            f"head {head_id} reads hidden states of width {width} over "
+            f"{head_config.get('vocab_size')} tokens but {target_id} has {target_hidden} and "
+            f"{target_vocab}: it was trained for another target; pick a head of this one"
+            + _offer(target_id)
+        )
+
+
+def _offer(target_id: str) -> str:
+    known = heads_for(target_id)
+    return f" (e.g. {known[0].hf_id})" if known else ""
+
+
+def mtp_layers(config: Mapping[str, Any]) -> int:
+    """MTP layers a target's checkpoint carries that vLLM 0.32 can draft with (0: none)."""
+    text = config.get("text_config")
+    merged = {**config, **text} if isinstance(text, Mapping) else config
+    archs = set(str(a) for a in merged.get("architectures") or ())
+    known = archs & MTP_ARCHITECTURES or merged.get("model_type") in _MTP_MODEL_TYPES
+    for key in _MTP_LAYER_KEYS:
+        if key in merged and (known or key == "mtp_num_hidden_layers"):
+            return int(merged[key] or 0)  # Kimi-K2 is a DeepSeek-V3 with 0 layers
+    # Qwen3-Next's config.json names no count; vLLM's qwen3_next_mtp.py defaults to one layer.
+    return 1 if merged.get("model_type") == "qwen3_next" else 0
+
+
+def check_mtp(target_id: str, config: Mapping[str, Any]) -> int:
+    """The target's MTP layer count, or a refusal naming what is missing.
+
+    Raises:
+        IncompatibleDraftError: the target has no MTP layers vLLM can use.
+    """
+    layers = mtp_layers(config)
+    if layers < 1:
+        raise IncompatibleDraftError(
+            f"{target_id} carries no MTP layers (its config.json has no num_nextn_predict_layers "
+            "for an architecture vLLM drafts with, e.g. DeepSeek-V3/R1, GLM-4.5, Qwen3-Next, "
+            "MiMo): remove method mtp, or pick an EAGLE head or a draft model"
+        )
+    return layers

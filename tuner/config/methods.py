@@ -1,0 +1,264 @@
+"""The ``search`` section of a search space: the tuned dimensions, speculation methods first.
+
+``search.methods`` lists the speculation choices, each with its own settings, a value or a range
+each (vLLM 0.32's ``SpeculativeConfig`` names them)::
+
+    methods:
+      - none
+      - {method: ngram, num_speculative_tokens: {low: 1, high: 8},
+         prompt_lookup_min: {low: 1, high: 3}, prompt_lookup_max: {low: 2, high: 5}}
+      - {method: suffix, num_speculative_tokens: {low: 4, high: 24},
+         suffix_decoding_max_tree_depth: 24, suffix_decoding_min_token_prob: 0.1}
+      - {method: draft_model, model: [Qwen/Qwen2.5-0.5B-Instruct], num_speculative_tokens: ..}
+      - {method: eagle3, model: yuhuili/EAGLE3-LLaMA3.1-Instruct-8B, num_speculative_tokens: ..}
+      - {method: mtp, num_speculative_tokens: {low: 1, high: 3}}
+
+A bare name is that method with its default settings. The earlier form, ``draft: [none, ngram,
+MODEL...]`` with one ``num_speculative_tokens``, still loads (stored studies use it):
+:mod:`tuner.config.choices` translates it.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, BeforeValidator, Field, Tag, model_validator
+from pydantic_core import PydanticCustomError
+
+from tuner.config.bounds import (
+    BatchTokens,
+    Count,
+    Draft,
+    Fraction,
+    ModelId,
+    Share,
+    SpecTokens,
+    Step,
+    Temperature,
+    Warmup,
+    Weight,
+)
+from tuner.config.schema_errors import A_RANGE, ONE_VALUE
+from tuner.config.sections import AS_LIST, CHOICE, NON_EMPTY, RangeSection
+from tuner.config.sections import Section as _Base
+
+__all__ = [
+    "BatchChoices",
+    "DraftMethod",
+    "Drafts",
+    "FractionChoice",
+    "FractionRange",
+    "HeadMethod",
+    "KChoice",
+    "MethodChoice",
+    "MtpMethod",
+    "NgramMethod",
+    "NoMethod",
+    "SearchModel",
+    "SpecTokensRange",
+    "SuffixMethod",
+    "TemperatureChoice",
+    "TemperatureRange",
+]
+
+
+class Section(_Base, BaseModel):
+    """A strict YAML mapping; BaseModel named again so linters see a pydantic model."""
+
+
+class SpecTokensRange(RangeSection):
+    """Speculative tokens K, every integer from low to high."""
+
+    low: SpecTokens
+    high: SpecTokens
+
+
+class FractionRange(RangeSection):
+    """A share of GPU memory from low to high, optionally in steps."""
+
+    low: Fraction
+    high: Fraction
+    step: Step | None = None
+
+
+class TemperatureRange(RangeSection):
+    """Sampling temperatures from low to high, optionally in steps."""
+
+    low: Temperature
+    high: Temperature
+    step: Step | None = None
+
+
+class CountRange(RangeSection):
+    """Every integer from low to high."""
+
+    low: Count
+    high: Count
+
+
+class ShareRange(RangeSection):
+    """A probability from low to high, optionally in steps."""
+
+    low: Share
+    high: Share
+    step: Step | None = None
+
+
+class FactorRange(RangeSection):
+    """A positive factor from low to high, optionally in steps."""
+
+    low: Weight
+    high: Weight
+    step: Step | None = None
+
+
+KChoice = Annotated[
+    Annotated[SpecTokens, Tag(ONE_VALUE)] | Annotated[SpecTokensRange, Tag(A_RANGE)], CHOICE
+]
+FractionChoice = Annotated[
+    Annotated[Fraction, Tag(ONE_VALUE)] | Annotated[FractionRange, Tag(A_RANGE)], CHOICE
+]
+TemperatureChoice = Annotated[
+    Annotated[Temperature, Tag(ONE_VALUE)] | Annotated[TemperatureRange, Tag(A_RANGE)], CHOICE
+]
+CountChoice = Annotated[
+    Annotated[Count, Tag(ONE_VALUE)] | Annotated[CountRange, Tag(A_RANGE)], CHOICE
+]
+ShareChoice = Annotated[
+    Annotated[Share, Tag(ONE_VALUE)] | Annotated[ShareRange, Tag(A_RANGE)], CHOICE
+]
+FactorChoice = Annotated[
+    Annotated[Weight, Tag(ONE_VALUE)] | Annotated[FactorRange, Tag(A_RANGE)], CHOICE
+]
+Drafts = Annotated[
+    list[Draft],
+    AS_LIST,
+    NON_EMPTY,
+    Field(examples=[["none", "ngram", "Qwen/Qwen2.5-0.5B-Instruct"]]),
+]
+BatchChoices = Annotated[
+    list[BatchTokens], AS_LIST, NON_EMPTY, Field(examples=[[1024, 2048, 4096]])
+]
+Models = Annotated[
+    list[ModelId], AS_LIST, NON_EMPTY, Field(examples=["yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"])
+]
+
+
+def _low(value: float | RangeSection) -> float:
+    return value.low if isinstance(value, RangeSection) else value
+
+
+def _high(value: float | RangeSection) -> float:
+    return value.high if isinstance(value, RangeSection) else value
+
+
+class NoMethod(Section):
+    """No speculation: the target decodes alone."""
+
+    method: Literal["none"]
+
+
+class NgramMethod(Section):
+    """Prompt lookup: drafts what followed the last matching n-gram of the prompt."""
+
+    method: Literal["ngram"]
+    num_speculative_tokens: KChoice = SpecTokensRange(low=1, high=8)
+    """K, tokens proposed per step."""
+    prompt_lookup_min: CountChoice = 1
+    """Shortest n-gram matched (vLLM's default: 5 when neither is set)."""
+    prompt_lookup_max: CountChoice = 4
+    """Longest n-gram matched."""
+
+    @model_validator(mode="after")
+    def _window(self) -> NgramMethod:
+        if _low(self.prompt_lookup_min) > _high(self.prompt_lookup_max):
+            raise PydanticCustomError(
+                "window",
+                "prompt_lookup_min {low} is above every prompt_lookup_max ({high}): vLLM "
+                "refuses min > max; lower the min or raise the max",
+                {"low": _low(self.prompt_lookup_min), "high": _high(self.prompt_lookup_max)},
+            )
+        return self
+
+
+class SuffixMethod(Section):
+    """Suffix decoding (arctic-inference): suffix trees over the prompt and earlier outputs."""
+
+    method: Literal["suffix"]
+    num_speculative_tokens: KChoice = SpecTokensRange(low=4, high=24)
+    """The most tokens proposed per step (the tree decides how many, up to this)."""
+    suffix_decoding_max_tree_depth: CountChoice = 24
+    """Deepest match plus speculation in the trees."""
+    suffix_decoding_max_spec_factor: FactorChoice = 1.0
+    """Tokens proposed per token of the match."""
+    suffix_decoding_min_token_prob: ShareChoice = 0.1
+    """Only propose tokens at least this frequent after the match."""
+    suffix_decoding_max_cached_requests: Warmup = 10000
+    """Earlier requests kept in the global tree (0: prompt trees only)."""
+
+
+class DraftMethod(Section):
+    """A separate, smaller model of the target's vocabulary."""
+
+    method: Literal["draft_model"]
+    model: Models = Field(examples=["Qwen/Qwen2.5-0.5B-Instruct"])
+    """One draft or a list (each is a choice of its own)."""
+    num_speculative_tokens: KChoice = SpecTokensRange(low=1, high=8)
+
+
+class HeadMethod(Section):
+    """An EAGLE (``eagle``) or EAGLE-3 (``eagle3``) head trained for this target."""
+
+    method: Literal["eagle", "eagle3"]
+    model: Models = Field(examples=["yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"])
+    """One head or a list (each is a choice of its own)."""
+    num_speculative_tokens: KChoice = SpecTokensRange(low=1, high=6)
+
+
+class MtpMethod(Section):
+    """The target's own multi-token-prediction layers (DeepSeek-V3/R1, GLM-4.5, Qwen3-Next)."""
+
+    method: Literal["mtp"]
+    num_speculative_tokens: KChoice = SpecTokensRange(low=1, high=3)
+
+
+def _named(value: object) -> object:
+    """``none`` (a bare name) is ``{method: none}``."""
+    return {"method": value} if isinstance(value, str) else value
+
+
+MethodChoice = Annotated[
+    NoMethod | NgramMethod | SuffixMethod | DraftMethod | HeadMethod | MtpMethod,
+    BeforeValidator(_named),
+    Field(discriminator="method"),
+]
+Methods = Annotated[
+    list[MethodChoice],
+    AS_LIST,
+    NON_EMPTY,
+    Field(examples=[["none", "ngram", {"method": "mtp", "num_speculative_tokens": 2}]]),
+]
+
+
+class SearchModel(Section):
+    """``search``: the tuned dimensions; a single value fixes one."""
+
+    methods: Methods | None = None
+    """Speculation choices, each with its own settings: none, ngram, suffix, draft_model,
+    eagle, eagle3, mtp. Unset: the earlier ``draft`` form below."""
+    draft: Drafts = ["none"]
+    """Earlier form of ``methods``: model ids or folders, none, ngram."""
+    num_speculative_tokens: KChoice = SpecTokensRange(low=1, high=8)
+    """With ``draft``: K for every draft choice."""
+    gpu_memory_utilization: FractionChoice = 0.9
+    """Share of GPU memory vLLM may use."""
+    max_num_batched_tokens: BatchChoices = [2048]
+    """Choices of tokens per scheduler step (chunked prefill)."""
+    temperature: TemperatureChoice | None = None
+    """Only when your product may choose it: a range of temperatures to tune over (the
+    report then shows the best server config per temperature); unset: workload.temperature."""
+
+    @property
+    def earlier_form(self) -> bool:
+        """Whether ``draft`` or ``num_speculative_tokens`` was written (not ``methods``)."""
+        return bool({"draft", "num_speculative_tokens"} & self.model_fields_set)

@@ -1,0 +1,99 @@
+"""Which vLLM releases run which speculation method, and the ``--speculative-config`` keys of each.
+
+=============  =========  ======================================================================
+method         since      keys spectune writes (besides ``method``, ``num_speculative_tokens``)
+=============  =========  ======================================================================
+ngram          0.6        ``prompt_lookup_max``, ``prompt_lookup_min`` (before 0.8.2 the
+                          standalone ``--speculative-model "[ngram]"`` flags)
+draft_model    0.6        ``model`` (+ ``use_heterogeneous_vocab`` from 0.25); not 0.10-0.14
+eagle          0.8.5      ``model``: the EAGLE head
+eagle3         0.8.5      ``model``: the EAGLE-3 head
+mtp            0.19       none: the target's own layers (``model`` defaults to the target)
+suffix         0.11.1     ``suffix_decoding_max_tree_depth``, ``_max_spec_factor``,
+                          ``_min_token_prob``, ``_max_cached_requests`` (each ``suffix_decoding``);
+                          needs the ``arctic-inference`` package in vLLM's environment
+=============  =========  ======================================================================
+
+Sources. vLLM 0.32.0's ``vllm/config/speculative.py`` was read here: ``SpeculativeMethod`` lists
+all six, the keys above are ``SpeculativeConfig`` fields, ``mtp`` takes the target as its model
+and maps the per-model names (``deepseek_mtp``, ``qwen3_next_mtp``, ...) to ``mtp`` with a
+deprecation warning, ``suffix`` raises "Arctic Inference is required for suffix decoding" without
+the package, and MTP's K beyond the layer count must be a multiple of it. Earlier boundaries come
+from the pull requests that added each method, not from reading each release: EAGLE-3 in V1,
+vllm PR #16937 (first in 0.8.5, with EAGLE-1 on V1 just before it); suffix decoding, PR #25784
+(merged October 2025, first in 0.11.1); the generic ``mtp`` name: users' 0.19 logs already warn
+that the per-model names are deprecated, so 0.19 is the oldest release spectune writes ``mtp``
+for (DeepSeek MTP itself came in PR #12755 for 0.7.3, under other names).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tuner.config.trial import SpecMethod
+from tuner.config.vllm_version import VllmVersion
+from tuner.errors import ConfigError
+
+__all__ = ["METHOD_SUPPORT", "MethodSupport", "check_method", "json_keys"]
+
+
+@dataclass(frozen=True)
+class MethodSupport:
+    """One method's oldest release and the ``--speculative-config`` keys spectune writes."""
+
+    method: SpecMethod
+    since: VllmVersion
+    keys: tuple[str, ...]
+    source: str
+
+
+_SUFFIX_KEYS = (
+    "suffix_decoding_max_tree_depth",
+    "suffix_decoding_max_spec_factor",
+    "suffix_decoding_min_token_prob",
+    "suffix_decoding_max_cached_requests",
+)
+METHOD_SUPPORT: dict[SpecMethod, MethodSupport] = {
+    s.method: s
+    for s in (
+        MethodSupport(
+            SpecMethod.NGRAM,
+            VllmVersion(0, 6, 0),
+            ("prompt_lookup_max", "prompt_lookup_min"),
+            "vllm/config/speculative.py (0.32); the standalone flags before 0.8.2",
+        ),
+        MethodSupport(
+            SpecMethod.DRAFT_MODEL,
+            VllmVersion(0, 6, 0),
+            ("model", "use_heterogeneous_vocab"),
+            "tuner.config.vllm_args (draft models are refused on 0.10-0.14)",
+        ),
+        MethodSupport(SpecMethod.EAGLE, VllmVersion(0, 8, 5), ("model",), "vllm PR #16937"),
+        MethodSupport(SpecMethod.EAGLE3, VllmVersion(0, 8, 5), ("model",), "vllm PR #16937"),
+        MethodSupport(SpecMethod.MTP, VllmVersion(0, 19, 0), (), "generic mtp name, see above"),
+        MethodSupport(SpecMethod.SUFFIX, VllmVersion(0, 11, 1), _SUFFIX_KEYS, "vllm PR #25784"),
+    )
+}
+
+
+def json_keys(method: SpecMethod) -> tuple[str, ...]:
+    """The method's own ``--speculative-config`` keys (see the table)."""
+    return METHOD_SUPPORT[method].keys
+
+
+def check_method(method: SpecMethod | str, version: VllmVersion) -> None:
+    """Refuses a method spectune does not speak, or one that ``version`` predates.
+
+    Raises:
+        ConfigError: naming the method, the release it needs and the fix.
+    """
+    known = ", ".join(str(m) for m in METHOD_SUPPORT)
+    if not isinstance(method, SpecMethod) or method not in METHOD_SUPPORT:
+        raise ConfigError(f"unknown speculative method {method!r}: use one of {known}")
+    support = METHOD_SUPPORT[method]
+    if version < support.since:
+        raise ConfigError(
+            f"vLLM {version} cannot speculate with method {method} (it came in "
+            f"{support.since}, {support.source}): use vLLM {support.since} or later, or another "
+            "method"
+        )
