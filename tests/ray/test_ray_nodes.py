@@ -13,6 +13,7 @@ import pytest
 
 from tuner.catalog.gpus import parse_hardware
 from tuner.errors import ConfigError
+from tuner.study.cluster import RayOptions, check_ray_options
 from tuner.study.cluster.nodes import plan_slots, read_nodes, require_matching
 
 
@@ -79,3 +80,12 @@ def test_a_study_whose_hardware_no_node_has_is_one_line() -> None:
     assert "gpu-a: 2x RTX 4090 (declared)" in message
     assert "gpu-c: 8 GPUs of unknown model" in message
     assert "--resources '{\"spectune_gpu_h200\": N}'" in message
+
+
+def test_bad_ray_options_are_refused_before_anything_connects() -> None:
+    with pytest.raises(ConfigError, match=r"--parallel 0: run at least 1 trial at a time"):
+        check_ray_options(RayOptions("auto", parallel=0))
+    with pytest.raises(ConfigError, match=r"--workers 2 with --ray: use --parallel 2 instead"):
+        check_ray_options(RayOptions("auto"), workers=2)
+    with pytest.raises(ConfigError, match=r"--ray '': give the cluster"):
+        check_ray_options(RayOptions(" "))

@@ -16,7 +16,13 @@ from tuner.analysis.confirmed import Confirmed
 from tuner.analysis.picks import Candidate, pareto_front, recommend
 from tuner.config.space import SearchSpace
 from tuner.errors import ConfigError
-from tuner.study.cluster import RayOptions, check_ray_options, ray_backend_factory, run_on_ray
+from tuner.study.cluster import (
+    RayOptions,
+    check_cluster,
+    check_ray_options,
+    ray_backend_factory,
+    run_on_ray,
+)
 from tuner.study.confirm import OnRun, confirm
 from tuner.study.paths import StudyPaths, default_storage
 from tuner.study.storage import check_writable, open_storage
@@ -132,6 +138,8 @@ def optimize(
     storage = open_storage(storage_url)
     if request.space is not None and request.ray is None:  # checked before anything is stored
         _prepare(request, backend, request.space)
+    if request.space is not None and request.ray is not None:  # no node has it: nothing stored
+        check_cluster(request.ray, request.space.hardware)
     study, space = open_study(request.study, storage, request.space, sampler)
     if request.space is None and request.ray is None:  # a resume: opening it stored nothing
         _prepare(request, backend, space)

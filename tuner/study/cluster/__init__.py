@@ -16,7 +16,7 @@ Ray is an optional extra (``pip install 'spectune[ray]'``), imported only when `
 given (:mod:`.connect`).
 """
 
-from tuner.study.cluster.driver import RayOptions, check_ray_options, run_on_ray
+from tuner.study.cluster.driver import RayOptions, check_cluster, check_ray_options, run_on_ray
 from tuner.study.cluster.remote import ray_backend_factory
 
-__all__ = ["RayOptions", "check_ray_options", "ray_backend_factory", "run_on_ray"]
+__all__ = ["RayOptions", "check_cluster", "check_ray_options", "ray_backend_factory", "run_on_ray"]

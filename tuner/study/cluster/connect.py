@@ -10,6 +10,7 @@ import importlib
 import logging
 import signal
 import threading
+import warnings
 from typing import Any
 
 from tuner.errors import ConfigError
@@ -42,13 +43,16 @@ def connect(address: str) -> Any:
     ray = ray_module()
     if ray.is_initialized():
         return ray
+    logging.getLogger("ray._private.worker").addFilter(_not_about_sigterm)
     # ray.init makes SIGTERM a sys.exit(15) in the driver; whoever handled it before (the
     # CLI's Terminated: unwind like Ctrl-C, exit 143) keeps it.
     main = threading.current_thread() is threading.main_thread()
     previous = signal.getsignal(signal.SIGTERM) if main else None
     try:
         # Node logs stay on the nodes: the driver's terminal shows the live trial table.
-        ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
+        with warnings.catch_warnings():  # its timeout warning repeats the error below
+            warnings.simplefilter("ignore", UserWarning)
+            ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
     except (ConnectionError, RuntimeError, ValueError) as exc:
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
         raise ConfigError(
@@ -59,3 +63,9 @@ def connect(address: str) -> Any:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
     return ray
+
+
+def _not_about_sigterm(record: logging.LogRecord) -> bool:
+    """Drops Ray's note that it did not take SIGTERM: spectune keeps its own handler anyway,
+    and the note would be a second line beside a one-line error."""
+    return "SIGTERM handler is not set" not in record.getMessage()

@@ -20,6 +20,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
+from tuner.catalog.gpus import Hardware
 from tuner.config.space import SearchSpace
 from tuner.config.trial import TrialConfig
 from tuner.errors import ConfigError, LaunchError, SpectuneError
@@ -38,7 +39,7 @@ from tuner.study.study import (
 from tuner.trial.backends import BackendOptions
 from tuner.trial.record import RUN_ATTR, TrialRecord, constraint_keys
 
-__all__ = ["RayOptions", "check_ray_options", "run_on_ray"]
+__all__ = ["RayOptions", "check_cluster", "check_ray_options", "run_on_ray"]
 
 _POLL_S = 1.0  # how often the driver looks up from waiting (a Ctrl-C lands within it)
 
@@ -60,6 +61,16 @@ def check_ray_options(options: RayOptions, workers: int = 1) -> None:
         raise ConfigError("--ray '': give the cluster, e.g. ray://HEAD:10001 or auto")
     if options.parallel < 1:
         raise ConfigError(f"--parallel {options.parallel}: run at least 1 trial at a time")
+
+
+def check_cluster(ray_options: RayOptions, hardware: Hardware) -> None:
+    """Refuses a study whose hardware no node of the cluster has, before it is stored.
+
+    Raises:
+        ConfigError: Ray is missing, the cluster cannot be reached, or no node matches.
+    """
+    ray = connect(ray_options.address)
+    require_matching(read_nodes(ray.nodes(), detect_with_nvml(ray)), hardware, ray_options.address)
 
 
 @dataclass(frozen=True)
