@@ -38,11 +38,11 @@ SMALL_SPACE: dict[str, Any] = {
 }
 
 
-def small_space(tmp_path: Path, **sections: dict[str, Any]) -> SearchSpace:
+def small_space(tmp_path: Path, **sections: Any) -> SearchSpace:
     """:data:`SMALL_SPACE` with ``sections`` merged in, loaded from a file like a user's."""
     raw = {k: dict(v) if isinstance(v, dict) else v for k, v in SMALL_SPACE.items()}
     for name, values in sections.items():
-        raw[name] = {**raw.get(name, {}), **values}
+        raw[name] = {**raw.get(name, {}), **values} if isinstance(values, dict) else values
     path = tmp_path / "space.yaml"
     path.write_text(yaml.safe_dump(raw))
     return load_space(str(path))

@@ -123,6 +123,7 @@ class TrialRunner:
             weights=[c.weight for c in traffic.conditions],
             max_failed_share=self.max_failed_share,
             broken=traffic.broken,
+            unrecorded=traffic.unrecorded,
         )
         return TrialOutcome(
             config,

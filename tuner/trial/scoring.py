@@ -97,10 +97,11 @@ def pessimistic_ttft_ms(ttft_limit_ms: float) -> float:
     return 10.0 * ttft_limit_ms
 
 
-def failed_share(results: Sequence[TrialResult]) -> float:
-    """Failed over sent requests across ``results``; 0 when none was sent."""
-    sent = sum(len(r.requests) for r in results)
-    return sum(r.errors for r in results) / sent if sent else 0.0
+def failed_share(results: Sequence[TrialResult], unrecorded: int = 0) -> float:
+    """Failed over sent requests across ``results`` plus ``unrecorded`` failed ones; 0 when
+    none was sent."""
+    sent = sum(len(r.requests) for r in results) + unrecorded
+    return (sum(r.errors for r in results) + unrecorded) / sent if sent else 0.0
 
 
 def score(
@@ -111,6 +112,7 @@ def score(
     max_failed_share: float = 0.0,
     oom: TrialStatus | None = None,
     broken: str | None = None,
+    unrecorded: int = 0,
 ) -> Score:
     """Scores a measured or simulated trial, or an OOM (``results`` None, ``oom`` set).
 
@@ -122,15 +124,16 @@ def score(
         oom: the OOM status when nothing ran.
         broken: why measuring stopped early (the server stopped answering); the trial then
             counts as failing requests whatever the share.
+        unrecorded: requests of a pair that left no result (the server died in it), failed.
     """
     penalty = pessimistic_ttft_ms(ttft_limit_ms)
     if results is None or oom is not None:
         return Score((0.0, penalty), (-1.0, 1.0, penalty - ttft_limit_ms), oom or TrialStatus.OOM)
     measured = [results] if isinstance(results, TrialResult) else list(results)
-    share = failed_share(measured)
+    share = failed_share(measured, unrecorded)
     if broken is not None or share > max_failed_share or not measured:
-        failed = sum(r.errors for r in measured)
-        sent = sum(len(r.requests) for r in measured)
+        failed = sum(r.errors for r in measured) + unrecorded
+        sent = sum(len(r.requests) for r in measured) + unrecorded
         first = next((q.error for r in measured for q in r.requests if q.error), None)
         reason = (
             f"{failed} of {sent} requests failed ({share:.0%}, {max_failed_share:.0%} allowed)"

@@ -4,8 +4,10 @@ The pairs come from the workload (:attr:`~tuner.config.workload.WorkloadSpec.con
 by level; the temperature is request-side, so the server is never restarted between them.
 Measuring stops early once the trial can no longer count: more requests failed than the space
 allows, or the server stopped answering (a request that timed out without a token, or a later
-pair where nothing succeeded after earlier ones had). Each pair gets its own seed, so prompts
-differ from pair to pair.
+pair where nothing succeeded, or where the server died other than out of memory, after earlier
+pairs had been served: this config breaks the server under load, which the ``errors``
+constraint tells the sampler; a server that fails at the first pair is a fault, a FAIL). Each
+pair gets its own seed, so prompts differ from pair to pair.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from dataclasses import dataclass, replace
 from tuner.bench.loadgen import STALLED
 from tuner.config.trial import TrialConfig
 from tuner.config.workload import Condition
-from tuner.errors import MeasurementError
+from tuner.errors import FailureKind, MeasurementError, StartupFailure
 from tuner.results import TrialResult
 from tuner.trial.backends import Backend
 from tuner.trial.scoring import failed_share
@@ -34,11 +36,14 @@ class Traffic:
         results: one per measured pair, in the order of ``conditions``.
         conditions: the pairs measured (a prefix of the workload's when measuring stopped).
         broken: why measuring stopped before the last pair; None when every pair ran.
+        unrecorded: requests of a pair that produced no result (the server died in it), all
+            counted as failed.
     """
 
     results: tuple[TrialResult, ...]
     conditions: tuple[Condition, ...]
     broken: str | None = None
+    unrecorded: int = 0
 
     @property
     def lost_requests(self) -> bool:
@@ -69,11 +74,11 @@ def measure_traffic(
         )
         try:
             result = backend.measure(pair, condition.concurrency, pair_seed)
-        except MeasurementError as exc:
-            if not results:
+        except (MeasurementError, StartupFailure) as exc:
+            if not results or (isinstance(exc, StartupFailure) and exc.kind is FailureKind.OOM):
                 raise
             where = f"at concurrency {condition.concurrency}, temperature {condition.temperature:g}"
-            return Traffic(tuple(results), tuple(done), f"{where}: {exc}")
+            return Traffic(tuple(results), tuple(done), f"{where}: {exc}", workload.requests)
         results.append(result)
         done.append(condition)
         if any(STALLED in (q.error or "") for q in result.requests):
