@@ -79,7 +79,7 @@ def test_engine_rejects_requests_longer_than_max_model_len() -> None:
 
 def test_engine_rejects_unknown_methods_and_missing_drafts() -> None:
     eagle = ServerConfig(
-        REFERENCE_TARGET, 2, 8192, 0.92, 2048, SpeculativeConfig("eagle", 4, "some/eagle-head")
+        REFERENCE_TARGET, 2, 8192, 0.92, 2048, SpeculativeConfig("medusa", 4, "some/medusa-head")
     )
     with pytest.raises(ConfigError, match="not simulated"):
         Engine(HARDWARE, TARGET, None, eagle, kv_tokens=16_384)

@@ -2,14 +2,22 @@
 
 Acceptance is geometric: position ``i`` of a draft is only looked at when positions ``1..i-1``
 were accepted, and is then accepted with a conditional probability. For a draft model that
-probability is ``alpha * POSITION_DECAY ** (i - 1)``: the draft drifts away from the target the
-further it runs ahead, which is why K above 6 wastes work (BRIEF.md). Prompt lookup (ngram) copies
-text from the prompt, and a copy that matched so far tends to keep matching, so it has no decay.
+probability is ``alpha * decay ** (i - 1)``: a drafter drifts away from the target the further
+it runs ahead, which is why K above 6 wastes work (BRIEF.md). Each method has its own decay
+(:data:`DECAY`): EAGLE-3's training-time test keeps later positions close (arXiv 2503.01840),
+EAGLE-1 heads drift faster, MTP beyond its one trained layer reuses that layer (vLLM warns "may
+result in lower acceptance rate"). Prompt lookup (ngram) and suffix decoding copy text, and a copy
+that matched so far tends to keep matching, so they have no decay.
 
-``alpha`` is built in logit space from three parts, each calibrated on the reference table:
+``alpha`` is built in logit space, each part calibrated on a public figure
+(``benchmarks/simulator_reference.py`` prints each next to the prediction):
 
-- the draft/target pair: a bigger draft relative to its target guesses better;
-- the workload: code repeats identifiers and structure, creative writing does not;
+- the method: a plain draft model by the draft/target pair (a bigger draft relative to its target
+  guesses better, with diminishing returns above the reference 0.5B/32B ratio, so a 1B draft for
+  an 8B target stays below an EAGLE-3 head of that target); an EAGLE/EAGLE-3 head or MTP layers
+  by a fixed offset, since they read the target's own hidden states;
+- the workload: code repeats identifiers and structure, creative writing does not; for ngram and
+  suffix, a user's prompt file is measured (how much of each prompt repeats itself);
 - the sampling temperature: rejection sampling accepts less as both distributions flatten, slowly
   below 0.3 and sharply from about 0.8 (a quadratic penalty).
 """
@@ -17,11 +25,18 @@ text from the prompt, and a copy that matched so far tends to keep matching, so 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
+from functools import cache
+from pathlib import Path
 
 from tuner.catalog.models import ModelSpec
+from tuner.config.prompts import load_prompt_file
+from tuner.config.trial import SpecMethod
+from tuner.errors import ConfigError
 
 __all__ = [
+    "DECAY",
     "NGRAM",
     "POSITION_DECAY",
     "SPEC_METHODS",
@@ -29,15 +44,32 @@ __all__ = [
     "acceptance_probability",
     "expected_accepted",
     "position_rates",
+    "prompt_repetition",
     "shipped_rates",
 ]
 
 NGRAM = "ngram"
 DRAFT_MODEL = "draft_model"
-SPEC_METHODS = (DRAFT_MODEL, NGRAM)
+SPEC_METHODS = tuple(str(m) for m in SpecMethod if m is not SpecMethod.NONE)
 
 # Conditional acceptance falls by this factor per position for draft models.
 POSITION_DECAY = 0.95
+DECAY = {
+    DRAFT_MODEL: POSITION_DECAY,
+    NGRAM: 1.0,
+    "suffix": 1.0,
+    "eagle": 0.90,  # EAGLE-1 drifts faster than EAGLE-3 (arXiv 2503.01840, Fig. 1)
+    "eagle3": 0.97,
+    "mtp": 0.90,  # later positions rerun the one MTP layer
+}
+# Heads and MTP read the target's hidden states: a logit offset over the reference draft pair,
+# fitted to EAGLE-3's 1.65x at K=2 on H100 (vllm PR #16937), EAGLE-1 within 5 % of EAGLE-3 at
+# their best K (vllm #20780), DeepSeek-R1's MTP at 81-82 % for K=1 (vllm PR #12755; the
+# DeepSeek-V3 report gives 85-90 %).
+_HEAD_LOGIT = {"eagle3": 0.7, "eagle": 0.45, "mtp": -0.45}
+# Suffix trees also match earlier requests' outputs (ArcticInference: 1.4-3.9x over prompt
+# lookup on SWE-bench, agentic traffic that repeats itself).
+_SUFFIX_LOGIT = 0.5
 
 # Workload offsets in logit space for the reference pair (Qwen2.5-0.5B drafting for 32B). Code and
 # creative are fitted to the reference table (78.2 % and 51.4 % acceptance at K=4, T=0.2); chat and
@@ -47,9 +79,18 @@ _DRAFT_LOGIT = {"code": 3.05, "long-context": 2.6, "chat": 2.0, "creative": 1.42
 _NGRAM_LOGIT = {"code": -0.2, "long-context": 0.1, "chat": -1.4, "creative": -2.5}
 _DEFAULT_SET = "chat"  # a user dataset is assumed to look like chat traffic
 
-# Logit gained per doubling of the draft/target parameter ratio, relative to 0.5B/32B.
+# Logit gained per doubling of the draft/target parameter ratio, relative to 0.5B/32B; above that
+# ratio a doubling gains less and the gain stops at _PAIR_CAP: a plain draft is trained apart from
+# the target, and no size makes it read the target's states as a head does.
 _PAIR_SLOPE = 0.4
+_PAIR_SLOPE_ABOVE = 0.1
+_PAIR_CAP = 0.15
 _REFERENCE_RATIO = 0.494e9 / 32.5e9
+# A prompt file's self-repetition (share of word trigrams seen earlier in the same prompt) to
+# prompt lookup's logit: 0.19 (HumanEval's code prompts) maps to the code set's -0.2, 0.03
+# (prose) to creative's -2.5.
+_REPETITION_SLOPE = 14.0
+_REPETITION_BASE = -2.9
 # Logit lost per squared unit of temperature.
 _TEMPERATURE_PENALTY = 3.5
 # A draft with another tokenizer proposes ids that mean something else: nearly all rejected.
@@ -71,8 +112,8 @@ def acceptance_probability(
 
     Args:
         target: the verifying model.
-        draft: the draft model; ignored (may be None) for ``method="ngram"``.
-        method: ``"draft_model"`` or ``"ngram"``.
+        draft: the draft model; ignored (may be None) for every method but ``draft_model``.
+        method: one of :data:`SPEC_METHODS`.
         prompt_set: ``code``, ``creative``, ``chat``, ``long-context``; anything else (a user's
             dataset) is treated like ``chat``.
         temperature: the sampling temperature of the request (0 = greedy).
@@ -84,19 +125,60 @@ def acceptance_probability(
         ValueError: an unknown method, or a draft-model method without a draft.
     """
     penalty = _TEMPERATURE_PENALTY * max(temperature, 0.0) ** 2
-    if method == NGRAM:
-        base = _NGRAM_LOGIT.get(prompt_set, _NGRAM_LOGIT[_DEFAULT_SET])
+    if method in (NGRAM, "suffix"):
+        base = _lookup_logit(prompt_set) + (_SUFFIX_LOGIT if method == "suffix" else 0.0)
         return _sigmoid(base - penalty)
-    if method != DRAFT_MODEL:
+    if method not in SPEC_METHODS:
         raise ValueError(f"unknown speculative method {method!r}; known: {', '.join(SPEC_METHODS)}")
+    base = _DRAFT_LOGIT.get(prompt_set, _DRAFT_LOGIT[_DEFAULT_SET])
+    if method in _HEAD_LOGIT:
+        return _sigmoid(base + _HEAD_LOGIT[method] - penalty)
     if draft is None:
         raise ValueError("method 'draft_model' needs a draft model")
     if draft.tokenizer_family != target.tokenizer_family:
         return _MISMATCHED_ALPHA
     ratio = min(draft.params / target.params, 1.0)
-    pair = _PAIR_SLOPE * math.log2(ratio / _REFERENCE_RATIO)
-    base = _DRAFT_LOGIT.get(prompt_set, _DRAFT_LOGIT[_DEFAULT_SET])
+    doublings = math.log2(ratio / _REFERENCE_RATIO)
+    slope = _PAIR_SLOPE if doublings < 0 else _PAIR_SLOPE_ABOVE
+    pair = min(slope * doublings, _PAIR_CAP)
     return _sigmoid(base + pair - penalty)
+
+
+def _lookup_logit(prompt_set: str) -> float:
+    """Prompt lookup's logit: the built-in sets' calibrated values, or a file's repetition."""
+    if prompt_set in _NGRAM_LOGIT:
+        return _NGRAM_LOGIT[prompt_set]
+    repetition = prompt_repetition(prompt_set)
+    if repetition is None:
+        return _NGRAM_LOGIT[_DEFAULT_SET]
+    return _REPETITION_BASE + _REPETITION_SLOPE * repetition
+
+
+@cache
+def prompt_repetition(path: str) -> float | None:
+    """How much of each prompt of a JSONL/ShareGPT file repeats itself (None: unreadable).
+
+    The share of word trigrams already seen earlier in the same prompt, averaged over prompts:
+    what prompt lookup can copy. Built-in sets are synthetic text and keep calibrated values.
+    """
+    if not Path(path).expanduser().is_file():
+        return None
+    try:
+        requests = load_prompt_file(path, 256)
+    except ConfigError:  # the workload reports a file it cannot read; here it just says nothing
+        return None
+    shares = []
+    for request in requests:
+        words = re.findall(r"\w+|[^\w\s]", request.prompt)
+        grams = [tuple(words[i : i + 3]) for i in range(len(words) - 2)]
+        seen: set[tuple[str, ...]] = set()
+        repeated = 0
+        for gram in grams:
+            repeated += gram in seen
+            seen.add(gram)
+        if grams:
+            shares.append(repeated / len(grams))
+    return sum(shares) / len(shares) if shares else None
 
 
 def position_rates(alpha: float, k: int, method: str) -> tuple[float, ...]:
@@ -105,9 +187,9 @@ def position_rates(alpha: float, k: int, method: str) -> tuple[float, ...]:
     Args:
         alpha: the first position's probability, from :func:`acceptance_probability`.
         k: number of speculative tokens.
-        method: ``"draft_model"`` (decaying) or ``"ngram"`` (constant).
+        method: a method of :data:`SPEC_METHODS` (its :data:`DECAY`).
     """
-    decay = 1.0 if method == NGRAM else POSITION_DECAY
+    decay = DECAY.get(method, POSITION_DECAY)
     return tuple(min(alpha * decay**i, 1.0) for i in range(k))
 
 

@@ -3,7 +3,10 @@
 vLLM asks for ``gpu_memory_utilization`` of each GPU. Inside that budget it loads the target and
 draft weights, profiles one forward pass of ``max-num-batched-tokens`` tokens (the activation
 peak, the sampler's logits included), keeps its cuBLAS workspace, and gives everything left to
-the KV cache of target and draft (``--kv-cache-dtype`` sets its bytes per value). What lies
+the KV cache of target and draft (``--kv-cache-dtype`` sets its bytes per value). An EAGLE head
+or the target's MTP layers count like a small draft inside the same budget: their weights (the
+MTP layers without the embeddings and LM head they share with the target), their activations
+and their own KV cache; ngram and suffix decoding hold no GPU memory of their own. What lies
 inside and outside the budget changed with vLLM's releases; :func:`memory_rules` names the two
 rule sets and the versions each encodes:
 
@@ -34,10 +37,10 @@ from dataclasses import dataclass
 
 from tuner.catalog.gpus import Hardware
 from tuner.catalog.models import ModelSpec
-from tuner.config.trial import ServerConfig
+from tuner.config.trial import ServerConfig, SpecMethod
 from tuner.config.vllm_version import NEWEST_KNOWN, VllmVersion
 from tuner.errors import ConfigError
-from tuner.sim.perfmodel import draft_tensor_parallel, kv_bytes_per_gpu
+from tuner.sim.perfmodel import draft_tensor_parallel, drafter, kv_bytes_per_gpu
 
 __all__ = [
     "BLOCK_TOKENS",
@@ -162,6 +165,13 @@ def _activation_bytes(model: ModelSpec, tp: int, tokens: int, sampler: bool) -> 
     return tokens * widest * 2 * ACTIVATION_FACTOR + logits
 
 
+def _drafter_bytes(draft: ModelSpec, server: ServerConfig) -> float:
+    """Weight bytes the drafter adds: MTP layers share the target's embeddings and LM head."""
+    if server.speculative is not None and server.speculative.method == SpecMethod.MTP:
+        return max(draft.weight_bytes - draft.embedding_params * 2.0, 0.0)
+    return draft.weight_bytes
+
+
 def _graphs_gib(model: ModelSpec) -> float:
     return GRAPH_BASE_GIB + GRAPH_PER_LAYER_GIB * model.layers
 
@@ -194,7 +204,7 @@ def estimate_memory(
     Args:
         hardware: the GPUs; tensor parallelism uses ``server.tensor_parallel_size`` of them.
         target: the served model.
-        draft: the draft model; ignored unless the server speculates with ``draft_model``.
+        draft: the draft model or EAGLE head (MTP layers come from the target).
         server: memory utilization, batched tokens, max model length, speculation, KV dtype.
         jitter_gib: hidden extra memory outside the budget (the simulated launcher's seeded
             variation, so borderline configs can still fail at launch); predictions use 0.
@@ -210,8 +220,8 @@ def estimate_memory(
     """
     tp = server.tensor_parallel_size
     _check_parallel(hardware, target, tp)
-    if server.speculative is None or server.speculative.method != "draft_model":
-        draft = None  # only a draft-model server loads the draft
+    draft = drafter(target, draft, server)
+    separate = server.speculative is not None and server.speculative.method == "draft_model"
     rules = memory_rules(version)
     total = hardware.gpu.vram_gib
     budget = server.gpu_memory_utilization * total
@@ -225,9 +235,10 @@ def estimate_memory(
     dtype_scale = kv_cache_bytes_per_value(server) / 2.0
     per_token = kv_bytes_per_gpu(target, tp) * dtype_scale
     if draft is not None:
-        # A draft on one GPU (draft TP 1) puts all of it on GPU 0, the GPU reported here.
-        draft_tp = draft_tensor_parallel(server)
-        draft_weights = draft.weight_bytes / draft_tp / GIB
+        # A draft on one GPU (draft TP 1) puts all of it on GPU 0, the GPU reported here; heads
+        # and MTP layers are split like the target.
+        draft_tp = draft_tensor_parallel(server) if separate else tp
+        draft_weights = _drafter_bytes(draft, server) / draft_tp / GIB
         # The draft's profile pass runs after the target's; only its own activations add up.
         activation += _activation_bytes(draft, draft_tp, tokens, sampler=False)
         graphs += _graphs_gib(draft)

@@ -8,8 +8,13 @@ over PCIe without peer-to-peer, as on GeForce cards, each one costs a large fixe
 small model split over two 4090s spends most of its time communicating. On top come the engine's
 per-step costs (scheduling, sampling, streaming) that grow with the number of sequences.
 
-A speculative step is K draft passes plus one target pass that verifies K+1 tokens a sequence,
-plus the speculative worker's bookkeeping for each verified token. At one request the target pass
+A speculative step is K drafter passes plus one target pass that verifies K+1 tokens a sequence,
+plus the speculative worker's bookkeeping for each verified token. The drafter is what the method
+runs (:func:`drafter`): a draft model (all its layers); an EAGLE or EAGLE-3 head (one decoder
+layer plus its LM head over its draft vocabulary, fed the target's hidden states, so no
+embedding pass of its own); the target's MTP layers (one target layer and the target's LM head
+each); nothing for ngram and suffix decoding, whose proposals are a lookup on the CPU per
+sequence and step. At one request the target pass
 costs what a plain decode costs, so accepted drafts come almost free; at dozens of requests the
 verification turns compute-bound and the bookkeeping grows with the batch, and speculation loses.
 
@@ -21,10 +26,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cache
 
 from tuner.catalog.gpus import Hardware, Interconnect
-from tuner.catalog.models import ModelSpec
-from tuner.config.trial import ServerConfig
+from tuner.catalog.heads import mtp_layers
+from tuner.catalog.models import ModelSpec, load_model, spec_from_config
+from tuner.config.trial import HEAD_METHODS, ServerConfig, SpecMethod
 from tuner.sim.acceptance import acceptance_probability
 
 __all__ = [
@@ -33,7 +40,9 @@ __all__ = [
     "StepShape",
     "acceptance_probability",
     "draft_tensor_parallel",
+    "drafter",
     "kv_bytes_per_gpu",
+    "mtp_module",
 ]
 
 # Fraction of datasheet bandwidth a decode pass streams weights and KV at.
@@ -56,8 +65,13 @@ STEP_PER_SEQ_S = 40e-6
 SPEC_PER_TOKEN_S = 200e-6
 DRAFT_PASS_OVERHEAD_S = 0.45e-3
 DRAFT_PASS_PER_SEQ_S = 150e-6
-# Prompt lookup on the CPU, per sequence and step.
+# Prompt lookup on the CPU, per sequence and step (suffix decoding's tree walk is a CPU lookup
+# too, in arctic-inference's C++, and is costed the same).
 NGRAM_PER_SEQ_S = 60e-6
+# A head or MTP pass is part of V1's batched proposer loop (captured with the target's graphs):
+# less fixed cost than a separate draft model's pass, but still a launch and a sampling per pass.
+HEAD_PASS_OVERHEAD_S = 0.12e-3
+HEAD_PASS_PER_SEQ_S = 15e-6
 # Extra first-token latency with speculation: the draft's prefill runs eagerly and the speculative
 # worker sets up its first proposal before the first token streams out.
 SPEC_FIRST_TOKEN_S = 26e-3
@@ -116,6 +130,45 @@ def draft_tensor_parallel(server: ServerConfig) -> int:
     return server.tensor_parallel_size
 
 
+@cache
+def mtp_module(target: ModelSpec) -> ModelSpec:
+    """The target's MTP layers as a model of their own: its layers, its shared LM head.
+
+    Raises:
+        ValueError: the target carries no MTP layers.
+    """
+    layers = mtp_layers(target.config)
+    if layers < 1:
+        raise ValueError(f"{target.hf_id} has no MTP layers")
+    config = {**target.config, "num_hidden_layers": layers, "first_k_dense_replace": 0}
+    config["mlp_only_layers"] = []
+    return spec_from_config(
+        f"{target.hf_id} (MTP)", config, family=target.tokenizer_family, source=target.source
+    )
+
+
+def drafter(target: ModelSpec, draft: ModelSpec | None, server: ServerConfig) -> ModelSpec | None:
+    """What proposes the tokens: the draft model, the EAGLE head, the MTP layers, or None.
+
+    A head the caller did not load (the engine passes a draft only for ``draft_model``) is
+    loaded here by its id.
+    """
+    spec = server.speculative
+    if spec is None:
+        return None
+    if spec.method == SpecMethod.DRAFT_MODEL:
+        return draft
+    if spec.method in HEAD_METHODS:
+        return (
+            draft
+            if draft is not None and draft.hf_id == spec.model
+            else load_model(str(spec.model))
+        )
+    if spec.method == SpecMethod.MTP:
+        return mtp_module(target)
+    return None
+
+
 def kv_bytes_per_gpu(model: ModelSpec, tp: int) -> int:
     """KV-cache bytes one token takes on each GPU (KV heads split across GPUs, never below one)."""
     heads = math.ceil(model.kv_heads / tp)
@@ -128,7 +181,7 @@ class PerfModel:
     Args:
         hardware: the GPUs (their catalog figures).
         target: the served model.
-        draft: the draft model; ignored unless the server speculates with ``draft_model``.
+        draft: the draft model or EAGLE head (see :func:`drafter`).
         server: tensor-parallel size and the speculative settings come from here.
     """
 
@@ -138,11 +191,18 @@ class PerfModel:
         self.hardware = hardware
         method = server.speculative.method if server.speculative is not None else ""
         self.target = target
-        self.draft = draft if method == "draft_model" else None
+        self.draft = drafter(target, draft, server)
         self.tp = server.tensor_parallel_size
         self.k = server.k
-        self.ngram = method == "ngram"
-        self.draft_tp = draft_tensor_parallel(server) if self.draft is not None else 1
+        self.ngram = method in (SpecMethod.NGRAM, SpecMethod.SUFFIX)  # a CPU lookup
+        # Heads and MTP layers run inside the target's worker, split like the target.
+        separate = method == SpecMethod.DRAFT_MODEL
+        self.draft_tp = draft_tensor_parallel(server) if separate else self.tp
+        self._pass_overhead = (
+            (DRAFT_PASS_OVERHEAD_S, DRAFT_PASS_PER_SEQ_S)
+            if separate
+            else (HEAD_PASS_OVERHEAD_S, HEAD_PASS_PER_SEQ_S)
+        )
         gpu = hardware.gpu
         self._bandwidth = gpu.bandwidth_gbs * 1e9 * MEMORY_EFFICIENCY
         self._flops = gpu.fp16_tflops * 1e12
@@ -178,8 +238,8 @@ class PerfModel:
         """Seconds for one forward pass of the draft model (0 without a draft)."""
         if self.draft is None or batch.tokens <= 0:
             return 0.0
-        overhead = DRAFT_PASS_OVERHEAD_S + DRAFT_PASS_PER_SEQ_S * batch.seqs
-        return self._forward_s(self.draft, self.draft_tp, batch) + overhead
+        fixed, per_seq = self._pass_overhead
+        return self._forward_s(self.draft, self.draft_tp, batch) + fixed + per_seq * batch.seqs
 
     @staticmethod
     def step_overhead_s(seqs: int, verified: int, ngram: bool) -> float:
