@@ -32,9 +32,18 @@ REFERENCE_CODE_INPUT_TOKENS = 384
 REFERENCE_CREATIVE_INPUT_TOKENS = 368
 REFERENCE_OUTPUT_TOKENS = 256
 
+REFERENCE_REQUESTS = 8  # the field notes' runs: a few single streaming requests
+
 REFERENCE_WORKLOADS: dict[str, WorkloadSpec] = {
-    "code": WorkloadSpec("code", REFERENCE_CODE_INPUT_TOKENS, REFERENCE_OUTPUT_TOKENS),
-    "creative": WorkloadSpec("creative", REFERENCE_CREATIVE_INPUT_TOKENS, REFERENCE_OUTPUT_TOKENS),
+    "code": WorkloadSpec(
+        "code", REFERENCE_CODE_INPUT_TOKENS, REFERENCE_OUTPUT_TOKENS, requests=REFERENCE_REQUESTS
+    ),
+    "creative": WorkloadSpec(
+        "creative",
+        REFERENCE_CREATIVE_INPUT_TOKENS,
+        REFERENCE_OUTPUT_TOKENS,
+        requests=REFERENCE_REQUESTS,
+    ),
 }
 
 
