@@ -58,15 +58,20 @@ DECAY = {
     DRAFT_MODEL: POSITION_DECAY,
     NGRAM: 1.0,
     "suffix": 1.0,
-    "eagle": 0.90,  # EAGLE-1 drifts faster than EAGLE-3 (arXiv 2503.01840, Fig. 1)
+    "eagle": 0.93,  # EAGLE-1 drifts faster than EAGLE-3 (arXiv 2503.01840, Fig. 1)
     "eagle3": 0.97,
     "mtp": 0.90,  # later positions rerun the one MTP layer
 }
-# Heads and MTP read the target's hidden states: a logit offset over the reference draft pair,
-# fitted to EAGLE-3's 1.65x at K=2 on H100 (vllm PR #16937), EAGLE-1 within 5 % of EAGLE-3 at
-# their best K (vllm #20780), DeepSeek-R1's MTP at 81-82 % for K=1 (vllm PR #12755; the
-# DeepSeek-V3 report gives 85-90 %).
-_HEAD_LOGIT = {"eagle3": 0.7, "eagle": 0.45, "mtp": -0.45}
+# Heads and MTP read the target's hidden states: their own logits per workload, fitted to
+# EAGLE-3's 1.65x at K=2 on one H100 on MT-Bench-like chat (vllm PR #16937), EAGLE-1 within 5 %
+# of EAGLE-3 at their best K (vllm #20780), DeepSeek-R1's MTP at 81-82 % for K=1 (vllm PR
+# #12755; the DeepSeek-V3 report gives 85-90 %). On code an EAGLE-3 head stays above a plain
+# draft of any size (the reference pair's 3.05 plus at most _PAIR_CAP).
+_HEAD_LOGIT = {
+    "eagle3": {"code": 3.4, "long-context": 2.4, "chat": 1.1, "creative": 0.6},
+    "eagle": {"code": 3.25, "long-context": 2.25, "chat": 0.95, "creative": 0.45},
+    "mtp": {"code": 2.5, "long-context": 2.0, "chat": 1.52, "creative": 1.0},
+}
 # Suffix trees also match earlier requests' outputs (ArcticInference: 1.4-3.9x over prompt
 # lookup on SWE-bench, agentic traffic that repeats itself).
 _SUFFIX_LOGIT = 0.5
@@ -132,7 +137,8 @@ def acceptance_probability(
         raise ValueError(f"unknown speculative method {method!r}; known: {', '.join(SPEC_METHODS)}")
     base = _DRAFT_LOGIT.get(prompt_set, _DRAFT_LOGIT[_DEFAULT_SET])
     if method in _HEAD_LOGIT:
-        return _sigmoid(base + _HEAD_LOGIT[method] - penalty)
+        logits = _HEAD_LOGIT[method]
+        return _sigmoid(logits.get(prompt_set, logits[_DEFAULT_SET]) - penalty)
     if draft is None:
         raise ValueError("method 'draft_model' needs a draft model")
     if draft.tokenizer_family != target.tokenizer_family:

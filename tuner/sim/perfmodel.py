@@ -68,9 +68,10 @@ DRAFT_PASS_PER_SEQ_S = 150e-6
 # Prompt lookup on the CPU, per sequence and step (suffix decoding's tree walk is a CPU lookup
 # too, in arctic-inference's C++, and is costed the same).
 NGRAM_PER_SEQ_S = 60e-6
-# A head or MTP pass is part of V1's batched proposer loop (captured with the target's graphs):
-# less fixed cost than a separate draft model's pass, but still a launch and a sampling per pass.
-HEAD_PASS_OVERHEAD_S = 0.12e-3
+# A head or MTP pass is part of V1's batched proposer loop: less fixed cost than a separate draft
+# model's pass, but input preparation, a launch and a sampling each (fitted with the EAGLE-3
+# figure of benchmarks/simulator_reference.py).
+HEAD_PASS_OVERHEAD_S = 0.6e-3
 HEAD_PASS_PER_SEQ_S = 15e-6
 # Extra first-token latency with speculation: the draft's prefill runs eagerly and the speculative
 # worker sets up its first proposal before the first token streams out.

@@ -1,0 +1,57 @@
+"""The simulator per speculation method, held to the public figures it was calibrated on."""
+
+from __future__ import annotations
+
+import runpy
+from pathlib import Path
+
+import pytest
+
+from tuner.catalog.gpus import parse_hardware
+from tuner.catalog.models import load_model
+from tuner.config.trial import ServerConfig, SpeculativeConfig
+from tuner.sim.acceptance import acceptance_probability, position_rates
+from tuner.sim.memory import estimate_memory
+
+_REFERENCE = runpy.run_path(str(Path(__file__).parents[2] / "benchmarks/simulator_reference.py"))
+LLAMA8 = load_model("meta-llama/Llama-3.1-8B-Instruct")
+
+
+@pytest.mark.parametrize("row", _REFERENCE["method_rows"](), ids=lambda row: row[0].what[:40])
+def test_each_public_figure_is_predicted_within_its_tolerance(row: tuple) -> None:
+    figure, predicted, error = row
+    assert figure.source  # every figure names where it was published
+    assert abs(error) <= figure.tolerance, f"{figure.what}: {predicted:.3f} vs {figure.measured}"
+
+
+def test_a_plain_small_draft_is_not_predicted_at_eagle3_levels() -> None:
+    one_b = load_model("meta-llama/Llama-3.2-1B-Instruct")
+    for prompt_set in ("code", "chat", "creative"):
+        plain = acceptance_probability(LLAMA8, one_b, "draft_model", prompt_set, 0.2)
+        head = acceptance_probability(LLAMA8, None, "eagle3", prompt_set, 0.2)
+        if prompt_set == "code":
+            assert plain < head < 0.98
+        assert plain < 0.97
+    # Later positions: EAGLE-3 keeps them closer than a draft model or EAGLE-1 does.
+    rates = {m: position_rates(0.9, 4, m) for m in ("draft_model", "eagle", "eagle3", "ngram")}
+    assert (
+        rates["eagle3"][-1] > rates["draft_model"][-1] and rates["eagle"][-1] < rates["eagle3"][-1]
+    )
+    assert rates["ngram"] == (0.9,) * 4
+
+
+def test_heads_and_mtp_layers_take_memory_inside_the_budget() -> None:
+    h100 = parse_hardware("h100")
+    base = ServerConfig(LLAMA8.hf_id, 1, 8192, 0.9, 2048)
+    plain = estimate_memory(h100, LLAMA8, None, base)
+    head = "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"
+    eagle = ServerConfig(**{**base.__dict__, "speculative": SpeculativeConfig("eagle3", 3, head)})
+    with_head = estimate_memory(h100, LLAMA8, None, eagle)  # the head is loaded by its id
+    assert 0.6 < with_head.draft_gib < 1.0  # one layer, fc and a 32000-row LM head in 16 bits
+    assert with_head.kv_cache_gib < plain.kv_cache_gib - with_head.draft_gib + 0.01
+    ngram = ServerConfig(**{**base.__dict__, "speculative": SpeculativeConfig("ngram", 3)})
+    assert estimate_memory(h100, LLAMA8, None, ngram).draft_gib == 0.0
+    r1 = load_model("deepseek-ai/DeepSeek-R1")
+    mtp = ServerConfig(r1.hf_id, 8, 8192, 0.9, 2048, SpeculativeConfig("mtp", 1))
+    layer = estimate_memory(parse_hardware("h200x8"), r1, None, mtp).draft_gib * 8
+    assert 8 < layer < 14  # one of 61 FP8 MoE layers (the report's MTP module: 14B with embeddings)
