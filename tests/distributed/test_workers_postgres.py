@@ -143,7 +143,7 @@ def test_killed_worker_is_recovered_by_the_others(
             except KeyError:
                 continue
             for t in study.get_trials(states=(TrialState.RUNNING,)):
-                # params set: the trial is past sampling, mid-run
+                # Sampling may still be under way: the kill can land between two suggestions.
                 if t.user_attrs.get("worker", "").endswith("/1") and t.params:
                     victim = t.number
         assert victim is not None, "worker 1 never started a trial"
@@ -162,7 +162,9 @@ def test_killed_worker_is_recovered_by_the_others(
     assert [t.number for t in failed] == [victim]
     retries = [t for t in trials if t.system_attrs.get("failed_trial") == victim]
     assert len(retries) == 1 and retries[0].state is TrialState.COMPLETE
-    assert retries[0].params == failed[0].params
+    # The retry runs the dead trial's config: what it had sampled is fixed, and a trial killed
+    # between two suggestions gets the rest sampled afresh.
+    assert failed[0].params.items() <= retries[0].params.items()
 
 
 def test_worker_errors_are_one_line(pg_url: str, tmp_path: Path) -> None:
