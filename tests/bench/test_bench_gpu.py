@@ -76,6 +76,7 @@ def test_without_nvml_the_fallback_is_used_and_said_once(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.setitem(sys.modules, "pynvml", FakeNvml([], init_fails=True))
+    monkeypatch.setattr("tuner.catalog.nvml._said", {"unavailable": False})  # a fresh run
     with caplog.at_level(logging.WARNING):
         monitor = open_gpu_monitor([0])
     assert isinstance(monitor, NoGpuMonitor)

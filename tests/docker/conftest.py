@@ -26,6 +26,14 @@ from tuner.launch.docker import LABEL_STUDY, DockerLauncher
 LauncherFactory = Callable[..., DockerLauncher]
 
 
+@pytest.fixture(autouse=True)
+def private_hf_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The Hugging Face cache a study creates and mounts is the test's, never the user's."""
+    home = tmp_path / "hf-home"
+    monkeypatch.setenv("HF_HOME", str(home))
+    return home
+
+
 @pytest.fixture(scope="session")
 def docker_client() -> Iterator[docker.DockerClient]:
     """The real engine, or a skip (a failure in CI)."""

@@ -264,12 +264,11 @@ def test_without_nvml_memory_is_not_recorded_and_that_is_said_once(
     caplog.clear()
     config = TrialConfig(fake_server, ClientConfig(0.0, SMALL))
     with caplog.at_level(logging.WARNING, logger="tuner.catalog.nvml"):
-        trials = DockerBackend(fake_launcher())  # a run builds one for its trials...
-        trials.start(fake_server, context)
-        trials.start(fake_server, context)
-        assert trials.measure(config, 1, seed=0).peak_memory_gib == ()
-        trials.close()
-        confirmation = DockerBackend(fake_launcher())  # ...and one to confirm the best
-        confirmation.start(fake_server, context)
-        confirmation.close()
+        backend = DockerBackend(fake_launcher())  # --gpus none: no GPU to read, no warning
+        backend.start(fake_server, context)
+        assert backend.measure(config, 1, seed=0).peak_memory_gib == ()
+        backend.close()
+        assert caplog.text == ""
+        open_gpu_monitor([0])  # a run on GPUs opens NVML for its trials...
+        open_gpu_monitor([0])  # ...and again to confirm the best
     assert caplog.text.count("NVML not available") == 1

@@ -148,7 +148,7 @@ def test_fake_cuda_oom_is_an_oom_constraint(
 @pytest.mark.parametrize(
     ("fault", "message"),
     [
-        ("crash-after=40", "no request succeeded"),
+        ("crash-after=40", "vLLM died during measurement (crash, exit status 1): "),
         ("hang", "did not answer a 1-token chat request: Request timed out"),
     ],
 )

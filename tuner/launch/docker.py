@@ -52,7 +52,7 @@ from tuner.launch.containers import (
     remove_container,
     save_log,
 )
-from tuner.launch.engine import RunOwner, check_engine, engine_calls
+from tuner.launch.engine import RunOwner, check_engine, check_engine_stays, engine_calls
 from tuner.launch.exit_hooks import run_at_exit
 from tuner.launch.failures import ServerEnd, Stage, end_failure
 from tuner.launch.mounts import ContainerFiles
@@ -74,6 +74,7 @@ _log = logging.getLogger(__name__)
 CONTAINER_PORT = 8000
 # The engine's words when the host port cannot be had (docker-proxy's bind, the allocator).
 _PORT_TAKEN = ("port is already allocated", "address already in use")
+_STOPPED_FROM_OUTSIDE = (0, 128 + 15, 128 + 9)  # vLLM ends non-zero on a failure of its own
 
 
 def _engine_picks() -> Iterator[int]:
@@ -177,10 +178,9 @@ class DockerLauncher:
         """Runs ``server`` in a new container (stopping the previous one) and waits until ready.
 
         Raises:
-            ConfigError: the image is not on this host, the vLLM version cannot run the
-                config, the config needs more GPUs than allowed, or a live run's container
-                holds our GPUs; nothing was started.
-            StartupFailure: the container exited or was not ready in time; it has been removed.
+            ConfigError: no image, a config this version or these GPUs cannot run, or a live
+                run's container on our GPUs; nothing was started.
+            StartupFailure: it exited or was not ready in time; it has been removed.
             LaunchError: the engine refused the container.
             EngineUnavailable: the engine went away.
         """
@@ -241,19 +241,13 @@ class DockerLauncher:
         return endpoint
 
     def ended(self) -> ServerEnd | None:
-        """How the running container ended, read after a measurement; None while it runs.
-
-        Raises:
-            EngineUnavailable: the engine went away.
-        """
+        """How the running container ended, read after a measurement; None while it runs."""
         return self._read_end(Stage.MEASURING)
 
     def stop(self) -> None:
         """Stops and removes the running container, keeping its log; idempotent.
 
-        Raises:
-            LaunchError: the engine could not remove the container.
-            EngineUnavailable: the engine went away (the next run removes the container).
+        Raises LaunchError (not removed) or EngineUnavailable (the next run removes it).
         """
         container = self._container
         if container is None:
@@ -276,16 +270,13 @@ class DockerLauncher:
         return clean_leftovers(self._docker(), self.study, self.run_id, self._gpus_label())
 
     def check_conflicts(self) -> None:
-        """The engine answers and no live run holds our GPUs; asked before a study stores
-        anything (the first start asks again, and removes dead runs' containers)."""
+        """The engine answers and no live run holds our GPUs (before a study stores anything)."""
         self._client = check_engine(self._client)
         clean_leftovers(self._client, self.study, self.run_id, self._gpus_label(), remove=False)
 
     def close(self) -> None:
-        """Stops the server and removes every container of this run; idempotent.
-
-        Never raises for a lost engine: what it kept is removed by the next run.
-        """
+        """Stops and removes every container of this run; idempotent. A lost engine is not
+        raised: the next run removes what it kept."""
         try:
             self.stop()
         except EngineUnavailable as error:
@@ -371,9 +362,12 @@ class DockerLauncher:
                 container.reload()
         except docker.errors.NotFound as error:
             raise LaunchError(f"container {container.name} was removed while it ran") from error
-        if container.status in ("exited", "dead"):
-            return int(container.attrs["State"]["ExitCode"])
-        return None
+        if container.status not in ("exited", "dead"):
+            return None
+        code = int(container.attrs["State"]["ExitCode"])
+        if code in _STOPPED_FROM_OUTSIDE and not self._oom_killed():
+            check_engine_stays(self._docker(), f"container {container.name} was stopped")
+        return code
 
     def _oom_killed(self) -> bool:
         container = self._container
@@ -387,12 +381,8 @@ class DockerLauncher:
             save_log(self._log_path, self.image, container, self._logs(container))
 
     def _discard(self, *, quiet: bool) -> None:
-        """Saves the container's log and removes the container.
-
-        Args:
-            quiet: another exception is on its way up; a lost engine is then only logged
-                (the next run removes the container).
-        """
+        """Saves the log and removes the container; ``quiet``: another exception is on its way
+        up, so a lost engine is only logged (the next run removes the container)."""
         container, self._container = self._container, None
         if container is None:
             return

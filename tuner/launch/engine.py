@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import re
 import socket
+import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -34,6 +35,7 @@ __all__ = [
     "LABEL_STARTED",
     "RunOwner",
     "check_engine",
+    "check_engine_stays",
     "engine_address",
     "engine_calls",
 ]
@@ -85,6 +87,20 @@ def check_engine(client: docker.DockerClient | None = None) -> docker.DockerClie
             "dockerd, or point DOCKER_HOST at a running engine (the socket mounted, when "
             "spectune runs in a container)"
         ) from None
+
+
+def check_engine_stays(client: docker.DockerClient, what: str, seconds: float = 15.0) -> None:
+    """Raises EngineUnavailable if the engine goes away within ``seconds``.
+
+    Asked when a container was stopped from outside (exit 0, 143 or 137 without a memory
+    kill): an engine shutting down stops its containers first and its API only moments later,
+    and that is a lost engine, not the server's failure.
+    """
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        with engine_calls(what):
+            client.ping()
+        time.sleep(0.5)
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from dataclasses import replace
 
 from tuner.catalog.nvml import (
     GpuMonitor,
+    NoGpuMonitor,
     NvmlMonitor,
     PeakSampler,
     open_gpu_monitor,
@@ -121,8 +122,9 @@ class DockerBackend(ServedBackend):
                 self._monitor = None
 
     def _gpu_monitor(self) -> GpuMonitor:
-        if self._monitor is None:
-            self._monitor = open_gpu_monitor(self.launcher.gpus)
+        if self._monitor is None:  # --gpus none: nothing to read, nothing to warn about
+            gpus = self.launcher.gpus
+            self._monitor = NoGpuMonitor() if gpus == () else open_gpu_monitor(gpus)
         return self._monitor
 
     def _end_sampling(self) -> None:
