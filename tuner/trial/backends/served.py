@@ -9,6 +9,8 @@ the launcher whether the server ended; if it did, that end is classified like a 
 
 from __future__ import annotations
 
+import time
+
 from tuner.bench.measure import measure_endpoint
 from tuner.config.trial import LaunchContext, ServerConfig, TrialConfig
 from tuner.errors import MeasurementError
@@ -17,6 +19,8 @@ from tuner.launch.failures import end_failure
 from tuner.results import Endpoint, Source, TrialResult
 
 __all__ = ["ServedBackend"]
+
+_END_VISIBLE_S = 3.0
 
 
 class ServedBackend:
@@ -71,7 +75,10 @@ class ServedBackend:
 
     def _raise_if_ended(self) -> None:
         """Raises the classified StartupFailure (stage measurement) of a server that died."""
-        end = self.launcher.ended()
+        # A dropped connection is seen before the runtime reports the exit: wait a little.
+        deadline = time.monotonic() + _END_VISIBLE_S
+        while (end := self.launcher.ended()) is None and time.monotonic() < deadline:
+            time.sleep(0.2)
         if end is not None:
             self._endpoint = None
             raise end_failure(end)
