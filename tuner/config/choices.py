@@ -102,13 +102,17 @@ class SpecChoice:
             )
         return values
 
-    def params(self, k: int) -> dict[str, float]:
+    def params(self, k: int) -> dict[str, int | float]:
         """This choice's Optuna parameters at K = ``k`` and default settings (for enqueueing)."""
         if self.method == SpecMethod.NONE:
             return {}
         tuned = set(self.tuned)
-        values = {K_PARAM: float(k), **self.defaults()}
-        return {name: value for name, value in values.items() if name == K_PARAM or name in tuned}
+        own = {
+            name: int(value) if name in _INTEGER_SETTINGS else value
+            for name, value in self.defaults().items()
+            if name in tuned
+        }
+        return {K_PARAM: k, **own}
 
     def speculative(
         self, k: int, values: Mapping[str, float] | None = None

@@ -223,18 +223,18 @@ class MtpMethod(Section):
 
 
 def _named(value: object) -> object:
-    """``none`` (a bare name) is ``{method: none}``."""
-    return {"method": value} if isinstance(value, str) else value
+    """One choice or a list of them; a bare name (``none``) is ``{method: none}``."""
+    items = list(value) if isinstance(value, list | tuple) else [value]
+    return [{"method": item} if isinstance(item, str) else item for item in items]
 
 
 MethodChoice = Annotated[
     NoMethod | NgramMethod | SuffixMethod | DraftMethod | HeadMethod | MtpMethod,
-    BeforeValidator(_named),
     Field(discriminator="method"),
 ]
 Methods = Annotated[
     list[MethodChoice],
-    AS_LIST,
+    BeforeValidator(_named),
     NON_EMPTY,
     Field(examples=[["none", "ngram", {"method": "mtp", "num_speculative_tokens": 2}]]),
 ]

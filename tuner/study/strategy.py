@@ -43,7 +43,7 @@ from typing import Any
 import optuna
 
 from tuner.catalog.models import ModelSpec
-from tuner.config.space import NO_DRAFT, Range, SearchSpace
+from tuner.config.space import Range, SearchSpace
 from tuner.config.trial import TrialConfig
 from tuner.errors import StartupFailure
 from tuner.results import Source, TrialResult
@@ -353,9 +353,7 @@ def _best(predictions: list[Prediction | None], ttft_limit_ms: float) -> list[Pr
 def _params(
     space: SearchSpace, draft: str, k: int, util: float, mnbt: int, temperature: float
 ) -> dict[str, Any]:
-    params: dict[str, Any] = {"draft": draft}
-    if draft != NO_DRAFT:
-        params["num_speculative_tokens"] = k
+    params: dict[str, Any] = space.choice_params(draft, k)  # the choice, then its own
     params["gpu_memory_utilization"] = util
     params["max_num_batched_tokens"] = mnbt
     if not isinstance(space.temperature, float):
@@ -364,9 +362,7 @@ def _params(
 
 
 def _ks(space: SearchSpace, draft: str) -> range:
-    if draft == NO_DRAFT:
-        return range(0, 1)
-    return range(int(space.num_speculative_tokens.low), int(space.num_speculative_tokens.high) + 1)
+    return space.k_range(draft)  # each choice has its own K range (0 alone for none)
 
 
 def _temperatures(space: SearchSpace) -> tuple[float, ...]:
