@@ -6,6 +6,7 @@ import socket
 from pathlib import Path
 
 import optuna
+import pytest
 from typer.testing import CliRunner
 
 from tuner.cli import app
@@ -46,9 +47,7 @@ def test_a_busy_dashboard_port_is_one_line(tmp_path: Path) -> None:
     assert _run(*SIM, "--studies-dir", str(tmp_path), "--study", "s", "--trials", "1")[0] == 0
     with socket.create_server(("127.0.0.1", 0)) as busy:
         port = busy.getsockname()[1]
-        code, _, err = _run(
-            "dashboard", "s", "--studies-dir", str(tmp_path), "--port", str(port)
-        )
+        code, _, err = _run("dashboard", "s", "--studies-dir", str(tmp_path), "--port", str(port))
     assert code == 2
     assert err.count("\n") == 1 and f"--port {port}" in err and "Traceback" not in err
 
@@ -68,3 +67,14 @@ def test_a_resume_after_an_ended_run_starts_from_what_is_done(tmp_path: Path) ->
     for _ in range(4):  # interrupted after four trials: nothing runs any more
         study.tell(study.ask(), 1.0)
     assert extend_budget(study, 10) == 14
+
+
+def test_the_gp_sampler_without_pytorch_names_the_extra(tmp_path: Path) -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is not None:
+        pytest.skip("PyTorch is installed here: --sampler gp works")
+    code, out, err = _run(*SIM, "--trials", "1", "--studies-dir", str(tmp_path), "--sampler", "gp")
+    assert code == 2 and out == ""
+    assert "spectune[gp]" in err and err.count("\n") == 1
+    assert list(tmp_path.iterdir()) == []  # nothing stored

@@ -8,6 +8,7 @@ set; only infrastructure faults (a crash, a hang, nothing measured) end as FAIL.
 
 from __future__ import annotations
 
+import importlib.util
 import socket
 import time
 from collections.abc import Callable
@@ -85,6 +86,12 @@ def make_sampler(name: str, seed: int | None) -> optuna.samplers.BaseSampler:
     if name == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     if name == "gp":
+        # Optuna's GP sampler imports PyTorch only when it first fits, after ten trials.
+        if importlib.util.find_spec("torch") is None:
+            raise ConfigError(
+                "--sampler gp needs PyTorch: install it with pip install 'spectune[gp]', or "
+                "choose --sampler spectune"
+            )
         return optuna.samplers.GPSampler(seed=seed)
     if name == "nsga2":
         return optuna.samplers.NSGAIISampler(seed=seed)
