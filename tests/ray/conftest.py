@@ -60,9 +60,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             "PYTHONPATH": str(REPO),
         }
         for role in ("head", *WORKERS):
-            name = f"{prefix}-{role}"
             mounts = host_volumes(tmp_path_factory.mktemp(f"ray-{role}"))
-            volumes = [f"{host}:{spec}" for host, spec in mounts.items()]
             command = [
                 part.replace("HEAD", f"{prefix}-head") for part in _node_command(role == "head")
             ]
@@ -70,17 +68,20 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
                 client.containers.run(
                     image,
                     command,
-                    name=name,
-                    hostname=name,
+                    name=f"{prefix}-{role}",
+                    hostname=f"{prefix}-{role}",
                     network=prefix,
                     detach=True,
                     environment=env,
-                    volumes=volumes,
+                    volumes=[f"{host}:{spec}" for host, spec in mounts.items()],
                     shm_size="128m",
                     ports={f"{_CLIENT_PORT}/tcp": ("127.0.0.1", None)} if role == "head" else {},
                     labels={"spectune-test": prefix},
                 )
             )
+            if role == "head":  # workers that start before the head's GCS give up joining
+                _wait_started(made)
+        _wait_started(made)
         head = made[0]
         head.reload()
         port = head.attrs["NetworkSettings"]["Ports"][f"{_CLIENT_PORT}/tcp"][0]["HostPort"]
@@ -94,26 +95,43 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         client.close()
 
 
+def _logs(containers: list[docker.models.containers.Container]) -> str:
+    return "\n".join(
+        f"== {c.name}\n" + c.logs(tail=15).decode(errors="replace") for c in containers
+    )
+
+
+def _wait_started(containers: list[docker.models.containers.Container]) -> None:
+    """Waits until ``ray start`` says so in every container."""
+    deadline = time.monotonic() + _JOIN_S
+    while not all(b"Ray runtime started" in c.logs() for c in containers):
+        for container in containers:
+            container.reload()
+            if container.status == "exited":
+                pytest.fail(f"a Ray test node exited:\n{_logs(containers)}", pytrace=False)
+        if time.monotonic() > deadline:
+            pytest.fail(f"the Ray test nodes did not start:\n{_logs(containers)}", pytrace=False)
+        time.sleep(0.5)
+
+
 def _wait_for_nodes(
     address: str, count: int, containers: list[docker.models.containers.Container]
 ) -> None:
     """Waits until ``count`` nodes are alive, asked through Ray Client in a child process."""
     probe = (
-        "import ray, sys, time\n"
+        "import ray, time\n"
         f"ray.init({address!r}, logging_level='ERROR')\n"
         f"deadline = time.monotonic() + {_JOIN_S}\n"
         f"while sum(n['Alive'] for n in ray.nodes()) < {count}:\n"
         "    assert time.monotonic() < deadline, ray.nodes()\n"
         "    time.sleep(1)\n"
     )
-    deadline = time.monotonic() + _JOIN_S
-    while True:  # the client server starts a few seconds after the head's container
+    try:
         done = subprocess.run(
-            [sys.executable, "-c", probe], capture_output=True, text=True, timeout=_JOIN_S + 30
+            [sys.executable, "-c", probe], capture_output=True, text=True, timeout=_JOIN_S + 60
         )
-        if done.returncode == 0:
-            return
-        if time.monotonic() > deadline:
-            logs = "\n".join(c.logs(tail=20).decode(errors="replace") for c in containers)
-            pytest.fail(f"the Ray test cluster did not come up: {done.stderr[-2000:]}\n{logs}")
-        time.sleep(2)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"the Ray test cluster did not answer:\n{_logs(containers)}", pytrace=False)
+    if done.returncode != 0:
+        tail = done.stderr[-2000:]
+        pytest.fail(f"the Ray test cluster did not come up: {tail}\n{_logs(containers)}")

@@ -43,16 +43,17 @@ def connect(address: str) -> Any:
     ray = ray_module()
     if ray.is_initialized():
         return ray
-    logging.getLogger("ray._private.worker").addFilter(_not_about_sigterm)
+    # Ray Client forwards the cluster's log lines, among them one about SIGTERM that its
+    # server side writes on every connection.
+    logging.getLogger("ray.util.client.logsclient").addFilter(_not_about_sigterm)
     # ray.init makes SIGTERM a sys.exit(15) in the driver; whoever handled it before (the
     # CLI's Terminated: unwind like Ctrl-C, exit 143) keeps it.
     main = threading.current_thread() is threading.main_thread()
     previous = signal.getsignal(signal.SIGTERM) if main else None
     try:
-        # Node logs stay on the nodes: the driver's terminal shows the live trial table.
         with warnings.catch_warnings():  # its timeout warning repeats the error below
             warnings.simplefilter("ignore", UserWarning)
-            ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
+            _init(ray, address)
     except (ConnectionError, RuntimeError, ValueError) as exc:
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
         raise ConfigError(
@@ -66,6 +67,20 @@ def connect(address: str) -> Any:
 
 
 def _not_about_sigterm(record: logging.LogRecord) -> bool:
-    """Drops Ray's note that it did not take SIGTERM: spectune keeps its own handler anyway,
-    and the note would be a second line beside a one-line error."""
+    """Drops the Ray Client server's note that it did not take SIGTERM (in its own process):
+    nothing to act on, and a second line beside a one-line error."""
     return "SIGTERM handler is not set" not in record.getMessage()
+
+
+def _init(ray: Any, address: str) -> None:
+    for attempt in (1, 2):
+        try:
+            # Node logs stay on the nodes: the driver's terminal shows the live trial table.
+            ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
+            return
+        except ConnectionError as exc:
+            # The Ray Client server starts a process for each connection; on a busy head that
+            # start can time out ("Initialization failure from server"): one more try.
+            if attempt == 2 or "Initialization failure" not in str(exc):
+                raise
+            ray.shutdown()  # what the failed attempt set up
