@@ -3,9 +3,11 @@
 Each argv spectune would launch (``server_argv``) and each exported ``--config`` YAML
 (``server_yaml``) goes through vLLM's own ``vllm serve`` parser and
 ``EngineArgs(...).create_engine_config()`` on weight-less model folders that carry the models'
-``config.json`` (the catalog's, written into a Hugging Face cache). Covered: every shipped search
-space (each draft choice, K at its bounds, memory utilization and batched tokens at their ends),
-and every (target, draft) pair the catalog allows, plus ngram for every catalog target.
+``config.json`` (the catalog's, EAGLE heads included, written into a Hugging Face cache). Covered:
+every shipped search space (each speculation choice at its own K bounds and settings' ends,
+memory utilization and batched tokens at their ends), every (target, draft) pair the catalog
+allows, ngram for every catalog target, each catalog head with its targets, mtp for every target
+with MTP layers, and suffix decoding (arctic-inference is installed in the test bed's vLLM).
 A new method or model joins by entering the space files or the catalog.
 """
 
@@ -20,9 +22,10 @@ import pytest
 import yaml
 from testbed import judge_with_vllm, require_vllm, write_hf_cache
 
+from tuner.catalog.heads import HEADS, is_head, mtp_layers
 from tuner.catalog.models import CATALOG, ModelSpec, check_draft, needs_heterogeneous_vocab
-from tuner.config.space import NGRAM, NO_DRAFT, SearchSpace, builtin_spaces, load_space
-from tuner.config.trial import ServerConfig, SpeculativeConfig
+from tuner.config.space import NO_DRAFT, SearchSpace, builtin_spaces, load_space
+from tuner.config.trial import ServerConfig, SpecMethod, SpeculativeConfig
 from tuner.config.vllm_args import (
     VllmVersion,
     config_file_argv,
@@ -38,6 +41,9 @@ pytestmark = pytest.mark.vllm
 JUDGE_VERSION = parse_version("0.32.0")  # the CPU build in the test bed, and the spaces' image
 K_BOUNDS = (1, 8)
 _BY_ID = {m.hf_id: m for m in CATALOG}
+# Heads are no targets; a checkpoint that ships its own code (auto_map: MiMo) needs
+# --trust-remote-code and code files a weight-less folder does not have.
+_TARGETS = [m for m in CATALOG if not is_head(m.config, m.hf_id) and "auto_map" not in m.config]
 
 
 def _argv(server: ServerConfig, version: VllmVersion) -> list[str]:
@@ -53,19 +59,22 @@ def _yaml_argv(server: ServerConfig, version: VllmVersion, folder: Path, name: s
 
 
 def _space_servers(space: SearchSpace) -> Iterator[tuple[str, ServerConfig]]:
-    """Each draft choice at K's bounds, memory utilization and batched tokens at their ends."""
-    ks = (int(space.num_speculative_tokens.low), int(space.num_speculative_tokens.high))
+    """Each choice at its K bounds and its settings' ends, memory settings at their ends."""
     utils = (space.gpu_memory_utilization.low, space.gpu_memory_utilization.high)
     batched = (min(space.max_num_batched_tokens), max(space.max_num_batched_tokens))
-    for draft in space.drafts:
-        for k, util, mnbt in itertools.product(ks if draft != NO_DRAFT else (0,), utils, batched):
-            trial = space.config(space.speculative(draft, k), util, mnbt, 0.0)
-            yield f"{space.name}/{draft}/k{k}/u{util}/b{mnbt}", trial.server
+    for choice in space.choices:
+        ks = space.k_range(choice.label)
+        ends = [{name: r.low for name, r in choice.settings}]
+        ends.append({name: r.high for name, r in choice.settings})
+        for k, util, mnbt, end in itertools.product((ks[0], ks[-1]), utils, batched, ends):
+            trial = space.config(choice.speculative(k, end), util, mnbt, 0.0)
+            label = f"{space.name}/{choice.label}/k{k}/u{util}/b{mnbt}/{sorted(end.values())}"
+            yield label, trial.server
 
 
 def _pair_servers() -> Iterator[tuple[str, ServerConfig, ModelSpec | None, ModelSpec]]:
     """Every catalog (target, draft) pair check_draft allows on 0.32, and ngram per target."""
-    for target in CATALOG:
+    for target in _TARGETS:
         base = ServerConfig(target.hf_id, 1, 8192, 0.9, 2048)
         for k in K_BOUNDS:
             ngram = SpeculativeConfig("ngram", k, prompt_lookup_max=4, prompt_lookup_min=1)
@@ -77,6 +86,21 @@ def _pair_servers() -> Iterator[tuple[str, ServerConfig, ModelSpec | None, Model
                 continue
             spec = SpeculativeConfig("draft_model", K_BOUNDS[-1], model=draft.hf_id)
             yield f"{target.hf_id}+{draft.hf_id}", _with(base, spec), draft, target
+
+
+def _method_servers() -> Iterator[tuple[str, ServerConfig]]:
+    """Each catalog head with its targets, mtp per MTP target, suffix on one target."""
+    for head in HEADS:
+        for target in head.targets:
+            spec = SpeculativeConfig(head.method, K_BOUNDS[-1], model=head.hf_id)
+            yield f"{target}+{head.hf_id}", ServerConfig(target, 1, 8192, 0.9, 2048, spec)
+    for target in _TARGETS:
+        if mtp_layers(target.config):
+            spec = SpeculativeConfig("mtp", 2)
+            yield f"{target.hf_id}+mtp", ServerConfig(target.hf_id, 1, 8192, 0.9, 2048, spec)
+    suffix = SpeculativeConfig("suffix", 16, suffix_decoding_max_tree_depth=24,
+                               suffix_decoding_min_token_prob=0.1)  # fmt: skip
+    yield "suffix", ServerConfig("meta-llama/Llama-3.1-8B-Instruct", 1, 8192, 0.9, 2048, suffix)
 
 
 def _sampled_servers(server: ServerConfig) -> dict[str, ServerConfig]:
@@ -120,6 +144,11 @@ def verdicts(hf_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[s
             cases[label + "/yaml"] = _yaml_argv(server, space.version, folder, str(len(cases)))
     for label, server, _, _ in _pair_servers():
         cases["pair:" + label] = _argv(server, JUDGE_VERSION)
+    for label, server in _method_servers():
+        cases["method:" + label] = _argv(server, JUDGE_VERSION)
+        cases["method:" + label + "/yaml"] = _yaml_argv(
+            server, JUDGE_VERSION, folder, str(len(cases))
+        )
     default = load_space("default")
     small = default.config(default.speculative("Qwen/Qwen2.5-0.5B-Instruct", 4), 0.9, 2048, 0.0)
     # Controls: the argv 0.24's dialect writes (no use_heterogeneous_vocab) and an unknown flag.
@@ -146,18 +175,30 @@ def test_vllm_accepts_every_config_of_every_shipped_space(verdicts: dict[str, An
         labels = [label for label in verdicts if label.startswith(space.name + "/")]
         assert len(labels) >= 2 * len(space.drafts)
         assert _refused(verdicts, space.name + "/") == {}
-        for label in labels:
-            draft = label.split("/", 1)[1].rsplit("/k", 1)[0]
-            spec = verdicts[label]["speculative"]
-            if draft == NO_DRAFT:
-                assert spec is None
-                continue
-            assert spec["method"] == ("ngram" if draft == NGRAM else "draft_model")
-            # vLLM detects AWQ from the checkpoint; spectune no longer passes --quantization.
-            assert verdicts[label]["quantization"] == space.target.quantization
-            if draft not in (NO_DRAFT, NGRAM):
-                differs = needs_heterogeneous_vocab(space.target, _BY_ID[draft])
-                assert spec["use_heterogeneous_vocab"] is differs
+        for choice in space.choices:  # every choice was judged, and vLLM runs its method
+            mine = [label for label in labels if label.startswith(f"{space.name}/{choice.label}/k")]
+            assert mine, choice.label
+            for label in mine:
+                spec = verdicts[label]["speculative"]
+                if choice.method == NO_DRAFT:
+                    assert spec is None
+                    continue
+                assert spec["method"] == str(choice.method)
+                if "awq" in space.target.quantization:  # vLLM detects AWQ by itself
+                    assert verdicts[label]["quantization"] == space.target.quantization
+                if choice.method == SpecMethod.DRAFT_MODEL:
+                    differs = needs_heterogeneous_vocab(space.target, _BY_ID[str(choice.model)])
+                    assert spec["use_heterogeneous_vocab"] is differs
+
+
+def test_vllm_accepts_every_head_mtp_and_suffix_config(verdicts: dict[str, Any]) -> None:
+    labels = [label for label in verdicts if label.startswith("method:")]
+    assert len(labels) == 2 * len(list(_method_servers()))
+    assert _refused(verdicts, "method:") == {}
+    for label, server in _method_servers():
+        assert server.speculative is not None
+        for case in ("method:" + label, "method:" + label + "/yaml"):
+            assert verdicts[case]["speculative"]["method"] == str(server.speculative.method)
 
 
 def test_vllm_accepts_every_catalog_pair(verdicts: dict[str, Any]) -> None:

@@ -254,6 +254,9 @@ _MIMO = _dense(
     "MiMoForCausalLM", "mimo", 36, 4096, 11008, 32, 8, 151680, False,
     num_nextn_predict_layers=1, max_position_embeddings=32768, rope_theta=640000,
     attention_bias=True, rms_norm_eps=1e-5,
+    # MiMo ships its own modeling code: vLLM needs --trust-remote-code and the code files.
+    auto_map={"AutoConfig": "configuration_mimo.MiMoConfig",
+              "AutoModelForCausalLM": "modeling_mimo.MiMoForCausalLM"},
 )  # fmt: skip
 _MTP_TARGETS = (
     _deepseek_v3("deepseek-ai/DeepSeek-V3"),

@@ -7,7 +7,8 @@ in the choice's own range) and the method's settings (``prompt_lookup_min``/``_m
 ``suffix_decoding_*`` keys). A setting given as one value is fixed and never asked for.
 
 :func:`choices_from_search` turns the ``search`` section into choices, the earlier form
-(``draft: [none, ngram, MODEL...]`` with one K range, ngram's window fixed at 1-4) included, and
+(``draft: [none, ngram, suffix, mtp, MODEL...]`` with one K range, ngram's window fixed at 1-4,
+suffix at vLLM's defaults) included, and
 :func:`check_choices` keeps only what the target supports: a head of this target, MTP layers in
 its checkpoint, a draft that passes the vocabulary rules, a method the vLLM release knows.
 """
@@ -178,6 +179,10 @@ def _from_drafts(search: SearchModel) -> Iterator[SpecChoice]:
         elif draft == SpecMethod.NGRAM:
             fixed = tuple((name, Range(v, v)) for name, v in _EARLIER_NGRAM)
             yield SpecChoice(SpecMethod.NGRAM, None, k, fixed)
+        elif draft == SpecMethod.SUFFIX:  # vLLM's own suffix settings
+            yield SpecChoice(SpecMethod.SUFFIX, None, k, _settings(SuffixMethod(method="suffix")))
+        elif draft == SpecMethod.MTP:
+            yield SpecChoice(SpecMethod.MTP, None, k)
         else:
             yield SpecChoice(SpecMethod.DRAFT_MODEL, draft, k)
 

@@ -247,7 +247,7 @@ class SearchModel(Section):
     """Speculation choices, each with its own settings: none, ngram, suffix, draft_model,
     eagle, eagle3, mtp. Unset: the earlier ``draft`` form below."""
     draft: Drafts = ["none"]
-    """Earlier form of ``methods``: model ids or folders, none, ngram."""
+    """Earlier form of ``methods``: model ids or folders, none, ngram (suffix, mtp)."""
     num_speculative_tokens: KChoice = SpecTokensRange(low=1, high=8)
     """With ``draft``: K for every draft choice."""
     gpu_memory_utilization: FractionChoice = 0.9
