@@ -96,7 +96,9 @@ def _finish(proc: subprocess.Popen[str]) -> tuple[str, str]:
 def test_a_parallel_study_runs_on_both_nodes_at_once_within_its_budget(
     cluster: Cluster, tmp_path: Path
 ) -> None:
-    proc = _driver(cluster, tmp_path, _space("both", sim_speed=20, output_tokens=32), 4)
+    # The best config is confirmed once more on the cluster, on a fresh server there.
+    space = _space("both", sim_speed=20, output_tokens=32)
+    proc = _driver(cluster, tmp_path, space, 4, "--confirm-top", "1", "--confirm-repeats", "1")
     seen: set[str] = set()
     busy_at_once = False
     try:
@@ -117,6 +119,11 @@ def test_a_parallel_study_runs_on_both_nodes_at_once_within_its_budget(
     assert ran == {cluster.host(w) for w in WORKERS}
     assert busy_at_once  # a server on each node at the same moment
     assert all(t.user_attrs["source"] == "measured" for t in trials)
+    study = optuna.load_study(study_name="both", storage=f"sqlite:///{tmp_path / 'both.db'}")
+    (confirmed,) = study.user_attrs["confirmed"].values()
+    assert [run["status"] for run in confirmed["runs"]] == ["ok"]
+    assert study.user_attrs["run"]["backend"] == "process"  # what ran the servers
+    assert study.user_attrs["run"]["vllm_version"] == "0.32.0"
     assert "127.0.0.1" in seen  # the driver's Ray Client connection
     assert _allowed(cluster, seen) == set()
     for worker in WORKERS:  # the study's servers are gone with it
@@ -166,7 +173,7 @@ def test_sigterm_on_the_driver_stops_the_servers_on_every_node(
 def test_a_node_lost_mid_trial_is_retried_on_the_other_and_the_budget_holds(
     cluster: Cluster, tmp_path: Path
 ) -> None:
-    proc = _driver(cluster, tmp_path, _space("lost", sim_speed=2, output_tokens=128), 4)
+    proc = _driver(cluster, tmp_path, _space("lost", sim_speed=5, output_tokens=64), 4)
     try:
         _wait_for_servers(cluster, proc, ("w1",))
         cluster.container(cluster.host("w1")).kill()  # the node, mid-trial
