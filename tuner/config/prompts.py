@@ -128,10 +128,15 @@ def _code_prompt(rng: random.Random, tokens: int) -> PromptRequest:
     problems = _human_eval()
     head = "Complete the last Python function in this module. Reply with code only.\n\n"
     order = rng.sample(range(len(problems)), len(problems))
-    task = problems[order[0]][0]
-    budget = tokens * CHARS_PER_TOKEN - len(head) - len(task)
+    room = int(tokens * CHARS_PER_TOKEN) - len(head)
+    # The task must fit the length asked for: a long problem in a short prompt would overrun a
+    # small context window. Where none fits, the shortest is cut to the room left.
+    fitting = [i for i in order if len(problems[i][0]) <= room]
+    first = fitting[0] if fitting else min(order, key=lambda i: len(problems[i][0]))
+    task = problems[first][0][: max(room, 1)]
+    budget = room - len(task)
     context: list[str] = []
-    for index in order[1:]:
+    for index in (i for i in order if i != first):
         solved = "".join(problems[index]).strip() + "\n\n\n"
         if len(solved) <= budget:  # a problem too long for what is left: try a shorter one
             context.append(solved)
