@@ -48,7 +48,7 @@ def test_resume_adds_trials_and_keeps_the_space(tmp_path: Path) -> None:
     )
     assert again.trials == 5 and again.space == load_space()
     other = load_space().with_ttft_limit(123)
-    with pytest.raises(ConfigError, match="different search space"):
+    with pytest.raises(ConfigError, match="TTFT limit of"):
         optimize(
             OptimizeRequest(study="s", space=other, backend="sim", trials=1, studies_dir=tmp_path)
         )

@@ -108,7 +108,11 @@ def _run_once(
 ) -> Run:
     config = TrialConfig(trial.server, space.client(trial.temperature))
     runner = TrialRunner(
-        backend, space.hardware, space.ttft_limit_ms, max_failed_share=space.max_failed_requests
+        backend,
+        space.hardware,
+        space.ttft_limit_ms,
+        max_failed_share=space.max_failed_requests,
+        version=space.version,
     )
     try:
         outcome = runner.run(config, context, seed)

@@ -134,7 +134,8 @@ def warm_start(study: optuna.Study, space: SearchSpace, budget: int) -> int:
     if budget < 1 or study.get_trials(deepcopy=False):
         return 0
     count = min(WARM_START_MAX, max(1, math.floor(budget * _WARM_START_SHARE)))
-    chosen = _plan(predicted_configs(space), count)
+    # Never more than this run spends: a leftover enqueued trial would run past the budget.
+    chosen = _plan(predicted_configs(space), count)[:budget]
     for prediction in chosen:
         study.enqueue_trial(
             prediction.params,

@@ -227,6 +227,7 @@ def run_trials(
         space.hardware,
         options.ttft_limit_ms,
         max_failed_share=space.max_failed_requests,
+        version=space.version,
     )
     keys = constraint_keys(study)  # an older study keeps the keys its trials have
     listeners = [on_trial] if on_trial else []

@@ -135,7 +135,7 @@ def calibrate(
     Raises:
         ConfigError: nothing could be measured (every config ran out of memory).
     """
-    runner = TrialRunner(backend, space.hardware, space.ttft_limit_ms)
+    runner = TrialRunner(backend, space.hardware, space.ttft_limit_ms, version=space.version)
     outcomes: list[TrialOutcome] = []
     seen: list[Observation] = []
     try:

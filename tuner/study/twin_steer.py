@@ -37,6 +37,7 @@ from tuner.sim.memory import estimate_memory
 from tuner.sim.twin.fit import FittedTwin, Observation, fit, slacks
 from tuner.sim.twin.forecast import StepParts, forecast, step_parts
 from tuner.sim.twin.model import TwinPhysics
+from tuner.study.storage import BUDGET_ATTR, COUNTED_STATES
 from tuner.study.strategy import grid_params
 from tuner.trial.record import TrialRecord, records, stored_space
 from tuner.trial.scoring import TrialStatus
@@ -343,6 +344,12 @@ def _propose(
     """Enqueues the twin's best config not measured yet, unless a proposal already waits."""
     waiting = study.get_trials(deepcopy=False, states=(TrialState.WAITING, TrialState.RUNNING))
     if any(PROPOSED_ATTR in t.user_attrs for t in waiting):
+        return
+    budget = study.user_attrs.get(BUDGET_ATTR)
+    # An enqueued trial bypasses the budget where trials are created: past it, propose nothing.
+    if budget is not None and len(study.get_trials(deepcopy=False, states=COUNTED_STATES)) >= int(
+        budget
+    ):
         return
     ranked = screen.rank(twin)
     if not ranked:

@@ -14,6 +14,7 @@ from pathlib import Path
 from tuner.catalog.gpus import Hardware
 from tuner.catalog.models import load_model
 from tuner.config.trial import LaunchContext, ServerConfig, TrialConfig, load_draft
+from tuner.config.vllm_version import VllmVersion
 from tuner.config.workload import Condition
 from tuner.errors import ConfigError, FailureKind, MeasurementError, StartupFailure
 from tuner.results import Endpoint, TrialResult
@@ -48,10 +49,12 @@ class TrialOutcome:
         return self.results[0] if self.results else None
 
 
-def predict_memory(hardware: Hardware, server: ServerConfig) -> MemoryEstimate:
-    """The pre-screen: will this server config fit on these GPUs?"""
+def predict_memory(
+    hardware: Hardware, server: ServerConfig, version: VllmVersion | None = None
+) -> MemoryEstimate:
+    """The pre-screen: will this server config fit on these GPUs under ``version``'s rules?"""
     draft = load_draft(server)
-    return estimate_memory(hardware, load_model(server.model), draft, server)
+    return estimate_memory(hardware, load_model(server.model), draft, server, version=version)
 
 
 class TrialRunner:
@@ -64,9 +67,11 @@ class TrialRunner:
         ttft_limit_ms: float,
         *,
         max_failed_share: float = 0.0,
+        version: VllmVersion | None = None,
     ) -> None:
         self.backend = backend
         self.hardware = hardware
+        self.version = version  # the study's vLLM: its memory rules (None: the newest)
         self.ttft_limit_ms = ttft_limit_ms
         self.max_failed_share = max_failed_share
         self._running: ServerConfig | None = None
@@ -79,7 +84,7 @@ class TrialRunner:
             StartupFailure: the server failed for a reason other than memory (a FAIL trial).
             MeasurementError: the benchmark produced nothing (a FAIL trial).
         """
-        memory = predict_memory(self.hardware, config.server)
+        memory = predict_memory(self.hardware, config.server, self.version)
         if not memory.fits:
             return TrialOutcome(
                 config,

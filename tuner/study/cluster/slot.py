@@ -111,6 +111,7 @@ class TrialSlot:
             space.hardware,
             space.ttft_limit_ms,
             max_failed_share=space.max_failed_requests,
+            version=space.version,
         )
         # The driver's studies folder is on another host: logs stay on this node.
         self.log_dir = Path(tempfile.gettempdir()) / "spectune" / options.study / "logs"
