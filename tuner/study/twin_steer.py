@@ -1,7 +1,6 @@
 """The study's digital twin: fitted after every trial, stored with the study, steering the search.
 
 :class:`TwinSampler` wraps the study's sampler (TPE). After each trial it
-
 1. refits the twin (:func:`tuner.sim.twin.fit.fit`) to every trial measured so far, from the
    host's calibration when there is one (else the shipped simulator), and stores it as the
    study's ``twin`` attribute (plain JSON, read back by :func:`stored_twin`);
@@ -13,8 +12,7 @@
    size the twin predicts to leave less than its fitted margin is moved to the nearest one
    that does (the margin comes from NVML's peaks and the start-ups that ran out of memory).
 
-The closed-form screen serves one request at a time; for a workload scored at a higher
-concurrency the twin is still fitted and stored, and only the memory guard steers.
+The closed-form screen serves one request at a time; at higher concurrency only memory steers.
 """
 
 from __future__ import annotations
@@ -345,11 +343,8 @@ def _propose(
     waiting = study.get_trials(deepcopy=False, states=(TrialState.WAITING, TrialState.RUNNING))
     if any(PROPOSED_ATTR in t.user_attrs for t in waiting):
         return
-    budget = study.user_attrs.get(BUDGET_ATTR)
-    # An enqueued trial bypasses the budget where trials are created: past it, propose nothing.
-    if budget is not None and len(study.get_trials(deepcopy=False, states=COUNTED_STATES)) >= int(
-        budget
-    ):
+    live = len(study.get_trials(deepcopy=False, states=COUNTED_STATES))
+    if live >= float(study.user_attrs.get(BUDGET_ATTR, "inf")):  # enqueued: past the budget
         return
     ranked = screen.rank(twin)
     if not ranked:
