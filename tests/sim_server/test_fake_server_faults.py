@@ -96,7 +96,7 @@ def test_configs_that_do_not_fit_fail_like_vllm(
         ((), "no/such-model", "validation error for ModelConfig"),
         (("--tensor-parallel-size", "2"), TARGET, "validation error for ParallelConfig"),
         (
-            ("--speculative-config", '{"method": "eagle", "num_speculative_tokens": 2}'),
+            ("--speculative-config", '{"method": "medusa", "num_speculative_tokens": 2}'),
             TARGET,
             "validation error for SpeculativeConfig",
         ),
