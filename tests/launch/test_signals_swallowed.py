@@ -1,6 +1,6 @@
 """A signal landing inside a garbage-collection callback is delivered again, never swallowed.
 
-Without the re-delivery, nearly every run below prints "Exception ignored in: <finalize ...>"
+Without the re-delivery, about every other run below prints "Exception ignored in: <finalize ...>"
 and churns on to SURVIVED (checked while building it).
 """
 

@@ -29,7 +29,6 @@ from tuner.launch.process import ProcessLauncher
 from tuner.results import Source
 from tuner.study.storage import (
     BUDGET_ATTR,
-    COUNTED_STATES,
     HEARTBEAT_INTERVAL_S,
     BudgetExhausted,
     open_storage,
@@ -179,9 +178,11 @@ def extend_budget(study: optuna.Study, trials: int) -> int:
 
     While another run is still working on the study (a trial RUNNING), its allowance stays and
     this run's trials are added to it: two runs of one study share the budget instead of the
-    second cutting the first short.
+    second cutting the first short. Configs already WAITING (enqueued by hand, or proposals a
+    stopped run left) are among this run's trials, not extra ones.
     """
-    live = len(study.get_trials(deepcopy=False, states=COUNTED_STATES))
+    started = (TrialState.COMPLETE, TrialState.RUNNING, TrialState.PRUNED)
+    live = len(study.get_trials(deepcopy=False, states=started))
     budget = study.user_attrs.get(BUDGET_ATTR)
     running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
     base = max(int(budget), live) if running and budget is not None else live
