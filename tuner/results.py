@@ -10,12 +10,21 @@ from __future__ import annotations
 import enum
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Endpoint", "RequestRecord", "Source", "SpecDecodeStats", "TrialResult", "percentile"]
+__all__ = [
+    "Endpoint",
+    "OnStartup",
+    "RequestRecord",
+    "Source",
+    "SpecDecodeStats",
+    "StartupEvent",
+    "TrialResult",
+    "percentile",
+]
 
 
 @dataclass(frozen=True)
@@ -29,6 +38,30 @@ class Endpoint:
     base_url: str
     model: str
     log_path: Path | None = None
+
+
+@dataclass(frozen=True)
+class StartupEvent:
+    """What a server start is doing now, for the live table: pulling the image, downloading
+    weights, then vLLM's own phases as its log shows them (loading weights, compiling,
+    capturing graphs, ready).
+
+    Attributes:
+        phase: what it is doing, in a few words.
+        detail: what is known of its progress, e.g. ``"1.2 of 3.4 GB, 2 of 5 layers"``.
+        done: how far it is, in the unit of ``total``; None when unknown.
+        total: where it ends; None when unknown.
+        elapsed_s: seconds since this start began (pulls and downloads have their own clock).
+    """
+
+    phase: str
+    detail: str = ""
+    done: float | None = None
+    total: float | None = None
+    elapsed_s: float = 0.0
+
+
+OnStartup = Callable[[StartupEvent], None]
 
 
 class Source(enum.StrEnum):

@@ -14,13 +14,14 @@ labelled with its :attr:`Backend.source`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Protocol
 
 from tuner.config.space import SearchSpace
 from tuner.config.trial import LaunchContext, ServerConfig, TrialConfig
 from tuner.config.vllm_args import VllmVersion, parse_version
-from tuner.results import Endpoint, Source, TrialResult
+from tuner.results import Endpoint, OnStartup, Source, TrialResult
 
 __all__ = ["Backend", "BackendOptions", "explicit_version"]
 
@@ -76,9 +77,14 @@ class BackendOptions:
     image: str | None = None  # docker backend; default: the space's vllm image
     docker_entrypoint: tuple[str, ...] = ("vllm",)
     docker_volumes: tuple[tuple[str, str], ...] = ()  # (host path, "container path[:ro]")
+    docker_env: tuple[tuple[str, str], ...] = ()  # non-secret container environment
+    docker_secrets: tuple[str, ...] = ("HF_TOKEN",)  # passed by name from this environment
+    vllm_cache: Path | None = None  # host folder kept as the containers' ~/.cache/vllm
     ready_timeout_s: float = 900.0
     request_timeout_s: float = 120.0  # one request; a hung server fails the trial after this
     sim_speed: float | None = None  # sim: simulated seconds per wall second; None: no waiting
+    # Where a start reports its phases (the CLI's live table); in-process runs only.
+    on_startup: OnStartup | None = field(default=None, compare=False, repr=False)
 
 
 def explicit_version(space: SearchSpace) -> VllmVersion | None:

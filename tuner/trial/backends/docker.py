@@ -71,6 +71,9 @@ class DockerBackend(ServedBackend):
             ready_timeout_s=options.ready_timeout_s,
             entrypoint=options.docker_entrypoint,
             volumes=dict(options.docker_volumes) or None,
+            environment=dict(options.docker_env) or None,
+            env_passthrough=options.docker_secrets,
+            vllm_cache=options.vllm_cache,
         )
         return cls(launcher, request_timeout_s=options.request_timeout_s)
 
