@@ -165,3 +165,27 @@ def test_crash_and_hang_fail_the_trial_with_a_message(
     assert trial.state is TrialState.FAIL
     assert message in trial.user_attrs["failure"]
     assert _left(docker_client, study) == []
+
+
+def test_caches_are_created_mounted_and_kept_across_the_study_s_containers(
+    run_study: Callable[..., optuna.Study],
+    docker_client: docker.DockerClient,
+    study: str,
+    tmp_path: Path,
+    private_hf_home: Path,
+) -> None:
+    assert not private_hf_home.exists()  # a host that never used Hugging Face
+
+    done = run_study(_space(), [{"draft": "ngram", "num_speculative_tokens": 3}])
+
+    assert [t.state for t in done.get_trials()] == [TrialState.COMPLETE]
+    assert private_hf_home.is_dir()
+    cache = tmp_path / study / "vllm-cache" / "torch_compile_cache"
+    assert len(list(cache.iterdir())) == 1  # the trial's container wrote its compile cache
+    # The confirmation runs are later containers of the same config: they find it.
+    confirm_logs = [p.read_text() for p in (tmp_path / study / "logs").rglob("confirm-*/*.log")]
+    assert confirm_logs
+    assert all("Directly load the compiled graph(s) from the cache" in log for log in confirm_logs)
+    first = (tmp_path / study / "logs" / "trial-0.log").read_text()
+    assert "Using cache directory" in first
+    assert _left(docker_client, study) == []

@@ -14,13 +14,14 @@ from tuner.cli.app import handle_errors
 from tuner.config import bounds
 from tuner.config.bounds import check_value
 from tuner.errors import ConfigError
-from tuner.trial.backends import BackendOptions, parse_volume
+from tuner.trial.backends import BackendOptions, parse_docker_env, parse_volume
 
 __all__ = [
     "Backend",
     "BatchTokens",
     "Concurrency",
     "DockerEntrypoint",
+    "DockerEnv",
     "DockerVolume",
     "GpuMemoryUtilization",
     "Gpus",
@@ -114,6 +115,15 @@ DockerVolume = Annotated[
         "(repeatable), e.g. a local model folder.",
     ),
 ]
+DockerEnv = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--docker-env",
+        help="docker backend: container environment KEY=VALUE (repeatable, stored with the "
+        "study), e.g. NCCL_P2P_DISABLE=1; a bare KEY passes this shell's value by name "
+        "(secrets: never stored).",
+    ),
+]
 DockerEntrypoint = Annotated[
     str, typer.Option("--docker-entrypoint", help="docker backend: command that runs vLLM.")
 ]
@@ -184,8 +194,10 @@ def backend_options(
     sim_speed: float | None,
     ready_timeout: float,
     request_timeout: float,
+    docker_env: list[str] | None = None,
 ) -> BackendOptions:
     """The backend flags shared by optimize, worker and confirm, as BackendOptions."""
+    env, by_name = parse_docker_env(docker_env or ())
     return BackendOptions(
         study=study,
         seed=seed,
@@ -194,6 +206,8 @@ def backend_options(
         image=image,
         docker_entrypoint=tuple(shlex.split(docker_entrypoint)),
         docker_volumes=tuple(parse_volume(v) for v in docker_volume or ()),
+        docker_env=env,
+        docker_secrets=by_name,
         ready_timeout_s=ready_timeout,
         request_timeout_s=request_timeout,
         sim_speed=sim_speed,

@@ -27,7 +27,7 @@ from tuner.results import Source
 from tuner.study.confirm import confirm
 from tuner.study.paths import StudyPaths, default_storage
 from tuner.study.storage import check_writable
-from tuner.study.study import open_existing
+from tuner.study.study import open_existing, study_backend_options
 from tuner.trial.backends import backend_factory
 
 __all__ = [
@@ -192,6 +192,7 @@ def confirm_command(
     vllm_command: opt.VllmCommand = "vllm",
     image: opt.Image = None,
     docker_volume: opt.DockerVolume = None,
+    docker_env: opt.DockerEnv = None,
     docker_entrypoint: opt.DockerEntrypoint = "vllm",
     gpus: opt.Gpus = None,
     sim_speed: opt.SimSpeed = None,
@@ -209,12 +210,13 @@ def confirm_command(
         vllm_command=vllm_command,
         image=image,
         docker_volume=docker_volume,
+        docker_env=docker_env,
         docker_entrypoint=docker_entrypoint,
         sim_speed=sim_speed,
         ready_timeout=ready_timeout,
         request_timeout=request_timeout,
     )
-    runner = backend_factory(chosen)(space, options)
+    runner = backend_factory(chosen)(space, study_backend_options(study, options, paths))
 
     def on_run(number: int, repeat: int, run: Run) -> None:
         if not as_json:

@@ -36,6 +36,7 @@ from tuner.study.study import (
     make_sampler,
     open_study,
     run_trials,
+    study_backend_options,
 )
 from tuner.study.twin_calibrate import seed_study
 from tuner.study.workers import WorkerRequest, check_parallel_storage, gpu_slices, spawn_workers
@@ -152,6 +153,7 @@ def optimize(
     paths = StudyPaths.of(request.studies_dir, request.study, storage_url)
     paths.folder.mkdir(parents=True, exist_ok=True)
     options = replace(request.backend_options, study=request.study, seed=request.seed)
+    options = study_backend_options(study, options, paths)
     claim_source(study, request.backend)
     extend_budget(study, request.trials)
     if request.sampler == "spectune":  # before any worker starts, so they all share the queue

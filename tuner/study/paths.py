@@ -69,6 +69,11 @@ class StudyPaths:
         return self.folder / "report"
 
     @property
+    def vllm_cache(self) -> Path:
+        """vLLM's cache (torch.compile, CUDA graphs), kept across the study's containers."""
+        return self.folder / "vllm-cache"
+
+    @property
     def artifacts(self) -> Path:
         """optuna-dashboard's artifact store for this study."""
         return self.folder / "artifacts"

@@ -27,6 +27,7 @@ from tuner.errors import ConfigError, LaunchError, MeasurementError, SpectuneErr
 from tuner.launch.docker import DockerLauncher
 from tuner.launch.process import ProcessLauncher
 from tuner.results import Source
+from tuner.study.paths import StudyPaths
 from tuner.study.storage import (
     BUDGET_ATTR,
     HEARTBEAT_INTERVAL_S,
@@ -37,7 +38,7 @@ from tuner.study.storage import (
     study_names,
 )
 from tuner.study.twin_steer import TwinSampler
-from tuner.trial.backends import Backend
+from tuner.trial.backends import Backend, BackendOptions
 from tuner.trial.backends.served import ServedBackend
 from tuner.trial.record import (
     RUN_ATTR,
@@ -63,6 +64,7 @@ __all__ = [
     "record_run",
     "run_facts",
     "run_trials",
+    "study_backend_options",
 ]
 
 # FAIL trials do not use up the budget, so a setup where every launch fails would run for ever.
@@ -171,6 +173,32 @@ def claim_source(study: optuna.Study, backend: str) -> None:
             f"study {study.study_name!r} holds {stored} trials and --backend {backend} would add "
             f"{source} ones: resume it with {hint}, or start a new study with --study NEW_NAME"
         )
+
+
+DOCKER_ENV_ATTR = "docker_env"
+
+
+def study_backend_options(
+    study: optuna.Study, options: BackendOptions, paths: StudyPaths
+) -> BackendOptions:
+    """``options`` with what the study keeps for every run and worker: its vLLM cache folder,
+    and the ``--docker-env`` of the run that gave one (stored on first use; later runs and
+    workers that give none get it back). Secrets are stored by name only, never their values.
+    """
+    given = bool(options.docker_env) or options.docker_secrets != BackendOptions.docker_secrets
+    stored = study.user_attrs.get(DOCKER_ENV_ATTR)
+    if given:
+        study.set_user_attr(
+            DOCKER_ENV_ATTR,
+            {"env": dict(options.docker_env), "by_name": list(options.docker_secrets)},
+        )
+    elif stored:
+        options = replace(
+            options,
+            docker_env=tuple(stored["env"].items()),
+            docker_secrets=tuple(stored["by_name"]),
+        )
+    return replace(options, vllm_cache=options.vllm_cache or paths.vllm_cache)
 
 
 def extend_budget(study: optuna.Study, trials: int) -> int:

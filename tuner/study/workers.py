@@ -22,7 +22,14 @@ from tuner.catalog.gpus import Hardware, find_gpu
 from tuner.errors import ConfigError, SpectuneError
 from tuner.study.paths import StudyPaths
 from tuner.study.storage import is_sqlite
-from tuner.study.study import StudyOptions, claim_source, make_sampler, open_existing, run_trials
+from tuner.study.study import (
+    StudyOptions,
+    claim_source,
+    make_sampler,
+    open_existing,
+    run_trials,
+    study_backend_options,
+)
 from tuner.trial.backends import BackendOptions, backend_factory
 
 __all__ = [
@@ -61,14 +68,12 @@ def run_worker(request: WorkerRequest, detected: list[str] | None = None) -> Non
     study, space = open_existing(request.study, request.storage, sampler)
     check_host_hardware(request.study, space.hardware, request.hardware, detected)
     claim_source(study, request.backend)
+    paths = StudyPaths.of(request.studies_dir, request.study, request.storage)
     options = StudyOptions(
-        None,
-        request.options.seed,
-        StudyPaths.of(request.studies_dir, request.study, request.storage).logs,
-        space.ttft_limit_ms,
-        worker=request.options.worker,
+        None, request.options.seed, paths.logs, space.ttft_limit_ms, worker=request.options.worker
     )
-    run_trials(study, space, build_backend(space, request.options), options)
+    backend_options = study_backend_options(study, request.options, paths)
+    run_trials(study, space, build_backend(space, backend_options), options)
 
 
 def check_host_hardware(
@@ -116,6 +121,10 @@ def worker_argv(request: WorkerRequest) -> list[str]:
         argv += ["--sim-speed", str(o.sim_speed)]
     for host, container in o.docker_volumes:
         argv += ["--docker-volume", f"{host}:{container}"]
+    for key, value in o.docker_env:
+        argv += ["--docker-env", f"{key}={value}"]
+    for key in o.docker_secrets:
+        argv += ["--docker-env", key]
     return argv
 
 

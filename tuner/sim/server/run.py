@@ -10,12 +10,14 @@ logged secret) are played here, in the order a real server would meet them.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
 import signal
 import subprocess
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from types import FrameType
 
 from tuner.sim.server.app import SIMULATED_BANNER, FakeServer
@@ -71,6 +73,24 @@ def _process_faults(faults: Faults) -> None:
         raise SystemExit(1)
 
 
+def _compile_cache(argv: Sequence[str]) -> None:
+    """Plays vLLM's torch.compile cache: a folder per config under ``$VLLM_CACHE_ROOT``, found
+    again by a later start of the same config (vllm/compilation/backends.py logs both lines)."""
+    root = os.environ.get("VLLM_CACHE_ROOT")
+    if not root:
+        return
+    skip = {"--host", "--port"}
+    kept = [a for i, a in enumerate(argv) if a not in skip and (i == 0 or argv[i - 1] not in skip)]
+    folder = Path(root, "torch_compile_cache", hashlib.sha256(" ".join(kept).encode()).hexdigest())
+    marker = folder / "compiled"
+    if marker.exists():
+        log("INFO", f"Directly load the compiled graph(s) from the cache in {folder} (simulated)")
+        return
+    folder.mkdir(parents=True, exist_ok=True)
+    log("INFO", f"Using cache directory: {folder} for vLLM's torch.compile (simulated)")
+    marker.write_text("simulated\n")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the fake server; returns the process exit status.
 
@@ -83,8 +103,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     # Before the event loop exists (slow start, config checks) a SIGTERM still exits cleanly.
     signal.signal(signal.SIGTERM, _exit_on_signal)
+    argv = sys.argv[1:] if argv is None else argv
     try:
-        args = parse_serve_args(sys.argv[1:] if argv is None else argv)
+        args = parse_serve_args(argv)
         sim = args.sim
         log(
             "INFO",
@@ -94,6 +115,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.ignored:
             log("WARNING", f"flags ignored by the simulator: {' '.join(args.ignored)}")
         _process_faults(sim.faults)
+        _compile_cache(argv)
         if sim.faults.slow_start_s:
             log("INFO", f"Loading weights (simulated slow start: {sim.faults.slow_start_s:g} s)")
             time.sleep(sim.faults.slow_start_s)

@@ -9,11 +9,13 @@ over HTTP by the load generator.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from tuner.config.space import SearchSpace
 from tuner.errors import ConfigError
+from tuner.launch.mounts import looks_secret
 from tuner.trial.backends.base import Backend, BackendOptions
 from tuner.trial.backends.docker import DockerBackend
 from tuner.trial.backends.process import ProcessBackend
@@ -28,6 +30,7 @@ __all__ = [
     "ProcessBackend",
     "SimBackend",
     "backend_factory",
+    "parse_docker_env",
     "parse_volume",
 ]
 
@@ -38,6 +41,7 @@ _FACTORIES: dict[str, BackendFactory] = {
     "docker": DockerBackend.build,
 }
 BACKENDS = tuple(_FACTORIES)
+_ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 def backend_factory(name: str) -> BackendFactory:
@@ -62,3 +66,30 @@ def parse_volume(text: str) -> tuple[str, str]:
     if not sep or not host or not rest:
         raise ConfigError(f"--docker-volume {text!r}: write HOST_PATH:CONTAINER_PATH[:ro]")
     return str(Path(host).expanduser().resolve()), rest
+
+
+def parse_docker_env(
+    items: Sequence[str], secrets: tuple[str, ...] = ("HF_TOKEN",)
+) -> tuple[tuple[tuple[str, str], ...], tuple[str, ...]]:
+    """``--docker-env`` values as (environment, names passed from this process's environment).
+
+    ``KEY=VALUE`` is stored with the study; a bare ``KEY`` is read from this environment at each
+    start and only its name is kept. A ``KEY=VALUE`` whose key looks like a secret is refused,
+    since its value would be stored.
+    """
+    env: dict[str, str] = {}
+    names = list(secrets)
+    for text in items:
+        key, sep, value = text.partition("=")
+        if not _ENV_KEY.match(key):
+            raise ConfigError(f"--docker-env {text!r}: write KEY=VALUE, or KEY to pass it by name")
+        if not sep:
+            names += [key] if key not in names else []
+        elif looks_secret(key):
+            raise ConfigError(
+                f"--docker-env {key}=...: {key} looks like a secret and would be stored with "
+                f"the study; export {key} and pass --docker-env {key} (by name)"
+            )
+        else:
+            env[key] = value
+    return tuple(env.items()), tuple(names)

@@ -1,0 +1,78 @@
+"""``--docker-env``: plain values are stored with the study, secrets travel by name only."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import optuna
+import pytest
+from typer.testing import CliRunner
+
+from tuner.cli import app
+from tuner.errors import ConfigError
+from tuner.study.paths import StudyPaths
+from tuner.study.study import study_backend_options
+from tuner.study.workers import WorkerRequest, worker_argv
+from tuner.trial.backends import BackendOptions, parse_docker_env
+
+
+def test_values_are_kept_and_bare_keys_pass_by_name() -> None:
+    env, names = parse_docker_env(["NCCL_P2P_DISABLE=1", "WANDB_API_KEY", "EMPTY="])
+
+    assert env == (("NCCL_P2P_DISABLE", "1"), ("EMPTY", ""))
+    assert names == ("HF_TOKEN", "WANDB_API_KEY")
+
+
+@pytest.mark.parametrize(
+    ("item", "message"),
+    [
+        ("HF_TOKEN=hf_abc", "looks like a secret"),
+        ("MY_PASSWORD=x", "pass --docker-env MY_PASSWORD"),
+        ("1BAD=x", "write KEY=VALUE"),
+        ("=x", "write KEY=VALUE"),
+    ],
+)
+def test_bad_items_are_one_line_naming_the_fix(item: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        parse_docker_env([item])
+
+
+def test_the_study_keeps_values_and_names_never_secret_values(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("WANDB_API_KEY", "wandb-secret-value")
+    study = optuna.create_study(study_name="env")
+    paths = StudyPaths.of(tmp_path, "env")
+    env, names = parse_docker_env(["NCCL_P2P_DISABLE=1", "WANDB_API_KEY"])
+    given = BackendOptions(study="env", docker_env=env, docker_secrets=names)
+
+    first = study_backend_options(study, given, paths)
+    later = study_backend_options(study, BackendOptions(study="env"), paths)  # a resume
+
+    assert first.vllm_cache == later.vllm_cache == tmp_path / "env" / "vllm-cache"
+    assert later.docker_env == (("NCCL_P2P_DISABLE", "1"),)
+    assert later.docker_secrets == ("HF_TOKEN", "WANDB_API_KEY")
+    assert "wandb-secret-value" not in json.dumps(study.user_attrs)
+
+
+def test_worker_processes_get_the_same_environment(tmp_path: Path) -> None:
+    env, names = parse_docker_env(["NCCL_P2P_DISABLE=1", "WANDB_API_KEY"])
+    options = BackendOptions(study="s", docker_env=env, docker_secrets=names)
+    argv = worker_argv(WorkerRequest("s", "sqlite:///x.db", "docker", tmp_path, options))
+
+    values = [argv[i + 1] for i, a in enumerate(argv) if a == "--docker-env"]
+    assert parse_docker_env(values) == (env, names)
+
+
+def test_a_secret_value_on_the_command_line_stores_nothing(tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        app,
+        ["optimize", "--backend", "sim", "--hardware", "4090x1", "--trials", "1",
+         "--studies-dir", str(tmp_path), "--docker-env", "HF_TOKEN=hf_abc"],
+    )  # fmt: skip
+
+    assert result.exit_code == 2
+    assert "looks like a secret" in result.output and len(result.output.strip().splitlines()) == 1
+    assert "Traceback" not in result.output
+    assert not list(tmp_path.glob("*.db"))
