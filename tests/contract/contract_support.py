@@ -27,7 +27,10 @@ from tuner.config.workload import WorkloadSpec
 from tuner.launch.containers import LABEL_STUDY
 from tuner.launch.docker import DockerLauncher
 from tuner.launch.process import ProcessLauncher
-from tuner.trial.backends import Backend, DockerBackend, ProcessBackend, SimBackend
+from tuner.trial.backends import Backend
+from tuner.trial.backends.docker import DockerBackend
+from tuner.trial.backends.process import ProcessBackend
+from tuner.trial.backends.sim import SimBackend
 
 SERVER = (PYTHON, "-m", "tuner.sim.server")
 HARDWARE = parse_hardware("4090x1")

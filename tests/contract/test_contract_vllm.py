@@ -19,7 +19,7 @@ from tuner.config.vllm_args import VllmVersion
 from tuner.config.workload import WorkloadSpec
 from tuner.launch.process import ProcessLauncher
 from tuner.results import Source
-from tuner.trial.backends import ProcessBackend
+from tuner.trial.backends.process import ProcessBackend
 from tuner.trial.runner import TrialRunner
 from tuner.trial.scoring import TrialStatus
 

@@ -20,7 +20,7 @@ from tuner.config.trial import ClientConfig, LaunchContext, ServerConfig, TrialC
 from tuner.config.workload import WorkloadSpec
 from tuner.errors import FailureKind, StartupFailure
 from tuner.launch.docker import LABEL_STUDY, DockerLauncher
-from tuner.trial.backends import DockerBackend
+from tuner.trial.backends.docker import DockerBackend
 from tuner.trial.runner import TrialRunner
 from tuner.trial.scoring import TrialStatus
 

@@ -44,7 +44,7 @@ from tuner.launch.docker import (
 from tuner.launch.engine import LABEL_HOST, LABEL_PID, LABEL_STARTED
 from tuner.launch.runfiles import start_ticks
 from tuner.sim.server.app import SIMULATED_BANNER
-from tuner.trial.backends import DockerBackend
+from tuner.trial.backends.docker import DockerBackend
 
 pytestmark = pytest.mark.docker
 

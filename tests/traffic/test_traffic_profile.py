@@ -20,7 +20,7 @@ from tuner.config.trial import LaunchContext, ServerConfig, TrialConfig
 from tuner.export.vllm import export
 from tuner.results import Endpoint, TrialResult
 from tuner.study.optimize import OptimizeRequest, optimize
-from tuner.trial.backends import SimBackend
+from tuner.trial.backends.sim import SimBackend
 from tuner.trial.record import records
 from tuner.trial.scoring import TrialStatus
 

@@ -9,6 +9,7 @@ over HTTP by the load generator.
 
 from __future__ import annotations
 
+import importlib
 import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -17,30 +18,21 @@ from tuner.config.space import SearchSpace
 from tuner.errors import ConfigError
 from tuner.launch.mounts import looks_secret
 from tuner.trial.backends.base import Backend, BackendOptions
-from tuner.trial.backends.docker import DockerBackend
-from tuner.trial.backends.process import ProcessBackend
-from tuner.trial.backends.sim import SimBackend
 
 __all__ = [
     "BACKENDS",
     "Backend",
     "BackendFactory",
     "BackendOptions",
-    "DockerBackend",
-    "ProcessBackend",
-    "SimBackend",
     "backend_factory",
     "parse_docker_env",
     "parse_volume",
 ]
 
 BackendFactory = Callable[[SearchSpace, BackendOptions], Backend]
-_FACTORIES: dict[str, BackendFactory] = {
-    "sim": SimBackend.build,
-    "process": ProcessBackend.build,
-    "docker": DockerBackend.build,
-}
-BACKENDS = tuple(_FACTORIES)
+# Imported when chosen: the docker SDK and the HTTP clients cost seconds a `--help` should not pay.
+_MODULES = {"sim": "SimBackend", "process": "ProcessBackend", "docker": "DockerBackend"}
+BACKENDS = tuple(_MODULES)
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -52,12 +44,11 @@ def backend_factory(name: str) -> BackendFactory:
     Raises:
         ConfigError: an unknown name; the message lists the known ones.
     """
-    try:
-        return _FACTORIES[name]
-    except KeyError:
-        raise ConfigError(
-            f"unknown backend {name!r}: choose one of {', '.join(BACKENDS)}"
-        ) from None
+    if name not in _MODULES:
+        raise ConfigError(f"unknown backend {name!r}: choose one of {', '.join(BACKENDS)}")
+    module = importlib.import_module(f"tuner.trial.backends.{name}")
+    factory: BackendFactory = getattr(module, _MODULES[name]).build
+    return factory
 
 
 def parse_volume(text: str) -> tuple[str, str]:
