@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from results_support import StudyCopy, ink, run_chromium
 
-from tuner.analysis.picks import choose
+from tuner.analysis.picks import choose, ranked
 from tuner.analysis.trials import Outcome, points
 from tuner.report import charts
 from tuner.report.importance import importance_points, param_importances
@@ -92,7 +92,8 @@ def test_best_table_marks_the_picks_and_shows_confirmed_intervals(
     text = after.html.read_text()
     assert after.best and all(c.confirmed is not None for c in after.best)
     assert len(after.best) == 2  # confirmed configs outrank single measurements
-    assert text.count("(95 % CI, n=3)") == 4  # throughput and TTFT of both
+    best_table = text[text.index("<table id='best'>") :].split("</table>")[0]
+    assert best_table.count("(95 % CI, n=3)") == 4  # throughput and TTFT of both
     assert "confirmed" in text
 
 
@@ -192,3 +193,26 @@ def test_importances_count_only_trials_that_measured_something(
     assert f"over the {len(measured)} trials that measured something" in caption
     assert "OOM trials (observed or predicted)" in caption
     assert html.escape(caption) in report.html.read_text()
+
+
+def test_the_best_config_of_each_method_is_compared_side_by_side(
+    levels: StudyCopy, tmp_path: Path
+) -> None:
+    study, space = levels.open()
+    report = write_report(study, space, tmp_path / "out")
+    text = report.html.read_text()
+
+    feasible = [c for c in ranked(study)]
+    methods = {str(c.record.server.method) for c in feasible}
+    assert len(methods) >= 2  # the shipped levels study finds more than one feasible method
+    assert [str(c.record.server.method) for c in report.methods] == sorted(
+        methods, key=lambda m: -max(c.output_tok_s for c in feasible if c.record.server.method == m)
+    )
+    for best in report.methods:  # each row is its method's fastest feasible trial
+        same = [c for c in feasible if c.record.server.method == best.record.server.method]
+        assert best.output_tok_s == max(c.output_tok_s for c in same)
+        row = re.search(rf"<tr data-method='{best.record.server.method}'>.*?</tr>", text)
+        assert row is not None and f"<td>{best.number}</td>" in row.group(0)
+    if "none" in methods:
+        none = next(c for c in report.methods if c.record.server.method == "none")
+        assert "<td>1.00x</td>" in text and none.output_tok_s > 0

@@ -35,6 +35,7 @@ __all__ = [
     "DEFAULT_PICK",
     "PICKS",
     "Candidate",
+    "best_per_method",
     "candidates",
     "check_pick",
     "choose",
@@ -143,6 +144,32 @@ def ranked(study: optuna.Study) -> list[Candidate]:
     limit = space.ttft_limit_ms if space else math.inf
     front = {r.number for r in pareto_front(study)}
     return candidates(feasible(study), load_confirmed(study), limit, front)
+
+
+def best_per_method(study: optuna.Study) -> list[Candidate]:
+    """The fastest feasible config of each speculation method, fastest first.
+
+    Unlike :func:`ranked`, single measurements stay beside confirmed configs: a method whose
+    best was never confirmed is still compared (each row says which it is). A config whose
+    confirmation broke the TTFT limit is left out, as everywhere else.
+    """
+    space = stored_space(study)
+    limit = space.ttft_limit_ms if space else math.inf
+    confirmed = load_confirmed(study)
+    best: dict[str, Candidate] = {}
+    for record in feasible(study):
+        run = confirmed.get(record.number)
+        if run is not None and not run.feasible(limit):
+            continue
+        found = Candidate(record, run)
+        method = str(record.server.method)
+        held = best.get(method)
+        if held is None or (found.output_tok_s, -found.p95_ttft_ms) > (
+            held.output_tok_s,
+            -held.p95_ttft_ms,
+        ):
+            best[method] = found
+    return sorted(best.values(), key=lambda c: (-c.output_tok_s, c.number))
 
 
 def choose(cands: Sequence[Candidate], pick: str) -> Candidate | None:

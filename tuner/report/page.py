@@ -19,7 +19,7 @@ import optuna
 
 from tuner.analysis.confirmed import Interval, load_confirmed
 from tuner.analysis.levels import LevelChoice, best_by_draft, measured_levels, speculation_by_level
-from tuner.analysis.picks import PICKS, Candidate, choose, ranked
+from tuner.analysis.picks import PICKS, Candidate, best_per_method, choose, ranked
 from tuner.analysis.trials import Outcome, Point, points
 from tuner.config.space import SearchSpace
 from tuner.config.trial import SpecMethod
@@ -40,6 +40,7 @@ class Report:
     html: Path
     charts: tuple[charts.Chart, ...]
     best: tuple[Candidate, ...]  # the best-configs table, best first
+    methods: tuple[Candidate, ...]  # the best config of each speculation method, best first
     levels: tuple[LevelChoice, ...]  # per-level speculation for the recommended draft
 
 
@@ -70,10 +71,11 @@ def write_report(
     # The best by throughput, plus whatever a pick chose further down.
     chosen = {c.number for c in picks.values() if c is not None}
     best_rows = [c for i, c in enumerate(best_first) if i < _BEST_ROWS or c.number in chosen]
+    methods = best_per_method(study)
     page = out_dir / "report.html"
-    body = _page(study, space, trials, best_rows, picks, drawn, levels, today)
+    body = _page(study, space, trials, best_rows, picks, drawn, levels, today, methods)
     page.write_text(body, encoding="utf-8")
-    return Report(page, tuple(drawn), tuple(best_rows), tuple(levels))
+    return Report(page, tuple(drawn), tuple(best_rows), tuple(methods), tuple(levels))
 
 
 _CSS = """
@@ -178,6 +180,36 @@ def _best_table(best: Sequence[Candidate], picks: dict[str, Candidate | None]) -
     return f"<table id='best'>{head}{''.join(rows)}</table><p class='muted'>{note}</p>"
 
 
+def _methods_table(methods: Sequence[Candidate]) -> str:
+    if len(methods) < 2:
+        return "<p class='muted'>The study measured one speculation method.</p>"
+    baseline = next((c for c in methods if c.record.server.method == SpecMethod.NONE), None)
+    head = (
+        "<tr><th class='l'>method</th><th class='l'>draft</th><th>K</th><th>trial</th>"
+        "<th>output tok/s</th><th>vs none</th><th>p95 TTFT ms</th><th>accept</th>"
+        "<th class='l'>source</th></tr>"
+    )
+    rows = []
+    for c in methods:
+        accept = c.record.acceptance_rate
+        speedup = "-" if baseline is None else f"{c.output_tok_s / baseline.output_tok_s:.2f}x"
+        source = c.record.source + (" · confirmed" if c.confirmed else "")
+        rows.append(
+            f"<tr data-method='{_esc(c.record.server.method)}'>"
+            f"<td class='l'>{_esc(c.record.server.method)}</td>"
+            f"<td class='l'>{_esc(c.record.draft)}</td><td>{c.record.server.k or '-'}</td>"
+            f"<td>{c.number}</td><td>{_with_ci(c.record.objective[0], c.tok_s_interval, 1)}</td>"
+            f"<td>{speedup}</td><td>{_with_ci(c.record.objective[1], c.ttft_interval, 0)}</td>"
+            f"<td>{'-' if accept is None else f'{accept * 100:.1f} %'}</td>"
+            f"<td class='l'>{_esc(source)}</td></tr>"
+        )
+    return (
+        f"<table id='methods'>{head}{''.join(rows)}</table><p class='muted'>The fastest "
+        "feasible config of each method the study tried; <i>vs none</i> is its throughput "
+        "over the best config without speculation.</p>"
+    )
+
+
 def _temperature(candidate: Candidate) -> str:
     record = candidate.record
     if record.tunes_temperature or len(record.temperature_mix) < 2:
@@ -235,6 +267,7 @@ def _page(
     drawn: Sequence[charts.Chart],
     levels: Sequence[LevelChoice],
     today: dt.date | None,
+    methods: Sequence[Candidate],
 ) -> str:
     date = (today or dt.date.today()).isoformat()
     figures = "".join(_figure(c) for c in drawn)
@@ -244,6 +277,7 @@ def _page(
         f"<body><h1>spectune report: {_esc(study.study_name)}</h1>"
         f"<p class='muted'>Written {date}.</p>{_summary(study, space, trials)}"
         f"<h2>Best configs</h2>{_best_table(best, picks)}{per_temperature_section(space, best)}"
+        f"<h2>Best config per method</h2>{_methods_table(methods)}"
         f"<h2>Charts</h2><div class='charts'>{figures}</div>"
         f"<h2>Speculation per load level</h2>{speculation_note(levels)}"
         f"{_levels_section(trials, levels)}"
