@@ -12,13 +12,14 @@ the older ``environment`` attribute. Nothing secret is part of it: no storage UR
 from __future__ import annotations
 
 import datetime as dt
-import logging
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import optuna
 
 from tuner.analysis.picks import Candidate
+from tuner.catalog.gpus import NoGpu
+from tuner.catalog.nvml import detect_gpus
 from tuner.config.space import SearchSpace
 from tuner.config.workload import PROMPT_SOURCES
 from tuner.results import Source
@@ -33,39 +34,12 @@ __all__ = [
 ]
 
 ENVIRONMENT_ATTR = "environment"  # NVML's findings, as studies before RunFacts stored them
-_log = logging.getLogger(__name__)
 
 
 def detect_environment() -> dict[str, Any] | None:
     """GPU model, count, driver and CUDA driver version through NVML; None without NVML."""
-    try:
-        import pynvml  # type: ignore[import-untyped]
-
-        pynvml.nvmlInit()
-    except Exception:  # no driver, no GPU, no library: nothing to record
-        return None
-    try:
-        count = int(pynvml.nvmlDeviceGetCount())
-        names = [
-            _text(pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(i)))
-            for i in range(count)
-        ]
-        cuda = int(pynvml.nvmlSystemGetCudaDriverVersion_v2())
-        return {
-            "gpu": names[0] if names else None,
-            "gpu_count": count,
-            "driver": _text(pynvml.nvmlSystemGetDriverVersion()),
-            "cuda": f"{cuda // 1000}.{cuda % 1000 // 10}",
-        }
-    except Exception as exc:  # an NVML error mid-way: say so, record nothing
-        _log.warning("could not read the GPU environment through NVML: %s", exc)
-        return None
-    finally:
-        pynvml.nvmlShutdown()
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
+    detected = detect_gpus()
+    return None if isinstance(detected, NoGpu) else detected.environment()
 
 
 @dataclass(frozen=True)

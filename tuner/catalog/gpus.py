@@ -3,17 +3,34 @@
 Numbers are vendor datasheet figures: memory in GiB as NVML reports it, bandwidth in GB/s, dense
 (no sparsity) FP16 tensor throughput in TFLOPS, and the GPU-to-GPU link tensor-parallel traffic
 crosses. The simulator turns them into step times; nothing here is measured.
+
+What NVML finds on a host (:class:`DetectedGpus`, read by :func:`tuner.catalog.nvml.detect_gpus`)
+maps onto the catalog with :func:`hardware_of`: two ``NVIDIA GeForce RTX 4090`` are ``4090x2``.
 """
 
 from __future__ import annotations
 
 import enum
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from tuner.errors import ConfigError
 
-__all__ = ["CATALOG", "GpuSpec", "Hardware", "Interconnect", "find_gpu", "parse_hardware"]
+__all__ = [
+    "CATALOG",
+    "DetectedGpu",
+    "DetectedGpus",
+    "GpuLink",
+    "GpuSpec",
+    "Hardware",
+    "Interconnect",
+    "NoGpu",
+    "find_gpu",
+    "hardware_of",
+    "parse_hardware",
+]
 
 
 class Interconnect(enum.StrEnum):
@@ -120,3 +137,126 @@ def parse_hardware(text: str) -> Hardware:
     if count < 1:
         raise ConfigError(f"hardware {text!r} asks for {count} GPUs: use at least 1, e.g. 4090x1")
     return Hardware(gpu, count)
+
+
+def hardware_of(gpus: Sequence[tuple[int, str]]) -> Hardware:
+    """The catalog hardware for GPUs as NVML names them: ``[(0, "NVIDIA GeForce RTX 4090")]``.
+
+    Args:
+        gpus: (NVML index, NVML name) of each GPU that counts.
+
+    Raises:
+        ConfigError: no GPU, a GPU the catalog lacks, or several models (tensor parallelism
+            splits a model evenly, so one study tunes identical GPUs); the message names what
+            was found and the flag that settles it.
+    """
+    found = ", ".join(f"GPU {index} {name}" for index, name in gpus)
+    if not gpus:
+        raise ConfigError(
+            "no GPU selected: pass --hardware GPUxCOUNT, e.g. 4090x2; `spectune hardware` lists "
+            "the catalog"
+        )
+    groups: dict[GpuSpec, list[int]] = {}
+    unknown: dict[str, None] = {}  # in the order found, once each
+    for index, name in gpus:
+        spec = find_gpu(name)
+        if spec is None:
+            unknown[name] = None
+        else:
+            groups.setdefault(spec, []).append(index)
+    if unknown:
+        raise ConfigError(
+            f"{', '.join(unknown)} is not in the GPU catalog (found {found}): pass --hardware "
+            f"with the catalog GPU nearest to it, e.g. --hardware 4090x{len(gpus)}; `spectune "
+            "hardware` lists the catalog"
+        )
+    if len(groups) > 1:
+        gpu, indices = max(groups.items(), key=lambda item: len(item[1]))
+        picked = ",".join(str(i) for i in indices)
+        raise ConfigError(
+            f"mixed GPU models (found {found}): one study tunes identical GPUs; pick them with "
+            f"--gpus, e.g. --gpus {picked} for {Hardware(gpu, len(indices)).spec}, or pass "
+            "--hardware"
+        )
+    ((gpu, indices),) = groups.items()
+    return Hardware(gpu, len(indices))
+
+
+@dataclass(frozen=True)
+class DetectedGpu:
+    index: int  # NVML's, the numbering --gpus and docker --gpus use
+    name: str  # NVML's, e.g. "NVIDIA GeForce RTX 4090"
+    memory_gib: float
+
+
+# NVML_TOPOLOGY_* levels, named as `nvidia-smi topo -m` abbreviates them.
+_PCIE_PATHS = {
+    0: "same board",
+    10: "PCIe switch (PIX)",
+    20: "PCIe switches (PXB)",
+    30: "PCIe host bridge (PHB)",
+    40: "host bridges of one NUMA node (NODE)",
+    50: "across CPUs (SYS)",
+}
+
+
+@dataclass(frozen=True)
+class GpuLink:
+    """How two GPUs reach each other: NVLink when it is active, else the PCIe path."""
+
+    gpus: tuple[int, int]  # NVML indices
+    nvlink_links: int  # active links between them; 0: none
+    topology_level: int | None  # NVML's PCIe level without NVLink; None: NVLink or not known
+
+    @property
+    def path(self) -> str:
+        """E.g. ``NVLink, 18 links`` or ``PCIe host bridge (PHB)``."""
+        if self.nvlink_links:
+            return f"NVLink, {self.nvlink_links} links"
+        if self.topology_level is None:
+            return "unknown (NVML does not say)"
+        level = self.topology_level
+        return _PCIE_PATHS.get(level, f"PCIe (NVML topology level {level})")
+
+
+@dataclass(frozen=True)
+class DetectedGpus:
+    """What NVML sees: the GPUs that count (all, or those picked), driver, CUDA and links."""
+
+    gpus: tuple[DetectedGpu, ...]
+    driver: str
+    cuda: str  # the newest CUDA the driver supports, e.g. "12.4"
+    links: tuple[GpuLink, ...]
+
+    def hardware(self) -> Hardware:
+        """The catalog hardware these GPUs are, e.g. 2x RTX 4090 (``--hardware 4090x2``).
+
+        Raises:
+            ConfigError: none, mixed models or a model the catalog lacks; the message names
+                what was found and which flag to pass.
+        """
+        return hardware_of([(gpu.index, gpu.name) for gpu in self.gpus])
+
+    def environment(self) -> dict[str, Any]:
+        """The facts a study records about where it ran (see tuner.analysis.provenance)."""
+        return {
+            "gpu": self.gpus[0].name if self.gpus else None,
+            "gpu_count": len(self.gpus),
+            "driver": self.driver,
+            "cuda": self.cuda,
+        }
+
+
+@dataclass(frozen=True)
+class NoGpu:
+    """Nothing detected, and why (NVML's own words where it gave any)."""
+
+    reason: str
+
+    @property
+    def message(self) -> str:
+        """The one line that tells the user what to pass instead."""
+        return (
+            f"no NVIDIA GPU detected (NVML: {self.reason}): pass --hardware GPUxCOUNT, "
+            "e.g. 4090x2; spectune hardware lists them"
+        )

@@ -1,30 +1,38 @@
-"""GPU memory through NVML, behind one small interface that tests can stand in for.
+"""NVIDIA GPUs through NVML, behind small interfaces that tests can stand in for.
 
-Two things need it: the launcher waits (bounded) after stopping a server until each GPU's
-used memory is back near the baseline it saw before its first start, because a CUDA context
-that has not been torn down yet makes the next start fail with a false out-of-memory; and
-each trial records the peak memory used per GPU, sampled in the background.
+Hardware detection (:func:`detect_gpus`, through one :class:`GpuProbe`) says which GPUs this
+host has and how they are connected, so ``--hardware`` defaults to what is there. The launcher
+waits (bounded) after stopping a server until each GPU's used memory is back near its baseline,
+because a CUDA context not yet torn down makes the next start fail with a false out-of-memory;
+and each trial records the peak memory used per GPU, sampled in the background.
 
-Without NVML (no NVIDIA driver, a CPU-only host, an NVML error) nothing is measured: that is
-said once, as a log warning, and everything goes on with "not available".
+Without NVML (no NVIDIA driver, a CPU-only host, an NVML error) nothing is measured: detection
+says why, the memory monitor warns once in the log, and everything goes on without.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
 from types import ModuleType
-from typing import Protocol
+from typing import Any, Protocol
+
+from tuner.catalog.gpus import DetectedGpu, DetectedGpus, GpuLink, NoGpu
 
 __all__ = [
     "GpuMonitor",
+    "GpuProbe",
     "NoGpuMonitor",
     "NvmlMonitor",
+    "NvmlProbe",
     "PeakSampler",
+    "detect_gpus",
     "gpu_names",
     "open_gpu_monitor",
+    "open_probe",
     "wait_for_baseline",
 ]
 
@@ -112,21 +120,134 @@ def _import_pynvml() -> ModuleType:
     return module
 
 
+class GpuProbe(Protocol):
+    """What hardware detection reads from NVML, by NVML device index.
+
+    ``cuda_driver_version`` is NVML's number (12040 is CUDA 12.4); ``nvlink_links`` counts the
+    active NVLink links from ``a`` that reach ``b`` (directly or through an NVSwitch);
+    ``topology_level`` is NVML's ``NVML_TOPOLOGY_*`` level of the PCIe path between them.
+    """
+
+    def device_count(self) -> int: ...
+    def name(self, index: int) -> str: ...
+    def memory_total_bytes(self, index: int) -> int: ...
+    def driver_version(self) -> str: ...
+    def cuda_driver_version(self) -> int: ...
+    def nvlink_links(self, a: int, b: int) -> int: ...
+    def topology_level(self, a: int, b: int) -> int: ...
+    def close(self) -> None: ...
+
+
+class NvmlProbe:
+    """The :class:`GpuProbe` over ``pynvml``: construction opens NVML (raising without it)."""
+
+    def __init__(self) -> None:
+        self._nvml = _import_pynvml()
+        self._nvml.nvmlInit()
+
+    def _handle(self, index: int) -> Any:
+        return self._nvml.nvmlDeviceGetHandleByIndex(index)
+
+    def device_count(self) -> int:
+        return int(self._nvml.nvmlDeviceGetCount())
+
+    def name(self, index: int) -> str:
+        return _text(self._nvml.nvmlDeviceGetName(self._handle(index)))
+
+    def memory_total_bytes(self, index: int) -> int:
+        return int(self._nvml.nvmlDeviceGetMemoryInfo(self._handle(index)).total)
+
+    def driver_version(self) -> str:
+        return _text(self._nvml.nvmlSystemGetDriverVersion())
+
+    def cuda_driver_version(self) -> int:
+        return int(self._nvml.nvmlSystemGetCudaDriverVersion_v2())
+
+    def nvlink_links(self, a: int, b: int) -> int:
+        nvml, handle = self._nvml, self._handle(a)
+        peer = _text(nvml.nvmlDeviceGetPciInfo(self._handle(b)).busId)
+        links = 0
+        for link in range(nvml.NVML_NVLINK_MAX_LINKS):
+            try:
+                if nvml.nvmlDeviceGetNvLinkState(handle, link) != nvml.NVML_FEATURE_ENABLED:
+                    continue
+                remote = _text(nvml.nvmlDeviceGetNvLinkRemotePciInfo(handle, link).busId)
+            except nvml.NVMLError:  # past the GPU's last link, or no NVLink at all (GeForce)
+                break
+            links += remote == peer or self._to_switch(handle, link)
+        return links
+
+    def _to_switch(self, handle: Any, link: int) -> bool:
+        # On NVSwitch boards (HGX) every link ends at a switch that reaches every other GPU.
+        try:
+            kind = self._nvml.nvmlDeviceGetNvLinkRemoteDeviceType(handle, link)
+        except self._nvml.NVMLError:  # older drivers cannot say
+            return False
+        return bool(kind == self._nvml.NVML_NVLINK_DEVICE_TYPE_SWITCH)
+
+    def topology_level(self, a: int, b: int) -> int:
+        return int(self._nvml.nvmlDeviceGetTopologyCommonAncestor(self._handle(a), self._handle(b)))
+
+    def close(self) -> None:
+        self._nvml.nvmlShutdown()
+
+
+def open_probe() -> GpuProbe:
+    """The probe :func:`detect_gpus` opens (raising without NVML); tests replace this one."""
+    return NvmlProbe()
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def detect_gpus(
+    indices: Sequence[int] | None = None, probe: GpuProbe | None = None
+) -> DetectedGpus | NoGpu:
+    """What NVML sees of the GPUs at ``indices`` (``--gpus``; None: all); never raises.
+
+    ``probe`` None opens :func:`open_probe` and closes it again. Returns :class:`NoGpu` when
+    NVML, the driver or the GPUs asked for are missing.
+    """
+    try:
+        opened = probe or open_probe()
+    except Exception as error:  # no library, no driver: nothing to detect
+        return NoGpu(str(error) or type(error).__name__)
+    try:
+        return _read(opened, indices)
+    except Exception as error:  # an NVML error mid-way (a GPU fell off the bus)
+        return NoGpu(str(error) or type(error).__name__)
+    finally:
+        if probe is None:
+            opened.close()
+
+
+def _read(probe: GpuProbe, indices: Sequence[int] | None) -> DetectedGpus | NoGpu:
+    count = probe.device_count()
+    if count == 0:
+        return NoGpu("the driver reports no GPU")
+    wanted = list(range(count)) if indices is None else list(indices)
+    missing = [i for i in wanted if not 0 <= i < count]
+    if missing:
+        return NoGpu(f"no GPU {missing[0]}: the host has {count}, numbered 0-{count - 1}")
+    gpus = tuple(DetectedGpu(i, probe.name(i), probe.memory_total_bytes(i) / _GIB) for i in wanted)
+    cuda = probe.cuda_driver_version()
+    links = tuple(_link(probe, a, b) for a, b in itertools.combinations(wanted, 2))
+    return DetectedGpus(gpus, probe.driver_version(), f"{cuda // 1000}.{cuda % 1000 // 10}", links)
+
+
+def _link(probe: GpuProbe, a: int, b: int) -> GpuLink:
+    try:
+        links = probe.nvlink_links(a, b)
+        return GpuLink((a, b), links, None if links else probe.topology_level(a, b))
+    except Exception:  # some VMs hide the topology: the GPUs themselves still count
+        return GpuLink((a, b), 0, None)
+
+
 def gpu_names(indices: Sequence[int] | None) -> list[str] | None:
     """NVML's names of the GPUs at ``indices`` (all when None), or None without NVML."""
-    try:
-        nvml = _import_pynvml()
-        nvml.nvmlInit()
-    except Exception:  # no driver, no library: nothing to detect
-        return None
-    try:
-        wanted = range(nvml.nvmlDeviceGetCount()) if indices is None else indices
-        names = [nvml.nvmlDeviceGetName(nvml.nvmlDeviceGetHandleByIndex(i)) for i in wanted]
-        return [n.decode() if isinstance(n, bytes) else str(n) for n in names]
-    except Exception:
-        return None
-    finally:
-        nvml.nvmlShutdown()
+    detected = detect_gpus(indices)
+    return None if isinstance(detected, NoGpu) else [gpu.name for gpu in detected.gpus]
 
 
 def open_gpu_monitor(indices: Sequence[int] | None) -> GpuMonitor:

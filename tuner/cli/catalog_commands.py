@@ -10,16 +10,26 @@ import typer
 from rich.table import Table
 
 from tuner.catalog.gpus import CATALOG as GPU_CATALOG
-from tuner.catalog.gpus import parse_hardware
+from tuner.catalog.gpus import DetectedGpus, Hardware, NoGpu, parse_hardware
 from tuner.catalog.models import CATALOG as MODEL_CATALOG
+from tuner.catalog.nvml import detect_gpus
 from tuner.cli import options as opt
 from tuner.cli.app import app, console, handle_errors, print_json
+from tuner.cli.options import parse_gpus
 from tuner.config.trial import server_to_dict
 from tuner.config.workload import WorkloadSpec
+from tuner.errors import ConfigError
 from tuner.sim.estimate import Estimate, estimate
 from tuner.study.twin_calibrate import study_physics
 
-__all__ = ["estimate_command", "hardware_command", "models_command"]
+__all__ = [
+    "estimate_command",
+    "hardware_app",
+    "hardware_command",
+    "hardware_detect_command",
+    "hardware_list_command",
+    "models_command",
+]
 
 
 @app.command("estimate")
@@ -109,9 +119,27 @@ def _print_estimate(est: Estimate) -> None:
     )
 
 
-@app.command("hardware")
-def hardware_command(as_json: opt.Json = False) -> None:
+hardware_app = typer.Typer(
+    help="The GPU catalog (also `hardware list`), and `hardware detect`: this host's GPUs.",
+    no_args_is_help=False,
+)
+app.add_typer(hardware_app, name="hardware")
+
+
+@hardware_app.callback(invoke_without_command=True)
+def hardware_command(ctx: typer.Context, as_json: opt.Json = False) -> None:
+    """List the GPU catalog (the same as `spectune hardware list`)."""
+    if ctx.invoked_subcommand is None:  # the command as it was before it had subcommands
+        _list_catalog(as_json)
+
+
+@hardware_app.command("list")
+def hardware_list_command(as_json: opt.Json = False) -> None:
     """List the GPU catalog."""
+    _list_catalog(as_json)
+
+
+def _list_catalog(as_json: bool) -> None:
     rows = [asdict(g) for g in GPU_CATALOG]
     if as_json:
         print_json(rows)
@@ -128,6 +156,48 @@ def hardware_command(as_json: opt.Json = False) -> None:
             f"{g.interconnect.value} {g.link_gbs:.0f} GB/s",
         )
     console.print(table)
+
+
+@hardware_app.command("detect")
+@handle_errors
+def hardware_detect_command(gpus: opt.Gpus = None, as_json: opt.Json = False) -> None:
+    """Show the GPUs NVML sees and the --hardware value they map to."""
+    detected = detect_gpus(None if gpus is None else parse_gpus(gpus))
+    if isinstance(detected, NoGpu):
+        raise ConfigError(detected.message)
+    try:
+        hardware: Hardware | None = detected.hardware()
+        problem = None
+    except ConfigError as error:  # what was found is still worth showing, with the fix
+        hardware, problem = None, str(error)
+    if as_json:
+        print_json(_detected_json(detected, hardware, problem))
+        return
+    console.print(f"NVIDIA driver {detected.driver}, CUDA {detected.cuda} (through NVML)")
+    table = Table("GPU", "name", "memory GiB")
+    for gpu in detected.gpus:
+        table.add_row(str(gpu.index), gpu.name, f"{gpu.memory_gib:.2f}")
+    console.print(table)
+    for link in detected.links:
+        console.print(f"GPU {link.gpus[0]} <-> GPU {link.gpus[1]}: {link.path}", markup=False)
+    if hardware is None:
+        console.print(f"catalog: no match: {problem}", markup=False)
+    else:
+        console.print(f"catalog: {hardware.label}, --hardware {hardware.spec}", markup=False)
+
+
+def _detected_json(
+    detected: DetectedGpus, hardware: Hardware | None, problem: str | None
+) -> dict[str, Any]:
+    return {
+        "driver": detected.driver,
+        "cuda": detected.cuda,
+        "gpus": [asdict(gpu) for gpu in detected.gpus],
+        "links": [{**asdict(link), "path": link.path} for link in detected.links],
+        "catalog": None if hardware is None else hardware.gpu.name,
+        "hardware": None if hardware is None else hardware.spec,
+        "problem": problem,
+    }
 
 
 @app.command("models")

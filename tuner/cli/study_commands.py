@@ -13,10 +13,10 @@ from rich.live import Live
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from tuner.analysis.confirmed import Run
-from tuner.catalog.gpus import parse_hardware
-from tuner.catalog.nvml import gpu_names
+from tuner.catalog.gpus import Hardware, NoGpu, parse_hardware
+from tuner.catalog.nvml import detect_gpus, gpu_names
 from tuner.cli import options as opt
-from tuner.cli.app import app, console, handle_errors, print_json
+from tuner.cli.app import app, console, err_console, handle_errors, print_json
 from tuner.cli.options import backend_options
 from tuner.cli.render import (
     confirm_run_line,
@@ -28,6 +28,7 @@ from tuner.cli.render import (
 )
 from tuner.config.space import SearchSpace, load_space
 from tuner.config.trial import server_to_dict
+from tuner.errors import ConfigError
 from tuner.export.vllm import write_best
 from tuner.study.cluster import RayOptions
 from tuner.study.optimize import OptimizeRequest, OptimizeResult, check_request, optimize
@@ -49,6 +50,49 @@ def _build_space(
     if vllm_version is not None:
         loaded = loaded.with_vllm_version(vllm_version)
     return loaded
+
+
+def _on_this_host(
+    space: SearchSpace,
+    backend: str,
+    gpus: tuple[int, ...] | None,
+    per_trial: int | None,
+    workers: int,
+) -> SearchSpace:
+    """The space on the GPUs NVML sees here, for a run that gives no --hardware.
+
+    Measured backends tune the GPUs they measure on: what is detected wins over what the space
+    declares (one note line says so), and finding none is an error. The simulator keeps the
+    declared rig when nothing here maps to the catalog: simulating GPUs the host lacks is its job.
+    """
+    if gpus == ():  # --gpus none: a CPU-only host, by the user's word; the space's GPUs stand
+        return space
+    measured = backend != "sim"
+    detected = detect_gpus(gpus)
+    if isinstance(detected, NoGpu):
+        if measured:
+            raise ConfigError(detected.message)
+        return space
+    try:
+        host = detected.hardware()
+    except ConfigError:
+        if measured:
+            raise
+        return space
+    # Each of several workers tunes its own slice of the host's GPUs.
+    host = Hardware(host.gpu, per_trial or max(1, host.count // workers))
+    if host == space.hardware:
+        return space
+    if measured:
+        err_console.print(
+            f"note: this host has {host.label} (NVML) but the space declares "
+            f"{space.hardware.label}: tuning {host.spec}; pass --hardware {space.hardware.spec} "
+            "to keep the space's",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
+    return space.with_hardware(host)
 
 
 @app.command("optimize")
@@ -145,7 +189,7 @@ def optimize_command(
     )
     request = OptimizeRequest(
         name,
-        None if resume_only else built,
+        None,
         backend,
         trials,
         studies_dir,
@@ -159,7 +203,12 @@ def optimize_command(
         confirm_repeats=confirm_repeats,
         ray=None if ray is None else RayOptions(ray, parallel),
     )
-    check_request(request)  # argument errors before the live table draws anything
+    check_request(request)  # argument errors first; without a space it opens no database
+    if not resume_only:  # this host's GPUs, before anything is written
+        if hardware is None and ray is None:  # a Ray cluster's nodes are checked on their own
+            built = _on_this_host(built, backend, options.gpus, gpus_per_trial, workers)
+        request = replace(request, space=built)
+        check_request(request)  # the space against the study it may resume, before the table
     if as_json:
         result = optimize(request)
         print_json(_optimize_json(result, _write_best(result)))
