@@ -14,7 +14,7 @@ import logging
 import os
 import re
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +26,7 @@ from docker.types import DeviceRequest
 from tuner.config.vllm_args import VllmVersion, parse_version
 from tuner.errors import ConfigError, EngineUnavailable, LaunchError
 from tuner.launch.engine import RunOwner, engine_calls
+from tuner.launch.images import ensure_image
 
 __all__ = [
     "LABEL_GPUS",
@@ -33,11 +34,11 @@ __all__ = [
     "LABEL_STUDY",
     "LABEL_TRIAL",
     "Leftovers",
-    "check_image",
     "clean_leftovers",
     "container_name",
     "default_hf_cache",
     "device_requests",
+    "engine_picks",
     "gpus_label",
     "gpus_overlap",
     "list_containers",
@@ -178,6 +179,12 @@ def clean_leftovers(
     return [c.name or c.id or "" for c in found.dead]
 
 
+def engine_picks() -> Iterator[int]:
+    """Host ports that let the engine pick a free port of 127.0.0.1 at each creation."""
+    while True:
+        yield 0
+
+
 def gpus_label(gpus: Sequence[int] | None) -> str:
     """``all`` (None), ``none`` (no GPU) or the indices, ``0,1``."""
     if gpus is None:
@@ -226,19 +233,6 @@ def save_log(path: Path, image: str, container: Container, text: str) -> None:
         path.write_text(header + text, encoding="utf-8")
 
 
-def check_image(client: docker.DockerClient, image: str) -> None:
-    """Checked before create, which would otherwise try a pull and fail less clearly."""
-    try:
-        with engine_calls(f"looking for image {image}"):
-            client.images.get(image)
-    except docker.errors.ImageNotFound as error:
-        raise ConfigError(
-            f"docker image {image} is not on this host: docker pull {image} or build it"
-        ) from error
-    except docker.errors.APIError as error:
-        raise LaunchError(f"docker could not inspect image {image}: {error}") from error
-
-
 def probe_version(
     client: docker.DockerClient,
     image: str,
@@ -248,8 +242,9 @@ def probe_version(
     environment: Mapping[str, str],
     volumes: list[str],
 ) -> VllmVersion:
-    """Runs ``<entrypoint> --version`` in ``image`` once, for a tag that names no version."""
-    check_image(client, image)
+    """Runs ``<entrypoint> --version`` in ``image`` once, for a tag that names no version
+    (pulling the image first when this host lacks it)."""
+    ensure_image(client, image)
     container: Container | None = None
     try:
         container = client.containers.create(

@@ -39,11 +39,11 @@ from tuner.launch.containers import (
     LABEL_RUN,
     LABEL_STUDY,
     LABEL_TRIAL,
-    check_image,
     clean_leftovers,
     container_name,
     default_hf_cache,
     device_requests,
+    engine_picks,
     gpus_label,
     list_containers,
     probe_version,
@@ -55,9 +55,10 @@ from tuner.launch.containers import (
 from tuner.launch.engine import RunOwner, check_engine, check_engine_stays, engine_calls
 from tuner.launch.exit_hooks import run_at_exit
 from tuner.launch.failures import ServerEnd, Stage, end_failure
+from tuner.launch.images import ensure_image
 from tuner.launch.mounts import ContainerFiles
-from tuner.launch.readiness import wait_until_ready
-from tuner.results import Endpoint
+from tuner.launch.readiness import StartupWatch, wait_until_ready
+from tuner.results import Endpoint, OnStartup
 
 __all__ = [
     "CONTAINER_PORT",
@@ -75,11 +76,6 @@ CONTAINER_PORT = 8000
 # The engine's words when the host port cannot be had (docker-proxy's bind, the allocator).
 _PORT_TAKEN = ("port is already allocated", "address already in use")
 _STOPPED_FROM_OUTSIDE = (0, 128 + 15, 128 + 9)  # vLLM ends non-zero on a failure of its own
-
-
-def _engine_picks() -> Iterator[int]:
-    while True:
-        yield 0  # the engine picks a free port of 127.0.0.1
 
 
 class DockerLauncher:
@@ -105,6 +101,7 @@ class DockerLauncher:
         stop_timeout_s: grace between SIGTERM and SIGKILL on stop.
         poll_s: pause between readiness probes.
         host_ports: the host port each creation asks for (default 0: the engine picks).
+        on_startup: where a pull's progress and each start's phases (from its log) go.
     """
 
     name = "docker"
@@ -130,6 +127,7 @@ class DockerLauncher:
         stop_timeout_s: float = 30.0,
         poll_s: float = 0.5,
         host_ports: Iterator[int] | None = None,
+        on_startup: OnStartup | None = None,
     ) -> None:
         self.image = image
         self.study = study
@@ -150,7 +148,8 @@ class DockerLauncher:
         self.poll_s = poll_s
         self.run_id = uuid.uuid4().hex[:8]
         self.owner = RunOwner.current()
-        self._host_ports = host_ports or _engine_picks()
+        self._host_ports = host_ports or engine_picks()
+        self.on_startup = on_startup
         self._version = version if version is not None else version_from_image(image)
         self._client = client
         self._own_client = client is None
@@ -178,17 +177,18 @@ class DockerLauncher:
         """Runs ``server`` in a new container (stopping the previous one) and waits until ready.
 
         Raises:
-            ConfigError: no image, a config this version or these GPUs cannot run, or a live
-                run's container on our GPUs; nothing was started.
+            ConfigError: an image that cannot be pulled, a config this version or these GPUs
+                cannot run, or a live run's container on our GPUs; nothing was started.
             StartupFailure: it exited or was not ready in time; it has been removed.
             LaunchError: the engine refused the container.
             EngineUnavailable: the engine went away.
         """
         self.stop()
         client = self._docker()
-        check_image(client, self.image)
+        ensure_image(client, self.image, self.on_startup)
         argv = server_argv(server, self.version, host="0.0.0.0", port=CONTAINER_PORT)
         requests = device_requests(self.gpus, server.tensor_parallel_size)
+        watch = StartupWatch(self.on_startup)  # a config refused above never started
         if not self._hooked:
             run_at_exit(self.close)
             self._hooked = True
@@ -227,7 +227,7 @@ class DockerLauncher:
                         raise
                     _log.info("port for %s not available (%s): another port", name, error)
                     self._discard(quiet=True)
-            endpoint = self._wait_ready(server)
+            endpoint = self._wait_ready(server, watch)
         except docker.errors.APIError as error:
             self._discard(quiet=True)
             raise LaunchError(
@@ -267,12 +267,16 @@ class DockerLauncher:
         on our GPUs with a ConfigError naming it (every trial here would run out of memory).
         """
         self._cleaned = True
-        return clean_leftovers(self._docker(), self.study, self.run_id, self._gpus_label())
+        return clean_leftovers(self._docker(), self.study, self.run_id, gpus_label(self.gpus))
+
+    def ensure_image(self) -> None:
+        """Pulls the image unless this host has it (before a study stores anything)."""
+        ensure_image(self._docker(), self.image, self.on_startup)
 
     def check_conflicts(self) -> None:
         """The engine answers and no live run holds our GPUs (before a study stores anything)."""
         self._client = check_engine(self._client)
-        clean_leftovers(self._client, self.study, self.run_id, self._gpus_label(), remove=False)
+        clean_leftovers(self._client, self.study, self.run_id, gpus_label(self.gpus), remove=False)
 
     def close(self) -> None:
         """Stops and removes every container of this run; idempotent. A lost engine is not
@@ -309,19 +313,16 @@ class DockerLauncher:
             self._client = check_engine()
         return self._client
 
-    def _gpus_label(self) -> str:
-        return gpus_label(self.gpus)
-
     def _labels(self, trial: int) -> dict[str, str]:
         return {
             LABEL_STUDY: self.study,
             LABEL_TRIAL: str(trial),
             LABEL_RUN: self.run_id,
-            LABEL_GPUS: self._gpus_label(),
+            LABEL_GPUS: gpus_label(self.gpus),
             **self.owner.labels(),
         }
 
-    def _wait_ready(self, server: ServerConfig) -> Endpoint:
+    def _wait_ready(self, server: ServerConfig, watch: StartupWatch) -> Endpoint:
         container = self._container
         assert container is not None
         with engine_calls(f"inspecting container {container.name}"):
@@ -343,6 +344,7 @@ class DockerLauncher:
             poll_s=self.poll_s,
             model=model,
             oom_killed=self._oom_killed,
+            watch=watch,
         )
         return Endpoint(base_url, model, self._log_path)
 

@@ -44,7 +44,7 @@ from tuner.config.vllm_args import (
 from tuner.errors import LaunchError, StartupFailure
 from tuner.launch.exit_hooks import run_at_exit
 from tuner.launch.failures import ServerEnd, Stage
-from tuner.launch.readiness import wait_until_ready
+from tuner.launch.readiness import StartupWatch, wait_until_ready
 from tuner.launch.runfiles import (
     RunFile,
     die_with_parent,
@@ -54,7 +54,7 @@ from tuner.launch.runfiles import (
     state_dir,
     wait_group_empty,
 )
-from tuner.results import Endpoint
+from tuner.results import Endpoint, OnStartup
 
 __all__ = ["ProcessLauncher"]
 
@@ -194,6 +194,7 @@ class ProcessLauncher:
         poll_s: pause between readiness probes (an early exit is noticed within it).
         run_dir: where run files go (default :func:`~tuner.launch.runfiles.state_dir`); the
             first start also removes the servers of dead runs recorded there.
+        on_startup: where each start reports its phases, read from the server's log.
     """
 
     name = "process"
@@ -211,6 +212,7 @@ class ProcessLauncher:
         use_config_file: bool = False,
         poll_s: float = 0.5,
         run_dir: Path | None = None,
+        on_startup: OnStartup | None = None,
     ) -> None:
         if not command:
             raise LaunchError("ProcessLauncher needs a command, e.g. ('vllm',)")
@@ -222,6 +224,7 @@ class ProcessLauncher:
         self.use_config_file = use_config_file
         self.poll_s = poll_s
         self.run_dir = run_dir or state_dir()
+        self.on_startup = on_startup
         self._env = {**os.environ, **(env or {})}
         self._version = version
         self._lock = threading.RLock()
@@ -261,6 +264,7 @@ class ProcessLauncher:
             context.log_dir.mkdir(parents=True, exist_ok=True)
             log_path = context.log_dir / f"trial-{context.trial}.log"
             served = server.served_model_name or server.model
+            watch = StartupWatch(self.on_startup)  # one clock across a port retry
             # One retry: another process may grab the free port between probe and bind.
             for attempt in (1, 2):
                 port = _free_port(self.host)
@@ -276,6 +280,7 @@ class ProcessLauncher:
                         poll_s=self.poll_s,
                         model=served,
                         oom_killed=self._oom_killed,
+                        watch=watch,
                     )
                 except StartupFailure:
                     self.stop()

@@ -3,6 +3,10 @@
 Launcher-agnostic: the caller says how to ask "has the server died? → exit status" and how to
 read the recent log, so a subprocess (``Popen.poll``) and a container (``docker inspect``) share
 this loop and the classification in :mod:`tuner.launch.failures`.
+
+While it waits, a :class:`StartupWatch` reads the start's phase from the log at each probe
+(:func:`startup_phase`: loading weights, compiling, capturing graphs, ...) and reports it as a
+:class:`~tuner.results.StartupEvent`; the log is read for this only when someone listens.
 """
 
 from __future__ import annotations
@@ -15,12 +19,81 @@ import httpx
 
 from tuner.errors import StartupFailure
 from tuner.launch.failures import startup_failure
+from tuner.results import OnStartup, StartupEvent
 
-__all__ = ["wait_until_ready"]
+__all__ = ["READY", "STARTING", "StartupWatch", "startup_phase", "wait_until_ready"]
 
 # One probe must not hold up noticing a dead server: a live-but-busy server (compiling,
 # loading weights) may accept the connection and answer late.
 _PROBE_TIMEOUT_S = 2.0
+
+STARTING = "starting"
+READY = "ready"
+_SERVING = "starting API server"
+# The line that begins each phase, as vLLM 0.32 logs it (files under vllm/ unless named);
+# the marker that comes last in the log is the phase now.
+_PHASE_MARKERS: tuple[tuple[str, str], ...] = (
+    # v1/worker/gpu_model_runner.py and v1/worker/cpu_model_runner.py, load_model:
+    # "Starting to load model %s..." (its end: "Loading weights took", default_loader.py)
+    ("Starting to load model", "loading weights"),
+    # compilation/monitor.py, monitor_torch_compile: "%sStarting torch.compile"
+    ("Starting torch.compile", "compiling"),
+    # compilation/backends.py: "%sDynamo bytecode transform time: %.2f s" (also where the
+    # start line is not announced) and, on a cache hit, "Directly load the compiled graph(s)"
+    ("Dynamo bytecode transform time", "compiling"),
+    ("Directly load the compiled graph", "compiling"),
+    # v1/worker/gpu_worker.py, determine_available_memory: "Available KV cache memory: %s GiB"
+    ("Available KV cache memory", "allocating KV cache"),
+    # v1/worker/gpu_model_runner.py, _capture_cudagraphs: tqdm's bar "Capturing CUDA graphs
+    # (decode, FULL): 40%|..." on stderr, redrawn after "\r" (its end: "Graph capturing
+    # finished in")
+    ("Capturing CUDA graphs", "capturing graphs"),
+    # v1/engine/core.py: "init engine (profile, create kv cache, warmup model) took %.2f s"
+    ("init engine (profile, create kv cache, warmup model) took", _SERVING),
+    # entrypoints/launchers/api_server/entry.py: "Starting vLLM server on %s"
+    ("Starting vLLM server on", _SERVING),
+    # uvicorn/lifespan/on.py (vLLM's API server runs on uvicorn): "Application startup complete."
+    ("Application startup complete.", READY),
+)
+
+
+def startup_phase(log_text: str) -> str | None:
+    """The phase a starting vLLM server is in, by the last phase marker in its log; None
+    when the text holds none (not yet, or a log tail cut before it)."""
+    for line in reversed(log_text.splitlines()):  # splitlines also splits tqdm's "\r" redraws
+        for marker, phase in _PHASE_MARKERS:
+            if marker in line:
+                return phase
+    return None
+
+
+class StartupWatch:
+    """Reports one start's phases to ``on_startup`` with the seconds since the start began.
+
+    Made when the start begins (which reports ``"starting"``); :func:`wait_until_ready`
+    reports the phase the log shows at each probe and ``"ready"`` at the end.
+    """
+
+    def __init__(self, on_startup: OnStartup | None) -> None:
+        self._on_startup = on_startup
+        self._began = time.monotonic()
+        self.phase = STARTING
+        self._report()
+
+    def poll(self, log_text: Callable[[], str]) -> None:
+        """Reads the phase from the log; reported at every probe so the clock moves on."""
+        if self._on_startup is None:
+            return  # nobody listens: the log is not read
+        self.phase = startup_phase(log_text()) or self.phase
+        self._report()
+
+    def ready(self) -> None:
+        self.phase = READY
+        self._report()
+
+    def _report(self) -> None:
+        if self._on_startup is not None:
+            self._on_startup(StartupEvent(self.phase, elapsed_s=time.monotonic() - self._began))
 
 
 def _listed_models(response: httpx.Response) -> list[str]:
@@ -40,6 +113,7 @@ def wait_until_ready(
     poll_s: float = 0.5,
     model: str | None = None,
     oom_killed: Callable[[], bool] | None = None,
+    watch: StartupWatch | None = None,
 ) -> None:
     """Returns once ``GET /health`` answers 200 and ``GET /v1/models`` lists ``model``.
 
@@ -50,10 +124,11 @@ def wait_until_ready(
         base_url: ``http://host:port`` of the server.
         timeout_s: how long start-up may take (tens of seconds to minutes for 14-32B models).
         exited: the exit status if the server has ended, else None.
-        log_tail: the recent log text (a few hundred lines), read only on failure.
+        log_tail: the recent log text (a few hundred lines), read on failure and by ``watch``.
         poll_s: pause between probes.
         model: the served model name that must be listed; None accepts any.
         oom_killed: whether the runtime saw the OOM killer end it (Docker), if it can tell.
+        watch: where the phases the log shows are reported; None: nowhere.
 
     Raises:
         StartupFailure: the server exited (kind from its exit status and log) or was not ready
@@ -67,6 +142,8 @@ def wait_until_ready(
             code = exited()
             if code is not None:
                 raise _failure(code, log_tail(), oom_killed)
+            if watch is not None:
+                watch.poll(log_tail)
             try:
                 health = client.get("/health")
                 if health.status_code != 200:
@@ -75,6 +152,8 @@ def wait_until_ready(
                     models = client.get("/v1/models")
                     listed = _listed_models(models)
                     if models.status_code == 200 and (model is None or model in listed):
+                        if watch is not None:
+                            watch.ready()
                         return
                     last_problem = f"/v1/models answered {models.status_code}, listing {listed}"
             except httpx.HTTPError as exc:

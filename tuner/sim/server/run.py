@@ -35,6 +35,11 @@ __all__ = ["main"]
 
 _MIB = 1024 * 1024
 _CHILD_SLEEP_S = 600  # a stand-in for vLLM's engine core; its group's sweep ends it sooner
+_SLOW_PHASES = (
+    ("Starting to load model", 0.5),
+    ("Starting torch.compile", 0.25),
+    ("Capturing CUDA graphs", 0.25),
+)
 
 
 def _exit_on_signal(signum: int, frame: FrameType | None) -> None:
@@ -91,6 +96,14 @@ def _compile_cache(argv: Sequence[str]) -> None:
     marker.write_text("simulated\n")
 
 
+def _slow_start(seconds: float) -> None:
+    """Spends ``seconds`` in vLLM's start-up phases, each begun with the line vLLM logs
+    (where vLLM logs them: the markers in :mod:`tuner.launch.readiness`)."""
+    for line, share in _SLOW_PHASES:
+        log("INFO", f"{line} (simulated slow start: {share * seconds:g} of {seconds:g} s)")
+        time.sleep(share * seconds)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the fake server; returns the process exit status.
 
@@ -117,8 +130,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _process_faults(sim.faults)
         _compile_cache(argv)
         if sim.faults.slow_start_s:
-            log("INFO", f"Loading weights (simulated slow start: {sim.faults.slow_start_s:g} s)")
-            time.sleep(sim.faults.slow_start_s)
+            _slow_start(sim.faults.slow_start_s)
         engine = start_engine(args)
     except ConfigValidationError as exc:
         print_validation_failure(exc.config_class, str(exc))

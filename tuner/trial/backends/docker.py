@@ -74,17 +74,22 @@ class DockerBackend(ServedBackend):
             environment=dict(options.docker_env) or None,
             env_passthrough=options.docker_secrets,
             vllm_cache=options.vllm_cache,
+            on_startup=options.on_startup,
         )
         return cls(launcher, request_timeout_s=options.request_timeout_s)
 
     def prepare(self) -> None:
-        """The engine answers and no live run holds our GPUs, before the study stores anything.
+        """The engine answers, no live run holds our GPUs and the image is here (pulled if
+        missing), before the study stores anything and before any trial's clock starts.
 
         Raises:
             EngineUnavailable: no engine answers.
-            ConfigError: a live run's container runs on our GPUs (named).
+            ConfigError: a live run's container runs on our GPUs (named), or the image cannot
+                be pulled (missing, registry unreachable, login needed).
+            LaunchError: the engine could not pull it otherwise.
         """
         self.launcher.check_conflicts()
+        self.launcher.ensure_image()
 
     def start(self, server: ServerConfig, context: LaunchContext) -> Endpoint:
         self.stop()

@@ -36,5 +36,6 @@ class ProcessBackend(ServedBackend):
             version=explicit_version(space),
             ready_timeout_s=options.ready_timeout_s,
             env=env,
+            on_startup=options.on_startup,
         )
         return cls(launcher, request_timeout_s=options.request_timeout_s)
