@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import huggingface_hub.constants
 import pytest
 from testbed import write_hf_cache
 
@@ -95,6 +96,9 @@ def gated_hub(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[str]:
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    # huggingface_hub copied HF_HUB_OFFLINE when first imported, which may have been under an
+    # earlier test's offline environment (spectune imports it only when it needs the Hub).
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
     monkeypatch.delenv("HF_TOKEN", raising=False)
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty"))
     monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{server.server_address[1]}")

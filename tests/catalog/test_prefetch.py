@@ -25,9 +25,10 @@ import pytest
 from testbed.fake_hub import FakeHub, FakeRepo
 from typer.testing import CliRunner
 
-from tuner.cli import app, prefetch_commands
+from tuner.cli import app
 from tuner.config.space import load_space
 from tuner.errors import ConfigError
+from tuner.launch import engine, images
 from tuner.results import StartupEvent
 from tuner.study.prefetch import models_to_fetch, prefetch, weight_files
 
@@ -268,8 +269,8 @@ def test_cli_prefetch_pulls_the_image_too(hub: FakeHub, monkeypatch: pytest.Monk
         pulled.append(image)
         return True
 
-    monkeypatch.setattr(prefetch_commands, "check_engine", Engine)
-    monkeypatch.setattr(prefetch_commands, "ensure_image", ensure_image)
+    monkeypatch.setattr(engine, "check_engine", Engine)
+    monkeypatch.setattr(images, "ensure_image", ensure_image)
     args = ["prefetch", "--model", "me/tiny", "--image", "vllm/vllm-openai:v0.8.5"]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.stderr

@@ -24,7 +24,6 @@ from tuner.catalog.hf_config import (
     quantization_of,
     weight_bytes,
 )
-from tuner.catalog.hub import hub_files, looks_like_hub_id
 from tuner.catalog.seed import SEED
 from tuner.errors import ConfigError, IncompatibleDraftError
 
@@ -203,6 +202,10 @@ def model_from_config(directory: Path) -> ModelSpec:
 
 @cache
 def _from_hub(hf_id: str) -> ModelSpec:
+    # Here, not at the top: huggingface_hub and its HTTP client take a second to import, and
+    # catalog models, local folders and `spectune --help` never need them.
+    from tuner.catalog.hub import hub_files
+
     files = hub_files(hf_id)
     return spec_from_config(
         hf_id,
@@ -224,6 +227,8 @@ def load_model(name: str) -> ModelSpec:
     directory = Path(name).expanduser()
     if (directory / "config.json").is_file():
         return model_from_config(directory)
+    from tuner.catalog.hub import looks_like_hub_id  # see _from_hub
+
     if looks_like_hub_id(name.strip()):
         return _from_hub(name.strip())
     raise ConfigError(

@@ -13,7 +13,6 @@ from typing import Annotated, Any, Literal
 import typer
 from rich.table import Table
 
-from tuner.bench.measure import measure_endpoint, served_models
 from tuner.cli import options as opt
 from tuner.cli.app import app, console, err_console, handle_errors, print_json
 from tuner.config.workload import WorkloadSpec
@@ -78,6 +77,8 @@ def bench_command(
     as_json: opt.Json = False,
 ) -> None:
     """Measure an already running OpenAI-compatible server (e.g. your production vLLM)."""
+    from tuner.bench.measure import measure_endpoint  # HTTP clients: only when measuring
+
     if api not in ("chat", "completions"):
         raise ConfigError(f"--api {api!r}: choose chat or completions")
     chosen_api: Literal["chat", "completions"] = "chat" if api == "chat" else "completions"
@@ -118,6 +119,8 @@ def bench_command(
 
 
 def _first_model(url: str, api_key: str | None) -> str:
+    from tuner.bench.measure import served_models
+
     models = served_models(url, api_key=api_key)
     if not models:
         raise ConfigError(f"{url} serves no model: pass --model")

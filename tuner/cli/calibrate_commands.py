@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -11,10 +11,11 @@ from tuner.catalog.gpus import parse_hardware
 from tuner.cli import options as opt
 from tuner.cli.app import app, console, handle_errors, print_json
 from tuner.config.space import load_space
-from tuner.sim.twin.fit import FittedTwin
-from tuner.study.twin_calibrate import calibrate
 from tuner.trial.backends import backend_factory
-from tuner.trial.runner import TrialOutcome
+
+if TYPE_CHECKING:
+    from tuner.sim.twin.fit import FittedTwin
+    from tuner.trial.runner import TrialOutcome
 
 __all__ = ["calibrate_command"]
 
@@ -42,6 +43,8 @@ def calibrate_command(
     as_json: opt.Json = False,
 ) -> None:
     """Fit the host's twin on a few designed launches; later studies and estimates start from it."""
+    from tuner.study.twin_calibrate import calibrate  # the runner and its HTTP clients
+
     loaded = load_space(space)
     if hardware is not None:
         loaded = loaded.with_hardware(parse_hardware(hardware))

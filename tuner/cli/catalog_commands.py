@@ -20,7 +20,6 @@ from tuner.config.trial import server_to_dict
 from tuner.config.workload import WorkloadSpec
 from tuner.errors import ConfigError
 from tuner.sim.estimate import Estimate, estimate
-from tuner.study.twin_calibrate import study_physics
 
 __all__ = [
     "estimate_command",
@@ -57,6 +56,8 @@ def estimate_command(
     as_json: opt.Json = False,
 ) -> None:
     """Predict one config's speed and memory with the simulator (nothing is launched)."""
+    from tuner.study.twin_calibrate import study_physics  # the trial runner's HTTP clients
+
     spec = WorkloadSpec(
         prompt_set=workload,
         input_tokens=input_tokens,

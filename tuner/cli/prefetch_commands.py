@@ -3,18 +3,17 @@ before the first trial, so no trial's start-up clock waits for a download."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from tuner.catalog.hub import hub_cache_dir
 from tuner.cli.app import app, console, handle_errors
 from tuner.config.space import load_space
 from tuner.errors import ConfigError
-from tuner.launch.engine import check_engine
-from tuner.launch.images import ensure_image
 from tuner.results import StartupEvent
-from tuner.study.prefetch import PrefetchedModel, models_to_fetch, prefetch
+
+if TYPE_CHECKING:
+    from tuner.study.prefetch import PrefetchedModel
 
 __all__ = ["prefetch_command"]
 
@@ -44,6 +43,10 @@ def prefetch_command(
     ] = None,
 ) -> None:
     """Download the weights of the target and every draft into the Hugging Face cache."""
+    # Here, not at the top: huggingface_hub and its HTTP client cost `spectune --help` a second.
+    from tuner.catalog.hub import hub_cache_dir
+    from tuner.study.prefetch import models_to_fetch, prefetch
+
     if model is not None and space is not None:
         raise ConfigError("--space and --model both given: fetch a space's models or name them")
     if draft and model is None:
@@ -64,6 +67,9 @@ def prefetch_command(
 
 
 def _pull(image: str) -> None:
+    from tuner.launch.engine import check_engine  # the docker SDK: only when pulling
+    from tuner.launch.images import ensure_image
+
     client = check_engine()
     try:
         with console.status(f"image {image}") as status:

@@ -21,13 +21,9 @@ from tuner.cli.render import confirm_run_line, confirmed_table
 from tuner.config.space import SearchSpace
 from tuner.errors import ConfigError
 from tuner.export.vllm import FORMATS, Exported, export, write_best
-from tuner.report.dashboard import prepare_dashboard, serve_dashboard
-from tuner.report.page import write_report
 from tuner.results import Source
-from tuner.study.confirm import confirm
 from tuner.study.paths import StudyPaths, default_storage
 from tuner.study.storage import check_writable
-from tuner.study.study import open_existing, study_backend_options
 from tuner.trial.backends import backend_factory
 
 __all__ = [
@@ -43,6 +39,8 @@ Name = Annotated[str, typer.Argument(help="Study name.")]
 def _open(
     name: str, storage: str | None, studies_dir: Path
 ) -> tuple[optuna.Study, SearchSpace, str, StudyPaths]:
+    from tuner.study.study import open_existing  # which imports the backends' libraries
+
     url = storage or default_storage(name, studies_dir)
     study, space = open_existing(name, url)
     return study, space, url, StudyPaths.of(studies_dir, name, url)
@@ -115,6 +113,8 @@ def report_command(
     as_json: opt.Json = False,
 ) -> None:
     """Write a self-contained HTML report with PNG charts."""
+    from tuner.report.page import write_report  # matplotlib: only when drawing
+
     study, space, _, paths = _open(name, storage, studies_dir)
     target = out or paths.report
     check_writable(target, "report folder", "--out")
@@ -142,6 +142,8 @@ def dashboard_command(
     studies_dir: opt.StudiesDir = Path("studies"),
 ) -> None:
     """Open the study in optuna-dashboard (OOM and over-limit trials shown infeasible)."""
+    from tuner.report.dashboard import prepare_dashboard, serve_dashboard
+
     _check_port(host, port)
     study, _, url, paths = _open(name, storage, studies_dir)
     info = prepare_dashboard(study, paths)
@@ -201,6 +203,9 @@ def confirm_command(
     as_json: opt.Json = False,
 ) -> None:
     """Measure the best configs again on fresh servers; export and report use the means."""
+    from tuner.study.confirm import confirm
+    from tuner.study.study import study_backend_options
+
     study, space, _, paths = _open(name, storage, studies_dir)
     chosen = backend or _default_backend(study)
     options = backend_options(

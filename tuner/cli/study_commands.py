@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Group
@@ -30,13 +30,13 @@ from tuner.config.space import SearchSpace, load_space
 from tuner.config.trial import server_to_dict
 from tuner.errors import ConfigError
 from tuner.export.vllm import write_best
-from tuner.study.cluster import RayOptions
-from tuner.study.optimize import OptimizeRequest, OptimizeResult, check_request, optimize
 from tuner.study.paths import default_storage
 from tuner.study.storage import safe_url, study_exists
-from tuner.study.workers import WorkerRequest, run_worker
 from tuner.trial.record import TrialRecord
 from tuner.trial.scoring import TrialStatus
+
+if TYPE_CHECKING:
+    from tuner.study.optimize import OptimizeResult
 
 
 def _build_space(
@@ -169,6 +169,11 @@ def optimize_command(
     as_json: opt.Json = False,
 ) -> None:
     """Run a tuning study, confirm the best configs, and export the recommended one."""
+    # Here, not at the top: they load the backends' container and HTTP libraries, which
+    # `spectune --help` should not pay for.
+    from tuner.study.cluster import RayOptions
+    from tuner.study.optimize import OptimizeRequest, check_request, optimize
+
     explicit = any(v is not None for v in (space, hardware, slo_ttft_ms, vllm_version))
     built = _build_space(space, hardware, slo_ttft_ms, vllm_version)
     name = study or built.name
@@ -268,6 +273,8 @@ def worker_command(
     request_timeout: opt.RequestTimeout = 120.0,
 ) -> None:
     """Join an existing study from this host and run trials until its budget is used up."""
+    from tuner.study.workers import WorkerRequest, run_worker
+
     options = replace(
         backend_options(
             study,

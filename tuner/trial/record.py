@@ -12,9 +12,8 @@ earlier versions wrote, so their studies still open: a missing ``status`` reads 
 (``failed`` for a FAIL trial), a missing ``source`` as ``measured``, a missing ``errors``
 constraint as met (nothing failed that was counted).
 
-Each measured (concurrency, temperature) pair is one entry of ``levels``: the result's summary
-plus the pair's ``temperature`` and ``weight``, the order-statistic interval of its p95 TTFT and
-its failed-request share.
+Each measured (concurrency, temperature) pair is one entry of ``levels``: its summary, its
+``temperature`` and ``weight``, its p95 TTFT's order-statistic interval, its failed share.
 """
 
 from __future__ import annotations
@@ -22,7 +21,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
@@ -40,8 +39,10 @@ from tuner.config.workload import Condition
 from tuner.errors import SpectuneError, StartupFailure
 from tuner.results import Source, TrialResult
 from tuner.trial.run_facts import RUN_ATTR, RunFacts, stored_run
-from tuner.trial.runner import TrialOutcome
 from tuner.trial.scoring import CONSTRAINT_KEYS, LEGACY_CONSTRAINT_KEYS, TrialStatus
+
+if TYPE_CHECKING:  # the runner imports the load generator and its HTTP client
+    from tuner.trial.runner import TrialOutcome
 
 __all__ = [
     "RECORD_ATTRS",
