@@ -18,8 +18,9 @@ from typer.testing import CliRunner
 from tuner.catalog import nvml
 from tuner.catalog.gpus import DetectedGpus, NoGpu, hardware_of
 from tuner.catalog.nvml import NvmlProbe, detect_gpus
-from tuner.cli import app, study_commands
+from tuner.cli import app
 from tuner.errors import ConfigError, SpectuneError
+from tuner.study import optimize as optimize_module
 from tuner.study.optimize import OptimizeRequest
 
 RTX_4090 = "NVIDIA GeForce RTX 4090"
@@ -329,7 +330,7 @@ def captured(monkeypatch: pytest.MonkeyPatch) -> list[OptimizeRequest]:
         requests.append(request)
         raise SpectuneError("stopped before the study")
 
-    monkeypatch.setattr(study_commands, "optimize", stop)
+    monkeypatch.setattr(optimize_module, "optimize", stop)  # the command imports it when run
     return requests
 
 

@@ -17,20 +17,24 @@ import json
 import logging
 import socket
 import struct
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import huggingface_hub.constants
+import optuna
 import pytest
 from testbed.fake_hub import FakeHub, FakeRepo
 from typer.testing import CliRunner
 
 from tuner.cli import app
-from tuner.config.space import load_space
+from tuner.config.space import load_space, space_from_dict
 from tuner.errors import ConfigError
 from tuner.launch import engine, images
 from tuner.results import StartupEvent
+from tuner.study.optimize import OptimizeRequest, optimize
 from tuner.study.prefetch import models_to_fetch, prefetch, weight_files
+from tuner.trial.backends import BackendOptions
 
 TOKEN = "hf_test_secret_token_123"
 CONFIG = json.dumps({"model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"]}).encode()
@@ -277,3 +281,64 @@ def test_cli_prefetch_pulls_the_image_too(hub: FakeHub, monkeypatch: pytest.Monk
     assert pulled == ["vllm/vllm-openai:v0.8.5", "closed"]
     assert "image vllm/vllm-openai:v0.8.5: pulled" in result.stdout
     assert "and image vllm/vllm-openai:v0.8.5" in result.stdout.splitlines()[-1]
+
+
+def test_a_study_fetches_its_weights_before_it_is_stored_and_before_the_first_start(
+    hub: FakeHub, tmp_path: Path
+) -> None:
+    target = "Qwen/Qwen2.5-7B-Instruct"  # a catalog id the fake server knows, served here
+    hub.repos[target] = FakeRepo(_tiny())
+    space = space_from_dict(
+        {
+            "name": "fetch",
+            "hardware": "4090x1",
+            "target": target,
+            "server": {"max_model_len": 4096, "extra_flags": {"sim-speed": 200}},
+            "vllm": {"version": "0.32.0"},
+            "workload": {"input_tokens": 64, "output_tokens": 16, "concurrency": [1],
+                         "requests": 2, "warmup": 0},
+            "search": {"draft": ["ngram"], "num_speculative_tokens": {"low": 3, "high": 3},
+                       "gpu_memory_utilization": 0.9, "max_num_batched_tokens": [2048],
+                       "temperature": 0.0},
+        }
+    )  # fmt: skip
+    events: list[StartupEvent] = []
+    options = BackendOptions(
+        study="",
+        vllm_command=(sys.executable, "-m", "tuner.sim.server"),
+        ready_timeout_s=60,
+        on_startup=events.append,
+    )
+    request = OptimizeRequest("fetch", space, "process", 1, tmp_path, backend_options=options,
+                              confirm_top=0)  # fmt: skip
+
+    result = optimize(request)
+
+    snapshot = tmp_path / "hf-home" / "hub" / "models--Qwen--Qwen2.5-7B-Instruct" / "snapshots"
+    assert sorted(p.name for p in (snapshot / hub.repos[target].sha).iterdir()) == [
+        "config.json",
+        "model.safetensors",
+        "tokenizer.json",
+    ]
+    phases = [e.phase for e in events]
+    assert phases.index("downloading weights") < phases.index("starting")
+    assert phases[-1] == "ready"
+    assert result.trials == 1 and result.recommended is not None
+
+
+def test_a_study_whose_weights_cannot_be_fetched_stores_nothing(
+    hub: FakeHub, tmp_path: Path
+) -> None:
+    hub.repos["Qwen/Qwen2.5-14B-Instruct-AWQ"] = FakeRepo(_tiny(), gated=True, token=TOKEN)
+    argv = ["optimize", "--space", "qwen2.5-14b-awq-4090x1", "--hardware", "4090x1",
+            "--backend", "process",
+            "--vllm-command", f"{sys.executable} -m tuner.sim.server", "--prefetch",
+            "--studies-dir", str(tmp_path / "studies"), "--trials", "1"]  # fmt: skip
+
+    result = CliRunner().invoke(app, argv)
+
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "gated" in lines[0] and "HF_TOKEN" in lines[0]
+    for db in (tmp_path / "studies").glob("*.db"):  # opened, perhaps, but holding no study
+        assert optuna.get_all_study_names(storage=f"sqlite:///{db}") == []

@@ -87,7 +87,7 @@ def spectune(
         argv += ["--backend", "docker", "--trials", "2", "--studies-dir", str(tmp_path)]
         argv += ["--image", test_image, "--gpus", "none", "--confirm-top", "0"]
         argv += ["--docker-entrypoint", f"{PYTHON} -m tuner.sim.server", *volumes]
-        argv += ["--sampler", "random", "--ready-timeout", "120"]
+        argv += ["--sampler", "random", "--ready-timeout", "120", "--no-prefetch"]
         env = {"DOCKER_HOST": docker_host, "HF_HOME": str(tmp_path / "hf"), "PATH": "/usr/bin:/bin"}
         return subprocess.Popen(
             argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True

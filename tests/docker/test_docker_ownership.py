@@ -170,6 +170,7 @@ def test_another_studys_live_container_on_our_gpus_is_named_before_anything_is_s
         trials=2,
         studies_dir=tmp_path,
         backend_options=BackendOptions(study="", image=test_image, gpus=(1,)),
+        prefetch=False,
     )
     with pytest.raises(ConfigError) as refused:
         optimize(request)

@@ -124,6 +124,7 @@ def test_a_study_pulls_a_missing_image_before_it_stores_anything(
             studies_dir=tmp_path,
             backend_options=options,
             confirm_top=0,
+            prefetch=False,  # the fake server loads no weights
         )
     )
     assert _has(docker_client, pushed)

@@ -92,6 +92,7 @@ def run_study(
                 trials=len(configs),
                 studies_dir=tmp_path,
                 backend_options=options,
+                prefetch=False,  # the fake server loads no weights
             )
         )
         if result.recommended is not None:  # what `spectune optimize` then writes

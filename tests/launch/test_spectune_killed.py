@@ -39,6 +39,7 @@ def _optimize(tmp_path: Path, study: str, trials: int) -> list[str]:
         "--study", study,
         "--trials", str(trials),
         "--confirm-top", "0",
+        "--no-prefetch",  # the fake server loads no weights
         "--studies-dir", str(tmp_path / "studies"),
     ]  # fmt: skip
 

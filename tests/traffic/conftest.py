@@ -58,6 +58,7 @@ def fake_request(tmp_path: Path, space: SearchSpace, trials: int) -> OptimizeReq
         studies_dir=tmp_path / "studies",
         sampler="random",
         confirm_top=0,
+        prefetch=False,  # the fake server loads no weights
         backend_options=BackendOptions(
             study="", vllm_command=FAKE_VLLM, request_timeout_s=5.0, ready_timeout_s=60.0
         ),

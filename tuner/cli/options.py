@@ -31,6 +31,7 @@ __all__ = [
     "Json",
     "MaxModelLen",
     "OutputTokens",
+    "Prefetch",
     "ReadyTimeout",
     "RequestTimeout",
     "Sampler",
@@ -126,6 +127,15 @@ DockerEnv = Annotated[
 ]
 DockerEntrypoint = Annotated[
     str, typer.Option("--docker-entrypoint", help="docker backend: command that runs vLLM.")
+]
+Prefetch = Annotated[
+    bool,
+    typer.Option(
+        "--prefetch/--no-prefetch",
+        envvar="SPECTUNE_PREFETCH",
+        help="docker, process: download the space's weights into the Hugging Face cache before "
+        "the first server starts (--no-prefetch: vLLM fetches them itself, or needs none).",
+    ),
 ]
 SimSpeed = Annotated[
     float | None,

@@ -11,6 +11,7 @@ import typer
 from rich.console import Group
 from rich.live import Live
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.text import Text
 
 from tuner.analysis.confirmed import Run
 from tuner.catalog.gpus import Hardware, NoGpu, parse_hardware
@@ -30,6 +31,7 @@ from tuner.config.space import SearchSpace, load_space
 from tuner.config.trial import server_to_dict
 from tuner.errors import ConfigError
 from tuner.export.vllm import write_best
+from tuner.results import StartupEvent
 from tuner.study.paths import default_storage
 from tuner.study.storage import safe_url, study_exists
 from tuner.trial.record import TrialRecord
@@ -154,6 +156,7 @@ def optimize_command(
     docker_volume: opt.DockerVolume = None,
     docker_env: opt.DockerEnv = None,
     docker_entrypoint: opt.DockerEntrypoint = "vllm",
+    prefetch: opt.Prefetch = True,
     sim_speed: opt.SimSpeed = None,
     ready_timeout: opt.ReadyTimeout = 900.0,
     request_timeout: opt.RequestTimeout = 120.0,
@@ -207,6 +210,7 @@ def optimize_command(
         confirm_top=confirm_top,
         confirm_repeats=confirm_repeats,
         ray=None if ray is None else RayOptions(ray, parallel),
+        prefetch=prefetch,
     )
     check_request(request)  # argument errors first; without a space it opens no database
     if not resume_only:  # this host's GPUs, before anything is written
@@ -220,6 +224,9 @@ def optimize_command(
         return
     source = "simulated" if backend == "sim" else "measured"
     table = trial_table(f"study {name}: {source} trials")
+    starting = Text("", style="dim")
+    options = replace(options, on_startup=lambda event: _show_startup(starting, event))
+    request = replace(request, backend_options=options)
     progress = Progress(
         TextColumn("trials"),
         BarColumn(),
@@ -241,7 +248,7 @@ def optimize_command(
             progress.console.print(f"trial {record.number} failed: {record.failure}", markup=False)
         progress.advance(task)
 
-    with Live(Group(table, progress), console=console, refresh_per_second=4):
+    with Live(Group(table, starting, progress), console=console, refresh_per_second=4):
         result = optimize(request, on_trial, on_tick=on_tick, on_confirm=on_confirm)
     console.print()
     _print_optimize(result, _write_best(result))
@@ -268,6 +275,7 @@ def worker_command(
     docker_volume: opt.DockerVolume = None,
     docker_env: opt.DockerEnv = None,
     docker_entrypoint: opt.DockerEntrypoint = "vllm",
+    prefetch: opt.Prefetch = True,
     sim_speed: opt.SimSpeed = None,
     ready_timeout: opt.ReadyTimeout = 900.0,
     request_timeout: opt.RequestTimeout = 120.0,
@@ -299,9 +307,19 @@ def worker_command(
         options,
         sampler,
         None if hardware is None else parse_hardware(hardware),
+        prefetch=prefetch,
     )
     run_worker(request, detected=gpu_names(options.gpus) if backend != "sim" else None)
     console.print(f"worker {worker_id}: study {study} has used up its trial budget")
+
+
+def _show_startup(line: Text, event: StartupEvent) -> None:
+    """The live table's line on what the server start is doing (blank once it is ready)."""
+    if event.phase == "ready":
+        line.plain = ""
+        return
+    detail = f": {event.detail}" if event.detail else ""
+    line.plain = f"server start: {event.phase}{detail} ({event.elapsed_s:.0f} s)"
 
 
 def _record_json(record: TrialRecord) -> dict[str, Any]:

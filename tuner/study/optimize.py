@@ -16,6 +16,7 @@ from tuner.analysis.confirmed import Confirmed
 from tuner.analysis.picks import Candidate, pareto_front, recommend
 from tuner.config.space import SearchSpace
 from tuner.errors import ConfigError
+from tuner.results import Source
 from tuner.study.cluster import (
     RayOptions,
     check_cluster,
@@ -25,6 +26,7 @@ from tuner.study.cluster import (
 )
 from tuner.study.confirm import OnRun, confirm
 from tuner.study.paths import StudyPaths, default_storage
+from tuner.study.prefetch import prefetch_models
 from tuner.study.storage import check_writable, open_storage
 from tuner.study.strategy import warm_start
 from tuner.study.study import (
@@ -64,6 +66,9 @@ class OptimizeRequest:
     # Backend settings beyond study, seed and GPUs (which optimize fills in per worker).
     backend_options: BackendOptions = field(default_factory=lambda: BackendOptions(study=""))
     ray: RayOptions | None = None  # trials on a Ray cluster's nodes instead of this host
+    # Download the space's weights into the host's Hugging Face cache before the first start
+    # (measured backends on this host); off where vLLM gets them itself, or needs none.
+    prefetch: bool = True
 
 
 @dataclass(frozen=True)
@@ -102,7 +107,9 @@ def check_request(request: OptimizeRequest) -> None:
 
 
 def _prepare(request: OptimizeRequest, backend: Backend | None, space: SearchSpace) -> None:
-    """The backend's checks (an engine that answers, GPUs nobody else holds) on a probe."""
+    """What must hold or be on this host before the study stores anything or any trial's clock
+    starts: the backend's checks on a probe (an engine that answers, GPUs nobody else holds,
+    the image, pulled if missing), then the weights (:func:`prefetch_models`)."""
     options = replace(request.backend_options, study=request.study, seed=request.seed)
     probe = backend or backend_factory(request.backend)(space, options)
     try:
@@ -111,6 +118,8 @@ def _prepare(request: OptimizeRequest, backend: Backend | None, space: SearchSpa
     finally:
         if backend is None:
             probe.close()
+    if request.prefetch and probe.source is Source.MEASURED:
+        prefetch_models(space, options.on_startup)
 
 
 def optimize(
@@ -186,6 +195,7 @@ def optimize(
             request.studies_dir,
             options,
             request.sampler,
+            prefetch=False,  # done above, before the study was stored
         )
         spawn_workers(worker, request.workers, per_trial, tick)
     confirmed: list[Confirmed] = []

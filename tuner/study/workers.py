@@ -21,6 +21,7 @@ from pathlib import Path
 from tuner.catalog.gpus import Hardware, find_gpu
 from tuner.errors import ConfigError, SpectuneError
 from tuner.study.paths import StudyPaths
+from tuner.study.prefetch import prefetch_models
 from tuner.study.storage import is_sqlite
 from tuner.study.study import (
     StudyOptions,
@@ -51,6 +52,7 @@ class WorkerRequest:
     options: BackendOptions
     sampler: str = "spectune"
     hardware: Hardware | None = None  # what this host has, when the user says so
+    prefetch: bool = True  # the space's weights into this host's cache before the first trial
 
 
 def run_worker(request: WorkerRequest, detected: list[str] | None = None) -> None:
@@ -67,6 +69,8 @@ def run_worker(request: WorkerRequest, detected: list[str] | None = None) -> Non
     sampler = make_sampler(request.sampler, request.options.seed)
     study, space = open_existing(request.study, request.storage, sampler)
     check_host_hardware(request.study, space.hardware, request.hardware, detected)
+    if request.prefetch and request.backend != "sim":
+        prefetch_models(space, request.options.on_startup)
     claim_source(study, request.backend)
     paths = StudyPaths.of(request.studies_dir, request.study, request.storage)
     options = StudyOptions(
@@ -113,6 +117,8 @@ def worker_argv(request: WorkerRequest) -> list[str]:
             "--docker-entrypoint", shlex.join(o.docker_entrypoint),
             "--ready-timeout", str(o.ready_timeout_s),
             "--request-timeout", str(o.request_timeout_s)]  # fmt: skip
+    if not request.prefetch:
+        argv += ["--no-prefetch"]
     if o.gpus is not None:
         argv += ["--gpus", ",".join(str(g) for g in o.gpus)]
     if o.image:
