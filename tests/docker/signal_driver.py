@@ -11,6 +11,7 @@ enough for nothing to outlive the process.
 from __future__ import annotations
 
 import json
+import signal
 import sys
 import time
 from pathlib import Path
@@ -21,6 +22,9 @@ from tuner.launch.docker import DockerLauncher
 
 
 def main(spec: dict[str, object]) -> None:
+    # Ctrl-C as a terminal delivers it: a test run started in the background (CI, nohup)
+    # passes SIGINT on ignored, and Python then never turns it into KeyboardInterrupt.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     launcher = DockerLauncher(
         str(spec["image"]),
         study=str(spec["study"]),

@@ -10,6 +10,7 @@ which a signalled run must never reach.
 
 from __future__ import annotations
 
+import signal
 import time
 import weakref
 
@@ -27,6 +28,9 @@ def _busy() -> None:
 
 
 def main() -> None:
+    # Ctrl-C as a terminal delivers it: a test run started in the background (CI, nohup)
+    # passes SIGINT on ignored, and Python then never turns it into KeyboardInterrupt.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     install_signal_handlers()
     print("READY", flush=True)
     end = time.monotonic() + 20
