@@ -2,8 +2,8 @@
 
 Each start costs about 30 s on 2 cores, so there is one here: a draft model from a ``--config``
 YAML. Ngram speculation from flags is the backend contract's real-vLLM case
-(tests/contract/test_contract_vllm.py); vLLM's own KV-cache OOM through this launcher is tested
-at the study level (tests/e2e/test_study_real_vllm.py).
+(tests/contract/test_contract_vllm.py); vLLM's own KV-cache OOM text is classified on real
+vLLM in a container (tests/docker/test_docker_vllm.py).
 """
 
 from __future__ import annotations
