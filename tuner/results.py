@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "STALL_S",
     "Endpoint",
     "OnStartup",
     "RequestRecord",
@@ -25,6 +26,11 @@ __all__ = [
     "TrialResult",
     "percentile",
 ]
+
+
+# A gap between streamed chunks that a reader notices as a stall (the field notes' "a 200 ms
+# stall, then four words at once"); 150 ms is about where streamed text stops reading as smooth.
+STALL_S = 0.150
 
 
 @dataclass(frozen=True)
@@ -191,6 +197,18 @@ class TrialResult:
         value = percentile([gap for r in self.succeeded for gap in r.itl], q)
         return None if value is None else value * 1000.0
 
+    @property
+    def tokens_per_chunk(self) -> float | None:
+        """Mean output tokens per streamed chunk: above 1, the reader gets tokens in bursts."""
+        chunks = sum(len(r.chunk_times) for r in self.succeeded)
+        return self.output_tokens / chunks if chunks else None
+
+    @property
+    def stall_share(self) -> float | None:
+        """Share of gaps between chunks longer than :data:`STALL_S`, a pause a reader sees."""
+        gaps = [gap for r in self.succeeded for gap in r.itl]
+        return sum(g > STALL_S for g in gaps) / len(gaps) if gaps else None
+
     def tpot_ms(self, q: float) -> float | None:
         value = percentile([r.tpot for r in self.succeeded if r.tpot is not None], q)
         return None if value is None else value * 1000.0
@@ -215,7 +233,9 @@ class TrialResult:
             "output_tok_s": self.output_tok_s,
             "request_rate": self.request_rate,
             **{f"ttft_p{q}_ms": self.ttft_ms(q) for q in (50, 90, 95, 99)},
-            **{f"itl_p{q}_ms": self.itl_ms(q) for q in (50, 95)},
+            **{f"itl_p{q}_ms": self.itl_ms(q) for q in (50, 95, 99)},
+            "tokens_per_chunk": self.tokens_per_chunk,
+            "stall_share": self.stall_share,
             "tpot_p50_ms": self.tpot_ms(50),
             "acceptance_rate": self.acceptance_rate,
             "mean_acceptance_length": self.mean_acceptance_length,

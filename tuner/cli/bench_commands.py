@@ -17,7 +17,7 @@ from tuner.cli import options as opt
 from tuner.cli.app import app, console, err_console, handle_errors, print_json
 from tuner.config.workload import WorkloadSpec
 from tuner.errors import ConfigError
-from tuner.results import Endpoint
+from tuner.results import STALL_S, Endpoint
 from tuner.trial.record import level_summary
 
 __all__ = ["bench_command"]
@@ -153,6 +153,9 @@ def bench_table(url: str, model: str, s: Mapping[str, Any]) -> Table:
     row("TPOT p95 ms (per token)", s["tpot_p95_ms"])
     row("ITL p50 ms (per chunk)", s["itl_p50_ms"])
     row("ITL p95 ms (per chunk)", s["itl_p95_ms"])
+    row("ITL p99 ms (per chunk)", s["itl_p99_ms"])
+    row("tokens per chunk", s["tokens_per_chunk"], "{:.2f}")
+    row(f"chunk gaps over {STALL_S * 1000:.0f} ms", s["stall_share"], "{:.1%}")
     row("draft acceptance", s["acceptance_rate"], "{:.1%}")
     row("mean acceptance length", s["mean_acceptance_length"], "{:.2f}")
     row("KV cache usage (peak)", s["kv_cache_usage"], "{:.1%}")
