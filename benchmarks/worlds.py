@@ -26,6 +26,7 @@ from tuner.sim.engine import simulate
 from tuner.sim.memory import MemoryEstimate, estimate_memory
 from tuner.sim.perfmodel import PerfModel
 from tuner.sim.twin.model import adjust_memory
+from tuner.trial.run_facts import RunFacts
 
 __all__ = ["WORLDS", "World", "WorldBackend"]
 
@@ -209,3 +210,6 @@ class WorldBackend:
 
     def close(self) -> None:
         self._server = None
+
+    def facts(self, space: SearchSpace) -> RunFacts:
+        return RunFacts(self.name, str(space.version))

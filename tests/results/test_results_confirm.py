@@ -29,6 +29,7 @@ from tuner.export.vllm import export
 from tuner.results import Endpoint, Source, TrialResult
 from tuner.study.confirm import confirm
 from tuner.trial.backends import Backend, BackendOptions, backend_factory
+from tuner.trial.run_facts import RunFacts
 from tuner.trial.scoring import TrialStatus
 
 
@@ -100,6 +101,9 @@ class CountingBackend:
 
     def close(self) -> None:
         self.inner.close()
+
+    def facts(self, space: SearchSpace) -> RunFacts:
+        return self.inner.facts(space)
 
 
 def _sim(space: SearchSpace) -> Backend:

@@ -4,7 +4,7 @@ Every export and the report carry this, so a config found in a repository months
 says what it was measured on and how sure the numbers are. What ran is what the study recorded
 when its servers started (:class:`~tuner.trial.record.RunFacts`): the backend, the vLLM version
 spoken to (detected where nobody gave one), the image for the docker backend only, and the GPUs
-as NVML detected them beside the hardware the study declares (:func:`detect_environment`).
+as NVML detected them beside the hardware the study declares.
 Studies written before that was recorded fall back to the space's image and version and to
 the older ``environment`` attribute. Nothing secret is part of it: no storage URL, token or key.
 """
@@ -18,8 +18,6 @@ from typing import Any
 import optuna
 
 from tuner.analysis.picks import Candidate
-from tuner.catalog.gpus import NoGpu
-from tuner.catalog.nvml import detect_gpus
 from tuner.config.space import SearchSpace
 from tuner.config.workload import PROMPT_SOURCES
 from tuner.results import Source
@@ -28,18 +26,11 @@ from tuner.trial.record import stored_run
 __all__ = [
     "ENVIRONMENT_ATTR",
     "Provenance",
-    "detect_environment",
     "provenance",
     "runs_note",
 ]
 
 ENVIRONMENT_ATTR = "environment"  # NVML's findings, as studies before RunFacts stored them
-
-
-def detect_environment() -> dict[str, Any] | None:
-    """GPU model, count, driver and CUDA driver version through NVML; None without NVML."""
-    detected = detect_gpus()
-    return None if isinstance(detected, NoGpu) else detected.environment()
 
 
 @dataclass(frozen=True)

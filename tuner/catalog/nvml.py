@@ -30,6 +30,7 @@ __all__ = [
     "NvmlProbe",
     "PeakSampler",
     "detect_gpus",
+    "detected_environment",
     "gpu_names",
     "open_gpu_monitor",
     "open_probe",
@@ -242,6 +243,13 @@ def _link(probe: GpuProbe, a: int, b: int) -> GpuLink:
         return GpuLink((a, b), links, None if links else probe.topology_level(a, b))
     except Exception:  # some VMs hide the topology: the GPUs themselves still count
         return GpuLink((a, b), 0, None)
+
+
+def detected_environment() -> dict[str, Any] | None:
+    """GPU model, count, driver and CUDA version, as a study records where it ran; None
+    without NVML."""
+    detected = detect_gpus()
+    return None if isinstance(detected, NoGpu) else detected.environment()
 
 
 def gpu_names(indices: Sequence[int] | None) -> list[str] | None:

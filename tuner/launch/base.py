@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from tuner.config.trial import LaunchContext, ServerConfig
+from tuner.config.vllm_args import VllmVersion
 from tuner.launch.failures import ServerEnd
 from tuner.results import Endpoint
 
@@ -22,6 +23,11 @@ class Launcher(Protocol):
     """Starts and stops one vLLM server at a time."""
 
     name: str
+
+    @property
+    def version(self) -> VllmVersion:
+        """The vLLM version spoken to: given, or detected once (which may start something)."""
+        ...
 
     def start(self, server: ServerConfig, context: LaunchContext) -> Endpoint:
         """Starts ``server`` and returns once it answers; raises StartupFailure otherwise."""

@@ -103,7 +103,7 @@ def check_request(request: OptimizeRequest) -> None:
     check_parallel_storage(storage_url, request.workers)
     check_writable(request.studies_dir)  # logs and exports go there whatever the storage
     if request.space is not None:  # a corrupt database or a changed space: before any table
-        check_resume(request.study, open_storage(storage_url), request.space)
+        check_resume(request.study, open_storage(storage_url), request.space, request.backend)
 
 
 def _prepare(request: OptimizeRequest, backend: Backend | None, space: SearchSpace) -> None:
@@ -151,6 +151,7 @@ def optimize(
     if request.space is not None and request.ray is not None:  # no node has it: nothing stored
         check_cluster(request.ray, request.space.hardware)
     study, space = open_study(request.study, storage, request.space, sampler)
+    claim_source(study, request.backend)  # before a resume fetches anything for the wrong kind
     if request.space is None and request.ray is None:  # a resume: opening it stored nothing
         _prepare(request, backend, space)
     per_trial = request.gpus_per_trial or space.hardware.count
@@ -163,7 +164,6 @@ def optimize(
     paths.folder.mkdir(parents=True, exist_ok=True)
     options = replace(request.backend_options, study=request.study, seed=request.seed)
     options = study_backend_options(study, options, paths)
-    claim_source(study, request.backend)
     extend_budget(study, request.trials)
     if request.sampler == "spectune":  # before any worker starts, so they all share the queue
         seed_study(study, request.studies_dir, space)  # the host's calibrated twin, if any

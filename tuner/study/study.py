@@ -20,12 +20,9 @@ import optuna
 from optuna.storages import fail_stale_trials
 from optuna.trial import TrialState
 
-from tuner.analysis.provenance import detect_environment
 from tuner.config.space import SearchSpace
 from tuner.config.trial import LaunchContext
 from tuner.errors import ConfigError, LaunchError, MeasurementError, SpectuneError
-from tuner.launch.docker import DockerLauncher
-from tuner.launch.process import ProcessLauncher
 from tuner.results import Source
 from tuner.study.paths import StudyPaths
 from tuner.study.storage import (
@@ -39,7 +36,6 @@ from tuner.study.storage import (
 )
 from tuner.study.twin_steer import TwinSampler
 from tuner.trial.backends import Backend, BackendOptions
-from tuner.trial.backends.served import ServedBackend
 from tuner.trial.record import (
     RUN_ATTR,
     SOURCE_ATTR,
@@ -62,7 +58,6 @@ __all__ = [
     "open_existing",
     "open_study",
     "record_run",
-    "run_facts",
     "run_trials",
     "study_backend_options",
 ]
@@ -99,11 +94,16 @@ def make_sampler(name: str, seed: int | None) -> optuna.samplers.BaseSampler:
     raise ConfigError(f"unknown sampler {name!r}: choose one of {', '.join(SAMPLERS)}")
 
 
-def check_resume(name: str, storage: optuna.storages.BaseStorage, space: SearchSpace) -> None:
-    """Refuses, before anything runs, a space that differs from the one the study holds."""
+def check_resume(
+    name: str, storage: optuna.storages.BaseStorage, space: SearchSpace, backend: str
+) -> None:
+    """Refuses, before anything runs or is fetched, a space that differs from the one the study
+    holds, and a backend whose kind of numbers (simulated, measured) it does not hold."""
     if name not in study_names(storage):
         return
-    stored = stored_space(optuna.load_study(study_name=name, storage=storage))
+    study = optuna.load_study(study_name=name, storage=storage)
+    _check_source(study, backend)
+    stored = stored_space(study)
     if stored is not None and space != stored:
         raise ConfigError(f"study {name!r} was created with {_difference(stored, space)}")
 
@@ -161,11 +161,18 @@ def _difference(stored: SearchSpace, asked: SearchSpace) -> str:
 
 def claim_source(study: optuna.Study, backend: str) -> None:
     """Keeps simulated and measured trials apart: a study takes the kind its first run had."""
-    source = (Source.SIMULATED if backend == "sim" else Source.MEASURED).value
-    stored = study.user_attrs.get(SOURCE_ATTR)
-    if stored is None:
-        study.set_user_attr(SOURCE_ATTR, source)
-    elif stored != source:
+    _check_source(study, backend)
+    if study.user_attrs.get(SOURCE_ATTR) is None:
+        study.set_user_attr(SOURCE_ATTR, _source(backend))
+
+
+def _source(backend: str) -> str:
+    return (Source.SIMULATED if backend == "sim" else Source.MEASURED).value
+
+
+def _check_source(study: optuna.Study, backend: str) -> None:
+    source, stored = _source(backend), study.user_attrs.get(SOURCE_ATTR)
+    if stored is not None and stored != source:
         hint = (
             "--backend sim" if stored == Source.SIMULATED.value else "--backend docker or process"
         )
@@ -317,28 +324,9 @@ def run_trials(
 
 def record_run(study: optuna.Study, backend: Backend, space: SearchSpace) -> RunFacts:
     """Stores what ran the study's servers (:class:`RunFacts`) once one has started."""
-    facts = run_facts(backend, space)
+    facts = backend.facts(space)
     study.set_user_attr(RUN_ATTR, facts.to_dict())
     return facts
-
-
-def run_facts(backend: Backend, space: SearchSpace) -> RunFacts:
-    """What ``backend`` ran its servers with, read where it runs (the GPUs of this host)."""
-    remote = getattr(backend, "run_facts", None)
-    if callable(remote):  # it runs servers on another host, which tells (tuner.study.cluster)
-        facts: RunFacts = remote()
-        return facts
-    launcher = backend.launcher if isinstance(backend, ServedBackend) else None
-    if isinstance(launcher, ProcessLauncher | DockerLauncher):
-        version = launcher.version  # detected at the first start where nobody gave one
-    else:
-        version = space.version
-    return RunFacts(
-        backend=backend.name,
-        vllm_version=str(version),
-        image=launcher.image if isinstance(launcher, DockerLauncher) else None,
-        gpus=detect_environment() if backend.source is Source.MEASURED else None,
-    )
 
 
 def _await_unfinished(study: optuna.Study) -> bool:

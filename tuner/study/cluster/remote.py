@@ -54,8 +54,9 @@ class RemoteBackend:
     def close(self) -> None:
         self.pool.close()
 
-    def run_facts(self) -> RunFacts:
-        """What ran the slot's servers, read on its node."""
+    def facts(self, space: SearchSpace) -> RunFacts:
+        """What ran the slot's servers, read on its node (which holds the space too)."""
+        del space
         facts: RunFacts = self._call("facts")
         return facts
 

@@ -34,7 +34,6 @@ from tuner.errors import (
 )
 from tuner.results import Endpoint, TrialResult
 from tuner.study.cluster.connect import ray_module
-from tuner.study.study import run_facts
 from tuner.study.workers import check_host_hardware
 from tuner.trial.backends import BackendOptions, backend_factory
 from tuner.trial.record import RunFacts, TrialRecord
@@ -154,7 +153,7 @@ class TrialSlot:
         facts = None
         if outcome.restarted and not self._started:  # a server ran: its version is known now
             self._started = True
-            facts = run_facts(self.backend, self.space)
+            facts = self.backend.facts(self.space)
         return SlotResult(record, facts)
 
     def _failed(self, number: int, config: TrialConfig, exc: SpectuneError) -> TrialRecord:
@@ -193,4 +192,4 @@ class TrialSlot:
         self.backend.stop()
 
     def facts(self) -> RunFacts:
-        return run_facts(self.backend, self.space)
+        return self.backend.facts(self.space)

@@ -22,6 +22,7 @@ from tuner.config.space import SearchSpace
 from tuner.config.trial import LaunchContext, ServerConfig, TrialConfig
 from tuner.config.vllm_args import VllmVersion, parse_version
 from tuner.results import Endpoint, OnStartup, Source, TrialResult
+from tuner.trial.run_facts import RunFacts
 
 __all__ = ["Backend", "BackendOptions", "explicit_version"]
 
@@ -62,6 +63,11 @@ class Backend(Protocol):
 
     def close(self) -> None:
         """Stops everything this backend started and releases what it holds; idempotent."""
+        ...
+
+    def facts(self, space: SearchSpace) -> RunFacts:
+        """What it runs ``space``'s servers with (read after a start: the vLLM version may be
+        detected then), as the study records it."""
         ...
 
 

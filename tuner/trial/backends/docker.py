@@ -26,6 +26,7 @@ from tuner.launch.docker import DockerLauncher
 from tuner.results import Endpoint, TrialResult
 from tuner.trial.backends.base import BackendOptions, explicit_version
 from tuner.trial.backends.served import ServedBackend
+from tuner.trial.run_facts import RunFacts
 
 __all__ = ["DockerBackend"]
 
@@ -77,6 +78,9 @@ class DockerBackend(ServedBackend):
             on_startup=options.on_startup,
         )
         return cls(launcher, request_timeout_s=options.request_timeout_s)
+
+    def facts(self, space: SearchSpace) -> RunFacts:
+        return replace(super().facts(space), image=self.launcher.image)
 
     def prepare(self) -> None:
         """The engine answers, no live run holds our GPUs and the image is here (pulled if

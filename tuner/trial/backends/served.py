@@ -12,11 +12,14 @@ from __future__ import annotations
 import time
 
 from tuner.bench.measure import measure_endpoint
+from tuner.catalog.nvml import detected_environment
+from tuner.config.space import SearchSpace
 from tuner.config.trial import LaunchContext, ServerConfig, TrialConfig
 from tuner.errors import MeasurementError
 from tuner.launch.base import Launcher
 from tuner.launch.failures import end_failure
 from tuner.results import Endpoint, Source, TrialResult
+from tuner.trial.run_facts import RunFacts
 
 __all__ = ["ServedBackend"]
 
@@ -44,6 +47,10 @@ class ServedBackend:
     def endpoint(self) -> Endpoint | None:
         """The running server's endpoint; None when none runs."""
         return self._endpoint
+
+    def facts(self, space: SearchSpace) -> RunFacts:
+        del space  # the launcher knows the version it speaks (given, or detected at a start)
+        return RunFacts(self.name, str(self.launcher.version), gpus=detected_environment())
 
     def prepare(self) -> None:
         """Nothing beyond what the launcher checks at its first start (see DockerBackend)."""

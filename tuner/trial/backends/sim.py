@@ -33,6 +33,7 @@ from tuner.sim.engine import simulate
 from tuner.sim.memory import estimate_memory
 from tuner.sim.server.args import ConfigValidationError, parse_serve_args
 from tuner.trial.backends.base import BackendOptions
+from tuner.trial.run_facts import RunFacts
 
 __all__ = ["SimBackend"]
 
@@ -105,6 +106,9 @@ class SimBackend:
 
     def close(self) -> None:
         self.stop()
+
+    def facts(self, space: SearchSpace) -> RunFacts:
+        return RunFacts(self.name, str(space.version))  # simulated: no GPUs to read
 
 
 def _check_flags(server: ServerConfig) -> None:
