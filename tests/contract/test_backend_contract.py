@@ -17,14 +17,10 @@ from tuner.config.space import load_space
 from tuner.config.trial import LaunchContext, ServerConfig, TrialConfig
 from tuner.errors import ConfigError, FailureKind, MeasurementError, StartupFailure
 from tuner.results import Endpoint, Source, TrialResult
-from tuner.trial.backends import (
-    Backend,
-    BackendOptions,
-    DockerBackend,
-    ProcessBackend,
-    SimBackend,
-    backend_factory,
-)
+from tuner.trial.backends import Backend, BackendOptions, backend_factory
+from tuner.trial.backends.docker import DockerBackend
+from tuner.trial.backends.process import ProcessBackend
+from tuner.trial.backends.sim import SimBackend
 from tuner.trial.runner import TrialRunner
 from tuner.trial.scoring import TrialStatus
 
