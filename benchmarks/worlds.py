@@ -24,7 +24,7 @@ from tuner.results import Endpoint, Source, TrialResult
 from tuner.sim.acceptance import NGRAM, POSITION_DECAY, acceptance_probability
 from tuner.sim.engine import simulate
 from tuner.sim.memory import MemoryEstimate, estimate_memory
-from tuner.sim.perfmodel import PerfModel
+from tuner.sim.perfmodel import ForwardPass, PerfModel
 from tuner.sim.twin.model import adjust_memory
 from tuner.trial.run_facts import RunFacts
 
@@ -132,8 +132,8 @@ class _WorldPerf(PerfModel):
         self._ar_latency *= world.allreduce  # test equipment may reach inside the model
         self.draft_cost = world.draft_cost
 
-    def draft_pass_s(self, batch: object) -> float:  # type: ignore[override]
-        return super().draft_pass_s(batch) * self.draft_cost  # type: ignore[arg-type]
+    def draft_pass_s(self, batch: ForwardPass) -> float:
+        return super().draft_pass_s(batch) * self.draft_cost
 
 
 SHIPPED = World("shipped", "the simulator the prior was built from")

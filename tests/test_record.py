@@ -135,7 +135,7 @@ def test_oom_failed_and_repeated_records() -> None:
 
 # What spectune wrote before TrialRecord, key for key: statuses as plain strings, no status on
 # an early OK trial, no source, a FAIL trial with nothing but its failure.
-OLD_OK = {
+OLD_OK: dict[str, Any] = {
     "worker": "h/0",
     "server": server_to_dict(SERVER),
     "temperature": 0.2,
@@ -144,14 +144,19 @@ OLD_OK = {
     "summary": SUMMARY,
     "levels": [SUMMARY],
 }
-OLD_DUPLICATE = {
+OLD_DUPLICATE: dict[str, Any] = {
     **OLD_OK,
     "status": "ok",
     "source": "simulated",
     "duplicate_of": 0,
     "server": {**server_to_dict(SERVER), "speculative": {**server_to_dict(SERVER)["speculative"]}},
 }
-OLD_FAILED = {"worker": "h/0", "status": "failed", "failure": "engine died", "log_tail": "boom"}
+OLD_FAILED: dict[str, Any] = {
+    "worker": "h/0",
+    "status": "failed",
+    "failure": "engine died",
+    "log_tail": "boom",
+}
 
 
 def test_old_attributes_still_read() -> None:

@@ -1,5 +1,6 @@
 import re
 from pathlib import Path
+from typing import cast
 
 import optuna
 import pytest
@@ -23,16 +24,20 @@ def test_shipped_spaces_load() -> None:
 
 
 def test_suggest_with_draft_has_k_and_without_draft_has_none() -> None:
+    # A FixedTrial answers the suggest_* calls of the optuna.Trial that suggest() is typed for.
     space = load_space()
     with_draft = space.suggest(
-        optuna.trial.FixedTrial(
-            {
-                "draft": "Qwen/Qwen2.5-0.5B-Instruct",
-                "num_speculative_tokens": 4,
-                "gpu_memory_utilization": 0.92,
-                "max_num_batched_tokens": 2048,
-                "temperature": 0.2,
-            }
+        cast(
+            optuna.Trial,
+            optuna.trial.FixedTrial(
+                {
+                    "draft": "Qwen/Qwen2.5-0.5B-Instruct",
+                    "num_speculative_tokens": 4,
+                    "gpu_memory_utilization": 0.92,
+                    "max_num_batched_tokens": 2048,
+                    "temperature": 0.2,
+                }
+            ),
         )
     )
     assert with_draft.server.speculative is not None
@@ -41,25 +46,31 @@ def test_suggest_with_draft_has_k_and_without_draft_has_none() -> None:
     # The default space does not tune the temperature: the trial serves the workload's mix.
     assert with_draft.client.workload.temperature == (0.2, 0.8)
     no_draft = space.suggest(
-        optuna.trial.FixedTrial(
-            {
-                "draft": "none",
-                "gpu_memory_utilization": 0.9,
-                "max_num_batched_tokens": 1024,
-                "temperature": 0.0,
-            }
+        cast(
+            optuna.Trial,
+            optuna.trial.FixedTrial(
+                {
+                    "draft": "none",
+                    "gpu_memory_utilization": 0.9,
+                    "max_num_batched_tokens": 1024,
+                    "temperature": 0.0,
+                }
+            ),
         )
     )
     assert no_draft.server.speculative is None and no_draft.server.k == 0
     ngram = space.suggest(
-        optuna.trial.FixedTrial(
-            {
-                "draft": "ngram",
-                "num_speculative_tokens": 3,
-                "gpu_memory_utilization": 0.9,
-                "max_num_batched_tokens": 1024,
-                "temperature": 0.0,
-            }
+        cast(
+            optuna.Trial,
+            optuna.trial.FixedTrial(
+                {
+                    "draft": "ngram",
+                    "num_speculative_tokens": 3,
+                    "gpu_memory_utilization": 0.9,
+                    "max_num_batched_tokens": 1024,
+                    "temperature": 0.0,
+                }
+            ),
         )
     )
     assert ngram.server.speculative is not None and ngram.server.speculative.method == "ngram"

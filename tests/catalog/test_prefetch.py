@@ -18,7 +18,7 @@ import logging
 import socket
 import struct
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import huggingface_hub.constants
@@ -153,7 +153,7 @@ def test_only_the_shards_the_index_names(hub: FakeHub) -> None:
 
 
 def test_weight_files_follow_vllm() -> None:
-    never = lambda index: []  # noqa: E731  (no index in these repos)
+    never: Callable[[str], list[str]] = lambda index: []  # noqa: E731  (no index in these repos)
     assert weight_files(["a.bin", "training_args.bin", "b.pt"], never) == ["a.bin"]
     assert weight_files(["x/model.safetensors", "b.pt"], never) == ["b.pt"]  # top folder only
     mistral = ["consolidated.safetensors", "model-00001-of-00001.safetensors", "params.json"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field, replace
+from typing import cast
 
 import pytest
 from contract_support import CONFIG, FITS, HARDWARE, SMALL, TOO_BIG, Case
@@ -144,7 +145,8 @@ class Counting:
 
 def test_only_a_server_config_change_restarts(case: Case, context: LaunchContext) -> None:
     backend = Counting(case.make())
-    runner = TrialRunner(backend, HARDWARE, ttft_limit_ms=60_000)
+    # Counting has no facts(): the runner never asks for them (the study does).
+    runner = TrialRunner(cast(Backend, backend), HARDWARE, ttft_limit_ms=60_000)
 
     first = runner.run(CONFIG, context, seed=1)
     warmer = runner.run(CONFIG.with_temperature(0.7), replace(context, trial=2), seed=2)

@@ -11,6 +11,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 import docker
 import pytest
@@ -23,6 +24,9 @@ from tuner.launch.docker import LABEL_STUDY, DockerLauncher
 from tuner.trial.backends.docker import DockerBackend
 from tuner.trial.runner import TrialRunner
 from tuner.trial.scoring import TrialStatus
+
+if TYPE_CHECKING:
+    import docker.models.containers
 
 pytestmark = pytest.mark.docker
 

@@ -102,7 +102,7 @@ def run_study(
     return run
 
 
-def _left(client: docker.DockerClient, study: str) -> list[str]:
+def _left(client: docker.DockerClient, study: str) -> list[str | None]:
     found = client.containers.list(all=True, filters={"label": f"{LABEL_STUDY}={study}"})
     return [c.name for c in found]
 

@@ -10,6 +10,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import asdict, replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 from testbed.processes import is_running
@@ -34,10 +35,12 @@ def _dead_pid() -> int:
     return finished.pid
 
 
-def _record(directory: Path, server: int, **changes: object) -> Path:
+def _record(directory: Path, server: int, **changes: Any) -> Path:
     path = RunFile.write(directory, server, "127.0.0.1", 8000, "vllm serve m")
     assert path is not None
-    record = replace(RunFile.read(path), **changes)  # type: ignore[type-var]
+    written = RunFile.read(path)
+    assert written is not None
+    record = replace(written, **changes)
     path.write_text(json.dumps(asdict(record)))
     return path
 

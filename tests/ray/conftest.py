@@ -20,11 +20,15 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import docker
 import pytest
 from ray_support import RAY, WORKERS, Cluster
 from testbed.docker_host import REPO, docker_or_skip, empty_image, host_volumes
+
+if TYPE_CHECKING:
+    import docker.models.containers
 
 _CLIENT_PORT = 10001
 _JOIN_S = 120.0
@@ -65,7 +69,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
                 part.replace("HEAD", f"{prefix}-head") for part in _node_command(role == "head")
             ]
             made.append(
-                client.containers.run(
+                # Ignored: the docker stubs have no (address, None) port, which docker-py binds
+                # to a free host port.
+                client.containers.run(  # type: ignore[call-overload]
                     image,
                     command,
                     name=f"{prefix}-{role}",

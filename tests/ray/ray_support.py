@@ -10,8 +10,12 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
 import docker
+
+if TYPE_CHECKING:
+    import docker.models.containers
 
 __all__ = ["RAY", "WORKERS", "Cluster", "process_targets", "tcp_targets"]
 
@@ -26,7 +30,7 @@ class Cluster:
     client: docker.DockerClient
     prefix: str
     network: str
-    subnet: ipaddress.IPv4Network
+    subnet: ipaddress.IPv4Network | ipaddress.IPv6Network
     address: str  # ray://127.0.0.1:PORT
 
     def host(self, worker: str) -> str:
@@ -39,13 +43,13 @@ class Cluster:
     def processes(self, worker: str, pattern: str) -> list[str]:
         """Command lines of the processes matching ``pattern`` inside a worker's container."""
         done = self.container(self.host(worker)).exec_run(["pgrep", "-af", pattern])
-        lines = done.output.decode(errors="replace").splitlines()
+        lines = cast(bytes, done.output).decode(errors="replace").splitlines()  # not streamed
         return [line for line in lines if "pgrep" not in line]
 
     def connection_targets(self, name: str) -> set[str]:
         """The remote addresses of every TCP connection inside container ``name``."""
         done = self.container(name).exec_run(["cat", "/proc/net/tcp", "/proc/net/tcp6"])
-        return tcp_targets(done.output.decode())
+        return tcp_targets(cast(bytes, done.output).decode())  # not streamed
 
 
 def tcp_targets(table: str, inodes: set[str] | None = None) -> set[str]:
@@ -59,6 +63,7 @@ def tcp_targets(table: str, inodes: set[str] | None = None) -> set[str]:
             continue
         address = fields[2].split(":")[0]
         raw = bytes.fromhex(address)
+        ip: ipaddress.IPv4Address | ipaddress.IPv6Address
         if len(raw) == 4:
             ip = ipaddress.IPv4Address(raw[::-1])
         else:  # IPv6 is four little-endian words

@@ -11,6 +11,7 @@ import subprocess
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import optuna
 import yaml
@@ -26,7 +27,7 @@ CHROMIUM = Path(os.environ.get("SPECTUNE_CHROMIUM", "/usr/bin/chromium"))
 
 # A 4090x2 study of the 32B AWQ target measured at 1, 8 and 32 concurrent requests: enough
 # load that speculation loses at the top level in the simulator.
-SPACE = {
+SPACE: dict[str, Any] = {
     "name": STUDY,
     "hardware": "4090x2",
     "target": "Qwen/Qwen2.5-32B-Instruct-AWQ",

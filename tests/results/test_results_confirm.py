@@ -179,7 +179,7 @@ def test_a_config_that_fails_when_measured_again_is_dropped(levels: StudyCopy) -
     results = confirm(study, space, flaky_sim, top_n=2, repeats=3, log_dir=levels.folder / "logs")
     flaky = results[0]
     assert flaky.trial == first and not flaky.stable
-    assert [r.status for r in flaky.runs].count("failed") == 1
+    assert [r.status for r in flaky.runs].count("failed") == 1  # type: ignore[arg-type]  # StrEnum
     assert "engine core died" in (flaky.runs[1].failure or "")
     assert not flaky.feasible(space.ttft_limit_ms)
     assert pick_candidate(study, "max-throughput").number == results[1].trial
@@ -187,8 +187,9 @@ def test_a_config_that_fails_when_measured_again_is_dropped(levels: StudyCopy) -
 
 def test_nothing_to_confirm() -> None:
     assert confirm(None, None, None, top_n=0, log_dir=Path()) == []  # type: ignore[arg-type]
-    assert Confirmed(1, "simulated", ()).output_tok_s is None
-    assert not Confirmed(1, "simulated", (Run(TrialStatus.OOM),)).stable
+    # The sources are plain strs, as a study stores them (Source is a StrEnum).
+    assert Confirmed(1, "simulated", ()).output_tok_s is None  # type: ignore[arg-type]
+    assert not Confirmed(1, "simulated", (Run(TrialStatus.OOM),)).stable  # type: ignore[arg-type]
 
 
 def test_optimize_and_export_count_the_runs_alike(levels: StudyCopy, tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ import stat
 import subprocess
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import optuna
 import pytest
@@ -32,7 +32,10 @@ def _header(text: str) -> list[str]:
 
 
 def _expected_spec(text: str) -> list[list[int]]:
-    return yaml.safe_load(text)["speculative-config"]["num_speculative_tokens_per_batch_size"]
+    return cast(
+        list[list[int]],
+        yaml.safe_load(text)["speculative-config"]["num_speculative_tokens_per_batch_size"],
+    )
 
 
 def _recommended(study: optuna.Study) -> TrialRecord:
@@ -264,7 +267,7 @@ def test_no_secret_reaches_any_export(tmp_path: Path, monkeypatch: pytest.Monkey
             "extra_flags": {"enforce-eager": True, "tokenizer-mode": "auto"},
         },
         "workload": {**SPACE["workload"], "concurrency": [1], "requests": 4},
-    }  # type: ignore[dict-item]
+    }
     build_study(tmp_path, space, trials=6)
     copy = StudyCopy(tmp_path, "secret")
     study, stored = copy.open()

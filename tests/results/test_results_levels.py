@@ -29,7 +29,7 @@ def _point(number: int, draft: str, k: int, levels: dict[int, float], **kw: obje
         gpu_memory_utilization=0.9,
         max_num_batched_tokens=2048,
         temperature=0.1,
-        source="simulated",
+        source="simulated",  # type: ignore[arg-type]  # the str a study stores; Source is a StrEnum
         output_tok_s=levels[min(levels)],
         p95_ttft_ms=200.0,
         acceptance_rate=0.7 if k else None,

@@ -155,7 +155,7 @@ def test_one_level_and_empty_studies_still_report(tmp_path: Path) -> None:
     from tuner.study.study import open_study
 
     one = {**SPACE, "name": "one", "workload": {**SPACE["workload"], "concurrency": [1]}}
-    build_study(tmp_path / "one", one, trials=6)  # type: ignore[arg-type]
+    build_study(tmp_path / "one", one, trials=6)
     study, space = StudyCopy(tmp_path / "one", "one").open()
     report = write_report(study, space, tmp_path / "one-report")
     assert {c.name for c in report.charts} == CHARTS - {"levels"}

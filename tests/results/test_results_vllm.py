@@ -48,7 +48,7 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> TinyModels:
 def exports(tiny: TinyModels, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Exported]:
     """A simulated study of the tiny models, measured at 1, 4 and 16 requests, exported."""
     folder = tmp_path_factory.mktemp("tiny-study")
-    space = {
+    space: dict[str, object] = {
         "name": "tiny",
         "hardware": "4090x1",
         "target": str(tiny.target),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import runpy
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,7 +19,9 @@ LLAMA8 = load_model("meta-llama/Llama-3.1-8B-Instruct")
 
 
 @pytest.mark.parametrize("row", _REFERENCE["method_rows"](), ids=lambda row: row[0].what[:40])
-def test_each_public_figure_is_predicted_within_its_tolerance(row: tuple) -> None:
+def test_each_public_figure_is_predicted_within_its_tolerance(
+    row: tuple[Any, float, float],
+) -> None:
     figure, predicted, error = row
     assert figure.source  # every figure names where it was published
     assert abs(error) <= figure.tolerance, f"{figure.what}: {predicted:.3f} vs {figure.measured}"

@@ -91,9 +91,9 @@ def _pair_servers() -> Iterator[tuple[str, ServerConfig, ModelSpec | None, Model
 def _method_servers() -> Iterator[tuple[str, ServerConfig]]:
     """Each catalog head with its targets, mtp per MTP target, suffix on one target."""
     for head in HEADS:
-        for target in head.targets:
+        for target_id in head.targets:
             spec = SpeculativeConfig(head.method, K_BOUNDS[-1], model=head.hf_id)
-            yield f"{target}+{head.hf_id}", ServerConfig(target, 1, 8192, 0.9, 2048, spec)
+            yield f"{target_id}+{head.hf_id}", ServerConfig(target_id, 1, 8192, 0.9, 2048, spec)
     for target in _TARGETS:
         if mtp_layers(target.config):
             spec = SpeculativeConfig("mtp", 2)
