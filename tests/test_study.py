@@ -1,7 +1,7 @@
 """The study on the simulator backend: constraints, resume, restarts, budget, storage errors."""
 
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import optuna
 import pytest
@@ -17,6 +17,7 @@ from tuner.study.strategy import grid_params
 from tuner.study.study import StudyOptions, open_study, run_trials
 from tuner.trial.backends import Backend, BackendOptions, backend_factory
 from tuner.trial.record import TrialRecord
+from tuner.trial.run_facts import RunFacts
 from tuner.trial.runner import TrialRunner
 from tuner.trial.scoring import CONSTRAINT_KEYS, TrialStatus
 
@@ -168,6 +169,9 @@ class _Crashing:
     def close(self) -> None:
         self.inner.close()
 
+    def facts(self, space: SearchSpace) -> RunFacts:
+        return self.inner.facts(space)
+
 
 def test_a_failed_trial_records_its_config(tmp_path: Path) -> None:
     space = load_space()
@@ -181,8 +185,7 @@ def test_a_failed_trial_records_its_config(tmp_path: Path) -> None:
     run_trials(
         study,
         space,
-        # _Crashing has no facts(): no server ever starts, so the study never asks for them.
-        cast(Backend, _Crashing(_sim(space))),
+        _Crashing(_sim(space)),
         StudyOptions(1, 0, tmp_path, 500.0),
         seen.append,
     )

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field, replace
-from typing import cast
 
 import pytest
 from contract_support import CONFIG, FITS, HARDWARE, SMALL, TOO_BIG, Case
 
-from tuner.config.space import load_space
+from tuner.config.space import SearchSpace, load_space
 from tuner.config.trial import LaunchContext, ServerConfig, TrialConfig
 from tuner.errors import ConfigError, FailureKind, MeasurementError, StartupFailure
 from tuner.results import Endpoint, Source, TrialResult
@@ -22,6 +21,7 @@ from tuner.trial.backends import Backend, BackendOptions, backend_factory
 from tuner.trial.backends.docker import DockerBackend
 from tuner.trial.backends.process import ProcessBackend
 from tuner.trial.backends.sim import SimBackend
+from tuner.trial.run_facts import RunFacts
 from tuner.trial.runner import TrialRunner
 from tuner.trial.scoring import TrialStatus
 
@@ -142,11 +142,13 @@ class Counting:
     def close(self) -> None:
         self.inner.close()
 
+    def facts(self, space: SearchSpace) -> RunFacts:
+        return self.inner.facts(space)
+
 
 def test_only_a_server_config_change_restarts(case: Case, context: LaunchContext) -> None:
     backend = Counting(case.make())
-    # Counting has no facts(): the runner never asks for them (the study does).
-    runner = TrialRunner(cast(Backend, backend), HARDWARE, ttft_limit_ms=60_000)
+    runner = TrialRunner(backend, HARDWARE, ttft_limit_ms=60_000)
 
     first = runner.run(CONFIG, context, seed=1)
     warmer = runner.run(CONFIG.with_temperature(0.7), replace(context, trial=2), seed=2)
