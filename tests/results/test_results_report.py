@@ -9,6 +9,7 @@ import warnings
 from html.parser import HTMLParser
 from pathlib import Path
 
+import optuna
 import pytest
 from results_support import StudyCopy, ink, run_chromium
 
@@ -17,7 +18,9 @@ from tuner.analysis.trials import Outcome, points
 from tuner.report import charts
 from tuner.report.importance import importance_points, param_importances
 from tuner.report.page import write_report
+from tuner.sim.twin.fit import FittedTwin, fit
 from tuner.study.confirm import confirm
+from tuner.study.twin_steer import TWIN_ATTR, observations
 from tuner.trial.backends import BackendOptions, backend_factory
 
 CHARTS = {"pareto", "k", "acceptance", "memory", "importance", "levels"}
@@ -216,3 +219,22 @@ def test_the_best_config_of_each_method_is_compared_side_by_side(
     if "none" in methods:
         none = next(c for c in report.methods if c.record.server.method == "none")
         assert "<td>1.00x</td>" in text and none.output_tok_s > 0
+
+
+def test_the_report_shows_the_fitted_twin(levels: StudyCopy, tmp_path: Path) -> None:
+    study, space = levels.open()
+    untwinned = write_report(study, space, tmp_path / "before").html.read_text()
+    assert "No twin fitted" in untwinned  # these trials ran under plain TPE
+
+    done = study.get_trials(states=(optuna.trial.TrialState.COMPLETE,))
+    twin = fit(space.hardware, observations(space, done), FittedTwin())
+    study.set_user_attr(TWIN_ATTR, twin.to_json())  # what the spectune sampler stores
+    text = write_report(study, space, tmp_path / "after").html.read_text()
+
+    assert f"Fitted to {twin.observations} simulated trials" in text
+    for name, value, low, high in twin.intervals():
+        row = re.search(rf"<tr data-factor='{name}'>.*?</tr>", text)
+        assert row is not None
+        assert f"<td>{value:.3f}</td>" in row.group(0) and f"{low:.3f} .. {high:.3f}" in row.group(
+            0
+        )

@@ -83,9 +83,9 @@ def calibrate_command(
 
 def describe(twin: FittedTwin) -> list[str]:
     """One line per fitted step-time factor and the memory, with a 95 % interval."""
-    lines = []
-    for name in ("decode", "draft", "overhead", "prefill", "outside_gib"):
-        value, sd = getattr(twin.params, name), twin.sd.get(name, 0.0)
-        lines.append(f"{name}: {value:.3f} (95 % {value - 2 * sd:.3f} .. {value + 2 * sd:.3f})")
+    lines = [
+        f"{name}: {value:.3f} (95 % {low:.3f} .. {high:.3f})"
+        for name, value, low, high in twin.intervals()
+    ]
     lines.append(f"memory margin: {twin.margin_gib:.2f} GiB")
     return lines

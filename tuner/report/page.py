@@ -26,6 +26,7 @@ from tuner.config.trial import SpecMethod
 from tuner.report import charts
 from tuner.report.importance import importance_points, param_importances
 from tuner.report.traffic import per_temperature_section, speculation_note, traffic_rows
+from tuner.study.twin_steer import PROPOSED_ATTR, stored_twin
 from tuner.trial.record import records, stored_run
 
 __all__ = ["Report", "write_report"]
@@ -210,6 +211,31 @@ def _methods_table(methods: Sequence[Candidate]) -> str:
     )
 
 
+def _twin_section(study: optuna.Study, trials: Sequence[Point]) -> str:
+    twin = stored_twin(study)
+    if twin is None or twin.observations == 0:
+        return (
+            "<p class='muted'>No twin fitted: the study ran with another sampler than "
+            "<code>spectune</code>, or no trial has finished.</p>"
+        )
+    rows = "".join(
+        f"<tr data-factor='{name}'><td class='l'>{name}</td><td>{value:.3f}</td>"
+        f"<td>{low:.3f} .. {high:.3f}</td></tr>"
+        for name, value, low, high in twin.intervals()
+    )
+    proposed = sum(PROPOSED_ATTR in t.user_attrs for t in study.get_trials(deepcopy=False))
+    source = trials[0].source if trials else "measured"
+    return (
+        f"<table id='twin'><tr><th class='l'>factor</th><th>fitted</th><th>95 % interval</th>"
+        f"</tr>{rows}</table><p class='muted'>Fitted to {twin.observations} {_esc(source)} "
+        f"trials: each step-time factor scales the shipped simulator's (1 = as shipped), "
+        f"outside_gib is what a start-up needs outside vLLM's budget beyond the memory "
+        f"model; the memory margin a proposal "
+        f"keeps is {twin.margin_gib:.2f} GiB. The twin proposed {proposed} of the "
+        f"{len(study.trials)} trials.</p>"
+    )
+
+
 def _temperature(candidate: Candidate) -> str:
     record = candidate.record
     if record.tunes_temperature or len(record.temperature_mix) < 2:
@@ -278,6 +304,7 @@ def _page(
         f"<p class='muted'>Written {date}.</p>{_summary(study, space, trials)}"
         f"<h2>Best configs</h2>{_best_table(best, picks)}{per_temperature_section(space, best)}"
         f"<h2>Best config per method</h2>{_methods_table(methods)}"
+        f"<h2>Fitted twin</h2>{_twin_section(study, trials)}"
         f"<h2>Charts</h2><div class='charts'>{figures}</div>"
         f"<h2>Speculation per load level</h2>{speculation_note(levels)}"
         f"{_levels_section(trials, levels)}"

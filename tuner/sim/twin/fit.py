@@ -165,6 +165,15 @@ class FittedTwin:
     def prior_sd(self, name: str, default: float) -> float:
         return self.sd.get(name, default)
 
+    def intervals(self) -> list[tuple[str, float, float, float]]:
+        """Each step-time factor and the memory outside vLLM's budget (``outside_gib``) as
+        ``(name, value, low, high)``, with a 95 % interval (two posterior standard deviations)."""
+        out = []
+        for name in ("decode", "draft", "overhead", "prefill", "outside_gib"):
+            value, sd = float(getattr(self.params, name)), self.sd.get(name, 0.0)
+            out.append((name, value, value - 2 * sd, value + 2 * sd))
+        return out
+
     def to_json(self) -> dict[str, Any]:
         return {
             "params": self.params.to_json(),
