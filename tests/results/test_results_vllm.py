@@ -98,11 +98,15 @@ def test_vllms_own_parser_reads_every_export(
     assert f"{tiny.target}:{tiny.target}:ro" in compose["volumes"]  # local models mounted
     docker = _docker_run_argv(exports["docker-run"].text, tmp_path)
     served = docker[docker.index("serve") :]
+    manifests = list(yaml.safe_load_all(exports["kubernetes"].text))
+    (deployment,) = [m for m in manifests if m["kind"] == "Deployment"]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
     argvs = [
         ["serve", "--config", str(config)],
         ["serve", *compose["command"]],
         served,
         json.loads(exports["json"].text)["argv"][1:],
+        [*container["command"][1:], *container["args"]],  # Kubernetes: vllm serve ARGS
     ]
     parsed = parse_with_vllm(argvs)
     for result, argv in zip(parsed, argvs, strict=True):
