@@ -30,7 +30,7 @@ def test_optimize_sim_end_to_end(tmp_path: Path) -> None:
         "--backend",
         "sim",
         "--trials",
-        "10",
+        "5",
         "--studies-dir",
         str(tmp_path),
         "--seed",
@@ -42,7 +42,7 @@ def test_optimize_sim_end_to_end(tmp_path: Path) -> None:
     study = optuna.load_study(study_name="qwen2.5-32b-awq-4090x2", storage=f"sqlite:///{db}")
     # The twin may leave its next proposal WAITING for a resume: it is no trial that ran.
     ran = [t for t in study.trials if t.state is not optuna.trial.TrialState.WAITING]
-    assert len(ran) == 10
+    assert len(ran) == 5
     assert "Pareto front (feasible, simulated)" in out and "Recommended" in out
     assert "simulated:" in out
     best = tmp_path / "qwen2.5-32b-awq-4090x2" / "best.yaml"
@@ -201,7 +201,9 @@ def test_console_script_runs_a_study(tmp_path: Path) -> None:
             "--backend",
             "sim",
             "--trials",
-            "4",
+            "2",
+            "--confirm-top",
+            "0",
             "--studies-dir",
             str(tmp_path),
         ],

@@ -1,8 +1,10 @@
 """A real study against real ``vllm serve`` (CPU build), through the process backend.
 
 Four trials (no speculation, ngram at K=2, a draft model at K=3, ngram at K=4) restart the
-server between them and read the spec-decode counters from vLLM's own /metrics; the twin fitted
-after them must track the real measurements.
+server between them and read the spec-decode counters from vLLM's own /metrics; a fifth changes
+only the temperature and must reuse the fourth's server; no server is left once the study ends;
+the twin fitted after the first three must track the fourth's real measurement. (This is also
+the backend contract's case on real vLLM.)
 
 What is tested elsewhere on real vLLM, so not started again here: the exported best.yaml under
 ``vllm serve --config`` and ``spectune bench`` on it (tests/results/test_results_vllm.py), a
@@ -62,7 +64,7 @@ def _space(models: TinyModels) -> dict[str, Any]:
             "num_speculative_tokens": {"low": 2, "high": 4},
             "gpu_memory_utilization": 0.9,
             "max_num_batched_tokens": [512],
-            "temperature": 0.0,
+            "temperature": {"low": 0.0, "high": 0.5, "step": 0.5},
         },
     }
 
@@ -80,9 +82,11 @@ def test_a_study_on_real_vllm_measures_every_method_and_fits_its_twin(
     space = space_from_dict(_space(tiny_models))
     storage = open_storage(default_storage("tiny", tmp_path))
     study, _ = open_study("tiny", storage, space, make_sampler("spectune", 0))
-    plan = [("none", 0), ("ngram", 2), (str(tiny_models.draft), 3), ("ngram", 4)]
-    for draft, k in plan:
-        study.enqueue_trial({"draft": draft, **({"num_speculative_tokens": k} if k else {})})
+    plan = [("none", 0), ("ngram", 2), (str(tiny_models.draft), 3), ("ngram", 4), ("ngram", 4)]
+    temperatures = [0.0, 0.0, 0.0, 0.0, 0.5]  # the last: a request-side change only
+    for (draft, k), temperature in zip(plan, temperatures, strict=True):
+        params = {"draft": draft, "temperature": temperature}
+        study.enqueue_trial({**params, **({"num_speculative_tokens": k} if k else {})})
     options = BackendOptions(study="", vllm_command=vllm_command(), ready_timeout_s=300)
     # No confirmation runs: each would be one more real start (about 30 s on 2 cores); the
     # confirmation path itself is tested on the simulator and the fake server.
@@ -94,7 +98,8 @@ def test_a_study_on_real_vllm_measures_every_method_and_fits_its_twin(
     done = optuna.load_study(study_name="tiny", storage=storage).get_trials()
     assert [t.state for t in done] == [TrialState.COMPLETE] * len(plan)
     assert [(t.params["draft"], t.params.get("num_speculative_tokens", 0)) for t in done] == plan
-    assert [t.user_attrs["restarted"] for t in done] == [True] * len(plan)
+    assert [t.user_attrs["restarted"] for t in done] == [True, True, True, True, False]
+    assert _servers_of(tiny_models.target) == []  # (children: the contract suite's fake server)
     assert all(t.user_attrs["source"] == "measured" for t in done)
     assert all(t.user_attrs["status"] == "ok" for t in done)
     summaries = [t.user_attrs["summary"] for t in done]
@@ -103,7 +108,7 @@ def test_a_study_on_real_vllm_measures_every_method_and_fits_its_twin(
     assert summaries[1]["acceptance_rate"] > 0  # ngram on code prompts finds its n-grams
     for summary in summaries:
         assert summary["output_tokens"] == REQUESTS * OUTPUT_TOKENS and summary["errors"] == 0
-    for t in done:
+    for t in done[:4]:  # the fifth ran on the fourth's server, whose log that is
         assert (tmp_path / "tiny" / "logs" / f"trial-{t.number}.log").exists()
     assert result.recommended is not None
     assert stored_twin(optuna.load_study(study_name="tiny", storage=storage)) is not None
@@ -122,3 +127,16 @@ def test_a_study_on_real_vllm_measures_every_method_and_fits_its_twin(
     fitted_error, shipped_error = abs(fitted / measured - 1), abs(shipped / measured - 1)
     assert fitted_error < 0.5, (measured, shipped, fitted)
     assert fitted_error < shipped_error + 0.15, (measured, shipped, fitted)  # noise: 3 requests
+
+
+def _servers_of(model: Path) -> list[int]:
+    """Processes of this host whose command line names ``model`` (a `vllm serve` of it)."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            argv = cmdline.read_bytes().split(b"\0")
+        except OSError:  # it ended while we looked
+            continue
+        if str(model).encode() in argv:
+            found.append(int(cmdline.parent.name))
+    return found

@@ -1,9 +1,8 @@
 """Real ``vllm serve`` (CPU build) through the process launcher: the paths a study takes.
 
 Each start costs about 30 s on 2 cores, so there is one here: a draft model from a ``--config``
-YAML. Ngram speculation from flags is the backend contract's real-vLLM case
-(tests/contract/test_contract_vllm.py); vLLM's own KV-cache OOM text is classified on real
-vLLM in a container (tests/docker/test_docker_vllm.py).
+YAML. Ngram speculation from flags runs in the real-vLLM study (tests/e2e/); vLLM's own
+KV-cache OOM text is classified on real vLLM in a container (tests/docker/test_docker_vllm.py).
 """
 
 from __future__ import annotations
