@@ -195,6 +195,9 @@ def optimize_command(
         ready_timeout=ready_timeout,
         request_timeout=request_timeout,
     )
+    starting = Text("", style="dim")  # the live table's line on the server start in progress
+    if not as_json:
+        options = replace(options, on_startup=lambda event: _show_startup(starting, event))
     request = OptimizeRequest(
         name,
         None,
@@ -224,9 +227,6 @@ def optimize_command(
         return
     source = "simulated" if backend == "sim" else "measured"
     table = trial_table(f"study {name}: {source} trials")
-    starting = Text("", style="dim")
-    options = replace(options, on_startup=lambda event: _show_startup(starting, event))
-    request = replace(request, backend_options=options)
     progress = Progress(
         TextColumn("trials"),
         BarColumn(),

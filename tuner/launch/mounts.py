@@ -22,7 +22,7 @@ from pathlib import Path
 from tuner.config.trial import ServerConfig
 from tuner.errors import ConfigError
 
-__all__ = ["CONTAINER_HF_HOME", "CONTAINER_VLLM_CACHE", "ContainerFiles", "looks_secret"]
+__all__ = ["CONTAINER_HF_HOME", "CONTAINER_VLLM_CACHE", "ContainerFiles", "refuse_stored_secret"]
 
 CONTAINER_HF_HOME = "/root/.cache/huggingface"
 CONTAINER_VLLM_CACHE = "/root/.cache/vllm"
@@ -30,9 +30,14 @@ _SECRET = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|CREDENTIAL|PRIVATE"
 _PASSED_WHEN_SET = ("HF_HUB_OFFLINE",)
 
 
-def looks_secret(key: str) -> bool:
-    """Whether an environment key names a secret (``HF_TOKEN``, ``WANDB_API_KEY``, ...)."""
-    return bool(_SECRET.search(key))
+def refuse_stored_secret(key: str) -> None:
+    """Refuses a ``--docker-env KEY=VALUE`` whose key names a secret (``HF_TOKEN``,
+    ``WANDB_API_KEY``, ...): its value would be stored with the study."""
+    if _SECRET.search(key):
+        raise ConfigError(
+            f"--docker-env {key}=...: {key} looks like a secret and would be stored with the "
+            f"study; export {key} and pass --docker-env {key} (by name)"
+        )
 
 
 @dataclass(frozen=True)
@@ -55,11 +60,7 @@ class ContainerFiles:
 
     def __post_init__(self) -> None:
         for key in self.environment:
-            if looks_secret(key):
-                raise ConfigError(
-                    f"--docker-env {key}=...: {key} looks like a secret and would be stored "
-                    f"with the study; export {key} and pass --docker-env {key} (by name)"
-                )
+            refuse_stored_secret(key)
 
     def ensure(self) -> None:
         """Creates the cache folders (a fresh host has no Hugging Face cache yet)."""

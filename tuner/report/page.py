@@ -159,17 +159,13 @@ def _best_table(best: Sequence[Candidate], picks: dict[str, Candidate | None]) -
             for p, chosen in picks.items()
             if chosen is not None and chosen.number == c.number
         )
-        accept = c.record.acceptance_rate
-        source = c.record.source + (" · confirmed" if c.confirmed else "")
+        tok_s, ttft, accept, source = _measured_cells(c)
         rows.append(
             f"<tr data-trial='{c.number}'><td>{c.number}</td>"
             f"<td class='l'>{_esc(c.record.draft)}</td><td>{server.k or '-'}</td>"
             f"<td>{server.gpu_memory_utilization:.2f}</td><td>{server.max_num_batched_tokens}</td>"
-            f"<td>{_temperature(c)}</td>"
-            f"<td>{_with_ci(c.record.objective[0], c.tok_s_interval, 1)}</td>"
-            f"<td>{_with_ci(c.record.objective[1], c.ttft_interval, 0)}</td>"
-            f"<td>{'-' if accept is None else f'{accept * 100:.1f} %'}</td>"
-            f"<td class='l'>{_esc(source)}</td><td class='l'>{tags}</td></tr>"
+            f"<td>{_temperature(c)}</td>{tok_s}{ttft}{accept}{source}"
+            f"<td class='l'>{tags}</td></tr>"
         )
     note = (
         "Confirmed configs were measured again on fresh servers; their numbers are the mean "
@@ -179,6 +175,19 @@ def _best_table(best: Sequence[Candidate], picks: dict[str, Candidate | None]) -
         "repeat runs with confidence intervals."
     )
     return f"<table id='best'>{head}{''.join(rows)}</table><p class='muted'>{note}</p>"
+
+
+def _measured_cells(c: Candidate) -> tuple[str, str, str, str]:
+    """A candidate's throughput, p95 TTFT (with their intervals where confirmed), acceptance
+    and source, as table cells."""
+    accept = c.record.acceptance_rate
+    source = c.record.source + (" · confirmed" if c.confirmed else "")
+    return (
+        f"<td>{_with_ci(c.record.objective[0], c.tok_s_interval, 1)}</td>",
+        f"<td>{_with_ci(c.record.objective[1], c.ttft_interval, 0)}</td>",
+        f"<td>{'-' if accept is None else f'{accept * 100:.1f} %'}</td>",
+        f"<td class='l'>{_esc(source)}</td>",
+    )
 
 
 def _methods_table(methods: Sequence[Candidate]) -> str:
@@ -192,17 +201,13 @@ def _methods_table(methods: Sequence[Candidate]) -> str:
     )
     rows = []
     for c in methods:
-        accept = c.record.acceptance_rate
         speedup = "-" if baseline is None else f"{c.output_tok_s / baseline.output_tok_s:.2f}x"
-        source = c.record.source + (" · confirmed" if c.confirmed else "")
+        tok_s, ttft, accept, source = _measured_cells(c)
         rows.append(
             f"<tr data-method='{_esc(c.record.server.method)}'>"
             f"<td class='l'>{_esc(c.record.server.method)}</td>"
             f"<td class='l'>{_esc(c.record.draft)}</td><td>{c.record.server.k or '-'}</td>"
-            f"<td>{c.number}</td><td>{_with_ci(c.record.objective[0], c.tok_s_interval, 1)}</td>"
-            f"<td>{speedup}</td><td>{_with_ci(c.record.objective[1], c.ttft_interval, 0)}</td>"
-            f"<td>{'-' if accept is None else f'{accept * 100:.1f} %'}</td>"
-            f"<td class='l'>{_esc(source)}</td></tr>"
+            f"<td>{c.number}</td>{tok_s}<td>{speedup}</td>{ttft}{accept}{source}</tr>"
         )
     return (
         f"<table id='methods'>{head}{''.join(rows)}</table><p class='muted'>The fastest "

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from tuner.config.space import SearchSpace
 from tuner.errors import ConfigError
-from tuner.launch.mounts import looks_secret
+from tuner.launch.mounts import refuse_stored_secret
 from tuner.trial.backends.base import Backend, BackendOptions
 
 __all__ = [
@@ -76,11 +76,7 @@ def parse_docker_env(
             raise ConfigError(f"--docker-env {text!r}: write KEY=VALUE, or KEY to pass it by name")
         if not sep:
             names += [key] if key not in names else []
-        elif looks_secret(key):
-            raise ConfigError(
-                f"--docker-env {key}=...: {key} looks like a secret and would be stored with "
-                f"the study; export {key} and pass --docker-env {key} (by name)"
-            )
         else:
+            refuse_stored_secret(key)
             env[key] = value
     return tuple(env.items()), tuple(names)
