@@ -6,12 +6,17 @@ and churns on to SURVIVED (checked while building it).
 
 from __future__ import annotations
 
+import os
 import random
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+import pytest
+
+from tuner.launch.exit_hooks import Terminated, signals_held
 
 DRIVER = Path(__file__).with_name("churn_driver.py")
 REPO = Path(__file__).resolve().parents[2]
@@ -37,3 +42,21 @@ def test_signals_inside_callbacks_are_not_swallowed() -> None:
         assert "Exception ignored" not in err
         expected = -signal.SIGINT if signum is signal.SIGINT else 128 + signum
         assert driver.returncode == expected, err
+
+
+def test_a_held_signal_lets_the_block_finish_then_arrives() -> None:
+    def stop(signum: int, frame: object) -> None:
+        raise Terminated(signum)
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    finished = False
+    try:
+        with pytest.raises(Terminated) as raised, signals_held():
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.05)  # the handler would run here, were the signal not held
+            finished = True
+        assert finished
+        assert raised.value.code == 143
+        assert signal.getsignal(signal.SIGTERM) is stop  # the handler is back
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -53,7 +53,7 @@ from tuner.launch.containers import (
     save_log,
 )
 from tuner.launch.engine import RunOwner, check_engine, check_engine_stays, engine_calls
-from tuner.launch.exit_hooks import run_at_exit
+from tuner.launch.exit_hooks import run_at_exit, signals_held
 from tuner.launch.failures import ServerEnd, Stage, end_failure
 from tuner.launch.images import ensure_image
 from tuner.launch.mounts import ContainerFiles
@@ -201,7 +201,8 @@ class DockerLauncher:
         name = container_name(self.study, context.trial, self.run_id)
         try:
             for attempt in (1, 2):
-                with engine_calls(f"creating container {name}"):
+                # Held: the engine finishes a create the client gave up on, after cleanup.
+                with signals_held(), engine_calls(f"creating container {name}"):
                     self._container = client.containers.create(
                         self.image,
                         argv,

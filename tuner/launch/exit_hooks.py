@@ -15,6 +15,10 @@ The :data:`sys.unraisablehook` installed here catches exactly those (a ``Termina
 Ctrl-C's ``KeyboardInterrupt``) and delivers the signal to the main thread again, to be
 handled at the next bytecode outside the callback; anything else goes to the previous hook.
 
+:func:`signals_held` keeps the three signals out of an engine call whose interruption would lose
+a resource: a container create cut short still completes in the engine, after the cleanup
+looked for it.
+
 :func:`install_signal_handlers` claims both signals (the CLI does, at start);
 :func:`run_at_exit` claims only those nobody has claimed. Handlers can only be set from the
 main thread: a launcher used from a worker thread relies on ``atexit`` alone. SIGKILL runs
@@ -25,15 +29,16 @@ from __future__ import annotations
 
 import _thread
 import atexit
+import contextlib
 import queue
 import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from types import FrameType
 
-__all__ = ["Terminated", "install_signal_handlers", "run_at_exit"]
+__all__ = ["Terminated", "install_signal_handlers", "run_at_exit", "signals_held"]
 
 _SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 _REDELIVERY_DELAY_S = 0.01
@@ -106,3 +111,28 @@ def run_at_exit(cleanup: Callable[[], None]) -> None:
         for signum in _SIGNALS:
             if signal.getsignal(signum) is signal.SIG_DFL:
                 signal.signal(signum, _raise_terminated)
+
+
+@contextlib.contextmanager
+def signals_held() -> Iterator[None]:
+    """Holds SIGINT, SIGTERM and SIGHUP until the block ends, then delivers the first one.
+
+    Outside the main thread (where handlers cannot be set) the block runs unguarded.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+
+    def hold(signum: int, frame: FrameType | None) -> None:
+        del frame
+        held.append(signum)
+
+    previous = {s: signal.signal(s, hold) for s in (signal.SIGINT, *_SIGNALS)}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        if held:
+            signal.raise_signal(held[0])
