@@ -129,6 +129,9 @@ def test_restart_only_when_the_server_config_changes(
     logs = tmp_path / study / "logs"
     assert (logs / "trial-0.log").exists() and (logs / "trial-2.log").exists()
     assert not (logs / "trial-1.log").exists()  # trial 1 ran in trial 0's container
+    # What vLLM ran is read from each container's log, and a reused one's facts carry over.
+    served = [t.user_attrs["served"] for t in trials]
+    assert served[0] == served[1] and all(s["attention_backend"] == "FLASH_ATTN" for s in served)
     # The best configs were measured again, each run in a fresh container, before export.
     assert done.user_attrs["confirmed"]
     assert (tmp_path / study / "best.yaml").read_text().count("mean of 3 runs") == 1

@@ -22,6 +22,7 @@ from optuna.trial import TrialState
 from testbed import TinyModels, vllm_command, vllm_env
 
 from tuner.config.space import space_from_dict
+from tuner.launch.served import ServedFacts
 from tuner.sim.twin.fit import FittedTwin
 from tuner.study.optimize import OptimizeRequest, optimize
 from tuner.study.paths import default_storage
@@ -34,6 +35,7 @@ pytestmark = pytest.mark.vllm
 
 OUTPUT_TOKENS = 24
 REQUESTS = 3
+MAX_MODEL_LEN = 512
 
 
 def _space(models: TinyModels) -> dict[str, Any]:
@@ -42,7 +44,7 @@ def _space(models: TinyModels) -> dict[str, Any]:
         "hardware": "4090x1",  # the pre-screen sizes these tiny models against one 4090
         "target": str(models.target),
         "server": {
-            "max_model_len": 512,
+            "max_model_len": MAX_MODEL_LEN,
             "extra_flags": {"enforce-eager": True, "kv-cache-memory-bytes": "64M"},
         },
         "vllm": {"version": "0.32.0"},
@@ -107,6 +109,10 @@ def test_a_study_on_real_vllm_measures_every_method_and_fits_its_twin(
     for t in done[:4]:  # the fifth ran on the fourth's server, whose log that is
         assert (tmp_path / "tiny" / "logs" / f"trial-{t.number}.log").exists()
     assert result.recommended is not None
+    # What vLLM's CPU build says it ran (it names no attention backend: platforms/cpu.py).
+    served = [ServedFacts.from_dict(t.user_attrs["served"]) for t in done]
+    assert all(s.device == "cpu" and s.chunked_prefill is not None for s in served)
+    assert all(s.kv_cache_tokens and s.kv_cache_tokens >= MAX_MODEL_LEN for s in served)
 
     # The twin is fitted from these real measurements after every trial. How well it then
     # predicts a later real trial is not asserted: on this CPU, fitted on three trials of three

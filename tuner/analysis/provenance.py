@@ -20,6 +20,7 @@ import optuna
 from tuner.analysis.picks import Candidate
 from tuner.config.space import SearchSpace
 from tuner.config.workload import PROMPT_SOURCES
+from tuner.launch.served import ServedFacts
 from tuner.results import Source
 from tuner.trial.record import stored_run
 
@@ -67,17 +68,19 @@ class Provenance:
     failed_share: float | None  # failed over sent requests in the trial
     max_failed_share: float
     date: str
-
-    @property
-    def confirmed(self) -> bool:
-        """Whether the numbers are means of several confirmation runs."""
-        return self.runs > 1
+    served: ServedFacts | None = None  # what the trial's server log says vLLM ran
 
     def to_dict(self) -> dict[str, Any]:
         """Every fact as plain JSON data (the JSON export's ``provenance``)."""
         data = asdict(self)
         data["confirmed"] = self.confirmed
+        data["served"] = None if self.served is None else self.served.to_dict()
         return data
+
+    @property
+    def confirmed(self) -> bool:
+        """Whether the numbers are means of several confirmation runs."""
+        return self.runs > 1
 
     def _ran(self) -> str:
         if self.backend == "docker":
@@ -114,7 +117,15 @@ class Provenance:
             self._temperatures(),
             f"failed requests {_percent(self.failed_share)} "
             f"(at most {self.max_failed_share * 100:g} % allowed)",
+            *self._served(),
             f"exported {self.date}",
+        ]
+
+    def _served(self) -> list[str]:
+        if self.served is None:  # the simulator, or a log that names nothing
+            return []
+        return [f"vLLM ran: {self.served.describe()}"] + [
+            f"WARNING: {w}" for w in self.served.warnings
         ]
 
     def _temperatures(self) -> str:
@@ -221,4 +232,5 @@ def provenance(
         failed_share=record.failed_share,
         max_failed_share=space.max_failed_requests,
         date=(today or dt.date.today()).isoformat(),
+        served=record.served,
     )

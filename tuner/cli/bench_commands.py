@@ -13,12 +13,12 @@ from typing import Annotated, Any, Literal
 import typer
 from rich.table import Table
 
+from tuner.bench.summary import level_summary
 from tuner.cli import options as opt
 from tuner.cli.app import app, console, err_console, handle_errors, print_json
 from tuner.config.workload import WorkloadSpec
 from tuner.errors import ConfigError
 from tuner.results import STALL_S, Endpoint
-from tuner.trial.record import level_summary
 
 __all__ = ["bench_command"]
 

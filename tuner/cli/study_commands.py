@@ -375,5 +375,7 @@ def _print_optimize(result: OptimizeResult, best_yaml: Path | None) -> None:
         tok_s, ttft = best.tok_s_interval.format(1), best.ttft_interval.format(0)
     limit = result.space.ttft_limit_ms
     console.print(recommendation(best.record, tok_s, ttft, best.confirmed, limit))
+    for warning in best.record.served.warnings if best.record.served else ():
+        console.print(f"WARNING: {warning}", markup=False)
     where = safe_url(result.storage)
     console.print(f"Wrote {best_yaml} (vllm serve --config); study in {where}")

@@ -174,7 +174,22 @@ def _best_table(best: Sequence[Candidate], picks: dict[str, Candidate | None]) -
         else "Single measurements, not confirmed: run <code>spectune confirm</code> for "
         "repeat runs with confidence intervals."
     )
-    return f"<table id='best'>{head}{''.join(rows)}</table><p class='muted'>{note}</p>"
+    return (
+        f"<table id='best'>{head}{''.join(rows)}</table><p class='muted'>{note}</p>"
+        f"{_served(best[0])}"
+    )
+
+
+def _served(best: Candidate) -> str:
+    """What vLLM ran for the best config, by its server log, and any slower path it took."""
+    served = best.record.served
+    if served is None:
+        return ""
+    warnings = "".join(f"<p><strong>WARNING:</strong> {_esc(w)}</p>" for w in served.warnings)
+    return (
+        f"<p id='served'>vLLM ran trial {best.number} with {_esc(served.describe())} "
+        f"<span class='muted'>(its start-up log)</span>.</p>{warnings}"
+    )
 
 
 def _measured_cells(c: Candidate) -> tuple[str, str, str, str]:

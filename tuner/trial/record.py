@@ -7,10 +7,9 @@ Each trial's outcome is one :class:`TrialRecord`. The study loop writes it with
 :meth:`TrialRecord.to_attrs` (Optuna user attributes, one key per field, JSON values) plus the
 constraints (``oom``, ``ttft_slo``, ``errors``: :func:`constraint_keys` says which a study
 takes) and the two objective values Optuna keeps itself; every reader (picks, points, export,
-report, dashboard, CLI) gets it back with :meth:`TrialRecord.from_trial`. The keys are those
-earlier versions wrote, so their studies still open: a missing ``status`` reads as ``ok``
-(``failed`` for a FAIL trial), a missing ``source`` as ``measured``, a missing ``errors``
-constraint as met (nothing failed that was counted).
+report, dashboard, CLI) gets it back with :meth:`TrialRecord.from_trial`. Earlier versions'
+studies still open: a missing ``status`` reads as ``ok`` (``failed`` for a FAIL trial), a
+missing ``source`` as ``measured``, a missing ``errors`` constraint as met.
 
 Each measured (concurrency, temperature) pair is one entry of ``levels``: its summary, its
 ``temperature`` and ``weight``, its p95 TTFT's order-statistic interval, its failed share.
@@ -26,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from tuner.bench.percentiles import quantile_interval
+from tuner.bench.summary import level_summary
 from tuner.config.space import SearchSpace, space_from_dict
 from tuner.config.trial import (
     ServerConfig,
@@ -35,9 +34,9 @@ from tuner.config.trial import (
     server_from_dict,
     server_to_dict,
 )
-from tuner.config.workload import Condition
 from tuner.errors import SpectuneError, StartupFailure
-from tuner.results import Source, TrialResult
+from tuner.launch.served import ServedFacts
+from tuner.results import Source
 from tuner.trial.run_facts import RUN_ATTR, RunFacts, stored_run
 from tuner.trial.scoring import CONSTRAINT_KEYS, LEGACY_CONSTRAINT_KEYS, TrialStatus
 
@@ -53,7 +52,6 @@ __all__ = [
     "RunFacts",
     "TrialRecord",
     "constraint_keys",
-    "level_summary",
     "records",
     "stored_run",
     "stored_space",
@@ -79,6 +77,7 @@ RECORD_ATTRS = (
     "worker",
     "failed_share",
     "temperature_mix",
+    "served",
 )
 _LOG_TAIL_CHARS = 4000
 
@@ -118,6 +117,7 @@ class TrialRecord:
         params: the Optuna parameters the sampler chose.
         failed_share: failed over sent requests, all pairs together; None when none was sent.
         temperature_mix: the (temperature, share) pairs the trial was measured at.
+        served: what its server's log says vLLM ran (attention backend, CUDA graphs, KV cache).
     """
 
     number: int
@@ -139,6 +139,7 @@ class TrialRecord:
     params: Mapping[str, Any] = field(default_factory=dict)
     failed_share: float | None = None
     temperature_mix: tuple[tuple[float, float], ...] = ()
+    served: ServedFacts | None = None
 
     @classmethod
     def from_outcome(
@@ -167,6 +168,7 @@ class TrialRecord:
             worker=worker,
             failed_share=outcome.score.failed_share if outcome.results else None,
             temperature_mix=outcome.config.client.workload.temperature_mix,
+            served=outcome.served,
         )
 
     @classmethod
@@ -235,6 +237,8 @@ class TrialRecord:
             attrs["failed_share"] = self.failed_share
         if self.temperature_mix:
             attrs["temperature_mix"] = [list(pair) for pair in self.temperature_mix]
+        if self.served is not None:
+            attrs["served"] = self.served.to_dict()
         return attrs
 
     @classmethod
@@ -245,7 +249,9 @@ class TrialRecord:
             return None
         default = TrialStatus.FAILED if trial.state is TrialState.FAIL else TrialStatus.OK
         values = trial.values
-        duplicate, share = attrs.get("duplicate_of"), attrs.get("failed_share")
+        duplicate, share, served = (
+            attrs.get(k) for k in ("duplicate_of", "failed_share", "served")
+        )
         return cls(
             number=trial.number,
             state=trial.state,
@@ -268,6 +274,7 @@ class TrialRecord:
             temperature_mix=tuple(
                 (float(t), float(w)) for t, w in attrs.get("temperature_mix") or ()
             ),
+            served=None if served is None else ServedFacts.from_dict(served),
         )
 
     @property
@@ -372,25 +379,6 @@ def constraint_keys(study: optuna.Study) -> tuple[str, ...]:
         if trial.constraints:
             return LEGACY_CONSTRAINT_KEYS if "errors" not in trial.constraints else CONSTRAINT_KEYS
     return CONSTRAINT_KEYS
-
-
-def level_summary(result: TrialResult, condition: Condition | None = None) -> dict[str, Any]:
-    """One measured pair as stored: the result's summary, the pair, and honest percentiles.
-
-    ``ttft_p95_interval_ms`` holds order-statistic bounds (95 % confidence) on the p95 TTFT;
-    a side is None where the requests were too few to bound it. TPOT is per token (from
-    ``usage``), ITL per streamed chunk (under speculation one chunk carries several tokens).
-    """
-    ttfts = [r.ttft * 1000.0 for r in result.succeeded if r.ttft is not None]
-    summary = {
-        **result.summary(),
-        "ttft_p95_interval_ms": list(quantile_interval(ttfts, 95)),
-        "tpot_p95_ms": result.tpot_ms(95),
-        "failed_share": result.errors / len(result.requests) if result.requests else None,
-    }
-    if condition is not None:
-        summary.update(temperature=condition.temperature, weight=condition.weight)
-    return summary
 
 
 def _finite(data: Mapping[str, Any]) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from tuner.config.trial import LaunchContext, ServerConfig, TrialConfig, load_dr
 from tuner.config.vllm_version import VllmVersion
 from tuner.config.workload import Condition
 from tuner.errors import ConfigError, FailureKind, MeasurementError, StartupFailure
+from tuner.launch.served import ServedFacts, read_served
 from tuner.results import Endpoint, TrialResult
 from tuner.sim.memory import MemoryEstimate, estimate_memory
 from tuner.trial.backends import Backend
@@ -39,6 +40,7 @@ class TrialOutcome:
     conditions: tuple[Condition, ...] = ()  # the pair each result was measured at
     log_tail: str = ""
     log_path: Path | None = None
+    served: ServedFacts | None = None  # what the server's log says it runs
 
     @property
     def status(self) -> TrialStatus:
@@ -76,6 +78,7 @@ class TrialRunner:
         self.max_failed_share = max_failed_share
         self._running: ServerConfig | None = None
         self._endpoint: Endpoint | None = None
+        self._served: ServedFacts | None = None
 
     def run(self, config: TrialConfig, context: LaunchContext, seed: int) -> TrialOutcome:
         """Runs one trial.
@@ -139,6 +142,7 @@ class TrialRunner:
             failure=scored.reason,
             log_path=endpoint.log_path,
             conditions=traffic.conditions,
+            served=self._served,
         )
 
     def _ensure_server(self, server: ServerConfig, context: LaunchContext) -> tuple[Endpoint, bool]:
@@ -147,6 +151,10 @@ class TrialRunner:
         self._stop_server()
         endpoint = self.backend.start(server, context)
         self._running, self._endpoint = server, endpoint
+        log = endpoint.log_path
+        self._served = (
+            read_served(log.read_text(errors="replace")) if log and log.exists() else None
+        )
         return endpoint, True
 
     def _stop_server(self) -> None:

@@ -26,6 +26,8 @@ fault                         what happens
                               child), logging ``spawned child process PID``
 ``log-env=VAR``               logs the value of environment variable VAR at start (a server
                               that prints its secrets)
+``attention-fallback``        logs TRITON_ATTN as the attention backend, as vLLM does on a
+                              driver too old for FlashAttention
 ============================  ================================================================
 
 Counts run from start-up and include every client's requests and tokens.
@@ -57,6 +59,7 @@ FAULT_NAMES = (
     "ignore-sigterm",
     "spawn-child",
     "log-env=VAR",
+    "attention-fallback",
 )
 # Stream faults: bare for every stream, "-every=N" for every N-th; name -> Faults field.
 _STREAM_FAULTS = {
@@ -71,6 +74,7 @@ _FLAGS = {
     "sigkill-at-start": "sigkill_at_start",
     "ignore-sigterm": "ignore_sigterm",
     "spawn-child": "spawn_child",
+    "attention-fallback": "attention_fallback",
 }
 
 
@@ -114,6 +118,7 @@ class Faults:
     ignore_sigterm: bool = False
     spawn_child: bool = False
     log_env: tuple[str, ...] = ()
+    attention_fallback: bool = False
 
 
 def parse_faults(specs: Sequence[str]) -> Faults:

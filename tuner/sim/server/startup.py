@@ -15,6 +15,7 @@ import sys
 import time
 
 from tuner.catalog.models import ModelSpec, load_model
+from tuner.config.vllm_args import NEWEST_KNOWN
 from tuner.config.vllm_version import VllmVersion
 from tuner.errors import ConfigError
 from tuner.sim.acceptance import DRAFT_MODEL, SPEC_METHODS
@@ -168,15 +169,39 @@ def start_engine(
         if not spec.model:
             raise ConfigValidationError("SpeculativeConfig", "method draft_model needs a model")
         draft = _load(spec.model, "SpeculativeConfig")
+    _log_engine_config(args)
     kv_tokens, kv_gib = _kv_cache(args, target, draft, version, free_gib)
     log("INFO", f"Available KV cache memory: {kv_gib:.2f} GiB (simulated)")
-    log("INFO", f"GPU KV cache size: {kv_tokens:,} tokens")
     log(
         "INFO",
-        f"Maximum concurrency for {server.max_model_len:,} tokens per request: "
-        f"{kv_tokens / server.max_model_len:.2f}x",
+        f"GPU KV cache size: {kv_tokens:,} tokens, Maximum concurrency for "
+        f"{server.max_model_len:,} tokens per request: {kv_tokens / server.max_model_len:.2f}x",
     )
     return Engine(args.sim.hardware, target, draft, server, kv_tokens=kv_tokens, seed=args.sim.seed)
+
+
+def _log_engine_config(args: ServeArgs) -> None:
+    """The lines vLLM 0.32 logs about the paths it chose (read by :mod:`tuner.launch.served`)."""
+    server = args.server
+    eager = dict(server.extra_flags).get("enforce-eager") is True
+    graphs = "NONE: 0" if eager else "FULL_AND_PIECEWISE: (2, 1)"
+    log(
+        "INFO",
+        f"Initializing a V1 LLM engine (v{NEWEST_KNOWN}) with config: model={server.model!r}, "
+        f"tensor_parallel_size={server.tensor_parallel_size}, enforce_eager={eager}, "
+        "device_config=cuda, enable_prefix_caching=True, "
+        f"enable_chunked_prefill={server.enable_chunked_prefill}, compilation_config="
+        f"{{'mode': <CompilationMode.VLLM_COMPILE: 3>, 'cudagraph_mode': <CUDAGraphMode.{graphs}>}}"
+        " (simulated)",
+    )
+    if eager:
+        log("INFO", "Cudagraph is disabled under eager mode")
+    backend = "TRITON_ATTN" if args.sim.faults.attention_fallback else "FLASH_ATTN"
+    log(
+        "INFO",
+        f"Using {backend} attention backend out of potential backends: ['{backend}', "
+        "'FLEX_ATTENTION'].",
+    )
 
 
 def crash(root_cause: str) -> None:

@@ -1,0 +1,30 @@
+"""One measured (concurrency, temperature) pair as a study stores it and ``bench`` prints it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tuner.bench.percentiles import quantile_interval
+from tuner.config.workload import Condition
+from tuner.results import TrialResult
+
+__all__ = ["level_summary"]
+
+
+def level_summary(result: TrialResult, condition: Condition | None = None) -> dict[str, Any]:
+    """One measured pair as stored: the result's summary, the pair, and honest percentiles.
+
+    ``ttft_p95_interval_ms`` holds order-statistic bounds (95 % confidence) on the p95 TTFT;
+    a side is None where the requests were too few to bound it. TPOT is per token (from
+    ``usage``), ITL per streamed chunk (under speculation one chunk carries several tokens).
+    """
+    ttfts = [r.ttft * 1000.0 for r in result.succeeded if r.ttft is not None]
+    summary = {
+        **result.summary(),
+        "ttft_p95_interval_ms": list(quantile_interval(ttfts, 95)),
+        "tpot_p95_ms": result.tpot_ms(95),
+        "failed_share": result.errors / len(result.requests) if result.requests else None,
+    }
+    if condition is not None:
+        summary.update(temperature=condition.temperature, weight=condition.weight)
+    return summary
