@@ -31,6 +31,7 @@ __all__ = [
     "Json",
     "MaxModelLen",
     "OutputTokens",
+    "Plan",
     "Prefetch",
     "ReadyTimeout",
     "RequestTimeout",
@@ -42,6 +43,7 @@ __all__ = [
     "StudiesDir",
     "StudyName",
     "Temperature",
+    "TimeBudget",
     "Trials",
     "VllmCommand",
     "backend_options",
@@ -83,6 +85,19 @@ StudiesDir = Annotated[
     Path, typer.Option("--studies-dir", help="Where databases, logs and exports go.")
 ]
 Json = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
+Plan = Annotated[
+    bool,
+    typer.Option(
+        "--plan", help="Print the run's expected GPU time, trial by trial, and run nothing."
+    ),
+]
+TimeBudget = Annotated[
+    str | None,
+    typer.Option(
+        "--time-budget",
+        help="Stop proposing trials in time to confirm within this much time: 2h, 90m, 1h30m.",
+    ),
+]
 
 Backend = Annotated[
     str,

@@ -7,6 +7,7 @@ simulated figure for a measurement.
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
 from rich.table import Table
 
@@ -15,6 +16,10 @@ from tuner.analysis.provenance import runs_note
 from tuner.config.trial import ServerConfig, SpecMethod
 from tuner.trial.record import TrialRecord
 from tuner.trial.scoring import TrialStatus
+
+if TYPE_CHECKING:  # the plan's module loads the simulator; `spectune --help` need not
+    from tuner.config.space import SearchSpace
+    from tuner.study.plan import StudyPlan
 
 __all__ = [
     "TRIAL_COLUMNS",
@@ -191,3 +196,36 @@ def confirmed_table(results: list[Confirmed], ttft_limit_ms: float) -> Table:
 def confirm_run_line(number: int, repeat: int, run: Run, repeats: int, source: str) -> str:
     tok_s = "-" if run.output_tok_s is None else f"{run.output_tok_s:.1f} tok/s {source}"
     return f"confirming trial {number}, run {repeat + 1}/{repeats}: {run.status}, {tok_s}"
+
+
+def plan_table(plan: StudyPlan, space: SearchSpace) -> Table:
+    """The expected GPU time of a run: each warm-start trial, the sampler's, confirmation."""
+    from tuner.study.plan import format_duration as took
+
+    table = Table(
+        title=f"plan: {len(plan.trials)} trials on {space.hardware.label}, "
+        f"{took(plan.total_s)} of GPU time expected",
+        caption="benchmarks predicted by the simulator; start-ups a prior "
+        f"({took(plan.confirm_cost.start_s)}) until trials measure their own",
+    )
+    for column in ("trials", "config", "start-up", "benchmark", "total"):
+        table.add_column(column, justify="left" if column == "config" else "right")
+    rows: list[tuple[int, int, str, float, float]] = []
+    for number, (what, cost) in enumerate(plan.trials):
+        if rows and rows[-1][2] == what and what.startswith("a config the sampler"):
+            first, _, _, start, bench = rows[-1]
+            rows[-1] = (first, number, what, start + cost.start_s, bench + cost.bench_s)
+        else:
+            rows.append((number, number, what, cost.start_s, cost.bench_s))
+    for first, last, what, start, bench in rows:
+        span = f"{first}" if first == last else f"{first}-{last}"
+        table.add_row(span, what, took(start), took(bench), took(start + bench))
+    confirm = plan.confirm_cost
+    table.add_row(
+        f"+{plan.confirm_runs}",
+        "confirmation runs, each on a fresh server",
+        took(plan.confirm_runs * confirm.start_s),
+        took(plan.confirm_runs * confirm.bench_s),
+        took(plan.confirm_s),
+    )
+    return table

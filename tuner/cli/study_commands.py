@@ -22,6 +22,7 @@ from tuner.cli.options import backend_options
 from tuner.cli.render import (
     confirm_run_line,
     confirmed_table,
+    plan_table,
     recommendation,
     record_row,
     records_table,
@@ -169,6 +170,8 @@ def optimize_command(
     confirm_repeats: Annotated[
         int, typer.Option("--confirm-repeats", help="Fresh runs per confirmed config.")
     ] = 3,
+    time_budget: opt.TimeBudget = None,
+    plan: opt.Plan = False,
     as_json: opt.Json = False,
 ) -> None:
     """Run a tuning study, confirm the best configs, and export the recommended one."""
@@ -176,6 +179,7 @@ def optimize_command(
     # `spectune --help` should not pay for.
     from tuner.study.cluster import RayOptions
     from tuner.study.optimize import OptimizeRequest, check_request, optimize
+    from tuner.study.plan import parse_duration, plan_study
 
     explicit = any(v is not None for v in (space, hardware, slo_ttft_ms, vllm_version))
     built = _build_space(space, hardware, slo_ttft_ms, vllm_version)
@@ -214,8 +218,12 @@ def optimize_command(
         confirm_repeats=confirm_repeats,
         ray=None if ray is None else RayOptions(ray, parallel),
         prefetch=prefetch,
+        time_budget_s=None if time_budget is None else parse_duration(time_budget),
     )
     check_request(request)  # argument errors first; without a space it opens no database
+    if plan:  # the space given (a resumed study's stored one may differ); nothing is stored
+        console.print(plan_table(plan_study(built, trials, confirm_top, confirm_repeats), built))
+        return
     if not resume_only:  # this host's GPUs, before anything is written
         if hardware is None and ray is None:  # a Ray cluster's nodes are checked on their own
             built = _on_this_host(built, backend, options.gpus, gpus_per_trial, workers)
@@ -352,6 +360,7 @@ def _optimize_json(result: OptimizeResult, best_yaml: Path | None) -> dict[str, 
         if result.recommended is None
         else _record_json(result.recommended.record),
         "best_yaml": None if best_yaml is None else str(best_yaml),
+        "time_budget": result.budget_note,
     }
 
 
@@ -379,3 +388,5 @@ def _print_optimize(result: OptimizeResult, best_yaml: Path | None) -> None:
         console.print(f"WARNING: {warning}", markup=False)
     where = safe_url(result.storage)
     console.print(f"Wrote {best_yaml} (vllm serve --config); study in {where}")
+    if result.budget_note:
+        console.print(result.budget_note, markup=False)

@@ -5,6 +5,7 @@ Writing ``best.yaml`` is the export layer's job (:func:`tuner.export.vllm.write_
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -26,6 +27,7 @@ from tuner.study.cluster import (
 )
 from tuner.study.confirm import OnRun, confirm
 from tuner.study.paths import StudyPaths, default_storage
+from tuner.study.plan import Budget, TrialCost, plan_study
 from tuner.study.prefetch import prefetch_models
 from tuner.study.storage import check_writable, open_storage
 from tuner.study.strategy import warm_start
@@ -69,6 +71,7 @@ class OptimizeRequest:
     # Download the space's weights into the host's Hugging Face cache before the first start
     # (measured backends on this host); off where vLLM gets them itself, or needs none.
     prefetch: bool = True
+    time_budget_s: float | None = None  # trials stop in time to confirm within it
 
 
 @dataclass(frozen=True)
@@ -82,6 +85,7 @@ class OptimizeResult:
     paths: StudyPaths
     handle: optuna.Study  # the opened study, for exports
     confirmed: list[Confirmed]  # the re-measured configs, best candidates first
+    budget_note: str | None = None  # why the time budget stopped the trials early
 
 
 def check_request(request: OptimizeRequest) -> None:
@@ -99,6 +103,11 @@ def check_request(request: OptimizeRequest) -> None:
     backend_factory(request.backend)
     if request.ray is not None:
         check_ray_options(request.ray, request.workers)
+    if request.time_budget_s is not None and (request.workers > 1 or request.ray is not None):
+        raise ConfigError(
+            "--time-budget runs trials in one worker on this host: drop --workers or --ray, "
+            "or drop --time-budget"
+        )
     storage_url = request.storage or default_storage(request.study, request.studies_dir)
     check_parallel_storage(storage_url, request.workers)
     check_writable(request.studies_dir)  # logs and exports go there whatever the storage
@@ -139,18 +148,24 @@ def optimize(
             trials they have finished so far.
         on_confirm: called after each confirmation run.
     """
+    began = time.time()
     check_request(request)
     sampler = make_sampler(request.sampler, request.seed)
     build_backend = backend_factory(request.backend)
     if request.ray is not None:  # servers (confirmation's too) run on the cluster's nodes
         build_backend = ray_backend_factory(request.ray, request.backend)
     storage_url = request.storage or default_storage(request.study, request.studies_dir)
+    budget = None
+    if request.time_budget_s is not None and request.space is not None:
+        budget = _budget(request, request.space, began)  # too short for a trial: nothing stored
     storage = open_storage(storage_url)
     if request.space is not None and request.ray is None:  # checked before anything is stored
         _prepare(request, backend, request.space)
     if request.space is not None and request.ray is not None:  # no node has it: nothing stored
         check_cluster(request.ray, request.space.hardware)
     study, space = open_study(request.study, storage, request.space, sampler)
+    if request.time_budget_s is not None and budget is None:  # a resume: the stored space
+        budget = _budget(request, space, began)
     claim_source(study, request.backend)  # before a resume fetches anything for the wrong kind
     if request.space is None and request.ray is None:  # a resume: opening it stored nothing
         _prepare(request, backend, space)
@@ -177,7 +192,9 @@ def optimize(
             study,
             space,
             backend or build_backend(space, options),
-            StudyOptions(request.trials, request.seed, paths.logs, space.ttft_limit_ms),
+            StudyOptions(
+                request.trials, request.seed, paths.logs, space.ttft_limit_ms, budget=budget
+            ),
             on_trial,
         )
     else:
@@ -227,4 +244,19 @@ def optimize(
         paths=paths,
         handle=study,
         confirmed=confirmed,
+        budget_note=None if budget is None else budget.note(),
     )
+
+
+def _budget(request: OptimizeRequest, space: SearchSpace, began: float) -> Budget:
+    """The run's time budget, its prior from the plan; refused when one trial cannot fit."""
+    assert request.time_budget_s is not None
+    runs = request.confirm_top * request.confirm_repeats
+    if request.backend == "sim":  # a simulated trial takes what it takes here, not a GPU's time
+        prior = TrialCost(0.0, 0.0)
+    else:
+        plan = plan_study(space, request.trials, request.confirm_top, request.confirm_repeats)
+        prior = plan.confirm_cost
+    budget = Budget(request.time_budget_s, prior, runs, began)
+    budget.check_fits()
+    return budget

@@ -134,9 +134,7 @@ def warm_start(study: optuna.Study, space: SearchSpace, budget: int) -> int:
     """
     if budget < 1 or study.get_trials(deepcopy=False):
         return 0
-    count = min(WARM_START_MAX, max(1, math.floor(budget * _WARM_START_SHARE)))
-    # Never more than this run spends: a leftover enqueued trial would run past the budget.
-    chosen = _plan(predicted_configs(space), count)[:budget]
+    chosen = warm_start_configs(space, budget)
     for prediction in chosen:
         study.enqueue_trial(
             prediction.params,
@@ -149,6 +147,13 @@ def warm_start(study: optuna.Study, space: SearchSpace, budget: int) -> int:
             },
         )
     return len(chosen)
+
+
+def warm_start_configs(space: SearchSpace, budget: int) -> list[Prediction]:
+    """The configs :func:`warm_start` enqueues for a run of ``budget`` trials, in order."""
+    count = min(WARM_START_MAX, max(1, math.floor(budget * _WARM_START_SHARE)))
+    # Never more than this run spends: a leftover enqueued trial would run past the budget.
+    return _plan(predicted_configs(space), count)[:budget]
 
 
 @functools.lru_cache(maxsize=8)  # deterministic per space; benchmarks start many studies
@@ -335,13 +340,10 @@ class _Screen:
 
 
 def _screened(workload: WorkloadSpec, concurrency: int) -> WorkloadSpec:
-    """The workload the screen predicts: as ranked as the full one, in a fraction of the time.
-
-    Without noise, one request at a time in a closed loop, every request after the warm-up runs
-    the same steps, so two give the same throughput and p95 TTFT as forty (the pre-screen of a
-    shipped space drops from about 25 s to 3 s). Batched or paced traffic is predicted whole:
-    its waves and queues depend on how many requests there are.
-    """
+    """The workload the screen predicts. Without noise, one request at a time in a closed loop,
+    every request after the warm-up runs the same steps: two give the throughput and p95 TTFT
+    of forty (a shipped space screens in 3 s, not 25 s). Batched or paced traffic is predicted
+    whole: its waves and queues depend on how many requests there are."""
     if concurrency != 1 or workload.request_rate is not None:
         return workload
     return replace(workload, requests=min(workload.requests, 2))

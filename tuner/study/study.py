@@ -18,13 +18,14 @@ from typing import Any
 
 import optuna
 from optuna.storages import fail_stale_trials
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial, TrialState
 
 from tuner.config.space import SearchSpace
 from tuner.config.trial import LaunchContext
 from tuner.errors import ConfigError, LaunchError, MeasurementError, SpectuneError
 from tuner.results import Source
 from tuner.study.paths import StudyPaths
+from tuner.study.plan import Budget
 from tuner.study.storage import (
     BUDGET_ATTR,
     HEARTBEAT_INTERVAL_S,
@@ -244,6 +245,7 @@ class StudyOptions:
     log_dir: Path
     ttft_limit_ms: float
     worker: str = "0"  # recorded with each trial as host/worker
+    budget: Budget | None = None  # a time budget: no trial that would leave no time to confirm
 
 
 # Called after every trial with its record: run, reused ("same as #N") or failed.
@@ -307,12 +309,23 @@ def run_trials(
         finish(trial, record)
         return record.objective
 
+    budget = options.budget
+
+    def stop_past_budget(study: optuna.Study, trial: FrozenTrial) -> None:
+        if budget is not None and not budget.allows_another(study):
+            study.stop()
+
     try:
         while True:
+            if budget is not None and not budget.allows_another(study):
+                return
             try:
                 # A config error (no image, bad flag) stops the study; one trial's fault does not.
                 study.optimize(
-                    objective, n_trials=options.trials, catch=(LaunchError, MeasurementError)
+                    objective,
+                    n_trials=options.trials,
+                    catch=(LaunchError, MeasurementError),
+                    callbacks=[stop_past_budget],
                 )
                 return
             except BudgetExhausted:

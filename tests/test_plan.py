@@ -1,0 +1,110 @@
+"""The GPU time a study costs: ``optimize --plan`` before it runs, ``--time-budget`` as it runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+from typer.testing import CliRunner
+
+from tuner.cli import app
+from tuner.config.space import SearchSpace, load_space, space_from_dict
+from tuner.errors import ConfigError
+from tuner.study.optimize import OptimizeRequest, optimize
+from tuner.study.plan import parse_duration, plan_study, prior_cost
+from tuner.study.storage import open_storage, study_names
+from tuner.study.strategy import warm_start_configs
+
+runner = CliRunner()
+
+
+def _small_space() -> SearchSpace:
+    """The default space with eight requests a pair: the same traffic mix, priced quicker."""
+    raw = load_space(None).source
+    return space_from_dict({**raw, "workload": {**raw["workload"], "requests": 8}})
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"), [("2h", 7200), ("90m", 5400), ("1h30m", 5400), ("45s", 45), ("600", 600)]
+)
+def test_durations_read_as_people_write_them(text: str, seconds: float) -> None:
+    assert parse_duration(text) == seconds
+
+
+def test_the_plan_prices_the_warm_start_trials_then_the_sampler_s_then_confirmation() -> None:
+    space = _small_space()
+    plan = plan_study(space, 12, confirm_top=2, confirm_repeats=3)
+    warm = warm_start_configs(space, 12)
+    assert len(plan.trials) == 12 and plan.confirm_runs == 6
+    for (_, cost), prediction in zip(plan.trials, warm, strict=False):
+        assert prior_cost(space, prediction.config).bench_s == pytest.approx(cost.bench_s)
+        assert cost.start_s > 0  # each warm-start config is a new server
+    # A benchmark is every (level, temperature) pair's requests: longer where the config is
+    # slower (the simulator's prediction), never nothing.
+    assert all(cost.bench_s > 10 for _, cost in plan.trials)
+    assert plan.total_s == pytest.approx(plan.trials_s + 6 * plan.confirm_cost.total_s)
+
+
+def test_plan_prints_the_run_and_stores_nothing(tmp_path: Path) -> None:
+    result = runner.invoke(
+        app,
+        [
+            *("optimize", "--hardware", "4090x2", "--backend", "sim", "--trials", "10"),
+            *("--plan", "--studies-dir", str(tmp_path), "--confirm-top", "1"),
+        ],
+    )
+    assert result.exit_code == 0, result.stderr
+    assert "plan: 10 trials on 2x RTX 4090" in result.stdout
+    assert "a config the sampler picks" in result.stdout
+    assert "+3" in result.stdout and "confirmation runs" in result.stdout
+    assert list(tmp_path.glob("*.db")) == []
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--time-budget", "soon"], "--time-budget 'soon': give a duration such as 2h"),
+        (["--time-budget", "0m"], "--time-budget '0m': give a duration longer than 0"),
+        # One trial on a GPU is a start-up and a benchmark of minutes, and nine confirmations.
+        (["--time-budget", "10m", "--backend", "process"], "is shorter than one trial and 9"),
+    ],
+)
+def test_a_budget_that_cannot_work_is_one_line_before_anything_is_stored(
+    tmp_path: Path, flags: list[str], message: str
+) -> None:
+    argv = ["optimize", "--hardware", "4090x2", "--backend", "sim", "--trials", "5"]
+    argv += ["--studies-dir", str(tmp_path), "--no-prefetch", "--vllm-version", "0.32.0", *flags]
+    result = runner.invoke(app, argv)
+    assert result.exit_code == 2, result.stdout
+    (line,) = result.stderr.strip().splitlines()
+    assert message in line
+    for db in tmp_path.glob("*.db"):  # the checks may open the database; no study is in it
+        assert not study_names(open_storage(f"sqlite:///{db}"))
+
+
+def test_the_budget_stops_the_trials_in_time_to_confirm(tmp_path: Path) -> None:
+    request = OptimizeRequest(
+        "budget",
+        _small_space(),
+        "sim",
+        200,
+        tmp_path,
+        confirm_top=1,
+        confirm_repeats=1,
+        time_budget_s=8,
+    )
+    result = optimize(request)
+    ran = [t for t in result.handle.get_trials() if t.state is TrialState.COMPLETE]
+    assert 1 <= len(ran) < 200  # 200 simulated trials take minutes here
+    assert result.budget_note is not None
+    assert result.budget_note.startswith(f"time budget 8s: stopped after {len(ran)} trials")
+    assert result.confirmed  # the time left went to the confirmation
+    assert optuna.load_study(study_name="budget", storage=result.storage).user_attrs["confirmed"]
+
+
+def test_a_budget_with_several_workers_is_refused() -> None:
+    request = OptimizeRequest("x", None, "sim", 5, Path("."), workers=2, time_budget_s=60)
+    with pytest.raises(ConfigError, match="--time-budget runs trials in one worker"):
+        optimize(request)

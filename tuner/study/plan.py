@@ -1,0 +1,240 @@
+"""What a study costs in GPU time: the plan before it runs, and the time budget while it runs.
+
+A trial costs a server start-up when its server config differs from the one before, then a
+benchmark at every (level, temperature) pair of the workload; each confirmation run costs both
+(a fresh server). Before anything is measured, the benchmark is the simulator's prediction for
+the config and the start-up a prior (:data:`START_PRIOR_S` plus the weights at
+:data:`LOAD_GB_PER_S`): vLLM starts a 14-32B model in "tens of seconds to minutes", most of it
+loading, compiling and capturing graphs. Once trials have run, their own wall times replace
+both: the budget's estimate of the next trial is the mean of those this run measured.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from tuner.config.space import SearchSpace
+from tuner.config.trial import TrialConfig, load_draft
+from tuner.errors import ConfigError
+from tuner.sim.engine import predict
+from tuner.study.strategy import warm_start_configs
+
+__all__ = [
+    "Budget",
+    "StudyPlan",
+    "TrialCost",
+    "format_duration",
+    "parse_duration",
+    "plan_study",
+    "prior_cost",
+]
+
+# Process start, engine init, torch.compile and CUDA graph capture, before weights: a prior.
+START_PRIOR_S = 75.0
+LOAD_GB_PER_S = 2.0  # weights from a local NVMe or the page cache, per GPU
+_UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0}
+
+
+@dataclass(frozen=True)
+class TrialCost:
+    """Seconds one trial takes: its server's start-up (0 when reused) and its benchmark."""
+
+    start_s: float
+    bench_s: float
+
+    @property
+    def total_s(self) -> float:
+        return self.start_s + self.bench_s
+
+
+def prior_cost(space: SearchSpace, config: TrialConfig) -> TrialCost:
+    """The cost of ``config`` before anything is measured: start-up prior, predicted benchmark."""
+    server = config.server
+    draft = load_draft(server)
+    weights = space.target.weight_bytes + (draft.weight_bytes if draft else 0.0)
+    start = START_PRIOR_S + weights / server.tensor_parallel_size / (LOAD_GB_PER_S * 1e9)
+    workload = config.client.workload
+    bench = 0.0
+    for condition in workload.conditions:
+        result = predict(
+            space.hardware,
+            space.target,
+            draft,
+            server,
+            condition.temperature,
+            workload,
+            condition.concurrency,
+        )
+        # The warm-up requests take about as long as measured ones, a slot's share each.
+        per_request = result.duration_s * condition.concurrency / max(1, workload.requests)
+        bench += result.duration_s + workload.warmup * per_request
+    return TrialCost(start, bench)
+
+
+@dataclass(frozen=True)
+class StudyPlan:
+    """The expected GPU time of a run, trial by trial, then its confirmation."""
+
+    trials: tuple[tuple[str, TrialCost], ...]  # (what runs, its cost), in order
+    confirm_runs: int
+    confirm_cost: TrialCost  # of one confirmation run
+
+    @property
+    def trials_s(self) -> float:
+        return sum(cost.total_s for _, cost in self.trials)
+
+    @property
+    def confirm_s(self) -> float:
+        return self.confirm_runs * self.confirm_cost.total_s
+
+    @property
+    def total_s(self) -> float:
+        return self.trials_s + self.confirm_s
+
+
+def plan_study(
+    space: SearchSpace, trials: int, confirm_top: int, confirm_repeats: int
+) -> StudyPlan:
+    """The plan of a new study's run: the warm-start configs named, the sampler's trials at
+    their mean cost, a restart wherever the server config changes."""
+    chosen = warm_start_configs(space, trials)
+    costs: dict[object, TrialCost] = {}
+    rows: list[tuple[str, TrialCost]] = []
+    previous = None
+    for prediction in chosen:
+        config = prediction.config
+        if config not in costs:
+            costs[config] = prior_cost(space, config)
+        cost = costs[config]
+        if config.server == previous:
+            cost = TrialCost(0.0, cost.bench_s)
+        rows.append((_describe(config), cost))
+        previous = config.server
+    if not rows:  # nothing predicted to meet the limit: price the space's first choice
+        draft = space.drafts[0]
+        speculative = space.speculative(draft, space.k_range(draft)[0])
+        util = space.gpu_memory_utilization.high
+        first = space.config(speculative, util, space.max_num_batched_tokens[0], 0.0)
+        costs[first] = prior_cost(space, first)
+    mean = _mean(list(costs.values()))
+    rows += [("a config the sampler picks", mean)] * (trials - len(rows))
+    return StudyPlan(tuple(rows), confirm_top * confirm_repeats, mean)
+
+
+def _describe(config: TrialConfig) -> str:
+    server = config.server
+    spec = f"{server.draft} K={server.k}" if server.speculative else "no speculation"
+    return (
+        f"{spec}, gpu-mem {server.gpu_memory_utilization:.2f}, batched "
+        f"{server.max_num_batched_tokens}"
+    )
+
+
+def _mean(costs: Sequence[TrialCost]) -> TrialCost:
+    n = max(1, len(costs))
+    return TrialCost(sum(c.start_s for c in costs) / n, sum(c.bench_s for c in costs) / n)
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in ``2h``, ``90m``, ``1h30m``, ``45s`` or plain seconds (``3600``).
+
+    Raises:
+        ConfigError: anything else, or a duration that is not positive.
+    """
+    value = text.strip().lower()
+    if re.fullmatch(r"\d+(\.\d+)?", value):
+        seconds = float(value)
+    elif re.fullmatch(r"(\d+(\.\d+)?[hms])+", value):
+        seconds = sum(
+            float(n) * _UNITS[u] for n, _, u in re.findall(r"(\d+(\.\d+)?)([hms])", value)
+        )
+    else:
+        raise ConfigError(f"--time-budget {text!r}: give a duration such as 2h, 90m or 1h30m")
+    if seconds <= 0:
+        raise ConfigError(f"--time-budget {text!r}: give a duration longer than 0")
+    return seconds
+
+
+class Budget:
+    """A run's time budget: another trial only while it, then confirmation, fit in what is left.
+
+    Args:
+        seconds: the whole run's budget, trials and confirmation.
+        prior: the expected cost of a trial before this run has measured one.
+        confirm_runs: confirmation runs to leave time for (each a fresh server).
+        began: when the run began (``time.time()``); default now.
+    """
+
+    def __init__(
+        self, seconds: float, prior: TrialCost, confirm_runs: int, began: float | None = None
+    ) -> None:
+        self.seconds = seconds
+        self.prior = prior
+        self.confirm_runs = confirm_runs
+        self.began = time.time() if began is None else began
+        self._stopped: tuple[int, float, float] | None = None  # trials run, elapsed, needed
+
+    def next_trial_s(self, study: optuna.Study) -> float:
+        """A trial with a start-up, as this run measured them (else the prior)."""
+        walls = [
+            (t.datetime_complete - t.datetime_start).total_seconds()
+            for t in self._ran(study)
+            if t.datetime_complete and t.datetime_start and t.user_attrs.get("restarted")
+        ]
+        return sum(walls) / len(walls) if walls else self.prior.total_s
+
+    def _ran(self, study: optuna.Study) -> list[FrozenTrial]:
+        """The trials this run started (a resumed study holds earlier runs' too)."""
+        done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL))
+        return [t for t in done if t.datetime_start and t.datetime_start.timestamp() >= self.began]
+
+    def allows_another(self, study: optuna.Study) -> bool:
+        """Whether one more trial and the confirmation fit in what is left of the budget."""
+        per_trial = self.next_trial_s(study)
+        needed = per_trial * (1 + self.confirm_runs)
+        elapsed = time.time() - self.began
+        if elapsed + needed <= self.seconds:
+            return True
+        self._stopped = (len(self._ran(study)), elapsed, needed)
+        return False
+
+    def note(self) -> str | None:
+        """Why the trials stopped early; None when the budget never stopped them."""
+        if self._stopped is None:
+            return None
+        ran, elapsed, needed = self._stopped
+        return (
+            f"time budget {format_duration(self.seconds)}: stopped after {ran} trials at "
+            f"{format_duration(elapsed)}, as one more (about {format_duration(needed)} with "
+            f"{self.confirm_runs} confirmation runs) would not fit"
+        )
+
+    def check_fits(self) -> None:
+        """Refuses a budget too short for even one trial and the confirmation.
+
+        Raises:
+            ConfigError: naming what one trial and the confirmation are expected to take.
+        """
+        needed = self.prior.total_s * (1 + self.confirm_runs)
+        if needed > self.seconds:
+            raise ConfigError(
+                f"--time-budget {format_duration(self.seconds)} is shorter than one trial and "
+                f"{self.confirm_runs} confirmation runs (about {format_duration(needed)}): give "
+                "more time, or fewer --confirm-top/--confirm-repeats"
+            )
+
+
+def format_duration(seconds: float) -> str:
+    """``1h23m``, ``4m05s``, ``12s``."""
+    whole = round(seconds)
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
