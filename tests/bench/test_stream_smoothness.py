@@ -3,10 +3,17 @@ smoothing buffer would help."""
 
 from __future__ import annotations
 
-import pytest
+from pathlib import Path
 
-from tuner.export.vllm import _smoothing_note
+import pytest
+from optuna.trial import TrialState
+
+from tuner.config.space import load_space, space_from_dict
+from tuner.export.vllm import _smoothing_note, export
 from tuner.results import STALL_S, RequestRecord, Source, TrialResult
+from tuner.study.optimize import OptimizeRequest, optimize
+from tuner.trial.record import records
+from tuner.trial.scoring import TrialStatus, score
 
 
 def _request(chunks: list[float], tokens: int) -> RequestRecord:
@@ -47,3 +54,45 @@ def test_failed_requests_do_not_count_and_no_chunks_is_unknown() -> None:
 
     assert empty.tokens_per_chunk is None and empty.stall_share is None
     assert _smoothing_note(empty.summary()) == []
+
+
+def test_a_stream_gap_limit_makes_a_choppy_trial_infeasible_and_says_so() -> None:
+    bursty = _result(_request([0.10, 0.12, 0.14, 0.39, 0.41], tokens=20))  # a 250 ms stall
+    smooth = _result(_request([0.1 + 0.02 * i for i in range(11)], tokens=11))
+
+    assert score([smooth, bursty], 1000, stream_gap_limit_ms=None).stream is None
+    choppy = score([smooth, bursty], 1000, stream_gap_limit_ms=100)
+    assert choppy.status is TrialStatus.OVER_STREAM and not choppy.feasible
+    worst = bursty.itl_ms(99)
+    assert worst is not None and choppy.stream == pytest.approx(worst - 100)  # the worst pair
+    assert list(choppy.keyed()) == ["errors", "oom", "stream", "ttft_slo"]  # Optuna's order
+    fine = score([smooth], 1000, stream_gap_limit_ms=100)
+    assert fine.status is TrialStatus.OK and fine.feasible and fine.stream is not None
+    # Nothing measured: the other constraints say why; the key is there on every trial.
+    oom = score(None, 1000, oom=TrialStatus.OOM, stream_gap_limit_ms=100)
+    assert oom.keyed()["stream"] == -1.0 and not oom.feasible
+
+
+@pytest.mark.parametrize("limit", [1.0, 60_000.0])
+def test_a_study_with_a_stream_gap_limit_keys_every_trial_and_recommends_only_smooth_ones(
+    tmp_path: Path, limit: float
+) -> None:
+    raw = load_space(None).source
+    raw = {
+        **raw,
+        "slo": {**raw.get("slo", {}), "stream_gap_p99_ms": limit},
+        "workload": {**raw["workload"], "requests": 4, "concurrency": [1, 8]},
+    }
+    space = space_from_dict(raw)
+    result = optimize(OptimizeRequest("smooth", space, "sim", 4, tmp_path, confirm_top=0))
+    done = [t for t in result.handle.get_trials() if t.state is TrialState.COMPLETE]
+    assert done and all(set(t.constraints) >= {"stream"} for t in done)
+    kept = records(done)
+    if limit == 1.0:  # a 1 ms pause is shorter than any decode step
+        assert all(r.status is TrialStatus.OVER_STREAM for r in kept if r.measured)
+        assert result.recommended is None
+    else:
+        assert all(r.status is TrialStatus.OK and not r.over_stream for r in kept if r.measured)
+        assert result.recommended is not None
+        header = export(result.handle, space, "vllm").text
+        assert "p99 stream gap limit 60000 ms" in header

@@ -71,6 +71,7 @@ def test_an_older_single_search_temperature_is_the_workloads(tmp_path: Path) -> 
             "'workload.temperature.0.value' must be set",
         ),
         ("slo: {max_failed_requests: 2}\n", "slo.max_failed_requests = 2: must be a share"),
+        ("slo: {stream_gap_p99_ms: 0}\n", "slo.stream_gap_p99_ms = 0: must be a number > 0"),
         ("workload: {temperature: 3}\n", "workload.temperature[0].value = 3: must be a number"),
     ],
 )

@@ -69,6 +69,7 @@ class Provenance:
     max_failed_share: float
     date: str
     served: ServedFacts | None = None  # what the trial's server log says vLLM ran
+    stream_gap_limit_ms: float | None = None  # the space's limit on the p99 chunk gap
 
     def to_dict(self) -> dict[str, Any]:
         """Every fact as plain JSON data (the JSON export's ``provenance``)."""
@@ -113,7 +114,12 @@ class Provenance:
             f"{self.source}: {self._numbers()}",
             f"measured on the traffic: concurrency {_shares(self.concurrency)}; prompts "
             f"{self.workload} ({self.prompts}); p95 TTFT limit {self.ttft_limit_ms:.0f} ms at "
-            "every level",
+            "every level"
+            + (
+                ""
+                if self.stream_gap_limit_ms is None
+                else f", p99 stream gap limit {self.stream_gap_limit_ms:.0f} ms"
+            ),
             self._temperatures(),
             f"failed requests {_percent(self.failed_share)} "
             f"(at most {self.max_failed_share * 100:g} % allowed)",
@@ -233,4 +239,5 @@ def provenance(
         max_failed_share=space.max_failed_requests,
         date=(today or dt.date.today()).isoformat(),
         served=record.served,
+        stream_gap_limit_ms=space.stream_gap_limit_ms,
     )

@@ -28,6 +28,7 @@ class Outcome(enum.StrEnum):
 
     FEASIBLE = "feasible"
     OVER_TTFT = "over TTFT limit"
+    OVER_STREAM = "over stream-gap limit"  # its stream paused longer than the space allows
     LOST_REQUESTS = "failed requests"  # the server failed requests: no numbers that count
     OOM = "OOM"
 
@@ -70,6 +71,8 @@ def _outcome(record: TrialRecord) -> Outcome:
         return Outcome.LOST_REQUESTS
     if record.over_ttft:
         return Outcome.OVER_TTFT
+    if record.over_stream:
+        return Outcome.OVER_STREAM
     return Outcome.FEASIBLE
 
 

@@ -57,6 +57,7 @@ _STATUS = {
     TrialStatus.OOM_PREDICTED: "OOM pred.",
     TrialStatus.OOM: "OOM",
     TrialStatus.OVER_TTFT: "over TTFT",
+    TrialStatus.OVER_STREAM: "choppy",
     TrialStatus.FAILED_REQUESTS: "lost",
     TrialStatus.FAILED: "failed",
 }

@@ -3,7 +3,7 @@
     SpaceModel             name, hardware, target, and the sections below
     ├── ServerModel        server: max_model_len, tensor_parallel_size, quantization, extra_flags
     ├── VllmModel          vllm: image, version
-    ├── SloModel           slo: ttft_ms, max_failed_requests
+    ├── SloModel           slo: ttft_ms, max_failed_requests, stream_gap_p99_ms
     ├── WorkloadModel      workload: prompt_set, token counts, the traffic (concurrency levels and
     │                      temperatures, each with a weight), requests, warm-up, ...
     └── SearchModel        search: the tuned dimensions, speculation methods first
@@ -191,6 +191,8 @@ class SloModel(_Section):
     """p95 time to first token in ms, at every concurrency level; trials above it are infeasible."""
     max_failed_requests: Share = 0.0
     """Share of measured requests that may fail (0 to 1); a trial above it is infeasible."""
+    stream_gap_p99_ms: Milliseconds | None = None
+    """p99 gap between streamed chunks in ms, at every level; unset: no limit on smoothness."""
 
 
 class WorkloadModel(_Section):

@@ -87,6 +87,7 @@ class SearchSpace:
     workload: WorkloadSpec
     extra_flags: tuple[tuple[str, FlagValue], ...] = ()
     max_failed_requests: float = 0.0  # share of measured requests that may fail
+    stream_gap_limit_ms: float | None = None  # p99 gap between streamed chunks; None: no limit
     source: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -306,6 +307,7 @@ def _build(raw: Any, origin: str, *, lenient: bool) -> SearchSpace:
         workload=workload,
         extra_flags=tuple(server.extra_flags.items()),
         max_failed_requests=float(model.slo.max_failed_requests),
+        stream_gap_limit_ms=_optional_float(model.slo.stream_gap_p99_ms),
         source=raw,
     )
 
@@ -331,6 +333,10 @@ def _workload(model: SpaceModel, origin: str, lenient: bool) -> WorkloadSpec:
         temperature=tuple(value for value, _ in mix),
         temperature_weights=_unequal(weight for _, weight in mix),
     )
+
+
+def _optional_float(value: float | None) -> float | None:
+    return None if value is None else float(value)
 
 
 def _unequal(weights: Iterable[float]) -> tuple[float, ...]:

@@ -38,6 +38,7 @@ __all__ = [
 _STYLE = {
     Outcome.FEASIBLE: {"marker": "o", "color": "#1f77b4", "label": "feasible"},
     Outcome.OVER_TTFT: {"marker": "^", "color": "#ff7f0e", "label": "over TTFT limit"},
+    Outcome.OVER_STREAM: {"marker": "v", "color": "#9467bd", "label": "over stream-gap limit"},
     Outcome.OOM: {"marker": "x", "color": "#d62728", "label": "OOM"},
     Outcome.LOST_REQUESTS: {"marker": "s", "color": "#7f7f7f", "label": "failed requests"},
 }
@@ -94,7 +95,7 @@ def pareto_chart(
     TTFT limit, and confirmed configs with their 95 % intervals."""
     figure, axes = _figure()
     measured = [p for p in points if p.output_tok_s is not None and p.p95_ttft_ms is not None]
-    for outcome in (Outcome.FEASIBLE, Outcome.OVER_TTFT):
+    for outcome in (Outcome.FEASIBLE, Outcome.OVER_TTFT, Outcome.OVER_STREAM):
         group = [p for p in measured if p.outcome is outcome]
         if group:
             style = _STYLE[outcome]
@@ -252,7 +253,7 @@ def acceptance_chart(points: Sequence[Point], path: Path) -> Chart:
 def memory_chart(points: Sequence[Point], path: Path) -> Chart:
     """Throughput against gpu-memory-utilization, with OOM trials and the OOM boundary."""
     figure, axes = _figure()
-    for outcome in (Outcome.FEASIBLE, Outcome.OVER_TTFT):
+    for outcome in (Outcome.FEASIBLE, Outcome.OVER_TTFT, Outcome.OVER_STREAM):
         group = [p for p in points if p.outcome is outcome]
         if group:
             style = _STYLE[outcome]

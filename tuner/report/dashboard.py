@@ -39,7 +39,7 @@ from tuner.errors import ConfigError
 from tuner.study import optuna_private
 from tuner.study.paths import StudyPaths
 from tuner.trial.record import TrialRecord
-from tuner.trial.scoring import CONSTRAINT_KEYS, LEGACY_CONSTRAINT_KEYS, OBJECTIVE_NAMES
+from tuner.trial.scoring import LEGACY_CONSTRAINT_KEYS, OBJECTIVE_NAMES
 
 __all__ = [
     "LEGACY_CONSTRAINTS",
@@ -143,11 +143,11 @@ class DashboardInfo:
 
 
 def _keyed_constraints(trial: FrozenTrial) -> list[float] | None:
-    # A study older than the errors constraint has two keys on every trial; either way the
-    # list follows CONSTRAINT_KEYS' order, the one every trial of a study shares.
+    # A study older than the errors constraint has two keys on every trial, one that limits
+    # the stream four; either way the list is in key order, the one every trial shares.
     keyed = trial.constraints
-    keys = CONSTRAINT_KEYS if "errors" in keyed else LEGACY_CONSTRAINT_KEYS
-    if not all(key in keyed for key in keys):
+    keys = sorted(k for k in keyed if not k.isdigit())  # digits: the legacy list read back
+    if not set(LEGACY_CONSTRAINT_KEYS) <= set(keys):
         return None
     return [float(keyed[key]) for key in keys]
 

@@ -112,6 +112,8 @@ def _summary(study: optuna.Study, space: SearchSpace, trials: Sequence[Point]) -
     counts = {o: sum(p.outcome is o for p in trials) for o in Outcome}
     failed = sum(t.state is optuna.trial.TrialState.FAIL for t in study.trials)
     sources = ", ".join(sorted({p.source for p in trials})) or "n/a"
+    limited = space.stream_gap_limit_ms is not None
+    choppy = f"{counts[Outcome.OVER_STREAM]} over the stream-gap limit, " if limited else ""
     rows = [
         ("study", study.study_name),
         ("target", space.target.hf_id),
@@ -119,10 +121,15 @@ def _summary(study: optuna.Study, space: SearchSpace, trials: Sequence[Point]) -
         ("vLLM", _ran(study, space)),
         *traffic_rows(space, records(study.get_trials(deepcopy=False))),
         ("p95 TTFT limit", f"{space.ttft_limit_ms:.0f} ms at every level"),
+        *(
+            [("p99 stream-gap limit", f"{space.stream_gap_limit_ms:.0f} ms at every level")]
+            if limited
+            else []
+        ),
         (
             "trials",
             f"{len(study.trials)}: {counts[Outcome.FEASIBLE]} feasible, "
-            f"{counts[Outcome.OVER_TTFT]} over the TTFT limit, "
+            f"{counts[Outcome.OVER_TTFT]} over the TTFT limit, {choppy}"
             f"{counts[Outcome.LOST_REQUESTS]} lost requests, {counts[Outcome.OOM]} OOM, "
             f"{failed} failed",
         ),

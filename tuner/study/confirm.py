@@ -113,6 +113,7 @@ def _run_once(
         space.ttft_limit_ms,
         max_failed_share=space.max_failed_requests,
         version=space.version,
+        stream_gap_limit_ms=space.stream_gap_limit_ms,
     )
     try:
         outcome = runner.run(config, context, seed)

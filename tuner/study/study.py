@@ -266,6 +266,7 @@ def run_trials(
         options.ttft_limit_ms,
         max_failed_share=space.max_failed_requests,
         version=space.version,
+        stream_gap_limit_ms=space.stream_gap_limit_ms,
     )
     keys = constraint_keys(study)  # an older study keeps the keys its trials have
     listeners = [on_trial] if on_trial else []

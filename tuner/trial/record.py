@@ -38,7 +38,7 @@ from tuner.errors import SpectuneError, StartupFailure
 from tuner.launch.served import ServedFacts
 from tuner.results import Source
 from tuner.trial.run_facts import RUN_ATTR, RunFacts, stored_run
-from tuner.trial.scoring import CONSTRAINT_KEYS, LEGACY_CONSTRAINT_KEYS, TrialStatus
+from tuner.trial.scoring import CONSTRAINT_KEYS, LEGACY_CONSTRAINT_KEYS, STREAM_KEY, TrialStatus
 
 if TYPE_CHECKING:  # the runner imports the load generator and its HTTP client
     from tuner.trial.runner import TrialOutcome
@@ -158,7 +158,7 @@ class TrialRecord:
             status=outcome.status,
             source=Source.PREDICTED if predicted else source,
             values=outcome.score.values,
-            constraints=dict(zip(CONSTRAINT_KEYS, outcome.score.constraints, strict=True)),
+            constraints=outcome.score.keyed(),
             restarted=outcome.restarted,
             memory=asdict(outcome.memory),
             summary=levels[0] if levels else {},
@@ -293,6 +293,11 @@ class TrialRecord:
         return self.status is TrialStatus.OVER_TTFT or self.constraints.get("ttft_slo", -1.0) > 0
 
     @property
+    def over_stream(self) -> bool:
+        """Measured, but its stream paused longer than the space's limit."""
+        return self.constraints.get(STREAM_KEY, -1.0) > 0
+
+    @property
     def lost_requests(self) -> bool:
         """More requests failed than the space allows: not scored on the rest."""
         return (
@@ -306,6 +311,7 @@ class TrialRecord:
         return (
             self.state is TrialState.COMPLETE
             and not self.lost_requests
+            and not self.over_stream
             and all(self.constraints.get(key, 1.0) <= 0 for key in LEGACY_CONSTRAINT_KEYS)
         )
 
@@ -373,12 +379,16 @@ def records(trials: Iterable[FrozenTrial]) -> list[TrialRecord]:
 
 
 def constraint_keys(study: optuna.Study) -> tuple[str, ...]:
-    """The constraint keys this study's trials carry: a study whose trials were written
-    before ``errors`` existed keeps the two it has (samplers want the same keys on all)."""
+    """The constraint keys this study's trials carry (samplers want the same keys on all): a
+    study written before ``errors`` existed keeps the two it has; a space that limits the
+    stream's smoothness adds ``stream``."""
     for trial in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-        if trial.constraints:
-            return LEGACY_CONSTRAINT_KEYS if "errors" not in trial.constraints else CONSTRAINT_KEYS
-    return CONSTRAINT_KEYS
+        keys = tuple(sorted(k for k in trial.constraints if not k.isdigit()))  # not the legacy list
+        if keys:
+            return keys
+    space = stored_space(study)
+    limited = space is not None and space.stream_gap_limit_ms is not None
+    return tuple(sorted((*CONSTRAINT_KEYS, *((STREAM_KEY,) if limited else ()))))
 
 
 def _finite(data: Mapping[str, Any]) -> dict[str, Any]:

@@ -70,12 +70,14 @@ class TrialRunner:
         *,
         max_failed_share: float = 0.0,
         version: VllmVersion | None = None,
+        stream_gap_limit_ms: float | None = None,
     ) -> None:
         self.backend = backend
         self.hardware = hardware
         self.version = version  # the study's vLLM: its memory rules (None: the newest)
         self.ttft_limit_ms = ttft_limit_ms
         self.max_failed_share = max_failed_share
+        self.stream_gap_limit_ms = stream_gap_limit_ms
         self._running: ServerConfig | None = None
         self._endpoint: Endpoint | None = None
         self._served: ServedFacts | None = None
@@ -92,7 +94,7 @@ class TrialRunner:
             return TrialOutcome(
                 config,
                 memory,
-                score(None, self.ttft_limit_ms, oom=TrialStatus.OOM_PREDICTED),
+                self._unmeasured(TrialStatus.OOM_PREDICTED),
                 failure=memory.reason,
             )
         try:
@@ -105,7 +107,7 @@ class TrialRunner:
             return TrialOutcome(
                 config,
                 memory,
-                score(None, self.ttft_limit_ms, oom=TrialStatus.OOM),
+                self._unmeasured(TrialStatus.OOM),
                 restarted=True,
                 failure=str(failure),
                 log_tail=failure.log_tail,
@@ -116,7 +118,7 @@ class TrialRunner:
             self._stop_server()
             if died.kind is not FailureKind.OOM:
                 raise
-            oom = score(None, self.ttft_limit_ms, oom=TrialStatus.OOM)
+            oom = self._unmeasured(TrialStatus.OOM)
             return TrialOutcome(
                 config, memory, oom, restarted=restarted, failure=str(died), log_tail=died.log_tail
             )
@@ -132,6 +134,7 @@ class TrialRunner:
             max_failed_share=self.max_failed_share,
             broken=traffic.broken,
             unrecorded=traffic.unrecorded,
+            stream_gap_limit_ms=self.stream_gap_limit_ms,
         )
         return TrialOutcome(
             config,
@@ -143,6 +146,11 @@ class TrialRunner:
             log_path=endpoint.log_path,
             conditions=traffic.conditions,
             served=self._served,
+        )
+
+    def _unmeasured(self, oom: TrialStatus) -> Score:
+        return score(
+            None, self.ttft_limit_ms, oom=oom, stream_gap_limit_ms=self.stream_gap_limit_ms
         )
 
     def _ensure_server(self, server: ServerConfig, context: LaunchContext) -> tuple[Endpoint, bool]:

@@ -10,6 +10,11 @@ in which Optuna's database storages read them back, so every storage shows one o
 - ``oom``: 1 when the config ran, or was predicted to run, out of memory; -1 otherwise;
 - ``ttft_slo``: the worst p95 TTFT minus the limit, so the limit holds at every level.
 
+A space that limits the stream's smoothness (``slo.stream_gap_p99_ms``) adds a fourth,
+``stream`` (:data:`STREAM_KEY`, between ``oom`` and ``ttft_slo`` in that order): the worst p99
+gap between streamed chunks minus the limit. Speculation delivers tokens in bursts, and a user
+who serves a reader may cap the pause they see.
+
 An OOM trial, and a trial whose server failed more requests than allowed (a config that breaks
 the server under load), is COMPLETE with pessimistic but finite values, so the sampler learns
 where the boundary is instead of proposing the same config again. Such a trial is never scored
@@ -35,6 +40,7 @@ __all__ = [
     "DIRECTIONS",
     "LEGACY_CONSTRAINT_KEYS",
     "OBJECTIVE_NAMES",
+    "STREAM_KEY",
     "Score",
     "TrialStatus",
     "failed_share",
@@ -49,6 +55,7 @@ DIRECTIONS = (optuna.study.StudyDirection.MAXIMIZE, optuna.study.StudyDirection.
 CONSTRAINT_KEYS = ("errors", "oom", "ttft_slo")
 LEGACY_CONSTRAINT_KEYS = ("oom", "ttft_slo")
 """The keys of studies created before the ``errors`` constraint."""
+STREAM_KEY = "stream"
 
 
 class TrialStatus(enum.StrEnum):
@@ -58,6 +65,7 @@ class TrialStatus(enum.StrEnum):
     OOM_PREDICTED = "OOM predicted"
     OOM = "OOM"
     OVER_TTFT = "over TTFT limit"
+    OVER_STREAM = "over stream-gap limit"  # its stream paused longer than the space allows
     FAILED_REQUESTS = "failed requests"  # the server failed requests under this config's load
     FAILED = "failed"  # an infrastructure fault: a crash, a hang, nothing measured (FAIL)
 
@@ -69,7 +77,7 @@ class TrialStatus(enum.StrEnum):
     @property
     def measured(self) -> bool:
         """The server ran and the benchmark produced numbers that count."""
-        return self in (TrialStatus.OK, TrialStatus.OVER_TTFT)
+        return self in (TrialStatus.OK, TrialStatus.OVER_TTFT, TrialStatus.OVER_STREAM)
 
 
 @dataclass(frozen=True)
@@ -79,6 +87,7 @@ class Score:
     Attributes:
         failed_share: failed over sent requests, all pairs together (0 when nothing ran).
         reason: why the trial is not scored on its numbers (failed requests); None otherwise.
+        stream: the worst p99 chunk gap minus the space's limit (ms); None without a limit.
     """
 
     values: tuple[float, float]
@@ -86,10 +95,18 @@ class Score:
     status: TrialStatus
     failed_share: float = 0.0
     reason: str | None = None
+    stream: float | None = None
 
     @property
     def feasible(self) -> bool:
-        return all(c <= 0 for c in self.constraints)
+        return all(c <= 0 for c in self.constraints) and (self.stream is None or self.stream <= 0)
+
+    def keyed(self) -> dict[str, float]:
+        """The constraints by key, ``stream`` among them where the space sets a limit."""
+        keyed = dict(zip(CONSTRAINT_KEYS, self.constraints, strict=True))
+        if self.stream is not None:
+            keyed[STREAM_KEY] = self.stream
+        return dict(sorted(keyed.items()))
 
 
 def pessimistic_ttft_ms(ttft_limit_ms: float) -> float:
@@ -113,6 +130,7 @@ def score(
     oom: TrialStatus | None = None,
     broken: str | None = None,
     unrecorded: int = 0,
+    stream_gap_limit_ms: float | None = None,
 ) -> Score:
     """Scores a measured or simulated trial, or an OOM (``results`` None, ``oom`` set).
 
@@ -125,10 +143,17 @@ def score(
         broken: why measuring stopped early (the server stopped answering); the trial then
             counts as failing requests whatever the share.
         unrecorded: requests of a pair that left no result (the server died in it), failed.
+        stream_gap_limit_ms: the p99 gap between streamed chunks allowed at every pair.
     """
     penalty = pessimistic_ttft_ms(ttft_limit_ms)
+    unmeasured = None if stream_gap_limit_ms is None else -1.0  # other constraints say why
     if results is None or oom is not None:
-        return Score((0.0, penalty), (-1.0, 1.0, penalty - ttft_limit_ms), oom or TrialStatus.OOM)
+        return Score(
+            (0.0, penalty),
+            (-1.0, 1.0, penalty - ttft_limit_ms),
+            oom or TrialStatus.OOM,
+            stream=unmeasured,
+        )
     measured = [results] if isinstance(results, TrialResult) else list(results)
     share = failed_share(measured, unrecorded)
     if broken is not None or share > max_failed_share or not measured:
@@ -147,6 +172,7 @@ def score(
             TrialStatus.FAILED_REQUESTS,
             share,
             reason,
+            stream=unmeasured,
         )
     shares = list(weights) if weights is not None else [1.0] * len(measured)
     if len(shares) != len(measured):
@@ -156,8 +182,16 @@ def score(
     p95s = [r.ttft_ms(95) for r in measured]
     ttft = penalty if any(p is None for p in p95s) else max(p for p in p95s if p is not None)
     over = ttft - ttft_limit_ms
-    status = TrialStatus.OVER_TTFT if over > 0 else TrialStatus.OK
-    return Score((tok_s, ttft), (share - max_failed_share, -1.0, over), status, share)
+    stream = None
+    if stream_gap_limit_ms is not None:
+        gaps = [g for g in (r.itl_ms(99) for r in measured) if g is not None]
+        stream = max(gaps, default=0.0) - stream_gap_limit_ms
+    status = TrialStatus.OK
+    if over > 0:
+        status = TrialStatus.OVER_TTFT
+    elif stream is not None and stream > 0:
+        status = TrialStatus.OVER_STREAM
+    return Score((tok_s, ttft), (share - max_failed_share, -1.0, over), status, share, None, stream)
 
 
 def level_tok_s(

@@ -111,6 +111,7 @@ class TrialSlot:
             space.ttft_limit_ms,
             max_failed_share=space.max_failed_requests,
             version=space.version,
+            stream_gap_limit_ms=space.stream_gap_limit_ms,
         )
         # The driver's studies folder is on another host: logs stay on this node.
         self.log_dir = Path(tempfile.gettempdir()) / "spectune" / options.study / "logs"
