@@ -287,14 +287,8 @@ def test_versions_before_0_6_are_refused() -> None:
 def test_config_file_argv_passes_the_model_only_when_the_file_cannot() -> None:
     new = server_yaml(BASE, parse_version("0.8.4"))
     old = server_yaml(BASE, parse_version("0.8.3"))
-    assert config_file_argv(new, "/c.yaml", model=TARGET, host="h", port=1) == [
-        "--config", "/c.yaml", "--host", "h", "--port", "1",
-    ]  # fmt: skip
-    assert config_file_argv(old, "/c.yaml", model=TARGET, host="h", port=1)[:3] == [
-        TARGET,
-        "--config",
-        "/c.yaml",
-    ]
+    assert config_file_argv(new, "/c.yaml", model=TARGET) == ["--config", "/c.yaml"]
+    assert config_file_argv(old, "/c.yaml", model=TARGET) == [TARGET, "--config", "/c.yaml"]
 
 
 @pytest.mark.parametrize(
@@ -407,9 +401,8 @@ def test_vllm_0_32_parses_our_argv_and_yaml(tmp_path: Path) -> None:
         path = tmp_path / f"{name}.yaml"
         config = server_yaml(server, version)
         path.write_text(yaml.safe_dump(config, sort_keys=False))
-        argvs.append(
-            ["serve", *config_file_argv(config, str(path), model="unused", host="::", port=9)]
-        )
+        from_file = config_file_argv(config, str(path), model="unused")
+        argvs.append(["serve", *from_file, "--host", "::", "--port", "9"])
     argvs.append(["serve", str(target), "--use-v2-block-manager"])
 
     parsed = parse_with_vllm(argvs)

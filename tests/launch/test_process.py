@@ -148,17 +148,6 @@ def test_a_port_clash_is_retried_once(
     assert endpoint.model == "tiny"
 
 
-def test_config_file_mode_writes_the_yaml_next_to_the_log(context: LaunchContext) -> None:
-    with _launcher(use_config_file=True) as launcher:
-        endpoint = launcher.start(SERVER, context)
-    config = (context.log_dir / "trial-7.yaml").read_text()
-    assert config.startswith("model: Qwen/Qwen2.5-14B-Instruct-AWQ\n")
-    assert "served-model-name: tiny\n" in config
-    assert endpoint.model == "tiny"
-    first_line = (context.log_dir / "trial-7.log").read_text().splitlines()[0]
-    assert f" serve --config {context.log_dir / 'trial-7.yaml'} --host 127.0.0.1" in first_line
-
-
 def test_version_is_asked_from_the_command_once() -> None:
     launcher = ProcessLauncher(FAKE_SERVER)
     assert launcher.version == NEWEST_KNOWN

@@ -54,8 +54,8 @@ def _yaml_argv(server: ServerConfig, version: VllmVersion, folder: Path, name: s
     config = server_yaml(server, version)
     path = folder / f"{name}.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
-    argv = config_file_argv(config, str(path), model=server.model, host="127.0.0.1", port=8000)
-    return ["serve", *argv]
+    argv = config_file_argv(config, str(path), model=server.model)
+    return ["serve", *argv, "--host", "127.0.0.1", "--port", "8000"]
 
 
 def _space_servers(space: SearchSpace) -> Iterator[tuple[str, ServerConfig]]:

@@ -359,8 +359,8 @@ def server_argv(server: ServerConfig, version: VllmVersion, *, host: str, port: 
 def server_yaml(server: ServerConfig, version: VllmVersion) -> dict[str, Any]:
     """The mapping to dump as ``vllm serve --config FILE`` (host and port stay on the CLI).
 
-    ``model`` is a key only where the loader reads it (0.8.4+); otherwise pass the model as the
-    positional argument, which :func:`config_file_argv` does.
+    ``model`` is a key only where the loader reads it (0.8.4+); otherwise the model goes on the
+    command line as the positional argument, which :func:`config_file_argv` does.
 
     Raises:
         ConfigError: ``version`` cannot run this config (see :func:`check_supported`).
@@ -375,17 +375,7 @@ def server_yaml(server: ServerConfig, version: VllmVersion) -> dict[str, Any]:
     return config
 
 
-def config_file_argv(
-    config: Mapping[str, Any], config_path: str, *, model: str, host: str, port: int
-) -> list[str]:
-    """The arguments after ``vllm serve`` that start the server from a written config file.
-
-    Args:
-        config: what :func:`server_yaml` returned (it tells whether the file names the model).
-        config_path: where the YAML was written, as the server process sees it.
-        model: the target model, passed positionally when the file cannot carry it.
-        host: the address to listen on.
-        port: the port to listen on.
-    """
-    positional = [] if "model" in config else [model]
-    return [*positional, "--config", config_path, "--host", host, "--port", str(port)]
+def config_file_argv(config: Mapping[str, Any], config_path: str, *, model: str) -> list[str]:
+    """The arguments after ``vllm serve`` that start a server from the written ``config``
+    (what :func:`server_yaml` returned): the model positional where the file cannot carry it."""
+    return [*([] if "model" in config else [model]), "--config", config_path]

@@ -43,7 +43,7 @@ from tuner.analysis.provenance import Provenance, provenance
 from tuner.analysis.trials import points
 from tuner.config.space import SearchSpace
 from tuner.config.trial import ServerConfig, SpecMethod, is_secret_flag
-from tuner.config.vllm_args import server_argv, server_yaml
+from tuner.config.vllm_args import config_file_argv, server_argv, server_yaml
 from tuner.errors import ConfigError
 from tuner.export.deploy import PORT, compose_file, docker_run_script
 from tuner.export.kubernetes import kubernetes_manifests
@@ -250,11 +250,7 @@ def _vllm_yaml(
     server: ServerConfig, space: SearchSpace, table: list[tuple[int, int, int]], header: list[str]
 ) -> str:
     config = _config(server, space, table)
-    use = (
-        "vllm serve --config FILE"
-        if "model" in config
-        else f"vllm serve {server.model} --config FILE"
-    )
+    use = " ".join(["vllm", "serve", *config_file_argv(config, "FILE", model=server.model)])
     body = yaml.safe_dump(config, sort_keys=False, default_flow_style=None)
     return _comment([*header, f"use: {use}"]) + body
 

@@ -30,16 +30,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
-import yaml
-
 from tuner.config.trial import LaunchContext, ServerConfig
 from tuner.config.vllm_args import (
     VllmVersion,
     check_supported,
-    config_file_argv,
     detect_version,
     server_argv,
-    server_yaml,
 )
 from tuner.errors import LaunchError, StartupFailure
 from tuner.launch.exit_hooks import run_at_exit
@@ -190,7 +186,6 @@ class ProcessLauncher:
         env: variables set on top of this process's environment (also for ``--version``).
         stop_timeout_s: how long SIGTERM may take before SIGKILL.
         subcommand: inserted after ``command``; ``()`` for a server without one.
-        use_config_file: start from ``trial-N.yaml`` (``vllm serve --config``) instead of flags.
         poll_s: pause between readiness probes (an early exit is noticed within it).
         run_dir: where run files go (default :func:`~tuner.launch.runfiles.state_dir`); the
             first start also removes the servers of dead runs recorded there.
@@ -209,7 +204,6 @@ class ProcessLauncher:
         stop_timeout_s: float = 20,
         *,
         subcommand: Sequence[str] = ("serve",),
-        use_config_file: bool = False,
         poll_s: float = 0.5,
         run_dir: Path | None = None,
         on_startup: OnStartup | None = None,
@@ -221,7 +215,6 @@ class ProcessLauncher:
         self.ready_timeout_s = ready_timeout_s
         self.stop_timeout_s = stop_timeout_s
         self.subcommand = tuple(subcommand)
-        self.use_config_file = use_config_file
         self.poll_s = poll_s
         self.run_dir = run_dir or state_dir()
         self.on_startup = on_startup
@@ -268,7 +261,7 @@ class ProcessLauncher:
             # One retry: another process may grab the free port between probe and bind.
             for attempt in (1, 2):
                 port = _free_port(self.host)
-                argv = self._argv(server, version, context, port)
+                argv = self._argv(server, version, port)
                 self._spawn(argv, log_path, port, append=attempt > 1)
                 base_url = f"http://{_client_host(self.host)}:{port}"
                 try:
@@ -322,18 +315,12 @@ class ProcessLauncher:
     ) -> None:
         self.stop()
 
-    def _argv(
-        self, server: ServerConfig, version: VllmVersion, context: LaunchContext, port: int
-    ) -> list[str]:
-        prefix = [*self.command, *self.subcommand]
-        if not self.use_config_file:
-            return prefix + server_argv(server, version, host=self.host, port=port)
-        config = server_yaml(server, version)
-        config_path = context.log_dir / f"trial-{context.trial}.yaml"
-        config_path.write_text(yaml.safe_dump(config, sort_keys=False))
-        return prefix + config_file_argv(
-            config, str(config_path), model=server.model, host=self.host, port=port
-        )
+    def _argv(self, server: ServerConfig, version: VllmVersion, port: int) -> list[str]:
+        return [
+            *self.command,
+            *self.subcommand,
+            *server_argv(server, version, host=self.host, port=port),
+        ]
 
     def _spawn(self, argv: list[str], log_path: Path, port: int, *, append: bool) -> None:
         with log_path.open("ab" if append else "wb") as log:
