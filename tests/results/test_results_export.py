@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import re
 import stat
 import subprocess
 from dataclasses import replace
@@ -61,6 +62,8 @@ def test_vllm_yaml_loads_back_with_provenance_and_the_per_level_table(levels: St
     # A simulated study says so: no image ran, no GPU was detected.
     assert header[1] == "vLLM v0.32.0 flags, simulator (nothing ran); GPUs 2x RTX 4090 (simulated)"
     assert header[3].startswith("simulated: output ") and "one run, not confirmed" in header[3]
+    # A single run's p95 carries its order-statistic bounds (the worst pair's), not only a value.
+    assert re.search(r"ms, 95 % (bounds|lower bound) \d+\.\d.* ms from \d+ requests", header[3])
     assert "exported 2026-01-02" in header
     assert "use: vllm serve --config FILE" in header
     table = [list(entry) for entry in exported.batch_size_table]

@@ -86,6 +86,18 @@ class Candidate:
         measured = self.ttft_interval
         return self.record.objective[1] if measured is None else measured.mean
 
+    @property
+    def ttft_bounds(self) -> tuple[float | None, float | None, int] | None:
+        """Order-statistic 95 % bounds on the scored p95 TTFT (the worst pair's) and the
+        requests behind them; None for a record written before levels carried them. A side
+        is None where the requests were too few to bound it."""
+        pairs = [p for p in self.record.levels if p.get("ttft_p95_ms") is not None]
+        if not pairs or any("ttft_p95_interval_ms" not in p for p in pairs):
+            return None
+        worst = max(pairs, key=lambda p: float(p["ttft_p95_ms"]))
+        low, high = worst["ttft_p95_interval_ms"]
+        return low, high, int(worst.get("requests", 0)) - int(worst.get("errors", 0))
+
 
 def check_pick(pick: str) -> str:
     """Validates a pick name.

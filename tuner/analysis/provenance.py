@@ -54,6 +54,8 @@ class Provenance:
     output_tok_s_ci95: tuple[float, float] | None
     p95_ttft_ms: float
     p95_ttft_ms_ci95: tuple[float, float] | None
+    # Order-statistic 95 % bounds on a single run's p95 (the worst pair) and its requests.
+    p95_ttft_ms_bounds: tuple[float | None, float | None, int] | None
     runs: int  # measurements behind the numbers (1: the trial itself, not confirmed)
     acceptance_rate: float | None
     target: str
@@ -155,9 +157,11 @@ class Provenance:
         )
         if self.output_tok_s_ci95 is None or self.p95_ttft_ms_ci95 is None:
             how = runs_note(self.runs)
+            found = self.p95_ttft_ms_bounds
+            bounds = "" if found is None else f", {_bounds(found)}"
             return (
-                f"output {self.output_tok_s:.1f} tok/s, p95 TTFT {self.p95_ttft_ms:.1f} ms "
-                f"({how}){accept}"
+                f"output {self.output_tok_s:.1f} tok/s, p95 TTFT {self.p95_ttft_ms:.1f} ms"
+                f"{bounds} ({how}){accept}"
             )
         tok_lo, tok_hi = self.output_tok_s_ci95
         ttft_lo, ttft_hi = self.p95_ttft_ms_ci95
@@ -172,6 +176,18 @@ def _shares(pairs: tuple[tuple[Any, float], ...]) -> str:
     if len(pairs) == 1:
         return f"{pairs[0][0]:g}"
     return ", ".join(f"{value:g} ({share * 100:.0f} %)" for value, share in pairs)
+
+
+def _bounds(bounds: tuple[float | None, float | None, int]) -> str:
+    """``95 % bounds 180.2 to 240.9 ms from 60 requests``, or the side the requests bound."""
+    low, high, n = bounds
+    if low is not None and high is not None:
+        return f"95 % bounds {low:.1f} to {high:.1f} ms from {n} requests"
+    if low is not None:
+        return f"95 % lower bound {low:.1f} ms from {n} requests (too few to bound it above)"
+    if high is not None:
+        return f"95 % upper bound {high:.1f} ms from {n} requests"
+    return f"not bounded by {n} requests"
 
 
 def _percent(share: float | None) -> str:
@@ -224,6 +240,7 @@ def provenance(
         output_tok_s_ci95=None if tok_s is None else _ci(tok_s.low, tok_s.high),
         p95_ttft_ms=candidate.p95_ttft_ms,
         p95_ttft_ms_ci95=None if ttft is None else _ci(ttft.low, ttft.high),
+        p95_ttft_ms_bounds=candidate.ttft_bounds,
         runs=runs,
         acceptance_rate=accept,
         target=record.server.model,

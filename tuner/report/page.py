@@ -204,9 +204,14 @@ def _measured_cells(c: Candidate) -> tuple[str, str, str, str]:
     and source, as table cells."""
     accept = c.record.acceptance_rate
     source = c.record.source + (" · confirmed" if c.confirmed else "")
+    ttft = _with_ci(c.record.objective[1], c.ttft_interval, 0)
+    if c.ttft_interval is None and c.ttft_bounds is not None:
+        low, high, n = c.ttft_bounds
+        lo, hi = ("?" if v is None else f"{v:.0f}" for v in (low, high))
+        ttft += f" <span class='muted'>(95 % bounds {lo} to {hi}, {n} requests)</span>"
     return (
         f"<td>{_with_ci(c.record.objective[0], c.tok_s_interval, 1)}</td>",
-        f"<td>{_with_ci(c.record.objective[1], c.ttft_interval, 0)}</td>",
+        f"<td>{ttft}</td>",
         f"<td>{'-' if accept is None else f'{accept * 100:.1f} %'}</td>",
         f"<td class='l'>{_esc(source)}</td>",
     )
