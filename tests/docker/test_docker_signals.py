@@ -1,12 +1,14 @@
-"""Ctrl-C and SIGTERM, during a start and while serving: no container of the study survives.
+"""Ctrl-C, SIGTERM and SIGHUP, during a start, while serving, and at thirty random moments of
+real studies: no container of the study survives, and no signal is swallowed.
 
-The study runs in a separate process (signal_driver.py) so it can be signalled like a real
-``spectune optimize``; containers of anyone else, labelled or not, must be left alone.
+The launcher cases run in a separate process (signal_driver.py) so it can be signalled like a
+real ``spectune optimize``; containers of anyone else, labelled or not, must be left alone.
 """
 
 from __future__ import annotations
 
 import json
+import random
 import signal
 import subprocess
 import sys
@@ -16,10 +18,15 @@ from pathlib import Path
 from typing import Any
 
 import docker
+import optuna
 import pytest
+import yaml
 from docker.models.containers import Container
+from optuna.trial import TrialState
+from testbed.docker_host import PYTHON
 
 from tuner.launch.docker import LABEL_STUDY
+from tuner.study.paths import default_storage
 
 pytestmark = pytest.mark.docker
 
@@ -49,7 +56,7 @@ def bystanders(
     ids = []
     for labels in ({LABEL_STUDY: f"{study}-someone-else"}, {}):
         container = docker_client.containers.create(
-            test_image, ["/bin/sleep", "300"], labels=labels, volumes=volumes, detach=True
+            test_image, ["/bin/sleep", "600"], labels=labels, volumes=volumes, detach=True
         )
         container.start()
         ids.append(container.id or "")
@@ -111,3 +118,125 @@ def test_a_signal_leaves_no_container_of_the_study(
     alive = {c.id for c in docker_client.containers.list()}
     assert set(bystanders) <= alive
     assert (tmp_path / "logs" / "trial-1.log").exists()  # the log was kept
+
+
+# Thirty signals at random moments of real `spectune optimize` runs (the CLI in a subprocess):
+# three trials whose server configs differ, so containers are created, started, measured,
+# stopped and removed in turn; each run is signalled once, at a moment drawn after its handlers
+# are in. Every signal must end its run with its own status, no swallowed exception or
+# traceback, no container of the study left, no trial left RUNNING.
+
+SIGNALS = 30
+WINDOW_S = 3.5  # after the handlers are in: covers the screen, the first start and benchmark
+EXIT_STATUS = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGHUP: 129}
+
+SPACE = {
+    "name": "random-signals",
+    "hardware": "4090x1",
+    "target": "Qwen/Qwen2.5-7B-Instruct",
+    "server": {"max_model_len": 4096, "extra_flags": {"sim-speed": 100}},
+    "vllm": {"version": "0.32.0"},
+    "slo": {"ttft_ms": 60000},
+    "workload": {
+        "prompt_set": "code",
+        "input_tokens": 32,
+        "output_tokens": 64,
+        "concurrency": [1],
+        "requests": 3,
+        "warmup": 0,
+    },
+    "search": {
+        "draft": ["none", "ngram", "Qwen/Qwen2.5-0.5B-Instruct"],
+        "num_speculative_tokens": {"low": 3, "high": 3},
+        "gpu_memory_utilization": 0.9,
+        "max_num_batched_tokens": [2048],
+        "temperature": 0.0,
+    },
+}
+
+
+def _handles_sigterm(pid: int) -> bool:
+    """Whether the process has its own SIGTERM handler yet (the CLI installs it first thing)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return False
+    caught = next(line for line in status.splitlines() if line.startswith("SigCgt:"))
+    return bool(int(caught.split()[1], 16) >> (signal.SIGTERM - 1) & 1)
+
+
+def _as_a_terminal_starts_it() -> None:
+    # CI starts the tests with SIGINT ignored, which Python would keep; a terminal does not.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def test_thirty_signals_at_random_moments_are_never_swallowed(
+    docker_client: docker.DockerClient,
+    test_image: str,
+    study: str,
+    tmp_path: Path,
+    host_volumes: Callable[..., dict[str, str]],
+    bystanders: list[str],
+) -> None:
+    space = tmp_path / "space.yaml"
+    space.write_text(yaml.safe_dump(SPACE))
+    volumes = [f"--docker-volume={h}:{t}" for h, t in host_volumes(tmp_path / "ctmp").items()]
+    chance = random.Random(30)
+    delivered: list[tuple[str, float, str]] = []  # signal, delay, what the run said
+    for attempt in range(SIGNALS + 10):
+        if len(delivered) == SIGNALS:
+            break
+        name = f"{study}-{attempt}"
+        argv = [PYTHON, "-m", "tuner", "optimize", "--space", str(space), "--study", name]
+        argv += ["--backend", "docker", "--trials", "3", "--studies-dir", str(tmp_path)]
+        argv += ["--image", test_image, "--gpus", "none", "--confirm-top", "0"]
+        argv += ["--docker-entrypoint", f"{PYTHON} -m tuner.sim.server", *volumes]
+        argv += ["--ready-timeout", "60", "--no-prefetch", "--seed", str(attempt)]
+        env = {"HF_HOME": str(tmp_path / "hf"), "PATH": "/usr/bin:/bin"}
+        run = subprocess.Popen(
+            argv,
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            preexec_fn=_as_a_terminal_starts_it,
+        )
+        signum = chance.choice(list(EXIT_STATUS))
+        delay = chance.uniform(0.0, WINDOW_S)
+        try:
+            deadline = time.monotonic() + 60
+            while not _handles_sigterm(run.pid):
+                assert run.poll() is None, run.communicate()
+                assert time.monotonic() < deadline, "the CLI never installed its handlers"
+                time.sleep(0.01)
+            time.sleep(delay)
+            if run.poll() is not None:  # finished first: not a signal, try another run
+                assert run.returncode == 0, run.communicate()
+                continue
+            run.send_signal(signum)
+            _, stderr = run.communicate(timeout=90)  # a swallowed signal runs on to the end
+        finally:
+            if run.poll() is None:
+                run.kill()
+                run.communicate()
+        moment = f"{signum.name} after {delay:.2f} s (run {attempt})"
+        assert run.returncode == EXIT_STATUS[signum], f"{moment}: exit {run.returncode}\n{stderr}"
+        assert "Exception ignored" not in stderr, f"{moment}\n{stderr}"
+        assert "Traceback" not in stderr, f"{moment}\n{stderr}"
+        left = docker_client.containers.list(all=True, filters={"label": f"{LABEL_STUDY}={name}"})
+        assert left == [], f"{moment}: left {[c.name for c in left]}\n{stderr}"
+        storage = default_storage(name, tmp_path)
+        if Path(storage.removeprefix("sqlite:///")).exists():
+            try:
+                trials = optuna.load_study(study_name=name, storage=storage).get_trials()
+            except KeyError:  # signalled before the study was created
+                trials = []
+            running = [t.number for t in trials if t.state is TrialState.RUNNING]
+            assert running == [], f"{moment}: trials {running} left RUNNING\n{stderr}"
+        delivered.append((signum.name, delay, stderr.strip()))
+
+    assert len(delivered) == SIGNALS, f"only {len(delivered)} runs were still going when signalled"
+    assert {s for s, _, _ in delivered} == {s.name for s in EXIT_STATUS}
+    alive = {c.id for c in docker_client.containers.list()}
+    assert set(bystanders) <= alive
