@@ -108,3 +108,11 @@ def test_a_budget_with_several_workers_is_refused() -> None:
     request = OptimizeRequest("x", None, "sim", 5, Path("."), workers=2, time_budget_s=60)
     with pytest.raises(ConfigError, match="--time-budget runs trials in one worker"):
         optimize(request)
+
+
+def test_a_space_with_nothing_predicted_feasible_is_still_priced() -> None:
+    raw = _small_space().source
+    unreachable = space_from_dict({**raw, "slo": {"ttft_ms": 1}})  # no config meets 1 ms
+    plan = plan_study(unreachable, 3, confirm_top=1, confirm_repeats=1)
+    assert [what for what, _ in plan.trials] == ["a config the sampler picks"] * 3
+    assert all(cost.start_s > 0 and cost.bench_s > 0 for _, cost in plan.trials)

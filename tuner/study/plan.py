@@ -21,7 +21,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from tuner.config.space import SearchSpace
 from tuner.config.trial import TrialConfig, load_draft
-from tuner.errors import ConfigError
+from tuner.errors import ConfigError, StartupFailure
 from tuner.sim.engine import predict
 from tuner.study.strategy import warm_start_configs
 
@@ -62,15 +62,18 @@ def prior_cost(space: SearchSpace, config: TrialConfig) -> TrialCost:
     workload = config.client.workload
     bench = 0.0
     for condition in workload.conditions:
-        result = predict(
-            space.hardware,
-            space.target,
-            draft,
-            server,
-            condition.temperature,
-            workload,
-            condition.concurrency,
-        )
+        try:
+            result = predict(
+                space.hardware,
+                space.target,
+                draft,
+                server,
+                condition.temperature,
+                workload,
+                condition.concurrency,
+            )
+        except StartupFailure:  # out of memory: a start-up that fails, no benchmark
+            return TrialCost(start, 0.0)
         # The warm-up requests take about as long as measured ones, a slot's share each.
         per_request = result.duration_s * condition.concurrency / max(1, workload.requests)
         bench += result.duration_s + workload.warmup * per_request
@@ -119,7 +122,7 @@ def plan_study(
     if not rows:  # nothing predicted to meet the limit: price the space's first choice
         draft = space.drafts[0]
         speculative = space.speculative(draft, space.k_range(draft)[0])
-        util = space.gpu_memory_utilization.high
+        util = space.gpu_memory_utilization.low
         first = space.config(speculative, util, space.max_num_batched_tokens[0], 0.0)
         costs[first] = prior_cost(space, first)
     mean = _mean(list(costs.values()))
