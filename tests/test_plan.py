@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import optuna
@@ -48,18 +49,20 @@ def test_the_plan_prices_the_warm_start_trials_then_the_sampler_s_then_confirmat
 
 
 def test_plan_prints_the_run_and_stores_nothing(tmp_path: Path) -> None:
-    result = runner.invoke(
-        app,
-        [
-            *("optimize", "--hardware", "4090x2", "--backend", "sim", "--trials", "10"),
-            *("--plan", "--studies-dir", str(tmp_path), "--confirm-top", "1"),
-        ],
-    )
+    argv = ["optimize", "--hardware", "4090x2", "--backend", "sim", "--trials", "10", "--plan"]
+    argv += ["--studies-dir", str(tmp_path), "--confirm-top", "1"]
+    result = runner.invoke(app, argv)
     assert result.exit_code == 0, result.stderr
     assert "plan: 10 trials on 2x RTX 4090" in result.stdout
     assert "a config the sampler picks" in result.stdout
     assert "+3" in result.stdout and "confirmation runs" in result.stdout
     assert list(tmp_path.glob("*.db")) == []
+    as_json = runner.invoke(app, [*argv, "--json"])
+    planned = json.loads(as_json.stdout)
+    assert len(planned["trials"]) == 10 and planned["confirm_runs"] == 3
+    assert planned["total_s"] == pytest.approx(
+        sum(t["start_s"] + t["bench_s"] for t in planned["trials"]) + 3 * planned["confirm_run_s"]
+    )
 
 
 @pytest.mark.parametrize(

@@ -222,7 +222,11 @@ def optimize_command(
     )
     check_request(request)  # argument errors first; without a space it opens no database
     if plan:  # the space given (a resumed study's stored one may differ); nothing is stored
-        console.print(plan_table(plan_study(built, trials, confirm_top, confirm_repeats), built))
+        planned = plan_study(built, trials, confirm_top, confirm_repeats)
+        if as_json:
+            print_json(planned.to_dict())
+        else:
+            console.print(plan_table(planned, built))
         return
     if not resume_only:  # this host's GPUs, before anything is written
         if hardware is None and ray is None:  # a Ray cluster's nodes are checked on their own

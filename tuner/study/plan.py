@@ -100,6 +100,18 @@ class StudyPlan:
     def total_s(self) -> float:
         return self.trials_s + self.confirm_s
 
+    def to_dict(self) -> dict[str, object]:
+        """The plan as plain JSON data (``optimize --plan --json``)."""
+        return {
+            "trials": [
+                {"config": what, "start_s": cost.start_s, "bench_s": cost.bench_s}
+                for what, cost in self.trials
+            ],
+            "confirm_runs": self.confirm_runs,
+            "confirm_run_s": self.confirm_cost.total_s,
+            "total_s": self.total_s,
+        }
+
 
 def plan_study(
     space: SearchSpace, trials: int, confirm_top: int, confirm_repeats: int
