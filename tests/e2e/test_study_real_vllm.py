@@ -1,10 +1,10 @@
 """A real study against real ``vllm serve`` (CPU build), through the process backend.
 
-Four trials (no speculation, ngram at K=2, a draft model at K=3, ngram at K=4) restart the
-server between them and read the spec-decode counters from vLLM's own /metrics; a fifth changes
-only the temperature and must reuse the fourth's server; no server is left once the study ends;
-the twin is fitted from the real measurements. (This is also the backend contract's case on
-real vLLM.)
+Three trials (no speculation, ngram at K=2, a draft model at K=3) restart the server between
+them and read the spec-decode counters from vLLM's own /metrics; one more, after the ngram
+trial, changes only the temperature and must reuse its server; no server is left once the study
+ends; the twin is fitted from the real measurements; what vLLM says it ran is read from its
+log. (This is also the backend contract's case on real vLLM.)
 
 What is tested elsewhere on real vLLM, so not started again here: the exported best.yaml under
 ``vllm serve --config`` and ``spectune bench`` on it (tests/results/test_results_vllm.py), a
@@ -80,8 +80,8 @@ def test_a_study_on_real_vllm_measures_every_method_and_fits_its_twin(
     space = space_from_dict(_space(tiny_models))
     storage = open_storage(default_storage("tiny", tmp_path))
     study, _ = open_study("tiny", storage, space, make_sampler("spectune", 0))
-    plan = [("none", 0), ("ngram", 2), (str(tiny_models.draft), 3), ("ngram", 4), ("ngram", 4)]
-    temperatures = [0.0, 0.0, 0.0, 0.0, 0.5]  # the last: a request-side change only
+    plan = [("none", 0), ("ngram", 2), ("ngram", 2), (str(tiny_models.draft), 3)]
+    temperatures = [0.0, 0.0, 0.5, 0.0]  # the third: a request-side change only
     for (draft, k), temperature in zip(plan, temperatures, strict=True):
         params = {"draft": draft, "temperature": temperature}
         study.enqueue_trial({**params, **({"num_speculative_tokens": k} if k else {})})
@@ -96,7 +96,7 @@ def test_a_study_on_real_vllm_measures_every_method_and_fits_its_twin(
     done = optuna.load_study(study_name="tiny", storage=storage).get_trials()
     assert [t.state for t in done] == [TrialState.COMPLETE] * len(plan)
     assert [(t.params["draft"], t.params.get("num_speculative_tokens", 0)) for t in done] == plan
-    assert [t.user_attrs["restarted"] for t in done] == [True, True, True, True, False]
+    assert [t.user_attrs["restarted"] for t in done] == [True, True, False, True]
     assert _servers_of(tiny_models.target) == []  # (children: the contract suite's fake server)
     assert all(t.user_attrs["source"] == "measured" for t in done)
     assert all(t.user_attrs["status"] == "ok" for t in done)
@@ -106,8 +106,8 @@ def test_a_study_on_real_vllm_measures_every_method_and_fits_its_twin(
     assert summaries[1]["acceptance_rate"] > 0  # ngram on code prompts finds its n-grams
     for summary in summaries:
         assert summary["output_tokens"] == REQUESTS * OUTPUT_TOKENS and summary["errors"] == 0
-    for t in done[:4]:  # the fifth ran on the fourth's server, whose log that is
-        assert (tmp_path / "tiny" / "logs" / f"trial-{t.number}.log").exists()
+    logs = [(tmp_path / "tiny" / "logs" / f"trial-{t.number}.log").exists() for t in done]
+    assert logs == [True, True, False, True]  # the third ran on the second's server
     assert result.recommended is not None
     # What vLLM's CPU build says it ran (it names no attention backend: platforms/cpu.py).
     served = [ServedFacts.from_dict(t.user_attrs["served"]) for t in done]
@@ -116,7 +116,7 @@ def test_a_study_on_real_vllm_measures_every_method_and_fits_its_twin(
 
     # The twin is fitted from these real measurements after every trial. How well it then
     # predicts a later real trial is not asserted: on this CPU, fitted on three trials of three
-    # requests, it missed the fourth by 20 to 50 % (no better than the shipped model, which
+    # requests, it missed a fourth by 20 to 50 % (no better than the shipped model, which
     # lands near the CPU by chance). Its gain is judged on held-out worlds
     # (benchmarks/search_efficiency.py).
     twin = stored_twin(optuna.load_study(study_name="tiny", storage=storage))
