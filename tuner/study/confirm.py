@@ -107,14 +107,7 @@ def _run_once(
     trial: TrialRecord, space: SearchSpace, backend: Backend, context: LaunchContext, seed: int
 ) -> Run:
     config = TrialConfig(trial.server, space.client(trial.temperature))
-    runner = TrialRunner(
-        backend,
-        space.hardware,
-        space.ttft_limit_ms,
-        max_failed_share=space.max_failed_requests,
-        version=space.version,
-        stream_gap_limit_ms=space.stream_gap_limit_ms,
-    )
+    runner = TrialRunner.for_space(backend, space)
     try:
         outcome = runner.run(config, context, seed)
     except SpectuneError as exc:  # a crash or nothing measured: the config is not repeatable

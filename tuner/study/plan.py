@@ -119,7 +119,7 @@ def plan_study(
     """The plan of a new study's run: the warm-start configs named, the sampler's trials at
     their mean cost, a restart wherever the server config changes."""
     chosen = warm_start_configs(space, trials)
-    costs: dict[object, TrialCost] = {}
+    costs: dict[TrialConfig, TrialCost] = {}
     rows: list[tuple[str, TrialCost]] = []
     previous = None
     for prediction in chosen:

@@ -260,14 +260,7 @@ def run_trials(
     on_trial: OnTrial | None = None,
 ) -> None:
     """Runs ``options.trials`` more trials; the server is stopped however this ends."""
-    runner = TrialRunner(
-        backend,
-        space.hardware,
-        options.ttft_limit_ms,
-        max_failed_share=space.max_failed_requests,
-        version=space.version,
-        stream_gap_limit_ms=space.stream_gap_limit_ms,
-    )
+    runner = TrialRunner.for_space(backend, space, options.ttft_limit_ms)
     keys = constraint_keys(study)  # an older study keeps the keys its trials have
     listeners = [on_trial] if on_trial else []
 

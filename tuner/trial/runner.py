@@ -13,6 +13,7 @@ from pathlib import Path
 
 from tuner.catalog.gpus import Hardware
 from tuner.catalog.models import load_model
+from tuner.config.space import SearchSpace
 from tuner.config.trial import LaunchContext, ServerConfig, TrialConfig, load_draft
 from tuner.config.vllm_version import VllmVersion
 from tuner.config.workload import Condition
@@ -81,6 +82,21 @@ class TrialRunner:
         self._running: ServerConfig | None = None
         self._endpoint: Endpoint | None = None
         self._served: ServedFacts | None = None
+
+    @classmethod
+    def for_space(
+        cls, backend: Backend, space: SearchSpace, ttft_limit_ms: float | None = None
+    ) -> TrialRunner:
+        """A runner that scores against ``space``'s limits and memory rules (``ttft_limit_ms``
+        in place of its TTFT limit, where given)."""
+        return cls(
+            backend,
+            space.hardware,
+            space.ttft_limit_ms if ttft_limit_ms is None else ttft_limit_ms,
+            max_failed_share=space.max_failed_requests,
+            version=space.version,
+            stream_gap_limit_ms=space.stream_gap_limit_ms,
+        )
 
     def run(self, config: TrialConfig, context: LaunchContext, seed: int) -> TrialOutcome:
         """Runs one trial.

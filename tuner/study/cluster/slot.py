@@ -105,14 +105,7 @@ class TrialSlot:
         self.study = options.study
         own = replace(options, gpus=self.gpus, worker=f"ray-{slot}")
         self.backend = backend_factory(backend)(space, own)
-        self.runner = TrialRunner(
-            self.backend,
-            space.hardware,
-            space.ttft_limit_ms,
-            max_failed_share=space.max_failed_requests,
-            version=space.version,
-            stream_gap_limit_ms=space.stream_gap_limit_ms,
-        )
+        self.runner = TrialRunner.for_space(self.backend, space)
         # The driver's studies folder is on another host: logs stay on this node.
         self.log_dir = Path(tempfile.gettempdir()) / "spectune" / options.study / "logs"
         self._guard = threading.Lock()
