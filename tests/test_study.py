@@ -1,5 +1,8 @@
 """The study on the simulator backend: constraints, resume, restarts, budget, storage errors."""
 
+import os
+import signal
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +13,7 @@ from optuna.trial import TrialState
 from tuner.config.space import SearchSpace, load_space
 from tuner.config.trial import LaunchContext, ServerConfig, TrialConfig
 from tuner.errors import ConfigError, FailureKind, StartupFailure
+from tuner.launch.exit_hooks import Terminated
 from tuner.results import Endpoint, TrialResult
 from tuner.study.optimize import OptimizeRequest, optimize
 from tuner.study.storage import BUDGET_ATTR, RetryOwnRecord, open_storage
@@ -196,3 +200,49 @@ def test_a_failed_trial_records_its_config(tmp_path: Path) -> None:
     assert record.status is TrialStatus.FAILED and record.server == fits.server
     assert "engine core died" in (record.failure or "") and record.log_tail == "Traceback ..."
     assert trial.constraints == {}  # a FAIL trial is invisible to the sampler anyway
+
+
+class _SignalledSampler(optuna.samplers.RandomSampler):
+    """Sends SIGTERM where Optuna runs no objective: in ask once the trial exists, or in tell
+    before the trial's state is written."""
+
+    def __init__(self, where: str) -> None:
+        super().__init__(seed=0)
+        self.where = where
+
+    def before_trial(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+        if self.where == "ask":
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    def after_trial(self, *args: Any) -> None:
+        if self.where == "tell":
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
+@pytest.fixture
+def sigterm_raises() -> Iterator[None]:
+    def stop(signum: int, frame: object) -> None:
+        raise Terminated(signum)
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    yield
+    signal.signal(signal.SIGTERM, previous)
+
+
+@pytest.mark.parametrize("where", ["ask", "tell"])
+@pytest.mark.parametrize("enqueued", [False, True], ids=["sampled", "enqueued"])
+@pytest.mark.usefixtures("sigterm_raises")
+def test_a_signal_outside_the_objective_ends_the_trial_and_stops(
+    tmp_path: Path, where: str, enqueued: bool
+) -> None:
+    space = load_space()
+    storage = open_storage(f"sqlite:///{tmp_path / 'g.db'}")
+    study, _ = open_study("g", storage, space, _SignalledSampler(where))
+    if enqueued:  # popped to RUNNING by ask, not created
+        study.enqueue_trial(next(grid_params(space)))
+    with pytest.raises(Terminated):
+        run_trials(study, space, _sim(space), StudyOptions(2, 0, tmp_path, 500.0))
+    # Optuna's own loop leaves the asked trial RUNNING, or raises UnboundLocalError from tell.
+    # Here a trial stopped before its objective fails; one measured is told, then the study stops.
+    ended = TrialState.FAIL if where == "ask" else TrialState.COMPLETE
+    assert [t.state for t in study.get_trials()] == [ended]

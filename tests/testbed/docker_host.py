@@ -30,11 +30,14 @@ PYTHON = sys.executable  # a host path the containers see through the prefix mou
 
 def docker_or_skip() -> docker.DockerClient:
     """The real engine; a skip without one (a failure in CI)."""
+    client = None
     try:
         client = docker.from_env()
         client.ping()
         return client
     except docker.errors.DockerException:
+        if client is not None:
+            client.close()  # its socket, left to the garbage collector, warns in a later test
         what = "a Docker Engine (run .ci/services.sh)"
         if os.environ.get("CI"):
             pytest.fail(f"{what} is required in CI but is not available", pytrace=False)

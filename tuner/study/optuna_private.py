@@ -69,8 +69,8 @@ def study_id(study: optuna.Study) -> int:
     return int(study._study_id)
 
 
-def trial_id(trial: FrozenTrial) -> int:
-    """The trial's id in its storage (not its number)."""
+def trial_id(trial: FrozenTrial | optuna.Trial) -> int:
+    """The trial's id in its storage (not its number), of a finished or a running trial."""
     return int(trial._trial_id)
 
 

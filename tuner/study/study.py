@@ -18,12 +18,13 @@ from typing import Any
 
 import optuna
 from optuna.storages import fail_stale_trials
-from optuna.trial import FrozenTrial, TrialState
+from optuna.trial import TrialState
 
 from tuner.config.space import SearchSpace
 from tuner.config.trial import LaunchContext
 from tuner.errors import ConfigError, LaunchError, MeasurementError, SpectuneError
 from tuner.results import Source
+from tuner.study.loop import optimize
 from tuner.study.paths import StudyPaths
 from tuner.study.plan import Budget
 from tuner.study.storage import (
@@ -305,21 +306,16 @@ def run_trials(
 
     budget = options.budget
 
-    def stop_past_budget(study: optuna.Study, trial: FrozenTrial) -> None:
-        if budget is not None and not budget.allows_another(study):
-            study.stop()
-
     try:
         while True:
-            if budget is not None and not budget.allows_another(study):
-                return
             try:
                 # A config error (no image, bad flag) stops the study; one trial's fault does not.
-                study.optimize(
+                optimize(
+                    study,
                     objective,
-                    n_trials=options.trials,
+                    options.trials,
                     catch=(LaunchError, MeasurementError),
-                    callbacks=[stop_past_budget],
+                    stop=lambda: budget is not None and not budget.allows_another(study),
                 )
                 return
             except BudgetExhausted:

@@ -24,6 +24,7 @@ from tuner.catalog.gpus import Hardware
 from tuner.config.space import SearchSpace
 from tuner.config.trial import TrialConfig
 from tuner.errors import ConfigError, LaunchError, SpectuneError
+from tuner.launch.exit_hooks import signals_held
 from tuner.results import Source
 from tuner.study.cluster.connect import connect
 from tuner.study.cluster.nodes import detect_with_nvml, read_nodes, require_matching
@@ -149,23 +150,29 @@ class _Loop:
                 return
             ready, _ = self.ray.wait(list(self.running), num_returns=1, timeout=_POLL_S)
             for ref in ready:
-                self._collect(ref, self.running.pop(ref))
+                self._collect(ref, self.running[ref])  # _finish takes it out of running
 
     def _fill(self) -> None:
         while self.idle:
-            trial = self._ask()
-            if trial is None:
-                return
-            config = self.space.suggest(trial)
-            earlier = _earlier_same_config(self.study, trial)
-            if earlier is not None:  # samplers repeat points of a discrete space: don't rerun
-                self._finish(trial, earlier.reused_by(trial.number, self.driver))
-                continue
-            slot = self.idle.pop()
-            trial.set_user_attr("worker", slot.worker)  # before it runs: a FAIL says where
-            seed = self.seed * 100_003 + trial.number
-            ref = slot.handle.run.remote(trial.number, config, seed)
-            self.running[ref] = _Job(trial, config, slot)
+            with signals_held():  # a trial asked for is running or told before a signal lands
+                if not self._start_one():
+                    return
+
+    def _start_one(self) -> bool:
+        trial = self._ask()
+        if trial is None:
+            return False
+        config = self.space.suggest(trial)
+        earlier = _earlier_same_config(self.study, trial)
+        if earlier is not None:  # samplers repeat points of a discrete space: don't rerun
+            self._finish(trial, earlier.reused_by(trial.number, self.driver))
+            return True
+        slot = self.idle.pop()
+        trial.set_user_attr("worker", slot.worker)  # before it runs: a FAIL says where
+        seed = self.seed * 100_003 + trial.number
+        ref = slot.handle.run.remote(trial.number, config, seed)
+        self.running[ref] = _Job(trial, config, slot)
+        return True
 
     def _ask(self) -> optuna.Trial | None:
         try:
@@ -221,17 +228,19 @@ class _Loop:
 
     def _finish(self, trial: optuna.Trial, record: TrialRecord) -> None:
         record = replace(record, params=dict(trial.params))  # as readers will see it
-        _write(trial, record, self.keys)
-        if record.state is TrialState.COMPLETE:
-            self.study.tell(trial, list(record.objective))
-        else:
-            self.study.tell(trial, state=TrialState.FAIL)
+        with signals_held():  # told and out of running together, or neither
+            self.running = {r: j for r, j in self.running.items() if j.trial is not trial}
+            _write(trial, record, self.keys)
+            if record.state is TrialState.COMPLETE:
+                self.study.tell(trial, list(record.objective))
+            else:
+                self.study.tell(trial, state=TrialState.FAIL)
         if self.on_trial is not None:
             self.on_trial(record)
 
     def fail_running(self) -> None:
         """Ends the trials that were running when the study was stopped: FAIL, no retry."""
-        for job in self.running.values():
+        for job in list(self.running.values()):
             error = LaunchError(f"trial {job.trial.number} was cancelled: the study was stopped")
             number, worker = job.trial.number, job.slot.worker
             self._finish(
