@@ -11,7 +11,8 @@ import httpx
 import pytest
 from testbed.fake_server import RunningServer, StartServer
 
-from tuner.bench.measure import check_model, measure_endpoint, measure_endpoint_async
+from tuner.bench.measure import measure_endpoint, measure_endpoint_async
+from tuner.bench.model_check import check_model
 from tuner.config.workload import WorkloadSpec
 from tuner.errors import ConfigError, MeasurementError
 from tuner.results import Endpoint, Source

@@ -119,7 +119,7 @@ def bench_command(
 
 
 def _first_model(url: str, api_key: str | None) -> str:
-    from tuner.bench.measure import served_models
+    from tuner.bench.model_check import served_models
 
     models = served_models(url, api_key=api_key)
     if not models:
