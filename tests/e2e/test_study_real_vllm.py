@@ -7,8 +7,9 @@ ends; the twin is fitted from the real measurements; what vLLM says it ran is re
 log. (This is also the backend contract's case on real vLLM.)
 
 What is tested elsewhere on real vLLM, so not started again here: the exported best.yaml under
-``vllm serve --config`` and ``spectune bench`` on it (tests/results/test_results_vllm.py), a
-KV cache too small as vLLM's own out-of-memory failure (tests/docker/test_docker_vllm.py).
+``vllm serve --config`` and ``spectune bench`` on it (tests/results/test_results_vllm.py), vLLM
+in a container (tests/docker/test_docker_vllm.py); a KV cache too small is classified from the
+real build's own log (tests/launch/test_failures.py).
 """
 
 from __future__ import annotations
