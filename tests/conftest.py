@@ -9,10 +9,18 @@ from __future__ import annotations
 import importlib.util
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from testbed import TinyModels, build_tiny_models, require_vllm, vllm_command, vllm_env
+from testbed import (
+    TinyModels,
+    VllmOracle,
+    build_tiny_models,
+    require_vllm,
+    vllm_command,
+    vllm_env,
+)
 
 from tuner.config.vllm_args import VllmVersion, detect_version
 
@@ -46,6 +54,17 @@ def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> TinyModels:
     """The tiny target and draft, built once per session (skips without real vLLM)."""
     require_vllm()
     return build_tiny_models(tmp_path_factory.mktemp("tiny-models"))
+
+
+@pytest.fixture(scope="session")
+def vllm_oracle(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmOracle]:
+    """vLLM's own parser and config classes, one process for the session (skips without vLLM)."""
+    require_vllm()
+    root = tmp_path_factory.mktemp("vllm-oracle")
+    (root / "hub").mkdir()
+    oracle = VllmOracle(root / "hub", root / "oracle.log")
+    yield oracle
+    oracle.close()
 
 
 @pytest.fixture(scope="session")

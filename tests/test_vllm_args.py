@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 import yaml
-from testbed import parse_with_vllm, require_vllm
+from testbed import VllmOracle
 
 from tuner.catalog.gpus import find_gpu
 from tuner.config.trial import ServerConfig, SpeculativeConfig
@@ -383,9 +383,8 @@ def test_detect_version_that_hangs(tmp_path: Path) -> None:
 
 
 @pytest.mark.vllm
-def test_vllm_0_32_parses_our_argv_and_yaml(tmp_path: Path) -> None:
+def test_vllm_0_32_parses_our_argv_and_yaml(vllm_oracle: VllmOracle, tmp_path: Path) -> None:
     """The installed vLLM's own parser reads every spelling the way spectune means it."""
-    require_vllm()
     version = parse_version("0.32.0")
     target = tmp_path / "target"  # vLLM resolves the model at parse time; offline, a local dir
     target.mkdir()
@@ -405,7 +404,7 @@ def test_vllm_0_32_parses_our_argv_and_yaml(tmp_path: Path) -> None:
         argvs.append(["serve", *from_file, "--host", "::", "--port", "9"])
     argvs.append(["serve", str(target), "--use-v2-block-manager"])
 
-    parsed = parse_with_vllm(argvs)
+    parsed = vllm_oracle.parse(argvs)
 
     plain, plain_yaml, ngram, ngram_yaml, draft, draft_yaml, removed = parsed
     for from_flags, from_yaml in ((plain, plain_yaml), (ngram, ngram_yaml), (draft, draft_yaml)):

@@ -23,9 +23,7 @@ from testbed import (
     CPU_EXTRA_FLAGS,
     CPU_MAX_MODEL_LEN,
     TinyModels,
-    build_tiny_models,
-    parse_with_vllm,
-    require_vllm,
+    VllmOracle,
     vllm_command,
     vllm_env,
 )
@@ -39,19 +37,15 @@ pytestmark = pytest.mark.vllm
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory: pytest.TempPathFactory) -> TinyModels:
-    require_vllm()
-    return build_tiny_models(tmp_path_factory.mktemp("tiny-models"))
-
-
-@pytest.fixture(scope="module")
-def exports(tiny: TinyModels, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Exported]:
+def exports(
+    tiny_models: TinyModels, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Exported]:
     """A simulated study of the tiny models, measured at 1, 4 and 16 requests, exported."""
     folder = tmp_path_factory.mktemp("tiny-study")
     space: dict[str, object] = {
         "name": "tiny",
         "hardware": "4090x1",
-        "target": str(tiny.target),
+        "target": str(tiny_models.target),
         "server": {"max_model_len": CPU_MAX_MODEL_LEN, "extra_flags": dict(CPU_EXTRA_FLAGS)},
         "vllm": {"version": "0.32.0+cpu"},
         "slo": {"ttft_ms": 500},
@@ -60,7 +54,7 @@ def exports(tiny: TinyModels, tmp_path_factory: pytest.TempPathFactory) -> dict[
                      # scored on one request at a time; 4 and 16 measured for the K table
                      "concurrency": [{"level": 1, "weight": 0.998}, {"level": 4, "weight": 0.001},
                                      {"level": 16, "weight": 0.001}]},
-        "search": {"draft": ["none", "ngram", str(tiny.draft)],
+        "search": {"draft": ["none", "ngram", str(tiny_models.draft)],
                    "num_speculative_tokens": {"low": 1, "high": 6},
                    "gpu_memory_utilization": {"low": 0.80, "high": 0.98, "step": 0.02},
                    "max_num_batched_tokens": [CPU_MAX_MODEL_LEN],
@@ -88,14 +82,16 @@ def _docker_run_argv(text: str, tmp_path: Path) -> list[str]:
 
 
 def test_vllms_own_parser_reads_every_export(
-    exports: dict[str, Exported], tiny: TinyModels, tmp_path: Path
+    exports: dict[str, Exported], tiny_models: TinyModels, vllm_oracle: VllmOracle, tmp_path: Path
 ) -> None:
     table = [list(entry) for entry in exports["vllm"].batch_size_table]
     assert len(table) >= 2 and table[0][0] == 1 and table[-1][2] == 0  # off at high load
     config = tmp_path / "vllm.yaml"
     config.write_text(exports["vllm"].text)
     compose = yaml.safe_load(exports["compose"].text)["services"]["vllm"]
-    assert f"{tiny.target}:{tiny.target}:ro" in compose["volumes"]  # local models mounted
+    assert (
+        f"{tiny_models.target}:{tiny_models.target}:ro" in compose["volumes"]
+    )  # local models mounted
     docker = _docker_run_argv(exports["docker-run"].text, tmp_path)
     served = docker[docker.index("serve") :]
     manifests = list(yaml.safe_load_all(exports["kubernetes"].text))
@@ -108,10 +104,10 @@ def test_vllms_own_parser_reads_every_export(
         json.loads(exports["json"].text)["argv"][1:],
         [*container["command"][1:], *container["args"]],  # Kubernetes: vllm serve ARGS
     ]
-    parsed = parse_with_vllm(argvs)
+    parsed = vllm_oracle.parse(argvs)
     for result, argv in zip(parsed, argvs, strict=True):
         assert "exit" not in result, (argv, result)
-        assert result["model"] == str(tiny.target)
+        assert result["model"] == str(tiny_models.target)
         spec = result["speculative_config"]
         assert isinstance(spec, dict), result
         assert spec["num_speculative_tokens_per_batch_size"] == table
@@ -163,11 +159,13 @@ def _complete(base: str, model: str) -> int:
     return httpx.post(f"{base}/v1/completions", json=body, timeout=120, trust_env=False).status_code
 
 
-def test_the_exported_config_starts_real_vllm(served: tuple[str, Path], tiny: TinyModels) -> None:
+def test_the_exported_config_starts_real_vllm(
+    served: tuple[str, Path], tiny_models: TinyModels
+) -> None:
     base, log = served
     text = log.read_text()
     assert "num_speculative_tokens_per_batch_size" in text  # vLLM took the table
-    model = str(tiny.target)
+    model = str(tiny_models.target)
     assert _complete(base, model) == 200  # one request: batch size 1, speculating
     with ThreadPoolExecutor(6) as pool:  # six at once: the table switches speculation off
         assert list(pool.map(lambda _: _complete(base, model), range(6))) == [200] * 6

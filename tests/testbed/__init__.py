@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import subprocess
+import threading
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,10 +28,9 @@ __all__ = [
     "CPU_EXTRA_FLAGS",
     "CPU_MAX_MODEL_LEN",
     "TinyModels",
+    "VllmOracle",
     "build_tiny_models",
     "cpu_server_config",
-    "judge_with_vllm",
-    "parse_with_vllm",
     "require_vllm",
     "vllm_available",
     "vllm_command",
@@ -45,8 +47,7 @@ CPU_EXTRA_FLAGS: tuple[tuple[str, FlagValue], ...] = (
 )
 CPU_MAX_MODEL_LEN = 512
 _BUILDER = Path(__file__).with_name("build_tiny_models.py")
-_PARSER = Path(__file__).with_name("parse_with_vllm.py")
-_JUDGE = Path(__file__).with_name("judge_with_vllm.py")
+_ORACLE = Path(__file__).with_name("vllm_oracle.py")
 _REVISION = "0" * 40
 
 
@@ -154,28 +155,6 @@ def cpu_server_config(
     )
 
 
-def parse_with_vllm(argvs: list[list[str]]) -> list[dict[str, object]]:
-    """What the installed vLLM's own ``vllm serve`` parser makes of each argument list.
-
-    Each result holds the derived engine arguments (``model``, ``speculative_config``,
-    ``enable_chunked_prefill``, ...) plus ``host`` and ``port``, or ``exit`` and ``error`` when
-    argparse refused the list. One subprocess for all lists (about 10 s).
-    """
-    done = subprocess.run(
-        [str(vllm_venv() / "bin" / "python"), str(_PARSER)],
-        input=json.dumps(argvs),
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-        env={**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1"},
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"vLLM's parser failed:\n{done.stdout}\n{done.stderr}")
-    results: list[dict[str, object]] = json.loads(done.stdout.strip().splitlines()[-1])
-    return results
-
-
 def write_hf_cache(
     root: Path,
     configs: Mapping[str, Mapping[str, Any]],
@@ -199,28 +178,91 @@ def write_hf_cache(
     return root
 
 
-def judge_with_vllm(argvs: Iterable[list[str]], hf_cache: Path) -> list[dict[str, Any]]:
-    """Whether the installed vLLM would start each ``vllm`` argument list (see the script).
+class VllmOracle:
+    """The installed vLLM's own parser and config classes, in one process for the session.
 
-    The models are resolved in ``hf_cache`` (:func:`write_hf_cache`), offline. One subprocess
-    for all lists: about 15 s of import plus some 20-100 ms a list.
+    Started on the first question (vLLM imports in 10-15 s), then each question takes some
+    20-100 ms a list (see ``vllm_oracle.py``). Hub ids resolve in :attr:`hub_cache`, offline:
+    lay out the models there with :func:`write_hf_cache`.
     """
-    done = subprocess.run(
-        [str(vllm_venv() / "bin" / "python"), str(_JUDGE)],
-        input=json.dumps(list(argvs)),
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-        env={
-            **os.environ,
-            "HF_HUB_CACHE": str(hf_cache),
-            "HF_HUB_OFFLINE": "1",
-            "TRANSFORMERS_OFFLINE": "1",
-            "VLLM_NO_USAGE_STATS": "1",
-        },
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"vLLM's judge failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
-    verdicts: list[dict[str, Any]] = json.loads(done.stdout.strip().splitlines()[-1])
-    return verdicts
+
+    def __init__(self, hub_cache: Path, log: Path) -> None:
+        self.hub_cache = hub_cache
+        self._log = log
+        self._process: subprocess.Popen[str] | None = None
+        self._lines: queue.SimpleQueue[str | None] = queue.SimpleQueue()
+        self._reader: threading.Thread | None = None
+
+    def parse(self, argvs: list[list[str]]) -> list[dict[str, Any]]:
+        """What ``vllm serve``'s parser makes of each list: the derived engine arguments plus
+        ``host`` and ``port``, or ``exit`` and ``error`` when argparse refused it."""
+        return self._ask("parse", argvs)
+
+    def judge(self, argvs: Iterable[list[str]]) -> list[dict[str, Any]]:
+        """Whether vLLM would start each list: ``{"ok": true, ...}`` or the stage and the
+        last line of its refusal."""
+        return self._ask("judge", list(argvs))
+
+    def close(self) -> None:
+        process, self._process = self._process, None
+        if process is None:
+            return
+        assert process.stdin is not None and process.stdout is not None
+        process.stdin.close()  # its loop ends with stdin
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        if self._reader is not None:
+            self._reader.join(timeout=10)
+        process.stdout.close()
+
+    def _ask(
+        self, ask: str, argvs: list[list[str]], timeout_s: float = 900
+    ) -> list[dict[str, Any]]:
+        process = self._started()
+        assert process.stdin is not None
+        process.stdin.write(json.dumps({"ask": ask, "argvs": argvs}) + "\n")
+        process.stdin.flush()
+        said: list[str] = []
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                line = self._lines.get(timeout=max(deadline - time.monotonic(), 0.001))
+            except queue.Empty:
+                line = None
+            if line is None:  # ended, or no answer in time
+                log = self._log.read_text(errors="replace")[-3000:]
+                raise RuntimeError(f"vLLM's oracle gave no answer:\n{''.join(said)[-3000:]}\n{log}")
+            if line.startswith("ANSWER "):
+                answers: list[dict[str, Any]] = json.loads(line.removeprefix("ANSWER "))
+                return answers
+            said.append(line)
+
+    def _started(self) -> subprocess.Popen[str]:
+        if self._process is None:
+            with self._log.open("w") as log:  # the child keeps its own copy of the descriptor
+                self._process = subprocess.Popen(
+                    [str(vllm_venv() / "bin" / "python"), str(_ORACLE)],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=log,
+                    text=True,
+                    env={
+                        **os.environ,
+                        "HF_HUB_CACHE": str(self.hub_cache),
+                        "HF_HUB_OFFLINE": "1",
+                        "TRANSFORMERS_OFFLINE": "1",
+                        "VLLM_NO_USAGE_STATS": "1",
+                    },
+                )
+            self._reader = threading.Thread(target=self._read, args=(self._process,), daemon=True)
+            self._reader.start()
+        return self._process
+
+    def _read(self, process: subprocess.Popen[str]) -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            self._lines.put(line)
+        self._lines.put(None)

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 import yaml
-from testbed import judge_with_vllm, require_vllm, write_hf_cache
+from testbed import VllmOracle, write_hf_cache
 
 from tuner.catalog.heads import HEADS, is_head, mtp_layers
 from tuner.catalog.models import CATALOG, ModelSpec, check_draft, needs_heterogeneous_vocab
@@ -125,15 +125,9 @@ def _with(server: ServerConfig, spec: SpeculativeConfig) -> ServerConfig:
 
 
 @pytest.fixture(scope="module")
-def hf_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    require_vllm()
-    root = tmp_path_factory.mktemp("hf-cache")
-    return write_hf_cache(root, {m.hf_id: m.config for m in CATALOG})
-
-
-@pytest.fixture(scope="module")
-def verdicts(hf_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """One vLLM subprocess judges every case of this module (import once: about 15 s)."""
+def verdicts(vllm_oracle: VllmOracle, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """vLLM judges every case of this module, the catalog's models laid out in its Hub cache."""
+    write_hf_cache(vllm_oracle.hub_cache, {m.hf_id: m.config for m in CATALOG})
     folder = tmp_path_factory.mktemp("yaml")
     cases: dict[str, list[str]] = {}
     for name in sorted(builtin_spaces()):
@@ -157,7 +151,7 @@ def verdicts(hf_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[s
     cases["control:unknown-flag"] = _argv(unknown, JUDGE_VERSION)
     for label, server in _sampled_servers(small.server).items():
         cases["sampled:" + label] = _argv(server, JUDGE_VERSION)
-    results = judge_with_vllm(list(cases.values()), hf_cache)
+    results = vllm_oracle.judge(cases.values())
     return dict(zip(cases, results, strict=True))
 
 

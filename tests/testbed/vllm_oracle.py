@@ -1,0 +1,118 @@
+"""Answers questions about ``vllm`` argument lists with the installed vLLM's own code.
+
+Run with the vLLM venv's interpreter, once per test session: vLLM takes 10-15 s to import, a
+question 20-100 ms. stdin: one JSON request per line, ``{"ask": "parse" | "judge", "argvs":
+[[...], ...]}`` (each list is what follows ``vllm``); stdout: per request, one line
+``ANSWER <JSON list>`` with one answer per argument list (vLLM's own log lines go to stdout too).
+
+- ``parse``: vLLM's ``vllm serve`` parser (``--config FILE`` included) and
+  ``AsyncEngineArgs.from_cli_args``; the answer holds the derived engine arguments (``FIELDS``)
+  plus ``host`` and ``port``, or ``exit`` and ``error`` when argparse refused the list.
+- ``judge``: the same, then ``create_engine_config()``: every config class's validation
+  (``ModelConfig``, ``SpeculativeConfig``, ``SchedulerConfig``, ``CacheConfig``,
+  ``ParallelConfig``, ``VllmConfig``), on model folders that hold only ``config.json`` (the
+  caller points ``HF_HUB_CACHE`` at them and sets ``HF_HUB_OFFLINE``). No weights, no tokenizer
+  (``skip_tokenizer_init``), no device memory. The answer is ``{"ok": true, "speculative":
+  {...}, ...}`` or ``{"ok": false, "stage": "argparse" | "engine", "error": "<last line>"}``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import sys
+from typing import Any
+
+# Only the vLLM venv has these; the project venv (and its mypy) does not.
+from vllm.engine.arg_utils import AsyncEngineArgs  # type: ignore[import-not-found]
+from vllm.entrypoints.cli.serve import ServeSubcommand  # type: ignore[import-not-found]
+from vllm.utils.argparse_utils import FlexibleArgumentParser  # type: ignore[import-not-found]
+
+FIELDS = (
+    "model",
+    "served_model_name",
+    "tensor_parallel_size",
+    "max_model_len",
+    "gpu_memory_utilization",
+    "max_num_batched_tokens",
+    "quantization",
+    "enable_chunked_prefill",
+    "speculative_config",
+    "enforce_eager",
+    "kv_cache_memory_bytes",
+)
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    # pydantic puts the reason on the line after "1 validation error for X".
+    for index, line in enumerate(lines):
+        if line.startswith("Value error,"):
+            return f"{lines[index - 1]}: {line}" if index else line
+    return lines[-1] if lines else ""
+
+
+def _engine_args(parser: FlexibleArgumentParser, argv: list[str]) -> Any:
+    """The engine arguments vLLM derives, or the ``SystemExit`` argparse raised with its text."""
+    stderr = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(stderr):
+            args = parser.parse_args(argv)
+    except SystemExit as exc:
+        exc.args = (_last_line(stderr.getvalue()),)
+        return exc
+    if getattr(args, "model_tag", None) is not None:  # what `vllm serve` does first
+        args.model = args.model_tag
+    return args, AsyncEngineArgs.from_cli_args(args)
+
+
+def parse(parser: FlexibleArgumentParser, argv: list[str]) -> dict[str, Any]:
+    derived = _engine_args(parser, argv)
+    if isinstance(derived, SystemExit):
+        return {"exit": derived.code, "error": [derived.args[0]] if derived.args[0] else []}
+    args, engine = derived
+    parsed = {name: getattr(engine, name) for name in FIELDS}
+    parsed.update(host=args.host, port=args.port)
+    return parsed
+
+
+def judge(parser: FlexibleArgumentParser, argv: list[str]) -> dict[str, Any]:
+    derived = _engine_args(parser, argv)
+    if isinstance(derived, SystemExit):
+        return {"ok": False, "stage": "argparse", "exit": derived.code, "error": derived.args[0]}
+    _, engine = derived
+    try:
+        engine.skip_tokenizer_init = True
+        config = engine.create_engine_config()
+    except Exception as exc:  # every refusal is a verdict, not a crash
+        return {"ok": False, "stage": "engine", "error": _last_line(f"{type(exc).__name__}: {exc}")}
+    spec = config.speculative_config
+    return {
+        "ok": True,
+        "speculative": None
+        if spec is None
+        else {
+            "method": spec.method,
+            "num_speculative_tokens": spec.num_speculative_tokens,
+            "use_heterogeneous_vocab": bool(getattr(spec, "use_heterogeneous_vocab", False)),
+        },
+        "quantization": config.model_config.quantization,
+        "max_num_batched_tokens": config.scheduler_config.max_num_batched_tokens,
+        "gpu_memory_utilization": config.cache_config.gpu_memory_utilization,
+    }
+
+
+def main() -> None:
+    parser = FlexibleArgumentParser(prog="vllm")
+    subparsers = parser.add_subparsers(dest="subparser")
+    ServeSubcommand().subparser_init(subparsers)
+    answer = {"parse": parse, "judge": judge}
+    for line in sys.stdin:
+        request = json.loads(line)
+        answers = [answer[request["ask"]](parser, argv) for argv in request["argvs"]]
+        print("ANSWER " + json.dumps(answers, default=str), flush=True)
+
+
+if __name__ == "__main__":
+    main()
