@@ -16,7 +16,10 @@ from typing import Any
 import optuna
 import yaml
 
+from tuner.analysis.k_table import K_TABLE_ATTR, KTableVerdict, planned_table
+from tuner.analysis.picks import DEFAULT_PICK, pick_candidate
 from tuner.config.space import SearchSpace, load_space
+from tuner.results import Source
 from tuner.study.optimize import OptimizeRequest, optimize
 from tuner.study.paths import default_storage
 from tuner.study.storage import open_storage
@@ -73,6 +76,21 @@ class StudyCopy:
             return open_study(
                 self.name, open_storage(self.url), None, optuna.samplers.RandomSampler()
             )
+
+
+def judge_table(study: optuna.Study, space: SearchSpace, *, wins: bool) -> KTableVerdict:
+    """Stores a verdict on the recommended config's K table as confirm_k_table would, without
+    its runs: for tests of how exports render a verdict (the runs are tested on their own, in
+    test_results_k_table.py)."""
+    candidate = pick_candidate(study, DEFAULT_PICK)
+    _, table = planned_table(study, space, candidate)
+    assert table, "the levels study proposes a K table"
+    fixed = candidate.output_tok_s
+    verdict = KTableVerdict(
+        candidate.number, table, Source.SIMULATED, (), fixed * (1.05 if wins else 0.95), fixed
+    )
+    study.set_user_attr(K_TABLE_ATTR, verdict.to_dict())
+    return verdict
 
 
 def build_study(studies_dir: Path, space: dict[str, object], trials: int, seed: int = 3) -> None:

@@ -15,7 +15,7 @@ from typing import Any, cast
 import optuna
 import pytest
 import yaml
-from results_support import SPACE, StudyCopy, build_study
+from results_support import SPACE, StudyCopy, build_study, judge_table
 
 from tuner.analysis.picks import feasible, pick_candidate, recommend
 from tuner.analysis.trials import Outcome, points
@@ -54,6 +54,7 @@ def _with_table(config: dict[str, Any], table: list[list[int]]) -> dict[str, Any
 
 def test_vllm_yaml_loads_back_with_provenance_and_the_per_level_table(levels: StudyCopy) -> None:
     study, space = levels.open()
+    judge_table(study, space, wins=True)
     exported = export(study, space, "vllm", today=TODAY)
     view = _recommended(study)
     assert exported.provenance.trial == view.number
@@ -76,6 +77,7 @@ def test_vllm_yaml_loads_back_with_provenance_and_the_per_level_table(levels: St
 
 def test_compose_is_the_file_people_write_by_hand(levels: StudyCopy) -> None:
     study, space = levels.open()
+    judge_table(study, space, wins=True)
     exported = export(study, space, "compose", today=TODAY)
     view = _recommended(study)
     assert _header(exported.text)[0].startswith("spectune export: study levels")
@@ -102,6 +104,7 @@ def test_compose_is_the_file_people_write_by_hand(levels: StudyCopy) -> None:
 
 def test_docker_run_is_a_shell_script_that_runs_docker(levels: StudyCopy, tmp_path: Path) -> None:
     study, space = levels.open()
+    judge_table(study, space, wins=True)
     exported = export(study, space, "docker-run", today=TODAY)
     script = tmp_path / "run.sh"
     script.write_text(exported.text)

@@ -10,12 +10,11 @@ from tuner.analysis.levels import (
     LevelChoice,
     batch_size_table,
     best_by_draft,
-    has_per_batch_size,
     measured_levels,
     speculation_by_level,
 )
 from tuner.analysis.trials import Outcome, Point, points
-from tuner.config.vllm_args import parse_version
+from tuner.config.vllm_args import has_per_batch_size, parse_version
 
 DRAFT = "Qwen/Qwen2.5-0.5B-Instruct"
 

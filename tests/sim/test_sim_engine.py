@@ -180,3 +180,31 @@ def test_warmup_absorbs_the_cold_start() -> None:
     first_cold = predict(HARDWARE, TARGET, None, reference_server(0), 0.2, cold, 1).requests[0]
     first_warm = predict(HARDWARE, TARGET, None, reference_server(0), 0.2, warm, 1).requests[0]
     assert (first_cold.ttft or 0) > (first_warm.ttft or 0) + 0.2
+
+
+def test_a_per_batch_size_table_drafts_only_in_the_batches_it_names() -> None:
+    fixed = reference_server(4)
+    assert fixed.speculative is not None
+    table = SpeculativeConfig(
+        fixed.speculative.method,
+        4,
+        fixed.speculative.model,
+        k_by_batch_size=((1, 2, 4), (3, 64, 0)),
+    )
+    server = ServerConfig(**{**fixed.__dict__, "speculative": table})
+    engine = Engine(HARDWARE, TARGET, DRAFT, server, kv_tokens=65_536, seed=None)
+    for rid, length in enumerate((8, 16, 48, 96)):  # they finish one after another
+        engine.add_request(rid, 64, length, 0.0, "code")
+    drafted_at: list[int] = []
+    while engine.has_work:
+        running = len(engine.running)
+        before = engine.spec_stats()
+        engine.step()
+        after = engine.spec_stats()
+        assert before is not None and after is not None
+        if after.drafts > before.drafts:
+            drafted_at.append(running)
+            assert after.draft_tokens - before.draft_tokens == 4 * (after.drafts - before.drafts)
+    # Four requests run at once: drafting starts once two of them have finished.
+    assert drafted_at and max(drafted_at) == 2
+    assert table.k_at(1) == 4 and table.k_at(3) == 0 and table.k_at(500) == 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import subprocess
 from pathlib import Path
@@ -19,8 +20,9 @@ from tuner.config.vllm_args import (
     server_argv,
     server_yaml,
 )
+from tuner.errors import ConfigError
 from tuner.launch.process import ProcessLauncher
-from tuner.sim.server.args import parse_serve_args
+from tuner.sim.server.args import ConfigValidationError, parse_serve_args
 from tuner.sim.server.faults import Faults, parse_faults
 
 CONFIGS = [
@@ -155,3 +157,35 @@ def test_process_launcher_starts_it(context: LaunchContext) -> None:
     assert endpoint.log_path is not None
     log = endpoint.log_path.read_text()
     assert "SIMULATED vLLM server" in log
+
+
+TABLE = ServerConfig(
+    TARGET,
+    1,
+    8192,
+    0.9,
+    2048,
+    speculative=SpeculativeConfig("ngram", 4, None, k_by_batch_size=((1, 4, 4), (5, 64, 0))),
+)
+
+
+def test_a_per_batch_size_k_table_reads_back_and_old_versions_refuse_it(tmp_path: Path) -> None:
+    newest = server_argv(TABLE, NEWEST_KNOWN, host="127.0.0.1", port=9)
+    assert parse_serve_args(["serve", *newest], {}).server == TABLE
+    config = server_yaml(TABLE, NEWEST_KNOWN)
+    assert config["speculative-config"]["num_speculative_tokens_per_batch_size"] == [
+        [1, 4, 4],
+        [5, 64, 0],
+    ]
+    with pytest.raises(ConfigError, match="cannot switch K by batch size"):
+        server_argv(TABLE, parse_version("0.23.0"), host="127.0.0.1", port=9)
+
+
+@pytest.mark.parametrize(
+    "table", [[[2, 4, 4]], [[1, 4, 4], [6, 8, 0]], [[1, 4, -1]], [[1, 4]], "1-4:4"]
+)
+def test_a_malformed_k_table_is_refused_like_vllm_refuses_it(table: object) -> None:
+    spec = {"method": "ngram", "num_speculative_tokens": 4,
+            "num_speculative_tokens_per_batch_size": table}  # fmt: skip
+    with pytest.raises(ConfigValidationError, match="num_speculative_tokens_per_batch_size"):
+        parse_serve_args(["serve", TARGET, "--speculative-config", json.dumps(spec)], {})

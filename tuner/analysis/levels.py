@@ -26,26 +26,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tuner.analysis.trials import Outcome, Point
-from tuner.config.vllm_args import VllmVersion
 
 __all__ = [
-    "PER_BATCH_SIZE_SINCE",
     "LevelChoice",
     "batch_size_table",
     "best_by_draft",
-    "has_per_batch_size",
     "measured_levels",
     "speculation_by_level",
     "speculation_stops",
 ]
-
-PER_BATCH_SIZE_SINCE = VllmVersion(0, 24, 0)
-"""The first vLLM release whose speculative config has ``num_speculative_tokens_per_batch_size``."""
-
-
-def has_per_batch_size(version: VllmVersion) -> bool:
-    """Whether ``version`` can switch K (or speculation) by batch size."""
-    return version >= PER_BATCH_SIZE_SINCE
 
 
 @dataclass(frozen=True)

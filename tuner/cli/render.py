@@ -6,12 +6,14 @@ simulated figure for a measurement.
 
 from __future__ import annotations
 
+import json
 import re
 from typing import TYPE_CHECKING
 
 from rich.table import Table
 
 from tuner.analysis.confirmed import Confirmed, Interval, Run
+from tuner.analysis.k_table import KTableVerdict
 from tuner.analysis.provenance import runs_note
 from tuner.config.trial import ServerConfig, SpecMethod
 from tuner.trial.record import TrialRecord
@@ -27,6 +29,7 @@ __all__ = [
     "confirm_run_line",
     "confirmed_table",
     "draft_label",
+    "k_table_line",
     "recommendation",
     "record_row",
     "records_table",
@@ -230,3 +233,14 @@ def plan_table(plan: StudyPlan, space: SearchSpace) -> Table:
         took(plan.confirm_s),
     )
     return table
+
+
+def k_table_line(verdict: KTableVerdict) -> str:
+    """What the per-batch-size K table's own runs decided."""
+    table = json.dumps([list(entry) for entry in verdict.table])
+    runs = f"{len(verdict.runs)} {verdict.source} runs"
+    if verdict.output_tok_s is None:
+        return f"K table {table}: not feasible in every one of {runs}; fixed K exported"
+    against = f"{verdict.output_tok_s:.1f} tok/s against {verdict.fixed_tok_s:.1f} for fixed K"
+    outcome = "exported" if verdict.wins else "fixed K exported"
+    return f"K table {table}: {against} over {runs}; {outcome}"

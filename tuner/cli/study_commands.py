@@ -22,6 +22,7 @@ from tuner.cli.options import backend_options
 from tuner.cli.render import (
     confirm_run_line,
     confirmed_table,
+    k_table_line,
     plan_table,
     recommendation,
     record_row,
@@ -365,6 +366,7 @@ def _optimize_json(result: OptimizeResult, best_yaml: Path | None) -> dict[str, 
         else _record_json(result.recommended.record),
         "best_yaml": None if best_yaml is None else str(best_yaml),
         "time_budget": result.budget_note,
+        "k_table": None if result.k_table is None else result.k_table.to_dict(),
     }
 
 
@@ -383,6 +385,8 @@ def _print_optimize(result: OptimizeResult, best_yaml: Path | None) -> None:
         return
     if result.confirmed:
         console.print(confirmed_table(result.confirmed, result.space.ttft_limit_ms))
+    if result.k_table is not None:
+        console.print(k_table_line(result.k_table), markup=False)
     tok_s, ttft = f"{best.output_tok_s:.1f}", f"{best.p95_ttft_ms:.0f}"
     if best.tok_s_interval and best.ttft_interval:
         tok_s, ttft = best.tok_s_interval.format(1), best.ttft_interval.format(0)

@@ -87,10 +87,25 @@ class SpeculativeConfig:
     suffix_decoding_max_spec_factor: float | None = None
     suffix_decoding_min_token_prob: float | None = None
     suffix_decoding_max_cached_requests: int | None = None
+    # vLLM 0.24+'s num_speculative_tokens_per_batch_size: (first, last batch size, K) ranges
+    # from 1, K = 0 for none; past the last range its K holds. Empty: one K at every batch size.
+    k_by_batch_size: tuple[tuple[int, int, int], ...] = ()
 
     def __post_init__(self) -> None:
         with contextlib.suppress(ValueError):
             object.__setattr__(self, "method", SpecMethod(self.method))
+        # Stored as JSON lists; a tuple keeps the config hashable (equal servers are shared).
+        table = tuple((int(a), int(b), int(k)) for a, b, k in self.k_by_batch_size)
+        object.__setattr__(self, "k_by_batch_size", table)
+
+    def k_at(self, batch_size: int) -> int:
+        """The K a step of ``batch_size`` requests drafts (capped at num_speculative_tokens)."""
+        for first, last, k in self.k_by_batch_size:
+            if first <= batch_size <= last:
+                return min(k, self.num_speculative_tokens)
+        if self.k_by_batch_size and batch_size > self.k_by_batch_size[-1][1]:
+            return min(self.k_by_batch_size[-1][2], self.num_speculative_tokens)
+        return self.num_speculative_tokens
 
 
 def choice_label(spec: SpeculativeConfig | None) -> str:

@@ -63,12 +63,14 @@ from tuner.errors import ConfigError
 
 __all__ = [
     "NEWEST_KNOWN",
+    "PER_BATCH_SIZE_SINCE",
     "Dialect",
     "VllmVersion",
     "check_supported",
     "config_file_argv",
     "detect_version",
     "dialect",
+    "has_per_batch_size",
     "parse_version",
     "sampled_value_refusal",
     "server_argv",
@@ -84,6 +86,9 @@ _V0_8_5 = VllmVersion(0, 8, 5)
 _V0_10 = VllmVersion(0, 10, 0)
 _V0_15 = VllmVersion(0, 15, 0)
 _V0_16 = VllmVersion(0, 16, 0)
+# The first release whose speculative config has num_speculative_tokens_per_batch_size (vLLM's
+# config/speculative.py and v1/spec_decode/dynamic/utils.py, PR #32374).
+PER_BATCH_SIZE_SINCE = VllmVersion(0, 24, 0)
 _HETEROGENEOUS_VOCAB = VllmVersion(*HETEROGENEOUS_VOCAB_SINCE)
 
 
@@ -97,6 +102,11 @@ class Dialect:
     negative_booleans: bool  # --no-FLAG exists (0.8.5+); before, --enable-chunked-prefill False
     yaml_nested: bool  # --config turns a nested mapping into JSON (0.16+)
     yaml_model: bool  # --config may carry the model (0.8.4+)
+
+
+def has_per_batch_size(version: VllmVersion) -> bool:
+    """Whether ``version`` can switch K (or speculation) by batch size."""
+    return version >= PER_BATCH_SIZE_SINCE
 
 
 def dialect(version: VllmVersion) -> Dialect:
@@ -165,6 +175,11 @@ def check_supported(server: ServerConfig, version: VllmVersion) -> None:
         if spec.num_speculative_tokens < 1:
             raise ConfigError(
                 f"num_speculative_tokens must be at least 1, got {spec.num_speculative_tokens}"
+            )
+        if spec.k_by_batch_size and version < PER_BATCH_SIZE_SINCE:
+            raise ConfigError(
+                f"vLLM {version} cannot switch K by batch size "
+                f"(num_speculative_tokens_per_batch_size needs {PER_BATCH_SIZE_SINCE}+)"
             )
         if spec.method in MODEL_METHODS and not spec.model:
             raise ConfigError(f"speculative method {spec.method} needs a model (draft or head)")
@@ -253,6 +268,8 @@ def _speculative_json(server: ServerConfig, version: VllmVersion) -> dict[str, A
     if spec.method in MODEL_METHODS:
         config["model"] = spec.model
     config["num_speculative_tokens"] = spec.num_speculative_tokens
+    if spec.k_by_batch_size:
+        config["num_speculative_tokens_per_batch_size"] = [list(e) for e in spec.k_by_batch_size]
     if _heterogeneous_vocab(server, version):
         config["use_heterogeneous_vocab"] = True
     method = SpecMethod(spec.method)

@@ -11,10 +11,11 @@ driver, the numbers with their confidence intervals, the date. The flags are spe
 dialect of the study's vLLM version (:mod:`tuner.config.vllm_args`): the space's, or where it
 names none, the version that ran (detected at the first start).
 
-Where the workload measured several concurrency levels and the version has
-``num_speculative_tokens_per_batch_size`` (0.24+), the speculative config carries the best K
-per load level, with speculation off where it loses (:mod:`tuner.analysis.levels`); older
-versions get the same table as a comment.
+Where the workload measured several concurrency levels, the notes give the best K per load
+level (:mod:`tuner.analysis.levels`). The speculative config carries them as
+``num_speculative_tokens_per_batch_size`` (0.24+) only where that table ran as a config of its
+own and beat the fixed K on the traffic profile (:mod:`tuner.analysis.k_table`); otherwise the
+fixed K is exported and a note says why.
 
 No secret is written: tokens pass through by name (``HF_TOKEN``), extra flags that look like
 credentials (``--api-key`` ...) are dropped with a note, and the storage URL never appears.
@@ -32,18 +33,19 @@ from typing import Any
 import optuna
 import yaml
 
-from tuner.analysis.levels import (
-    LevelChoice,
-    batch_size_table,
-    has_per_batch_size,
-    speculation_by_level,
+from tuner.analysis.k_table import (
+    KTableVerdict,
+    Table,
+    planned_table,
+    stored_verdict,
+    with_table,
 )
+from tuner.analysis.levels import LevelChoice
 from tuner.analysis.picks import DEFAULT_PICK, PICKS, Candidate, pick_candidate
 from tuner.analysis.provenance import Provenance, provenance
-from tuner.analysis.trials import points
 from tuner.config.space import SearchSpace
-from tuner.config.trial import ServerConfig, SpecMethod, is_secret_flag
-from tuner.config.vllm_args import config_file_argv, server_argv, server_yaml
+from tuner.config.trial import ServerConfig, is_secret_flag
+from tuner.config.vllm_args import config_file_argv, has_per_batch_size, server_argv, server_yaml
 from tuner.errors import ConfigError
 from tuner.export.deploy import PORT, compose_file, docker_run_script
 from tuner.export.kubernetes import kubernetes_manifests
@@ -107,18 +109,23 @@ def _render(
     facts = provenance(study, space, candidate, pick if not pick.isdigit() else "trial", today)
     record = candidate.record
     server, removed = _without_secrets(record.server)
-    levels, table = _levels(study, space, candidate, server)
-    notes = _notes(space, server, levels, table, removed, record.source)
+    levels, planned = planned_table(study, space, candidate)
+    verdict = stored_verdict(study)
+    if verdict is not None and (verdict.trial, verdict.table) != (candidate.number, planned):
+        verdict = None  # it judged another config's table
+    table = planned if verdict is not None and verdict.wins else ()
+    notes = _notes(space, server, levels, planned, verdict, removed, record.source)
+    server = with_table(server, table)
     notes += _smoothing_note(record.summary)
     if record.status is not TrialStatus.OK:  # only a trial asked for by number gets here
         notes.insert(0, f"WARNING: trial {candidate.number} was not feasible: {record.status}")
     header = [*facts.lines(), *notes]
     if fmt == "vllm":
-        text = _vllm_yaml(server, space, table, header)
+        text = _vllm_yaml(server, space, header)
     elif fmt in ("compose", "docker-run"):
         render = compose_file if fmt == "compose" else docker_run_script
         text = render(
-            _argv(server, space, table),
+            _argv(server, space),
             image=space.vllm_image,
             gpus=space.hardware.count,
             server=server,
@@ -127,14 +134,14 @@ def _render(
         )
     elif fmt == "kubernetes":
         text = kubernetes_manifests(
-            _argv(server, space, table),
+            _argv(server, space),
             image=space.vllm_image,
             server=server,
             env=_env_names(removed),
             header=header,
         )
     else:
-        text = _json(server, space, table, facts, levels, notes)
+        text = _json(server, space, facts, levels, notes)
     return Exported(fmt, text, facts, tuple(levels), tuple(table))
 
 
@@ -143,28 +150,6 @@ def _without_secrets(server: ServerConfig) -> tuple[ServerConfig, list[str]]:
     kept = tuple((k, v) for k, v in server.extra_flags if k not in secret)
     removed = [k.lstrip("-") for k in secret]
     return replace(server, extra_flags=kept), removed
-
-
-def _levels(
-    study: optuna.Study, space: SearchSpace, candidate: Candidate, server: ServerConfig
-) -> tuple[list[LevelChoice], list[tuple[int, int, int]]]:
-    if len(space.workload.concurrency) < 2 or server.speculative is None:
-        return [], []
-    levels = speculation_by_level(points(study), server.draft or SpecMethod.NONE)
-    if len(levels) < 2:
-        return levels, []
-    # The exported config was chosen at the first (scored) level: its own K stands there.
-    primary = space.workload.primary_concurrency
-    levels = [
-        replace(c, k=server.k, output_tok_s=candidate.output_tok_s, trial=candidate.number)
-        if c.concurrency == primary
-        else c
-        for c in levels
-    ]
-    table = batch_size_table(levels)
-    if len(table) < 2 or not has_per_batch_size(space.version):
-        return levels, []  # one K everywhere needs no table; older versions cannot take one
-    return levels, table
 
 
 def _smoothing_note(summary: Mapping[str, Any]) -> list[str]:
@@ -184,7 +169,8 @@ def _notes(
     space: SearchSpace,
     server: ServerConfig,
     levels: list[LevelChoice],
-    table: list[tuple[int, int, int]],
+    planned: Table,
+    verdict: KTableVerdict | None,
     removed: list[str],
     source: Source,
 ) -> list[str]:
@@ -197,59 +183,62 @@ def _notes(
             for c in levels
         )
         notes.append(f"best speculation per concurrency level: {per_level}")
-        if table:
-            notes.append(
-                "num_speculative_tokens_per_batch_size below switches K by batch size "
-                "(0 = off); num_speculative_tokens is its largest K"
-            )
-        elif not has_per_batch_size(space.version) and any(c.k != server.k for c in levels):
-            notes.append(
-                f"vLLM {space.version} cannot switch K by batch size (needs 0.24+): "
-                f"this config keeps K={server.k} at every load"
-            )
+        notes += _table_notes(space, server, levels, planned, verdict)
     for flag in removed:
         hint = " (vLLM also reads VLLM_API_KEY)" if flag == "api-key" else ""
         notes.append(f"--{flag} left out: it holds a secret; pass it at deploy time{hint}")
     return notes
 
 
-def _with_table(spec: dict[str, Any], table: list[tuple[int, int, int]]) -> dict[str, Any]:
-    if not table:
-        return spec
-    top = max(k for _, _, k in table)
-    return {
-        **spec,
-        "num_speculative_tokens": max(top, int(spec["num_speculative_tokens"])),
-        "num_speculative_tokens_per_batch_size": [list(entry) for entry in table],
-    }
+def _table_notes(
+    space: SearchSpace,
+    server: ServerConfig,
+    levels: list[LevelChoice],
+    planned: Table,
+    verdict: KTableVerdict | None,
+) -> list[str]:
+    if not planned:
+        if not has_per_batch_size(space.version) and any(c.k != server.k for c in levels):
+            return [
+                f"vLLM {space.version} cannot switch K by batch size (needs 0.24+): "
+                f"this config keeps K={server.k} at every load"
+            ]
+        return []
+    spelled = json.dumps([list(entry) for entry in planned])
+    if verdict is None:
+        return [
+            f"the per-batch-size K table {spelled} was never run as one config (confirmation "
+            f"off): K={server.k} is exported at every load"
+        ]
+    runs = f"{len(verdict.runs)} {verdict.source} runs"
+    if verdict.output_tok_s is None:
+        return [
+            f"the per-batch-size K table {spelled} was not feasible in every one of {runs}: "
+            f"K={server.k} is exported at every load"
+        ]
+    against = f"{verdict.output_tok_s:.1f} tok/s against {verdict.fixed_tok_s:.1f} for fixed K"
+    if not verdict.wins:
+        return [f"the per-batch-size K table {spelled} lost ({against}, {runs}): fixed K exported"]
+    return [
+        f"num_speculative_tokens_per_batch_size below switches K by batch size (0 = off); it "
+        f"won as its own config ({against}, {runs}); num_speculative_tokens is its largest K"
+    ]
 
 
-def _config(
-    server: ServerConfig, space: SearchSpace, table: list[tuple[int, int, int]]
-) -> dict[str, Any]:
-    config = server_yaml(server, space.version)
-    spec = config.get("speculative-config")
-    if isinstance(spec, dict):  # tables exist only from 0.24, where the file nests mappings
-        config["speculative-config"] = _with_table(spec, table)
-    return config
+def _config(server: ServerConfig, space: SearchSpace) -> dict[str, Any]:
+    return server_yaml(server, space.version)
 
 
-def _argv(server: ServerConfig, space: SearchSpace, table: list[tuple[int, int, int]]) -> list[str]:
-    argv = server_argv(server, space.version, host="0.0.0.0", port=PORT)
-    if table and "--speculative-config" in argv:
-        at = argv.index("--speculative-config") + 1
-        argv[at] = json.dumps(_with_table(json.loads(argv[at]), table))
-    return argv
+def _argv(server: ServerConfig, space: SearchSpace) -> list[str]:
+    return server_argv(server, space.version, host="0.0.0.0", port=PORT)
 
 
 def _comment(lines: list[str]) -> str:
     return "".join(f"# {line}\n" for line in lines)
 
 
-def _vllm_yaml(
-    server: ServerConfig, space: SearchSpace, table: list[tuple[int, int, int]], header: list[str]
-) -> str:
-    config = _config(server, space, table)
+def _vllm_yaml(server: ServerConfig, space: SearchSpace, header: list[str]) -> str:
+    config = _config(server, space)
     use = " ".join(["vllm", "serve", *config_file_argv(config, "FILE", model=server.model)])
     body = yaml.safe_dump(config, sort_keys=False, default_flow_style=None)
     return _comment([*header, f"use: {use}"]) + body
@@ -262,7 +251,6 @@ def _env_names(removed: list[str]) -> list[str]:
 def _json(
     server: ServerConfig,
     space: SearchSpace,
-    table: list[tuple[int, int, int]],
     facts: Provenance,
     levels: list[LevelChoice],
     notes: list[str],
@@ -271,8 +259,8 @@ def _json(
         "provenance": facts.to_dict(),
         "notes": notes,
         "image": space.vllm_image,
-        "vllm_config": _config(server, space, table),
-        "argv": ["vllm", "serve", *_argv(server, space, table)],
+        "vllm_config": _config(server, space),
+        "argv": ["vllm", "serve", *_argv(server, space)],
         "speculation_by_level": [
             {
                 "concurrency": c.concurrency,

@@ -301,8 +301,9 @@ def _levels_section(trials: Sequence[Point], levels: Sequence[LevelChoice]) -> s
     return (
         f"<table id='levels'>{head}{''.join(rows)}</table><p class='muted'>Best output tok/s "
         "per draft at each level (with its K). The last column is the recommended draft's best "
-        "K at each level; vLLM 0.24+ takes it as num_speculative_tokens_per_batch_size "
-        "(<code>spectune export</code> writes it).</p>"
+        "K at each level; vLLM 0.24+ takes it as num_speculative_tokens_per_batch_size, "
+        "which <code>spectune export</code> writes only where that table, run as its own "
+        "config, beat the fixed K.</p>"
     )
 
 

@@ -110,6 +110,7 @@ class StepShape:
         chunks: ``(tokens already computed, chunk tokens)`` of each prefill chunk.
         first_tokens: prefills that complete in this step and sample a first token.
         graphed: a pure decode step, replayed from CUDA graphs.
+        k: the K this step drafts, where a per-batch-size table sets it; None: the server's.
     """
 
     decodes: int
@@ -117,6 +118,7 @@ class StepShape:
     chunks: tuple[tuple[int, int], ...]
     first_tokens: int
     graphed: bool
+    k: int | None = None
 
 
 def draft_tensor_parallel(server: ServerConfig) -> int:
@@ -264,7 +266,8 @@ class PerfModel:
         The target runs one pass over every decode's 1+K tokens and every prefill chunk; a draft
         model runs K passes over the decodes, its first pass also covering the prefill chunks.
         """
-        per_decode = 1 + self.k
+        k = self.k if shape.k is None else shape.k
+        per_decode = 1 + k
         dec_tokens = per_decode * shape.decodes
         pre_tokens = sum(chunk for _, chunk in shape.chunks)
         pre_context = sum(done + chunk for done, chunk in shape.chunks)
@@ -279,8 +282,8 @@ class PerfModel:
                 graphed=shape.graphed,
             )
         )
-        if self.draft is not None:
-            for i in range(self.k if shape.decodes else 1):
+        if self.draft is not None and (k or not shape.decodes):
+            for i in range(k if shape.decodes else 1):
                 first = i == 0
                 seconds += self.draft_pass_s(
                     ForwardPass(
@@ -291,8 +294,8 @@ class PerfModel:
                         graphed=shape.graphed,
                     )
                 )
-        verified = dec_tokens if self.k else 0
-        seconds += self.step_overhead_s(seqs, verified, self.ngram)
-        if self.k and shape.first_tokens:
+        verified = dec_tokens if k else 0
+        seconds += self.step_overhead_s(seqs, verified, self.ngram and k > 0)
+        if k and shape.first_tokens:
             seconds += SPEC_FIRST_TOKEN_S
         return seconds

@@ -306,10 +306,12 @@ class Engine:
         if not self.chunked and self.waiting:
             # Without chunked prefill vLLM runs whole prompts in prefill-only steps first.
             chunks = self._schedule_prefills(self.budget, whole=True)
+        k = self.k
         if not chunks:
             decodes = self._reserve_decodes()
-            per_decode = 1 + self.k
-            budget = self.budget - per_decode * len(decodes)
+            # A per-batch-size table picks K by the requests running (vLLM's dynamic K).
+            k = self._k_at(len(self.running))
+            budget = self.budget - (1 + k) * len(decodes)
             if self.chunked:
                 chunks = self._schedule_prefills(budget, whole=False)
         if not decodes and not chunks:
@@ -317,10 +319,10 @@ class Engine:
                 raise RuntimeError("no request fits in the KV cache; the engine cannot progress")
             return StepResult(0.0, {}, (), self.kv_usage)
         usage = self.kv_usage
-        duration = self._duration(decodes, chunks)
+        duration = self._duration(decodes, chunks, k)
         emitted: dict[int, int] = {}
         for seq in decodes:
-            emitted[seq.rid] = self._emit(seq)
+            emitted[seq.rid] = self._emit(seq, k)
         for seq, chunk in chunks:
             seq.computed += chunk
             if seq.decoding:
@@ -340,23 +342,28 @@ class Engine:
         self.steps += 1
         return StepResult(duration, emitted, tuple(finished), usage)
 
-    def _emit(self, seq: _Seq) -> int:
-        """Tokens one decoding sequence gains this step; updates the speculative counters."""
+    def _k_at(self, batch_size: int) -> int:
+        spec = self.server.speculative
+        return spec.k_at(max(batch_size, 1)) if spec is not None else 0
+
+    def _emit(self, seq: _Seq, k: int) -> int:
+        """Tokens one decoding sequence gains this step, drafting ``k``; updates the counters."""
         room = seq.max_tokens - seq.generated
         accepted = 0
-        if self.k:
+        if k:
             c = self._counters
             c.drafts += 1
-            c.draft_tokens += self.k
+            c.draft_tokens += k
+            reach = seq.reach[:k]
             if self._rng is None:
-                seq.credit += sum(seq.reach)
-                accepted = min(int(seq.credit), self.k)
+                seq.credit += sum(reach)
+                accepted = min(int(seq.credit), k)
                 seq.credit -= accepted
-                c.accepted += sum(seq.reach)
-                for i, p in enumerate(seq.reach):
+                c.accepted += sum(reach)
+                for i, p in enumerate(reach):
                     c.per_position[i] += p
             else:
-                for i, rate in enumerate(seq.rates):
+                for i, rate in enumerate(seq.rates[:k]):
                     if self._rng.random() >= rate:
                         break
                     accepted += 1
@@ -366,13 +373,14 @@ class Engine:
         seq.generated += tokens
         return tokens
 
-    def _duration(self, decodes: list[_Seq], chunks: list[tuple[_Seq, int]]) -> float:
+    def _duration(self, decodes: list[_Seq], chunks: list[tuple[_Seq, int]], k: int) -> float:
         shape = StepShape(
             decodes=len(decodes),
             decode_context=sum(s.context for s in decodes),
             chunks=tuple((s.computed, c) for s, c in chunks),
             first_tokens=sum(1 for s, c in chunks if s.computed + c >= s.target),
             graphed=self.graphs and not chunks,
+            k=k,
         )
         duration = self.model.step_s(shape)
         if self.steps == 0:

@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import optuna
 
 from tuner.analysis.confirmed import CONFIRMED_ATTR, Confirmed, Run
-from tuner.analysis.picks import confirmation_order
+from tuner.analysis.k_table import K_TABLE_ATTR, KTableVerdict, planned_table, with_table
+from tuner.analysis.picks import DEFAULT_PICK, confirmation_order, pick_candidate
 from tuner.config.space import SearchSpace
 from tuner.config.trial import LaunchContext, TrialConfig
 from tuner.errors import SpectuneError
@@ -36,7 +38,7 @@ from tuner.trial.record import TrialRecord
 from tuner.trial.runner import TrialOutcome, TrialRunner
 from tuner.trial.scoring import TrialStatus, level_tok_s
 
-__all__ = ["OnRun", "confirm"]
+__all__ = ["OnRun", "confirm", "confirm_k_table"]
 
 # Called after each run: (trial number, repeat index, the run).
 OnRun = Callable[[int, int, Run], None]
@@ -96,6 +98,49 @@ def confirm(
     if results:  # the numbers exports show now come from these servers
         record_run(study, backend, space)
     return results
+
+
+def confirm_k_table(
+    study: optuna.Study,
+    space: SearchSpace,
+    backend: Backend,
+    repeats: int = 3,
+    *,
+    log_dir: Path,
+    seed: int = 0,
+    on_run: OnRun | None = None,
+) -> KTableVerdict | None:
+    """Runs the per-batch-size K table the export would write as a config of its own.
+
+    The table is built for the config the default pick recommends (:mod:`tuner.analysis.k_table`)
+    and run ``repeats`` times, each on a fresh server, on the whole traffic profile. It wins
+    only if every run is feasible and their mean throughput beats the fixed-K config's
+    confirmed mean; the verdict is stored with the study either way. None when the study
+    proposes no table (one level, one K everywhere, or a vLLM without tables).
+    """
+    candidate = pick_candidate(study, DEFAULT_PICK)
+    _, table = planned_table(study, space, candidate)
+    if not table or repeats < 1:
+        return None
+    record = replace(candidate.record, server=with_table(candidate.record.server, table))
+    runs = []
+    for repeat in range(repeats):
+        context = LaunchContext(study.study_name, repeat, log_dir / f"k-table-{record.number}")
+        run = _run_once(record, space, backend, context, _seed(seed, record, repeat + repeats))
+        runs.append(run)
+        if on_run:
+            on_run(record.number, repeat, run)
+    measured = [r.output_tok_s for r in runs if r.ok and r.output_tok_s is not None]
+    verdict = KTableVerdict(
+        trial=record.number,
+        table=table,
+        source=backend.source,
+        runs=tuple(runs),
+        output_tok_s=sum(measured) / len(measured) if len(measured) == len(runs) else None,
+        fixed_tok_s=candidate.output_tok_s,
+    )
+    study.set_user_attr(K_TABLE_ATTR, verdict.to_dict())
+    return verdict
 
 
 def _seed(seed: int, trial: TrialRecord, repeat: int) -> int:

@@ -14,6 +14,7 @@ import optuna
 from optuna.trial import TrialState
 
 from tuner.analysis.confirmed import Confirmed
+from tuner.analysis.k_table import KTableVerdict
 from tuner.analysis.picks import Candidate, pareto_front, recommend
 from tuner.config.space import SearchSpace
 from tuner.errors import ConfigError
@@ -25,7 +26,7 @@ from tuner.study.cluster import (
     ray_backend_factory,
     run_on_ray,
 )
-from tuner.study.confirm import OnRun, confirm
+from tuner.study.confirm import OnRun, confirm, confirm_k_table
 from tuner.study.paths import StudyPaths, default_storage
 from tuner.study.plan import Budget, TrialCost, plan_study
 from tuner.study.prefetch import prefetch_models
@@ -85,6 +86,7 @@ class OptimizeResult:
     paths: StudyPaths
     handle: optuna.Study  # the opened study, for exports
     confirmed: list[Confirmed]  # the re-measured configs, best candidates first
+    k_table: KTableVerdict | None = None  # the per-batch-size K table's own runs, if proposed
     budget_note: str | None = None  # why the time budget stopped the trials early
 
 
@@ -216,6 +218,7 @@ def optimize(
         )
         spawn_workers(worker, request.workers, per_trial, tick)
     confirmed: list[Confirmed] = []
+    k_table = None
     feasible = recommend(study) is not None  # confirming changes no trial's feasibility
     if feasible and request.confirm_top > 0:
         # A fresh backend: run_trials closed its own, and each run needs a fresh server.
@@ -231,6 +234,9 @@ def optimize(
                 seed=request.seed,
                 on_run=on_confirm,
             )
+            k_table = confirm_k_table(
+                study, space, fresh, request.confirm_repeats, log_dir=paths.logs, seed=request.seed
+            )
         finally:
             fresh.close()
     recommended = recommend(study)  # after confirmation: confirmed numbers first
@@ -244,6 +250,7 @@ def optimize(
         paths=paths,
         handle=study,
         confirmed=confirmed,
+        k_table=k_table,
         budget_note=None if budget is None else budget.note(),
     )
 

@@ -1,0 +1,116 @@
+"""The per-batch-size K table: which one a study's best config would carry, and whether it won.
+
+A study measures every config at each level of its traffic profile, so it can say which K wins
+where (:mod:`tuner.analysis.levels`) and spell that as vLLM's
+``num_speculative_tokens_per_batch_size``. A table is not the sum of its levels, though: vLLM
+forces piecewise CUDA graphs when one is set, and vLLM #49548 reports throughput collapsing at
+the threshold. So the table is run as a config of its own after the confirmation runs
+(:func:`tuner.study.confirm.confirm_k_table`) and exported only where it beat the fixed-K config
+on the traffic profile. The verdict is stored as the study's ``k_table`` attribute::
+
+    {"trial": 20, "table": [[1, 2, 4], [3, 64, 0]], "source": "simulated",
+     "runs": [{"status": "ok", "output_tok_s": 61.2, ...}, ...],
+     "output_tok_s": 61.2, "fixed_tok_s": 59.4, "wins": true}
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+import optuna
+
+from tuner.analysis.confirmed import Run
+from tuner.analysis.levels import LevelChoice, batch_size_table, speculation_by_level
+from tuner.analysis.picks import Candidate
+from tuner.analysis.trials import points
+from tuner.config.space import SearchSpace
+from tuner.config.trial import ServerConfig, SpecMethod
+from tuner.config.vllm_args import has_per_batch_size
+from tuner.results import Source
+
+__all__ = ["K_TABLE_ATTR", "KTableVerdict", "planned_table", "stored_verdict", "with_table"]
+
+K_TABLE_ATTR = "k_table"
+
+Table = tuple[tuple[int, int, int], ...]
+
+
+@dataclass(frozen=True)
+class KTableVerdict:
+    """The table's own runs against the fixed-K config it would replace."""
+
+    trial: int  # the fixed-K config's trial
+    table: Table
+    source: Source
+    runs: tuple[Run, ...]
+    output_tok_s: float | None  # the mean over the runs; None unless every run was feasible
+    fixed_tok_s: float  # the fixed-K config's confirmed mean (else its single measurement)
+
+    @property
+    def wins(self) -> bool:
+        return self.output_tok_s is not None and self.output_tok_s > self.fixed_tok_s
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "trial": self.trial,
+            "table": [list(entry) for entry in self.table],
+            "source": self.source.value,
+            "runs": [run.to_dict() for run in self.runs],
+            "output_tok_s": self.output_tok_s,
+            "fixed_tok_s": self.fixed_tok_s,
+            "wins": self.wins,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> KTableVerdict:
+        return cls(
+            trial=int(data["trial"]),
+            table=tuple((int(a), int(b), int(k)) for a, b, k in data["table"]),
+            source=Source(data["source"]),
+            runs=tuple(Run.from_dict(run) for run in data["runs"]),
+            output_tok_s=None if data["output_tok_s"] is None else float(data["output_tok_s"]),
+            fixed_tok_s=float(data["fixed_tok_s"]),
+        )
+
+
+def stored_verdict(study: optuna.Study) -> KTableVerdict | None:
+    raw = study.user_attrs.get(K_TABLE_ATTR)
+    return None if raw is None else KTableVerdict.from_dict(raw)
+
+
+def planned_table(
+    study: optuna.Study, space: SearchSpace, candidate: Candidate
+) -> tuple[list[LevelChoice], Table]:
+    """The best K per level for ``candidate``'s draft, and the table they make (empty with one
+    level, one K everywhere, or a vLLM older than 0.24)."""
+    server = candidate.record.server
+    if len(space.workload.concurrency) < 2 or server.speculative is None:
+        return [], ()
+    levels = speculation_by_level(points(study), server.draft or SpecMethod.NONE)
+    if len(levels) < 2:
+        return levels, ()
+    # The candidate was chosen at the first (scored) level: its own K stands there.
+    primary = space.workload.primary_concurrency
+    levels = [
+        replace(c, k=server.k, output_tok_s=candidate.output_tok_s, trial=candidate.number)
+        if c.concurrency == primary
+        else c
+        for c in levels
+    ]
+    table = tuple(batch_size_table(levels))
+    if len(table) < 2 or not has_per_batch_size(space.version):
+        return levels, ()
+    return levels, table
+
+
+def with_table(server: ServerConfig, table: Table) -> ServerConfig:
+    """``server`` switching K by batch size; num_speculative_tokens is the table's largest K."""
+    spec = server.speculative
+    if spec is None or not table:
+        return server
+    top = max(spec.num_speculative_tokens, *(k for _, _, k in table))
+    return replace(
+        server, speculative=replace(spec, num_speculative_tokens=top, k_by_batch_size=table)
+    )
