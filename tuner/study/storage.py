@@ -180,4 +180,5 @@ def study_exists(url: str, name: str) -> bool:
 
 
 def study_names(storage: optuna.storages.BaseStorage) -> set[str]:
-    return {s.study_name for s in optuna.get_all_study_summaries(storage)}
+    # Names only: the summaries would read every trial of every study in a shared database.
+    return set(optuna.study.get_all_study_names(storage))
