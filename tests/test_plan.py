@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import optuna
@@ -14,7 +15,7 @@ from tuner.cli import app
 from tuner.config.space import SearchSpace, load_space, space_from_dict
 from tuner.errors import ConfigError
 from tuner.study.optimize import OptimizeRequest, optimize
-from tuner.study.plan import parse_duration, plan_study, prior_cost
+from tuner.study.plan import confirmation_runs, parse_duration, plan_study, prior_cost
 from tuner.study.storage import open_storage, study_names
 from tuner.study.strategy import warm_start_configs
 
@@ -38,14 +39,28 @@ def test_the_plan_prices_the_warm_start_trials_then_the_sampler_s_then_confirmat
     space = _small_space()
     plan = plan_study(space, 12, confirm_top=2, confirm_repeats=3)
     warm = warm_start_configs(space, 12)
-    assert len(plan.trials) == 12 and plan.confirm_runs == 6
+    # Two configs three times each, then the per-batch-size K table three times: the default
+    # space measures three levels on vLLM 0.32, so the study may propose one.
+    assert len(plan.trials) == 12 and plan.confirm_runs == 9
     for (_, cost), prediction in zip(plan.trials, warm, strict=False):
         assert prior_cost(space, prediction.config).bench_s == pytest.approx(cost.bench_s)
         assert cost.start_s > 0  # each warm-start config is a new server
     # A benchmark is every (level, temperature) pair's requests: longer where the config is
     # slower (the simulator's prediction), never nothing.
     assert all(cost.bench_s > 10 for _, cost in plan.trials)
-    assert plan.total_s == pytest.approx(plan.trials_s + 6 * plan.confirm_cost.total_s)
+    assert plan.total_s == pytest.approx(plan.trials_s + 9 * plan.confirm_cost.total_s)
+
+
+def test_only_a_space_that_can_propose_a_k_table_reserves_its_runs() -> None:
+    space = _small_space()
+    assert confirmation_runs(space, 2, 3) == 9
+    assert confirmation_runs(space, 0, 3) == 0  # no confirmation: the table is never run
+    one_level = space_from_dict(
+        {**space.source, "workload": {**space.source["workload"], "concurrency": [1]}}
+    )
+    assert confirmation_runs(one_level, 2, 3) == 6
+    old = replace(space, vllm_version="0.23.0")  # no num_speculative_tokens_per_batch_size yet
+    assert confirmation_runs(old, 2, 3) == 6
 
 
 def test_plan_prints_the_run_and_stores_nothing(tmp_path: Path) -> None:
@@ -55,13 +70,13 @@ def test_plan_prints_the_run_and_stores_nothing(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.stderr
     assert "plan: 10 trials on 2x RTX 4090" in result.stdout
     assert "a config the sampler picks" in result.stdout
-    assert "+3" in result.stdout and "confirmation runs" in result.stdout
+    assert "+6" in result.stdout and "confirmation runs" in result.stdout
     assert list(tmp_path.glob("*.db")) == []
     as_json = runner.invoke(app, [*argv, "--json"])
     planned = json.loads(as_json.stdout)
-    assert len(planned["trials"]) == 10 and planned["confirm_runs"] == 3
+    assert len(planned["trials"]) == 10 and planned["confirm_runs"] == 6
     assert planned["total_s"] == pytest.approx(
-        sum(t["start_s"] + t["bench_s"] for t in planned["trials"]) + 3 * planned["confirm_run_s"]
+        sum(t["start_s"] + t["bench_s"] for t in planned["trials"]) + 6 * planned["confirm_run_s"]
     )
 
 
@@ -70,8 +85,9 @@ def test_plan_prints_the_run_and_stores_nothing(tmp_path: Path) -> None:
     [
         (["--time-budget", "soon"], "--time-budget 'soon': give a duration such as 2h"),
         (["--time-budget", "0m"], "--time-budget '0m': give a duration longer than 0"),
-        # One trial on a GPU is a start-up and a benchmark of minutes, and nine confirmations.
-        (["--time-budget", "10m", "--backend", "process"], "is shorter than one trial and 9"),
+        # One trial on a GPU is a start-up and a benchmark of minutes, then nine confirmations
+        # and three runs of the K table the default space's three levels may propose.
+        (["--time-budget", "10m", "--backend", "process"], "is shorter than one trial and 12"),
     ],
 )
 def test_a_budget_that_cannot_work_is_one_line_before_anything_is_stored(

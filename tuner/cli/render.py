@@ -227,7 +227,7 @@ def plan_table(plan: StudyPlan, space: SearchSpace) -> Table:
     confirm = plan.confirm_cost
     table.add_row(
         f"+{plan.confirm_runs}",
-        "confirmation runs, each on a fresh server",
+        "confirmation runs (the K table's too), each on a fresh server",
         took(plan.confirm_runs * confirm.start_s),
         took(plan.confirm_runs * confirm.bench_s),
         took(plan.confirm_s),

@@ -28,7 +28,7 @@ from tuner.study.cluster import (
 )
 from tuner.study.confirm import OnRun, confirm, confirm_k_table
 from tuner.study.paths import StudyPaths, default_storage
-from tuner.study.plan import Budget, TrialCost, plan_study
+from tuner.study.plan import Budget, TrialCost, confirmation_runs, plan_study
 from tuner.study.prefetch import prefetch_models
 from tuner.study.storage import check_writable, open_storage
 from tuner.study.strategy import warm_start
@@ -258,7 +258,7 @@ def optimize(
 def _budget(request: OptimizeRequest, space: SearchSpace, began: float) -> Budget:
     """The run's time budget, its prior from the plan; refused when one trial cannot fit."""
     assert request.time_budget_s is not None
-    runs = request.confirm_top * request.confirm_repeats
+    runs = confirmation_runs(space, request.confirm_top, request.confirm_repeats)
     if request.backend == "sim":  # a simulated trial takes what it takes here, not a GPU's time
         prior = TrialCost(0.0, 0.0)
     else:

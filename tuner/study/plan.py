@@ -2,11 +2,12 @@
 
 A trial costs a server start-up when its server config differs from the one before, then a
 benchmark at every (level, temperature) pair of the workload; each confirmation run costs both
-(a fresh server). Before anything is measured, the benchmark is the simulator's prediction for
-the config and the start-up a prior (:data:`START_PRIOR_S` plus the weights at
-:data:`LOAD_GB_PER_S`): vLLM starts a 14-32B model in "tens of seconds to minutes", most of it
-loading, compiling and capturing graphs. Once trials have run, their own wall times replace
-both: the budget's estimate of the next trial is the mean of those this run measured.
+(a fresh server), and so does each run of a per-batch-size K table (:func:`confirmation_runs`).
+Before anything is measured, the benchmark is the simulator's prediction for the config and the
+start-up a prior (:data:`START_PRIOR_S` plus the weights at :data:`LOAD_GB_PER_S`): vLLM starts
+a 14-32B model in "tens of seconds to minutes", most of it loading, compiling and capturing
+graphs. Once trials have run, their own wall times replace both: the budget's estimate of the
+next trial is the mean of those this run measured.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from tuner.config.space import SearchSpace
 from tuner.config.trial import TrialConfig, load_draft
+from tuner.config.vllm_args import has_per_batch_size
 from tuner.errors import ConfigError, StartupFailure
 from tuner.sim.engine import predict
 from tuner.study.strategy import warm_start_configs
@@ -29,6 +31,7 @@ __all__ = [
     "Budget",
     "StudyPlan",
     "TrialCost",
+    "confirmation_runs",
     "format_duration",
     "parse_duration",
     "plan_study",
@@ -139,7 +142,16 @@ def plan_study(
         costs[first] = prior_cost(space, first)
     mean = _mean(list(costs.values()))
     rows += [("a config the sampler picks", mean)] * (trials - len(rows))
-    return StudyPlan(tuple(rows), confirm_top * confirm_repeats, mean)
+    return StudyPlan(tuple(rows), confirmation_runs(space, confirm_top, confirm_repeats), mean)
+
+
+def confirmation_runs(space: SearchSpace, confirm_top: int, confirm_repeats: int) -> int:
+    """Fresh-server runs after the trials: the top configs' repeats, and as many for the
+    per-batch-size K table where the space can propose one (several levels, vLLM 0.24+)."""
+    if confirm_top < 1:
+        return 0
+    table = len(space.workload.concurrency) > 1 and has_per_batch_size(space.version)
+    return (confirm_top + (1 if table else 0)) * confirm_repeats
 
 
 def _describe(config: TrialConfig) -> str:
