@@ -2,13 +2,14 @@
 
 Two trials (ngram at K=2, a draft model at K=3) restart the server between them and read the
 spec-decode counters from vLLM's own /metrics; one more, after the ngram trial, changes only the
-temperature and must reuse its server; no server is left once the study ends; the twin is fitted from the real measurements; what vLLM says it ran is read from its
-log. (This is also the backend contract's case on real vLLM.)
+temperature and must reuse its server; no server is left once the study ends; the twin is
+fitted from the real measurements; what vLLM says it ran is read from its log. (This is also
+the backend contract's case on real vLLM.)
 
 What is tested elsewhere on real vLLM, so not started again here: the exported best.yaml under
 ``vllm serve --config`` and ``spectune bench`` on it (tests/results/test_results_vllm.py), vLLM
-without speculation in a container (tests/docker/test_docker_vllm.py); a KV cache too small is classified from the
-real build's own log (tests/launch/test_failures.py).
+without speculation in a container (tests/docker/test_docker_vllm.py); a KV cache too small is
+classified from the real build's own log (tests/launch/test_failures.py).
 """
 
 from __future__ import annotations
