@@ -47,6 +47,7 @@ printf 'Metadata-Version: 2.1\nName: vllm\nVersion: %s+cpu\n' "${VLLM_VERSION}" 
 # which builds here in about 3 minutes (--no-deps: its pins would replace vLLM's). Where it does
 # not build, the vLLM tier checks suffix as a classified start-up refusal instead.
 if ! "${VENV}/bin/python" -c 'import arctic_inference' 2>/dev/null; then
+    echo "building arctic-inference 0.1.1 (${SECONDS}s into this script)"
     "${VENV}/bin/python" -m pip install --quiet --no-deps "arctic-inference==0.1.1" \
         || echo "arctic-inference did not build: suffix is tested as a start-up refusal"
 fi
@@ -62,4 +63,4 @@ if [[ "${version}" != "${VLLM_VERSION}+cpu" ]]; then
     echo "vllm --version says '${version}', expected ${VLLM_VERSION}+cpu" >&2
     exit 1
 fi
-echo "vllm ${version} ready in ${VENV}"
+echo "vllm ${version} ready in ${VENV} (${SECONDS}s)"

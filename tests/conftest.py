@@ -57,12 +57,14 @@ def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> TinyModels:
 
 
 @pytest.fixture(scope="session")
-def vllm_oracle(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmOracle]:
+def vllm_oracle(
+    tmp_path_factory: pytest.TempPathFactory, vllm_cache_root: Path
+) -> Iterator[VllmOracle]:
     """vLLM's own parser and config classes, one process for the session (skips without vLLM)."""
     require_vllm()
     root = tmp_path_factory.mktemp("vllm-oracle")
     (root / "hub").mkdir()
-    oracle = VllmOracle(root / "hub", root / "oracle.log")
+    oracle = VllmOracle(root / "hub", root / "oracle.log", vllm_cache_root)
     yield oracle
     oracle.close()
 

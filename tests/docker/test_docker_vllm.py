@@ -54,6 +54,7 @@ def vllm_launcher(
             "TMPDIR": "/tmp",
             "VLLM_NO_USAGE_STATS": "1",
             "DO_NOT_TRACK": "1",
+            "VLLM_ENABLE_V1_MULTIPROCESSING": "0",  # see testbed.vllm_env
         },
         ready_timeout_s=240,
         stop_timeout_s=20,

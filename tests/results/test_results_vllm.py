@@ -118,13 +118,15 @@ def test_vllms_own_parser_reads_every_export(
 
 
 @pytest.fixture
-def served(exports: dict[str, Exported], tmp_path: Path) -> Iterator[tuple[str, Path]]:
+def served(
+    exports: dict[str, Exported], tmp_path: Path, vllm_cache_root: Path
+) -> Iterator[tuple[str, Path]]:
     """Real ``vllm serve --config <exported file>``; stopped (its whole group) afterwards."""
     config = tmp_path / "vllm.yaml"
     config.write_text(exports["vllm"].text)
     port = free_port()
     log = tmp_path / "serve.log"
-    env = {**os.environ, **vllm_env(tmp_path / "run")}
+    env = {**os.environ, **vllm_env(tmp_path / "run", vllm_cache_root)}
     with log.open("w") as out:
         proc = subprocess.Popen(
             [*vllm_command(), "serve", "--config", str(config), "--host", "127.0.0.1",

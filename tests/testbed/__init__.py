@@ -87,7 +87,8 @@ def vllm_env(run_dir: Path, cache_root: Path | None = None) -> dict[str, str]:
     """Variables for one vLLM run: offline, caches and temp files kept under ``run_dir``.
 
     Every start leaves socket files in the temp dir, hence one per run. ``cache_root`` may be
-    shared between runs of a session (compiled kernels, downloaded nothing).
+    shared between runs of a session: vLLM caches there what it learnt about a model class
+    (``modelinfos``, otherwise found in a subprocess that imports vLLM: some 20 s a start).
     """
     tmp = run_dir / "tmp"
     tmp.mkdir(parents=True, exist_ok=True)
@@ -101,6 +102,10 @@ def vllm_env(run_dir: Path, cache_root: Path | None = None) -> dict[str, str]:
         "TMPDIR": str(tmp),
         # Usage statistics would try to phone home; there is no network anyway.
         "VLLM_NO_USAGE_STATS": "1",
+        # The CPU build runs its one worker inside the engine core (vLLM's "uni" executor, see
+        # vllm/platforms/cpu.py) instead of spawning it: one import of vLLM fewer, some 15 s a
+        # start on 2 cores. The server, its API and its metrics are the same.
+        "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
         "DO_NOT_TRACK": "1",
     }
 
@@ -183,12 +188,14 @@ class VllmOracle:
 
     Started on the first question (vLLM imports in 10-15 s), then each question takes some
     20-100 ms a list (see ``vllm_oracle.py``). Hub ids resolve in :attr:`hub_cache`, offline:
-    lay out the models there with :func:`write_hf_cache`.
+    lay out the models there with :func:`write_hf_cache`. ``cache_root`` is vLLM's: judging
+    a config learns its model class, which later starts in the session then find there.
     """
 
-    def __init__(self, hub_cache: Path, log: Path) -> None:
+    def __init__(self, hub_cache: Path, log: Path, cache_root: Path) -> None:
         self.hub_cache = hub_cache
         self._log = log
+        self._cache_root = cache_root
         self._process: subprocess.Popen[str] | None = None
         self._lines: queue.SimpleQueue[str | None] = queue.SimpleQueue()
         self._reader: threading.Thread | None = None
@@ -251,10 +258,8 @@ class VllmOracle:
                     text=True,
                     env={
                         **os.environ,
+                        **vllm_env(self._log.parent, self._cache_root),
                         "HF_HUB_CACHE": str(self.hub_cache),
-                        "HF_HUB_OFFLINE": "1",
-                        "TRANSFORMERS_OFFLINE": "1",
-                        "VLLM_NO_USAGE_STATS": "1",
                     },
                 )
             self._reader = threading.Thread(target=self._read, args=(self._process,), daemon=True)

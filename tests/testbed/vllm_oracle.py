@@ -27,7 +27,16 @@ from typing import Any
 # Only the vLLM venv has these; the project venv (and its mypy) does not.
 from vllm.engine.arg_utils import AsyncEngineArgs  # type: ignore[import-not-found]
 from vllm.entrypoints.cli.serve import ServeSubcommand  # type: ignore[import-not-found]
+from vllm.model_executor.models import registry  # type: ignore[import-not-found]
 from vllm.utils.argparse_utils import FlexibleArgumentParser  # type: ignore[import-not-found]
+
+# vLLM inspects each model class it has not cached (``modelinfos`` under VLLM_CACHE_ROOT) in a
+# fresh subprocess, so that CUDA stays uninitialised in its own process
+# (vllm/model_executor/models/registry.py, ``_run_in_subprocess``). The CPU build has no CUDA to
+# keep clean, and each subprocess imports vLLM again: 10-15 s a class, about 200 s for the
+# shipped spaces' classes on a fresh machine. Inspected here, the same function, it takes well
+# under a second, and the cache it writes serves the session's later `vllm serve` starts.
+registry._run_in_subprocess = lambda inspect: inspect()
 
 FIELDS = (
     "model",

@@ -48,7 +48,7 @@ def tiny_llama(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 
 
 def _serve(
-    target: str, spec: SpeculativeConfig, run_dir: Path, port: int
+    target: str, spec: SpeculativeConfig, run_dir: Path, cache_root: Path, port: int
 ) -> tuple[subprocess.Popen[str], Path]:
     server = ServerConfig(target, 1, 512, 0.9, 512, spec, extra_flags=_CPU_FLAGS[1:])
     argv = server_argv(server, parse_version("0.32.0"), host="127.0.0.1", port=port)
@@ -56,7 +56,7 @@ def _serve(
     with log.open("w") as out:  # the child keeps its own copy of the descriptor
         process = subprocess.Popen(
             [*vllm_command(), "serve", *argv], stdout=out, stderr=subprocess.STDOUT,
-            env={**os.environ, **vllm_env(run_dir)}, text=True, start_new_session=True,
+            env={**os.environ, **vllm_env(run_dir, cache_root)}, text=True, start_new_session=True,
         )  # fmt: skip
     return process, log
 
@@ -94,9 +94,11 @@ def _speculate(target: str, port: int) -> dict[str, float]:
     return totals
 
 
-def test_eagle3_head_serves_and_drafts(tiny_llama: dict[str, str], tmp_path: Path) -> None:
+def test_eagle3_head_serves_and_drafts(
+    tiny_llama: dict[str, str], tmp_path: Path, vllm_cache_root: Path
+) -> None:
     spec = SpeculativeConfig("eagle3", 3, model=tiny_llama["head"])
-    process, log = _serve(tiny_llama["target"], spec, tmp_path, 8461)
+    process, log = _serve(tiny_llama["target"], spec, tmp_path, vllm_cache_root, 8461)
     try:
         assert _wait_ready(process, 8461), log.read_text()[-3000:]
         counters = _speculate(tiny_llama["target"], 8461)
@@ -111,10 +113,10 @@ def test_eagle3_head_serves_and_drafts(tiny_llama: dict[str, str], tmp_path: Pat
 
 
 def test_suffix_decoding_serves_or_is_refused_as_a_bad_argument(
-    tiny_llama: dict[str, str], tmp_path: Path
+    tiny_llama: dict[str, str], tmp_path: Path, vllm_cache_root: Path
 ) -> None:
     spec = SpeculativeConfig("suffix", 8, suffix_decoding_max_tree_depth=24)
-    process, log = _serve(tiny_llama["target"], spec, tmp_path, 8462)
+    process, log = _serve(tiny_llama["target"], spec, tmp_path, vllm_cache_root, 8462)
     installed = _has_arctic_inference()
     try:
         ready = _wait_ready(process, 8462)

@@ -6,7 +6,6 @@ simulated figure for a measurement.
 
 from __future__ import annotations
 
-import json
 import re
 from typing import TYPE_CHECKING
 
@@ -237,10 +236,5 @@ def plan_table(plan: StudyPlan, space: SearchSpace) -> Table:
 
 def k_table_line(verdict: KTableVerdict) -> str:
     """What the per-batch-size K table's own runs decided."""
-    table = json.dumps([list(entry) for entry in verdict.table])
-    runs = f"{len(verdict.runs)} {verdict.source} runs"
-    if verdict.output_tok_s is None:
-        return f"K table {table}: not feasible in every one of {runs}; fixed K exported"
-    against = f"{verdict.output_tok_s:.1f} tok/s against {verdict.fixed_tok_s:.1f} for fixed K"
     outcome = "exported" if verdict.wins else "fixed K exported"
-    return f"K table {table}: {against} over {runs}; {outcome}"
+    return f"K table {verdict.spelled}: {verdict.evidence()}; {outcome}"

@@ -204,24 +204,25 @@ def _table_notes(
                 f"this config keeps K={server.k} at every load"
             ]
         return []
-    spelled = json.dumps([list(entry) for entry in planned])
     if verdict is None:
+        spelled = json.dumps([list(entry) for entry in planned])
         return [
             f"the per-batch-size K table {spelled} was never run as one config (confirmation "
             f"off): K={server.k} is exported at every load"
         ]
-    runs = f"{len(verdict.runs)} {verdict.source} runs"
     if verdict.output_tok_s is None:
         return [
-            f"the per-batch-size K table {spelled} was not feasible in every one of {runs}: "
+            f"the per-batch-size K table {verdict.spelled} was {verdict.evidence()}: "
             f"K={server.k} is exported at every load"
         ]
-    against = f"{verdict.output_tok_s:.1f} tok/s against {verdict.fixed_tok_s:.1f} for fixed K"
     if not verdict.wins:
-        return [f"the per-batch-size K table {spelled} lost ({against}, {runs}): fixed K exported"]
+        return [
+            f"the per-batch-size K table {verdict.spelled} lost ({verdict.evidence()}): "
+            "fixed K exported"
+        ]
     return [
         f"num_speculative_tokens_per_batch_size below switches K by batch size (0 = off); it "
-        f"won as its own config ({against}, {runs}); num_speculative_tokens is its largest K"
+        f"won as its own config ({verdict.evidence()}); num_speculative_tokens is its largest K"
     ]
 
 
