@@ -9,7 +9,10 @@ Setup
     with ``--sim-speed inf``: no simulated pauses, every token as soon as the engine steps, one
     token per SSE chunk (no speculation: the most chunks per token, the hardest case for a
     client). The load generator runs in this process, pinned to the other core with
-    ``os.sched_setaffinity``, so it is the bottleneck. Each concurrency level is a closed loop of
+    ``os.sched_setaffinity``, so it is the bottleneck. It runs twice per level: over the
+    transport measurement uses (``tuner.bench.transport``: httpx's API on aiohttp's wire), and
+    over httpx's own transport (httpcore over h11), to show what the first saves. Each
+    concurrency level is a closed loop of
     ``max(2 x concurrency, 64)`` requests (``--quick``: 32) of 128 prompt and 256 output tokens
     (``ignore_eos``), on ``/v1/completions``.
 
@@ -61,6 +64,7 @@ import httpx
 
 from tuner.bench.loadgen import run_load
 from tuner.bench.metrics import MetricsSnapshot
+from tuner.bench.transport import AiohttpTransport
 from tuner.config.workload import WorkloadSpec, build_requests
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -170,10 +174,21 @@ def start_server(core: int) -> tuple[subprocess.Popen[bytes], str]:
     raise SystemExit("the fake server did not start within 20 s")
 
 
+SPECTUNE = "spectune"
+ON_HTTPX = "spectune on httpx's own transport"
+
+
 def run_spectune(
-    server: subprocess.Popen[bytes], base_url: str, concurrency: int, requests: int, core: int
+    server: subprocess.Popen[bytes],
+    base_url: str,
+    concurrency: int,
+    requests: int,
+    core: int,
+    *,
+    own_transport: bool = False,
 ) -> Row:
-    """spectune's load generator in this process, pinned to ``core``."""
+    """spectune's load generator in this process, pinned to ``core``; ``own_transport``: on
+    httpx's default transport instead of the one measurement uses, to show what it saves."""
     os.sched_setaffinity(0, {core})
     prompts = build_requests(
         WorkloadSpec(prompt_set="chat", input_tokens=INPUT_TOKENS, output_tokens=OUTPUT_TOKENS),
@@ -184,7 +199,9 @@ def run_spectune(
     async def load() -> tuple[list[int | None], list[bool], float]:
         size = concurrency + 4
         limits = httpx.Limits(max_connections=size, max_keepalive_connections=size)
-        async with httpx.AsyncClient(limits=limits, timeout=120) as client:
+        # What measurement uses (tuner.bench.measure), or httpx's own (httpcore over h11).
+        transport = None if own_transport else AiohttpTransport(limits)
+        async with httpx.AsyncClient(transport=transport, limits=limits, timeout=120) as client:
             records, wall = await run_load(
                 client,
                 base_url,
@@ -202,7 +219,7 @@ def run_spectune(
     server_cpu = _cpu_seconds(server.pid) - server0
     tokens1, chunks1 = _counters(base_url)
     return Row(
-        "spectune",
+        ON_HTTPX if own_transport else SPECTUNE,
         concurrency,
         requests,
         oks.count(False),
@@ -346,7 +363,8 @@ def table(rows: Sequence[Row]) -> str:
         "| tokens/chunk | client CPU % | tok per client CPU-s | server CPU % | error % |",
         "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for r in sorted(rows, key=lambda r: (r.concurrency, r.tool != "spectune")):
+    order = {SPECTUNE: 0, ON_HTTPX: 1}
+    for r in sorted(rows, key=lambda r: (r.concurrency, order.get(r.tool, 2))):
         lines.append(
             f"| {r.concurrency} | {r.tool} | {r.requests} ({r.failed}) | {r.tokens:,} "
             f"| {r.wall_s:.2f} | {r.tok_s:,.0f} | {r.tokens_per_chunk:.2f} | {r.cpu_pct:.0f} "
@@ -380,8 +398,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             for concurrency in args.concurrency:
                 requests = 32 if args.quick else max(2 * concurrency, 64)
-                rows.append(run_spectune(proc, base_url, concurrency, requests, client_core))
-                print(f"spectune  c={concurrency}: {rows[-1].tok_s:,.0f} tok/s", flush=True)
+                for own in (False, True):
+                    rows.append(
+                        run_spectune(
+                            proc, base_url, concurrency, requests, client_core, own_transport=own
+                        )
+                    )
+                    print(f"{rows[-1].tool} c={concurrency}: {rows[-1].tok_s:,.0f} tok/s")
                 if tokenizer is not None:
                     rows.append(
                         run_vllm_bench(
@@ -407,7 +430,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(table(rows))
     if not use_vllm:
         print(f"\n(vllm bench serve skipped: no {venv}/bin/vllm or --no-vllm)")
-    ours = [r for r in rows if r.tool == "spectune"]
+    ours = [r for r in rows if r.tool == SPECTUNE]
     best = max(ours, key=lambda r: r.tok_s)
     high = max(ours, key=lambda r: r.concurrency)
     worst_error = max(r.error_pct for r in ours)

@@ -1,4 +1,5 @@
-"""The load generator against the shipped fake server (a real streaming HTTP server)."""
+"""The load generator against the shipped fake server (a real streaming HTTP server), over the
+transport measurement uses (:mod:`tuner.bench.transport`)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 from testbed.fake_server import RunningServer
 
 from tuner.bench.loadgen import Api, build_payload, run_load
+from tuner.bench.transport import AiohttpTransport
 from tuner.config.workload import PromptRequest
 from tuner.results import RequestRecord
 
@@ -34,7 +36,8 @@ def load(
 
     async def go() -> tuple[list[RequestRecord], float]:
         limits = httpx.Limits(max_connections=64)
-        async with httpx.AsyncClient(limits=limits, timeout=10.0) as client:
+        transport = AiohttpTransport(limits)
+        async with httpx.AsyncClient(transport=transport, limits=limits, timeout=10.0) as client:
             return await run_load(client, base_url, model, requests, **kwargs)
 
     return asyncio.run(go())

@@ -1,5 +1,8 @@
 """The load generator: streaming OpenAI-API requests over async httpx, one record per request.
 
+Measurement hands it a client on :class:`~tuner.bench.transport.AiohttpTransport`; any httpx
+client works.
+
 Two loops:
 
 - closed (``request_rate=None``): ``concurrency`` workers, each sending its next request as soon

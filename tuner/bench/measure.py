@@ -32,6 +32,7 @@ import httpx
 
 from tuner.bench.loadgen import STALLED, Api, run_load
 from tuner.bench.metrics import MetricsSnapshot, preemptions_delta, scrape, spec_decode_delta
+from tuner.bench.transport import AiohttpTransport
 from tuner.config.workload import ChatMessage, PromptRequest, WorkloadSpec, build_requests
 from tuner.errors import ConfigError, MeasurementError
 from tuner.results import Endpoint, RequestRecord, Source, TrialResult
@@ -215,9 +216,10 @@ async def _client(
         yield given
         return
     size = concurrency + _SPARE_CONNECTIONS
+    limits = httpx.Limits(max_connections=size, max_keepalive_connections=size)
     async with httpx.AsyncClient(
-        transport=transport,
-        limits=httpx.Limits(max_connections=size, max_keepalive_connections=size),
+        transport=transport or AiohttpTransport(limits),
+        limits=limits,
         timeout=httpx.Timeout(timeout_s, connect=min(_CONNECT_TIMEOUT_S, timeout_s)),
         headers={"Authorization": f"Bearer {api_key}"} if api_key else None,
     ) as client:
