@@ -57,10 +57,17 @@ async def _with_server(handler: Handler, send: Callable[[str], Awaitable[T]]) ->
         await server.wait_closed()
 
 
-def _client(read_timeout_s: float = 5.0) -> httpx.AsyncClient:
+def _client(
+    transport: type[httpx.AsyncBaseTransport] | None = AiohttpTransport, read_timeout_s: float = 5.0
+) -> httpx.AsyncClient:
+    """A client on ``transport``; None: httpx's own."""
     limits = httpx.Limits(max_connections=4)
     timeout = httpx.Timeout(5.0, read=read_timeout_s)
-    return httpx.AsyncClient(transport=AiohttpTransport(limits), limits=limits, timeout=timeout)
+    return httpx.AsyncClient(
+        transport=None if transport is None else AiohttpTransport(limits),
+        limits=limits,
+        timeout=timeout,
+    )
 
 
 def test_the_body_and_headers_reach_the_server_and_the_reply_streams_back() -> None:
@@ -89,23 +96,37 @@ def test_the_body_and_headers_reach_the_server_and_the_reply_streams_back() -> N
     assert json.loads(seen["body"]) == {"a": 1}
 
 
+_TEXT_EVENT = b'data: {"choices": [{"text": "x"}]}\n\n'
+
+
+@pytest.mark.parametrize("transport", [AiohttpTransport, None], ids=["aiohttp", "httpx"])
 @pytest.mark.parametrize(
     ("behaviour", "error"),
     [
         ("close before replying", "connection dropped before any output"),
+        ("answer what is not HTTP", "connection dropped before any output"),
+        ("cut the body short", "connection dropped mid-stream"),
         ("stall after the headers", "timed out (ReadTimeout)"),
     ],
 )
-def test_failures_are_told_as_on_httpx_own_transport(behaviour: str, error: str) -> None:
+def test_failures_are_told_as_on_httpx_own_transport(
+    transport: type[httpx.AsyncBaseTransport] | None, behaviour: str, error: str
+) -> None:
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await _read_request(reader)
-        if behaviour == "stall after the headers":
+        if behaviour == "answer what is not HTTP":
+            writer.write(b"hello there\r\n\r\n")
+        elif behaviour != "close before replying":
             writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+            if behaviour == "cut the body short":  # one event, then the connection closes
+                writer.write(b"%x\r\n%s\r\n" % (len(_TEXT_EVENT), _TEXT_EVENT))
+                await writer.drain()
+                return
             await writer.drain()
             await reader.read()  # until the client gives up and closes
 
     async def send(base: str) -> list[RequestRecord]:
-        async with _client(read_timeout_s=0.3) as client:
+        async with _client(transport, read_timeout_s=0.3) as client:
             request = PromptRequest.from_prompt("hi", 4)
             records, _ = await run_load(
                 client, base, "m", [request], concurrency=1, temperature=0.0, api="completions"

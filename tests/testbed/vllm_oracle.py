@@ -120,7 +120,8 @@ def main() -> None:
     for line in sys.stdin:
         request = json.loads(line)
         answers = [answer[request["ask"]](parser, argv) for argv in request["argvs"]]
-        print("ANSWER " + json.dumps(answers, default=str), flush=True)
+        # On a line of its own even if a model module printed without a newline.
+        print("\nANSWER " + json.dumps(answers, default=str), flush=True)
 
 
 if __name__ == "__main__":

@@ -31,10 +31,10 @@ def _as_httpx(exc: aiohttp.ClientError) -> httpx.TransportError:
         return httpx.ReadTimeout(message)
     if isinstance(exc, aiohttp.ClientConnectorError):
         return httpx.ConnectError(message)
-    if isinstance(exc, aiohttp.ServerDisconnectedError):
-        return httpx.RemoteProtocolError(message)
-    if isinstance(exc, aiohttp.ClientPayloadError | aiohttp.ClientOSError):
-        return httpx.ReadError(message)
+    if isinstance(exc, aiohttp.ServerDisconnectedError | aiohttp.ClientResponseError):
+        return httpx.RemoteProtocolError(message)  # closed, or answered what is not HTTP
+    if isinstance(exc, aiohttp.ClientPayloadError | aiohttp.ClientConnectionError):
+        return httpx.ReadError(message)  # a body cut short, a reset, a socket that failed
     return httpx.TransportError(message)
 
 
@@ -100,11 +100,20 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
     def _open(self) -> aiohttp.ClientSession:
         # Made on first use: a session belongs to the event loop that runs the requests.
         if self._session is None:
+            connector = aiohttp.TCPConnector(
+                limit=self._limits.max_connections or 0,
+                # httpx's expiry (5 s), vLLM's own keep-alive: a connection the server is
+                # about to close is not reused.
+                keepalive_timeout=self._limits.keepalive_expiry,
+                ssl=httpx.create_ssl_context(),  # the certificates httpx would trust
+            )
             self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=self._limits.max_connections or 0),
+                connector=connector,
                 # httpx decodes bodies and applies the timeouts; aiohttp's own 5-minute total
                 # would cut a long measuring window short.
                 auto_decompress=False,
                 timeout=aiohttp.ClientTimeout(),
+                trust_env=True,  # HTTP(S)_PROXY and NO_PROXY, as httpx and the openai SDK
+                cookie_jar=aiohttp.DummyCookieJar(),  # httpx keeps the cookies
             )
         return self._session
