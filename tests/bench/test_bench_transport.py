@@ -57,17 +57,12 @@ async def _with_server(handler: Handler, send: Callable[[str], Awaitable[T]]) ->
         await server.wait_closed()
 
 
-def _client(
-    transport: type[httpx.AsyncBaseTransport] | None = AiohttpTransport, read_timeout_s: float = 5.0
-) -> httpx.AsyncClient:
-    """A client on ``transport``; None: httpx's own."""
+def _client(on_aiohttp: bool = True, read_timeout_s: float = 5.0) -> httpx.AsyncClient:
+    """A client on the transport measurement uses, or (``on_aiohttp`` False) httpx's own."""
     limits = httpx.Limits(max_connections=4)
     timeout = httpx.Timeout(5.0, read=read_timeout_s)
-    return httpx.AsyncClient(
-        transport=None if transport is None else AiohttpTransport(limits),
-        limits=limits,
-        timeout=timeout,
-    )
+    transport = AiohttpTransport(limits) if on_aiohttp else None
+    return httpx.AsyncClient(transport=transport, limits=limits, timeout=timeout)
 
 
 def test_the_body_and_headers_reach_the_server_and_the_reply_streams_back() -> None:
@@ -99,7 +94,7 @@ def test_the_body_and_headers_reach_the_server_and_the_reply_streams_back() -> N
 _TEXT_EVENT = b'data: {"choices": [{"text": "x"}]}\n\n'
 
 
-@pytest.mark.parametrize("transport", [AiohttpTransport, None], ids=["aiohttp", "httpx"])
+@pytest.mark.parametrize("on_aiohttp", [True, False], ids=["aiohttp", "httpx"])
 @pytest.mark.parametrize(
     ("behaviour", "error"),
     [
@@ -110,7 +105,7 @@ _TEXT_EVENT = b'data: {"choices": [{"text": "x"}]}\n\n'
     ],
 )
 def test_failures_are_told_as_on_httpx_own_transport(
-    transport: type[httpx.AsyncBaseTransport] | None, behaviour: str, error: str
+    on_aiohttp: bool, behaviour: str, error: str
 ) -> None:
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await _read_request(reader)
@@ -126,7 +121,7 @@ def test_failures_are_told_as_on_httpx_own_transport(
             await reader.read()  # until the client gives up and closes
 
     async def send(base: str) -> list[RequestRecord]:
-        async with _client(transport, read_timeout_s=0.3) as client:
+        async with _client(on_aiohttp, read_timeout_s=0.3) as client:
             request = PromptRequest.from_prompt("hi", 4)
             records, _ = await run_load(
                 client, base, "m", [request], concurrency=1, temperature=0.0, api="completions"

@@ -83,20 +83,20 @@ def require_vllm() -> None:
     pytest.skip(f"{what} not available")
 
 
-def vllm_env(run_dir: Path, cache_root: Path | None = None) -> dict[str, str]:
-    """Variables for one vLLM run: offline, caches and temp files kept under ``run_dir``.
+def vllm_env(run_dir: Path, cache_root: Path) -> dict[str, str]:
+    """Variables for one vLLM run: offline, temp files under ``run_dir``, caches in
+    ``cache_root``.
 
-    Every start leaves socket files in the temp dir, hence one per run. ``cache_root`` may be
-    shared between runs of a session: vLLM caches there what it learnt about a model class
+    Every start leaves socket files in the temp dir, hence one per run. ``cache_root`` is the
+    session's (``vllm_cache_root``): vLLM caches there what it learnt about a model class
     (``modelinfos``, otherwise found in a subprocess that imports vLLM: some 20 s a start).
     """
     tmp = run_dir / "tmp"
     tmp.mkdir(parents=True, exist_ok=True)
-    cache = cache_root or run_dir / "cache"
-    cache.mkdir(parents=True, exist_ok=True)
+    cache_root.mkdir(parents=True, exist_ok=True)
     return {
-        "VLLM_CACHE_ROOT": str(cache),
-        "HF_HOME": str(cache / "hf"),
+        "VLLM_CACHE_ROOT": str(cache_root),
+        "HF_HOME": str(cache_root / "hf"),
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",
         "TMPDIR": str(tmp),

@@ -31,7 +31,14 @@ from tuner.config.trial import ServerConfig, SpecMethod
 from tuner.config.vllm_args import has_per_batch_size
 from tuner.results import Source
 
-__all__ = ["K_TABLE_ATTR", "KTableVerdict", "planned_table", "stored_verdict", "with_table"]
+__all__ = [
+    "K_TABLE_ATTR",
+    "KTableVerdict",
+    "planned_table",
+    "spell",
+    "stored_verdict",
+    "with_table",
+]
 
 K_TABLE_ATTR = "k_table"
 
@@ -55,8 +62,7 @@ class KTableVerdict:
 
     @property
     def spelled(self) -> str:
-        """The table as vLLM reads it (JSON)."""
-        return json.dumps([list(entry) for entry in self.table])
+        return spell(self.table)
 
     def evidence(self) -> str:
         """What the runs showed, for the export's notes and the CLI alike: "61.2 tok/s against
@@ -87,6 +93,11 @@ class KTableVerdict:
             output_tok_s=None if data["output_tok_s"] is None else float(data["output_tok_s"]),
             fixed_tok_s=float(data["fixed_tok_s"]),
         )
+
+
+def spell(table: Table) -> str:
+    """The table as vLLM reads it (JSON)."""
+    return json.dumps([list(entry) for entry in table])
 
 
 def stored_verdict(study: optuna.Study) -> KTableVerdict | None:

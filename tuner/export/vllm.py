@@ -37,6 +37,7 @@ from tuner.analysis.k_table import (
     KTableVerdict,
     Table,
     planned_table,
+    spell,
     stored_verdict,
     with_table,
 )
@@ -205,10 +206,9 @@ def _table_notes(
             ]
         return []
     if verdict is None:
-        spelled = json.dumps([list(entry) for entry in planned])
         return [
-            f"the per-batch-size K table {spelled} was never run as one config (confirmation "
-            f"off): K={server.k} is exported at every load"
+            f"the per-batch-size K table {spell(planned)} was never run as one config "
+            f"(confirmation off): K={server.k} is exported at every load"
         ]
     if verdict.output_tok_s is None:
         return [

@@ -288,14 +288,14 @@ def _speculative(ns: argparse.Namespace) -> SpeculativeConfig | None:
         model=str(model) if method == "draft_model" and model else None,
         prompt_lookup_max=config.get("prompt_lookup_max"),
         prompt_lookup_min=config.get("prompt_lookup_min"),
-        k_by_batch_size=_k_table(config.get("num_speculative_tokens_per_batch_size") or []),
+        k_by_batch_size=_k_table(config.get("num_speculative_tokens_per_batch_size")),
     )
 
 
 def _k_table(table: Any) -> tuple[tuple[int, int, int], ...]:
-    """vLLM's check: contiguous ``[first, last, K]`` ranges from batch size 1, K ≥ 0."""
+    """vLLM's check: contiguous ``[first, last, K]`` ranges from batch size 1, K ≥ 0; None."""
     entries: list[tuple[int, int, int]] = []
-    for entry in table if isinstance(table, list) else [None]:
+    for entry in [] if table is None else table if isinstance(table, list) else [None]:
         values = entry if isinstance(entry, list) and len(entry) == 3 else [None] * 3
         first, last, k = (v if type(v) is int else -1 for v in values)
         if not (first == (entries[-1][1] + 1 if entries else 1) <= last and k >= 0):
