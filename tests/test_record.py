@@ -10,6 +10,7 @@ import pytest
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState
 
+from tuner.analysis.trials import level_tok_s
 from tuner.config.space import load_space
 from tuner.config.trial import (
     ClientConfig,
@@ -94,9 +95,9 @@ def test_a_record_reads_back_what_it_wrote_with_its_enums() -> None:
     assert read.status is TrialStatus.OK and read.source is Source.SIMULATED
     assert read.server == SERVER and read.server.speculative is not None
     assert read.server.speculative.method is SpecMethod.DRAFT_MODEL
-    assert (read.output_tok_s, read.p95_ttft_ms, read.acceptance_rate) == (55.0, 230.0, 0.7)
+    assert (read.throughput, read.p95_ttft_ms, read.acceptance_rate) == (55.0, 230.0, 0.7)
     assert read.feasible and read.measured and not read.oom and read.draft == DRAFT
-    assert read.level_tok_s == ((1, 55.0),) and read.worker == "host/0"
+    assert level_tok_s(read) == ((1, 55.0),) and read.worker == "host/0"
 
 
 def test_oom_failed_and_repeated_records() -> None:
@@ -125,7 +126,7 @@ def test_oom_failed_and_repeated_records() -> None:
         _frozen({**plain.to_attrs(), "status": "OOM"}, values=[0.0, 5000.0], constraints=(1, 1))
     )
     assert oom is not None and oom.oom and not oom.feasible and not oom.measured
-    assert oom.output_tok_s is None and oom.objective == (0.0, 5000.0)
+    assert oom.throughput is None and oom.objective == (0.0, 5000.0)
     reused = oom.reused_by(9, "h/2")
     assert (reused.number, reused.duplicate_of, reused.worker) == (9, 0, "h/2")
     assert reused.reused_by(12).duplicate_of == 0  # a repeat of a repeat names the original

@@ -13,7 +13,7 @@ from tuner.config.workload import WorkloadSpec
 from tuner.errors import FailureKind, StartupFailure
 from tuner.sim.reference import REFERENCE_HARDWARE, reference_server
 from tuner.trial.runner import TrialRunner, predict_memory
-from tuner.trial.scoring import TrialStatus
+from tuner.trial.scoring import Limits, TrialStatus
 
 HARDWARE = parse_hardware(REFERENCE_HARDWARE)
 SERVER = reference_server(4, 0.96)  # 32B-AWQ + 0.5B at 0.96 on 2x 4090
@@ -43,7 +43,7 @@ def test_an_old_study_is_screened_with_the_old_rules(tmp_path: Path) -> None:
     runner = TrialRunner(
         _NeverStarted(),  # type: ignore[arg-type]
         HARDWARE,
-        500.0,
+        Limits(500.0),
         version=parse_version("0.9.2"),
     )
     config = TrialConfig(SERVER, ClientConfig(0.2, WorkloadSpec()))

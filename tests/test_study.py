@@ -23,7 +23,7 @@ from tuner.trial.backends import Backend, BackendOptions, backend_factory
 from tuner.trial.record import TrialRecord
 from tuner.trial.run_facts import RunFacts
 from tuner.trial.runner import TrialRunner
-from tuner.trial.scoring import CONSTRAINT_KEYS, TrialStatus
+from tuner.trial.scoring import CONSTRAINT_KEYS, Limits, TrialStatus
 
 
 def _request(tmp_path: Path, trials: int = 6, **kw: Any) -> OptimizeRequest:
@@ -73,7 +73,7 @@ def test_predicted_oom_launches_nothing_and_request_changes_reuse_the_server(
         return original(server, context)
 
     backend.start = counting_start  # type: ignore[method-assign]
-    runner = TrialRunner(backend, space.hardware, space.ttft_limit_ms)
+    runner = TrialRunner(backend, space.hardware, Limits.of(space))
     ctx = LaunchContext("s", 0, tmp_path)
     too_big = space.config(space.speculative("Qwen/Qwen2.5-0.5B-Instruct", 4), 0.98, 2048, 0.2)
     out = runner.run(too_big, ctx, seed=1)

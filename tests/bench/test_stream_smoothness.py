@@ -13,7 +13,7 @@ from tuner.export.vllm import _smoothing_note, export
 from tuner.results import STALL_S, RequestRecord, Source, TrialResult
 from tuner.study.optimize import OptimizeRequest, optimize
 from tuner.trial.record import records
-from tuner.trial.scoring import TrialStatus, score
+from tuner.trial.scoring import Limits, TrialStatus, score
 
 
 def _request(chunks: list[float], tokens: int) -> RequestRecord:
@@ -60,16 +60,16 @@ def test_a_stream_gap_limit_makes_a_choppy_trial_infeasible_and_says_so() -> Non
     bursty = _result(_request([0.10, 0.12, 0.14, 0.39, 0.41], tokens=20))  # a 250 ms stall
     smooth = _result(_request([0.1 + 0.02 * i for i in range(11)], tokens=11))
 
-    assert score([smooth, bursty], 1000, stream_gap_limit_ms=None).stream is None
-    choppy = score([smooth, bursty], 1000, stream_gap_limit_ms=100)
+    assert score([smooth, bursty], Limits(1000)).stream is None
+    choppy = score([smooth, bursty], Limits(1000, stream_gap_ms=100))
     assert choppy.status is TrialStatus.OVER_STREAM and not choppy.feasible
     worst = bursty.itl_ms(99)
     assert worst is not None and choppy.stream == pytest.approx(worst - 100)  # the worst pair
     assert list(choppy.keyed()) == ["errors", "oom", "stream", "ttft_slo"]  # Optuna's order
-    fine = score([smooth], 1000, stream_gap_limit_ms=100)
+    fine = score([smooth], Limits(1000, stream_gap_ms=100))
     assert fine.status is TrialStatus.OK and fine.feasible and fine.stream is not None
     # Nothing measured: the other constraints say why; the key is there on every trial.
-    oom = score(None, 1000, oom=TrialStatus.OOM, stream_gap_limit_ms=100)
+    oom = score(None, Limits(1000, stream_gap_ms=100), oom=TrialStatus.OOM)
     assert oom.keyed()["stream"] == -1.0 and not oom.feasible
 
 

@@ -74,6 +74,26 @@ BAD_SPACES = [
     ("slo: {ttft_ms: 0}\n", "slo.ttft_ms = 0: must be a number > 0"),
     ("server: {tensor_parallel_size: 0}\n", "server.tensor_parallel_size = 0: must be"),
     ("vllm: {version: 0.10}\n", "vllm.version = 0.1: must be a quoted version string"),
+    # Goodput (issue 15): its steps, its TPOT limit, no concurrency levels beside it.
+    ("slo: {objective: goodpt}\n", "slo.objective = 'goodpt': Input should be 'throughput' or"),
+    (
+        "slo: {objective: goodput, tpot_ms: 50}\n",
+        "slo.objective goodput climbs request rates: set workload.request_rate to its steps",
+    ),
+    (
+        "slo: {objective: goodput}\nworkload: {request_rate: [1, 2]}\n",
+        "slo.objective goodput needs slo.tpot_ms",
+    ),
+    (
+        "slo: {objective: goodput, tpot_ms: 50}\nworkload: {request_rate: [1], concurrency: 8}\n",
+        "workload.concurrency and slo.objective goodput both set",
+    ),
+    (
+        "workload: {request_rate: [1, 2]}\n",
+        "workload.request_rate has 2 rates, the steps of slo.objective goodput",
+    ),
+    ("workload: {request_rate: [2, 1]}\n", "workload.request_rate = [2, 1]: must be increasing"),
+    ("slo: {tpot_ms: -5}\n", "slo.tpot_ms = -5: must be a number > 0"),
 ]
 
 

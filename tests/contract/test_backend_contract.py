@@ -23,7 +23,7 @@ from tuner.trial.backends.process import ProcessBackend
 from tuner.trial.backends.sim import SimBackend
 from tuner.trial.run_facts import RunFacts
 from tuner.trial.runner import TrialRunner
-from tuner.trial.scoring import TrialStatus
+from tuner.trial.scoring import Limits, TrialStatus
 
 
 def _start_failure(
@@ -148,7 +148,7 @@ class Counting:
 
 def test_only_a_server_config_change_restarts(case: Case, context: LaunchContext) -> None:
     backend = Counting(case.make())
-    runner = TrialRunner(backend, HARDWARE, ttft_limit_ms=60_000)
+    runner = TrialRunner(backend, HARDWARE, Limits(60_000))
 
     first = runner.run(CONFIG, context, seed=1)
     warmer = runner.run(CONFIG.with_temperature(0.7), replace(context, trial=2), seed=2)

@@ -23,7 +23,7 @@ from tuner.errors import FailureKind, StartupFailure
 from tuner.launch.docker import LABEL_STUDY, DockerLauncher
 from tuner.trial.backends.docker import DockerBackend
 from tuner.trial.runner import TrialRunner
-from tuner.trial.scoring import TrialStatus
+from tuner.trial.scoring import Limits, TrialStatus
 
 if TYPE_CHECKING:
     import docker.models.containers
@@ -70,7 +70,7 @@ def test_an_oom_kill_mid_benchmark_is_an_oom_constraint(
     study: str,
 ) -> None:
     backend = DockerBackend(fake_launcher(mem_limit="400m", env={"SPECTUNE_SIM_SPEED": "1"}))
-    runner = TrialRunner(backend, parse_hardware("4090x1"), ttft_limit_ms=60_000)
+    runner = TrialRunner(backend, parse_hardware("4090x1"), Limits(60_000))
 
     def memory_kill() -> None:
         container = _running(docker_client, study)

@@ -194,7 +194,7 @@ def _log_error(space: SearchSpace, record: TrialRecord, twin: FittedTwin) -> flo
         1,
         TwinPhysics(twin.params),
     )
-    measured = record.output_tok_s
+    measured = record.throughput
     assert measured is not None
     return abs(math.log(predicted.output_tok_s / measured))
 

@@ -85,7 +85,7 @@ def judge_table(study: optuna.Study, space: SearchSpace, *, wins: bool) -> KTabl
     candidate = pick_candidate(study, DEFAULT_PICK)
     _, table = planned_table(study, space, candidate)
     assert table, "the levels study proposes a K table"
-    fixed = candidate.output_tok_s
+    fixed = candidate.throughput
     verdict = KTableVerdict(
         candidate.number, table, Source.SIMULATED, (), fixed * (1.05 if wins else 0.95), fixed
     )

@@ -126,9 +126,9 @@ def test_confirm_reruns_the_top_configs_on_fresh_servers(levels: StudyCopy, tmp_
     assert [(n, r) for n, r, _ in seen] == [(n, r) for n in expected for r in range(3)]
     for record in results:
         assert record.stable and record.source == "simulated" and record.date == "2026-01-02"
-        values = [run.output_tok_s for run in record.runs]
+        values = [run.throughput for run in record.runs]
         assert len(set(values)) == 3  # each repeat has its own noise
-        tok_s = record.output_tok_s
+        tok_s = record.throughput
         assert tok_s is not None and tok_s.n == 3 and tok_s.half_width is not None
         assert tok_s.half_width > 0 and tok_s.low is not None
         assert tok_s.low < statistics.fmean(v or 0.0 for v in values) < (tok_s.high or 0)
@@ -150,13 +150,13 @@ def test_recommendation_and_export_use_the_confirmed_numbers(levels: StudyCopy) 
     results = confirm(study, space, _sim(space), top_n=3, repeats=3, log_dir=levels.folder / "logs")
     chosen = pick_candidate(study, "max-throughput")
     assert chosen.confirmed is not None
-    best = max(results, key=lambda c: c.output_tok_s.mean if c.output_tok_s else 0.0)
+    best = max(results, key=lambda c: c.throughput.mean if c.throughput else 0.0)
     assert chosen.number == best.trial
-    assert chosen.output_tok_s == pytest.approx(best.output_tok_s.mean)  # type: ignore[union-attr]
+    assert chosen.throughput == pytest.approx(best.throughput.mean)  # type: ignore[union-attr]
     text = export(study, space, "vllm").text
     assert "mean of 3 runs on fresh servers" in text and "95 % CI" in text
     facts = export(study, space, "json").provenance
-    assert facts.confirmed and facts.runs == 3 and facts.output_tok_s_ci95 is not None
+    assert facts.confirmed and facts.runs == 3 and facts.throughput_ci95 is not None
     # Every pick was confirmed, because confirmation covers what each pick would choose.
     for pick in ("min-ttft", "balanced"):
         assert pick_candidate(study, pick).confirmed is not None
@@ -188,7 +188,7 @@ def test_a_config_that_fails_when_measured_again_is_dropped(levels: StudyCopy) -
 def test_nothing_to_confirm() -> None:
     assert confirm(None, None, None, top_n=0, log_dir=Path()) == []  # type: ignore[arg-type]
     # The sources are plain strs, as a study stores them (Source is a StrEnum).
-    assert Confirmed(1, "simulated", ()).output_tok_s is None  # type: ignore[arg-type]
+    assert Confirmed(1, "simulated", ()).throughput is None  # type: ignore[arg-type]
     assert not Confirmed(1, "simulated", (Run(TrialStatus.OOM),)).stable  # type: ignore[arg-type]
 
 
@@ -199,7 +199,7 @@ def test_optimize_and_export_count_the_runs_alike(levels: StudyCopy, tmp_path: P
         best = recommend(study)
         assert best is not None
         header = export(study, space, "vllm").text.splitlines()[3]
-        line = recommendation(best.record, "-", "-", best.confirmed, space.ttft_limit_ms)
+        line = recommendation(best, space.ttft_limit_ms)
         return header, line
 
     for header_or_line in said():  # not confirmed

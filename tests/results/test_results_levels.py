@@ -29,7 +29,7 @@ def _point(number: int, draft: str, k: int, levels: dict[int, float], **kw: obje
         max_num_batched_tokens=2048,
         temperature=0.1,
         source="simulated",  # type: ignore[arg-type]  # the str a study stores; Source is a StrEnum
-        output_tok_s=levels[min(levels)],
+        throughput=levels[min(levels)],
         p95_ttft_ms=200.0,
         acceptance_rate=0.7 if k else None,
         levels=tuple(sorted(levels.items())),
@@ -43,7 +43,7 @@ POINTS = [
     _point(2, DRAFT, 2, {1: 50.0, 8: 290.0, 32: 470.0}),
     _point(3, "ngram", 5, {1: 45.0, 8: 200.0, 32: 300.0}),
     # Ran out of memory: measured nothing, whatever it would have done.
-    _point(4, DRAFT, 8, {1: 99.0, 8: 999.0, 32: 999.0}, outcome=Outcome.OOM, output_tok_s=None),
+    _point(4, DRAFT, 8, {1: 99.0, 8: 999.0, 32: 999.0}, outcome=Outcome.OOM, throughput=None),
 ]
 
 

@@ -209,16 +209,16 @@ def test_the_best_config_of_each_method_is_compared_side_by_side(
     methods = {str(c.record.server.method) for c in feasible}
     assert len(methods) >= 2  # the shipped levels study finds more than one feasible method
     assert [str(c.record.server.method) for c in report.methods] == sorted(
-        methods, key=lambda m: -max(c.output_tok_s for c in feasible if c.record.server.method == m)
+        methods, key=lambda m: -max(c.throughput for c in feasible if c.record.server.method == m)
     )
     for best in report.methods:  # each row is its method's fastest feasible trial
         same = [c for c in feasible if c.record.server.method == best.record.server.method]
-        assert best.output_tok_s == max(c.output_tok_s for c in same)
+        assert best.throughput == max(c.throughput for c in same)
         row = re.search(rf"<tr data-method='{best.record.server.method}'>.*?</tr>", text)
         assert row is not None and f"<td>{best.number}</td>" in row.group(0)
     if "none" in methods:
         none = next(c for c in report.methods if c.record.server.method == "none")
-        assert "<td>1.00x</td>" in text and none.output_tok_s > 0
+        assert "<td>1.00x</td>" in text and none.throughput > 0
 
 
 def test_the_report_shows_the_fitted_twin(levels: StudyCopy, tmp_path: Path) -> None:

@@ -50,7 +50,7 @@ def test_a_trial_that_lost_requests_is_never_recommended_and_says_why(
     lost = [r for r in done if r.status is TrialStatus.FAILED_REQUESTS]
     assert lost, [(r.status, r.failure) for r in done]
     for record in lost:
-        assert not record.feasible and not record.measured and record.output_tok_s is None
+        assert not record.feasible and not record.measured and record.throughput is None
         assert record.constraints["errors"] > 0 and record.failed_share
         assert record.failure is not None and "requests failed" in record.failure
         assert error in record.failure or "stopped answering" in record.failure

@@ -92,7 +92,7 @@ def test_every_pair_is_measured_on_one_server_start_and_scored_on_the_mix(
         weights = [lv["weight"] for lv in record.levels]
         assert weights == pytest.approx([0.35, 0.15, 0.21, 0.09, 0.14, 0.06])
         weighted = sum(w * lv["output_tok_s"] for w, lv in zip(weights, record.levels, strict=True))
-        assert record.output_tok_s == pytest.approx(weighted)  # the traffic-weighted score
+        assert record.throughput == pytest.approx(weighted)  # the traffic-weighted score
         assert record.p95_ttft_ms == pytest.approx(max(lv["ttft_p95_ms"] for lv in record.levels))
         assert record.temperature_mix == ((0.2, 0.7), (0.8, 0.3))
 

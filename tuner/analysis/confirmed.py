@@ -118,7 +118,7 @@ class Run:
     """One re-measurement of a config on a freshly started server."""
 
     status: TrialStatus  # FAILED for an infrastructure fault
-    output_tok_s: float | None = None
+    throughput: float | None = None  # the study's first objective (tok/s, or req/s)
     p95_ttft_ms: float | None = None
     acceptance_rate: float | None = None
     levels: tuple[tuple[int, float], ...] = ()  # (concurrency, output tok/s) per level
@@ -133,7 +133,7 @@ class Run:
         """The run as plain JSON data."""
         return {
             "status": self.status.value,
-            "output_tok_s": self.output_tok_s,
+            "output_tok_s": self.throughput,
             "p95_ttft_ms": self.p95_ttft_ms,
             "acceptance_rate": self.acceptance_rate,
             "levels": [list(level) for level in self.levels],
@@ -145,7 +145,7 @@ class Run:
         """Reads what :meth:`to_dict` wrote."""
         return cls(
             status=TrialStatus(data["status"]),
-            output_tok_s=_opt_float(data.get("output_tok_s")),
+            throughput=_opt_float(data.get("output_tok_s")),
             p95_ttft_ms=_opt_float(data.get("p95_ttft_ms")),
             acceptance_rate=_opt_float(data.get("acceptance_rate")),
             levels=tuple((int(c), float(v)) for c, v in data.get("levels") or ()),
@@ -169,21 +169,22 @@ class Confirmed:
     @property
     def measured(self) -> list[Run]:
         """The runs that produced throughput and TTFT."""
-        return [r for r in self.runs if r.output_tok_s is not None and r.p95_ttft_ms is not None]
+        return [r for r in self.runs if r.throughput is not None and r.p95_ttft_ms is not None]
 
     @property
     def stable(self) -> bool:
         """Every run started and was measured (no OOM, no crash): the config is repeatable."""
         return (
             bool(self.runs)
-            and all(r.output_tok_s is not None for r in self.runs)
+            and all(r.throughput is not None for r in self.runs)
             and not any(r.status.oom or r.status is TrialStatus.FAILED for r in self.runs)
         )
 
     @property
-    def output_tok_s(self) -> Interval | None:
-        """Output tokens/s over the measured runs; None if none was measured."""
-        values = [r.output_tok_s for r in self.measured if r.output_tok_s is not None]
+    def throughput(self) -> Interval | None:
+        """The first objective (output tok/s, or goodput req/s) over the measured runs; None
+        if none was measured."""
+        values = [r.throughput for r in self.measured if r.throughput is not None]
         return interval(values) if values else None
 
     @property
@@ -207,7 +208,7 @@ class Confirmed:
 
     def to_dict(self) -> dict[str, Any]:
         """The confirmation as stored in the study's ``confirmed`` attribute."""
-        tok_s, ttft = self.output_tok_s, self.p95_ttft_ms
+        tok_s, ttft = self.throughput, self.p95_ttft_ms
         return {
             "trial": self.trial,
             "source": self.source.value,

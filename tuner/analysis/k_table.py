@@ -119,7 +119,7 @@ def planned_table(
     # The candidate was chosen at the first (scored) level: its own K stands there.
     primary = space.workload.primary_concurrency
     levels = [
-        replace(c, k=server.k, output_tok_s=candidate.output_tok_s, trial=candidate.number)
+        replace(c, k=server.k, output_tok_s=candidate.throughput, trial=candidate.number)
         if c.concurrency == primary
         else c
         for c in levels

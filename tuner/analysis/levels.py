@@ -56,7 +56,7 @@ class LevelChoice:
 def _usable(points: Sequence[Point]) -> list[Point]:
     # Over-limit trials count: their throughput at each level is real. Out-of-memory trials
     # measured nothing; a trial that lost requests is not judged on the ones that survived.
-    over = (Outcome.FEASIBLE, Outcome.OVER_TTFT, Outcome.OVER_STREAM)
+    over = (Outcome.FEASIBLE, Outcome.OVER_TTFT, Outcome.OVER_TPOT, Outcome.OVER_STREAM)
     return [p for p in points if p.outcome in over and p.levels]
 
 

@@ -65,9 +65,9 @@ class Candidate:
         return self.record.number
 
     @property
-    def tok_s_interval(self) -> Interval | None:
+    def throughput_interval(self) -> Interval | None:
         """The confirmed throughput interval, if confirmed."""
-        return None if self.confirmed is None else self.confirmed.output_tok_s
+        return None if self.confirmed is None else self.confirmed.throughput
 
     @property
     def ttft_interval(self) -> Interval | None:
@@ -75,9 +75,10 @@ class Candidate:
         return None if self.confirmed is None else self.confirmed.p95_ttft_ms
 
     @property
-    def output_tok_s(self) -> float:
-        """Output tokens/s: the confirmed mean, else the single measurement."""
-        measured = self.tok_s_interval
+    def throughput(self) -> float:
+        """The study's first objective (output tok/s, or goodput req/s): the confirmed mean,
+        else the single measurement."""
+        measured = self.throughput_interval
         return self.record.objective[0] if measured is None else measured.mean
 
     @property
@@ -91,7 +92,11 @@ class Candidate:
         """Order-statistic 95 % bounds on the scored p95 TTFT (the worst pair's) and the
         requests behind them; None for a record written before levels carried them. A side
         is None where the requests were too few to bound it."""
-        pairs = [p for p in self.record.levels if p.get("ttft_p95_ms") is not None]
+        levels, steps = self.record.levels, self.record.steps
+        if steps:  # a goodput trial is scored at its goodput's step (its lowest if none passed)
+            rate = max((r for r, ok in steps if ok), default=min(r for r, _ in steps))
+            levels = tuple(level for level in levels if level.get("offered_rate") == rate)
+        pairs = [p for p in levels if p.get("ttft_p95_ms") is not None]
         if not pairs or any("ttft_p95_interval_ms" not in p for p in pairs):
             return None
         worst = max(pairs, key=lambda p: float(p["ttft_p95_ms"]))
@@ -147,7 +152,7 @@ def candidates(
     ]
     if passed:
         chosen = [c for c in chosen if c.confirmed is not None]
-    return sorted(chosen, key=lambda c: (-c.output_tok_s, c.p95_ttft_ms, c.number))
+    return sorted(chosen, key=lambda c: (-c.throughput, c.p95_ttft_ms, c.number))
 
 
 def ranked(study: optuna.Study) -> list[Candidate]:
@@ -176,12 +181,12 @@ def best_per_method(study: optuna.Study) -> list[Candidate]:
         found = Candidate(record, run)
         method = str(record.server.method)
         held = best.get(method)
-        if held is None or (found.output_tok_s, -found.p95_ttft_ms) > (
-            held.output_tok_s,
+        if held is None or (found.throughput, -found.p95_ttft_ms) > (
+            held.throughput,
             -held.p95_ttft_ms,
         ):
             best[method] = found
-    return sorted(best.values(), key=lambda c: (-c.output_tok_s, c.number))
+    return sorted(best.values(), key=lambda c: (-c.throughput, c.number))
 
 
 def choose(cands: Sequence[Candidate], pick: str) -> Candidate | None:
@@ -190,21 +195,21 @@ def choose(cands: Sequence[Candidate], pick: str) -> Candidate | None:
     if not cands:
         return None
     if pick == "max-throughput":
-        return min(cands, key=lambda c: (-c.output_tok_s, c.p95_ttft_ms, c.number))
+        return min(cands, key=lambda c: (-c.throughput, c.p95_ttft_ms, c.number))
     if pick == "min-ttft":
-        return min(cands, key=lambda c: (c.p95_ttft_ms, -c.output_tok_s, c.number))
+        return min(cands, key=lambda c: (c.p95_ttft_ms, -c.throughput, c.number))
     front = [c for c in cands if c.on_front] or list(cands)
-    tok_hi = max(c.output_tok_s for c in front)
-    tok_lo = min(c.output_tok_s for c in front)
+    tok_hi = max(c.throughput for c in front)
+    tok_lo = min(c.throughput for c in front)
     ttft_hi = max(c.p95_ttft_ms for c in front)
     ttft_lo = min(c.p95_ttft_ms for c in front)
 
     def distance(c: Candidate) -> float:
-        tok_gap = (tok_hi - c.output_tok_s) / (tok_hi - tok_lo) if tok_hi > tok_lo else 0.0
+        tok_gap = (tok_hi - c.throughput) / (tok_hi - tok_lo) if tok_hi > tok_lo else 0.0
         ttft_gap = (c.p95_ttft_ms - ttft_lo) / (ttft_hi - ttft_lo) if ttft_hi > ttft_lo else 0.0
         return math.hypot(tok_gap, ttft_gap)
 
-    return min(front, key=lambda c: (distance(c), -c.output_tok_s, c.number))
+    return min(front, key=lambda c: (distance(c), -c.throughput, c.number))
 
 
 def recommend(study: optuna.Study, pick: str = DEFAULT_PICK) -> Candidate | None:

@@ -18,6 +18,7 @@ from typing import Any
 import optuna
 
 from tuner.analysis.picks import Candidate
+from tuner.config.schema import Objective
 from tuner.config.space import SearchSpace
 from tuner.config.workload import PROMPT_SOURCES
 from tuner.launch.served import ServedFacts
@@ -50,8 +51,8 @@ class Provenance:
     driver: str | None
     cuda: str | None
     source: Source
-    output_tok_s: float
-    output_tok_s_ci95: tuple[float, float] | None
+    throughput: float  # the first objective: output tok/s, or goodput req/s
+    throughput_ci95: tuple[float, float] | None
     p95_ttft_ms: float
     p95_ttft_ms_ci95: tuple[float, float] | None
     # Order-statistic 95 % bounds on a single run's p95 (the worst pair) and its requests.
@@ -72,10 +73,16 @@ class Provenance:
     date: str
     served: ServedFacts | None = None  # what the trial's server log says vLLM ran
     stream_gap_limit_ms: float | None = None  # the space's limit on the p99 chunk gap
+    tpot_limit_ms: float | None = None  # the space's limit on the p95 time per output token
+    objective: Objective = Objective.THROUGHPUT
+    rate_steps: tuple[float, ...] = ()  # the request rates a goodput study climbs
 
     def to_dict(self) -> dict[str, Any]:
-        """Every fact as plain JSON data (the JSON export's ``provenance``)."""
+        """Every fact as plain JSON data (the JSON export's ``provenance``); the first
+        objective under its metric name (``output_tok_s`` or ``goodput_req_s``)."""
         data = asdict(self)
+        metric = self.objective.metric
+        data[metric], data[f"{metric}_ci95"] = data.pop("throughput"), data.pop("throughput_ci95")
         data["confirmed"] = self.confirmed
         data["served"] = None if self.served is None else self.served.to_dict()
         return data
@@ -114,20 +121,29 @@ class Provenance:
             f"{self._ran()}; {self._gpus()}",
             f"target {self.target}, {spec}",
             f"{self.source}: {self._numbers()}",
-            f"measured on the traffic: concurrency {_shares(self.concurrency)}; prompts "
-            f"{self.workload} ({self.prompts}); p95 TTFT limit {self.ttft_limit_ms:.0f} ms at "
-            "every level"
-            + (
-                ""
-                if self.stream_gap_limit_ms is None
-                else f", p99 stream gap limit {self.stream_gap_limit_ms:.0f} ms"
-            ),
+            f"measured on the traffic: {self._load()}; prompts {self.workload} "
+            f"({self.prompts}); {self._limits()}",
             self._temperatures(),
             f"failed requests {_percent(self.failed_share)} "
             f"(at most {self.max_failed_share * 100:g} % allowed)",
             *self._served(),
             f"exported {self.date}",
         ]
+
+    def _load(self) -> str:
+        if self.objective is Objective.GOODPUT:
+            steps = ", ".join(f"{rate:g}" for rate in self.rate_steps)
+            return f"request rates climbed {steps} per s (Poisson arrivals)"
+        return f"concurrency {_shares(self.concurrency)}"
+
+    def _limits(self) -> str:
+        where = "every step" if self.objective is Objective.GOODPUT else "every level"
+        limits = [f"p95 TTFT limit {self.ttft_limit_ms:.0f} ms"]
+        if self.tpot_limit_ms is not None:
+            limits.append(f"p95 TPOT limit {self.tpot_limit_ms:g} ms")
+        if self.stream_gap_limit_ms is not None:
+            limits.append(f"p99 stream gap limit {self.stream_gap_limit_ms:.0f} ms")
+        return ", ".join(limits) + f" at {where}"
 
     def _served(self) -> list[str]:
         if self.served is None:  # the simulator, or a log that names nothing
@@ -155,21 +171,29 @@ class Provenance:
             if self.acceptance_rate is None
             else f", draft acceptance {self.acceptance_rate * 100:.1f} %"
         )
-        if self.output_tok_s_ci95 is None or self.p95_ttft_ms_ci95 is None:
+        what, unit = self.objective.label.split()
+        there = " there" if self.objective is Objective.GOODPUT else ""
+        if self.throughput_ci95 is None or self.p95_ttft_ms_ci95 is None:
             how = runs_note(self.runs)
             found = self.p95_ttft_ms_bounds
             bounds = "" if found is None else f", {_bounds(found)}"
             return (
-                f"output {self.output_tok_s:.1f} tok/s, p95 TTFT {self.p95_ttft_ms:.1f} ms"
-                f"{bounds} ({how}){accept}"
+                f"{what} {self.throughput:.{_digits(unit)}f} {unit}, p95 TTFT{there} "
+                f"{self.p95_ttft_ms:.1f} ms{bounds} ({how}){accept}"
             )
-        tok_lo, tok_hi = self.output_tok_s_ci95
+        low, high = self.throughput_ci95
         ttft_lo, ttft_hi = self.p95_ttft_ms_ci95
+        digits = _digits(unit)
         return (
-            f"output {self.output_tok_s:.1f} tok/s (95 % CI {tok_lo:.1f}-{tok_hi:.1f}), "
-            f"p95 TTFT {self.p95_ttft_ms:.1f} ms (95 % CI {ttft_lo:.1f}-{ttft_hi:.1f}), "
-            f"{runs_note(self.runs)}{accept}"
+            f"{what} {self.throughput:.{digits}f} {unit} (95 % CI {low:.{digits}f}-"
+            f"{high:.{digits}f}), p95 TTFT{there} {self.p95_ttft_ms:.1f} ms (95 % CI "
+            f"{ttft_lo:.1f}-{ttft_hi:.1f}), {runs_note(self.runs)}{accept}"
         )
+
+
+def _digits(unit: str) -> int:
+    """Decimals for a number in ``unit``: request rates are small numbers."""
+    return 2 if unit == "req/s" else 1
 
 
 def _shares(pairs: tuple[tuple[Any, float], ...]) -> str:
@@ -215,7 +239,7 @@ def provenance(
     record = candidate.record
     ran = stored_run(study)
     detected = (ran.gpus if ran is not None else study.user_attrs.get(ENVIRONMENT_ATTR)) or {}
-    tok_s, ttft = candidate.tok_s_interval, candidate.ttft_interval
+    tok_s, ttft = candidate.throughput_interval, candidate.ttft_interval
     confirmed = candidate.confirmed
     runs = len(confirmed.measured) if confirmed is not None else 1
     if confirmed is not None:
@@ -236,8 +260,8 @@ def provenance(
         driver=detected.get("driver"),
         cuda=detected.get("cuda"),
         source=confirmed.source if confirmed is not None else record.source,
-        output_tok_s=candidate.output_tok_s,
-        output_tok_s_ci95=None if tok_s is None else _ci(tok_s.low, tok_s.high),
+        throughput=candidate.throughput,
+        throughput_ci95=None if tok_s is None else _ci(tok_s.low, tok_s.high),
         p95_ttft_ms=candidate.p95_ttft_ms,
         p95_ttft_ms_ci95=None if ttft is None else _ci(ttft.low, ttft.high),
         p95_ttft_ms_bounds=candidate.ttft_bounds,
@@ -257,4 +281,7 @@ def provenance(
         date=(today or dt.date.today()).isoformat(),
         served=record.served,
         stream_gap_limit_ms=space.stream_gap_limit_ms,
+        tpot_limit_ms=space.tpot_limit_ms,
+        objective=space.objective,
+        rate_steps=space.workload.rate_steps,
     )

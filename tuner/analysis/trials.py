@@ -20,7 +20,7 @@ from tuner.results import Source
 from tuner.trial.record import TrialRecord, records
 from tuner.trial.scoring import TrialStatus
 
-__all__ = ["Outcome", "Point", "point", "points"]
+__all__ = ["Outcome", "Point", "level_tok_s", "point", "points"]
 
 
 class Outcome(enum.StrEnum):
@@ -29,6 +29,7 @@ class Outcome(enum.StrEnum):
     FEASIBLE = "feasible"
     OVER_TTFT = "over TTFT limit"
     OVER_STREAM = "over stream-gap limit"  # its stream paused longer than the space allows
+    OVER_TPOT = "over TPOT limit"  # its tokens came slower than the space allows
     LOST_REQUESTS = "failed requests"  # the server failed requests: no numbers that count
     OOM = "OOM"
 
@@ -45,7 +46,7 @@ class Point:
     max_num_batched_tokens: int
     temperature: float
     source: Source
-    output_tok_s: float | None  # None when the trial ran out of memory or lost requests
+    throughput: float | None  # tok/s, or goodput req/s; None: out of memory, lost requests
     p95_ttft_ms: float | None
     acceptance_rate: float | None
     levels: tuple[tuple[int, float], ...]  # (concurrency, output tok/s) per measured level
@@ -71,6 +72,8 @@ def _outcome(record: TrialRecord) -> Outcome:
         return Outcome.LOST_REQUESTS
     if record.over_ttft:
         return Outcome.OVER_TTFT
+    if record.over_tpot:
+        return Outcome.OVER_TPOT
     if record.over_stream:
         return Outcome.OVER_STREAM
     return Outcome.FEASIBLE
@@ -95,14 +98,31 @@ def point(record: TrialRecord, front: Collection[int] = ()) -> Point | None:
         max_num_batched_tokens=server.max_num_batched_tokens,
         temperature=record.temperature,
         source=record.source,
-        output_tok_s=record.output_tok_s,
+        throughput=record.throughput,
         p95_ttft_ms=record.p95_ttft_ms,
         acceptance_rate=record.acceptance_rate,
-        levels=record.level_tok_s,
+        levels=level_tok_s(record),
         oom_predicted=record.status is TrialStatus.OOM_PREDICTED,
         on_front=record.number in front,
         duplicate_of=record.duplicate_of,
     )
+
+
+def level_tok_s(record: TrialRecord) -> tuple[tuple[int, float], ...]:
+    """(concurrency, output tok/s) per measured level of ``record``, its temperatures weighted
+    by their share, levels first measured first; none for a goodput trial (its steps are
+    rates)."""
+    if record.steps:
+        return ()
+    sums: dict[int, list[float]] = {}
+    for level in record.levels:
+        if level.get("output_tok_s") is None:
+            continue
+        weight = float(level.get("weight") or 1.0)  # within a level: the temperature share
+        total = sums.setdefault(int(level["concurrency"]), [0.0, 0.0])
+        total[0] += weight * float(level["output_tok_s"])
+        total[1] += weight
+    return tuple((c, tok_s / weight) for c, (tok_s, weight) in sums.items())
 
 
 def points(study: optuna.Study) -> list[Point]:

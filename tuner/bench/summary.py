@@ -27,4 +27,6 @@ def level_summary(result: TrialResult, condition: Condition | None = None) -> di
     }
     if condition is not None:
         summary.update(temperature=condition.temperature, weight=condition.weight)
+        if condition.request_rate is not None:  # a goodput step: the rate it offered
+            summary["offered_rate"] = condition.request_rate
     return summary

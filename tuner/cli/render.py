@@ -13,7 +13,9 @@ from rich.table import Table
 
 from tuner.analysis.confirmed import Confirmed, Interval, Run
 from tuner.analysis.k_table import KTableVerdict
+from tuner.analysis.picks import Candidate
 from tuner.analysis.provenance import runs_note
+from tuner.config.schema import Objective
 from tuner.config.trial import ServerConfig, SpecMethod
 from tuner.trial.record import TrialRecord
 from tuner.trial.scoring import TrialStatus
@@ -35,7 +37,8 @@ __all__ = [
     "trial_table",
 ]
 
-# Short enough that a row fits an 80-column terminal; the caption spells them out.
+# Short enough that a row fits an 80-column terminal; the caption spells them out. The
+# throughput column is named in the study's unit (tok/s, or req/s for goodput).
 TRIAL_COLUMNS = (
     "#",
     "draft",
@@ -51,14 +54,20 @@ TRIAL_COLUMNS = (
 )
 _CAPTION = (
     "mem: --gpu-memory-utilization, batch: --max-num-batched-tokens, temp: tuned or the "
-    "workload's (mix: several), tok/s: traffic-weighted, TTFT: worst p95 ms over the levels, "
+    "workload's (mix: several), {unit}, "
     "acc: draft acceptance, new: server (re)started, lost N%: requests failed"
 )
+_UNITS = {
+    Objective.THROUGHPUT: "tok/s: traffic-weighted, TTFT: worst p95 ms over the levels",
+    Objective.GOODPUT: "req/s: goodput, the highest request rate within the limits, "
+    "TTFT: worst p95 ms there",
+}
 _STATUS = {
     TrialStatus.OK: "ok",
     TrialStatus.OOM_PREDICTED: "OOM pred.",
     TrialStatus.OOM: "OOM",
     TrialStatus.OVER_TTFT: "over TTFT",
+    TrialStatus.OVER_TPOT: "over TPOT",
     TrialStatus.OVER_STREAM: "choppy",
     TrialStatus.FAILED_REQUESTS: "lost",
     TrialStatus.FAILED: "failed",
@@ -101,14 +110,15 @@ def _tuned_temperature(record: TrialRecord) -> float | None:
     return record.temperature if record.tunes_temperature else None
 
 
-def trial_table(title: str) -> Table:
+def trial_table(title: str, objective: Objective = Objective.THROUGHPUT) -> Table:
     """An empty trial table (rows from :func:`record_row`), narrow enough for 80 columns."""
+    caption = _CAPTION.format(unit=_UNITS[objective])
     table = Table(
-        title=title, title_justify="left", caption=_CAPTION, caption_justify="left", box=None
+        title=title, title_justify="left", caption=caption, caption_justify="left", box=None
     )
     for name in TRIAL_COLUMNS:
         table.add_column(
-            name,
+            objective.unit if name == "tok/s" else name,
             justify="left" if name in ("draft", "status") else "right",
             no_wrap=True,
             max_width=12 if name == "draft" else None,
@@ -139,7 +149,7 @@ def record_row(record: TrialRecord) -> list[str]:
         f"{server.gpu_memory_utilization:.2f}",
         str(server.max_num_batched_tokens),
         _temperature_cell(record),
-        _number(record.output_tok_s, 1),
+        _number(record.throughput, 2 if record.steps else 1),
         _number(record.p95_ttft_ms, 0),
         _pct(record.acceptance_rate),
         "yes" if record.restarted else "no",
@@ -147,24 +157,33 @@ def record_row(record: TrialRecord) -> list[str]:
     ]
 
 
-def records_table(title: str, records: list[TrialRecord]) -> Table:
+def records_table(
+    title: str, records: list[TrialRecord], objective: Objective = Objective.THROUGHPUT
+) -> Table:
     """A trial table holding ``records``."""
-    table = trial_table(title)
+    table = trial_table(title, objective)
     for record in records:
         table.add_row(*record_row(record))
     return table
 
 
 def recommendation(
-    record: TrialRecord, tok_s: str, ttft: str, confirmed: Confirmed | None, limit_ms: float
+    best: Candidate, limit_ms: float, objective: Objective = Objective.THROUGHPUT
 ) -> str:
-    """The recommendation lines optimize prints; the runs are counted as the export counts
-    them (:func:`tuner.analysis.provenance.runs_note`)."""
+    """The recommendation lines optimize prints, with the confirmed intervals where there are
+    some; the runs are counted as the export counts them
+    (:func:`tuner.analysis.provenance.runs_note`)."""
+    record, confirmed = best.record, best.confirmed
+    digits = 2 if objective is Objective.GOODPUT else 1
+    throughput, ttft = f"{best.throughput:.{digits}f}", f"{best.p95_ttft_ms:.0f}"
+    if best.throughput_interval and best.ttft_interval:
+        throughput, ttft = best.throughput_interval.format(digits), best.ttft_interval.format(0)
     how = runs_note(1 if confirmed is None else len(confirmed.measured))
+    target = "goodput" if objective is Objective.GOODPUT else "throughput"
     return (
-        f"Recommended (highest throughput within p95 TTFT <= {limit_ms:.0f} ms): "
+        f"Recommended (highest {target} within p95 TTFT <= {limit_ms:.0f} ms): "
         f"trial {record.number}: {config_label(record.server, _tuned_temperature(record))}\n"
-        f"  {record.source}: {tok_s} output tok/s, p95 TTFT {ttft} ms ({how})"
+        f"  {record.source}: {throughput} {objective.label}, p95 TTFT {ttft} ms ({how})"
     )
 
 
@@ -172,13 +191,15 @@ def _interval(value: Interval | None, digits: int) -> str:
     return "-" if value is None else value.format(digits)
 
 
-def confirmed_table(results: list[Confirmed], ttft_limit_ms: float) -> Table:
+def confirmed_table(
+    results: list[Confirmed], ttft_limit_ms: float, objective: Objective = Objective.THROUGHPUT
+) -> Table:
     """Re-measured configs: mean and 95 % confidence interval over their runs."""
     source = results[0].source if results else "measured"
     table = Table(
         "trial",
         "runs",
-        "output tok/s",
+        objective.label,
         "p95 TTFT ms",
         "verdict",
         title=f"Confirmed ({source}, mean ± 95 % CI)",
@@ -189,16 +210,23 @@ def confirmed_table(results: list[Confirmed], ttft_limit_ms: float) -> Table:
         table.add_row(
             str(c.trial),
             str(len(c.runs)),
-            _interval(c.output_tok_s, 1),
+            _interval(c.throughput, 2 if objective is Objective.GOODPUT else 1),
             _interval(c.p95_ttft_ms, 0),
             verdict,
         )
     return table
 
 
-def confirm_run_line(number: int, repeat: int, run: Run, repeats: int, source: str) -> str:
-    tok_s = "-" if run.output_tok_s is None else f"{run.output_tok_s:.1f} tok/s {source}"
-    return f"confirming trial {number}, run {repeat + 1}/{repeats}: {run.status}, {tok_s}"
+def confirm_run_line(
+    number: int,
+    repeat: int,
+    run: Run,
+    repeats: int,
+    source: str,
+    objective: Objective = Objective.THROUGHPUT,
+) -> str:
+    measured = "-" if run.throughput is None else f"{run.throughput:.1f} {objective.unit} {source}"
+    return f"confirming trial {number}, run {repeat + 1}/{repeats}: {run.status}, {measured}"
 
 
 def plan_table(plan: StudyPlan, space: SearchSpace) -> Table:

@@ -88,7 +88,7 @@ def _export_json(exported: Exported) -> dict[str, Any]:
         "trial": facts.trial,
         "format": exported.format,
         "source": facts.source,
-        "output_tok_s": facts.output_tok_s,
+        facts.objective.metric: facts.throughput,
         "p95_ttft_ms": facts.p95_ttft_ms,
         "confirmed": facts.confirmed,
         "provenance": facts.to_dict(),
@@ -226,7 +226,8 @@ def confirm_command(
     def on_run(number: int, repeat: int, run: Run) -> None:
         if not as_json:
             source = "simulated" if chosen == "sim" else "measured"
-            console.print(confirm_run_line(number, repeat, run, repeats, source))
+            line = confirm_run_line(number, repeat, run, repeats, source, space.objective)
+            console.print(line)
 
     try:
         results = confirm(
@@ -247,7 +248,7 @@ def confirm_command(
     if not results:
         console.print("Nothing to confirm: the study has no feasible config yet")
         return
-    console.print(confirmed_table(results, space.ttft_limit_ms))
+    console.print(confirmed_table(results, space.ttft_limit_ms, space.objective))
     best = write_best(study, space, paths)
     console.print(f"Updated {best} from the confirmed numbers")
 

@@ -239,7 +239,7 @@ def optimize_command(
         print_json(_optimize_json(result, _write_best(result)))
         return
     source = "simulated" if backend == "sim" else "measured"
-    table = trial_table(f"study {name}: {source} trials")
+    table = trial_table(f"study {name}: {source} trials", built.objective)
     progress = Progress(
         TextColumn("trials"),
         BarColumn(),
@@ -250,7 +250,8 @@ def optimize_command(
     task = progress.add_task("trials", total=trials)
 
     def on_confirm(number: int, repeat: int, run: Run) -> None:
-        console.print(confirm_run_line(number, repeat, run, confirm_repeats, source))
+        line = confirm_run_line(number, repeat, run, confirm_repeats, source, built.objective)
+        console.print(line)
 
     def on_tick(finished: int) -> None:  # worker processes report through the database
         progress.update(task, completed=finished)
@@ -335,12 +336,12 @@ def _show_startup(line: Text, event: StartupEvent) -> None:
     line.plain = f"server start: {event.phase}{detail} ({event.elapsed_s:.0f} s)"
 
 
-def _record_json(record: TrialRecord) -> dict[str, Any]:
-    tok_s, ttft = record.objective
+def _record_json(record: TrialRecord, metric: str) -> dict[str, Any]:
+    throughput, ttft = record.objective
     return {
         "trial": record.number,
         "source": record.source,
-        "output_tok_s": tok_s,
+        metric: throughput,  # output_tok_s, or goodput_req_s
         "p95_ttft_ms": ttft,
         "status": record.status,
         "temperature": record.temperature,
@@ -356,14 +357,15 @@ def _write_best(result: OptimizeResult) -> Path | None:
 
 
 def _optimize_json(result: OptimizeResult, best_yaml: Path | None) -> dict[str, Any]:
+    metric = result.space.objective.metric
     return {
         "study": result.study,
         "storage": safe_url(result.storage),
         "trials": result.trials,
-        "pareto_front": [_record_json(r) for r in result.pareto],
+        "pareto_front": [_record_json(r, metric) for r in result.pareto],
         "recommended": None
         if result.recommended is None
-        else _record_json(result.recommended.record),
+        else _record_json(result.recommended.record, metric),
         "best_yaml": None if best_yaml is None else str(best_yaml),
         "time_budget": result.budget_note,
         "k_table": None if result.k_table is None else result.k_table.to_dict(),
@@ -373,7 +375,8 @@ def _optimize_json(result: OptimizeResult, best_yaml: Path | None) -> dict[str, 
 def _print_optimize(result: OptimizeResult, best_yaml: Path | None) -> None:
     if result.pareto:
         source = result.pareto[0].source
-        console.print(records_table(f"Pareto front (feasible, {source})", result.pareto))
+        title = f"Pareto front (feasible, {source})"
+        console.print(records_table(title, result.pareto, result.space.objective))
     else:
         console.print("Pareto front: no feasible trial")
     best = result.recommended
@@ -384,14 +387,11 @@ def _print_optimize(result: OptimizeResult, best_yaml: Path | None) -> None:
         )
         return
     if result.confirmed:
-        console.print(confirmed_table(result.confirmed, result.space.ttft_limit_ms))
+        limit, objective = result.space.ttft_limit_ms, result.space.objective
+        console.print(confirmed_table(result.confirmed, limit, objective))
     if result.k_table is not None:
         console.print(k_table_line(result.k_table), markup=False)
-    tok_s, ttft = f"{best.output_tok_s:.1f}", f"{best.p95_ttft_ms:.0f}"
-    if best.tok_s_interval and best.ttft_interval:
-        tok_s, ttft = best.tok_s_interval.format(1), best.ttft_interval.format(0)
-    limit = result.space.ttft_limit_ms
-    console.print(recommendation(best.record, tok_s, ttft, best.confirmed, limit))
+    console.print(recommendation(best, result.space.ttft_limit_ms, result.space.objective))
     for warning in best.record.served.warnings if best.record.served else ():
         console.print(f"WARNING: {warning}", markup=False)
     where = safe_url(result.storage)

@@ -3,7 +3,8 @@
     SpaceModel             name, hardware, target, and the sections below
     ├── ServerModel        server: max_model_len, tensor_parallel_size, quantization, extra_flags
     ├── VllmModel          vllm: image, version
-    ├── SloModel           slo: ttft_ms, max_failed_requests, stream_gap_p99_ms
+    ├── SloModel           slo: objective (throughput or goodput), ttft_ms, tpot_ms,
+    │                      max_failed_requests, stream_gap_p99_ms
     ├── WorkloadModel      workload: prompt_set, token counts, the traffic (concurrency levels and
     │                      temperatures, each with a weight), requests, warm-up, ...
     └── SearchModel        search: the tuned dimensions, speculation methods first
@@ -18,7 +19,9 @@ value and the fix (a :class:`ConfigError`); :func:`check_workload` holds a
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Mapping
+from itertools import pairwise
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -26,7 +29,9 @@ from pydantic import (
     AfterValidator,
     BaseModel,
     BeforeValidator,
+    Discriminator,
     Field,
+    Tag,
     ValidationError,
     ValidationInfo,
 )
@@ -55,6 +60,7 @@ from tuner.config.methods import (
     SpecTokensRange,
     TemperatureRange,
 )
+from tuner.config.schema_errors import ONE_RATE, RATE_STEPS
 from tuner.config.schema_errors import one_line as _one_line
 from tuner.config.sections import AS_LIST as _AS_LIST
 from tuner.config.sections import NON_EMPTY as _NON_EMPTY
@@ -67,6 +73,7 @@ __all__ = [
     "DEFAULT_TEMPERATURE",
     "FractionRange",
     "LoadLevel",
+    "Objective",
     "SearchModel",
     "ServerModel",
     "SloModel",
@@ -104,6 +111,30 @@ def _known_prompt_set(name: str, info: ValidationInfo) -> str:
 
 
 PromptSet = Annotated[Name, AfterValidator(_known_prompt_set)]
+
+
+class Objective(enum.StrEnum):
+    """What a study maximises (``slo.objective``): its first objective, named and in units."""
+
+    THROUGHPUT = "throughput"
+    """The traffic-weighted output tokens/s over the concurrency levels and temperatures."""
+    GOODPUT = "goodput"
+    """The highest request rate (``workload.request_rate`` steps) whose p95 TTFT and p95 TPOT
+    meet the limits."""
+
+    @property
+    def metric(self) -> str:
+        """The objective's name in Optuna (its metric name) and in JSON output."""
+        return "goodput_req_s" if self is Objective.GOODPUT else "output_tok_s"
+
+    @property
+    def unit(self) -> str:
+        return "req/s" if self is Objective.GOODPUT else "tok/s"
+
+    @property
+    def label(self) -> str:
+        """What a reader calls it: ``output tok/s`` or ``goodput req/s``."""
+        return f"{'goodput' if self is Objective.GOODPUT else 'output'} {self.unit}"
 
 
 class _Section(Section, BaseModel):
@@ -162,6 +193,23 @@ TemperatureMix = Annotated[
 Weights = Annotated[list[Weight], _AS_LIST]
 
 
+def _increasing(rates: list[float]) -> list[float]:
+    if any(b <= a for a, b in pairwise(rates)):
+        raise PydanticCustomError("increasing", "must be increasing rates (e.g. [0.5, 1, 2, 4])")
+    return rates
+
+
+def _rate_branch(value: Any) -> str:
+    return RATE_STEPS if isinstance(value, list | tuple) else ONE_RATE
+
+
+RateSteps = Annotated[list[Rate], _NON_EMPTY, AfterValidator(_increasing)]
+RateOrSteps = Annotated[
+    Annotated[Rate, Tag(ONE_RATE)] | Annotated[RateSteps, Tag(RATE_STEPS)],
+    Discriminator(_rate_branch),
+]
+
+
 class ServerModel(_Section):
     """``server``: vLLM settings fixed for the whole study."""
 
@@ -185,10 +233,14 @@ class VllmModel(_Section):
 
 
 class SloModel(_Section):
-    """``slo``: the service-level objective a trial must meet."""
+    """``slo``: what a study maximises and the service-level objective a trial must meet."""
 
+    objective: Objective = Objective.THROUGHPUT
+    """throughput: output tok/s over the traffic; goodput: the highest request rate in limits."""
     ttft_ms: Milliseconds = 1000
     """p95 time to first token in ms, at every concurrency level; trials above it are infeasible."""
+    tpot_ms: Milliseconds | None = None
+    """p95 time per output token in ms, at every level; unset: no limit (goodput needs one)."""
     max_failed_requests: Share = 0.0
     """Share of measured requests that may fail (0 to 1); a trial above it is infeasible."""
     stream_gap_p99_ms: Milliseconds | None = None
@@ -212,18 +264,21 @@ class WorkloadModel(_Section):
     """Measured requests per (level, temperature); p95 needs about 40."""
     warmup: Warmup = 1
     """Requests sent first and left out of the results."""
-    request_rate: Rate | None = None
-    """Poisson arrivals per second (open loop); unset: closed loop."""
+    request_rate: RateOrSteps | None = None
+    """Poisson arrivals per second (open loop); unset: closed loop. Goodput: its steps."""
     seed: Seed = 0
     """Makes prompts and arrival times reproducible."""
 
 
 class _WorkloadRecord(WorkloadModel):
-    """A :class:`WorkloadSpec` as built in code: weights apart, a window bounded in time."""
+    """A :class:`WorkloadSpec` as built in code: weights apart, a window bounded in time, one
+    rate per measurement and goodput's steps apart."""
 
     concurrency_weights: Weights = []
     temperature_weights: Weights = []
     duration_s: Seconds | None = None
+    request_rate: Rate | None = None
+    rate_steps: list[Rate] = []
 
 
 class SpaceModel(_Section):

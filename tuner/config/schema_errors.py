@@ -4,17 +4,19 @@ from __future__ import annotations
 
 from pydantic import ValidationError
 
-__all__ = ["A_RANGE", "ONE_VALUE", "one_line"]
+__all__ = ["A_RANGE", "ONE_RATE", "ONE_VALUE", "RATE_STEPS", "one_line"]
 
 # The union branch a value took; dropped from key paths, which name what the user wrote.
 ONE_VALUE, A_RANGE = "one value", "a range"
+ONE_RATE, RATE_STEPS = "one rate", "rate steps"  # workload.request_rate: a rate or goodput's steps
+_BRANCHES = (ONE_VALUE, A_RANGE, ONE_RATE, RATE_STEPS)
 
 
 def one_line(exc: ValidationError, prefix: tuple[str, ...] = ()) -> str:
     """The first problem of ``exc`` as one line; a count of any others follows it."""
     errors = exc.errors(include_url=False)
     first = errors[0]
-    loc = prefix + tuple(str(part) for part in first["loc"] if part not in (ONE_VALUE, A_RANGE))
+    loc = prefix + tuple(str(part) for part in first["loc"] if part not in _BRANCHES)
     path = "".join(f"[{part}]" if part.isdigit() else f".{part}" for part in loc).lstrip(".")
     ctx = first.get("ctx") or {}
     kind = first["type"]
@@ -31,7 +33,8 @@ def one_line(exc: ValidationError, prefix: tuple[str, ...] = ()) -> str:
     elif not path:
         line = f"{first['msg']} (see search_spaces/default.yaml for the layout)"
     else:
-        either = " or a range {low: .., high: ..}" if ONE_VALUE in first["loc"] else ""
+        hints = {ONE_VALUE: " or a range {low: .., high: ..}", ONE_RATE: " or a list of rates"}
+        either = next((text for tag, text in hints.items() if tag in first["loc"]), "")
         line = f"{path} = {first['input']!r}: {first['msg']}{either}"
     more = len(errors) - 1
     return line + (f" (and {more} more problem{'s' * (more > 1)})" if more else "")

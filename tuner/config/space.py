@@ -14,7 +14,7 @@ or a mismatched draft stops the study before anything runs.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from importlib.resources import files
 from pathlib import Path
@@ -30,7 +30,7 @@ from tuner.config.bounds import Milliseconds, check_value
 from tuner.config.choices import Range, SpecChoice, check_choices, choices_from_search
 from tuner.config.schema import (
     FractionRange,
-    SpaceModel,
+    Objective,
     SpecTokensRange,
     TemperatureRange,
     parse_space,
@@ -44,7 +44,7 @@ from tuner.config.trial import (
     is_secret_flag,
 )
 from tuner.config.vllm_args import NEWEST_KNOWN, VllmVersion, parse_version, version_from_image
-from tuner.config.workload import WorkloadSpec
+from tuner.config.workload import WorkloadSpec, workload_from_space
 from tuner.errors import ConfigError
 
 T = TypeVar("T")
@@ -88,12 +88,19 @@ class SearchSpace:
     extra_flags: tuple[tuple[str, FlagValue], ...] = ()
     max_failed_requests: float = 0.0  # share of measured requests that may fail
     stream_gap_limit_ms: float | None = None  # p99 gap between streamed chunks; None: no limit
+    tpot_limit_ms: float | None = None  # p95 time per output token; None: no limit
+    objective: Objective = Objective.THROUGHPUT
     source: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def tunes_temperature(self) -> bool:
         """Whether trials choose the temperature (``search.temperature``), not the workload."""
         return isinstance(self.temperature, Range)
+
+    @property
+    def goodput(self) -> bool:
+        """Whether the study maximises goodput (request-rate steps), not throughput."""
+        return self.objective is Objective.GOODPUT
 
     @property
     def version(self) -> VllmVersion:
@@ -281,7 +288,7 @@ def _build(raw: Any, origin: str, *, lenient: bool) -> SearchSpace:
     hardware = _named(origin, parse_hardware, model.hardware)
     target = _named(origin, load_model, model.target)
     search, server = model.search, model.server
-    workload = _workload(model, origin, lenient)
+    workload = workload_from_space(model, origin, lenient)
     vllm = model.vllm
     release = parse_version(vllm.version) if vllm.version else version_from_image(vllm.image)
     choices = choices_from_search(search, origin)
@@ -308,41 +315,14 @@ def _build(raw: Any, origin: str, *, lenient: bool) -> SearchSpace:
         extra_flags=tuple(server.extra_flags.items()),
         max_failed_requests=float(model.slo.max_failed_requests),
         stream_gap_limit_ms=_optional_float(model.slo.stream_gap_p99_ms),
+        tpot_limit_ms=_optional_float(model.slo.tpot_ms),
+        objective=model.slo.objective,
         source=raw,
-    )
-
-
-def _workload(model: SpaceModel, origin: str, lenient: bool) -> WorkloadSpec:
-    """The workload section as a spec; a single ``search.temperature`` (what earlier spaces
-    wrote for the temperature they serve) is the workload's temperature."""
-    section, fixed = model.workload, model.search.temperature
-    mix = [(share.value, share.weight) for share in section.temperature]
-    if isinstance(fixed, int | float):
-        if "temperature" in section.model_fields_set and not lenient:
-            raise ConfigError(
-                f"{origin}: search.temperature {fixed} and workload.temperature both set: the "
-                "temperatures you serve go in workload.temperature; remove search.temperature"
-            )
-        mix = [(float(fixed), 1.0)]
-    data = section.model_dump(exclude={"concurrency", "temperature"})
-    levels = [(level.level, level.weight) for level in section.concurrency]
-    return WorkloadSpec(
-        **data,
-        concurrency=tuple(level for level, _ in levels),
-        concurrency_weights=_unequal(weight for _, weight in levels),
-        temperature=tuple(value for value, _ in mix),
-        temperature_weights=_unequal(weight for _, weight in mix),
     )
 
 
 def _optional_float(value: float | None) -> float | None:
     return None if value is None else float(value)
-
-
-def _unequal(weights: Iterable[float]) -> tuple[float, ...]:
-    """The weights, or none when they are all equal (equal shares are the default)."""
-    given = tuple(weights)
-    return given if len(set(given)) > 1 else ()
 
 
 def _range(value: float | SpecTokensRange | FractionRange | TemperatureRange) -> Range:

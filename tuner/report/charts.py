@@ -38,10 +38,13 @@ __all__ = [
 _STYLE = {
     Outcome.FEASIBLE: {"marker": "o", "color": "#1f77b4", "label": "feasible"},
     Outcome.OVER_TTFT: {"marker": "^", "color": "#ff7f0e", "label": "over TTFT limit"},
+    Outcome.OVER_TPOT: {"marker": "<", "color": "#bcbd22", "label": "over TPOT limit"},
     Outcome.OVER_STREAM: {"marker": "v", "color": "#9467bd", "label": "over stream-gap limit"},
     Outcome.OOM: {"marker": "x", "color": "#d62728", "label": "OOM"},
     Outcome.LOST_REQUESTS: {"marker": "s", "color": "#7f7f7f", "label": "failed requests"},
 }
+# Measured and scored on their numbers, feasible or over a latency limit.
+_MEASURED = (Outcome.FEASIBLE, Outcome.OVER_TTFT, Outcome.OVER_TPOT, Outcome.OVER_STREAM)
 _PALETTE = ("#1f77b4", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22")
 
 
@@ -90,12 +93,13 @@ def pareto_chart(
     confirmed: dict[int, Confirmed],
     ttft_limit_ms: float,
     path: Path,
+    label: str = "output tokens/s",
 ) -> Chart:
     """Throughput against p95 TTFT: every trial by outcome, the feasible Pareto front, the
     TTFT limit, and confirmed configs with their 95 % intervals."""
     figure, axes = _figure()
-    measured = [p for p in points if p.output_tok_s is not None and p.p95_ttft_ms is not None]
-    for outcome in (Outcome.FEASIBLE, Outcome.OVER_TTFT, Outcome.OVER_STREAM):
+    measured = [p for p in points if p.throughput is not None and p.p95_ttft_ms is not None]
+    for outcome in _MEASURED:
         group = [p for p in measured if p.outcome is outcome]
         if group:
             style = _STYLE[outcome]
@@ -132,7 +136,7 @@ def pareto_chart(
         )
     axes.axvline(ttft_limit_ms, color="gray", linestyle="--", label="TTFT limit")
     for number, record in confirmed.items():
-        tok_s, ttft = record.output_tok_s, record.p95_ttft_ms
+        tok_s, ttft = record.throughput, record.p95_ttft_ms
         if tok_s is None or ttft is None:
             continue
         axes.errorbar(
@@ -157,7 +161,7 @@ def pareto_chart(
     axes.set_xlim(0, right * 1.03)
     axes.set_ylim(bottom=0)
     axes.set_xlabel("p95 time to first token (ms)")
-    axes.set_ylabel("output tokens/s")
+    axes.set_ylabel(label)
     axes.set_title("Throughput against p95 TTFT")
     if not points:
         _empty(axes, "no completed trials")
@@ -174,17 +178,17 @@ def pareto_chart(
 
 
 def _tok(p: Point) -> float:
-    return p.output_tok_s or 0.0
+    return p.throughput or 0.0
 
 
 def _ttft(p: Point) -> float:
     return p.p95_ttft_ms or 0.0
 
 
-def k_chart(points: Sequence[Point], path: Path) -> Chart:
+def k_chart(points: Sequence[Point], path: Path, label: str = "output tokens/s") -> Chart:
     """Throughput against K, one colour per draft (K = 0: no speculation)."""
     figure, axes = _figure()
-    measured = [p for p in points if p.output_tok_s is not None]
+    measured = [p for p in points if p.throughput is not None]
     colors = _drafts(measured)
     for draft, color in colors.items():
         group = [p for p in measured if p.draft == draft]
@@ -197,14 +201,14 @@ def k_chart(points: Sequence[Point], path: Path) -> Chart:
         )
         best: dict[int, float] = {}
         for p in group:
-            best[p.k] = max(best.get(p.k, 0.0), p.output_tok_s or 0.0)
+            best[p.k] = max(best.get(p.k, 0.0), p.throughput or 0.0)
         if len(best) > 1:
             ks = sorted(best)
             axes.plot(ks, [best[k] for k in ks], color=color, alpha=0.7)
         elif draft == SpecMethod.NONE and best:
             axes.axhline(best[0], color=color, linestyle=":", label="best without speculation")
     axes.set_xlabel("speculative tokens K (0 = no speculation)")
-    axes.set_ylabel("output tokens/s")
+    axes.set_ylabel(label)
     axes.set_title("Throughput against K, per draft")
     if measured:
         axes.legend(fontsize=8)
@@ -250,16 +254,16 @@ def acceptance_chart(points: Sequence[Point], path: Path) -> Chart:
     )
 
 
-def memory_chart(points: Sequence[Point], path: Path) -> Chart:
+def memory_chart(points: Sequence[Point], path: Path, label: str = "output tokens/s") -> Chart:
     """Throughput against gpu-memory-utilization, with OOM trials and the OOM boundary."""
     figure, axes = _figure()
-    for outcome in (Outcome.FEASIBLE, Outcome.OVER_TTFT, Outcome.OVER_STREAM):
+    for outcome in _MEASURED:
         group = [p for p in points if p.outcome is outcome]
         if group:
             style = _STYLE[outcome]
             axes.scatter(
                 [p.gpu_memory_utilization for p in group],
-                [p.output_tok_s or 0.0 for p in group],
+                [p.throughput or 0.0 for p in group],
                 marker=style["marker"],
                 color=style["color"],
                 label=f"{style['label']} ({len(group)})",
@@ -287,7 +291,7 @@ def memory_chart(points: Sequence[Point], path: Path) -> Chart:
     top = max((_tok(p) for p in points), default=1.0)
     axes.set_ylim(bottom=-0.04 * top)  # OOM markers on the zero line stay visible
     axes.set_xlabel("--gpu-memory-utilization")
-    axes.set_ylabel("output tokens/s")
+    axes.set_ylabel(label)
     axes.set_title("Throughput against gpu-memory-utilization")
     if points:
         axes.legend(fontsize=8, loc="best")

@@ -38,8 +38,8 @@ from optuna.trial import FrozenTrial, TrialState
 from tuner.errors import ConfigError
 from tuner.study import optuna_private
 from tuner.study.paths import StudyPaths
-from tuner.trial.record import TrialRecord
-from tuner.trial.scoring import LEGACY_CONSTRAINT_KEYS, OBJECTIVE_NAMES
+from tuner.trial.record import TrialRecord, stored_space
+from tuner.trial.scoring import LEGACY_CONSTRAINT_KEYS, OBJECTIVE_NAMES, Limits
 
 __all__ = [
     "LEGACY_CONSTRAINTS",
@@ -154,8 +154,9 @@ def _keyed_constraints(trial: FrozenTrial) -> list[float] | None:
 
 def prepare_dashboard(study: optuna.Study, paths: StudyPaths) -> DashboardInfo:
     """Makes names, feasibility and logs visible to optuna-dashboard 0.21 (module docstring)."""
-    if not study.metric_names:
-        study.set_metric_names(list(OBJECTIVE_NAMES))
+    if not study.metric_names:  # a study spectune created before it named them
+        space = stored_space(study)
+        study.set_metric_names(list(Limits.of(space).names if space else OBJECTIVE_NAMES))
     store = _store(paths)
     fixed = added = infeasible = 0
     for trial in study.get_trials(deepcopy=False):

@@ -32,12 +32,15 @@ def importance_points(points: Sequence[Point]) -> list[Point]:
     return [
         p
         for p in points
-        if p.output_tok_s is not None and p.p95_ttft_ms is not None and p.duplicate_of is None
+        if p.throughput is not None and p.p95_ttft_ms is not None and p.duplicate_of is None
     ]
 
 
-def param_importances(points: Sequence[Point]) -> dict[str, dict[str, float]]:
-    """Importances for throughput and p95 TTFT over :func:`importance_points`.
+def param_importances(
+    points: Sequence[Point], throughput: str = "output tok/s"
+) -> dict[str, dict[str, float]]:
+    """Importances for throughput (named ``throughput``: the study's first objective) and
+    p95 TTFT over :func:`importance_points`.
 
     K is taken as 0 for trials without speculation, so it counts for every trial instead of
     only the speculative ones. Fewer than three measured trials give no importances.
@@ -50,7 +53,7 @@ def param_importances(points: Sequence[Point]) -> dict[str, dict[str, float]]:
         "temperature": lambda p: p.temperature,
     }
     targets: dict[str, tuple[Callable[[Point], float | None], Direction]] = {
-        "output tok/s": (lambda p: p.output_tok_s, "maximize"),
+        throughput: (lambda p: p.throughput, "maximize"),
         "p95 TTFT": (lambda p: p.p95_ttft_ms, "minimize"),
     }
     result = {}

@@ -21,6 +21,7 @@ from tuner.analysis.confirmed import Interval, load_confirmed
 from tuner.analysis.levels import LevelChoice, best_by_draft, measured_levels, speculation_by_level
 from tuner.analysis.picks import PICKS, Candidate, best_per_method, choose, ranked
 from tuner.analysis.trials import Outcome, Point, points
+from tuner.config.schema import Objective
 from tuner.config.space import SearchSpace
 from tuner.config.trial import SpecMethod
 from tuner.report import charts
@@ -50,6 +51,7 @@ def write_report(
 ) -> Report:
     """Writes ``out_dir/report.html`` and the charts as ``out_dir/<name>.png``."""
     out_dir.mkdir(parents=True, exist_ok=True)
+    label = space.objective.label if space.goodput else "output tokens/s"
     trials = points(study)
     confirmed = load_confirmed(study)
     best_first = ranked(study)
@@ -59,12 +61,14 @@ def write_report(
     several = len(measured_levels(trials)) > 1
     levels = speculation_by_level(trials, draft) if draft and several else []
     drawn = [
-        charts.pareto_chart(trials, confirmed, space.ttft_limit_ms, out_dir / "pareto.png"),
-        charts.k_chart(trials, out_dir / "k.png"),
+        charts.pareto_chart(trials, confirmed, space.ttft_limit_ms, out_dir / "pareto.png", label),
+        charts.k_chart(trials, out_dir / "k.png", label),
         charts.acceptance_chart(trials, out_dir / "acceptance.png"),
-        charts.memory_chart(trials, out_dir / "memory.png"),
+        charts.memory_chart(trials, out_dir / "memory.png", label),
         charts.importance_chart(
-            param_importances(trials), len(importance_points(trials)), out_dir / "importance.png"
+            param_importances(trials, space.objective.label if space.goodput else "output tok/s"),
+            len(importance_points(trials)),
+            out_dir / "importance.png",
         ),
     ]
     if levels and draft:
@@ -93,6 +97,11 @@ background:#eef;border-radius:3px;padding:0 .3em;margin-left:.3em}
 """
 
 
+def _digits(objective: Objective) -> int:
+    """Decimals of the first objective: request rates are small numbers."""
+    return 2 if objective is Objective.GOODPUT else 1
+
+
 def _esc(value: object) -> str:
     return html.escape(str(value))
 
@@ -114,22 +123,29 @@ def _summary(study: optuna.Study, space: SearchSpace, trials: Sequence[Point]) -
     sources = ", ".join(sorted({p.source for p in trials})) or "n/a"
     limited = space.stream_gap_limit_ms is not None
     choppy = f"{counts[Outcome.OVER_STREAM]} over the stream-gap limit, " if limited else ""
+    slow = f"{counts[Outcome.OVER_TPOT]} over the TPOT limit, " if space.tpot_limit_ms else ""
+    where = "every step" if space.goodput else "every level"
     rows = [
         ("study", study.study_name),
         ("target", space.target.hf_id),
         ("GPUs", space.hardware.label),
         ("vLLM", _ran(study, space)),
         *traffic_rows(space, records(study.get_trials(deepcopy=False))),
-        ("p95 TTFT limit", f"{space.ttft_limit_ms:.0f} ms at every level"),
+        ("p95 TTFT limit", f"{space.ttft_limit_ms:.0f} ms at {where}"),
         *(
-            [("p99 stream-gap limit", f"{space.stream_gap_limit_ms:.0f} ms at every level")]
+            [("p95 TPOT limit", f"{space.tpot_limit_ms:g} ms at {where}")]
+            if space.tpot_limit_ms is not None
+            else []
+        ),
+        *(
+            [("p99 stream-gap limit", f"{space.stream_gap_limit_ms:.0f} ms at {where}")]
             if limited
             else []
         ),
         (
             "trials",
             f"{len(study.trials)}: {counts[Outcome.FEASIBLE]} feasible, "
-            f"{counts[Outcome.OVER_TTFT]} over the TTFT limit, {choppy}"
+            f"{counts[Outcome.OVER_TTFT]} over the TTFT limit, {slow}{choppy}"
             f"{counts[Outcome.LOST_REQUESTS]} lost requests, {counts[Outcome.OOM]} OOM, "
             f"{failed} failed",
         ),
@@ -150,12 +166,14 @@ def _ran(study: optuna.Study, space: SearchSpace) -> str:
     )
 
 
-def _best_table(best: Sequence[Candidate], picks: dict[str, Candidate | None]) -> str:
+def _best_table(
+    best: Sequence[Candidate], picks: dict[str, Candidate | None], objective: Objective
+) -> str:
     if not best:
         return "<p id='best'>No feasible config yet: run more trials or relax the TTFT limit.</p>"
     head = (
         "<tr><th>trial</th><th class='l'>draft</th><th>K</th><th>gpu-mem</th><th>batched</th>"
-        "<th>temp</th><th>output tok/s</th><th>p95 TTFT ms</th><th>accept</th>"
+        f"<th>temp</th><th>{objective.label}</th><th>p95 TTFT ms</th><th>accept</th>"
         "<th class='l'>source</th><th class='l'>pick</th></tr>"
     )
     rows = []
@@ -166,7 +184,7 @@ def _best_table(best: Sequence[Candidate], picks: dict[str, Candidate | None]) -
             for p, chosen in picks.items()
             if chosen is not None and chosen.number == c.number
         )
-        tok_s, ttft, accept, source = _measured_cells(c)
+        tok_s, ttft, accept, source = _measured_cells(c, objective)
         rows.append(
             f"<tr data-trial='{c.number}'><td>{c.number}</td>"
             f"<td class='l'>{_esc(c.record.draft)}</td><td>{server.k or '-'}</td>"
@@ -199,7 +217,7 @@ def _served(best: Candidate) -> str:
     )
 
 
-def _measured_cells(c: Candidate) -> tuple[str, str, str, str]:
+def _measured_cells(c: Candidate, objective: Objective) -> tuple[str, str, str, str]:
     """A candidate's throughput, p95 TTFT (with their intervals where confirmed), acceptance
     and source, as table cells."""
     accept = c.record.acceptance_rate
@@ -210,26 +228,30 @@ def _measured_cells(c: Candidate) -> tuple[str, str, str, str]:
         lo, hi = ("?" if v is None else f"{v:.0f}" for v in (low, high))
         ttft += f" <span class='muted'>(95 % bounds {lo} to {hi}, {n} requests)</span>"
     return (
-        f"<td>{_with_ci(c.record.objective[0], c.tok_s_interval, 1)}</td>",
+        f"<td>{_with_ci(c.record.objective[0], c.throughput_interval, _digits(objective))}</td>",
         f"<td>{ttft}</td>",
         f"<td>{'-' if accept is None else f'{accept * 100:.1f} %'}</td>",
         f"<td class='l'>{_esc(source)}</td>",
     )
 
 
-def _methods_table(methods: Sequence[Candidate]) -> str:
+def _methods_table(methods: Sequence[Candidate], objective: Objective) -> str:
     if len(methods) < 2:
         return "<p class='muted'>The study measured one speculation method.</p>"
     baseline = next((c for c in methods if c.record.server.method == SpecMethod.NONE), None)
     head = (
         "<tr><th class='l'>method</th><th class='l'>draft</th><th>K</th><th>trial</th>"
-        "<th>output tok/s</th><th>vs none</th><th>p95 TTFT ms</th><th>accept</th>"
+        f"<th>{objective.label}</th><th>vs none</th><th>p95 TTFT ms</th><th>accept</th>"
         "<th class='l'>source</th></tr>"
     )
     rows = []
     for c in methods:
-        speedup = "-" if baseline is None else f"{c.output_tok_s / baseline.output_tok_s:.2f}x"
-        tok_s, ttft, accept, source = _measured_cells(c)
+        speedup = (
+            "-"
+            if baseline is None or baseline.throughput <= 0
+            else f"{c.throughput / baseline.throughput:.2f}x"
+        )
+        tok_s, ttft, accept, source = _measured_cells(c, objective)
         rows.append(
             f"<tr data-method='{_esc(c.record.server.method)}'>"
             f"<td class='l'>{_esc(c.record.server.method)}</td>"
@@ -335,8 +357,9 @@ def _page(
         f"<title>spectune report: {_esc(study.study_name)}</title><style>{_CSS}</style></head>"
         f"<body><h1>spectune report: {_esc(study.study_name)}</h1>"
         f"<p class='muted'>Written {date}.</p>{_summary(study, space, trials)}"
-        f"<h2>Best configs</h2>{_best_table(best, picks)}{per_temperature_section(space, best)}"
-        f"<h2>Best config per method</h2>{_methods_table(methods)}"
+        f"<h2>Best configs</h2>{_best_table(best, picks, space.objective)}"
+        f"{per_temperature_section(space, best)}"
+        f"<h2>Best config per method</h2>{_methods_table(methods, space.objective)}"
         f"<h2>Fitted twin</h2>{_twin_section(study, trials)}"
         f"<h2>Charts</h2><div class='charts'>{figures}</div>"
         f"<h2>Speculation per load level</h2>{speculation_note(levels)}"

@@ -37,11 +37,17 @@ def traffic_rows(space: SearchSpace, done: Sequence[TrialRecord]) -> list[tuple[
     failed = f"{len(lost)} trials lost requests (at most {space.max_failed_requests:.0%} allowed)"
     if first:
         failed += f"; first: {first}"
+    load = (
+        ("request rates", ", ".join(f"{r:g}" for r in workload.rate_steps) + " per s, climbed")
+        if space.goodput
+        else ("concurrency", _shares([(float(c), w) for c, w in workload.load_profile]))
+    )
+    pair = "(rate, temperature)" if space.goodput else "(level, temperature)"
     return [
-        ("concurrency", _shares([(float(c), w) for c, w in workload.load_profile])),
+        load,
         ("temperatures", temperatures),
         ("prompts", f"{workload.prompt_set}: {PROMPT_SOURCES.get(workload.prompt_set, 'a file')}"),
-        ("requests", f"{workload.requests} measured per (level, temperature)"),
+        ("requests", f"{workload.requests} measured per {pair}"),
         ("failed requests", failed),
     ]
 
@@ -56,16 +62,17 @@ def per_temperature_section(space: SearchSpace, candidates: Sequence[Candidate])
         best.setdefault(round(candidate.record.temperature, 4), candidate)
     if not best:
         return ""
+    digits = 2 if space.goodput else 1
     rows = "".join(
         f"<tr><td>{t:g}</td><td>{c.number}</td><td class='l'>{html.escape(c.record.draft)}</td>"
         f"<td>{c.record.server.k or '-'}</td><td>{c.record.server.gpu_memory_utilization:.2f}</td>"
-        f"<td>{c.record.server.max_num_batched_tokens}</td><td>{c.output_tok_s:.1f}</td></tr>"
+        f"<td>{c.record.server.max_num_batched_tokens}</td><td>{c.throughput:.{digits}f}</td></tr>"
         for t, c in sorted(best.items())
     )
     return (
         "<h2>Best server config per temperature</h2><table id='per-temperature'><tr>"
         "<th>temperature</th><th>trial</th><th class='l'>draft</th><th>K</th><th>gpu-mem</th>"
-        f"<th>batched</th><th>output tok/s</th></tr>{rows}</table><p class='muted'>The "
+        f"<th>batched</th><th>{space.objective.label}</th></tr>{rows}</table><p class='muted'>The "
         "temperature is your product's choice: pick the row for the one you serve.</p>"
     )
 

@@ -130,14 +130,14 @@ def confirm_k_table(
         runs.append(run)
         if on_run:
             on_run(record.number, repeat, run)
-    measured = [r.output_tok_s for r in runs if r.ok and r.output_tok_s is not None]
+    measured = [r.throughput for r in runs if r.ok and r.throughput is not None]
     verdict = KTableVerdict(
         trial=record.number,
         table=table,
         source=backend.source,
         runs=tuple(runs),
         output_tok_s=sum(measured) / len(measured) if len(measured) == len(runs) else None,
-        fixed_tok_s=candidate.output_tok_s,
+        fixed_tok_s=candidate.throughput,
     )
     study.set_user_attr(K_TABLE_ATTR, verdict.to_dict())
     return verdict
@@ -170,8 +170,10 @@ def _run_from(outcome: TrialOutcome) -> Run:
         return Run(outcome.status, failure=outcome.failure)
     return Run(
         status=outcome.status,
-        output_tok_s=outcome.score.values[0] if outcome.status.measured else None,
+        throughput=outcome.score.values[0] if outcome.status.measured else None,
         p95_ttft_ms=outcome.score.values[1] if outcome.status.measured else None,
         acceptance_rate=primary.acceptance_rate,
-        levels=level_tok_s(outcome.results, [c.weight for c in outcome.conditions]),
+        levels=()  # a goodput run's steps are rates, not levels
+        if outcome.score.steps
+        else level_tok_s(outcome.results, [c.weight for c in outcome.conditions]),
     )

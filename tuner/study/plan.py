@@ -25,6 +25,7 @@ from tuner.config.trial import TrialConfig, load_draft
 from tuner.config.vllm_args import has_per_batch_size
 from tuner.errors import ConfigError, StartupFailure
 from tuner.sim.engine import predict
+from tuner.study.goodput import predicted_climb
 from tuner.study.strategy import warm_start_configs
 
 __all__ = [
@@ -57,28 +58,39 @@ class TrialCost:
 
 
 def prior_cost(space: SearchSpace, config: TrialConfig) -> TrialCost:
-    """The cost of ``config`` before anything is measured: start-up prior, predicted benchmark."""
+    """The cost of ``config`` before anything is measured: start-up prior, predicted benchmark
+    (in a goodput study, of the steps its climb is predicted to measure)."""
     server = config.server
     draft = load_draft(server)
     weights = space.target.weight_bytes + (draft.weight_bytes if draft else 0.0)
     start = START_PRIOR_S + weights / server.tensor_parallel_size / (LOAD_GB_PER_S * 1e9)
     workload = config.client.workload
+    try:
+        if space.goodput:
+            pairs = predicted_climb(space, server, workload)
+        else:
+            pairs = [
+                (
+                    condition,
+                    predict(
+                        space.hardware,
+                        space.target,
+                        draft,
+                        server,
+                        condition.temperature,
+                        workload,
+                        condition.concurrency,
+                    ),
+                )
+                for condition in workload.conditions
+            ]
+    except StartupFailure:  # out of memory: a start-up that fails, no benchmark
+        return TrialCost(start, 0.0)
     bench = 0.0
-    for condition in workload.conditions:
-        try:
-            result = predict(
-                space.hardware,
-                space.target,
-                draft,
-                server,
-                condition.temperature,
-                workload,
-                condition.concurrency,
-            )
-        except StartupFailure:  # out of memory: a start-up that fails, no benchmark
-            return TrialCost(start, 0.0)
+    for condition, result in pairs:
         # The warm-up requests take about as long as measured ones, a slot's share each.
-        per_request = result.duration_s * condition.concurrency / max(1, workload.requests)
+        slots = min(condition.concurrency, workload.requests)
+        per_request = result.duration_s * slots / max(1, workload.requests)
         bench += result.duration_s + workload.warmup * per_request
     return TrialCost(start, bench)
 

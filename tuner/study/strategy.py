@@ -18,10 +18,11 @@ uses a few hundred MiB more or less than any model of it (allocator fragmentatio
 workspaces), and a config pushed on the strength of a prediction alone should not be one that
 runs out of memory at launch. Where the prediction cannot tell configs apart, the one with more
 memory to spare and the lower TTFT for the longest prompts wins. The measurements come from
-whatever backend runs; the predictions only choose the first trials. After them the sampler of
-the constraint-aware multivariate TPE of ``--sampler tpe``,
-learns from what was measured; starting it next to the predicted optimum, at a safe memory
-setting, also keeps its own proposals away from the memory limit.
+whatever backend runs; the predictions only choose the first trials. After them the
+constraint-aware multivariate TPE of ``--sampler tpe`` learns from what was measured; starting
+it next to the predicted optimum, at a safe memory setting, keeps its proposals away from the
+memory limit. In a goodput study the prediction is the climb the trial would make
+(:func:`tuner.study.goodput.predicted_climb`), and configs are ranked by the goodput it finds.
 
 Predicting every point of the default space (11 000 configs) would take minutes, so the screen
 is staged, each stage around the best of the one before: every (draft, K) pair at its most
@@ -50,6 +51,7 @@ from tuner.errors import StartupFailure
 from tuner.results import Source, TrialResult
 from tuner.sim.engine import INPUT_SPREAD, predict
 from tuner.sim.memory import estimate_memory
+from tuner.study.goodput import predicted_goodput
 from tuner.trial.record import WARM_START_ATTR
 
 __all__ = [
@@ -87,15 +89,16 @@ class Prediction:
     Attributes:
         params: the point, named as :meth:`SearchSpace.suggest` names its parameters.
         config: the trial config those parameters make.
-        output_tok_s: predicted output throughput at the workload's first concurrency level.
-        p95_ttft_ms: predicted p95 time to first token (inf when no request completes).
+        throughput: predicted output tok/s at the workload's first concurrency level, or in a
+            goodput study the predicted goodput (req/s).
+        p95_ttft_ms: predicted p95 time to first token (inf: none completed, no step passed).
         tail_ttft_ms: the same for prompts as long as the longest the simulator sends.
         headroom_gib: memory a start-up may need beyond the model before it fails.
     """
 
     params: dict[str, Any]
     config: TrialConfig
-    output_tok_s: float
+    throughput: float
     p95_ttft_ms: float
     tail_ttft_ms: float
     headroom_gib: float
@@ -141,7 +144,7 @@ def warm_start(study: optuna.Study, space: SearchSpace, budget: int) -> int:
             user_attrs={
                 WARM_START_ATTR: {
                     "source": Source.PREDICTED.value,
-                    "output_tok_s": round(prediction.output_tok_s, 3),
+                    space.objective.metric: round(prediction.throughput, 3),
                     "p95_ttft_ms": round(prediction.p95_ttft_ms, 3),
                 }
             },
@@ -187,7 +190,7 @@ def _plan(ranked: tuple[Prediction, ...], count: int) -> list[Prediction]:
         p
         for p in ranked[1:]
         if p.config.server == best.config.server
-        and p.output_tok_s >= _VARIANT_SHARE * best.output_tok_s
+        and p.throughput >= _VARIANT_SHARE * best.throughput
     ]
     plan[1:1] = variants[: max(0, min(_MAX_VARIANTS, count - len(plan)))]
     seen = {p.pair for p in plan}
@@ -324,27 +327,26 @@ class _Screen:
         config = self._config(pair, util, mnbt, temperature)
         draft = self.drafts[pair[0]]
         args = (self.space.hardware, self.space.target, draft, config.server, temperature)
+        params = _params(self.space, pair[0], pair[1], util, mnbt, temperature)
+        headroom = self.safe[pair][(util, mnbt)]
         try:
+            if self.space.goodput:  # one temperature stands in for the mix, as below
+                serving = self.workload.serving(temperature)
+                goodput, ttft = predicted_goodput(self.space, config.server, serving)
+                return Prediction(params, config, goodput, ttft, ttft, headroom)
             result = predict(*args, self.workload, self.concurrency)
             tail = predict(*args, self.tail, self.concurrency)
         except StartupFailure:  # cannot happen for a safe setting; skipped, not guessed at
             return None
-        return Prediction(
-            params=_params(self.space, pair[0], pair[1], util, mnbt, temperature),
-            config=config,
-            output_tok_s=result.output_tok_s,
-            p95_ttft_ms=_ttft(result),
-            tail_ttft_ms=_ttft(tail),
-            headroom_gib=self.safe[pair][(util, mnbt)],
-        )
+        return Prediction(params, config, result.output_tok_s, _ttft(result), _ttft(tail), headroom)
 
 
 def _screened(workload: WorkloadSpec, concurrency: int) -> WorkloadSpec:
     """The workload the screen predicts. Without noise, one request at a time in a closed loop,
     every request after the warm-up runs the same steps: two give the throughput and p95 TTFT
-    of forty (a shipped space screens in 3 s, not 25 s). Batched or paced traffic is predicted
-    whole: its waves and queues depend on how many requests there are."""
-    if concurrency != 1 or workload.request_rate is not None:
+    of forty (a shipped space screens in 3 s, not 25 s). Batched or paced traffic (a goodput
+    climb too) is predicted whole: its waves and queues depend on how many requests arrive."""
+    if concurrency != 1 or workload.request_rate is not None or workload.rate_steps:
         return workload
     return replace(workload, requests=min(workload.requests, 2))
 
@@ -361,7 +363,7 @@ def _best(predictions: list[Prediction | None], ttft_limit_ms: float) -> list[Pr
         key=lambda p: (
             p.p95_ttft_ms > ttft_limit_ms,
             p.tail_ttft_ms > ttft_limit_ms,
-            -p.output_tok_s,
+            -p.throughput,
             p.tail_ttft_ms,
             -p.headroom_gib,
         ),

@@ -48,7 +48,7 @@ from tuner.trial.record import (
     stored_space,
 )
 from tuner.trial.runner import TrialRunner
-from tuner.trial.scoring import DIRECTIONS, OBJECTIVE_NAMES, stored_constraints
+from tuner.trial.scoring import DIRECTIONS, Limits, stored_constraints
 
 __all__ = [
     "SAMPLERS",
@@ -134,7 +134,7 @@ def open_study(
     stored = stored_space(study)
     if stored is None:
         assert space is not None
-        study.set_metric_names(list(OBJECTIVE_NAMES))
+        study.set_metric_names(list(Limits.of(space).names))
         study.set_user_attr(SPACE_ATTR, space.source)
         return study, space
     if space is not None and space != stored:

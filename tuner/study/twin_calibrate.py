@@ -37,7 +37,7 @@ from tuner.study.twin_steer import PRIOR_ATTR, TwinScreen, stored_twin
 from tuner.trial.backends import Backend
 from tuner.trial.record import stored_space
 from tuner.trial.runner import TrialOutcome, TrialRunner
-from tuner.trial.scoring import TrialStatus
+from tuner.trial.scoring import Limits, TrialStatus
 
 __all__ = [
     "Calibration",
@@ -135,7 +135,9 @@ def calibrate(
     Raises:
         ConfigError: nothing could be measured (every config ran out of memory).
     """
-    runner = TrialRunner(backend, space.hardware, space.ttft_limit_ms, version=space.version)
+    runner = TrialRunner(
+        backend, space.hardware, Limits(space.ttft_limit_ms), version=space.version
+    )
     outcomes: list[TrialOutcome] = []
     seen: list[Observation] = []
     try:

@@ -12,7 +12,7 @@
    size the twin predicts to leave less than its fitted margin is moved to the nearest one
    that does (the margin comes from NVML's peaks and the start-ups that ran out of memory).
 
-The closed-form screen serves one request at a time; at higher concurrency only memory steers.
+The closed-form screen serves one request at a time; otherwise (goodput too) only memory steers.
 """
 
 from __future__ import annotations
@@ -320,7 +320,7 @@ class TwinSampler(optuna.samplers.BaseSampler):
         seen = [t for t in done if t.number != trial.number] + [trial]
         twin = fit(screen.space.hardware, observations(screen.space, seen), self.start(study))
         study.set_user_attr(TWIN_ATTR, twin.to_json())
-        if self.steer and screen.space.workload.concurrency[0] == 1:
+        if self.steer and screen.space.workload.scored_alone:  # what the closed form forecasts
             _propose(study, screen, twin, seen)
 
     def reseed_rng(self) -> None:

@@ -38,7 +38,13 @@ from tuner.errors import SpectuneError, StartupFailure
 from tuner.launch.served import ServedFacts
 from tuner.results import Source
 from tuner.trial.run_facts import RUN_ATTR, RunFacts, stored_run
-from tuner.trial.scoring import CONSTRAINT_KEYS, LEGACY_CONSTRAINT_KEYS, STREAM_KEY, TrialStatus
+from tuner.trial.scoring import (
+    CONSTRAINT_KEYS,
+    LEGACY_CONSTRAINT_KEYS,
+    STREAM_KEY,
+    TPOT_KEY,
+    TrialStatus,
+)
 
 if TYPE_CHECKING:  # the runner imports the load generator and its HTTP client
     from tuner.trial.runner import TrialOutcome
@@ -63,22 +69,10 @@ SOURCE_ATTR = "source"
 WARM_START_ATTR = "warm_start"
 # The trial user attributes a record writes: what a retried trial must not inherit.
 RECORD_ATTRS = (
-    "server",
-    "temperature",
-    "status",
-    "source",
-    "restarted",
-    "memory",
-    "summary",
-    "levels",
-    "failure",
-    "log_tail",
-    "duplicate_of",
-    "worker",
-    "failed_share",
-    "temperature_mix",
-    "served",
-)
+    "server", "temperature", "status", "source", "restarted", "memory", "summary", "levels",
+    "failure", "log_tail", "duplicate_of", "worker", "failed_share", "temperature_mix", "served",
+    "steps",
+)  # fmt: skip
 _LOG_TAIL_CHARS = 4000
 
 
@@ -100,8 +94,8 @@ class TrialRecord:
             mix's weighted mean (the mix itself is ``temperature_mix``).
         status: how it ended (an OOM is COMPLETE with status OOM; a fault is FAILED).
         source: where its numbers came from: measured, simulated, or predicted (OOM predicted).
-        values: the objectives Optuna holds, (output tok/s, p95 TTFT ms); pessimistic but
-            finite for OOM trials; None for a trial that did not complete.
+        values: the objectives Optuna holds, (output tok/s or goodput req/s, p95 TTFT ms);
+            pessimistic but finite for OOM trials; None for a trial that did not complete.
         constraints: Optuna's keyed constraints (``oom``, ``ttft_slo``, ``errors``); <= 0 is
             feasible.
         restarted: whether the trial started a server (False when it reused the running one).
@@ -118,6 +112,7 @@ class TrialRecord:
         failed_share: failed over sent requests, all pairs together; None when none was sent.
         temperature_mix: the (temperature, share) pairs the trial was measured at.
         served: what its server's log says vLLM ran (attention backend, CUDA graphs, KV cache).
+        steps: a goodput trial's (request rate, passed) per step measured, lowest rate first.
     """
 
     number: int
@@ -140,6 +135,7 @@ class TrialRecord:
     failed_share: float | None = None
     temperature_mix: tuple[tuple[float, float], ...] = ()
     served: ServedFacts | None = None
+    steps: tuple[tuple[float, bool], ...] = ()
 
     @classmethod
     def from_outcome(
@@ -169,6 +165,7 @@ class TrialRecord:
             failed_share=outcome.score.failed_share if outcome.results else None,
             temperature_mix=outcome.config.client.workload.temperature_mix,
             served=outcome.served,
+            steps=outcome.score.steps,
         )
 
     @classmethod
@@ -239,6 +236,8 @@ class TrialRecord:
             attrs["temperature_mix"] = [list(pair) for pair in self.temperature_mix]
         if self.served is not None:
             attrs["served"] = self.served.to_dict()
+        if self.steps:
+            attrs["steps"] = [[rate, passed] for rate, passed in self.steps]
         return attrs
 
     @classmethod
@@ -275,6 +274,7 @@ class TrialRecord:
                 (float(t), float(w)) for t, w in attrs.get("temperature_mix") or ()
             ),
             served=None if served is None else ServedFacts.from_dict(served),
+            steps=tuple((float(rate), bool(ok)) for rate, ok in attrs.get("steps") or ()),
         )
 
     @property
@@ -298,6 +298,11 @@ class TrialRecord:
         return self.constraints.get(STREAM_KEY, -1.0) > 0
 
     @property
+    def over_tpot(self) -> bool:
+        """Measured, but its tokens came slower than the space's TPOT limit."""
+        return self.constraints.get(TPOT_KEY, -1.0) > 0
+
+    @property
     def lost_requests(self) -> bool:
         """More requests failed than the space allows: not scored on the rest."""
         return (
@@ -312,6 +317,7 @@ class TrialRecord:
             self.state is TrialState.COMPLETE
             and not self.lost_requests
             and not self.over_stream
+            and not self.over_tpot
             and all(self.constraints.get(key, 1.0) <= 0 for key in LEGACY_CONSTRAINT_KEYS)
         )
 
@@ -332,7 +338,7 @@ class TrialRecord:
 
     @property
     def objective(self) -> tuple[float, float]:
-        """(output tok/s, p95 TTFT ms) as Optuna holds them (pessimistic for OOM trials).
+        """(throughput, p95 TTFT ms) as Optuna holds them (pessimistic for OOM trials).
 
         Raises:
             ValueError: the trial did not complete.
@@ -342,8 +348,9 @@ class TrialRecord:
         return self.values
 
     @property
-    def output_tok_s(self) -> float | None:
-        """Measured output tokens/s; None when nothing was measured."""
+    def throughput(self) -> float | None:
+        """The measured first objective (output tok/s, or goodput req/s in a goodput study);
+        None when nothing was measured."""
         return self.values[0] if self.measured and self.values else None
 
     @property
@@ -357,20 +364,6 @@ class TrialRecord:
         value = self.summary.get("acceptance_rate")
         return None if value is None else float(value)
 
-    @property
-    def level_tok_s(self) -> tuple[tuple[int, float], ...]:
-        """(concurrency, output tok/s) per measured level, its temperatures weighted by their
-        share; levels first measured first."""
-        sums: dict[int, list[float]] = {}
-        for level in self.levels:
-            if level.get("output_tok_s") is None:
-                continue
-            weight = float(level.get("weight") or 1.0)  # within a level: the temperature share
-            total = sums.setdefault(int(level["concurrency"]), [0.0, 0.0])
-            total[0] += weight * float(level["output_tok_s"])
-            total[1] += weight
-        return tuple((c, tok_s / weight) for c, (tok_s, weight) in sums.items())
-
 
 def records(trials: Iterable[FrozenTrial]) -> list[TrialRecord]:
     """The records among ``trials`` (trials without a recorded config are left out)."""
@@ -381,14 +374,16 @@ def records(trials: Iterable[FrozenTrial]) -> list[TrialRecord]:
 def constraint_keys(study: optuna.Study) -> tuple[str, ...]:
     """The constraint keys this study's trials carry (samplers want the same keys on all): a
     study written before ``errors`` existed keeps the two it has; a space that limits the
-    stream's smoothness adds ``stream``."""
+    stream's smoothness adds ``stream``, one that limits the time per output token
+    ``tpot_slo``."""
     for trial in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
         keys = tuple(sorted(k for k in trial.constraints if not k.isdigit()))  # not the legacy list
         if keys:
             return keys
     space = stored_space(study)
-    limited = space is not None and space.stream_gap_limit_ms is not None
-    return tuple(sorted((*CONSTRAINT_KEYS, *((STREAM_KEY,) if limited else ()))))
+    limits = (None, None) if space is None else (space.stream_gap_limit_ms, space.tpot_limit_ms)
+    added = [key for key, limit in zip((STREAM_KEY, TPOT_KEY), limits, strict=True) if limit]
+    return tuple(sorted((*CONSTRAINT_KEYS, *added)))
 
 
 def _finite(data: Mapping[str, Any]) -> dict[str, Any]:

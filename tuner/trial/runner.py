@@ -22,7 +22,7 @@ from tuner.launch.served import ServedFacts, read_served
 from tuner.results import Endpoint, TrialResult
 from tuner.sim.memory import MemoryEstimate, estimate_memory
 from tuner.trial.backends import Backend
-from tuner.trial.scoring import Score, TrialStatus, score
+from tuner.trial.scoring import Limits, Score, TrialStatus, score, score_goodput
 from tuner.trial.traffic import measure_traffic
 
 __all__ = ["TrialOutcome", "TrialRunner", "predict_memory"]
@@ -67,18 +67,14 @@ class TrialRunner:
         self,
         backend: Backend,
         hardware: Hardware,
-        ttft_limit_ms: float,
+        limits: Limits,
         *,
-        max_failed_share: float = 0.0,
         version: VllmVersion | None = None,
-        stream_gap_limit_ms: float | None = None,
     ) -> None:
         self.backend = backend
         self.hardware = hardware
         self.version = version  # the study's vLLM: its memory rules (None: the newest)
-        self.ttft_limit_ms = ttft_limit_ms
-        self.max_failed_share = max_failed_share
-        self.stream_gap_limit_ms = stream_gap_limit_ms
+        self.limits = limits
         self._running: ServerConfig | None = None
         self._endpoint: Endpoint | None = None
         self._served: ServedFacts | None = None
@@ -89,14 +85,7 @@ class TrialRunner:
     ) -> TrialRunner:
         """A runner that scores against ``space``'s limits and memory rules (``ttft_limit_ms``
         in place of its TTFT limit, where given)."""
-        return cls(
-            backend,
-            space.hardware,
-            space.ttft_limit_ms if ttft_limit_ms is None else ttft_limit_ms,
-            max_failed_share=space.max_failed_requests,
-            version=space.version,
-            stream_gap_limit_ms=space.stream_gap_limit_ms,
-        )
+        return cls(backend, space.hardware, Limits.of(space, ttft_limit_ms), version=space.version)
 
     def run(self, config: TrialConfig, context: LaunchContext, seed: int) -> TrialOutcome:
         """Runs one trial.
@@ -129,7 +118,7 @@ class TrialRunner:
                 log_tail=failure.log_tail,
             )
         try:
-            traffic = measure_traffic(self.backend, config, seed, self.max_failed_share)
+            traffic = measure_traffic(self.backend, config, seed, self.limits)
         except StartupFailure as died:  # the server ended mid-benchmark, read like a start-up
             self._stop_server()
             if died.kind is not FailureKind.OOM:
@@ -143,14 +132,23 @@ class TrialRunner:
             raise
         if traffic.lost_requests:
             self._stop_server()  # it failed requests: dead, hung or broken, never reused
-        scored = score(
-            traffic.results,
-            self.ttft_limit_ms,
-            weights=[c.weight for c in traffic.conditions],
-            max_failed_share=self.max_failed_share,
-            broken=traffic.broken,
-            unrecorded=traffic.unrecorded,
-            stream_gap_limit_ms=self.stream_gap_limit_ms,
+        broken, unrecorded = traffic.broken, traffic.unrecorded
+        scored = (
+            score_goodput(
+                traffic.results,
+                traffic.conditions,
+                self.limits,
+                broken=broken,
+                unrecorded=unrecorded,
+            )
+            if self.limits.goodput
+            else score(
+                traffic.results,
+                self.limits,
+                weights=[c.weight for c in traffic.conditions],
+                broken=broken,
+                unrecorded=unrecorded,
+            )
         )
         return TrialOutcome(
             config,
@@ -165,9 +163,7 @@ class TrialRunner:
         )
 
     def _unmeasured(self, oom: TrialStatus) -> Score:
-        return score(
-            None, self.ttft_limit_ms, oom=oom, stream_gap_limit_ms=self.stream_gap_limit_ms
-        )
+        return score(None, self.limits, oom=oom)
 
     def _ensure_server(self, server: ServerConfig, context: LaunchContext) -> tuple[Endpoint, bool]:
         if self._endpoint is not None and server == self._running:

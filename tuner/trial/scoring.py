@@ -10,10 +10,17 @@ in which Optuna's database storages read them back, so every storage shows one o
 - ``oom``: 1 when the config ran, or was predicted to run, out of memory; -1 otherwise;
 - ``ttft_slo``: the worst p95 TTFT minus the limit, so the limit holds at every level.
 
-A space that limits the stream's smoothness (``slo.stream_gap_p99_ms``) adds a fourth,
-``stream`` (:data:`STREAM_KEY`, between ``oom`` and ``ttft_slo`` in that order): the worst p99
-gap between streamed chunks minus the limit. Speculation delivers tokens in bursts, and a user
-who serves a reader may cap the pause they see.
+A space that limits the stream's smoothness (``slo.stream_gap_p99_ms``) adds ``stream``
+(:data:`STREAM_KEY`): the worst p99 gap between streamed chunks minus the limit. Speculation
+delivers tokens in bursts, and a user who serves a reader may cap the pause they see. A space
+that limits the time per output token (``slo.tpot_ms``) adds ``tpot_slo`` (:data:`TPOT_KEY`):
+the worst p95 TPOT minus the limit. Both sort among the others alphabetically.
+
+A goodput study (``slo.objective: goodput``) climbs request-rate steps instead of weighing
+levels (:mod:`tuner.trial.traffic`); :func:`score_goodput` makes its first objective the
+highest rate whose every measurement met the limits (:func:`meets`), in requests/s, and takes
+the TTFT and the limits' constraints at that step (at the lowest step when none passed, which
+makes the trial infeasible).
 
 An OOM trial, and a trial whose server failed more requests than allowed (a config that breaks
 the server under load), is COMPLETE with pessimistic but finite values, so the sampler learns
@@ -28,11 +35,14 @@ a failed request never delivered its first token within the limit.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 
 import optuna
 
+from tuner.config.schema import Objective
+from tuner.config.space import SearchSpace
+from tuner.config.workload import Condition
 from tuner.results import TrialResult
 
 __all__ = [
@@ -41,21 +51,27 @@ __all__ = [
     "LEGACY_CONSTRAINT_KEYS",
     "OBJECTIVE_NAMES",
     "STREAM_KEY",
+    "TPOT_KEY",
+    "Limits",
     "Score",
     "TrialStatus",
     "failed_share",
     "level_tok_s",
+    "meets",
     "pessimistic_ttft_ms",
     "score",
+    "score_goodput",
     "stored_constraints",
 ]
 
-OBJECTIVE_NAMES = ("output_tok_s", "p95_ttft_ms")
+OBJECTIVE_NAMES = (Objective.THROUGHPUT.metric, "p95_ttft_ms")
+"""A study's objectives; a goodput study's first is the highest rate within its limits."""
 DIRECTIONS = (optuna.study.StudyDirection.MAXIMIZE, optuna.study.StudyDirection.MINIMIZE)
 CONSTRAINT_KEYS = ("errors", "oom", "ttft_slo")
 LEGACY_CONSTRAINT_KEYS = ("oom", "ttft_slo")
 """The keys of studies created before the ``errors`` constraint."""
 STREAM_KEY = "stream"
+TPOT_KEY = "tpot_slo"
 
 
 class TrialStatus(enum.StrEnum):
@@ -66,6 +82,7 @@ class TrialStatus(enum.StrEnum):
     OOM = "OOM"
     OVER_TTFT = "over TTFT limit"
     OVER_STREAM = "over stream-gap limit"  # its stream paused longer than the space allows
+    OVER_TPOT = "over TPOT limit"  # its tokens came slower than the space allows
     FAILED_REQUESTS = "failed requests"  # the server failed requests under this config's load
     FAILED = "failed"  # an infrastructure fault: a crash, a hang, nothing measured (FAIL)
 
@@ -77,7 +94,51 @@ class TrialStatus(enum.StrEnum):
     @property
     def measured(self) -> bool:
         """The server ran and the benchmark produced numbers that count."""
-        return self in (TrialStatus.OK, TrialStatus.OVER_TTFT, TrialStatus.OVER_STREAM)
+        return self in (
+            TrialStatus.OK,
+            TrialStatus.OVER_TTFT,
+            TrialStatus.OVER_STREAM,
+            TrialStatus.OVER_TPOT,
+        )
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What every measured pair (or goodput step) must meet: a space's ``slo`` section.
+
+    Attributes:
+        ttft_ms: p95 time to first token.
+        max_failed_share: the share of requests that may fail.
+        stream_gap_ms: p99 gap between streamed chunks; None: no limit.
+        tpot_ms: p95 time per output token; None: no limit.
+        objective: what the study maximises: throughput, or goodput (request-rate steps).
+    """
+
+    ttft_ms: float
+    max_failed_share: float = 0.0
+    stream_gap_ms: float | None = None
+    tpot_ms: float | None = None
+    objective: Objective = Objective.THROUGHPUT
+
+    @classmethod
+    def of(cls, space: SearchSpace, ttft_ms: float | None = None) -> Limits:
+        """``space``'s limits (``ttft_ms`` in place of its TTFT limit, where given)."""
+        return cls(
+            space.ttft_limit_ms if ttft_ms is None else ttft_ms,
+            space.max_failed_requests,
+            space.stream_gap_limit_ms,
+            space.tpot_limit_ms,
+            space.objective,
+        )
+
+    @property
+    def goodput(self) -> bool:
+        return self.objective is Objective.GOODPUT
+
+    @property
+    def names(self) -> tuple[str, str]:
+        """The study's objective names (Optuna's metric names)."""
+        return (self.objective.metric, OBJECTIVE_NAMES[1])
 
 
 @dataclass(frozen=True)
@@ -88,6 +149,8 @@ class Score:
         failed_share: failed over sent requests, all pairs together (0 when nothing ran).
         reason: why the trial is not scored on its numbers (failed requests); None otherwise.
         stream: the worst p99 chunk gap minus the space's limit (ms); None without a limit.
+        tpot: the worst p95 TPOT minus the space's limit (ms); None without a limit.
+        steps: a goodput trial's (request rate, passed) per step measured, lowest rate first.
     """
 
     values: tuple[float, float]
@@ -96,16 +159,20 @@ class Score:
     failed_share: float = 0.0
     reason: str | None = None
     stream: float | None = None
+    tpot: float | None = None
+    steps: tuple[tuple[float, bool], ...] = ()
 
     @property
     def feasible(self) -> bool:
-        return all(c <= 0 for c in self.constraints) and (self.stream is None or self.stream <= 0)
+        return all(c <= 0 for c in self.keyed().values())
 
     def keyed(self) -> dict[str, float]:
-        """The constraints by key, ``stream`` among them where the space sets a limit."""
+        """The constraints by key, ``stream`` and ``tpot_slo`` among them where the space
+        sets those limits."""
         keyed = dict(zip(CONSTRAINT_KEYS, self.constraints, strict=True))
-        if self.stream is not None:
-            keyed[STREAM_KEY] = self.stream
+        for key, value in ((STREAM_KEY, self.stream), (TPOT_KEY, self.tpot)):
+            if value is not None:
+                keyed[key] = value
         return dict(sorted(keyed.items()))
 
 
@@ -123,75 +190,153 @@ def failed_share(results: Sequence[TrialResult], unrecorded: int = 0) -> float:
 
 def score(
     results: TrialResult | Sequence[TrialResult] | None,
-    ttft_limit_ms: float,
+    limits: Limits,
     *,
     weights: Sequence[float] | None = None,
-    max_failed_share: float = 0.0,
     oom: TrialStatus | None = None,
     broken: str | None = None,
     unrecorded: int = 0,
-    stream_gap_limit_ms: float | None = None,
 ) -> Score:
     """Scores a measured or simulated trial, or an OOM (``results`` None, ``oom`` set).
 
     Args:
         results: one result per measured (level, temperature) pair.
-        ttft_limit_ms: the p95 TTFT limit, checked at every pair.
+        limits: the space's limits, checked at every pair.
         weights: each pair's share of the traffic (default: equal shares).
-        max_failed_share: the share of requests that may fail.
         oom: the OOM status when nothing ran.
         broken: why measuring stopped early (the server stopped answering); the trial then
             counts as failing requests whatever the share.
         unrecorded: requests of a pair that left no result (the server died in it), failed.
-        stream_gap_limit_ms: the p99 gap between streamed chunks allowed at every pair.
     """
-    penalty = pessimistic_ttft_ms(ttft_limit_ms)
-    unmeasured = None if stream_gap_limit_ms is None else -1.0  # other constraints say why
-    if results is None or oom is not None:
-        return Score(
-            (0.0, penalty),
-            (-1.0, 1.0, penalty - ttft_limit_ms),
-            oom or TrialStatus.OOM,
-            stream=unmeasured,
-        )
-    measured = [results] if isinstance(results, TrialResult) else list(results)
-    share = failed_share(measured, unrecorded)
-    if broken is not None or share > max_failed_share or not measured:
-        failed = sum(r.errors for r in measured) + unrecorded
-        sent = sum(len(r.requests) for r in measured) + unrecorded
-        first = next((q.error for r in measured for q in r.requests if q.error), None)
-        reason = (
-            f"{failed} of {sent} requests failed ({share:.0%}, {max_failed_share:.0%} allowed)"
-            + (f"; first: {first}" if first else "")
-            + (f"; then {broken}" if broken else "")
-        )
-        violation = max(share - max_failed_share, 1.0 / max(sent, 1))
-        return Score(
-            (0.0, penalty),
-            (violation, -1.0, penalty - ttft_limit_ms),
-            TrialStatus.FAILED_REQUESTS,
-            share,
-            reason,
-            stream=unmeasured,
-        )
+    measured = [results] if isinstance(results, TrialResult) else results
+    unscored = _unscored(measured, limits, oom, broken, unrecorded)
+    if unscored is not None:
+        return unscored
+    assert measured is not None  # nothing measured is an OOM, scored above
     shares = list(weights) if weights is not None else [1.0] * len(measured)
     if len(shares) != len(measured):
         raise ValueError(f"{len(shares)} weights for {len(measured)} results")
     total = sum(shares)
     tok_s = sum(w * r.output_tok_s for w, r in zip(shares, measured, strict=True)) / total
+    return _scored(tok_s, measured, limits, failed_share(measured))
+
+
+def score_goodput(
+    results: Sequence[TrialResult],
+    conditions: Sequence[Condition],
+    limits: Limits,
+    *,
+    oom: TrialStatus | None = None,
+    broken: str | None = None,
+    unrecorded: int = 0,
+) -> Score:
+    """Scores a goodput trial: the highest request rate whose every measurement met the limits.
+
+    Args:
+        results: one result per measured (rate, temperature) pair.
+        conditions: the pair each result was measured at (``request_rate`` set).
+        limits: the space's limits, a step's every pair held to them.
+        oom, broken, unrecorded: as for :func:`score`.
+    """
+    unscored = _unscored(list(results), limits, oom, broken, unrecorded)
+    if unscored is not None:
+        return unscored
+    steps: dict[float, list[TrialResult]] = {}
+    for result, condition in zip(results, conditions, strict=True):
+        assert condition.request_rate is not None, "a goodput step offers a request rate"
+        steps.setdefault(condition.request_rate, []).append(result)
+    verdicts = tuple((rate, meets(steps[rate], limits)) for rate in sorted(steps))
+    passed = [rate for rate, ok in verdicts if ok]
+    rate = max(passed, default=min(steps))  # none passed: the lowest step says which limit broke
+    scored = _scored(max(passed, default=0.0), steps[rate], limits, failed_share(results))
+    return replace(scored, steps=verdicts)
+
+
+def meets(results: Sequence[TrialResult], limits: Limits) -> bool:
+    """Whether every one of ``results`` met the limits (a goodput step passes)."""
+    return bool(results) and _scored(0.0, results, limits, failed_share(results)).feasible
+
+
+def _unscored(
+    measured: Sequence[TrialResult] | None,
+    limits: Limits,
+    oom: TrialStatus | None,
+    broken: str | None,
+    unrecorded: int,
+) -> Score | None:
+    """The score of a trial that cannot be scored on its numbers: an OOM, or lost requests."""
+    penalty = pessimistic_ttft_ms(limits.ttft_ms)
+    stream, tpot = (
+        None if limit is None else -1.0 for limit in (limits.stream_gap_ms, limits.tpot_ms)
+    )
+    if measured is None or oom is not None:
+        return Score(
+            (0.0, penalty),
+            (-1.0, 1.0, penalty - limits.ttft_ms),
+            oom or TrialStatus.OOM,
+            stream=stream,
+            tpot=tpot,
+        )
+    share = failed_share(measured, unrecorded)
+    if broken is None and share <= limits.max_failed_share and measured:
+        return None
+    failed = sum(r.errors for r in measured) + unrecorded
+    sent = sum(len(r.requests) for r in measured) + unrecorded
+    first = next((q.error for r in measured for q in r.requests if q.error), None)
+    reason = (
+        f"{failed} of {sent} requests failed ({share:.0%}, {limits.max_failed_share:.0%} allowed)"
+        + (f"; first: {first}" if first else "")
+        + (f"; then {broken}" if broken else "")
+    )
+    violation = max(share - limits.max_failed_share, 1.0 / max(sent, 1))
+    return Score(
+        (0.0, penalty),
+        (violation, -1.0, penalty - limits.ttft_ms),
+        TrialStatus.FAILED_REQUESTS,
+        share,
+        reason,
+        stream=stream,
+        tpot=tpot,
+    )
+
+
+def _scored(value: float, measured: Sequence[TrialResult], limits: Limits, share: float) -> Score:
+    """``value`` as the first objective, the worst p95 TTFT of ``measured`` as the second, and
+    each limit's constraint at its worst over ``measured``."""
+    penalty = pessimistic_ttft_ms(limits.ttft_ms)
     p95s = [r.ttft_ms(95) for r in measured]
     ttft = penalty if any(p is None for p in p95s) else max(p for p in p95s if p is not None)
-    over = ttft - ttft_limit_ms
-    stream = None
-    if stream_gap_limit_ms is not None:
-        gaps = [g for g in (r.itl_ms(99) for r in measured) if g is not None]
-        stream = max(gaps, default=0.0) - stream_gap_limit_ms
+    over = ttft - limits.ttft_ms
+    stream = _worst_over(measured, limits.stream_gap_ms, lambda r: r.itl_ms(99))
+    tpot = _worst_over(measured, limits.tpot_ms, lambda r: r.tpot_ms(95))
     status = TrialStatus.OK
     if over > 0:
         status = TrialStatus.OVER_TTFT
+    elif tpot is not None and tpot > 0:
+        status = TrialStatus.OVER_TPOT
     elif stream is not None and stream > 0:
         status = TrialStatus.OVER_STREAM
-    return Score((tok_s, ttft), (share - max_failed_share, -1.0, over), status, share, None, stream)
+    return Score(
+        (value, ttft),
+        (share - limits.max_failed_share, -1.0, over),
+        status,
+        share,
+        None,
+        stream,
+        tpot,
+    )
+
+
+def _worst_over(
+    measured: Sequence[TrialResult],
+    limit: float | None,
+    value: Callable[[TrialResult], float | None],
+) -> float | None:
+    """The worst of ``value`` over ``measured`` minus ``limit``; None without a limit."""
+    if limit is None:
+        return None
+    found = [v for v in map(value, measured) if v is not None]
+    return max(found, default=0.0) - limit
 
 
 def level_tok_s(

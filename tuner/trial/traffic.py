@@ -8,21 +8,29 @@ pair where nothing succeeded, or where the server died other than out of memory,
 pairs had been served: this config breaks the server under load, which the ``errors``
 constraint tells the sampler; a server that fails at the first pair is a fault, a FAIL). Each
 pair gets its own seed, so prompts differ from pair to pair.
+
+A goodput study climbs its request-rate steps instead (:class:`Climb`): each step offers its
+rate (Poisson arrivals, no cap on requests in flight, so the server's own queueing shows in
+TTFT) at every temperature of the mix; the climb stops at the first step that misses a limit,
+then measures once between it and the last step that passed, at their geometric mean.
+(vLLM's ``bench sweep serve_sla`` likewise narrows the rate between measured points.)
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
 from tuner.bench.loadgen import STALLED
 from tuner.config.trial import TrialConfig
-from tuner.config.workload import Condition
+from tuner.config.workload import Condition, WorkloadSpec
 from tuner.errors import FailureKind, MeasurementError, StartupFailure
 from tuner.results import TrialResult
 from tuner.trial.backends import Backend
-from tuner.trial.scoring import failed_share
+from tuner.trial.scoring import Limits, failed_share, meets
 
-__all__ = ["Traffic", "measure_traffic"]
+__all__ = ["Climb", "Traffic", "measure_traffic"]
 
 # Seeds of a trial's pairs are this far apart: a trial's seeds never meet the next trial's.
 _PAIR_STRIDE = 7919
@@ -51,10 +59,42 @@ class Traffic:
         return self.broken is not None or any(r.errors for r in self.results)
 
 
-def measure_traffic(
-    backend: Backend, config: TrialConfig, seed: int, max_failed_share: float = 0.0
-) -> Traffic:
-    """Measures the running server at each pair of ``config``'s workload.
+@dataclass(frozen=True)
+class Climb:
+    """Where a goodput climb stands: the steps measured so far, and whether each passed.
+
+    Attributes:
+        steps: the workload's rates, lowest first.
+        measured: (rate, passed) in the order measured.
+    """
+
+    steps: tuple[float, ...]
+    measured: tuple[tuple[float, bool], ...] = ()
+
+    def next_rate(self) -> float | None:
+        """The rate to measure next; None when the climb is done."""
+        passed = dict(self.measured)
+        missed = [rate for rate, ok in self.measured if not ok]
+        if not missed:
+            return next((rate for rate in self.steps if rate not in passed), None)
+        below = [rate for rate in self.steps if rate < min(missed) and passed.get(rate)]
+        if not below or len(missed) > 1 or len(self.measured) > len(below) + 1:
+            return None  # the lowest step missed, or the step between was measured
+        between = round(math.sqrt(max(below) * min(missed)), 3)
+        return between if max(below) < between < min(missed) else None
+
+    def record(self, rate: float, passed: bool) -> Climb:
+        return replace(self, measured=(*self.measured, (rate, passed)))
+
+    @property
+    def goodput(self) -> float:
+        """The highest rate that passed; 0 when none did."""
+        return max((rate for rate, ok in self.measured if ok), default=0.0)
+
+
+def measure_traffic(backend: Backend, config: TrialConfig, seed: int, limits: Limits) -> Traffic:
+    """Measures the running server at each pair of ``config``'s workload, or climbs its
+    request-rate steps in a goodput study.
 
     Raises:
         MeasurementError: the first pair produced nothing (an infrastructure fault).
@@ -62,14 +102,19 @@ def measure_traffic(
     workload = config.client.workload
     results: list[TrialResult] = []
     done: list[Condition] = []
-    for index, condition in enumerate(workload.conditions):
+    pairs = _climb(workload, limits, results, done) if workload.rate_steps else workload.conditions
+    for index, condition in enumerate(pairs):
         pair_seed = seed * _PAIR_STRIDE + index
         pair = replace(
             config,
             client=replace(
                 config.client,
                 temperature=condition.temperature,
-                workload=replace(workload, seed=workload.seed + pair_seed),
+                workload=replace(
+                    workload,
+                    seed=workload.seed + pair_seed,
+                    request_rate=condition.request_rate or workload.request_rate,
+                ),
             ),
         )
         try:
@@ -77,12 +122,25 @@ def measure_traffic(
         except (MeasurementError, StartupFailure) as exc:
             if not results or (isinstance(exc, StartupFailure) and exc.kind is FailureKind.OOM):
                 raise
-            where = f"at concurrency {condition.concurrency}, temperature {condition.temperature:g}"
-            return Traffic(tuple(results), tuple(done), f"{where}: {exc}", workload.requests)
+            return Traffic(
+                tuple(results), tuple(done), f"at {condition.label}: {exc}", workload.requests
+            )
         results.append(result)
         done.append(condition)
         if any(STALLED in (q.error or "") for q in result.requests):
             return Traffic(tuple(results), tuple(done), STALLED)
-        if failed_share(results) > max_failed_share:
+        if failed_share(results) > limits.max_failed_share:
             break  # the trial cannot count any more: measuring on would cost time only
     return Traffic(tuple(results), tuple(done))
+
+
+def _climb(
+    workload: WorkloadSpec, limits: Limits, results: list[TrialResult], done: list[Condition]
+) -> Iterator[Condition]:
+    """The pairs of a goodput climb, each step decided by how the steps before it measured
+    (``results`` and ``done`` are the caller's, filled in as it measures)."""
+    climb = Climb(workload.rate_steps)
+    while (rate := climb.next_rate()) is not None:
+        yield from workload.step(rate)
+        step = [r for r, c in zip(results, done, strict=True) if c.request_rate == rate]
+        climb = climb.record(rate, meets(step, limits))

@@ -1,0 +1,68 @@
+"""A goodput climb as the simulator predicts it: what the warm start ranks and ``--plan`` prices.
+
+The climb is the one a goodput trial makes (:mod:`tuner.trial.traffic`): each request-rate step
+at every temperature given, up the steps until one misses a limit, then once between; here each
+pair is the simulator's noise-free prediction instead of a measurement.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from tuner.config.space import SearchSpace
+from tuner.config.trial import ServerConfig, load_draft
+from tuner.config.workload import Condition, WorkloadSpec
+from tuner.results import TrialResult
+from tuner.sim.engine import predict
+from tuner.trial.scoring import Limits, meets, score_goodput
+from tuner.trial.traffic import Climb
+
+__all__ = ["predicted_climb", "predicted_goodput"]
+
+
+def predicted_climb(
+    space: SearchSpace, server: ServerConfig, workload: WorkloadSpec
+) -> list[tuple[Condition, TrialResult]]:
+    """The goodput climb a trial of ``server`` would make (:mod:`tuner.trial.traffic`), each
+    pair predicted noise-free by the simulator.
+
+    Raises:
+        StartupFailure: kind OOM when the server would not start for lack of memory.
+    """
+    draft = load_draft(server)
+    limits = Limits.of(space)
+    climb, pairs = Climb(workload.rate_steps), []
+    while (rate := climb.next_rate()) is not None:
+        step = [
+            (
+                condition,
+                predict(
+                    space.hardware,
+                    space.target,
+                    draft,
+                    server,
+                    condition.temperature,
+                    replace(workload, request_rate=rate),
+                    condition.concurrency,
+                ),
+            )
+            for condition in workload.step(rate)
+        ]
+        pairs += step
+        climb = climb.record(rate, meets([result for _, result in step], limits))
+    return pairs
+
+
+def predicted_goodput(
+    space: SearchSpace, server: ServerConfig, workload: WorkloadSpec
+) -> tuple[float, float]:
+    """(goodput, p95 TTFT at its step) of :func:`predicted_climb`; TTFT inf when no step
+    passed.
+
+    Raises:
+        StartupFailure: kind OOM when the server would not start for lack of memory.
+    """
+    conditions, results = zip(*predicted_climb(space, server, workload), strict=True)
+    goodput, ttft = score_goodput(results, conditions, Limits.of(space)).values
+    return goodput, ttft if goodput > 0 else math.inf
