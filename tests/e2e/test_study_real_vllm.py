@@ -48,6 +48,7 @@ from tuner.study.study import make_sampler, open_study
 from tuner.study.twin_steer import observations, stored_twin
 from tuner.trial.backends import BackendOptions
 from tuner.trial.record import TrialRecord, records
+from tuner.trial.scoring import TrialStatus
 
 pytestmark = pytest.mark.vllm
 
@@ -179,6 +180,53 @@ def test_a_study_on_real_vllm_measures_every_method_and_its_twin_learns(
     }
     mean = {name: sum(e) / len(e) for name, e in errors.items()}
     assert mean["fitted"] < mean["shipped"], errors
+
+
+def test_a_goodput_study_on_real_vllm_climbs_its_rates_on_one_server(
+    tiny_models: TinyModels, tmp_path: Path, server_prefix: tuple[str, ...]
+) -> None:
+    """Goodput on real vLLM: the rates climbed, each step judged by its own p95s.
+
+    On this CPU the tiny model's p95 TPOT grew from about 2.3 ms at 2 requests/s to 3.7 ms at
+    128, so a 3 ms limit usually stops the climb part-way; either way each step's verdict must
+    follow from what vLLM served at that rate.
+    """
+    raw = _space(tiny_models)
+    raw["slo"] = {"objective": "goodput", "ttft_ms": 1000, "tpot_ms": 3.0}
+    raw["workload"] = {**raw["workload"], "request_rate": [2, 8, 32, 128], "temperature": 0.0}
+    del raw["workload"]["concurrency"]
+    raw["search"] = {**raw["search"], "draft": ["ngram"], "num_speculative_tokens": 2}
+    del raw["search"]["temperature"]
+    space = space_from_dict(raw)
+    options = BackendOptions(
+        study="", vllm_command=server_prefix + vllm_command(), ready_timeout_s=300
+    )
+    request = OptimizeRequest(
+        "tiny-goodput", space, "process", 1, tmp_path, backend_options=options, confirm_top=0
+    )
+    optimize(request)
+
+    storage = open_storage(default_storage("tiny-goodput", tmp_path))
+    (record,) = records(optuna.load_study(study_name="tiny-goodput", storage=storage).get_trials())
+    assert record.status in (TrialStatus.OK, TrialStatus.OVER_TPOT), record.failure
+    assert record.restarted and record.failed_share == 0.0 and record.values is not None
+    order = list(dict.fromkeys(float(level["offered_rate"]) for level in record.levels))
+    assert [rate for rate, _ in record.steps] == sorted(order)
+    ladder = [rate for rate in order if rate in (2, 8, 32, 128)]
+    assert ladder == [2, 8, 32, 128][: len(ladder)]  # climbed from the lowest, in order
+    for level in record.levels:  # each step's verdict is its own p95s against the limits
+        ok = level["ttft_p95_ms"] <= 1000 and level["tpot_p95_ms"] <= 3.0
+        assert dict(record.steps)[float(level["offered_rate"])] is ok, level
+        assert level["errors"] == 0 and level["request_rate"] > 0
+    passed = [rate for rate, ok in record.steps if ok]
+    assert record.values[0] == max(passed, default=0.0)
+    verdicts = dict(record.steps)
+    missed = [rate for rate in ladder if not verdicts[rate]]
+    if missed and missed[0] > ladder[0]:  # stopped at the first miss, then measured between
+        (between,) = set(order) - set(ladder)
+        assert ladder[-1] == missed[0] and ladder[-2] < between < missed[0]
+    else:  # every step passed, or the lowest missed: nothing between to measure
+        assert order == ladder
 
 
 def _log_error(space: SearchSpace, record: TrialRecord, twin: FittedTwin) -> float:
