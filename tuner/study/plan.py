@@ -24,8 +24,7 @@ from tuner.config.space import SearchSpace
 from tuner.config.trial import TrialConfig, load_draft
 from tuner.config.vllm_args import has_per_batch_size
 from tuner.errors import ConfigError, StartupFailure
-from tuner.sim.engine import predict
-from tuner.study.goodput import predicted_climb
+from tuner.study.forecast import predicted_climb, predicted_pairs
 from tuner.study.strategy import warm_start_configs
 
 __all__ = [
@@ -66,24 +65,11 @@ def prior_cost(space: SearchSpace, config: TrialConfig) -> TrialCost:
     start = START_PRIOR_S + weights / server.tensor_parallel_size / (LOAD_GB_PER_S * 1e9)
     workload = config.client.workload
     try:
-        if space.goodput:
-            pairs = predicted_climb(space, server, workload)
-        else:
-            pairs = [
-                (
-                    condition,
-                    predict(
-                        space.hardware,
-                        space.target,
-                        draft,
-                        server,
-                        condition.temperature,
-                        workload,
-                        condition.concurrency,
-                    ),
-                )
-                for condition in workload.conditions
-            ]
+        pairs = (
+            predicted_climb(space, server, workload)
+            if space.goodput
+            else predicted_pairs(space, server, workload, workload.conditions)
+        )
     except StartupFailure:  # out of memory: a start-up that fails, no benchmark
         return TrialCost(start, 0.0)
     bench = 0.0

@@ -22,7 +22,7 @@ whatever backend runs; the predictions only choose the first trials. After them 
 constraint-aware multivariate TPE of ``--sampler tpe`` learns from what was measured; starting
 it next to the predicted optimum, at a safe memory setting, keeps its proposals away from the
 memory limit. In a goodput study the prediction is the climb the trial would make
-(:func:`tuner.study.goodput.predicted_climb`), and configs are ranked by the goodput it finds.
+(:func:`tuner.study.forecast.predicted_climb`), and configs are ranked by the goodput it finds.
 
 Predicting every point of the default space (11 000 configs) would take minutes, so the screen
 is staged, each stage around the best of the one before: every (draft, K) pair at its most
@@ -51,7 +51,7 @@ from tuner.errors import StartupFailure
 from tuner.results import Source, TrialResult
 from tuner.sim.engine import INPUT_SPREAD, predict
 from tuner.sim.memory import estimate_memory
-from tuner.study.goodput import predicted_goodput
+from tuner.study.forecast import predicted_goodput
 from tuner.trial.record import WARM_START_ATTR
 
 __all__ = [

@@ -65,7 +65,8 @@ __all__ = [
 ]
 
 OBJECTIVE_NAMES = (Objective.THROUGHPUT.metric, "p95_ttft_ms")
-"""A study's objectives; a goodput study's first is the highest rate within its limits."""
+"""A throughput study's objective names; a goodput study's first is ``goodput_req_s``
+(:attr:`Limits.names`)."""
 DIRECTIONS = (optuna.study.StudyDirection.MAXIMIZE, optuna.study.StudyDirection.MINIMIZE)
 CONSTRAINT_KEYS = ("errors", "oom", "ttft_slo")
 LEGACY_CONSTRAINT_KEYS = ("oom", "ttft_slo")

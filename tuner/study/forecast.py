@@ -1,13 +1,16 @@
-"""A goodput climb as the simulator predicts it: what the warm start ranks and ``--plan`` prices.
+"""What the simulator predicts a trial measures: what ``--plan`` prices and a goodput warm start
+ranks.
 
-The climb is the one a goodput trial makes (:mod:`tuner.trial.traffic`): each request-rate step
-at every temperature given, up the steps until one misses a limit, then once between; here each
-pair is the simulator's noise-free prediction instead of a measurement.
+A trial measures the pairs of its workload (:func:`predicted_pairs`), or in a goodput study
+climbs its request-rate steps (:mod:`tuner.trial.traffic`: each step at every temperature, up
+until one misses a limit, then once between; :func:`predicted_climb`). Here each pair is the
+simulator's noise-free prediction instead of a measurement.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import replace
 
 from tuner.config.space import SearchSpace
@@ -18,7 +21,33 @@ from tuner.sim.engine import predict
 from tuner.trial.scoring import Limits, meets, score_goodput
 from tuner.trial.traffic import Climb
 
-__all__ = ["predicted_climb", "predicted_goodput"]
+__all__ = ["predicted_climb", "predicted_goodput", "predicted_pairs"]
+
+
+def predicted_pairs(
+    space: SearchSpace, server: ServerConfig, workload: WorkloadSpec, pairs: Iterable[Condition]
+) -> list[tuple[Condition, TrialResult]]:
+    """Each pair as the simulator predicts it (a goodput step at its rate), noise-free.
+
+    Raises:
+        StartupFailure: kind OOM when the server would not start for lack of memory.
+    """
+    draft = load_draft(server)
+    return [
+        (
+            pair,
+            predict(
+                space.hardware,
+                space.target,
+                draft,
+                server,
+                pair.temperature,
+                replace(workload, request_rate=pair.request_rate or workload.request_rate),
+                pair.concurrency,
+            ),
+        )
+        for pair in pairs
+    ]
 
 
 def predicted_climb(
@@ -30,25 +59,10 @@ def predicted_climb(
     Raises:
         StartupFailure: kind OOM when the server would not start for lack of memory.
     """
-    draft = load_draft(server)
     limits = Limits.of(space)
     climb, pairs = Climb(workload.rate_steps), []
     while (rate := climb.next_rate()) is not None:
-        step = [
-            (
-                condition,
-                predict(
-                    space.hardware,
-                    space.target,
-                    draft,
-                    server,
-                    condition.temperature,
-                    replace(workload, request_rate=rate),
-                    condition.concurrency,
-                ),
-            )
-            for condition in workload.step(rate)
-        ]
+        step = predicted_pairs(space, server, workload, workload.step(rate))
         pairs += step
         climb = climb.record(rate, meets([result for _, result in step], limits))
     return pairs
