@@ -172,28 +172,23 @@ class Provenance:
             else f", draft acceptance {self.acceptance_rate * 100:.1f} %"
         )
         what, unit = self.objective.label.split()
+        digits = self.objective.digits
         there = " there" if self.objective is Objective.GOODPUT else ""
         if self.throughput_ci95 is None or self.p95_ttft_ms_ci95 is None:
             how = runs_note(self.runs)
             found = self.p95_ttft_ms_bounds
             bounds = "" if found is None else f", {_bounds(found)}"
             return (
-                f"{what} {self.throughput:.{_digits(unit)}f} {unit}, p95 TTFT{there} "
+                f"{what} {self.throughput:.{digits}f} {unit}, p95 TTFT{there} "
                 f"{self.p95_ttft_ms:.1f} ms{bounds} ({how}){accept}"
             )
         low, high = self.throughput_ci95
         ttft_lo, ttft_hi = self.p95_ttft_ms_ci95
-        digits = _digits(unit)
         return (
             f"{what} {self.throughput:.{digits}f} {unit} (95 % CI {low:.{digits}f}-"
             f"{high:.{digits}f}), p95 TTFT{there} {self.p95_ttft_ms:.1f} ms (95 % CI "
             f"{ttft_lo:.1f}-{ttft_hi:.1f}), {runs_note(self.runs)}{accept}"
         )
-
-
-def _digits(unit: str) -> int:
-    """Decimals for a number in ``unit``: request rates are small numbers."""
-    return 2 if unit == "req/s" else 1
 
 
 def _shares(pairs: tuple[tuple[Any, float], ...]) -> str:

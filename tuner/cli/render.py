@@ -174,7 +174,7 @@ def recommendation(
     some; the runs are counted as the export counts them
     (:func:`tuner.analysis.provenance.runs_note`)."""
     record, confirmed = best.record, best.confirmed
-    digits = 2 if objective is Objective.GOODPUT else 1
+    digits = objective.digits
     throughput, ttft = f"{best.throughput:.{digits}f}", f"{best.p95_ttft_ms:.0f}"
     if best.throughput_interval and best.ttft_interval:
         throughput, ttft = best.throughput_interval.format(digits), best.ttft_interval.format(0)
@@ -210,7 +210,7 @@ def confirmed_table(
         table.add_row(
             str(c.trial),
             str(len(c.runs)),
-            _interval(c.throughput, 2 if objective is Objective.GOODPUT else 1),
+            _interval(c.throughput, objective.digits),
             _interval(c.p95_ttft_ms, 0),
             verdict,
         )

@@ -132,6 +132,11 @@ class Objective(enum.StrEnum):
         return "req/s" if self is Objective.GOODPUT else "tok/s"
 
     @property
+    def digits(self) -> int:
+        """Decimals to print it with: request rates are small numbers."""
+        return 2 if self is Objective.GOODPUT else 1
+
+    @property
     def label(self) -> str:
         """What a reader calls it: ``output tok/s`` or ``goodput req/s``."""
         return f"{'goodput' if self is Objective.GOODPUT else 'output'} {self.unit}"

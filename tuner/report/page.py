@@ -97,11 +97,6 @@ background:#eef;border-radius:3px;padding:0 .3em;margin-left:.3em}
 """
 
 
-def _digits(objective: Objective) -> int:
-    """Decimals of the first objective: request rates are small numbers."""
-    return 2 if objective is Objective.GOODPUT else 1
-
-
 def _esc(value: object) -> str:
     return html.escape(str(value))
 
@@ -228,7 +223,7 @@ def _measured_cells(c: Candidate, objective: Objective) -> tuple[str, str, str, 
         lo, hi = ("?" if v is None else f"{v:.0f}" for v in (low, high))
         ttft += f" <span class='muted'>(95 % bounds {lo} to {hi}, {n} requests)</span>"
     return (
-        f"<td>{_with_ci(c.record.objective[0], c.throughput_interval, _digits(objective))}</td>",
+        f"<td>{_with_ci(c.record.objective[0], c.throughput_interval, objective.digits)}</td>",
         f"<td>{ttft}</td>",
         f"<td>{'-' if accept is None else f'{accept * 100:.1f} %'}</td>",
         f"<td class='l'>{_esc(source)}</td>",

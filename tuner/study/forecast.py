@@ -18,8 +18,8 @@ from tuner.config.trial import ServerConfig, load_draft
 from tuner.config.workload import Condition, WorkloadSpec
 from tuner.results import TrialResult
 from tuner.sim.engine import predict
-from tuner.trial.scoring import Limits, meets, score_goodput
-from tuner.trial.traffic import Climb
+from tuner.trial.scoring import Limits, score_goodput
+from tuner.trial.traffic import climb_pairs
 
 __all__ = ["predicted_climb", "predicted_goodput", "predicted_pairs"]
 
@@ -59,13 +59,13 @@ def predicted_climb(
     Raises:
         StartupFailure: kind OOM when the server would not start for lack of memory.
     """
-    limits = Limits.of(space)
-    climb, pairs = Climb(workload.rate_steps), []
-    while (rate := climb.next_rate()) is not None:
-        step = predicted_pairs(space, server, workload, workload.step(rate))
-        pairs += step
-        climb = climb.record(rate, meets([result for _, result in step], limits))
-    return pairs
+    results: list[TrialResult] = []
+    done: list[Condition] = []
+    for pair in climb_pairs(workload, Limits.of(space), results, done):
+        ((_, result),) = predicted_pairs(space, server, workload, [pair])
+        results.append(result)
+        done.append(pair)
+    return list(zip(done, results, strict=True))
 
 
 def predicted_goodput(

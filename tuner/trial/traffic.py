@@ -30,7 +30,7 @@ from tuner.results import TrialResult
 from tuner.trial.backends import Backend
 from tuner.trial.scoring import Limits, failed_share, meets
 
-__all__ = ["Climb", "Traffic", "measure_traffic"]
+__all__ = ["Climb", "Traffic", "climb_pairs", "measure_traffic"]
 
 # Seeds of a trial's pairs are this far apart: a trial's seeds never meet the next trial's.
 _PAIR_STRIDE = 7919
@@ -102,7 +102,7 @@ def measure_traffic(backend: Backend, config: TrialConfig, seed: int, limits: Li
     workload = config.client.workload
     results: list[TrialResult] = []
     done: list[Condition] = []
-    pairs = _climb(workload, limits, results, done) if workload.rate_steps else workload.conditions
+    pairs = climb_pairs(workload, limits, results, done) if limits.goodput else workload.conditions
     for index, condition in enumerate(pairs):
         pair_seed = seed * _PAIR_STRIDE + index
         pair = replace(
@@ -134,11 +134,11 @@ def measure_traffic(backend: Backend, config: TrialConfig, seed: int, limits: Li
     return Traffic(tuple(results), tuple(done))
 
 
-def _climb(
+def climb_pairs(
     workload: WorkloadSpec, limits: Limits, results: list[TrialResult], done: list[Condition]
 ) -> Iterator[Condition]:
     """The pairs of a goodput climb, each step decided by how the steps before it measured
-    (``results`` and ``done`` are the caller's, filled in as it measures)."""
+    (``results`` and ``done`` are the caller's, filled in as it measures or predicts)."""
     climb = Climb(workload.rate_steps)
     while (rate := climb.next_rate()) is not None:
         yield from workload.step(rate)
