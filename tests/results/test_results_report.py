@@ -190,7 +190,7 @@ def test_importances_count_only_trials_that_measured_something(
     left_out = [p for p in trials if p not in measured]
     assert any(p.outcome is Outcome.OOM for p in left_out), "the study needs OOM trials"
     # OOM trials change nothing: they are not counted, whatever numbers they would carry.
-    assert param_importances(trials) == param_importances(measured)
+    assert param_importances(trials, space) == param_importances(measured, space)
     report = write_report(study, space, tmp_path)
     caption = next(c.caption for c in report.charts if c.name == "importance")
     assert f"over the {len(measured)} trials that measured something" in caption

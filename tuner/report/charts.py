@@ -13,12 +13,13 @@ pyplot, no global state, no display needed.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from tuner.analysis.confirmed import Confirmed
 from tuner.analysis.levels import LevelChoice
@@ -57,6 +58,8 @@ class Chart:
     path: Path
     points: int  # trials (or bars) drawn: 0 means the chart has nothing to show
     caption: str
+    # The drawn figure, as saved: what a reader (or a test) of the rendered chart looks at.
+    figure: Figure = field(compare=False, repr=False, kw_only=True)
 
 
 def _figure(width: float = 7.0, height: float = 4.4) -> tuple[Figure, Axes]:
@@ -121,8 +124,7 @@ def pareto_chart(
             alpha=0.5,
             label="Pareto front",
         )
-    top = max((p.p95_ttft_ms or 0.0 for p in measured), default=ttft_limit_ms)
-    right = max(top, ttft_limit_ms) * 1.08
+    left, right = _ttft_range(measured, confirmed, ttft_limit_ms)
     ooms = [p for p in points if p.outcome is Outcome.OOM]
     if ooms:
         axes.scatter(
@@ -134,7 +136,10 @@ def pareto_chart(
             label=f"OOM ({len(ooms)}), nothing measured",
             clip_on=False,
         )
-    axes.axvline(ttft_limit_ms, color="gray", linestyle="--", label="TTFT limit")
+    if ttft_limit_ms <= right:
+        axes.axvline(ttft_limit_ms, color="gray", linestyle="--", label="TTFT limit")
+    else:  # far beyond the data: drawn, it would squash every point against the left edge
+        axes.plot([], [], " ", label=f"TTFT limit {ttft_limit_ms:.0f} ms, off the chart")
     for number, record in confirmed.items():
         tok_s, ttft = record.throughput, record.p95_ttft_ms
         if tok_s is None or ttft is None:
@@ -158,7 +163,7 @@ def pareto_chart(
         )
     if confirmed:
         axes.plot([], [], "D", color="black", label="confirmed mean ± 95 % CI")
-    axes.set_xlim(0, right * 1.03)
+    axes.set_xlim(left, right * 1.03)
     axes.set_ylim(bottom=0)
     axes.set_xlabel("p95 time to first token (ms)")
     axes.set_ylabel(label)
@@ -173,8 +178,31 @@ def pareto_chart(
         _save(figure, path),
         len(points),
         "Each trial by outcome; the line is the feasible Pareto front, the dashed line the TTFT "
-        "limit; OOM trials sit at the right edge because they measured nothing.",
+        "limit (or, far beyond the data, named in the legend); OOM trials sit at the right edge "
+        "because they measured nothing.",
+        figure=figure,
     )
+
+
+def _ttft_range(
+    measured: Sequence[Point], confirmed: dict[int, Confirmed], ttft_limit_ms: float
+) -> tuple[float, float]:
+    """The p95 TTFT axis: the measured values (and confirmed intervals) with a margin, and the
+    limit only where it lies near them (within a quarter of their span past the largest)."""
+    values = [_ttft(p) for p in measured]
+    for record in confirmed.values():
+        ttft = record.p95_ttft_ms
+        if ttft is not None:
+            values += [ttft.mean - (ttft.half_width or 0.0), ttft.mean + (ttft.half_width or 0.0)]
+    if not values:
+        return 0.0, ttft_limit_ms * 1.08
+    low, high = min(values), max(values)
+    pad = 0.08 * (high - low) if high > low else 0.1 * high or 1.0
+    left, right = max(0.0, low - pad), high + pad
+    if ttft_limit_ms <= right + 0.25 * (right - left):
+        right = max(right, ttft_limit_ms * 1.02)
+        left = min(left, max(0.0, ttft_limit_ms - pad))  # every point over the limit
+    return left, right
 
 
 def _tok(p: Point) -> float:
@@ -207,6 +235,7 @@ def k_chart(points: Sequence[Point], path: Path, label: str = "output tokens/s")
             axes.plot(ks, [best[k] for k in ks], color=color, alpha=0.7)
         elif draft == SpecMethod.NONE and best:
             axes.axhline(best[0], color=color, linestyle=":", label="best without speculation")
+    axes.xaxis.set_major_locator(MaxNLocator(integer=True))  # K counts tokens
     axes.set_xlabel("speculative tokens K (0 = no speculation)")
     axes.set_ylabel(label)
     axes.set_title("Throughput against K, per draft")
@@ -220,6 +249,7 @@ def k_chart(points: Sequence[Point], path: Path, label: str = "output tokens/s")
         _save(figure, path),
         len(measured),
         "Every measured trial; lines join the best throughput at each K.",
+        figure=figure,
     )
 
 
@@ -229,10 +259,10 @@ def acceptance_chart(points: Sequence[Point], path: Path) -> Chart:
     spec = [p for p in points if p.acceptance_rate is not None]
     colors = _drafts(spec)
     for draft, color in colors.items():
-        group = [p for p in spec if p.draft == draft]
+        pairs = [pair for p in spec if p.draft == draft for pair in _acceptance(p)]
         axes.scatter(
-            [p.temperature for p in group],
-            [100.0 * (p.acceptance_rate or 0.0) for p in group],
+            [temperature for temperature, _ in pairs],
+            [100.0 * rate for _, rate in pairs],
             color=color,
             alpha=0.7,
             label=_label(draft),
@@ -250,8 +280,17 @@ def acceptance_chart(points: Sequence[Point], path: Path) -> Chart:
         "Acceptance against temperature",
         _save(figure, path),
         len(spec),
-        "Accepted draft tokens over drafted ones, for trials that speculated.",
+        "Accepted draft tokens over drafted ones, for trials that speculated: one point per "
+        "trial and temperature it was measured at.",
+        figure=figure,
     )
+
+
+def _acceptance(p: Point) -> tuple[tuple[float, float], ...]:
+    """A trial's (temperature, acceptance) points: one per temperature it was measured at."""
+    if p.acceptance_by_temperature:
+        return p.acceptance_by_temperature
+    return ((p.temperature, p.acceptance_rate or 0.0),)  # a study that stored no pairs
 
 
 def memory_chart(points: Sequence[Point], path: Path, label: str = "output tokens/s") -> Chart:
@@ -270,7 +309,7 @@ def memory_chart(points: Sequence[Point], path: Path, label: str = "output token
                 alpha=0.8,
             )
     ooms = [p for p in points if p.outcome is Outcome.OOM]
-    for predicted, label in ((True, "OOM predicted"), (False, "OOM at start-up")):
+    for predicted, kind in ((True, "OOM predicted"), (False, "OOM at start-up")):
         group = [p for p in ooms if p.oom_predicted is predicted]
         if group:
             axes.scatter(
@@ -279,7 +318,7 @@ def memory_chart(points: Sequence[Point], path: Path, label: str = "output token
                 marker="x" if not predicted else "+",
                 color="#d62728",
                 s=70,
-                label=f"{label} ({len(group)})",
+                label=f"{kind} ({len(group)})",
                 clip_on=False,
             )
     ran = [p.gpu_memory_utilization for p in points if p.outcome is not Outcome.OOM]
@@ -304,6 +343,7 @@ def memory_chart(points: Sequence[Point], path: Path, label: str = "output token
         len(points),
         "OOM trials on the zero line; the shaded band starts at the lowest setting that ran "
         "out of memory (the boundary also depends on the draft and batch size).",
+        figure=figure,
     )
 
 
@@ -335,7 +375,9 @@ def importance_chart(importances: dict[str, dict[str, float]], measured: int, pa
         sum(len(v) for v in importances.values()),
         "How much each parameter decides whether a trial is among the best 10 % "
         f"(Optuna's PED-ANOVA), over the {measured} trials that measured something: "
-        "OOM trials (observed or predicted) and repeats of earlier trials are left out.",
+        "OOM trials (observed or predicted) and repeats of earlier trials are left out; only "
+        "the parameters the space tunes are ranked.",
+        figure=figure,
     )
 
 
@@ -376,4 +418,5 @@ def levels_chart(
         _save(figure, path),
         sum(len(s) for s in by_k.values()),
         "Best throughput measured with each K at each concurrency level.",
+        figure=figure,
     )
