@@ -109,7 +109,6 @@ def test_levels_section_switches_speculation_off_at_32(levels: StudyCopy, tmp_pa
     assert re.search(r"<tr><td>32</td>.*?<td class='l'>off</td></tr>", section)
 
 
-@pytest.mark.browser
 def test_the_report_says_what_traffic_was_served_and_the_best_per_temperature(
     levels: StudyCopy, tmp_path: Path
 ) -> None:
@@ -125,6 +124,7 @@ def test_the_report_says_what_traffic_was_served_and_the_best_per_temperature(
     assert "Speculation stops paying at 32 concurrent requests" in text
 
 
+@pytest.mark.browser
 def test_report_renders_in_headless_chromium(
     levels: StudyCopy, tmp_path: Path, chromium: Path
 ) -> None:
@@ -135,13 +135,13 @@ def test_report_renders_in_headless_chromium(
         chromium,
         tmp_path / "profile",
         report.html.as_uri(),
-        "--window-size=1200,3600",
+        "--window-size=1200,4400",
         "--hide-scrollbars",
         f"--screenshot={shot}",
     )
     assert shot.is_file(), done.stderr[-2000:]
-    # The charts (below the tables) show their data in colour; the page is more than blank.
-    assert ink(shot, (0, 800, 1200, 2800)) > 0.004
+    # The charts (below the headline and the tables) show their data in colour.
+    assert ink(shot, (0, 1600, 1200, 4400)) > 0.004
     dom = run_chromium(chromium, tmp_path / "profile", report.html.as_uri(), "--dump-dom").stdout
     assert "spectune report: levels" in dom
     rendered = re.findall(r'<figure id="chart-(\w+)" data-points="(\d+)"', dom)
@@ -176,7 +176,10 @@ def test_one_level_and_empty_studies_still_report(tmp_path: Path) -> None:
         )
     report = write_report(study, space, tmp_path / "empty-report")
     assert all(c.points == 0 for c in report.charts) and report.best == ()
-    assert "No feasible config yet" in report.html.read_text()
+    assert report.recommended is None
+    text = report.html.read_text()
+    assert "No feasible config yet" in text
+    assert "<section id='recommended'><h2>No recommendation yet</h2>" in text
 
 
 def test_importances_count_only_trials_that_measured_something(
