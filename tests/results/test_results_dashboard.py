@@ -164,6 +164,7 @@ def test_dashboard_page_in_headless_chromium(
     dom = run_chromium(chromium, tmp_path / "p", page, "--virtual-time-budget=15000",
                        "--dump-dom").stdout  # fmt: skip
     assert f"{STUDY} (id={study_id})" in dom
+    assert "Recommended:" in dom  # the study's note: the report's answer, first on the page
     assert "output_tok_s" in dom and "p95_ttft_ms" in dom  # objective names, not "Objective 0"
     # The timeline chart has an "Infeasible" series only when some completed trial is.
     assert 'data-unformatted="Infeasible"' in dom

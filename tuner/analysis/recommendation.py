@@ -27,11 +27,18 @@ from tuner.analysis.picks import (
     recommend,
 )
 from tuner.config.space import SearchSpace
-from tuner.config.trial import SpecMethod
+from tuner.config.trial import ServerConfig, SpecMethod
 from tuner.config.vllm_args import config_file_argv, server_yaml
 from tuner.trial.record import stored_run
 
-__all__ = ["Recommendation", "Rival", "dialect_space", "recommendation"]
+__all__ = [
+    "Recommendation",
+    "Rival",
+    "config_line",
+    "dialect_space",
+    "recommendation",
+    "short_label",
+]
 
 
 @dataclass(frozen=True)
@@ -63,6 +70,28 @@ class Recommendation:
         server = with_table(self.candidate.record.server, self.table.exported)
         config = server_yaml(server, self.space.version)
         return ["vllm", "serve", *config_file_argv(config, config_path, model=server.model)]
+
+
+def short_label(server: ServerConfig) -> str:
+    """The config in a few words: ``Qwen2.5-0.5B-Instruct draft, K=2`` or ``no speculation``."""
+    if server.speculative is None:
+        return "no speculation"
+    name = (server.draft or "").rstrip("/").rsplit("/", 1)[-1]
+    what = f"{name} draft" if server.method is SpecMethod.DRAFT_MODEL else name
+    return f"{what}, K={server.k}"
+
+
+def config_line(server: ServerConfig) -> str:
+    """Every tuned server setting on one line, as the headline and the dashboard print it."""
+    spec = "no speculation"
+    if server.method is SpecMethod.DRAFT_MODEL:
+        spec = f"draft {server.draft}, K={server.k}"
+    elif server.speculative is not None:  # ngram, suffix, a head: the choice names it
+        spec = f"{server.draft}, K={server.k}"
+    return (
+        f"{spec} · gpu-memory-utilization {server.gpu_memory_utilization:.2f} · "
+        f"max-num-batched-tokens {server.max_num_batched_tokens}"
+    )
 
 
 def dialect_space(study: optuna.Study, space: SearchSpace) -> SearchSpace:

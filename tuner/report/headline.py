@@ -14,9 +14,9 @@ from typing import Any
 
 from tuner.analysis.estimates import Numbers
 from tuner.analysis.k_table import spell
-from tuner.analysis.recommendation import Recommendation
+from tuner.analysis.recommendation import Recommendation, config_line, short_label
 from tuner.config.schema import Objective
-from tuner.config.trial import ServerConfig, SpecMethod
+from tuner.config.trial import ServerConfig
 from tuner.results import Source
 
 __all__ = ["HEADLINE_CSS", "headline", "no_recommendation"]
@@ -36,24 +36,7 @@ def _esc(value: object) -> str:
 
 
 def _config(server: ServerConfig) -> str:
-    spec = "no speculation"
-    if server.method is SpecMethod.DRAFT_MODEL:
-        spec = f"draft {_esc(server.draft)}, K={server.k}"
-    elif server.speculative is not None:  # ngram, suffix, a head: the choice names it
-        spec = f"{_esc(server.draft)}, K={server.k}"
-    return (
-        f"{spec} · gpu-memory-utilization {server.gpu_memory_utilization:.2f} · "
-        f"max-num-batched-tokens {server.max_num_batched_tokens}"
-    )
-
-
-def _short(server: ServerConfig) -> str:
-    """The config in a few words: ``Qwen2.5-0.5B-Instruct draft, K=2`` or ``no speculation``."""
-    if server.speculative is None:
-        return "no speculation"
-    name = _esc((server.draft or "").rstrip("/").rsplit("/", 1)[-1])
-    what = f"{name} draft" if server.method is SpecMethod.DRAFT_MODEL else name
-    return f"{what}, K={server.k}"
+    return _esc(config_line(server))
 
 
 def _first_pair(summary: Mapping[str, Any]) -> str:
@@ -141,7 +124,7 @@ def headline(
     within = "every step" if objective is Objective.GOODPUT else "every level"
     return (
         "<section id='recommended'>"
-        f"<h2>Recommended: {_short(candidate.record.server)}</h2>"
+        f"<h2>Recommended: {_esc(short_label(candidate.record.server))}</h2>"
         f"<p class='config'>{_config(candidate.record.server)}</p>"
         f"{_figures(candidate.numbers, objective, _first_pair(candidate.record.summary))}"
         f"<p class='muted'>Trial {candidate.number}, pick {_esc(chosen.pick)}: the highest "
