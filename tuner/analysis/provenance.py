@@ -19,9 +19,9 @@ import optuna
 
 from tuner.analysis.estimates import Bounds, Estimate, Numbers
 from tuner.analysis.picks import Candidate
+from tuner.config.prompt_sets import describe_prompt_set
 from tuner.config.schema import Objective
 from tuner.config.space import SearchSpace
-from tuner.config.workload import PROMPT_SOURCES
 from tuner.launch.served import ServedFacts
 from tuner.results import Source
 from tuner.trial.record import stored_run
@@ -57,7 +57,7 @@ class Provenance:
     temperatures: tuple[tuple[float, float], ...]  # (temperature, share) measured at
     temperature_tuned: bool  # the study chose it (search.temperature), not the workload
     workload: str
-    prompts: str  # where the prompts come from
+    prompts: str  # the set and where its prompts come from: real or synthetic
     concurrency: tuple[tuple[int, float], ...]  # (level, share of the time)
     ttft_limit_ms: float
     failed_share: float | None  # failed over sent requests in the trial
@@ -154,8 +154,7 @@ class Provenance:
             f"{self._ran()}; {self._gpus()}",
             f"target {self.target}, {spec}",
             f"{self.source}: {self._numbers()}",
-            f"measured on the traffic: {self._load()}; prompts {self.workload} "
-            f"({self.prompts}); {self._limits()}",
+            f"measured on the traffic: {self._load()}; prompts {self.prompts}; {self._limits()}",
             self._temperatures(),
             f"failed requests {_percent(self.failed_share)} "
             f"(at most {self.max_failed_share * 100:g} % allowed)",
@@ -258,7 +257,7 @@ def provenance(
         temperatures=record.temperature_mix or ((record.temperature, 1.0),),
         temperature_tuned=record.tunes_temperature,
         workload=space.workload.prompt_set,
-        prompts=PROMPT_SOURCES.get(space.workload.prompt_set, "a prompt file"),
+        prompts=describe_prompt_set(space.workload.prompt_set),
         concurrency=space.workload.load_profile,
         ttft_limit_ms=space.ttft_limit_ms,
         failed_share=record.failed_share,
