@@ -9,6 +9,8 @@ note that starts with :data:`MARKER` (one spectune wrote) is replaced.
 
 from __future__ import annotations
 
+import shlex
+
 import optuna
 
 from tuner.analysis.recommendation import Recommendation, config_line, recommendation, short_label
@@ -25,7 +27,7 @@ def note_text(chosen: Recommendation | None, study_name: str) -> str:
         return f"{MARKER}\n## No recommendation yet\n\nNo trial is feasible yet.\n"
     candidate, objective = chosen.candidate, chosen.space.objective
     numbers = candidate.numbers
-    serve = " ".join(chosen.serve_argv("best.yaml"))
+    serve = shlex.join(chosen.serve_argv("best.yaml"))
     return (
         f"{MARKER}\n"
         f"## Recommended: {short_label(candidate.record.server)}\n\n"

@@ -53,7 +53,7 @@ def _figures(numbers: Numbers, objective: Objective, first_pair: str) -> str:
     tag = (
         "<span class='simulated'>SIMULATED: predicted by spectune's simulator, not measured "
         "on a GPU</span> "
-        if numbers.source is Source.SIMULATED
+        if numbers.source == Source.SIMULATED
         else f"<b>{_esc(numbers.source)}</b>: "
     )
     accept = (
@@ -105,16 +105,13 @@ def _command(argv: Sequence[str]) -> str:
     return " ".join(f'"{a}"' if a.startswith("$") else shlex.quote(a) for a in argv)
 
 
-def headline(
-    chosen: Recommendation, study_name: str, export_flags: Sequence[str], limit_ms: float
-) -> str:
+def headline(chosen: Recommendation, study_name: str, export_flags: Sequence[str]) -> str:
     """The "Recommended" section: config, numbers, rivals and the commands to serve it.
 
     Args:
         chosen: the study's recommendation (the default pick).
         study_name: the study, for the ``spectune export`` command.
         export_flags: what ``spectune export`` needs to find the study (``--studies-dir``).
-        limit_ms: the study's p95 TTFT limit.
     """
     objective = chosen.space.objective
     candidate = chosen.candidate
@@ -128,8 +125,8 @@ def headline(
         f"<p class='config'>{_config(candidate.record.server)}</p>"
         f"{_figures(candidate.numbers, objective, _first_pair(candidate.record.summary))}"
         f"<p class='muted'>Trial {candidate.number}, pick {_esc(chosen.pick)}: the highest "
-        f"{objective.label} within p95 TTFT ≤ {limit_ms:.0f} ms at {within}, on the "
-        "traffic summarised below.</p>"
+        f"{objective.label} within p95 TTFT ≤ {chosen.space.ttft_limit_ms:.0f} ms at {within}, "
+        "on the traffic summarised below.</p>"
         f"{_table_line(chosen)}"
         f"{_beats(chosen, objective)}"
         "<p><b>Run it</b> with vLLM (the config file is what <code>spectune export</code> "

@@ -94,9 +94,7 @@ def write_report(
     best_rows = [c for i, c in enumerate(best_first) if i < _BEST_ROWS or c.number in chosen]
     methods = best_per_method(study)
     top = (
-        no_recommendation()
-        if answer is None
-        else headline(answer, study.study_name, export_flags, space.ttft_limit_ms)
+        no_recommendation() if answer is None else headline(answer, study.study_name, export_flags)
     )
     page = out_dir / "report.html"
     body = _page(study, space, trials, best_rows, picks, drawn, levels, today, methods, top)
@@ -351,7 +349,7 @@ def _figure(chart: charts.Chart) -> str:
     )
 
 
-def _page(  # noqa: PLR0913: the page's sections, each computed once by write_report
+def _page(
     study: optuna.Study,
     space: SearchSpace,
     trials: Sequence[Point],
