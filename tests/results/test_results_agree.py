@@ -53,7 +53,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[StudyCopy, str]:
 
 
 def _close(printed: str, value: float, digits: int) -> bool:
-    return abs(float(printed) - value) <= 0.5 * 10**-digits + 1e-9
+    return abs(float(printed) - value) <= 0.5 * 10.0**-digits + 1e-9
 
 
 def _estimate(text: str, estimate: Estimate, digits: int) -> None:

@@ -9,8 +9,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.collections import PathCollection
+from matplotlib.lines import Line2D
 from optuna.trial import TrialState
 
 from tuner.analysis.trials import Outcome, Point, point
@@ -44,14 +46,24 @@ def _axes(chart: charts.Chart) -> Axes:
     return axes
 
 
-def _drawn_x(axes: Axes) -> set[float]:
-    """Every x position of the scatter markers the axes drew."""
-    return {
-        round(float(x), 6)
+def _markers(axes: Axes) -> list[tuple[float, float]]:
+    """Every (x, y) of the scatter markers the axes drew."""
+    return [
+        (round(x, 6), round(y, 6))
         for artist in axes.collections
         if isinstance(artist, PathCollection)
-        for x, _ in artist.get_offsets()
-    }
+        for x, y in np.asarray(artist.get_offsets(), dtype=float).tolist()
+    ]
+
+
+def _legend(axes: Axes) -> list[str]:
+    legend = axes.get_legend()
+    assert legend is not None
+    return [t.get_text() for t in legend.get_texts()]
+
+
+def _xdata(line: Line2D) -> list[float]:
+    return [float(x) for x in np.asarray(line.get_xdata(), dtype=float).tolist()]
 
 
 def _varied(count: int, **fields: Any) -> list[Point]:
@@ -72,16 +84,16 @@ def _varied(count: int, **fields: Any) -> list[Point]:
 
 
 def test_the_memory_chart_keeps_its_y_label_when_it_draws_oom_trials(tmp_path: Path) -> None:
-    oom = {"outcome": Outcome.OOM, "throughput": None, "p95_ttft_ms": None}
+    oom = replace(BASE, outcome=Outcome.OOM, throughput=None, p95_ttft_ms=None)
     drawn = [
         BASE,
-        replace(BASE, number=1, gpu_memory_utilization=0.98, oom_predicted=True, **oom),
-        replace(BASE, number=2, gpu_memory_utilization=0.96, **oom),
+        replace(oom, number=1, gpu_memory_utilization=0.98, oom_predicted=True),
+        replace(oom, number=2, gpu_memory_utilization=0.96),
     ]
     chart = charts.memory_chart(drawn, tmp_path / "memory.png", "goodput req/s")
     axes = _axes(chart)
     assert axes.get_ylabel() == "goodput req/s"  # was "OOM at start-up", the loop's last label
-    legend = [t.get_text() for t in axes.get_legend().get_texts()]
+    legend = _legend(axes)
     assert "OOM predicted (1)" in legend and "OOM at start-up (1)" in legend
 
 
@@ -90,13 +102,12 @@ def test_the_pareto_axis_fits_the_data_not_a_far_ttft_limit(tmp_path: Path) -> N
     far = _axes(charts.pareto_chart(drawn, {}, 60_000.0, tmp_path / "far.png"))
     left, right = far.get_xlim()
     assert 0 <= left < 90 and 120 < right < 150  # the points spread over the axis
-    legend = [t.get_text() for t in far.get_legend().get_texts()]
-    assert "TTFT limit 60000 ms, off the chart" in legend
-    assert not [line for line in far.get_lines() if list(line.get_xdata()) == [60_000.0] * 2]
+    assert "TTFT limit 60000 ms, off the chart" in _legend(far)
+    assert not [line for line in far.get_lines() if _xdata(line) == [60_000.0] * 2]
 
     near = _axes(charts.pareto_chart(drawn, {}, 125.0, tmp_path / "near.png"))
     assert near.get_xlim()[1] > 125.0  # a limit beside the data is drawn where it is
-    limit = [line for line in near.get_lines() if list(line.get_xdata()) == [125.0, 125.0]]
+    limit = [line for line in near.get_lines() if _xdata(line) == [125.0, 125.0]]
     assert limit and limit[0].get_linestyle() == "--"
 
 
@@ -145,14 +156,9 @@ def _mixed_record(number: int, accept_02: float, accept_08: float) -> TrialRecor
 def test_acceptance_is_drawn_at_each_temperature_measured(tmp_path: Path) -> None:
     drawn = [p for p in (point(_mixed_record(n, 0.8 - n / 20, 0.4)) for n in range(3)) if p]
     axes = _axes(charts.acceptance_chart(drawn, tmp_path / "acceptance.png"))
-    assert _drawn_x(axes) == {0.2, 0.8}  # was every point at 0.38
-    ys = sorted(
-        round(float(y), 6)
-        for artist in axes.collections
-        if isinstance(artist, PathCollection)
-        for _, y in artist.get_offsets()
-    )
-    assert ys == sorted([40.0] * 3 + [80.0, 75.0, 70.0])
+    drawn_at = _markers(axes)
+    assert {x for x, _ in drawn_at} == {0.2, 0.8}  # was every point at 0.38
+    assert sorted(y for _, y in drawn_at) == sorted([40.0] * 3 + [80.0, 75.0, 70.0])
 
 
 def _default_space() -> SearchSpace:
