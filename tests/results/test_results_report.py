@@ -116,7 +116,7 @@ def test_the_report_says_what_traffic_was_served_and_the_best_per_temperature(
     text = write_report(study, space, tmp_path).html.read_text()
     assert "<th class='l'>concurrency</th><td class='l'>1 (33 %), 8 (33 %), 32 (33 %)" in text
     assert "0 trials lost requests (at most 0% allowed)" in text
-    assert "code: HumanEval" in text
+    assert "code (real: HumanEval" in text  # real or synthetic, said where it is named
     # The levels study tunes the temperature: one best server config per temperature tried.
     table = text.split("<table id='per-temperature'>")[1].split("</table>")[0]
     temperatures = [float(row.split("</td>")[0]) for row in table.split("<tr><td>")[1:]]
