@@ -43,7 +43,7 @@ def _first_pair(summary: Mapping[str, Any]) -> str:
     """Where the acceptance was read: the first measured pair, as the live table reads it."""
     where = []
     if summary.get("concurrency") is not None:
-        where.append(f"{summary['concurrency']} at once")
+        where.append(f"concurrency {summary['concurrency']}")
     if summary.get("temperature") is not None:
         where.append(f"temperature {float(summary['temperature']):g}")
     return f" ({', '.join(where)})" if where else ""
