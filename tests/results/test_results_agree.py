@@ -25,7 +25,6 @@ from tuner.analysis.recommendation import Recommendation, recommendation
 from tuner.cli import app
 from tuner.export.vllm import export
 from tuner.report.dashboard import prepare_dashboard
-from tuner.report.dashboard_note import MARKER
 from tuner.report.page import write_report
 from tuner.study.paths import StudyPaths
 from tuner.trial.record import TrialRecord, records
@@ -204,7 +203,7 @@ def _dashboard(study: optuna.Study, copy: StudyCopy, answer: Recommendation) -> 
     info = prepare_dashboard(study, StudyPaths.of(copy.studies_dir, copy.name, copy.url))
     assert info.recommendation_noted
     note = get_note(study)
-    assert note.startswith(MARKER)
+    assert note.startswith("## Recommended: ")
     numbers = answer.candidate.numbers
     said = re.search(r"\*\*simulated\*\*: (.*?) output tok/s, p95 TTFT (.*) \(([^()]*)\)", note)
     assert said is not None, note
@@ -213,9 +212,11 @@ def _dashboard(study: optuna.Study, copy: StudyCopy, answer: Recommendation) -> 
     _estimate(said.group(2), numbers.p95_ttft_ms, 0)
     assert said.group(3) == numbers.runs_note
     assert "`vllm serve --config best.yaml`" in note
-    # A person's note stays: the dashboard then leaves the recommendation out.
+    # spectune's own note is rewritten (the same), a person's edit of it is kept.
+    paths = StudyPaths.of(copy.studies_dir, copy.name, copy.url)
+    assert prepare_dashboard(study, paths).recommendation_noted and get_note(study) == note
     from optuna_dashboard import save_note
 
-    save_note(study, "our own notes")
-    again = prepare_dashboard(study, StudyPaths.of(copy.studies_dir, copy.name, copy.url))
-    assert not again.recommendation_noted and get_note(study) == "our own notes"
+    save_note(study, note + "\nOurs: we serve this from Monday.\n")
+    again = prepare_dashboard(study, paths)
+    assert not again.recommendation_noted and get_note(study).endswith("from Monday.\n")
