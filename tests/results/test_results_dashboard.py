@@ -135,6 +135,7 @@ def test_dashboard_api_shows_names_infeasible_trials_and_logs(
     study_id, detail = _study_detail(dashboard)
     assert detail["name"] == STUDY
     assert detail["objective_names"] == ["output_tok_s", "p95_ttft_ms"]
+    assert detail["note"]["body"].startswith("## Recommended: ")  # the report's answer
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         master = optuna.load_study(study_name=STUDY, storage=open_storage(
@@ -164,6 +165,9 @@ def test_dashboard_page_in_headless_chromium(
     dom = run_chromium(chromium, tmp_path / "p", page, "--virtual-time-budget=15000",
                        "--dump-dom").stdout  # fmt: skip
     assert f"{STUDY} (id={study_id})" in dom
+    note = run_chromium(chromium, tmp_path / "p", f"{page}/note", "--virtual-time-budget=15000",
+                        "--dump-dom").stdout  # fmt: skip
+    assert "Recommended:" in note and "vllm serve --config best.yaml" in note  # the study note
     assert "output_tok_s" in dom and "p95_ttft_ms" in dom  # objective names, not "Objective 0"
     # The timeline chart has an "Infeasible" series only when some completed trial is.
     assert 'data-unformatted="Infeasible"' in dom

@@ -17,6 +17,7 @@ import pytest
 import yaml
 from results_support import SPACE, StudyCopy, build_study, judge_table
 
+from tuner.analysis.levels import batch_size_table
 from tuner.analysis.picks import feasible, pick_candidate, recommend
 from tuner.analysis.trials import Outcome, points
 from tuner.config.space import SearchSpace
@@ -64,11 +65,22 @@ def test_vllm_yaml_loads_back_with_provenance_and_the_per_level_table(levels: St
     assert header[1] == "vLLM v0.32.0 flags, simulator (nothing ran); GPUs 2x RTX 4090 (simulated)"
     assert header[3].startswith("simulated: output ") and "one run, not confirmed" in header[3]
     # A single run's p95 carries its order-statistic bounds (the worst pair's), not only a value.
-    assert re.search(r"ms, 95 % (bounds|lower bound) \d+\.\d.* ms from \d+ requests", header[3])
+    assert re.search(r"ms \(95 % (bounds|lower bound) \d+\.\d.* ms from \d+ requests", header[3])
     assert "exported 2026-01-02" in header
     assert "use: vllm serve --config FILE" in header
     table = [list(entry) for entry in exported.batch_size_table]
-    assert table[0][:2] == [1, 16] and table[0][2] == view.server.k  # its own K at 1 and 8
+    # Each level's K is the one measured best there, whatever K the trial itself ran.
+    for choice in exported.levels:
+        measured = [
+            (tok_s, p.k)
+            for p in points(study)
+            if p.draft in (view.draft, "none")
+            and p.outcome not in (Outcome.OOM, Outcome.LOST_REQUESTS)
+            for level, tok_s in p.levels
+            if level == choice.concurrency
+        ]
+        assert (choice.output_tok_s, choice.k) == max(measured, key=lambda m: (m[0], -m[1]))
+    assert table == [list(t) for t in batch_size_table(exported.levels)]
     assert table[-1] == [17, 32, 0]  # speculation off where it loses
     loaded = yaml.safe_load(exported.text)
     assert loaded == _with_table(server_yaml(view.server, space.version), table)

@@ -109,7 +109,6 @@ def test_levels_section_switches_speculation_off_at_32(levels: StudyCopy, tmp_pa
     assert re.search(r"<tr><td>32</td>.*?<td class='l'>off</td></tr>", section)
 
 
-@pytest.mark.browser
 def test_the_report_says_what_traffic_was_served_and_the_best_per_temperature(
     levels: StudyCopy, tmp_path: Path
 ) -> None:
@@ -117,7 +116,7 @@ def test_the_report_says_what_traffic_was_served_and_the_best_per_temperature(
     text = write_report(study, space, tmp_path).html.read_text()
     assert "<th class='l'>concurrency</th><td class='l'>1 (33 %), 8 (33 %), 32 (33 %)" in text
     assert "0 trials lost requests (at most 0% allowed)" in text
-    assert "code: HumanEval" in text
+    assert "code (real: HumanEval" in text  # real or synthetic, said where it is named
     # The levels study tunes the temperature: one best server config per temperature tried.
     table = text.split("<table id='per-temperature'>")[1].split("</table>")[0]
     temperatures = [float(row.split("</td>")[0]) for row in table.split("<tr><td>")[1:]]
@@ -125,6 +124,7 @@ def test_the_report_says_what_traffic_was_served_and_the_best_per_temperature(
     assert "Speculation stops paying at 32 concurrent requests" in text
 
 
+@pytest.mark.browser
 def test_report_renders_in_headless_chromium(
     levels: StudyCopy, tmp_path: Path, chromium: Path
 ) -> None:
@@ -135,13 +135,13 @@ def test_report_renders_in_headless_chromium(
         chromium,
         tmp_path / "profile",
         report.html.as_uri(),
-        "--window-size=1200,3600",
+        "--window-size=1200,4400",
         "--hide-scrollbars",
         f"--screenshot={shot}",
     )
     assert shot.is_file(), done.stderr[-2000:]
-    # The charts (below the tables) show their data in colour; the page is more than blank.
-    assert ink(shot, (0, 800, 1200, 2800)) > 0.004
+    # The charts (below the headline and the tables) show their data in colour.
+    assert ink(shot, (0, 1600, 1200, 4400)) > 0.004
     dom = run_chromium(chromium, tmp_path / "profile", report.html.as_uri(), "--dump-dom").stdout
     assert "spectune report: levels" in dom
     rendered = re.findall(r'<figure id="chart-(\w+)" data-points="(\d+)"', dom)
@@ -176,7 +176,10 @@ def test_one_level_and_empty_studies_still_report(tmp_path: Path) -> None:
         )
     report = write_report(study, space, tmp_path / "empty-report")
     assert all(c.points == 0 for c in report.charts) and report.best == ()
-    assert "No feasible config yet" in report.html.read_text()
+    assert report.recommended is None
+    text = report.html.read_text()
+    assert "No feasible config yet" in text
+    assert "<section id='recommended'><h2>No recommendation yet</h2>" in text
 
 
 def test_importances_count_only_trials_that_measured_something(
@@ -190,7 +193,7 @@ def test_importances_count_only_trials_that_measured_something(
     left_out = [p for p in trials if p not in measured]
     assert any(p.outcome is Outcome.OOM for p in left_out), "the study needs OOM trials"
     # OOM trials change nothing: they are not counted, whatever numbers they would carry.
-    assert param_importances(trials) == param_importances(measured)
+    assert param_importances(trials, space) == param_importances(measured, space)
     report = write_report(study, space, tmp_path)
     caption = next(c.caption for c in report.charts if c.name == "importance")
     assert f"over the {len(measured)} trials that measured something" in caption

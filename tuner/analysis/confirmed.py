@@ -123,6 +123,9 @@ class Run:
     acceptance_rate: float | None = None
     levels: tuple[tuple[int, float], ...] = ()  # (concurrency, output tok/s) per level
     failure: str | None = None
+    # Order-statistic 95 % bounds on this run's scored p95 TTFT and the requests behind them
+    # (tuner.analysis.estimates.scored_ttft_bounds); None for runs stored before they were.
+    p95_ttft_bounds: tuple[float | None, float | None, int] | None = None
 
     @property
     def ok(self) -> bool:
@@ -138,6 +141,7 @@ class Run:
             "acceptance_rate": self.acceptance_rate,
             "levels": [list(level) for level in self.levels],
             "failure": self.failure,
+            "p95_ttft_bounds": None if self.p95_ttft_bounds is None else list(self.p95_ttft_bounds),
         }
 
     @classmethod
@@ -150,11 +154,19 @@ class Run:
             acceptance_rate=_opt_float(data.get("acceptance_rate")),
             levels=tuple((int(c), float(v)) for c, v in data.get("levels") or ()),
             failure=data.get("failure"),
+            p95_ttft_bounds=_bounds(data.get("p95_ttft_bounds")),
         )
 
 
 def _opt_float(value: Any) -> float | None:
     return None if value is None else float(value)
+
+
+def _bounds(value: Any) -> tuple[float | None, float | None, int] | None:
+    if value is None:
+        return None
+    low, high, requests = value
+    return _opt_float(low), _opt_float(high), int(requests)
 
 
 @dataclass(frozen=True)

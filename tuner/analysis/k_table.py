@@ -34,9 +34,11 @@ from tuner.results import Source
 __all__ = [
     "K_TABLE_ATTR",
     "KTableVerdict",
+    "TableChoice",
     "planned_table",
     "spell",
     "stored_verdict",
+    "table_choice",
     "with_table",
 ]
 
@@ -108,26 +110,40 @@ def stored_verdict(study: optuna.Study) -> KTableVerdict | None:
 def planned_table(
     study: optuna.Study, space: SearchSpace, candidate: Candidate
 ) -> tuple[list[LevelChoice], Table]:
-    """The best K per level for ``candidate``'s draft, and the table they make (empty with one
-    level, one K everywhere, or a vLLM older than 0.24)."""
+    """The best K per level for ``candidate``'s draft, each level's own best measured there,
+    and the table they make (empty with one level, one K everywhere, or a vLLM older than
+    0.24)."""
     server = candidate.record.server
     if len(space.workload.concurrency) < 2 or server.speculative is None:
         return [], ()
     levels = speculation_by_level(points(study), server.draft or SpecMethod.NONE)
-    if len(levels) < 2:
-        return levels, ()
-    # The candidate was chosen at the first (scored) level: its own K stands there.
-    primary = space.workload.primary_concurrency
-    levels = [
-        replace(c, k=server.k, output_tok_s=candidate.throughput, trial=candidate.number)
-        if c.concurrency == primary
-        else c
-        for c in levels
-    ]
     table = tuple(batch_size_table(levels))
-    if len(table) < 2 or not has_per_batch_size(space.version):
+    if len(levels) < 2 or len(table) < 2 or not has_per_batch_size(space.version):
         return levels, ()
     return levels, table
+
+
+@dataclass(frozen=True)
+class TableChoice:
+    """What the export does about a per-batch-size K table for one candidate."""
+
+    levels: tuple[LevelChoice, ...]  # the best K per level for the candidate's draft
+    planned: Table  # the table those levels make (empty: none to propose)
+    verdict: KTableVerdict | None  # its own runs, where they judged this very table
+
+    @property
+    def exported(self) -> Table:
+        """The table written into the config: only one that won as its own config."""
+        return self.planned if self.verdict is not None and self.verdict.wins else ()
+
+
+def table_choice(study: optuna.Study, space: SearchSpace, candidate: Candidate) -> TableChoice:
+    """The per-level K, the planned table and its verdict for exporting ``candidate``."""
+    levels, planned = planned_table(study, space, candidate)
+    verdict = stored_verdict(study)
+    if verdict is not None and (verdict.trial, verdict.table) != (candidate.number, planned):
+        verdict = None  # it judged another config's table
+    return TableChoice(tuple(levels), planned, verdict)
 
 
 def with_table(server: ServerConfig, table: Table) -> ServerConfig:

@@ -23,11 +23,13 @@ from __future__ import annotations
 import math
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import optuna
 from optuna.trial import TrialState
 
-from tuner.analysis.confirmed import Confirmed, Interval, load_confirmed
+from tuner.analysis.confirmed import Confirmed, load_confirmed
+from tuner.analysis.estimates import Numbers, numbers_of
 from tuner.errors import ConfigError
 from tuner.trial.record import TrialRecord, records, stored_space
 
@@ -64,44 +66,22 @@ class Candidate:
         """The trial number."""
         return self.record.number
 
-    @property
-    def throughput_interval(self) -> Interval | None:
-        """The confirmed throughput interval, if confirmed."""
-        return None if self.confirmed is None else self.confirmed.throughput
-
-    @property
-    def ttft_interval(self) -> Interval | None:
-        """The confirmed p95 TTFT interval, if confirmed."""
-        return None if self.confirmed is None else self.confirmed.p95_ttft_ms
+    @cached_property
+    def numbers(self) -> Numbers:
+        """Its numbers with their bounds: the confirmation's where it has one, else the
+        trial's single measurement (:mod:`tuner.analysis.estimates`)."""
+        return numbers_of(self.record, self.confirmed)
 
     @property
     def throughput(self) -> float:
         """The study's first objective (output tok/s, or goodput req/s): the confirmed mean,
         else the single measurement."""
-        measured = self.throughput_interval
-        return self.record.objective[0] if measured is None else measured.mean
+        return self.numbers.throughput.value
 
     @property
     def p95_ttft_ms(self) -> float:
         """p95 TTFT in ms: the confirmed mean, else the single measurement."""
-        measured = self.ttft_interval
-        return self.record.objective[1] if measured is None else measured.mean
-
-    @property
-    def ttft_bounds(self) -> tuple[float | None, float | None, int] | None:
-        """Order-statistic 95 % bounds on the scored p95 TTFT (the worst pair's) and the
-        requests behind them; None for a record written before levels carried them. A side
-        is None where the requests were too few to bound it."""
-        levels, steps = self.record.levels, self.record.steps
-        if steps:  # a goodput trial is scored at its goodput's step (its lowest if none passed)
-            rate = max((r for r, ok in steps if ok), default=min(r for r, _ in steps))
-            levels = tuple(level for level in levels if level.get("offered_rate") == rate)
-        pairs = [p for p in levels if p.get("ttft_p95_ms") is not None]
-        if not pairs or any("ttft_p95_interval_ms" not in p for p in pairs):
-            return None
-        worst = max(pairs, key=lambda p: float(p["ttft_p95_ms"]))
-        low, high = worst["ttft_p95_interval_ms"]
-        return low, high, int(worst.get("requests", 0)) - int(worst.get("errors", 0))
+        return self.numbers.p95_ttft_ms.value
 
 
 def check_pick(pick: str) -> str:

@@ -17,10 +17,11 @@ from typing import Any
 
 import optuna
 
+from tuner.analysis.estimates import Bounds, Estimate, Numbers
 from tuner.analysis.picks import Candidate
+from tuner.config.prompt_sets import describe_prompt_set
 from tuner.config.schema import Objective
 from tuner.config.space import SearchSpace
-from tuner.config.workload import PROMPT_SOURCES
 from tuner.launch.served import ServedFacts
 from tuner.results import Source
 from tuner.trial.record import stored_run
@@ -29,7 +30,6 @@ __all__ = [
     "ENVIRONMENT_ATTR",
     "Provenance",
     "provenance",
-    "runs_note",
 ]
 
 ENVIRONMENT_ATTR = "environment"  # NVML's findings, as studies before RunFacts stored them
@@ -50,22 +50,14 @@ class Provenance:
     gpu_count: int | None
     driver: str | None
     cuda: str | None
-    source: Source
-    throughput: float  # the first objective: output tok/s, or goodput req/s
-    throughput_ci95: tuple[float, float] | None
-    p95_ttft_ms: float
-    p95_ttft_ms_ci95: tuple[float, float] | None
-    # Order-statistic 95 % bounds on a single run's p95 (the worst pair) and its requests.
-    p95_ttft_ms_bounds: tuple[float | None, float | None, int] | None
-    runs: int  # measurements behind the numbers (1: the trial itself, not confirmed)
-    acceptance_rate: float | None
+    numbers: Numbers  # the candidate's numbers, each with the bounds of its own measurement
     target: str
     draft: str
     k: int
     temperatures: tuple[tuple[float, float], ...]  # (temperature, share) measured at
     temperature_tuned: bool  # the study chose it (search.temperature), not the workload
     workload: str
-    prompts: str  # where the prompts come from
+    prompts: str  # the set and where its prompts come from: real or synthetic
     concurrency: tuple[tuple[int, float], ...]  # (level, share of the time)
     ttft_limit_ms: float
     failed_share: float | None  # failed over sent requests in the trial
@@ -81,16 +73,57 @@ class Provenance:
         """Every fact as plain JSON data (the JSON export's ``provenance``); the first
         objective under its metric name (``output_tok_s`` or ``goodput_req_s``)."""
         data = asdict(self)
+        numbers = self.numbers
+        ttft = numbers.p95_ttft_ms
         metric = self.objective.metric
-        data[metric], data[f"{metric}_ci95"] = data.pop("throughput"), data.pop("throughput_ci95")
-        data["confirmed"] = self.confirmed
-        data["served"] = None if self.served is None else self.served.to_dict()
+        data.pop("numbers")
+        data.update(
+            {
+                "source": numbers.source.value,
+                metric: numbers.throughput.value,
+                f"{metric}_ci95": _ci(numbers.throughput),
+                "p95_ttft_ms": ttft.value,
+                "p95_ttft_ms_ci95": _ci(ttft),
+                "p95_ttft_ms_bounds": None
+                if ttft.bounds is not Bounds.ORDER_STATISTIC
+                else [ttft.low, ttft.high, ttft.n],
+                "runs": numbers.runs,
+                "confirmed": numbers.confirmed,
+                "acceptance_rate": numbers.acceptance_rate,
+                "served": None if self.served is None else self.served.to_dict(),
+            }
+        )
         return data
 
     @property
+    def source(self) -> Source:
+        """Where the numbers came from: measured or simulated."""
+        return self.numbers.source
+
+    @property
+    def throughput(self) -> float:
+        """The first objective: output tok/s, or goodput req/s."""
+        return self.numbers.throughput.value
+
+    @property
+    def p95_ttft_ms(self) -> float:
+        """The p95 TTFT in ms."""
+        return self.numbers.p95_ttft_ms.value
+
+    @property
+    def runs(self) -> int:
+        """Measurements behind the numbers."""
+        return self.numbers.runs
+
+    @property
     def confirmed(self) -> bool:
-        """Whether the numbers are means of several confirmation runs."""
-        return self.runs > 1
+        """Whether the numbers come from confirmation runs on fresh servers."""
+        return self.numbers.confirmed
+
+    @property
+    def throughput_ci95(self) -> tuple[float, float] | None:
+        """The first objective's 95 % confidence interval, where several runs give one."""
+        return _ci(self.numbers.throughput)
 
     def _ran(self) -> str:
         if self.backend == "docker":
@@ -121,8 +154,7 @@ class Provenance:
             f"{self._ran()}; {self._gpus()}",
             f"target {self.target}, {spec}",
             f"{self.source}: {self._numbers()}",
-            f"measured on the traffic: {self._load()}; prompts {self.workload} "
-            f"({self.prompts}); {self._limits()}",
+            f"measured on the traffic: {self._load()}; prompts {self.prompts}; {self._limits()}",
             self._temperatures(),
             f"failed requests {_percent(self.failed_share)} "
             f"(at most {self.max_failed_share * 100:g} % allowed)",
@@ -166,29 +198,17 @@ class Provenance:
         )
 
     def _numbers(self) -> str:
+        numbers = self.numbers
         accept = (
             ""
-            if self.acceptance_rate is None
-            else f", draft acceptance {self.acceptance_rate * 100:.1f} %"
+            if numbers.acceptance_rate is None
+            else f", draft acceptance {numbers.acceptance_rate * 100:.1f} %"
         )
         what, unit = self.objective.label.split()
-        digits = self.objective.digits
         there = " there" if self.objective is Objective.GOODPUT else ""
-        if self.throughput_ci95 is None or self.p95_ttft_ms_ci95 is None:
-            how = runs_note(self.runs)
-            found = self.p95_ttft_ms_bounds
-            bounds = "" if found is None else f", {_bounds(found)}"
-            return (
-                f"{what} {self.throughput:.{digits}f} {unit}, p95 TTFT{there} "
-                f"{self.p95_ttft_ms:.1f} ms{bounds} ({how}){accept}"
-            )
-        low, high = self.throughput_ci95
-        ttft_lo, ttft_hi = self.p95_ttft_ms_ci95
-        return (
-            f"{what} {self.throughput:.{digits}f} {unit} (95 % CI {low:.{digits}f}-"
-            f"{high:.{digits}f}), p95 TTFT{there} {self.p95_ttft_ms:.1f} ms (95 % CI "
-            f"{ttft_lo:.1f}-{ttft_hi:.1f}), {runs_note(self.runs)}{accept}"
-        )
+        throughput = numbers.throughput.text(self.objective.digits, f" {unit}")
+        ttft = numbers.p95_ttft_ms.text(1, " ms")
+        return f"{what} {throughput}, p95 TTFT{there} {ttft} ({numbers.runs_note}){accept}"
 
 
 def _shares(pairs: tuple[tuple[Any, float], ...]) -> str:
@@ -197,30 +217,14 @@ def _shares(pairs: tuple[tuple[Any, float], ...]) -> str:
     return ", ".join(f"{value:g} ({share * 100:.0f} %)" for value, share in pairs)
 
 
-def _bounds(bounds: tuple[float | None, float | None, int]) -> str:
-    """``95 % bounds 180.2 to 240.9 ms from 60 requests``, or the side the requests bound."""
-    low, high, n = bounds
-    if low is not None and high is not None:
-        return f"95 % bounds {low:.1f} to {high:.1f} ms from {n} requests"
-    if low is not None:
-        return f"95 % lower bound {low:.1f} ms from {n} requests (too few to bound it above)"
-    if high is not None:
-        return f"95 % upper bound {high:.1f} ms from {n} requests"
-    return f"not bounded by {n} requests"
-
-
 def _percent(share: float | None) -> str:
     return "not recorded" if share is None else f"{share * 100:.1f} %"
 
 
-def _ci(low: float | None, high: float | None) -> tuple[float, float] | None:
-    return None if low is None or high is None else (low, high)
-
-
-def runs_note(runs: int) -> str:
-    """What stands behind a number: ``one run, not confirmed`` or ``mean of 3 runs on fresh
-    servers``. The CLI's recommendation says the same, so optimize and export agree."""
-    return "one run, not confirmed" if runs <= 1 else f"mean of {runs} runs on fresh servers"
+def _ci(estimate: Estimate) -> tuple[float, float] | None:
+    if estimate.bounds is not Bounds.CI95 or estimate.low is None or estimate.high is None:
+        return None
+    return estimate.low, estimate.high
 
 
 def provenance(
@@ -234,14 +238,6 @@ def provenance(
     record = candidate.record
     ran = stored_run(study)
     detected = (ran.gpus if ran is not None else study.user_attrs.get(ENVIRONMENT_ATTR)) or {}
-    tok_s, ttft = candidate.throughput_interval, candidate.ttft_interval
-    confirmed = candidate.confirmed
-    runs = len(confirmed.measured) if confirmed is not None else 1
-    if confirmed is not None:
-        rates = [r.acceptance_rate for r in confirmed.measured if r.acceptance_rate is not None]
-        accept = sum(rates) / len(rates) if rates else None
-    else:
-        accept = record.acceptance_rate
     return Provenance(
         study=study.study_name,
         trial=record.number,
@@ -254,21 +250,14 @@ def provenance(
         gpu_count=detected.get("gpu_count"),
         driver=detected.get("driver"),
         cuda=detected.get("cuda"),
-        source=confirmed.source if confirmed is not None else record.source,
-        throughput=candidate.throughput,
-        throughput_ci95=None if tok_s is None else _ci(tok_s.low, tok_s.high),
-        p95_ttft_ms=candidate.p95_ttft_ms,
-        p95_ttft_ms_ci95=None if ttft is None else _ci(ttft.low, ttft.high),
-        p95_ttft_ms_bounds=candidate.ttft_bounds,
-        runs=runs,
-        acceptance_rate=accept,
+        numbers=candidate.numbers,
         target=record.server.model,
         draft=record.draft,
         k=record.server.k,
         temperatures=record.temperature_mix or ((record.temperature, 1.0),),
         temperature_tuned=record.tunes_temperature,
         workload=space.workload.prompt_set,
-        prompts=PROMPT_SOURCES.get(space.workload.prompt_set, "a prompt file"),
+        prompts=describe_prompt_set(space.workload.prompt_set),
         concurrency=space.workload.load_profile,
         ttft_limit_ms=space.ttft_limit_ms,
         failed_share=record.failed_share,

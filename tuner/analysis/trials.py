@@ -20,7 +20,7 @@ from tuner.results import Source
 from tuner.trial.record import TrialRecord, records
 from tuner.trial.scoring import TrialStatus
 
-__all__ = ["Outcome", "Point", "level_tok_s", "point", "points"]
+__all__ = ["Outcome", "Point", "acceptance_by_temperature", "level_tok_s", "point", "points"]
 
 
 class Outcome(enum.StrEnum):
@@ -53,6 +53,9 @@ class Point:
     oom_predicted: bool = False
     on_front: bool = False  # on the study's feasible Pareto front
     duplicate_of: int | None = None  # "same as #N": a repeat of trial N's result
+    # (temperature, draft acceptance) per temperature measured, its levels weighted by share:
+    # a trial measured on a temperature mix has one point per temperature, not one at the mean.
+    acceptance_by_temperature: tuple[tuple[float, float], ...] = ()
 
     @property
     def speculative(self) -> bool:
@@ -105,6 +108,7 @@ def point(record: TrialRecord, front: Collection[int] = ()) -> Point | None:
         oom_predicted=record.status is TrialStatus.OOM_PREDICTED,
         on_front=record.number in front,
         duplicate_of=record.duplicate_of,
+        acceptance_by_temperature=acceptance_by_temperature(record),
     )
 
 
@@ -123,6 +127,21 @@ def level_tok_s(record: TrialRecord) -> tuple[tuple[int, float], ...]:
         total[0] += weight * float(level["output_tok_s"])
         total[1] += weight
     return tuple((c, tok_s / weight) for c, (tok_s, weight) in sums.items())
+
+
+def acceptance_by_temperature(record: TrialRecord) -> tuple[tuple[float, float], ...]:
+    """(temperature, acceptance) for each temperature ``record`` measured with speculation,
+    the levels at that temperature weighted by their share, lowest temperature first."""
+    sums: dict[float, list[float]] = {}
+    for level in record.levels:
+        rate, temperature = level.get("acceptance_rate"), level.get("temperature")
+        if rate is None or temperature is None:
+            continue
+        weight = float(level.get("weight") or 1.0)
+        total = sums.setdefault(float(temperature), [0.0, 0.0])
+        total[0] += weight * float(rate)
+        total[1] += weight
+    return tuple((t, rate / weight) for t, (rate, weight) in sorted(sums.items()))
 
 
 def points(study: optuna.Study) -> list[Point]:

@@ -39,7 +39,11 @@ def estimate_command(
     draft: Annotated[str, typer.Option("--draft", help="Draft model, ngram, or none.")] = "none",
     k: opt.SpecTokens = 4,
     workload: Annotated[
-        str, typer.Option("--workload", help="code, creative, chat, long-context.")
+        str,
+        typer.Option(
+            "--workload",
+            help="code, sharegpt (real prompts), creative, chat, long-context (synthetic).",
+        ),
     ] = "code",
     temperature: opt.Temperature = 0.2,
     gpu_memory_utilization: opt.GpuMemoryUtilization = 0.92,

@@ -14,7 +14,6 @@ from rich.table import Table
 from tuner.analysis.confirmed import Confirmed, Interval, Run
 from tuner.analysis.k_table import KTableVerdict
 from tuner.analysis.picks import Candidate
-from tuner.analysis.provenance import runs_note
 from tuner.config.schema import Objective
 from tuner.config.trial import ServerConfig, SpecMethod
 from tuner.trial.record import TrialRecord
@@ -170,20 +169,17 @@ def records_table(
 def recommendation(
     best: Candidate, limit_ms: float, objective: Objective = Objective.THROUGHPUT
 ) -> str:
-    """The recommendation lines optimize prints, with the confirmed intervals where there are
-    some; the runs are counted as the export counts them
-    (:func:`tuner.analysis.provenance.runs_note`)."""
-    record, confirmed = best.record, best.confirmed
-    digits = objective.digits
-    throughput, ttft = f"{best.throughput:.{digits}f}", f"{best.p95_ttft_ms:.0f}"
-    if best.throughput_interval and best.ttft_interval:
-        throughput, ttft = best.throughput_interval.format(digits), best.ttft_interval.format(0)
-    how = runs_note(1 if confirmed is None else len(confirmed.measured))
+    """The recommendation lines optimize prints: the numbers as export and report print them
+    (:attr:`tuner.analysis.picks.Candidate.numbers`)."""
+    record, numbers = best.record, best.numbers
+    throughput = numbers.throughput.text(objective.digits)
+    ttft = numbers.p95_ttft_ms.text(0, " ms")
     target = "goodput" if objective is Objective.GOODPUT else "throughput"
     return (
         f"Recommended (highest {target} within p95 TTFT <= {limit_ms:.0f} ms): "
         f"trial {record.number}: {config_label(record.server, _tuned_temperature(record))}\n"
-        f"  {record.source}: {throughput} {objective.label}, p95 TTFT {ttft} ms ({how})"
+        f"  {numbers.source}: {throughput} {objective.label}, p95 TTFT {ttft} "
+        f"({numbers.runs_note})"
     )
 
 

@@ -118,7 +118,10 @@ def report_command(
     study, space, _, paths = _open(name, storage, studies_dir)
     target = out or paths.report
     check_writable(target, "report folder", "--out")
-    report = write_report(study, space, target)
+    # How `spectune export` finds this study again, for the commands the page shows; a
+    # storage URL may hold a password, so the page names the variable instead.
+    flags = ["--storage", "$SPECTUNE_STORAGE"] if storage else ["--studies-dir", str(studies_dir)]
+    report = write_report(study, space, target, export_flags=flags)
     if as_json:
         print_json(
             {

@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from tuner.cli.app import app, console, handle_errors, print_json
+from tuner.config.prompt_sets import describe_prompt_set
 from tuner.config.schema import space_json_schema
 from tuner.config.space import load_space
 
@@ -26,7 +27,8 @@ def check_command(
     """Validate a search space without running anything (exit 2 and one line if it is wrong)."""
     loaded = load_space(space)
     console.print(
-        f"ok: {loaded.name} ({len(loaded.tuned_dimensions)} tuned dimensions)",
+        f"ok: {loaded.name} ({len(loaded.tuned_dimensions)} tuned dimensions); prompts "
+        f"{describe_prompt_set(loaded.workload.prompt_set)}",
         markup=False,
         highlight=False,
     )

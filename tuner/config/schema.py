@@ -60,6 +60,7 @@ from tuner.config.methods import (
     SpecTokensRange,
     TemperatureRange,
 )
+from tuner.config.prompt_sets import PROMPT_SETS, missing_package
 from tuner.config.schema_errors import ONE_RATE, RATE_STEPS
 from tuner.config.schema_errors import one_line as _one_line
 from tuner.config.sections import AS_LIST as _AS_LIST
@@ -88,25 +89,28 @@ __all__ = [
     "space_json_schema",
 ]
 
-BUILTIN_PROMPT_SETS = ("code", "creative", "chat", "long-context")
-"""Built-in prompt sets (``tuner.config.prompts``); a JSONL/ShareGPT path works too."""
+BUILTIN_PROMPT_SETS = tuple(PROMPT_SETS)
+"""Built-in prompt sets (``tuner.config.prompt_sets``); a JSONL/ShareGPT path works too."""
 
 DEFAULT_TEMPERATURE = 0.7
 """A workload's temperature when it names none: Qwen2.5's generation-config default."""
 
 
 def _known_prompt_set(name: str, info: ValidationInfo) -> str:
-    # A stored study may be read where its prompt file is not; the file is read when used.
-    if (
-        name in BUILTIN_PROMPT_SETS
-        or _context(info, "lenient")
-        or Path(name).expanduser().is_file()
-    ):
+    # A stored study may be read where its prompt file (or package) is not; read when used.
+    if _context(info, "lenient"):
+        return name
+    if name in BUILTIN_PROMPT_SETS:
+        missing = missing_package(name)
+        if missing:
+            raise PydanticCustomError("prompt_set", missing)
+        return name
+    if Path(name).expanduser().is_file():
         return name
     raise PydanticCustomError(
         "prompt_set",
         "must be a built-in set ({known}) or an existing JSONL/ShareGPT file",
-        {"known": ", ".join(BUILTIN_PROMPT_SETS)},
+        {"known": ", ".join(f"{n} ({i.origin})" for n, i in PROMPT_SETS.items())},
     )
 
 
@@ -256,7 +260,8 @@ class WorkloadModel(_Section):
     """``workload``: the traffic each trial serves, at every (concurrency, temperature) pair."""
 
     prompt_set: PromptSet = "code"
-    """code, creative, chat, long-context, or a JSONL/ShareGPT file."""
+    """code (real: HumanEval), sharegpt (real chat: spectune[sharegpt]), creative, chat,
+    long-context (synthetic: generated from templates), or a JSONL/ShareGPT file."""
     input_tokens: Tokens = 512
     """Mean prompt length in tokens."""
     output_tokens: Tokens = 256

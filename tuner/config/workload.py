@@ -18,7 +18,6 @@ from typing import TypeVar
 from tuner.config.prompts import (
     CHARS_PER_TOKEN,
     LONG_CONTEXT_TOKENS,
-    PROMPT_SOURCES,
     ChatMessage,
     PromptRequest,
     builtin_request,
@@ -37,7 +36,6 @@ __all__ = [
     "BUILTIN_PROMPT_SETS",
     "CHARS_PER_TOKEN",
     "LONG_CONTEXT_TOKENS",
-    "PROMPT_SOURCES",
     "ChatMessage",
     "Condition",
     "PromptRequest",

@@ -33,17 +33,11 @@ from typing import Any
 import optuna
 import yaml
 
-from tuner.analysis.k_table import (
-    KTableVerdict,
-    Table,
-    planned_table,
-    spell,
-    stored_verdict,
-    with_table,
-)
+from tuner.analysis.k_table import KTableVerdict, Table, spell, table_choice, with_table
 from tuner.analysis.levels import LevelChoice
 from tuner.analysis.picks import DEFAULT_PICK, PICKS, Candidate, pick_candidate
 from tuner.analysis.provenance import Provenance, provenance
+from tuner.analysis.recommendation import dialect_space
 from tuner.config.space import SearchSpace
 from tuner.config.trial import ServerConfig, is_secret_flag
 from tuner.config.vllm_args import config_file_argv, has_per_batch_size, server_argv, server_yaml
@@ -52,7 +46,6 @@ from tuner.export.deploy import PORT, compose_file, docker_run_script
 from tuner.export.kubernetes import kubernetes_manifests
 from tuner.results import Source
 from tuner.study.paths import StudyPaths
-from tuner.trial.record import stored_run
 from tuner.trial.scoring import TrialStatus
 
 __all__ = [
@@ -92,11 +85,7 @@ def export(
     if fmt not in FORMATS:
         raise ConfigError(f"unknown export format {fmt!r}: choose one of {', '.join(FORMATS)}")
     candidate = pick_candidate(study, pick)
-    ran = stored_run(study)
-    if ran is not None and space.vllm_version is None:
-        # The space names no version: speak the dialect of the vLLM that ran (detected).
-        space = space.with_vllm_version(ran.vllm_version)
-    return _render(study, space, candidate, pick, fmt, today)
+    return _render(study, dialect_space(study, space), candidate, pick, fmt, today)
 
 
 def _render(
@@ -110,13 +99,10 @@ def _render(
     facts = provenance(study, space, candidate, pick if not pick.isdigit() else "trial", today)
     record = candidate.record
     server, removed = _without_secrets(record.server)
-    levels, planned = planned_table(study, space, candidate)
-    verdict = stored_verdict(study)
-    if verdict is not None and (verdict.trial, verdict.table) != (candidate.number, planned):
-        verdict = None  # it judged another config's table
-    table = planned if verdict is not None and verdict.wins else ()
-    notes = _notes(space, server, levels, planned, verdict, removed, record.source)
-    server = with_table(server, table)
+    choice = table_choice(study, space, candidate)
+    levels = list(choice.levels)
+    notes = _notes(space, server, levels, choice.planned, choice.verdict, removed, record.source)
+    server = with_table(server, choice.exported)
     notes += _smoothing_note(record.summary)
     if record.status is not TrialStatus.OK:  # only a trial asked for by number gets here
         notes.insert(0, f"WARNING: trial {candidate.number} was not feasible: {record.status}")
@@ -143,7 +129,7 @@ def _render(
         )
     else:
         text = _json(server, space, facts, levels, notes)
-    return Exported(fmt, text, facts, tuple(levels), tuple(table))
+    return Exported(fmt, text, facts, choice.levels, choice.exported)
 
 
 def _without_secrets(server: ServerConfig) -> tuple[ServerConfig, list[str]]:
@@ -180,7 +166,7 @@ def _notes(
         per_level = "; ".join(
             f"{c.concurrency}: "
             + (f"K={c.k}" if c.k else "off")
-            + f" ({c.output_tok_s:.1f} tok/s {source})"
+            + f" ({c.output_tok_s:.1f} tok/s {source} at that level, trial {c.trial})"
             for c in levels
         )
         notes.append(f"best speculation per concurrency level: {per_level}")

@@ -7,7 +7,9 @@ optuna-dashboard 0.21 knows three things only from where it looks for them:
   values <= 0 meaning feasible): Optuna 5's keyed ``constraints:<name>`` attributes are
   invisible to it, so an OOM or over-limit trial would show as feasible without the list;
 - trial artifacts from ``artifacts:<id>`` system attributes, with the files in an artifact
-  store it is started with.
+  store it is started with;
+- the study's note, shown at the top of the study page: the recommendation goes there
+  (:mod:`tuner.report.dashboard_note`).
 
 The trial loop writes none of this: Optuna 5 would read a legacy list as a second set of
 constraints. :func:`prepare_dashboard` (``spectune dashboard``) writes all three before the
@@ -36,6 +38,7 @@ from optuna.artifacts import ArtifactMeta, FileSystemArtifactStore, get_all_arti
 from optuna.trial import FrozenTrial, TrialState
 
 from tuner.errors import ConfigError
+from tuner.report.dashboard_note import write_note
 from tuner.study import optuna_private
 from tuner.study.paths import StudyPaths
 from tuner.trial.record import TrialRecord, stored_space
@@ -140,6 +143,7 @@ class DashboardInfo:
     constraints_fixed: int  # legacy lists written now
     artifacts_added: int
     artifact_dir: Path
+    recommendation_noted: bool  # the study's note holds the recommendation (none was a person's)
 
 
 def _keyed_constraints(trial: FrozenTrial) -> list[float] | None:
@@ -154,9 +158,10 @@ def _keyed_constraints(trial: FrozenTrial) -> list[float] | None:
 
 def prepare_dashboard(study: optuna.Study, paths: StudyPaths) -> DashboardInfo:
     """Makes names, feasibility and logs visible to optuna-dashboard 0.21 (module docstring)."""
+    space = stored_space(study)
     if not study.metric_names:  # a study spectune created before it named them
-        space = stored_space(study)
         study.set_metric_names(list(Limits.of(space).names if space else OBJECTIVE_NAMES))
+    noted = space is not None and write_note(study, space)
     store = _store(paths)
     fixed = added = infeasible = 0
     for trial in study.get_trials(deepcopy=False):
@@ -178,6 +183,7 @@ def prepare_dashboard(study: optuna.Study, paths: StudyPaths) -> DashboardInfo:
         fixed,
         added,
         paths.artifacts,
+        noted,
     )
 
 

@@ -9,6 +9,10 @@ count that trial twice.
 The study's own search space is conditional (K exists only with a draft), so the trials are
 copied into an in-memory study where K is 0 without speculation: every measured trial then
 counts, and "no draft" shows up as K = 0 instead of being left out.
+
+Only the parameters the space tunes are ranked. A setting every trial shares (the workload's
+temperature mix, a fixed batch size) explains nothing, and handing PED-ANOVA a constant once
+ranked the untuned temperature first.
 """
 
 from __future__ import annotations
@@ -19,10 +23,18 @@ from collections.abc import Callable, Sequence
 from typing import Literal
 
 import optuna
+from optuna.distributions import (
+    BaseDistribution,
+    CategoricalDistribution,
+    FloatDistribution,
+    IntDistribution,
+)
 
 from tuner.analysis.trials import Point
+from tuner.config.space import Range, SearchSpace
+from tuner.config.trial import SpecMethod
 
-__all__ = ["importance_points", "param_importances"]
+__all__ = ["importance_points", "param_importances", "tuned_parameters"]
 
 Direction = Literal["maximize", "minimize"]
 
@@ -36,22 +48,32 @@ def importance_points(points: Sequence[Point]) -> list[Point]:
     ]
 
 
+def tuned_parameters(space: SearchSpace) -> tuple[str, ...]:
+    """The parameters ``space`` lets the study vary, in the report's order."""
+    memory = space.gpu_memory_utilization
+    tuned = {
+        "draft": len(space.choices) > 1,
+        # With every K fixed, K follows from the draft: it is no parameter of its own.
+        "K": any(c.method != SpecMethod.NONE and c.k.low < c.k.high for c in space.choices),
+        "gpu_memory_utilization": memory.low < memory.high,
+        "max_num_batched_tokens": len(space.max_num_batched_tokens) > 1,
+        "temperature": space.tunes_temperature,
+    }
+    return tuple(name for name, varies in tuned.items() if varies)
+
+
 def param_importances(
-    points: Sequence[Point], throughput: str = "output tok/s"
+    points: Sequence[Point], space: SearchSpace, throughput: str = "output tok/s"
 ) -> dict[str, dict[str, float]]:
     """Importances for throughput (named ``throughput``: the study's first objective) and
-    p95 TTFT over :func:`importance_points`.
+    p95 TTFT over :func:`importance_points`, for the parameters ``space`` tunes.
 
     K is taken as 0 for trials without speculation, so it counts for every trial instead of
-    only the speculative ones. Fewer than three measured trials give no importances.
+    only the speculative ones. Fewer than three measured trials, or nothing tuned, give no
+    importances.
     """
-    params = {
-        "draft": lambda p: p.draft,
-        "K": lambda p: p.k,
-        "gpu_memory_utilization": lambda p: p.gpu_memory_utilization,
-        "max_num_batched_tokens": lambda p: p.max_num_batched_tokens,
-        "temperature": lambda p: p.temperature,
-    }
+    tuned = tuned_parameters(space)
+    params = {name: get for name, get in _PARAMS.items() if name in tuned}
     targets: dict[str, tuple[Callable[[Point], float | None], Direction]] = {
         throughput: (lambda p: p.throughput, "maximize"),
         "p95 TTFT": (lambda p: p.p95_ttft_ms, "minimize"),
@@ -61,25 +83,42 @@ def param_importances(
     for name, (target, direction) in targets.items():
         rows = [(p, target(p)) for p in measured]
         usable = [(p, v) for p, v in rows if v is not None and math.isfinite(v)]
-        if len(usable) >= 3:
-            result[name] = _importances(usable, params, direction)
+        if len(usable) >= 3 and params:
+            result[name] = _importances(usable, params, direction, space)
     return result
+
+
+_PARAMS: dict[str, Callable[[Point], object]] = {
+    "draft": lambda p: p.draft,
+    "K": lambda p: p.k,
+    "gpu_memory_utilization": lambda p: p.gpu_memory_utilization,
+    "max_num_batched_tokens": lambda p: p.max_num_batched_tokens,
+    "temperature": lambda p: p.temperature,
+}
+
+
+def _distribution(
+    name: str, rows: Sequence[tuple[Point, float]], space: SearchSpace
+) -> BaseDistribution:
+    """The parameter's domain as the space gives it (categories as the trials name them)."""
+    if name == "draft":
+        return CategoricalDistribution(sorted({p.draft for p, _ in rows}))
+    if name == "max_num_batched_tokens":
+        return CategoricalDistribution(sorted({p.max_num_batched_tokens for p, _ in rows}))
+    if name == "K":
+        return IntDistribution(0, int(space.num_speculative_tokens.high))
+    domain = space.gpu_memory_utilization if name == "gpu_memory_utilization" else space.temperature
+    low, high = (domain.low, domain.high) if isinstance(domain, Range) else (domain, domain)
+    return FloatDistribution(low, high)
 
 
 def _importances(
     rows: Sequence[tuple[Point, float]],
     params: dict[str, Callable[[Point], object]],
     direction: Direction,
+    space: SearchSpace,
 ) -> dict[str, float]:
-    distributions = {
-        "draft": optuna.distributions.CategoricalDistribution(sorted({p.draft for p, _ in rows})),
-        "K": optuna.distributions.IntDistribution(0, max(1, max(p.k for p, _ in rows))),
-        "gpu_memory_utilization": optuna.distributions.FloatDistribution(0.0, 1.0),
-        "max_num_batched_tokens": optuna.distributions.CategoricalDistribution(
-            sorted({p.max_num_batched_tokens for p, _ in rows})
-        ),
-        "temperature": optuna.distributions.FloatDistribution(0.0, 2.0),
-    }
+    distributions = {name: _distribution(name, rows, space) for name in params}
     study = optuna.create_study(direction=direction)  # in memory, for the evaluator only
     for point, value in rows:
         study.add_trial(

@@ -17,14 +17,17 @@ from pathlib import Path
 
 import optuna
 
-from tuner.analysis.confirmed import Interval, load_confirmed
-from tuner.analysis.levels import LevelChoice, best_by_draft, measured_levels, speculation_by_level
+from tuner.analysis.confirmed import load_confirmed
+from tuner.analysis.estimates import Bounds, Estimate, Numbers
+from tuner.analysis.levels import LevelChoice, best_by_draft
 from tuner.analysis.picks import PICKS, Candidate, best_per_method, choose, ranked
+from tuner.analysis.recommendation import Recommendation, recommendation
 from tuner.analysis.trials import Outcome, Point, points
 from tuner.config.schema import Objective
 from tuner.config.space import SearchSpace
 from tuner.config.trial import SpecMethod
 from tuner.report import charts
+from tuner.report.headline import HEADLINE_CSS, headline, no_recommendation
 from tuner.report.importance import importance_points, param_importances
 from tuner.report.traffic import per_temperature_section, speculation_note, traffic_rows
 from tuner.study.twin_steer import PROPOSED_ATTR, stored_twin
@@ -44,43 +47,59 @@ class Report:
     best: tuple[Candidate, ...]  # the best-configs table, best first
     methods: tuple[Candidate, ...]  # the best config of each speculation method, best first
     levels: tuple[LevelChoice, ...]  # per-level speculation for the recommended draft
+    recommended: Recommendation | None  # the headline's answer; None while none is feasible
 
 
 def write_report(
-    study: optuna.Study, space: SearchSpace, out_dir: Path, today: dt.date | None = None
+    study: optuna.Study,
+    space: SearchSpace,
+    out_dir: Path,
+    today: dt.date | None = None,
+    export_flags: Sequence[str] = (),
 ) -> Report:
-    """Writes ``out_dir/report.html`` and the charts as ``out_dir/<name>.png``."""
+    """Writes ``out_dir/report.html`` and the charts as ``out_dir/<name>.png``.
+
+    Args:
+        study: the study.
+        space: its search space.
+        out_dir: the folder to write to.
+        today: the date the page says it was written (tests pin it).
+        export_flags: what ``spectune export`` needs to find the study (``--studies-dir``
+            or ``--storage``), for the commands the page shows.
+    """
     out_dir.mkdir(parents=True, exist_ok=True)
     label = space.objective.label if space.goodput else "output tokens/s"
     trials = points(study)
     confirmed = load_confirmed(study)
     best_first = ranked(study)
     picks = {pick: choose(best_first, pick) for pick in PICKS}  # as analysis.picks.recommend
-    best = picks["max-throughput"]
-    draft = best.record.draft if best is not None and best.record.server.speculative else None
-    several = len(measured_levels(trials)) > 1
-    levels = speculation_by_level(trials, draft) if draft and several else []
+    answer = recommendation(study, space)
+    levels = list(answer.table.levels) if answer is not None else []
     drawn = [
         charts.pareto_chart(trials, confirmed, space.ttft_limit_ms, out_dir / "pareto.png", label),
         charts.k_chart(trials, out_dir / "k.png", label),
         charts.acceptance_chart(trials, out_dir / "acceptance.png"),
         charts.memory_chart(trials, out_dir / "memory.png", label),
         charts.importance_chart(
-            param_importances(trials, space.objective.label if space.goodput else "output tok/s"),
+            param_importances(trials, space, label),
             len(importance_points(trials)),
             out_dir / "importance.png",
         ),
     ]
-    if levels and draft:
+    if levels and answer is not None:
+        draft = answer.candidate.record.draft
         drawn.append(charts.levels_chart(trials, levels, draft, out_dir / "levels.png"))
     # The best by throughput, plus whatever a pick chose further down.
     chosen = {c.number for c in picks.values() if c is not None}
     best_rows = [c for i, c in enumerate(best_first) if i < _BEST_ROWS or c.number in chosen]
     methods = best_per_method(study)
+    top = (
+        no_recommendation() if answer is None else headline(answer, study.study_name, export_flags)
+    )
     page = out_dir / "report.html"
-    body = _page(study, space, trials, best_rows, picks, drawn, levels, today, methods)
+    body = _page(study, space, trials, best_rows, picks, drawn, levels, today, methods, top)
     page.write_text(body, encoding="utf-8")
-    return Report(page, tuple(drawn), tuple(best_rows), tuple(methods), tuple(levels))
+    return Report(page, tuple(drawn), tuple(best_rows), tuple(methods), tuple(levels), answer)
 
 
 _CSS = """
@@ -99,17 +118,6 @@ background:#eef;border-radius:3px;padding:0 .3em;margin-left:.3em}
 
 def _esc(value: object) -> str:
     return html.escape(str(value))
-
-
-def _with_ci(single: float, measured: Interval | None, digits: int) -> str:
-    if measured is None:
-        return f"{single:.{digits}f} <span class='muted'>(1 run)</span>"
-    if measured.half_width is None:
-        return f"{measured.mean:.{digits}f} <span class='muted'>(n={measured.n})</span>"
-    return (
-        f"{measured.mean:.{digits}f} ± {measured.half_width:.{digits}f} "
-        f"<span class='muted'>(95 % CI, n={measured.n})</span>"
-    )
 
 
 def _summary(study: optuna.Study, space: SearchSpace, trials: Sequence[Point]) -> str:
@@ -213,21 +221,28 @@ def _served(best: Candidate) -> str:
 
 
 def _measured_cells(c: Candidate, objective: Objective) -> tuple[str, str, str, str]:
-    """A candidate's throughput, p95 TTFT (with their intervals where confirmed), acceptance
-    and source, as table cells."""
-    accept = c.record.acceptance_rate
-    source = c.record.source + (" · confirmed" if c.confirmed else "")
-    ttft = _with_ci(c.record.objective[1], c.ttft_interval, 0)
-    if c.ttft_interval is None and c.ttft_bounds is not None:
-        low, high, n = c.ttft_bounds
-        lo, hi = ("?" if v is None else f"{v:.0f}" for v in (low, high))
-        ttft += f" <span class='muted'>(95 % bounds {lo} to {hi}, {n} requests)</span>"
+    """A candidate's throughput, p95 TTFT (each with the bounds of its own measurement),
+    acceptance and source, as table cells."""
+    numbers = c.numbers
+    accept = numbers.acceptance_rate
+    source = numbers.source + (" · confirmed" if numbers.confirmed else "")
     return (
-        f"<td>{_with_ci(c.record.objective[0], c.throughput_interval, objective.digits)}</td>",
-        f"<td>{ttft}</td>",
+        f"<td>{_estimate(numbers.throughput, objective.digits, numbers)}</td>",
+        f"<td>{_estimate(numbers.p95_ttft_ms, 0, numbers)}</td>",
         f"<td>{'-' if accept is None else f'{accept * 100:.1f} %'}</td>",
         f"<td class='l'>{_esc(source)}</td>",
     )
+
+
+def _estimate(estimate: Estimate, digits: int, numbers: Numbers) -> str:
+    value = f"{estimate.value:.{digits}f}"
+    if estimate.bounds is Bounds.CI95 and estimate.low is not None and estimate.high is not None:
+        half = (estimate.high - estimate.low) / 2
+        return f"{value} ± {half:.{digits}f} <span class='muted'>(95 % CI, n={estimate.n})</span>"
+    runs = "1 run" if not numbers.confirmed else f"n={numbers.runs}"
+    if estimate.bounds is Bounds.ORDER_STATISTIC:
+        runs += f"; {estimate.bounds_text(digits)}"
+    return f"{value} <span class='muted'>({_esc(runs)})</span>"
 
 
 def _methods_table(methods: Sequence[Candidate], objective: Objective) -> str:
@@ -344,14 +359,16 @@ def _page(
     levels: Sequence[LevelChoice],
     today: dt.date | None,
     methods: Sequence[Candidate],
+    top: str,
 ) -> str:
     date = (today or dt.date.today()).isoformat()
     figures = "".join(_figure(c) for c in drawn)
     return (
         "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
-        f"<title>spectune report: {_esc(study.study_name)}</title><style>{_CSS}</style></head>"
-        f"<body><h1>spectune report: {_esc(study.study_name)}</h1>"
-        f"<p class='muted'>Written {date}.</p>{_summary(study, space, trials)}"
+        f"<title>spectune report: {_esc(study.study_name)}</title>"
+        f"<style>{_CSS}{HEADLINE_CSS}</style></head>"
+        f"<body><h1>spectune report: {_esc(study.study_name)}</h1>{top}"
+        f"<h2>Study</h2><p class='muted'>Written {date}.</p>{_summary(study, space, trials)}"
         f"<h2>Best configs</h2>{_best_table(best, picks, space.objective)}"
         f"{per_temperature_section(space, best)}"
         f"<h2>Best config per method</h2>{_methods_table(methods, space.objective)}"

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 
 from tuner.analysis.levels import LevelChoice, speculation_stops
 from tuner.analysis.picks import Candidate
+from tuner.config.prompt_sets import describe_prompt_set
 from tuner.config.space import SearchSpace
-from tuner.config.workload import PROMPT_SOURCES
 from tuner.trial.record import TrialRecord
 
 __all__ = ["per_temperature_section", "speculation_note", "traffic_rows"]
@@ -46,7 +46,7 @@ def traffic_rows(space: SearchSpace, done: Sequence[TrialRecord]) -> list[tuple[
     return [
         load,
         ("temperatures", temperatures),
-        ("prompts", f"{workload.prompt_set}: {PROMPT_SOURCES.get(workload.prompt_set, 'a file')}"),
+        ("prompts", describe_prompt_set(workload.prompt_set)),
         ("requests", f"{workload.requests} measured per {pair}"),
         ("failed requests", failed),
     ]

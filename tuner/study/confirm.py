@@ -27,8 +27,10 @@ from pathlib import Path
 import optuna
 
 from tuner.analysis.confirmed import CONFIRMED_ATTR, Confirmed, Run
+from tuner.analysis.estimates import scored_ttft_bounds
 from tuner.analysis.k_table import K_TABLE_ATTR, KTableVerdict, planned_table, with_table
 from tuner.analysis.picks import DEFAULT_PICK, confirmation_order, pick_candidate
+from tuner.bench.summary import level_summary
 from tuner.config.space import SearchSpace
 from tuner.config.trial import LaunchContext, TrialConfig
 from tuner.errors import SpectuneError
@@ -168,12 +170,15 @@ def _run_from(outcome: TrialOutcome) -> Run:
     primary = outcome.primary
     if primary is None:
         return Run(outcome.status, failure=outcome.failure)
+    measured = outcome.status.measured
+    pairs = [level_summary(r, c) for r, c in zip(outcome.results, outcome.conditions, strict=False)]
     return Run(
         status=outcome.status,
-        throughput=outcome.score.values[0] if outcome.status.measured else None,
-        p95_ttft_ms=outcome.score.values[1] if outcome.status.measured else None,
+        throughput=outcome.score.values[0] if measured else None,
+        p95_ttft_ms=outcome.score.values[1] if measured else None,
         acceptance_rate=primary.acceptance_rate,
         levels=()  # a goodput run's steps are rates, not levels
         if outcome.score.steps
         else level_tok_s(outcome.results, [c.weight for c in outcome.conditions]),
+        p95_ttft_bounds=scored_ttft_bounds(pairs, outcome.score.steps) if measured else None,
     )

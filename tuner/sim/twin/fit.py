@@ -167,11 +167,22 @@ class FittedTwin:
 
     def intervals(self) -> list[tuple[str, float, float, float]]:
         """Each step-time factor and the memory outside vLLM's budget (``outside_gib``) as
-        ``(name, value, low, high)``, with a 95 % interval (two posterior standard deviations)."""
+        ``(name, value, low, high)``, with a 95 % interval (two posterior standard deviations).
+
+        A step-time factor scales a time, so it cannot be negative: its interval is taken on
+        the log scale (two standard deviations of the log, ``sd / value``), which keeps it
+        above zero and around the value. ``outside_gib`` may be either sign.
+        """
         out = []
-        for name in ("decode", "draft", "overhead", "prefill", "outside_gib"):
+        for name in ("decode", "draft", "overhead", "prefill"):
             value, sd = float(getattr(self.params, name)), self.sd.get(name, 0.0)
-            out.append((name, value, value - 2 * sd, value + 2 * sd))
+            if value <= 0:  # a prior can be wrong, a fit cannot go below zero
+                out.append((name, value, 0.0, math.inf))
+                continue
+            spread = math.exp(2 * sd / value)
+            out.append((name, value, value / spread, value * spread))
+        value, sd = self.params.outside_gib, self.sd.get("outside_gib", 0.0)
+        out.append(("outside_gib", value, value - 2 * sd, value + 2 * sd))
         return out
 
     def to_json(self) -> dict[str, Any]:
