@@ -28,6 +28,7 @@ from tuner.catalog.gpus import Hardware, parse_hardware
 from tuner.catalog.models import ModelSpec, load_model
 from tuner.config.bounds import Milliseconds, check_value
 from tuner.config.choices import Range, SpecChoice, check_choices, choices_from_search
+from tuner.config.local_paths import absolute, absolute_space_paths
 from tuner.config.schema import (
     FractionRange,
     Objective,
@@ -255,7 +256,7 @@ def load_space(name_or_path: str | None = None) -> SearchSpace:
         ConfigError: the file is missing, not YAML, or a value is wrong; the message names it.
     """
     text = name_or_path or DEFAULT_SPACE
-    path = builtin_spaces().get(text) or Path(text).expanduser()
+    path = builtin_spaces().get(text) or absolute(text)
     try:
         raw = yaml.safe_load(path.read_text())
     except OSError as exc:
@@ -270,7 +271,9 @@ def load_space(name_or_path: str | None = None) -> SearchSpace:
             f"search space {path} is not valid YAML{where}: fix the syntax "
             "(see search_spaces/default.yaml for the layout)"
         ) from None
-    return _build(raw, str(path), lenient=False)
+    # Local model folders and prompt files as absolute paths: the copy stored with the study is
+    # read by workers, resumes and containers that run in other folders.
+    return _build(absolute_space_paths(raw), str(path), lenient=False)
 
 
 def space_from_dict(raw: Any, origin: str = "search space") -> SearchSpace:
