@@ -24,6 +24,7 @@ __all__ = ["calibrate_command"]
 @handle_errors
 def calibrate_command(
     hardware: opt.Hardware = None,
+    gpu_spec: opt.GpuSpecFile = None,
     space: Annotated[
         str | None,
         typer.Option("--space", help="Search space whose model and GPUs to calibrate."),

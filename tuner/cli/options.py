@@ -10,6 +10,7 @@ from typing import Annotated, Any
 import typer
 from pydantic import TypeAdapter
 
+from tuner.catalog.gpus import add_gpus
 from tuner.cli.app import handle_errors
 from tuner.config import bounds
 from tuner.config.bounds import check_value
@@ -31,6 +32,7 @@ __all__ = [
     "DockerEnv",
     "DockerVolume",
     "GpuMemoryUtilization",
+    "GpuSpecFile",
     "Gpus",
     "Hardware",
     "Image",
@@ -94,6 +96,25 @@ Hardware = Annotated[
     typer.Option(
         "--hardware",
         help="GPUs as GPU[xCOUNT], e.g. 4090x2 (tensor-parallel = COUNT).",
+        rich_help_panel=SPACE_PANEL,
+    ),
+]
+
+
+def _add_gpus(path: Path | None) -> Path | None:
+    if path is not None:
+        add_gpus(absolute(path))
+    return path
+
+
+GpuSpecFile = Annotated[
+    Path | None,
+    typer.Option(
+        "--gpu-spec",
+        help="A YAML file describing GPUs the catalog lacks, with the keys of a catalog entry "
+        "(spectune hardware --json); --hardware then names them by their first alias.",
+        envvar="SPECTUNE_GPU_SPEC",
+        callback=handle_errors(_add_gpus),
         rich_help_panel=SPACE_PANEL,
     ),
 ]

@@ -107,6 +107,7 @@ def optimize_command(
     storage: opt.Storage = None,
     studies_dir: opt.StudiesDir = Path("studies"),
     hardware: opt.Hardware = None,
+    gpu_spec: opt.GpuSpecFile = None,
     space: Annotated[
         str | None,
         typer.Option(

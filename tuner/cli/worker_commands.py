@@ -35,6 +35,7 @@ def worker_command(
     studies_dir: opt.StudiesDir = Path("studies"),
     gpus: opt.Gpus = None,
     hardware: opt.Hardware = None,
+    gpu_spec: opt.GpuSpecFile = None,
     worker_id: Annotated[
         str, typer.Option("--worker-id", help="Names this worker's containers on this host.")
     ] = "0",
