@@ -59,6 +59,9 @@ app = typer.Typer(
     help="Autotune vLLM speculative-decoding configs.",
     rich_markup_mode="markdown",
     cls=_Commands,
+    # Every option can come from the environment too: SPECTUNE_<COMMAND>_<OPTION>, e.g.
+    # SPECTUNE_OPTIMIZE_IMAGE (a host's own defaults; the user-path tier's CPU-host settings).
+    context_settings={"auto_envvar_prefix": "SPECTUNE"},
 )
 console = Console()
 err_console = Console(stderr=True)
