@@ -48,3 +48,16 @@ def test_a_relative_sqlite_storage_is_absolute_and_other_urls_are_kept(
     result = runner.invoke(app, [*args, "--storage", "sqlite:///db/x.db", "--study", "s"])
     assert result.exit_code == 0, result.stderr
     assert json.loads(result.stdout)["storage"] == f"sqlite:///{tmp_path / 'db' / 'x.db'}"
+
+
+def test_paths_in_output_are_printed_as_written(tmp_path: Path) -> None:
+    """Rich would take "[ray]" in a folder name for a style tag and print "st"."""
+    folder = tmp_path / "st[ray]"
+    args = ["optimize", "--backend", "sim", "--trials", "1", "--confirm-top", "0"]
+    result = runner.invoke(app, [*args, "--studies-dir", str(folder), "--study", "b"])
+    assert result.exit_code == 0, result.stderr
+    assert f"Wrote {folder / 'b' / 'best.yaml'} (vllm serve --config)" in result.stdout
+    listed = CliRunner(env={"COLUMNS": "300"}).invoke(
+        app, ["studies", "--studies-dir", str(folder)]
+    )
+    assert str(folder) in listed.stdout

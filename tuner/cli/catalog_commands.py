@@ -177,7 +177,9 @@ def hardware_detect_command(
     if as_json:
         print_json(_detected_json(detected, hardware, problem))
         return
-    console.print(f"NVIDIA driver {detected.driver}, CUDA {detected.cuda} (through NVML)")
+    console.print(
+        f"NVIDIA driver {detected.driver}, CUDA {detected.cuda} (through NVML)", markup=False
+    )
     table = Table("GPU", "name", "memory GiB")
     for gpu in detected.gpus:
         table.add_row(str(gpu.index), gpu.name, f"{gpu.memory_gib:.2f}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rich.table import Table
+from rich.text import Text
 
 from tuner.cli import options as opt
 from tuner.cli.app import app, console, err_console, handle_errors, print_json
@@ -35,9 +36,10 @@ def studies_command(
             f"no study in {where}: spectune optimize creates one", markup=False, highlight=False
         )
         return
-    table = Table("study", "state", "trials", "failed", "source", "space", "best", title=where)
+    columns = ("study", "state", "trials", "failed", "source", "space", "best")
+    table = Table(*columns, title=Text(where))
     for summary in found:
-        table.add_row(
+        cells = (
             summary.name,
             summary.state.value,
             _trials(summary),
@@ -46,6 +48,7 @@ def studies_command(
             f"{summary.space or '?'} on {summary.hardware or '?'}",
             _best(summary),
         )
+        table.add_row(*(Text(cell) for cell in cells))  # names as written, never markup
     console.print(table)
 
 

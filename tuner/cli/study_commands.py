@@ -364,6 +364,8 @@ def _print_optimize(result: OptimizeResult, best_yaml: Path | None) -> None:
     for warning in best.record.served.warnings if best.record.served else ():
         console.print(f"WARNING: {warning}", markup=False)
     where = safe_url(result.storage)
-    console.print(f"Wrote {best_yaml} (vllm serve --config); study in {where}")
+    console.print(
+        f"Wrote {best_yaml} (vllm serve --config); study in {where}", markup=False, soft_wrap=True
+    )
     if result.budget_note:
         console.print(result.budget_note, markup=False)

@@ -81,4 +81,4 @@ def worker_command(
         prefetch=prefetch,
     )
     run_worker(request, detected=gpu_names(options.gpus) if backend != "sim" else None)
-    console.print(f"worker {worker_id}: study {study} has used up its trial budget")
+    console.print(f"worker {worker_id}: study {study} has used up its trial budget", markup=False)
