@@ -70,3 +70,16 @@ def test_studies_of_one_storage_and_of_an_empty_folder(tmp_path: Path) -> None:
     empty = runner.invoke(app, ["studies", "--studies-dir", str(tmp_path / "none")])
     assert empty.exit_code == 0
     assert "no study in" in empty.stdout and "spectune optimize creates one" in empty.stdout
+
+
+def test_a_study_whose_space_cannot_be_read_here_is_one_line_and_hides_no_other(
+    tmp_path: Path,
+) -> None:
+    _optimize(tmp_path, "good", 1)
+    url = f"sqlite:///{tmp_path / 'good.db'}"
+    odd = optuna.create_study(study_name="odd", storage=url)
+    odd.set_user_attr("space", {"name": "odd", "hardware": "9090x9", "target": "x/y"})
+    result = runner.invoke(app, ["studies", "--storage", url, "--json"])
+    assert result.exit_code == 0, result.stderr
+    assert [s["name"] for s in json.loads(result.stdout)] == ["good"]
+    assert f"warning: study odd in {url}: " in result.stderr and "9090x9" in result.stderr

@@ -132,19 +132,23 @@ def folder_storages(studies_dir: Path) -> list[str]:
 def list_studies(storages: Iterable[str]) -> tuple[list[StudySummary], list[str]]:
     """Every study in ``storages``, and one line for each storage that could not be read.
 
-    A file that is not a study database, or a server that does not answer, does not hide the
-    studies of the others.
+    A file that is not a study database, a server that does not answer, or a study whose stored
+    space cannot be read here does not hide the others.
     """
     found: list[StudySummary] = []
     problems: list[str] = []
     for url in storages:
         try:
             storage = open_storage(url)
-            for name in sorted(study_names(storage)):
-                study = optuna.load_study(study_name=name, storage=storage)
-                found.append(summarize(study, url))
         except SpectuneError as error:
             problems.append(str(error))
+            continue
+        for name in sorted(study_names(storage)):
+            study = optuna.load_study(study_name=name, storage=storage)
+            try:
+                found.append(summarize(study, url))
+            except SpectuneError as error:  # e.g. a stored space this host cannot rebuild
+                problems.append(f"study {name} in {safe_url(url)}: {error}")
     return found, problems
 
 
