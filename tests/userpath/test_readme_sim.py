@@ -6,8 +6,8 @@ import json
 
 import pytest
 import yaml
-from conftest import User, recommended
 from readme_blocks import tagged_block
+from userpath_support import User, recommended
 
 pytestmark = pytest.mark.userpath
 
