@@ -39,10 +39,14 @@ def require(condition: bool, what: str) -> None:
     pytest.skip(f"{what} not available")
 
 
-@pytest.fixture(autouse=True)
-def _ray_tier(request: pytest.FixtureRequest) -> None:
-    """The ``ray`` tier needs Ray installed (``pip install -e '.[ray]'``)."""
-    if request.node.get_closest_marker("ray") is not None:
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """The ``ray`` tier needs Ray installed (``pip install -e '.[ray]'``).
+
+    A hook, not an autouse fixture: the tier's module-scoped cluster is set up before any
+    function-scoped fixture, so the skip has to come before fixtures run at all.
+    """
+    if item.get_closest_marker("ray") is not None:
         require(importlib.util.find_spec("ray") is not None, "Ray (pip install -e '.[ray]')")
 
 

@@ -151,7 +151,7 @@ def _bad_inputs(folder: Path) -> list[tuple[list[str], str]]:
     blocker = folder / "a-file"
     blocker.write_text("")
     return [
-        (["optimize", "--hardware", "5090x2", "--studies-dir", str(folder)], "unknown hardware"),
+        (["optimize", "--hardware", "9090x2", "--studies-dir", str(folder)], "unknown hardware"),
         (["estimate", "--hardware", "4090x2", "--model", "Qwen/Nope"], "unknown model"),
         (
             [

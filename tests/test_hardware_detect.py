@@ -138,10 +138,11 @@ def test_mixed_models_name_what_was_found_and_the_flags() -> None:
 
 def test_a_gpu_missing_from_the_catalog_names_it_and_the_flag() -> None:
     with pytest.raises(ConfigError) as info:
-        hardware_of([(0, "NVIDIA GeForce RTX 5090"), (1, "NVIDIA GeForce RTX 5090")])
+        hardware_of([(0, "NVIDIA GeForce RTX 5060"), (1, "NVIDIA GeForce RTX 5060")])
     message = str(info.value)
-    assert message.startswith("NVIDIA GeForce RTX 5090 is not in the GPU catalog (found GPU 0")
-    assert "--hardware 4090x2" in message and "\n" not in message
+    assert message.startswith("NVIDIA GeForce RTX 5060 is not in the GPU catalog (found GPU 0")
+    assert "--gpu-spec FILE" in message and "--hardware 4090x2" in message
+    assert "\n" not in message
 
 
 def test_no_nvml_is_no_gpu_with_nvml_s_reason(host: Callable[[Any], None]) -> None:
@@ -271,13 +272,14 @@ def test_hardware_detect_of_mixed_gpus_shows_them_and_the_fix(
 
 def test_hardware_detect_without_nvml_is_one_line_exit_2(host: Callable[[Any], None]) -> None:
     host(RuntimeError("Driver Not Loaded"))
+    line = (
+        "no NVIDIA GPU detected (NVML: Driver Not Loaded): pass --hardware GPUxCOUNT, e.g. "
+        "4090x2; spectune hardware lists them"
+    )
     for args in (("hardware", "detect"), ("hardware", "detect", "--json")):
         code, out, err = _run(*args)
-        assert code == 2 and out == ""
-        assert err.strip() == (
-            "error: no NVIDIA GPU detected (NVML: Driver Not Loaded): pass --hardware "
-            "GPUxCOUNT, e.g. 4090x2; spectune hardware lists them"
-        )
+        assert code == 2 and err.strip() == f"error: {line}"
+        assert out == ("" if "--json" not in args else json.dumps({"error": line}, indent=2) + "\n")
 
 
 def test_hardware_and_hardware_list_list_the_catalog() -> None:

@@ -17,6 +17,14 @@ perfect: having seen the draft at one K only, it cannot tell the draft's cost pe
 cost per step, and it missed the draft at K=3 by up to a factor of 1.9, where the shipped
 model was within 1.4 by chance.
 
+The proof held in every run that finished; what failed was the clock. Four runs on 2 cores
+shared with four other engineers' suites (issue 23) took 556, 559, 593 and 627 s, five server
+starts of 60-90 s each under that load; pytest's 600 s limit stopped the last mid-measurement.
+Load also moves what is measured (the draft at K=3: 44 and 81 tok/s in two runs), yet the
+fitted twin stayed ahead in both runs judged to the end: mean log error 0.21 and 0.63 against
+the shipped model's 1.41 and 1.50. So the test keeps its verdict, fitted below shipped, and
+gets the time it needs.
+
 What is tested elsewhere on real vLLM, so not started again here: the exported best.yaml under
 ``vllm serve --config`` and ``spectune bench`` on it (tests/results/test_results_vllm.py), vLLM
 without speculation in a container (tests/docker/test_docker_vllm.py); a KV cache too small is
@@ -114,6 +122,7 @@ def server_prefix(
         os.sched_setaffinity(0, cores)
 
 
+@pytest.mark.timeout(1500)  # five real starts: 556-627 s measured on a shared 2-core machine
 def test_a_study_on_real_vllm_measures_every_method_and_its_twin_learns(
     tiny_models: TinyModels, tmp_path: Path, server_prefix: tuple[str, ...]
 ) -> None:

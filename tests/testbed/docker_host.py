@@ -11,10 +11,12 @@ Without a Docker Engine the tests skip; in CI (``CI`` set) they fail instead.
 
 from __future__ import annotations
 
+import gc
 import io
 import os
 import sys
 import tarfile
+import warnings
 from pathlib import Path
 
 import docker
@@ -38,10 +40,15 @@ def docker_or_skip() -> docker.DockerClient:
     except docker.errors.DockerException:
         if client is not None:
             client.close()  # its socket, left to the garbage collector, warns in a later test
-        what = "a Docker Engine (run .ci/services.sh)"
-        if os.environ.get("CI"):
-            pytest.fail(f"{what} is required in CI but is not available", pytrace=False)
-        pytest.skip(f"{what} not available")
+    # docker.from_env() asks the engine for its API version and, when that fails, leaves the
+    # attempt's socket open (docker-py 7): reap it here, once the exception that holds it is gone.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)
+        gc.collect()
+    what = "a Docker Engine (run .ci/services.sh)"
+    if os.environ.get("CI"):
+        pytest.fail(f"{what} is required in CI but is not available", pytrace=False)
+    pytest.skip(f"{what} not available")
 
 
 def empty_image(client: docker.DockerClient) -> str:

@@ -1,11 +1,16 @@
 """GPU catalog and the ``4090x2`` hardware notation.
 
-Numbers are vendor datasheet figures: memory in GiB as NVML reports it, bandwidth in GB/s, dense
-(no sparsity) FP16 tensor throughput in TFLOPS, and the GPU-to-GPU link tensor-parallel traffic
-crosses. The simulator turns them into step times; nothing here is measured.
+The catalog is data, ``tuner/catalog/gpus.yaml``, with the vendor's source next to each entry
+(that file's header says what each number means: memory as NVML reports it, bandwidth in GB/s,
+dense FP16 tensor TFLOPS, the link tensor parallelism crosses), validated by :class:`GpuSpec`
+when spectune starts. A GPU the catalog lacks is described in a file of the same form and added
+with :func:`add_gpus` (``--gpu-spec FILE``, or ``SPECTUNE_GPU_SPEC``); a study on it stores the
+description with its space, so resuming it needs no file. The simulator turns the numbers into
+step times and the memory pre-screen into a verdict; nothing here is measured.
 
 What NVML finds on a host (:class:`DetectedGpus`, read by :func:`tuner.catalog.nvml.detect_gpus`)
 maps onto the catalog with :func:`hardware_of`: two ``NVIDIA GeForce RTX 4090`` are ``4090x2``.
+AMD GPUs are never detected (NVML sees NVIDIA's only): their users pass ``--hardware``.
 """
 
 from __future__ import annotations
@@ -14,7 +19,12 @@ import enum
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from importlib.resources import files
+from pathlib import Path
 from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from tuner.errors import ConfigError
 
@@ -27,76 +37,142 @@ __all__ = [
     "Hardware",
     "Interconnect",
     "NoGpu",
+    "add_gpus",
     "find_gpu",
     "hardware_of",
+    "known_gpus",
     "parse_hardware",
+    "read_gpus",
 ]
 
 
 class Interconnect(enum.StrEnum):
     PCIE = "PCIe"
     NVLINK = "NVLink"
+    INFINITY_FABRIC = "Infinity Fabric"  # AMD Instinct's GPU-to-GPU links (xGMI)
 
 
-@dataclass(frozen=True)
-class GpuSpec:
-    """One GPU model as the performance model sees it."""
+class GpuSpec(BaseModel):
+    """One GPU model as the performance model sees it: an entry of ``gpus.yaml``."""
 
-    name: str
-    aliases: tuple[str, ...]
-    vram_gib: float
-    bandwidth_gbs: float
-    fp16_tflops: float
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(min_length=1, max_length=80)
+    aliases: tuple[str, ...] = Field(min_length=1)
+    """The ``--hardware`` notation first, then other spellings and NVML's device names."""
+    vram_gib: float = Field(gt=0, le=4096)
+    bandwidth_gbs: float = Field(gt=0, le=100_000)
+    fp16_tflops: float = Field(gt=0, le=100_000)
     interconnect: Interconnect
-    link_gbs: float  # per-direction GPU-to-GPU bandwidth used for all-reduce
+    link_gbs: float = Field(gt=0, le=100_000)
+    """Per-direction GPU-to-GPU bandwidth used for all-reduce."""
+    sources: tuple[str, ...] = ()
+    note: str = ""
 
     @property
     def vram_bytes(self) -> int:
         return int(self.vram_gib * 1024**3)
 
+    @property
+    def notation(self) -> str:
+        """The GPU in ``--hardware`` (``5090`` of ``5090x2``)."""
+        return self.aliases[0]
 
-CATALOG: tuple[GpuSpec, ...] = (
-    GpuSpec("RTX 3090", ("3090", "rtx3090"), 23.69, 936, 71, Interconnect.PCIE, 25),
-    GpuSpec("RTX 4090", ("4090", "rtx4090"), 23.99, 1008, 165, Interconnect.PCIE, 25),
-    GpuSpec("L4", ("l4",), 22.49, 300, 121, Interconnect.PCIE, 25),
-    GpuSpec("L40S", ("l40s",), 44.99, 864, 362, Interconnect.PCIE, 25),
-    GpuSpec("A10G", ("a10g",), 22.49, 600, 70, Interconnect.PCIE, 25),
-    GpuSpec(
-        "A100-40GB",
-        ("a100-40gb", "a100-40g", "a100", "a100-sxm4-40gb", "a100-pcie-40gb"),
-        39.5,
-        1555,
-        312,
-        Interconnect.NVLINK,
-        300,
-    ),
-    GpuSpec(
-        "A100-80GB",
-        ("a100-80gb", "a100-80g", "a100-sxm4-80gb", "a10080gbpcie"),
-        79.25,
-        2039,
-        312,
-        Interconnect.NVLINK,
-        300,
-    ),
-    GpuSpec(
-        "H100-SXM", ("h100", "h100-sxm", "h10080gbhbm3"), 79.65, 3350, 989, Interconnect.NVLINK, 450
-    ),
-    GpuSpec("H200", ("h200",), 139.8, 4800, 989, Interconnect.NVLINK, 450),
-)
+    def matches(self, name: str) -> bool:
+        """Whether ``name`` (a catalog name, an alias, an NVML device name) is this GPU."""
+        return _key(name) in {_key(self.name), *(_key(alias) for alias in self.aliases)}
 
 
 def _key(text: str) -> str:
     return re.sub(r"[\s_]+", "", text.strip().lower()).replace("geforce", "").replace("nvidia", "")
 
 
+_ENTRIES: TypeAdapter[list[GpuSpec]] = TypeAdapter(list[GpuSpec])
+
+
+def read_gpus(text: str, origin: str) -> tuple[GpuSpec, ...]:
+    """GPU entries from YAML: a list of them, or one mapping.
+
+    Raises:
+        ConfigError: not YAML, or an entry with a missing, unknown or wrong key, or two entries
+            answering to one name; one line naming the entry, the key and the fix.
+    """
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark else ""
+        raise ConfigError(f"{origin} is not valid YAML{where}: fix the syntax") from None
+    entries = [raw] if isinstance(raw, dict) else raw
+    try:
+        gpus = tuple(_ENTRIES.validate_python(entries))
+    except ValidationError as exc:
+        raise ConfigError(f"{origin}: {_problem(exc, entries)}") from None
+    _check_names(gpus, origin)
+    return gpus
+
+
+def _problem(exc: ValidationError, entries: Any) -> str:
+    first = exc.errors(include_url=False)[0]
+    loc = first["loc"]
+    if not loc or not isinstance(loc[0], int):
+        return "must be a list of GPUs, each a mapping of name, aliases, vram_gib, ... (gpus.yaml)"
+    entry = entries[loc[0]]
+    name = entry.get("name") if isinstance(entry, dict) else None
+    which = f"GPU {loc[0] + 1}{f' ({name})' if name else ''}"
+    key = ".".join(str(part) for part in loc[1:])
+    keys = ", ".join(GpuSpec.model_fields)
+    if first["type"] == "missing":
+        return f"{which}: '{key}' must be set (keys: {keys})"
+    if first["type"] == "extra_forbidden":
+        return f"{which}: unknown key '{key}' (keys: {keys})"
+    return f"{which}: {key} = {first['input']!r}: {first['msg']}"
+
+
+def _check_names(gpus: Sequence[GpuSpec], origin: str) -> None:
+    seen: dict[str, str] = {}
+    for gpu in gpus:
+        for name in {_key(gpu.name), *(_key(alias) for alias in gpu.aliases)}:
+            if seen.setdefault(name, gpu.name) != gpu.name:
+                raise ConfigError(
+                    f"{origin}: {gpu.name} and {seen[name]} both answer to {name!r}: give each "
+                    "GPU names of its own"
+                )
+
+
+CATALOG: tuple[GpuSpec, ...] = read_gpus(
+    files("tuner.catalog").joinpath("gpus.yaml").read_text(), "the GPU catalog (gpus.yaml)"
+)
+_added: list[GpuSpec] = []  # GPUs of the user's own files, for this process
+
+
+def known_gpus() -> tuple[GpuSpec, ...]:
+    """The catalog and the GPUs :func:`add_gpus` added."""
+    return (*CATALOG, *_added)
+
+
+def add_gpus(path: Path) -> tuple[GpuSpec, ...]:
+    """Adds the GPUs described in ``path`` (``--gpu-spec``) to this process's catalog.
+
+    Raises:
+        ConfigError: the file cannot be read or is wrong (one line, naming the key), or names a
+            GPU the catalog already has.
+    """
+    origin = f"GPU spec {path}"
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"{origin} cannot be read ({exc.strerror}): check the path") from None
+    gpus = read_gpus(text, origin)
+    new = [gpu for gpu in gpus if gpu not in _added]
+    _check_names([*known_gpus(), *new], origin)
+    _added.extend(new)
+    return gpus
+
+
 def find_gpu(name: str) -> GpuSpec | None:
     """Looks a GPU up by catalog name, alias or NVML device name (``NVIDIA GeForce RTX 4090``)."""
-    wanted = _key(name)
-    for gpu in CATALOG:
-        if wanted in {_key(gpu.name), *gpu.aliases}:
-            return gpu
-    return None
+    return next((gpu for gpu in known_gpus() if gpu.matches(name)), None)
 
 
 @dataclass(frozen=True)
@@ -113,7 +189,14 @@ class Hardware:
     @property
     def spec(self) -> str:
         """The short notation that round-trips through :func:`parse_hardware`."""
-        return f"{self.gpu.aliases[0]}x{self.count}"
+        return f"{self.gpu.notation}x{self.count}"
+
+    def as_source(self) -> str | dict[str, Any]:
+        """How a stored space names these GPUs: the notation for a catalog GPU; a GPU of the
+        user's own file whole, so a resume or a worker needs no file."""
+        if self.gpu in CATALOG:
+            return self.spec
+        return {"gpu": self.gpu.model_dump(mode="json"), "count": self.count}
 
 
 _NOTATION = re.compile(r"^(?P<gpu>.+?)(?:x(?P<count>\d+))?$", re.IGNORECASE)
@@ -128,10 +211,11 @@ def parse_hardware(text: str) -> Hardware:
     match = _NOTATION.match(text.strip())
     gpu = find_gpu(match["gpu"]) if match else None
     if match is None or gpu is None:
-        known = ", ".join(g.aliases[0] for g in CATALOG)
+        known = ", ".join(g.notation for g in known_gpus())
         raise ConfigError(
             f"unknown hardware {text!r}: write GPU[xCOUNT] with a GPU from the catalog "
-            f"({known}), e.g. 4090x2; `spectune hardware` lists them"
+            f"({known}), e.g. 4090x2, or describe yours with --gpu-spec FILE; `spectune "
+            "hardware` lists them"
         )
     count = int(match["count"] or 1)
     if count < 1:
@@ -166,9 +250,9 @@ def hardware_of(gpus: Sequence[tuple[int, str]]) -> Hardware:
             groups.setdefault(spec, []).append(index)
     if unknown:
         raise ConfigError(
-            f"{', '.join(unknown)} is not in the GPU catalog (found {found}): pass --hardware "
-            f"with the catalog GPU nearest to it, e.g. --hardware 4090x{len(gpus)}; `spectune "
-            "hardware` lists the catalog"
+            f"{', '.join(unknown)} is not in the GPU catalog (found {found}): describe it with "
+            "--gpu-spec FILE (the keys of `spectune hardware --json`), or pass --hardware with "
+            f"the catalog GPU nearest to it, e.g. --hardware 4090x{len(gpus)}"
         )
     if len(groups) > 1:
         gpu, indices = max(groups.items(), key=lambda item: len(item[1]))

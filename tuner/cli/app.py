@@ -15,15 +15,53 @@ from typing import Annotated, Any, ParamSpec, TypeVar
 
 import optuna
 import typer
+import typer.core
 from rich.console import Console
 
 from tuner.errors import SpectuneError
 from tuner.launch.exit_hooks import Terminated, install_signal_handlers
 
-__all__ = ["app", "console", "err_console", "handle_errors", "print_json"]
+__all__ = ["COMMAND_ORDER", "app", "console", "err_console", "handle_errors", "print_json"]
 
+# `spectune --help` lists the commands in the order a user meets them, not by module: a study,
+# its results, then the tools around it. A command not named here comes last.
+COMMAND_ORDER = (
+    "optimize",
+    "studies",
+    "report",
+    "export",
+    "dashboard",
+    "confirm",
+    "estimate",
+    "calibrate",
+    "prefetch",
+    "bench",
+    "worker",
+    "hardware",
+    "models",
+    "space",
+)
+
+
+class _Commands(typer.core.TyperGroup):
+    """The app's command group, listing its commands in :data:`COMMAND_ORDER`."""
+
+    def list_commands(self, ctx: Any) -> list[str]:  # typer's own click.Context, not public
+        rank = {name: place for place, name in enumerate(COMMAND_ORDER)}
+        return sorted(super().list_commands(ctx), key=lambda name: rank.get(name, len(rank)))
+
+
+# Markdown, not Rich markup, in help texts: Rich would take "GPU[xCOUNT]" or
+# "pip install 'spectune[ray]'" for style tags and print "GPU" and "spectune".
 app = typer.Typer(
-    add_completion=False, no_args_is_help=True, help="Autotune vLLM speculative-decoding configs."
+    add_completion=False,
+    no_args_is_help=True,
+    help="Autotune vLLM speculative-decoding configs.",
+    rich_markup_mode="markdown",
+    cls=_Commands,
+    # Every option can come from the environment too: SPECTUNE_<COMMAND>_<OPTION>, e.g.
+    # SPECTUNE_OPTIMIZE_IMAGE (a host's own defaults; the user-path tier's CPU-host settings).
+    context_settings={"auto_envvar_prefix": "SPECTUNE"},
 )
 console = Console()
 err_console = Console(stderr=True)
@@ -56,6 +94,8 @@ def handle_errors(command: Callable[P, R]) -> Callable[P, R]:
             if _debug["enabled"]:
                 raise
             err_console.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
+            if kwargs.get("as_json"):  # --json: standard output stays JSON, errors included
+                print_json({"error": str(exc)})
             raise typer.Exit(2) from None
         except Terminated as exc:
             err_console.print(f"{exc}: the running trial failed; the study keeps finished ones")

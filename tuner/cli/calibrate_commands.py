@@ -24,6 +24,7 @@ __all__ = ["calibrate_command"]
 @handle_errors
 def calibrate_command(
     hardware: opt.Hardware = None,
+    gpu_spec: opt.GpuSpecFile = None,
     space: Annotated[
         str | None,
         typer.Option("--space", help="Search space whose model and GPUs to calibrate."),
@@ -68,7 +69,10 @@ def calibrate_command(
             server = outcome.config.server
             primary = outcome.primary
             speed = "" if primary is None else f" {primary.output_tok_s:.1f} tok/s"
-            console.print(f"  {server.draft or 'none'} K={server.k}: {outcome.status.value}{speed}")
+            console.print(
+                f"  {server.draft or 'none'} K={server.k}: {outcome.status.value}{speed}",
+                markup=False,
+            )
 
     result = calibrate(
         loaded, built, studies_dir, studies_dir / "calibration" / "logs", seed, on_run=show
@@ -76,9 +80,9 @@ def calibrate_command(
     if as_json:
         print_json({"path": str(result.path), "twin": result.twin.to_json()})
         return
-    console.print(f"calibrated twin written to {result.path}")
+    console.print(f"calibrated twin written to {result.path}", markup=False, soft_wrap=True)
     for line in describe(result.twin):
-        console.print(f"  {line}")
+        console.print(f"  {line}", markup=False)
 
 
 def describe(twin: FittedTwin) -> list[str]:

@@ -9,8 +9,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from tuner.catalog.gpus import CATALOG as GPU_CATALOG
-from tuner.catalog.gpus import DetectedGpus, Hardware, NoGpu, parse_hardware
+from tuner.catalog.gpus import DetectedGpus, Hardware, NoGpu, known_gpus, parse_hardware
 from tuner.catalog.models import CATALOG as MODEL_CATALOG
 from tuner.catalog.nvml import detect_gpus
 from tuner.cli import options as opt
@@ -132,29 +131,31 @@ app.add_typer(hardware_app, name="hardware")
 
 
 @hardware_app.callback(invoke_without_command=True)
-def hardware_command(ctx: typer.Context, as_json: opt.Json = False) -> None:
+def hardware_command(
+    ctx: typer.Context, gpu_spec: opt.GpuSpecFile = None, as_json: opt.Json = False
+) -> None:
     """List the GPU catalog (the same as `spectune hardware list`)."""
     if ctx.invoked_subcommand is None:  # the command as it was before it had subcommands
         _list_catalog(as_json)
 
 
 @hardware_app.command("list")
-def hardware_list_command(as_json: opt.Json = False) -> None:
+def hardware_list_command(gpu_spec: opt.GpuSpecFile = None, as_json: opt.Json = False) -> None:
     """List the GPU catalog."""
     _list_catalog(as_json)
 
 
 def _list_catalog(as_json: bool) -> None:
-    rows = [asdict(g) for g in GPU_CATALOG]
+    rows = [g.model_dump(mode="json") for g in known_gpus()]
     if as_json:
         print_json(rows)
         return
 
     table = Table("GPU", "--hardware", "VRAM GiB", "bandwidth GB/s", "FP16 TFLOPS", "interconnect")
-    for g in GPU_CATALOG:
+    for g in known_gpus():
         table.add_row(
             g.name,
-            f"{g.aliases[0]}xN",
+            f"{g.notation}xN",
             f"{g.vram_gib:.1f}",
             f"{g.bandwidth_gbs:.0f}",
             f"{g.fp16_tflops:.0f}",
@@ -165,7 +166,9 @@ def _list_catalog(as_json: bool) -> None:
 
 @hardware_app.command("detect")
 @handle_errors
-def hardware_detect_command(gpus: opt.Gpus = None, as_json: opt.Json = False) -> None:
+def hardware_detect_command(
+    gpus: opt.Gpus = None, gpu_spec: opt.GpuSpecFile = None, as_json: opt.Json = False
+) -> None:
     """Show the GPUs NVML sees and the --hardware value they map to."""
     detected = detect_gpus(None if gpus is None else parse_gpus(gpus))
     if isinstance(detected, NoGpu):
@@ -178,7 +181,9 @@ def hardware_detect_command(gpus: opt.Gpus = None, as_json: opt.Json = False) ->
     if as_json:
         print_json(_detected_json(detected, hardware, problem))
         return
-    console.print(f"NVIDIA driver {detected.driver}, CUDA {detected.cuda} (through NVML)")
+    console.print(
+        f"NVIDIA driver {detected.driver}, CUDA {detected.cuda} (through NVML)", markup=False
+    )
     table = Table("GPU", "name", "memory GiB")
     for gpu in detected.gpus:
         table.add_row(str(gpu.index), gpu.name, f"{gpu.memory_gib:.2f}")

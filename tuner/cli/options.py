@@ -10,13 +10,21 @@ from typing import Annotated, Any
 import typer
 from pydantic import TypeAdapter
 
+from tuner.catalog.gpus import add_gpus
 from tuner.cli.app import handle_errors
 from tuner.config import bounds
 from tuner.config.bounds import check_value
+from tuner.config.local_paths import absolute
 from tuner.errors import ConfigError
+from tuner.study.paths import absolute_storage
 from tuner.trial.backends import BackendOptions, parse_docker_env, parse_volume
 
 __all__ = [
+    "BACKEND_PANEL",
+    "BUDGET_PANEL",
+    "OUTPUT_PANEL",
+    "SPACE_PANEL",
+    "STUDY_PANEL",
     "Backend",
     "BatchTokens",
     "Concurrency",
@@ -24,6 +32,7 @@ __all__ = [
     "DockerEnv",
     "DockerVolume",
     "GpuMemoryUtilization",
+    "GpuSpecFile",
     "Gpus",
     "Hardware",
     "Image",
@@ -51,7 +60,15 @@ __all__ = [
 ]
 
 
-def _bounded(flag: str, kind: Any, help: str) -> Any:
+# The panels `--help` groups options in (typer's rich_help_panel).
+STUDY_PANEL = "Study"
+SPACE_PANEL = "Search space"
+BACKEND_PANEL = "Backend"
+BUDGET_PANEL = "Budget"
+OUTPUT_PANEL = "Output"
+
+
+def _bounded(flag: str, kind: Any, help: str, panel: str | None = None) -> Any:
     """An option whose value must fit ``kind``, one of the types in :mod:`tuner.config.bounds`.
 
     The check runs while typer parses, so a bad value is one line and exit code 2 (through
@@ -63,32 +80,80 @@ def _bounded(flag: str, kind: Any, help: str) -> Any:
     def check(value: Any) -> Any:
         return value if value is None else checked(adapter, value, flag)
 
-    return typer.Option(flag, help=help, callback=check)
+    return typer.Option(flag, help=help, callback=check, rich_help_panel=panel)
+
+
+def _absolute_storage(url: str | None) -> str | None:
+    return None if url is None else absolute_storage(url)
+
+
+def _absolute_folder(folder: Path) -> Path:
+    return absolute(folder)
 
 
 Hardware = Annotated[
     str | None,
-    typer.Option("--hardware", help="GPUs as GPU[xCOUNT], e.g. 4090x2 (tensor-parallel = COUNT)."),
+    typer.Option(
+        "--hardware",
+        help="GPUs as GPU[xCOUNT], e.g. 4090x2 (tensor-parallel = COUNT).",
+        rich_help_panel=SPACE_PANEL,
+    ),
+]
+
+
+def _add_gpus(path: Path | None) -> Path | None:
+    if path is not None:
+        add_gpus(absolute(path))
+    return path
+
+
+GpuSpecFile = Annotated[
+    Path | None,
+    typer.Option(
+        "--gpu-spec",
+        help="A YAML file describing GPUs the catalog lacks, with the keys of a catalog entry "
+        "(spectune hardware --json); --hardware then names them by their first alias.",
+        envvar="SPECTUNE_GPU_SPEC",
+        callback=handle_errors(_add_gpus),
+        rich_help_panel=SPACE_PANEL,
+    ),
 ]
 StudyName = Annotated[
-    str | None, typer.Option("--study", help="Study name; an existing study is resumed.")
+    str | None,
+    typer.Option(
+        "--study", help="Study name; an existing study is resumed.", rich_help_panel=STUDY_PANEL
+    ),
 ]
+
+# User paths become absolute as they are parsed (tuner.config.local_paths says why).
 Storage = Annotated[
     str | None,
     typer.Option(
         "--storage",
         help="Database URL (default sqlite:///STUDIES_DIR/STUDY.db).",
         envvar="SPECTUNE_STORAGE",
+        callback=_absolute_storage,
+        rich_help_panel=STUDY_PANEL,
     ),
 ]
 StudiesDir = Annotated[
-    Path, typer.Option("--studies-dir", help="Where databases, logs and exports go.")
+    Path,
+    typer.Option(
+        "--studies-dir",
+        help="Where databases, logs and exports go.",
+        callback=_absolute_folder,
+        rich_help_panel=STUDY_PANEL,
+    ),
 ]
-Json = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
+Json = Annotated[
+    bool, typer.Option("--json", help="Print machine-readable JSON.", rich_help_panel=OUTPUT_PANEL)
+]
 Plan = Annotated[
     bool,
     typer.Option(
-        "--plan", help="Print the run's expected GPU time, trial by trial, and run nothing."
+        "--plan",
+        help="Print the run's expected GPU time, trial by trial, and run nothing.",
+        rich_help_panel=OUTPUT_PANEL,
     ),
 ]
 TimeBudget = Annotated[
@@ -96,6 +161,7 @@ TimeBudget = Annotated[
     typer.Option(
         "--time-budget",
         help="Stop proposing trials in time to confirm within this much time: 2h, 90m, 1h30m.",
+        rich_help_panel=BUDGET_PANEL,
     ),
 ]
 
@@ -105,6 +171,7 @@ Backend = Annotated[
         "--backend",
         help="docker (vllm/vllm-openai containers), process (vllm serve "
         "on this host) or sim (built-in simulator, no GPU).",
+        rich_help_panel=BACKEND_PANEL,
     ),
 ]
 Sampler = Annotated[
@@ -113,15 +180,30 @@ Sampler = Annotated[
         "--sampler",
         help="spectune (TPE warm-started from the simulator's "
         "predictions), tpe, random, gp or nsga2.",
+        rich_help_panel=STUDY_PANEL,
     ),
 ]
-Seed = Annotated[int, typer.Option("--seed", help="Seed for the sampler and simulated noise.")]
+Seed = Annotated[
+    int,
+    typer.Option(
+        "--seed", help="Seed for the sampler and simulated noise.", rich_help_panel=STUDY_PANEL
+    ),
+]
 VllmCommand = Annotated[
-    str, typer.Option("--vllm-command", help="process backend: the vLLM executable to run.")
+    str,
+    typer.Option(
+        "--vllm-command",
+        help="process backend: the vLLM executable to run.",
+        rich_help_panel=BACKEND_PANEL,
+    ),
 ]
 Image = Annotated[
     str | None,
-    typer.Option("--image", help="docker backend: vLLM image (default: the space's vllm.image)."),
+    typer.Option(
+        "--image",
+        help="docker backend: vLLM image (default: the space's vllm.image).",
+        rich_help_panel=BACKEND_PANEL,
+    ),
 ]
 DockerVolume = Annotated[
     list[str] | None,
@@ -129,6 +211,7 @@ DockerVolume = Annotated[
         "--docker-volume",
         help="docker backend: extra HOST:CONTAINER[:ro] mount "
         "(repeatable), e.g. a local model folder.",
+        rich_help_panel=BACKEND_PANEL,
     ),
 ]
 DockerEnv = Annotated[
@@ -138,10 +221,16 @@ DockerEnv = Annotated[
         help="docker backend: container environment KEY=VALUE (repeatable, stored with the "
         "study), e.g. NCCL_P2P_DISABLE=1; a bare KEY passes this shell's value by name "
         "(secrets: never stored).",
+        rich_help_panel=BACKEND_PANEL,
     ),
 ]
 DockerEntrypoint = Annotated[
-    str, typer.Option("--docker-entrypoint", help="docker backend: command that runs vLLM.")
+    str,
+    typer.Option(
+        "--docker-entrypoint",
+        help="docker backend: command that runs vLLM.",
+        rich_help_panel=BACKEND_PANEL,
+    ),
 ]
 Prefetch = Annotated[
     bool,
@@ -150,6 +239,7 @@ Prefetch = Annotated[
         envvar="SPECTUNE_PREFETCH",
         help="docker, process: download the space's weights into the Hugging Face cache before "
         "the first server starts (--no-prefetch: vLLM fetches them itself, or needs none).",
+        rich_help_panel=BACKEND_PANEL,
     ),
 ]
 SimSpeed = Annotated[
@@ -158,24 +248,38 @@ SimSpeed = Annotated[
         "--sim-speed",
         bounds.SimSpeed,
         "sim backend: simulated seconds per wall second, > 0 (default: no waiting).",
+        BACKEND_PANEL,
     ),
 ]
 ReadyTimeout = Annotated[
     float,
-    _bounded("--ready-timeout", bounds.Seconds, "Seconds a server may take to become ready (> 0)."),
+    _bounded(
+        "--ready-timeout",
+        bounds.Seconds,
+        "Seconds a server may take to become ready (> 0).",
+        BACKEND_PANEL,
+    ),
 ]
 Gpus = Annotated[
     str | None,
     typer.Option(
-        "--gpus", help="GPU indices to use, e.g. 0,1; `none` for a CPU-only host (default: all)."
+        "--gpus",
+        help="GPU indices to use, e.g. 0,1; `none` for a CPU-only host (default: all).",
+        rich_help_panel=BACKEND_PANEL,
     ),
 ]
 RequestTimeout = Annotated[
     float,
-    _bounded("--request-timeout", bounds.Seconds, "Seconds one benchmark request may take (> 0)."),
+    _bounded(
+        "--request-timeout",
+        bounds.Seconds,
+        "Seconds one benchmark request may take (> 0).",
+        BACKEND_PANEL,
+    ),
 ]
 Trials = Annotated[
-    int, _bounded("--trials", bounds.Count, "Trials to run now (all workers), >= 1.")
+    int,
+    _bounded("--trials", bounds.Count, "Trials to run now (all workers), >= 1.", BUDGET_PANEL),
 ]
 
 # One server config and its load, as the simulator's estimate takes them; same bounds as a space.

@@ -79,7 +79,11 @@ def export_command(
         sys.stdout.write(exported.text)
     else:
         facts = exported.provenance
-        console.print(f"Wrote {out} ({fmt}) from trial {facts.trial} ({facts.source})")
+        console.print(
+            f"Wrote {out} ({fmt}) from trial {facts.trial} ({facts.source})",
+            markup=False,
+            soft_wrap=True,
+        )
 
 
 def _export_json(exported: Exported) -> dict[str, Any]:
@@ -132,7 +136,7 @@ def report_command(
         )
         return
     drawn = ", ".join(f"{c.name} ({c.points})" for c in report.charts)
-    console.print(f"Wrote {report.html} with charts: {drawn}")
+    console.print(f"Wrote {report.html} with charts: {drawn}", markup=False, soft_wrap=True)
 
 
 @app.command("dashboard")
@@ -159,7 +163,9 @@ def dashboard_command(
         soft_wrap=True,
     )
     if host not in ("127.0.0.1", "localhost", "::1"):
-        console.print(f"  listening on {host}: anyone who can reach it can edit the study")
+        console.print(
+            f"  listening on {host}: anyone who can reach it can edit the study", markup=False
+        )
     serve_dashboard(url, paths, host, port)
 
 
@@ -253,7 +259,7 @@ def confirm_command(
         return
     console.print(confirmed_table(results, space.ttft_limit_ms, space.objective))
     best = write_best(study, space, paths)
-    console.print(f"Updated {best} from the confirmed numbers")
+    console.print(f"Updated {best} from the confirmed numbers", markup=False, soft_wrap=True)
 
 
 def _default_backend(study: optuna.Study) -> str:

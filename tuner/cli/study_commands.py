@@ -1,5 +1,5 @@
-"""Study commands: optimize (one host, one or more workers, or a Ray cluster) and worker (join
-from any host)."""
+"""``spectune optimize``: a study on one host, in several workers, or on a Ray cluster, with
+its live table; ``spectune worker`` (tuner.cli.worker_commands) joins one from another host."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from rich.text import Text
 
 from tuner.analysis.confirmed import Run
 from tuner.catalog.gpus import Hardware, NoGpu, parse_hardware
-from tuner.catalog.nvml import detect_gpus, gpu_names
+from tuner.catalog.nvml import detect_gpus
 from tuner.cli import options as opt
 from tuner.cli.app import app, console, err_console, handle_errors, print_json
 from tuner.cli.options import backend_options
@@ -34,6 +34,7 @@ from tuner.config.trial import server_to_dict
 from tuner.errors import ConfigError
 from tuner.export.vllm import write_best
 from tuner.results import StartupEvent
+from tuner.study.listing import resuming
 from tuner.study.paths import default_storage
 from tuner.study.storage import safe_url, study_exists
 from tuner.trial.record import TrialRecord
@@ -102,23 +103,30 @@ def _on_this_host(
 @app.command("optimize")
 @handle_errors
 def optimize_command(
+    study: opt.StudyName = None,
+    storage: opt.Storage = None,
+    studies_dir: opt.StudiesDir = Path("studies"),
     hardware: opt.Hardware = None,
+    gpu_spec: opt.GpuSpecFile = None,
     space: Annotated[
         str | None,
         typer.Option(
-            "--space", help="Search space: a shipped name or a YAML path (default: default)."
+            "--space",
+            help="Search space: a shipped name or a YAML path (default: default).",
+            rich_help_panel=opt.SPACE_PANEL,
         ),
     ] = None,
     backend: opt.Backend = "docker",
     trials: opt.Trials = 30,
-    study: opt.StudyName = None,
-    storage: opt.Storage = None,
-    studies_dir: opt.StudiesDir = Path("studies"),
     sampler: opt.Sampler = "spectune",
     seed: opt.Seed = 0,
     slo_ttft_ms: Annotated[
         float | None,
-        typer.Option("--slo-ttft-ms", help="p95 TTFT limit in ms (default from the space)."),
+        typer.Option(
+            "--slo-ttft-ms",
+            help="p95 TTFT limit in ms (default from the space).",
+            rich_help_panel=opt.SPACE_PANEL,
+        ),
     ] = None,
     vllm_version: Annotated[
         str | None,
@@ -126,6 +134,7 @@ def optimize_command(
             "--vllm-version",
             help="vLLM version whose flags to speak (default: the image tag, "
             "or `vllm --version` for the process backend).",
+            rich_help_panel=opt.SPACE_PANEL,
         ),
     ] = None,
     workers: Annotated[
@@ -133,12 +142,15 @@ def optimize_command(
         typer.Option(
             "--workers",
             help="Parallel workers on this host, each on its own GPUs (needs PostgreSQL).",
+            rich_help_panel=opt.BACKEND_PANEL,
         ),
     ] = 1,
     gpus_per_trial: Annotated[
         int | None,
         typer.Option(
-            "--gpus-per-trial", help="GPUs each worker uses (default: the hardware's count)."
+            "--gpus-per-trial",
+            help="GPUs each worker uses (default: the hardware's count).",
+            rich_help_panel=opt.BACKEND_PANEL,
         ),
     ] = None,
     gpus: opt.Gpus = None,
@@ -148,10 +160,16 @@ def optimize_command(
             "--ray",
             help="Run trials on the GPU nodes of this Ray cluster: ray://HEAD:10001, "
             "HEAD:6379, or auto (needs pip install 'spectune[ray]').",
+            rich_help_panel=opt.BACKEND_PANEL,
         ),
     ] = None,
     parallel: Annotated[
-        int, typer.Option("--parallel", help="With --ray: trials running at once.")
+        int,
+        typer.Option(
+            "--parallel",
+            help="With --ray: trials running at once.",
+            rich_help_panel=opt.BACKEND_PANEL,
+        ),
     ] = 1,
     vllm_command: opt.VllmCommand = "vllm",
     image: opt.Image = None,
@@ -165,11 +183,18 @@ def optimize_command(
     confirm_top: Annotated[
         int,
         typer.Option(
-            "--confirm-top", help="Best configs measured again on fresh servers (0: none)."
+            "--confirm-top",
+            help="Best configs measured again on fresh servers (0: none).",
+            rich_help_panel=opt.BUDGET_PANEL,
         ),
     ] = 3,
     confirm_repeats: Annotated[
-        int, typer.Option("--confirm-repeats", help="Fresh runs per confirmed config.")
+        int,
+        typer.Option(
+            "--confirm-repeats",
+            help="Fresh runs per confirmed config.",
+            rich_help_panel=opt.BUDGET_PANEL,
+        ),
     ] = 3,
     time_budget: opt.TimeBudget = None,
     plan: opt.Plan = False,
@@ -229,6 +254,9 @@ def optimize_command(
         else:
             console.print(plan_table(planned, built))
         return
+    again = resuming(url, name, trials)
+    if again is not None:  # rerunning the same command adds trials: say so before it does
+        err_console.print(again, markup=False, highlight=False)
     if not resume_only:  # this host's GPUs, before anything is written
         if hardware is None and ray is None:  # a Ray cluster's nodes are checked on their own
             built = _on_this_host(built, backend, options.gpus, gpus_per_trial, workers)
@@ -266,65 +294,6 @@ def optimize_command(
         result = optimize(request, on_trial, on_tick=on_tick, on_confirm=on_confirm)
     console.print()
     _print_optimize(result, _write_best(result))
-
-
-@app.command("worker")
-@handle_errors
-def worker_command(
-    study: Annotated[str, typer.Option("--study", help="The study to join (must exist).")],
-    storage: Annotated[
-        str, typer.Option("--storage", help="The study's database URL.", envvar="SPECTUNE_STORAGE")
-    ],
-    backend: opt.Backend = "docker",
-    studies_dir: opt.StudiesDir = Path("studies"),
-    gpus: opt.Gpus = None,
-    hardware: opt.Hardware = None,
-    worker_id: Annotated[
-        str, typer.Option("--worker-id", help="Names this worker's containers on this host.")
-    ] = "0",
-    sampler: opt.Sampler = "spectune",
-    seed: opt.Seed = 0,
-    vllm_command: opt.VllmCommand = "vllm",
-    image: opt.Image = None,
-    docker_volume: opt.DockerVolume = None,
-    docker_env: opt.DockerEnv = None,
-    docker_entrypoint: opt.DockerEntrypoint = "vllm",
-    prefetch: opt.Prefetch = True,
-    sim_speed: opt.SimSpeed = None,
-    ready_timeout: opt.ReadyTimeout = 900.0,
-    request_timeout: opt.RequestTimeout = 120.0,
-) -> None:
-    """Join an existing study from this host and run trials until its budget is used up."""
-    from tuner.study.workers import WorkerRequest, run_worker
-
-    options = replace(
-        backend_options(
-            study,
-            seed,
-            gpus=gpus,
-            vllm_command=vllm_command,
-            image=image,
-            docker_volume=docker_volume,
-            docker_env=docker_env,
-            docker_entrypoint=docker_entrypoint,
-            sim_speed=sim_speed,
-            ready_timeout=ready_timeout,
-            request_timeout=request_timeout,
-        ),
-        worker=worker_id,
-    )
-    request = WorkerRequest(
-        study,
-        storage,
-        backend,
-        studies_dir,
-        options,
-        sampler,
-        None if hardware is None else parse_hardware(hardware),
-        prefetch=prefetch,
-    )
-    run_worker(request, detected=gpu_names(options.gpus) if backend != "sim" else None)
-    console.print(f"worker {worker_id}: study {study} has used up its trial budget")
 
 
 def _show_startup(line: Text, event: StartupEvent) -> None:
@@ -395,6 +364,8 @@ def _print_optimize(result: OptimizeResult, best_yaml: Path | None) -> None:
     for warning in best.record.served.warnings if best.record.served else ():
         console.print(f"WARNING: {warning}", markup=False)
     where = safe_url(result.storage)
-    console.print(f"Wrote {best_yaml} (vllm serve --config); study in {where}")
+    console.print(
+        f"Wrote {best_yaml} (vllm serve --config); study in {where}", markup=False, soft_wrap=True
+    )
     if result.budget_note:
         console.print(result.budget_note, markup=False)

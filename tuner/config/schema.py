@@ -37,6 +37,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from tuner.catalog.gpus import GpuSpec
 from tuner.config.bounds import (
     ContextLength,
     Count,
@@ -73,6 +74,7 @@ __all__ = [
     "BUILTIN_PROMPT_SETS",
     "DEFAULT_TEMPERATURE",
     "FractionRange",
+    "HardwareModel",
     "LoadLevel",
     "Objective",
     "SearchModel",
@@ -291,13 +293,22 @@ class _WorkloadRecord(WorkloadModel):
     rate_steps: list[Rate] = []
 
 
+class HardwareModel(_Section):
+    """``hardware`` as a GPU the catalog lacks: its description (the keys of a catalog entry,
+    ``spectune hardware --json``) and how many serve the model."""
+
+    gpu: GpuSpec
+    count: Count = 1
+
+
 class SpaceModel(_Section):
     """A spectune search space: fixed settings plus the tuned ``search`` dimensions."""
 
     name: Name | None = None
     """Study name; default: the file name."""
-    hardware: Name = "4090x2"
-    """GPUs as GPU[xCOUNT], e.g. 4090x2; `spectune hardware` lists them."""
+    hardware: Name | HardwareModel = "4090x2"
+    """GPUs as GPU[xCOUNT], e.g. 4090x2 (`spectune hardware` lists them), or {gpu: {...},
+    count: N} for a GPU the catalog lacks."""
     target: ModelId = Field(examples=["Qwen/Qwen2.5-32B-Instruct-AWQ"])
     """The served model: a Hugging Face id or a local model folder."""
     server: ServerModel = ServerModel()

@@ -24,10 +24,11 @@ import optuna
 import yaml
 from pydantic import TypeAdapter
 
-from tuner.catalog.gpus import Hardware, parse_hardware
+from tuner.catalog.gpus import CATALOG, Hardware, parse_hardware
 from tuner.catalog.models import ModelSpec, load_model
 from tuner.config.bounds import Milliseconds, check_value
 from tuner.config.choices import Range, SpecChoice, check_choices, choices_from_search
+from tuner.config.local_paths import absolute, absolute_space_paths
 from tuner.config.schema import (
     FractionRange,
     Objective,
@@ -230,7 +231,7 @@ class SearchSpace:
             for k, v in (self.source.get("server") or {}).items()
             if k != "tensor_parallel_size"
         }
-        source = {**self.source, "hardware": hardware.spec, "server": server}
+        source = {**self.source, "hardware": hardware.as_source(), "server": server}
         return replace(self, hardware=hardware, tensor_parallel_size=hardware.count, source=source)
 
 
@@ -255,7 +256,7 @@ def load_space(name_or_path: str | None = None) -> SearchSpace:
         ConfigError: the file is missing, not YAML, or a value is wrong; the message names it.
     """
     text = name_or_path or DEFAULT_SPACE
-    path = builtin_spaces().get(text) or Path(text).expanduser()
+    path = builtin_spaces().get(text) or absolute(text)
     try:
         raw = yaml.safe_load(path.read_text())
     except OSError as exc:
@@ -270,7 +271,9 @@ def load_space(name_or_path: str | None = None) -> SearchSpace:
             f"search space {path} is not valid YAML{where}: fix the syntax "
             "(see search_spaces/default.yaml for the layout)"
         ) from None
-    return _build(raw, str(path), lenient=False)
+    # Local model folders and prompt files as absolute paths: the copy stored with the study is
+    # read by workers, resumes and containers that run in other folders.
+    return _build(absolute_space_paths(raw), str(path), lenient=False)
 
 
 def space_from_dict(raw: Any, origin: str = "search space") -> SearchSpace:
@@ -285,7 +288,12 @@ def space_from_dict(raw: Any, origin: str = "search space") -> SearchSpace:
 def _build(raw: Any, origin: str, *, lenient: bool) -> SearchSpace:
     _refuse_secrets(raw, origin)
     model = parse_space(raw, origin, lenient=lenient)
-    hardware = _named(origin, parse_hardware, model.hardware)
+    if isinstance(model.hardware, str):
+        hardware = _named(origin, parse_hardware, model.hardware)
+    else:  # a GPU the catalog lacks, described in the space
+        hardware = Hardware(model.hardware.gpu, model.hardware.count)
+    if hardware.gpu not in CATALOG:  # stored whole: a resume or a worker needs no --gpu-spec
+        raw = {**raw, "hardware": hardware.as_source()}
     target = _named(origin, load_model, model.target)
     search, server = model.search, model.server
     workload = workload_from_space(model, origin, lenient)

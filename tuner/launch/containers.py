@@ -23,6 +23,7 @@ import docker.errors
 from docker.models.containers import Container
 from docker.types import DeviceRequest
 
+from tuner.config.local_paths import absolute
 from tuner.config.vllm_args import VllmVersion, parse_version
 from tuner.errors import ConfigError, EngineUnavailable, LaunchError
 from tuner.launch.engine import RunOwner, engine_calls
@@ -62,7 +63,7 @@ _VERSION_PROBE_TIMEOUT_S = 180  # importing vLLM takes 10-15 s; a cold image dis
 
 def default_hf_cache() -> Path:
     """The host's Hugging Face cache: ``$HF_HOME`` or ``~/.cache/huggingface``."""
-    return Path(os.environ.get("HF_HOME") or Path.home() / ".cache" / "huggingface")
+    return absolute(os.environ.get("HF_HOME") or Path.home() / ".cache" / "huggingface")
 
 
 def container_name(study: str, trial: int, run_id: str) -> str:

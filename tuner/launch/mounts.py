@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tuner.config.local_paths import absolute
 from tuner.config.trial import ServerConfig
 from tuner.errors import ConfigError
 
@@ -61,6 +62,13 @@ class ContainerFiles:
     def __post_init__(self) -> None:
         for key in self.environment:
             refuse_stored_secret(key)
+        # Docker takes a relative source for the name of a volume: every trial would fail.
+        for host in (self.hf_cache, self.vllm_cache, *map(Path, self.volumes)):
+            if host is not None and not host.is_absolute():
+                raise ConfigError(
+                    f"bind mount source {host} is a relative path, which Docker reads as a "
+                    "volume name: give an absolute path"
+                )
 
     def ensure(self) -> None:
         """Creates the cache folders (a fresh host has no Hugging Face cache yet)."""
@@ -104,4 +112,4 @@ def local_model_folders(server: ServerConfig | None) -> list[Path]:
     names = [server.model]
     if server.speculative is not None and server.speculative.model:
         names.append(server.speculative.model)
-    return [Path(n).resolve() for n in names if Path(n).expanduser().is_dir()]
+    return [absolute(n) for n in names if Path(n).expanduser().is_dir()]

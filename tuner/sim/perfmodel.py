@@ -51,8 +51,18 @@ MEMORY_EFFICIENCY = 0.66
 COMPUTE_EFFICIENCY = 0.62
 QUANTIZED_COMPUTE_EFFICIENCY = 0.56
 # One all-reduce: a fixed latency plus the payload over the link.
-ALLREDUCE_LATENCY_S = {Interconnect.PCIE: 125e-6, Interconnect.NVLINK: 20e-6}
-ALLREDUCE_LINK_EFFICIENCY = {Interconnect.PCIE: 0.8, Interconnect.NVLINK: 0.7}
+# Infinity Fabric (AMD Instinct) has no public all-reduce figure here yet: NVLink's until a
+# measurement says otherwise.
+ALLREDUCE_LATENCY_S = {
+    Interconnect.PCIE: 125e-6,
+    Interconnect.NVLINK: 20e-6,
+    Interconnect.INFINITY_FABRIC: 20e-6,
+}
+ALLREDUCE_LINK_EFFICIENCY = {
+    Interconnect.PCIE: 0.8,
+    Interconnect.NVLINK: 0.7,
+    Interconnect.INFINITY_FABRIC: 0.7,
+}
 # Kernel launches per layer: a replayed CUDA graph (decode) versus eager launches (prefill).
 LAUNCH_PER_LAYER_S = {True: 3e-6, False: 15e-6}
 # Engine work per step outside the GPU: scheduler, sampler, detokenizer, output streaming.

@@ -13,9 +13,13 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+import sqlalchemy.engine
+import sqlalchemy.exc
+
+from tuner.config.local_paths import absolute
 from tuner.errors import ConfigError
 
-__all__ = ["StudyPaths", "check_study_name", "default_storage"]
+__all__ = ["StudyPaths", "absolute_storage", "check_study_name", "default_storage"]
 
 # Letters, digits and . _ - (not leading): a name that is safe as a folder and a file name.
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -30,6 +34,25 @@ def check_study_name(name: str) -> str:
             "at most 120 characters), e.g. --study qwen32b-4090x2"
         )
     return name
+
+
+def absolute_storage(url: str) -> str:
+    """``url`` with a relative SQLite file made absolute; other URLs as they are.
+
+    ``sqlite:///studies/demo.db`` names a file from the folder the command ran in: workers and
+    resumes started elsewhere must find the same file. A malformed URL is left for
+    :func:`tuner.study.storage.open_storage` to refuse.
+    """
+    try:
+        parsed = sqlalchemy.engine.make_url(url)
+    except sqlalchemy.exc.ArgumentError:
+        return url
+    database = parsed.database
+    if parsed.get_backend_name() != "sqlite" or not database or database == ":memory:":
+        return url
+    if database.startswith("file:") or Path(database).is_absolute():  # a URI, or already so
+        return url
+    return parsed.set(database=str(absolute(database))).render_as_string(hide_password=False)
 
 
 def default_storage(study: str, studies_dir: Path) -> str:

@@ -86,7 +86,8 @@ def check_host_hardware(
     """Refuses a worker whose GPUs (declared with --hardware, or found by NVML) do not match."""
     have = declared
     if detected is not None and have is None:
-        models = {find_gpu(name) for name in detected}
+        # The study's own GPU first: one described in its space is in no catalog here.
+        models = {wanted.gpu if wanted.gpu.matches(name) else find_gpu(name) for name in detected}
         gpu = models.pop() if len(models) == 1 else None
         if gpu is None or gpu != wanted.gpu:
             raise ConfigError(

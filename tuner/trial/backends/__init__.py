@@ -12,8 +12,8 @@ from __future__ import annotations
 import importlib
 import re
 from collections.abc import Callable, Sequence
-from pathlib import Path
 
+from tuner.config.local_paths import absolute
 from tuner.config.space import SearchSpace
 from tuner.errors import ConfigError
 from tuner.launch.mounts import refuse_stored_secret
@@ -56,7 +56,7 @@ def parse_volume(text: str) -> tuple[str, str]:
     host, sep, rest = text.partition(":")
     if not sep or not host or not rest:
         raise ConfigError(f"--docker-volume {text!r}: write HOST_PATH:CONTAINER_PATH[:ro]")
-    return str(Path(host).expanduser().resolve()), rest
+    return str(absolute(host)), rest
 
 
 def parse_docker_env(

@@ -1,0 +1,38 @@
+"""README's simulator quick start, as written, from a fresh folder."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+from readme_blocks import tagged_block
+from userpath_support import User, recommended
+
+pytestmark = pytest.mark.userpath
+
+STUDY = "qwen2.5-32b-awq-4090x2"  # the default space's name: optimize's default study
+
+
+def test_the_simulator_quick_start_runs_as_written(user: User) -> None:
+    (line,) = tagged_block("sim-quick-start")
+    install, _, command = line.partition(" && ")
+    assert install == "pip install ."  # what the `installed` fixture ran, offline
+    done = user.run(command)
+    assert done.returncode == 0, done.stderr[-3000:]
+    trial, source, throughput = recommended(done.stdout)
+    assert source == "simulated" and f"study {STUDY}: simulated trials" in done.stdout
+    studies = user.home / "studies"  # the default, relative to where the user ran it
+    best = studies / STUDY / "best.yaml"
+    assert (studies / f"{STUDY}.db").is_file() and best.is_file()
+    assert f"Wrote {best} (vllm serve --config)" in done.stdout
+    header = best.read_text()
+    assert f"trial {trial}" in header and f"# simulated: output {throughput:.1f}" in header
+    assert yaml.safe_load(header)["tensor-parallel-size"] == 2  # the 4090x2 of the command
+
+    exported = json.loads(user.run(f"spectune export {STUDY} --format json --json").stdout)
+    assert (exported["trial"], exported["source"]) == (trial, "simulated")
+    assert round(exported["output_tok_s"], 1) == throughput
+    (listed,) = json.loads(user.run("spectune studies --json").stdout)
+    assert listed["state"] == "finished" and listed["trials"] == 30
+    assert listed["best"]["trial"] == trial and round(listed["best"]["throughput"], 1) == throughput

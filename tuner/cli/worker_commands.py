@@ -1,0 +1,84 @@
+"""``spectune worker``: join an existing study from any host (distributed mode, PostgreSQL)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from tuner.catalog.gpus import parse_hardware
+from tuner.catalog.nvml import gpu_names
+from tuner.cli import options as opt
+from tuner.cli.app import app, console, handle_errors
+from tuner.cli.options import backend_options
+from tuner.study.paths import absolute_storage
+
+__all__ = ["worker_command"]
+
+
+@app.command("worker")
+@handle_errors
+def worker_command(
+    study: Annotated[str, typer.Option("--study", help="The study to join (must exist).")],
+    storage: Annotated[
+        str,
+        typer.Option(
+            "--storage",
+            help="The study's database URL.",
+            envvar="SPECTUNE_STORAGE",
+            callback=absolute_storage,
+        ),
+    ],
+    backend: opt.Backend = "docker",
+    studies_dir: opt.StudiesDir = Path("studies"),
+    gpus: opt.Gpus = None,
+    hardware: opt.Hardware = None,
+    gpu_spec: opt.GpuSpecFile = None,
+    worker_id: Annotated[
+        str, typer.Option("--worker-id", help="Names this worker's containers on this host.")
+    ] = "0",
+    sampler: opt.Sampler = "spectune",
+    seed: opt.Seed = 0,
+    vllm_command: opt.VllmCommand = "vllm",
+    image: opt.Image = None,
+    docker_volume: opt.DockerVolume = None,
+    docker_env: opt.DockerEnv = None,
+    docker_entrypoint: opt.DockerEntrypoint = "vllm",
+    prefetch: opt.Prefetch = True,
+    sim_speed: opt.SimSpeed = None,
+    ready_timeout: opt.ReadyTimeout = 900.0,
+    request_timeout: opt.RequestTimeout = 120.0,
+) -> None:
+    """Join an existing study from this host and run trials until its budget is used up."""
+    from tuner.study.workers import WorkerRequest, run_worker
+
+    options = replace(
+        backend_options(
+            study,
+            seed,
+            gpus=gpus,
+            vllm_command=vllm_command,
+            image=image,
+            docker_volume=docker_volume,
+            docker_env=docker_env,
+            docker_entrypoint=docker_entrypoint,
+            sim_speed=sim_speed,
+            ready_timeout=ready_timeout,
+            request_timeout=request_timeout,
+        ),
+        worker=worker_id,
+    )
+    request = WorkerRequest(
+        study,
+        storage,
+        backend,
+        studies_dir,
+        options,
+        sampler,
+        None if hardware is None else parse_hardware(hardware),
+        prefetch=prefetch,
+    )
+    run_worker(request, detected=gpu_names(options.gpus) if backend != "sim" else None)
+    console.print(f"worker {worker_id}: study {study} has used up its trial budget", markup=False)
