@@ -113,11 +113,15 @@ def _live_row(output: str, trial: int) -> tuple[float, float]:
 
 
 def assert_report_leads_with_the_answer(html: str, trial: int, throughput: float) -> None:
-    """What the report must show of the recommendation. Today: the study's measured numbers
-    and the recommended trial. Issue 23's report items (the "Recommended" headline with its
-    serve command, above everything else) add their assertions here."""
+    """What the report must show of the recommendation: the "Recommended" section first, with
+    the recommended trial, the command that serves it, and the study's measured numbers."""
     assert "measured" in html and STUDY in html
-    assert re.search(rf"\b{trial}\b", html)
+    headline = html.index("<section id='recommended'>")
+    assert html.index("<h2>") > headline  # no section comes before it
+    top = html[headline : html.index("</section>", headline)]
+    assert "<h2>Recommended: " in top
+    assert f"Trial {trial}," in top
+    assert re.search(r"vllm serve \S* ?--config best\.yaml", top), top
     assert f"{throughput:.1f}" in html
 
 
