@@ -50,7 +50,7 @@ from tuner.catalog.models import (
     needs_heterogeneous_vocab,
 )
 from tuner.config.trial import MODEL_METHODS, FlagValue, ServerConfig, SpecMethod
-from tuner.config.vllm_methods import check_method, json_keys
+from tuner.config.vllm_methods import check_method, json_keys, option_keys
 from tuner.config.vllm_version import (
     NEWEST_KNOWN,
     OLDEST_SUPPORTED,
@@ -181,7 +181,7 @@ def check_supported(server: ServerConfig, version: VllmVersion) -> None:
                 f"vLLM {version} cannot switch K by batch size "
                 f"(num_speculative_tokens_per_batch_size needs {PER_BATCH_SIZE_SINCE}+)"
             )
-        if spec.method in MODEL_METHODS and not spec.model:
+        if spec.method in MODEL_METHODS - {SpecMethod.DSPARK} and not spec.model:
             raise ConfigError(f"speculative method {spec.method} needs a model (draft or head)")
         if spec.method == "draft_model" and dialect(version).draft_model == "refused":
             raise ConfigError(
@@ -265,7 +265,7 @@ def _speculative_json(server: ServerConfig, version: VllmVersion) -> dict[str, A
     if spec.method != "draft_model" or dialect(version).draft_model == "v1":
         # 0.15+ dispatches on the method; older releases infer draft_model from the model.
         config["method"] = str(spec.method)
-    if spec.method in MODEL_METHODS:
+    if spec.method in MODEL_METHODS and spec.model:
         config["model"] = spec.model
     config["num_speculative_tokens"] = spec.num_speculative_tokens
     if spec.k_by_batch_size:
@@ -277,6 +277,7 @@ def _speculative_json(server: ServerConfig, version: VllmVersion) -> dict[str, A
         value = getattr(spec, key, None)
         if value is not None and key not in config:
             config[key] = value
+    config.update(option_keys(spec))
     return config
 
 
