@@ -4,7 +4,8 @@
 target, MTP needs the target's MTP layers, a draft must pass vLLM's vocabulary rules, a block
 drafter its checkpoint rules (:mod:`tuner.catalog.drafters`), and each method, key and value
 must exist in the release and run on the model runner the config lands on
-(:mod:`tuner.config.vllm_features`). It returns the choices with a block drafter's unset K
+(:mod:`tuner.config.vllm_features`); adaptive verification needs CUDA graphs
+(:func:`check_graphs`). It returns the choices with a block drafter's unset K
 resolved to the width the drafter was trained for. Every refusal is one line.
 """
 
@@ -17,12 +18,13 @@ from tuner.catalog.heads import check_head
 from tuner.catalog.models import ModelSpec, Release, check_draft, load_model
 from tuner.catalog.mtp import check_mtp
 from tuner.config.choices import UNRESOLVED_K, Range, SpecChoice
-from tuner.config.trial import BLOCK_METHODS, HEAD_METHODS, SpecMethod
+from tuner.config.trial import BLOCK_METHODS, HEAD_METHODS, FlagValue, SpecMethod
+from tuner.config.vllm_features import check_options
 from tuner.config.vllm_methods import check_method
 from tuner.config.vllm_version import VllmVersion
 from tuner.errors import ConfigError
 
-__all__ = ["check_choices"]
+__all__ = ["check_choices", "check_graphs"]
 
 
 def _resolved(choice: SpecChoice, target: ModelSpec) -> SpecChoice:
@@ -87,5 +89,29 @@ def check_choices(
         elif choice.method in BLOCK_METHODS:
             choice = _resolved(choice, target)
         _check_settings(choice, tensor_parallel)
+        if version is not None:
+            check_options(choice, target, version)
         fitted.append(choice)
     return tuple(fitted)
+
+
+def check_graphs(
+    choices: tuple[SpecChoice, ...], extra_flags: tuple[tuple[str, FlagValue], ...]
+) -> None:
+    """Adaptive verification replays full CUDA graphs, which ``--enforce-eager`` turns off:
+    vLLM refuses the pair ("Adaptive verification requires full CUDA graphs",
+    ``VllmConfig._validate_adaptive_verification``).
+
+    Raises:
+        ConfigError: naming the choice and the fix.
+    """
+    eager = any(
+        name.lstrip("-").replace("_", "-") == "enforce-eager" and value is not False
+        for name, value in extra_flags
+    )
+    adaptive = next((c for c in choices if True in c.allowed("enable_adaptive_verification")), None)
+    if eager and adaptive is not None:
+        raise ConfigError(
+            f"{adaptive.label}: adaptive verification requires full CUDA graphs and "
+            "server.extra_flags sets enforce-eager (vLLM refuses the pair): drop one of them"
+        )

@@ -27,7 +27,7 @@ from pydantic import TypeAdapter
 from tuner.catalog.gpus import Hardware, parse_hardware
 from tuner.catalog.models import ModelSpec, load_model
 from tuner.config.bounds import Milliseconds, check_value
-from tuner.config.choice_rules import check_choices
+from tuner.config.choice_rules import check_choices, check_graphs
 from tuner.config.choices import Range, SpecChoice, choices_from_search
 from tuner.config.schema import (
     FractionRange,
@@ -300,6 +300,8 @@ def _build(raw: Any, origin: str, *, lenient: bool) -> SearchSpace:
         ),
         "",
     )
+    extra_flags = tuple(server.extra_flags.items())
+    _named(origin, lambda _: check_graphs(choices, extra_flags), "")
     return SearchSpace(
         name=model.name or Path(origin).stem,
         hardware=hardware,
@@ -319,7 +321,7 @@ def _build(raw: Any, origin: str, *, lenient: bool) -> SearchSpace:
         vllm_version=model.vllm.version,
         ttft_limit_ms=float(model.slo.ttft_ms),
         workload=workload,
-        extra_flags=tuple(server.extra_flags.items()),
+        extra_flags=extra_flags,
         max_failed_requests=float(model.slo.max_failed_requests),
         stream_gap_limit_ms=_optional_float(model.slo.stream_gap_p99_ms),
         tpot_limit_ms=_optional_float(model.slo.tpot_ms),

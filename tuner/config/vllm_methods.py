@@ -46,7 +46,16 @@ from tuner.config.verification import DraftSampling, Verification
 from tuner.config.vllm_version import VllmVersion
 from tuner.errors import ConfigError
 
-__all__ = ["METHOD_SUPPORT", "MethodSupport", "check_method", "json_keys", "option_keys"]
+__all__ = [
+    "METHOD_SUPPORT",
+    "OPTION_SUPPORT",
+    "MethodSupport",
+    "OptionSupport",
+    "check_method",
+    "check_option_versions",
+    "json_keys",
+    "option_keys",
+]
 
 
 @dataclass(frozen=True)
@@ -109,6 +118,48 @@ METHOD_SUPPORT: dict[SpecMethod, MethodSupport] = {
 def json_keys(method: SpecMethod) -> tuple[str, ...]:
     """The method's own ``--speculative-config`` keys (see the table)."""
     return METHOD_SUPPORT[method].keys
+
+
+@dataclass(frozen=True)
+class OptionSupport:
+    """The first release that has an option's non-default value (the dates and what changed
+    are :mod:`tuner.config.vllm_features`'s table)."""
+
+    name: str
+    value: object
+    since: VllmVersion
+    source: str
+
+
+OPTION_SUPPORT = (
+    OptionSupport("parallel_drafting", True, VllmVersion(0, 16, 0), "SpeculativeConfig field"),
+    OptionSupport(
+        "rejection_sample_method", "block", VllmVersion(0, 25, 0), "RejectionSampleMethod"
+    ),
+    OptionSupport("draft_sample_method", "probabilistic", VllmVersion(0, 22, 0), "0.21: gumbel"),
+    OptionSupport(
+        "enable_adaptive_verification", True, VllmVersion(0, 28, 0), "SpeculativeConfig field"
+    ),
+    OptionSupport("dspark_draft_topk", None, VllmVersion(0, 28, 0), "SpeculativeConfig field"),
+)
+
+
+def check_option_versions(spec: SpeculativeConfig, version: VllmVersion) -> None:
+    """Refuses an option a release does not have, for a config about to be launched.
+
+    Raises:
+        ConfigError: naming the option, the release it came in and the fix.
+    """
+    for option in OPTION_SUPPORT:
+        value = getattr(spec, option.name)
+        value = str(value) if isinstance(value, str) else value  # an enum's value, as written
+        present = value is not None if option.value is None else value == option.value
+        if present and version < option.since:
+            raise ConfigError(
+                f"vLLM {version} has no {option.name} {value!r} (it came in {option.since}: "
+                f"vllm/config/speculative.py, {option.source}): use vLLM {option.since} or "
+                "later, or drop it"
+            )
 
 
 def option_keys(spec: SpeculativeConfig) -> dict[str, object]:
