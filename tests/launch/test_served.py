@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tuner.errors import FailureKind
+from tuner.launch.failures import classify_failure
 from tuner.launch.served import ServedFacts, read_runner, read_served
 
 # The lines vLLM 0.32 logs on an NVIDIA GPU (format strings in tuner/launch/served.py).
@@ -99,4 +101,13 @@ def test_the_model_runner_is_read_as_vllm_logs_its_choice() -> None:
 
 def test_the_cpu_builds_real_log_says_v1_for_want_of_triton() -> None:
     log = (Path(__file__).parent / "logs" / "kv-cache-too-small-0.32.log").read_text()
+    assert read_runner(log) == ("V1", "Triton is not installed")
+
+
+def test_ngram_gpu_on_the_cpu_build_fails_at_start_up_as_a_crash() -> None:
+    """A real start (vLLM 0.32 CPU build, ngram_gpu with block verification): its config passes
+    vLLM's checks, but the GPU n-gram proposer pins host memory, which a CPU build cannot."""
+    log = (Path(__file__).parent / "logs" / "ngram-gpu-pin-memory-0.32.log").read_text()
+    assert "pin_memory=True requires a CUDA or other accelerator backend" in log
+    assert classify_failure(1, log) is FailureKind.CRASH
     assert read_runner(log) == ("V1", "Triton is not installed")
