@@ -14,16 +14,18 @@ same reason.
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from testbed import VllmOracle, write_hf_cache
+from testbed import VllmOracle, require_vllm, vllm_venv, write_hf_cache
 from typer.testing import CliRunner
 
 from tuner.catalog.models import CATALOG
+from tuner.catalog.mtp import MTP_MODEL_TYPES
 from tuner.catalog.seed_drafters import DRAFTERS
 from tuner.cli import app
 from tuner.config.space import SearchSpace, builtin_spaces, load_space
@@ -196,3 +198,19 @@ def test_the_2026_spaces_export_is_a_config_vllm_accepts(judge: VllmOracle, expo
     assert answer["speculative"]["method"] == written["method"]
     header = exported.read_text().split("\n# model runner ", 1)[1].split(" ", 1)[0]
     assert answer["runner"] == header  # the export names the runner vLLM picks
+
+
+def test_the_mtp_families_are_the_installed_vllms() -> None:
+    """spectune's list of MTP model types is vLLM 0.32's ``MTPModelTypes``, read from its source."""
+    require_vllm()
+    source = next(vllm_venv().glob("lib/python3*/site-packages/vllm/config/speculative.py"))
+    tree = ast.parse(source.read_text())
+    literal = next(
+        node.value
+        for node in tree.body
+        if isinstance(node, ast.Assign)
+        and any(isinstance(t, ast.Name) and t.id == "MTPModelTypes" for t in node.targets)
+    )
+    assert isinstance(literal, ast.Subscript) and isinstance(literal.slice, ast.Tuple)
+    names = {e.value for e in literal.slice.elts if isinstance(e, ast.Constant)}
+    assert names == MTP_MODEL_TYPES
