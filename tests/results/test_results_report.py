@@ -140,7 +140,8 @@ def test_report_renders_in_headless_chromium(
         f"--screenshot={shot}",
     )
     assert shot.is_file(), done.stderr[-2000:]
-    # The charts (below the headline and the tables) show their data in colour.
+    # The charts (below the headline and the tables, whose height grows with their columns)
+    # show their data in colour.
     assert ink(shot, (0, 1600, 1200, 4400)) > 0.004
     dom = run_chromium(chromium, tmp_path / "profile", report.html.as_uri(), "--dump-dom").stdout
     assert "spectune report: levels" in dom

@@ -21,7 +21,15 @@ from rich.console import Console
 from tuner.errors import SpectuneError
 from tuner.launch.exit_hooks import Terminated, install_signal_handlers
 
-__all__ = ["COMMAND_ORDER", "app", "console", "err_console", "handle_errors", "print_json"]
+__all__ = [
+    "COMMAND_ORDER",
+    "app",
+    "console",
+    "err_console",
+    "handle_errors",
+    "print_json",
+    "warn",
+]
 
 # `spectune --help` lists the commands in the order a user meets them, not by module: a study,
 # its results, then the tools around it. A command not named here comes last.
@@ -109,3 +117,8 @@ def handle_errors(command: Callable[P, R]) -> Callable[P, R]:
 
 def print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+
+
+def warn(text: str) -> None:
+    """A warning to stderr, its lines as written (above a live table: Live redirects stderr)."""
+    err_console.print(text, markup=False, highlight=False, soft_wrap=True)

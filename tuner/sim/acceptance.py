@@ -43,6 +43,7 @@ __all__ = [
     "Rates",
     "acceptance_probability",
     "expected_accepted",
+    "nearest_method",
     "position_rates",
     "prompt_repetition",
     "shipped_rates",
@@ -106,6 +107,19 @@ def _sigmoid(x: float) -> float:
     return 1.0 / (1.0 + math.exp(-x))
 
 
+# The methods vLLM 0.25-0.32 added run on the physics of the nearest method the simulator
+# models, until the simulator is calibrated for them (block drafting's one pass, block
+# verification, adaptive verification: issue 24, item 5): ngram_gpu is ngram's lookup on the
+# GPU; a DFlash or DSpark drafter, like an EAGLE-3 head, reads the target's hidden states.
+_NEAREST = {"ngram_gpu": NGRAM, "dflash": "eagle3", "dspark": "eagle3"}
+
+
+def nearest_method(method: str) -> str:
+    """The method whose physics the simulator runs ``method`` on (itself, where it has its
+    own)."""
+    return _NEAREST.get(method, method)
+
+
 def acceptance_probability(
     target: ModelSpec,
     draft: ModelSpec | None,
@@ -130,6 +144,7 @@ def acceptance_probability(
         ValueError: an unknown method, or a draft-model method without a draft.
     """
     penalty = _TEMPERATURE_PENALTY * max(temperature, 0.0) ** 2
+    method = nearest_method(method)
     if method in (NGRAM, "suffix"):
         base = _lookup_logit(prompt_set) + (_SUFFIX_LOGIT if method == "suffix" else 0.0)
         return _sigmoid(base - penalty)
@@ -195,7 +210,7 @@ def position_rates(alpha: float, k: int, method: str) -> tuple[float, ...]:
         k: number of speculative tokens.
         method: a method of :data:`SPEC_METHODS` (its :data:`DECAY`).
     """
-    decay = DECAY.get(method, POSITION_DECAY)
+    decay = DECAY.get(nearest_method(method), POSITION_DECAY)
     return tuple(min(alpha * decay**i, 1.0) for i in range(k))
 
 

@@ -29,9 +29,9 @@ from dataclasses import dataclass
 from functools import cache
 
 from tuner.catalog.gpus import Hardware, Interconnect
-from tuner.catalog.heads import mtp_layers
 from tuner.catalog.models import ModelSpec, load_model, spec_from_config
-from tuner.config.trial import HEAD_METHODS, ServerConfig, SpecMethod
+from tuner.catalog.mtp import mtp_layers
+from tuner.config.trial import BLOCK_METHODS, HEAD_METHODS, ServerConfig, SpecMethod
 from tuner.sim.acceptance import acceptance_probability
 
 __all__ = [
@@ -171,7 +171,7 @@ def drafter(target: ModelSpec, draft: ModelSpec | None, server: ServerConfig) ->
         return None
     if spec.method == SpecMethod.DRAFT_MODEL:
         return draft
-    if spec.method in HEAD_METHODS:
+    if spec.method in HEAD_METHODS | BLOCK_METHODS and spec.model:
         return (
             draft
             if draft is not None and draft.hf_id == spec.model
@@ -207,7 +207,8 @@ class PerfModel:
         self.draft = drafter(target, draft, server)
         self.tp = server.tensor_parallel_size
         self.k = server.k
-        self.ngram = method in (SpecMethod.NGRAM, SpecMethod.SUFFIX)  # a CPU lookup
+        # A lookup, no drafter pass (ngram_gpu on ngram's physics: tuner.sim.acceptance).
+        self.ngram = method in (SpecMethod.NGRAM, SpecMethod.NGRAM_GPU, SpecMethod.SUFFIX)
         # Heads and MTP layers run inside the target's worker, split like the target.
         separate = method == SpecMethod.DRAFT_MODEL
         self.draft_tp = draft_tensor_parallel(server) if separate else self.tp

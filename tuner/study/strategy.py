@@ -11,7 +11,11 @@ enqueues a few of them, in this order:
    leaves room: they reuse the server the first trial started, so they cost no restart;
 3. the best config of every other speculation method (none, ngram, each draft), whatever the
    count, so that a prior wrong about one method costs a trial, not the study;
-4. the best config of each next-best (draft, K) pair, up to the count.
+4. the best config of each next-best (draft, K) pair, up to the count;
+5. each method's best again with each other value of its searched options (adaptive
+   verification on, block verification, parallel drafting, ...), one at a time, whatever the
+   count: the simulator does not yet tell them apart, so a measurement must
+   (:func:`tuner.study.prediction.with_variants`).
 
 Only configs predicted to fit with :data:`SAFETY_MARGIN_GIB` to spare are enqueued: a start-up
 uses a few hundred MiB more or less than any model of it (allocator fragmentation, library
@@ -38,7 +42,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import optuna
@@ -52,6 +56,7 @@ from tuner.results import Source, TrialResult
 from tuner.sim.engine import INPUT_SPREAD, predict
 from tuner.sim.memory import estimate_memory
 from tuner.study.forecast import predicted_goodput
+from tuner.study.prediction import Pair, Prediction, with_variants
 from tuner.trial.record import WARM_START_ATTR
 
 __all__ = [
@@ -78,34 +83,6 @@ _SHORTLIST = 4
 _FLOAT_INTERVALS = 10
 # Halvings of the interval when finding how much memory a config has to spare (~1 MiB).
 _BISECTIONS = 15
-
-Pair = tuple[str, int]  # (draft, K); K is 0 without speculation
-
-
-@dataclass(frozen=True)
-class Prediction:
-    """The simulator's noise-free forecast for one point of a search space.
-
-    Attributes:
-        params: the point, named as :meth:`SearchSpace.suggest` names its parameters.
-        config: the trial config those parameters make.
-        throughput: predicted output tok/s at the workload's first concurrency level, or in a
-            goodput study the predicted goodput (req/s).
-        p95_ttft_ms: predicted p95 time to first token (inf: none completed, no step passed).
-        tail_ttft_ms: the same for prompts as long as the longest the simulator sends.
-        headroom_gib: memory a start-up may need beyond the model before it fails.
-    """
-
-    params: dict[str, Any]
-    config: TrialConfig
-    throughput: float
-    p95_ttft_ms: float
-    tail_ttft_ms: float
-    headroom_gib: float
-
-    @property
-    def pair(self) -> Pair:
-        return str(self.params["draft"]), int(self.params.get("num_speculative_tokens", 0))
 
 
 def grid_params(space: SearchSpace) -> Iterator[dict[str, Any]]:
@@ -156,7 +133,7 @@ def warm_start_configs(space: SearchSpace, budget: int) -> list[Prediction]:
     """The configs :func:`warm_start` enqueues for a run of ``budget`` trials, in order."""
     count = min(WARM_START_MAX, max(1, math.floor(budget * _WARM_START_SHARE)))
     # Never more than this run spends: a leftover enqueued trial would run past the budget.
-    return _plan(predicted_configs(space), count)[:budget]
+    return with_variants(space, _plan(predicted_configs(space), count))[:budget]
 
 
 @functools.lru_cache(maxsize=8)  # deterministic per space; benchmarks start many studies

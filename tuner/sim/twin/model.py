@@ -22,7 +22,7 @@ from typing import Any
 from tuner.catalog.gpus import Hardware
 from tuner.catalog.models import ModelSpec
 from tuner.config.trial import ServerConfig
-from tuner.sim.acceptance import NGRAM, POSITION_DECAY, acceptance_probability
+from tuner.sim.acceptance import NGRAM, POSITION_DECAY, acceptance_probability, nearest_method
 from tuner.sim.memory import BLOCK_TOKENS, GIB, MemoryEstimate, estimate_memory
 from tuner.sim.perfmodel import (
     SPEC_FIRST_TOKEN_S,
@@ -130,7 +130,7 @@ def shipped_logit(
 
 
 def shipped_decay(method: str) -> float:
-    return 1.0 if method == NGRAM else POSITION_DECAY
+    return 1.0 if nearest_method(method) == NGRAM else POSITION_DECAY
 
 
 class _TwinPerf(PerfModel):
