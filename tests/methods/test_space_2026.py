@@ -22,8 +22,8 @@ def test_space_check_prints_each_configs_runner() -> None:
     result = runner.invoke(app, ["space", "check", SPACE])
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
-    assert lines[1] == "model runner on vLLM v0.32.0 (predicted from vLLM's rules):"
-    rows = {line.split()[0]: line.split(maxsplit=1)[1] for line in lines[2:8]}
+    title = lines.index("model runner on vLLM v0.32.0 (predicted from vLLM's rules):")
+    rows = {line.split()[0]: line.split(maxsplit=1)[1] for line in lines[title + 1 : title + 7]}
     assert rows["none"] == rows["ngram_gpu"] == rows["Qwen/Qwen3-0.6B"] == "V2"
     assert rows["dflash:z-lab/Qwen3-Coder-30B-A3B-DFlash"] == "V2"
     p_eagle = "eagle3:amazon/Qwen3-Coder-30B-A3B-Instruct-P-EAGLE"

@@ -33,7 +33,7 @@ STUDY = "qwen2.5-32b-awq-4090x2"
 # A live-table row: #, draft, K, mem, batch, temp, tok/s, TTFT, acc, new, status.
 ROW = re.compile(
     r"^\s*(\d+)\s+(\S+)\s+(\d+|-)\s+(\d\.\d\d)\s+(\d+)\s+(\S+)\s+([\d.]+|-)\s+(\d+|-)\s+"
-    r"([\d.]+%|-)\s+(yes|no)\s+(\S.*?)\s*$"
+    r"([\d.]+%|-)\s+(V1|V2|-)\s+(yes|no)\s+(\S.*?)\s*$"
 )
 NUMBER = r"(-?\d+(?:\.\d+)?)"
 
@@ -95,7 +95,7 @@ def _live_table_is_the_stored_trials(
     rows = list(_live_rows(stdout))
     assert {int(r[0]) for r in rows} == set(done)  # every trial, live and in the front table
     stored = {t.number: t.values for t in study.get_trials(deepcopy=False)}  # as the dashboard
-    for number, _, k, mem, batch, _, tok_s, ttft, acc, _, _ in rows:
+    for number, _, k, mem, batch, _, tok_s, ttft, acc, _, _, _ in rows:
         record = done[int(number)]
         assert k == (str(record.server.k) if record.server.speculative else "-")
         assert mem == f"{record.server.gpu_memory_utilization:.2f}"
@@ -173,7 +173,7 @@ def _report(
     confirmed = {c.number: c for c in report.best if c.confirmed is not None}
     for number, row in re.findall(r"<tr data-trial='(\d+)'>(.*?)</tr>", text):
         cells = [re.sub(r"<[^>]+>", "", c) for c in re.findall(r"<td[^>]*>(.*?)</td>", row)]
-        tok_s, ttft, source = cells[6], cells[7], cells[9]
+        tok_s, ttft, source = cells[6], cells[7], cells[10]  # after accept and runner
         if int(number) in confirmed:
             assert source.endswith("· confirmed")
             _estimate(tok_s, confirmed[int(number)].numbers.throughput, 1)
