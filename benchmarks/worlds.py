@@ -17,7 +17,7 @@ from tuner.catalog.gpus import CATALOG, Hardware, parse_hardware
 from tuner.catalog.models import ModelSpec, load_model
 from tuner.config.space import SearchSpace, load_space
 from tuner.config.trial import LaunchContext, ServerConfig, TrialConfig, load_draft
-from tuner.config.vllm_version import parse_version
+from tuner.config.vllm_version import VllmVersion, parse_version
 from tuner.errors import MeasurementError
 from tuner.launch.failures import startup_failure
 from tuner.results import Endpoint, Source, TrialResult
@@ -84,9 +84,14 @@ class World:
     # -- the Physics protocol -------------------------------------------------------------
 
     def perf_model(
-        self, hardware: Hardware, target: ModelSpec, draft: ModelSpec | None, server: ServerConfig
+        self,
+        hardware: Hardware,
+        target: ModelSpec,
+        draft: ModelSpec | None,
+        server: ServerConfig,
+        version: VllmVersion | None = None,
     ) -> PerfModel:
-        return _WorldPerf(hardware, target, draft, server, self)
+        return _WorldPerf(hardware, target, draft, server, self, version)
 
     def position_rates(
         self,
@@ -127,8 +132,9 @@ class _WorldPerf(PerfModel):
         draft: ModelSpec | None,
         server: ServerConfig,
         world: World,
+        version: VllmVersion | None,
     ) -> None:
-        super().__init__(hardware, target, draft, server)
+        super().__init__(hardware, target, draft, server, version=version)
         self._ar_latency *= world.allreduce  # test equipment may reach inside the model
         self.draft_cost = world.draft_cost
 

@@ -2,24 +2,29 @@
 
 A pass moves bytes (weights once, plus the KV cache its sequences attend to) and does FLOPs (two a
 weight a token, plus attention). Each GPU holds ``1/tp`` of both; the pass takes the longer of
-bytes over memory bandwidth and FLOPs over compute, each scaled by an efficiency that real kernels
-reach. Tensor parallelism then adds two all-reduces a layer (after attention and after the MLP);
-over PCIe without peer-to-peer, as on GeForce cards, each one costs a large fixed latency, so a
-small model split over two 4090s spends most of its time communicating. On top come the engine's
-per-step costs (scheduling, sampling, streaming) that grow with the number of sequences.
+bytes over memory bandwidth and FLOPs over compute, each scaled by the share real kernels reach
+(per GPU class; 4-bit and 8-bit kernels reach less, as they dequantize on the way). Tensor
+parallelism then adds two all-reduces a layer (after attention and after the MLP); over PCIe
+without peer-to-peer, as on GeForce cards, each one costs a large fixed latency, so a small model
+split over two 4090s spends most of its time communicating. On top come the engine's per-step
+costs (scheduling, sampling, streaming) that grow with the number of sequences; they depend on
+the engine generation (:func:`tuner.sim.calibration.engine_generation`): vLLM's V0 engine spent
+milliseconds a step in Python, V1 overlaps most of it with the GPU.
 
 A speculative step is K drafter passes plus one target pass that verifies K+1 tokens a sequence,
-plus the speculative worker's bookkeeping for each verified token. The drafter is what the method
-runs (:func:`drafter`): a draft model (all its layers); an EAGLE or EAGLE-3 head (one decoder
-layer plus its LM head over its draft vocabulary, fed the target's hidden states, so no
-embedding pass of its own); the target's MTP layers (one target layer and the target's LM head
-each); nothing for ngram and suffix decoding, whose proposals are a lookup on the CPU per
-sequence and step. At one request the target pass
-costs what a plain decode costs, so accepted drafts come almost free; at dozens of requests the
-verification turns compute-bound and the bookkeeping grows with the batch, and speculation loses.
+plus the speculative bookkeeping for each verified token. The drafter is what the method runs
+(:func:`drafter`): a draft model (all its layers); an EAGLE or EAGLE-3 head (one decoder layer
+plus its LM head over its draft vocabulary, fed the target's hidden states, so no embedding pass
+of its own); the target's MTP layers (one target layer and the target's LM head each); nothing
+for ngram and suffix decoding, whose proposals are a lookup on the CPU per sequence and step.
+Each drafter pass also has a fixed cost beyond its weights (its inputs, launches and sampling):
+a small draft model is not bandwidth-bound but launch-bound, which is why a 0.6B draft costs a
+third of an 8B target's pass on one H100 (benchmarks/reference_figures.yaml). At one request the
+target pass costs what a plain decode costs, so accepted drafts come almost free; at dozens of
+requests the verification turns compute-bound, and speculation loses.
 
-Constants below are calibrated against the reference table in BRIEF.md (vLLM 0.7.2, 2x RTX 4090,
-Qwen2.5-32B-Instruct-AWQ with a Qwen2.5-0.5B draft); ``tests/sim`` pins the result.
+Constants live in :mod:`tuner.sim.calibration`, fitted to the public figures that
+``benchmarks/simulator_reference.py`` prints next to their predictions.
 """
 
 from __future__ import annotations
@@ -28,11 +33,13 @@ import math
 from dataclasses import dataclass
 from functools import cache
 
-from tuner.catalog.gpus import Hardware, Interconnect
+from tuner.catalog.gpus import Hardware
 from tuner.catalog.heads import mtp_layers
 from tuner.catalog.models import ModelSpec, load_model, spec_from_config
 from tuner.config.trial import HEAD_METHODS, ServerConfig, SpecMethod
+from tuner.config.vllm_version import VllmVersion
 from tuner.sim.acceptance import acceptance_probability
+from tuner.sim.calibration import SHIPPED_STEPS, StepConstants, engine_generation, gpu_class
 
 __all__ = [
     "ForwardPass",
@@ -44,38 +51,6 @@ __all__ = [
     "kv_bytes_per_gpu",
     "mtp_module",
 ]
-
-# Fraction of datasheet bandwidth a decode pass streams weights and KV at.
-MEMORY_EFFICIENCY = 0.66
-# Fraction of datasheet FP16 tensor throughput GEMMs reach; 4-bit kernels pay for dequantization.
-COMPUTE_EFFICIENCY = 0.62
-QUANTIZED_COMPUTE_EFFICIENCY = 0.56
-# One all-reduce: a fixed latency plus the payload over the link.
-ALLREDUCE_LATENCY_S = {Interconnect.PCIE: 125e-6, Interconnect.NVLINK: 20e-6}
-ALLREDUCE_LINK_EFFICIENCY = {Interconnect.PCIE: 0.8, Interconnect.NVLINK: 0.7}
-# Kernel launches per layer: a replayed CUDA graph (decode) versus eager launches (prefill).
-LAUNCH_PER_LAYER_S = {True: 3e-6, False: 15e-6}
-# Engine work per step outside the GPU: scheduler, sampler, detokenizer, output streaming.
-STEP_OVERHEAD_S = 3.5e-3
-STEP_PER_SEQ_S = 40e-6
-# The speculative worker's bookkeeping per verified token (proposals, rejection sampler, KV slot
-# juggling: Python objects in vLLM's V0 spec-decode worker). Together with the per-sequence cost
-# of each draft pass (input preparation, sampling over the full vocabulary) it grows with the
-# batch, which is why speculation loses under load: vLLM measured up to 1.8x slowdowns at high QPS.
-SPEC_PER_TOKEN_S = 200e-6
-DRAFT_PASS_OVERHEAD_S = 0.45e-3
-DRAFT_PASS_PER_SEQ_S = 150e-6
-# Prompt lookup on the CPU, per sequence and step (suffix decoding's tree walk is a CPU lookup
-# too, in arctic-inference's C++, and is costed the same).
-NGRAM_PER_SEQ_S = 60e-6
-# A head or MTP pass is part of V1's batched proposer loop: less fixed cost than a separate draft
-# model's pass, but input preparation, a launch and a sampling each (fitted with the EAGLE-3
-# figure of benchmarks/simulator_reference.py).
-HEAD_PASS_OVERHEAD_S = 0.6e-3
-HEAD_PASS_PER_SEQ_S = 15e-6
-# Extra first-token latency with speculation: the draft's prefill runs eagerly and the speculative
-# worker sets up its first proposal before the first token streams out.
-SPEC_FIRST_TOKEN_S = 26e-3
 
 _ALLREDUCES_PER_LAYER = 2
 _ACT_BYTES = 2  # activations travel as 16-bit values
@@ -186,31 +161,46 @@ class PerfModel:
         target: the served model.
         draft: the draft model or EAGLE head (see :func:`drafter`).
         server: tensor-parallel size and the speculative settings come from here.
+        version: the vLLM release serving it (None: the newest), which picks the engine.
+        steps: the constants (default: the shipped calibration).
     """
 
     def __init__(
-        self, hardware: Hardware, target: ModelSpec, draft: ModelSpec | None, server: ServerConfig
+        self,
+        hardware: Hardware,
+        target: ModelSpec,
+        draft: ModelSpec | None,
+        server: ServerConfig,
+        *,
+        version: VllmVersion | None = None,
+        steps: StepConstants = SHIPPED_STEPS,
     ) -> None:
         self.hardware = hardware
-        method = server.speculative.method if server.speculative is not None else ""
         self.target = target
         self.draft = drafter(target, draft, server)
         self.tp = server.tensor_parallel_size
         self.k = server.k
+        method = server.method
         self.ngram = method in (SpecMethod.NGRAM, SpecMethod.SUFFIX)  # a CPU lookup
+        self.engine = engine_generation(version, method)
+        self.costs = steps.engines[self.engine]
+        self.steps = steps
         # Heads and MTP layers run inside the target's worker, split like the target.
         separate = method == SpecMethod.DRAFT_MODEL
         self.draft_tp = draft_tensor_parallel(server) if separate else self.tp
-        self._pass_overhead = (
-            (DRAFT_PASS_OVERHEAD_S, DRAFT_PASS_PER_SEQ_S)
-            if separate
-            else (HEAD_PASS_OVERHEAD_S, HEAD_PASS_PER_SEQ_S)
-        )
+        self._pass_fixed = self.costs.draft_pass_s if separate else self.costs.head_pass_s
         gpu = hardware.gpu
-        self._bandwidth = gpu.bandwidth_gbs * 1e9 * MEMORY_EFFICIENCY
+        self.gpu_class = gpu_class(gpu)
+        self._bandwidth = gpu.bandwidth_gbs * 1e9 * steps.bandwidth[self.gpu_class]
         self._flops = gpu.fp16_tflops * 1e12
-        self._ar_latency = ALLREDUCE_LATENCY_S[gpu.interconnect]
-        self._ar_bandwidth = gpu.link_gbs * 1e9 * ALLREDUCE_LINK_EFFICIENCY[gpu.interconnect]
+        self._ar_latency = steps.allreduce_latency_s[gpu.interconnect]
+        self._ar_bandwidth = gpu.link_gbs * 1e9 * steps.allreduce_link[gpu.interconnect]
+        self._launch = steps.launch_per_layer_s[self.gpu_class]
+
+    @property
+    def first_token_s(self) -> float:
+        """Speculative set-up before a request's first token streams (0 without speculation)."""
+        return self.costs.first_token_s if self.k else 0.0
 
     def _forward_s(self, model: ModelSpec, tp: int, batch: ForwardPass) -> float:
         if batch.tokens <= 0:
@@ -219,10 +209,11 @@ class PerfModel:
         bytes_moved = model.weights_read(batch.tokens) / tp + batch.context * kv_bytes_per_gpu(
             model, tp
         )
-        memory_s = bytes_moved / self._bandwidth
+        bandwidth = self._bandwidth * (self.steps.quantized_bandwidth if model.quantized else 1.0)
+        memory_s = bytes_moved / bandwidth
         attention_flops = 4.0 * model.layers * model.heads * model.head_dim * batch.attention
         flops = (batch.tokens * model.flops_per_token + attention_flops) / tp
-        efficiency = QUANTIZED_COMPUTE_EFFICIENCY if model.quantized else COMPUTE_EFFICIENCY
+        efficiency = self.steps.quantized_compute if model.quantized else self.steps.compute
         compute_s = flops / (self._flops * efficiency)
         comm_s = 0.0
         if tp > 1:
@@ -230,7 +221,7 @@ class PerfModel:
             payload = batch.tokens * model.hidden * _ACT_BYTES * 2 * (tp - 1) / tp
             per_call = self._ar_latency + payload / self._ar_bandwidth
             comm_s = _ALLREDUCES_PER_LAYER * model.layers * per_call
-        launch_s = model.layers * LAUNCH_PER_LAYER_S[batch.graphed]
+        launch_s = model.layers * self._launch[batch.graphed]
         return max(memory_s, compute_s) + comm_s + launch_s
 
     def target_pass_s(self, batch: ForwardPass) -> float:
@@ -238,14 +229,13 @@ class PerfModel:
         return self._forward_s(self.target, self.tp, batch)
 
     def draft_pass_s(self, batch: ForwardPass) -> float:
-        """Seconds for one forward pass of the draft model (0 without a draft)."""
+        """Seconds for one forward pass of the drafter (0 without one)."""
         if self.draft is None or batch.tokens <= 0:
             return 0.0
-        fixed, per_seq = self._pass_overhead
-        return self._forward_s(self.draft, self.draft_tp, batch) + fixed + per_seq * batch.seqs
+        per_seq = self.costs.drafter_per_seq_s * batch.seqs
+        return self._forward_s(self.draft, self.draft_tp, batch) + self._pass_fixed + per_seq
 
-    @staticmethod
-    def step_overhead_s(seqs: int, verified: int, ngram: bool) -> float:
+    def step_overhead_s(self, seqs: int, verified: int, ngram: bool) -> float:
         """Seconds the engine spends per step outside the forward passes.
 
         Args:
@@ -253,11 +243,12 @@ class PerfModel:
             verified: speculative decodes times K+1, the tokens the target verifies (0: none).
             ngram: whether the proposals come from prompt lookup.
         """
-        overhead = STEP_OVERHEAD_S + STEP_PER_SEQ_S * seqs
+        costs = self.costs
+        overhead = costs.step_s + costs.per_seq_s * seqs
         if verified:
-            overhead += SPEC_PER_TOKEN_S * verified
+            overhead += costs.spec_per_token_s * verified
         if ngram:
-            overhead += NGRAM_PER_SEQ_S * seqs
+            overhead += costs.lookup_per_seq_s * seqs
         return overhead
 
     def step_s(self, shape: StepShape) -> float:
@@ -297,5 +288,5 @@ class PerfModel:
         verified = dec_tokens if k else 0
         seconds += self.step_overhead_s(seqs, verified, self.ngram and k > 0)
         if k and shape.first_tokens:
-            seconds += SPEC_FIRST_TOKEN_S
+            seconds += self.first_token_s
         return seconds

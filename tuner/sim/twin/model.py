@@ -22,10 +22,10 @@ from typing import Any
 from tuner.catalog.gpus import Hardware
 from tuner.catalog.models import ModelSpec
 from tuner.config.trial import ServerConfig
+from tuner.config.vllm_version import VllmVersion
 from tuner.sim.acceptance import NGRAM, POSITION_DECAY, acceptance_probability
 from tuner.sim.memory import BLOCK_TOKENS, GIB, MemoryEstimate, estimate_memory
 from tuner.sim.perfmodel import (
-    SPEC_FIRST_TOKEN_S,
     ForwardPass,
     PerfModel,
     StepShape,
@@ -143,8 +143,9 @@ class _TwinPerf(PerfModel):
         draft: ModelSpec | None,
         server: ServerConfig,
         params: TwinParams,
+        version: VllmVersion | None,
     ) -> None:
-        super().__init__(hardware, target, draft, server)
+        super().__init__(hardware, target, draft, server, version=version)
         self.params = params
 
     def _decoding(self, batch: ForwardPass) -> bool:
@@ -159,15 +160,15 @@ class _TwinPerf(PerfModel):
         factor = self.params.draft * (1.0 if batch.tokens <= batch.seqs else self.params.prefill)
         return super().draft_pass_s(batch) * factor
 
-    def step_overhead_s(self, seqs: int, verified: int, ngram: bool) -> float:  # type: ignore[override]
-        return PerfModel.step_overhead_s(seqs, verified, ngram) * self.params.overhead
+    def step_overhead_s(self, seqs: int, verified: int, ngram: bool) -> float:
+        return super().step_overhead_s(seqs, verified, ngram) * self.params.overhead
 
     def step_s(self, shape: StepShape) -> float:
         seconds = super().step_s(shape)
         if shape.first_tokens:  # the parts of a first token's latency the passes do not hold
             seconds += self.params.ttft_offset_s
             if self.k:
-                seconds += (self.params.first_token - 1.0) * SPEC_FIRST_TOKEN_S
+                seconds += (self.params.first_token - 1.0) * self.first_token_s
         return seconds
 
 
@@ -178,9 +179,14 @@ class TwinPhysics:
     params: TwinParams
 
     def perf_model(
-        self, hardware: Hardware, target: ModelSpec, draft: ModelSpec | None, server: ServerConfig
+        self,
+        hardware: Hardware,
+        target: ModelSpec,
+        draft: ModelSpec | None,
+        server: ServerConfig,
+        version: VllmVersion | None = None,
     ) -> PerfModel:
-        return _TwinPerf(hardware, target, draft, server, self.params)
+        return _TwinPerf(hardware, target, draft, server, self.params, version)
 
     def position_rates(
         self,

@@ -1,0 +1,398 @@
+"""Fitting the simulator's constants to the reference table, judged on held-out sources.
+
+The free parameters (:data:`PARAMETERS`) are physical: the share of the bandwidth kernels reach
+per GPU class, each engine generation's per-step and per-pass costs, the all-reduce latency over
+PCIe, each method's acceptance logit on the prompt sets figures were measured on. Each has a
+prior (the value physics or the earlier calibration gives, with a spread), so a parameter only
+one source speaks to falls back to its prior when that source is left out.
+
+The fit minimises the figures' log errors, each over its uncertainty (its ``spread``, at least
+:data:`FLOOR`), plus the priors' penalties, by Levenberg-Marquardt steps on a finite-difference
+Jacobian. A parameter moves only figures it applies to (:attr:`Parameter.applies`), which keeps
+one Jacobian to a few dozen simulator runs.
+
+Leave-one-source-out: without a source's figures the fit moves from the full fit by one
+Gauss-Newton step (the standard approximate leave-one-out), and the source's figures are then
+predicted by the simulator at those constants. A source that alone pins a parameter is
+predicted from that parameter's prior: its held-out error is what a user of an unmeasured
+regime would see.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+import numpy.typing as npt
+from reference_table import Figure, FigureKind, predict_figure
+
+from tuner.catalog.gpus import Interconnect
+from tuner.config.trial import SpecMethod
+from tuner.sim.calibration import EngineGeneration, GpuClass, engine_generation, gpu_class
+from tuner.sim.engine import Calibrated
+
+__all__ = [
+    "FLOOR",
+    "PARAMETERS",
+    "Fit",
+    "Parameter",
+    "fit",
+    "held_out",
+    "predictions",
+]
+
+Vector = npt.NDArray[np.float64]
+
+# No figure is trusted beyond this relative error (the spread between runs of one benchmark).
+FLOOR = 0.05
+_STEP = 0.05  # finite-difference step, in the parameter's own scale
+_ACCEPTANCE_KINDS = frozenset(
+    {FigureKind.ACCEPTANCE_RATE, FigureKind.ACCEPTANCE_LENGTH, FigureKind.POSITION_RATE}
+)
+
+
+@dataclass(frozen=True)
+class Parameter:
+    """One fitted constant.
+
+    Attributes:
+        name: how the report names it.
+        prior: its value before any figure, and the centre of its penalty.
+        sigma: the prior's spread (log scale for positive constants, absolute for logits).
+        get: reads it from the constants.
+        put: writes it into the constants.
+        applies: whether a figure's prediction can depend on it.
+        logit: whether it is an acceptance logit (fitted additively, may be negative).
+    """
+
+    name: str
+    prior: float
+    sigma: float
+    get: Callable[[Calibrated], float]
+    put: Callable[[Calibrated, float], Calibrated]
+    applies: Callable[[Figure], bool]
+    logit: bool = False
+
+    def to_free(self, value: float) -> float:
+        return value if self.logit else math.log(value)
+
+    def from_free(self, free: float) -> float:
+        return free if self.logit else math.exp(free)
+
+
+def _engine_of(figure: Figure) -> EngineGeneration:
+    return engine_generation(figure.setup.version, figure.setup.method)
+
+
+def _speed(figure: Figure) -> bool:
+    return figure.kind not in _ACCEPTANCE_KINDS
+
+
+def _bandwidth(cls: GpuClass) -> Parameter:
+    def put(c: Calibrated, v: float) -> Calibrated:
+        return replace(c, steps=replace(c.steps, bandwidth={**c.steps.bandwidth, cls: v}))
+
+    return Parameter(
+        f"bandwidth reached, {cls}",
+        0.75,
+        0.3,
+        lambda c: c.steps.bandwidth[cls],
+        put,
+        lambda f: _speed(f) and gpu_class(f.setup.hardware_spec.gpu) is cls,
+    )
+
+
+def _engine(gen: EngineGeneration, field: str, prior: float, what: str) -> Parameter:
+    def put(c: Calibrated, v: float) -> Calibrated:
+        costs = replace(c.steps.engines[gen], **{field: v})
+        return replace(c, steps=replace(c.steps, engines={**c.steps.engines, gen: costs}))
+
+    def applies(f: Figure) -> bool:
+        if not _speed(f) or _engine_of(f) is not gen:
+            return False
+        method = f.setup.method
+        if field == "draft_pass_s":
+            return method == SpecMethod.DRAFT_MODEL
+        if field == "head_pass_s":
+            return method in (SpecMethod.EAGLE, SpecMethod.EAGLE3, SpecMethod.MTP)
+        if field == "drafter_per_seq_s":
+            return method not in (SpecMethod.NONE, SpecMethod.NGRAM, SpecMethod.SUFFIX)
+        if field == "lookup_per_seq_s":
+            return method in (SpecMethod.NGRAM, SpecMethod.SUFFIX)
+        if field in ("spec_per_token_s", "first_token_s"):
+            return method != SpecMethod.NONE
+        return True
+
+    return Parameter(
+        f"{gen} {what}",
+        prior,
+        1.0,
+        lambda c: float(getattr(c.steps.engines[gen], field)),
+        put,
+        applies,
+    )
+
+
+def _quantized_bandwidth() -> Parameter:
+    def put(c: Calibrated, v: float) -> Calibrated:
+        return replace(c, steps=replace(c.steps, quantized_bandwidth=v))
+
+    return Parameter(
+        "4-bit kernels' share of it",
+        0.7,
+        0.3,
+        lambda c: c.steps.quantized_bandwidth,
+        put,
+        lambda f: _speed(f) and f.setup.target().quantized,
+    )
+
+
+def _compute() -> Parameter:
+    def put(c: Calibrated, v: float) -> Calibrated:
+        return replace(c, steps=replace(c.steps, compute=v))
+
+    return Parameter("tensor throughput reached", 0.6, 0.3, lambda c: c.steps.compute, put, _speed)
+
+
+def _pcie_allreduce() -> Parameter:
+    def put(c: Calibrated, v: float) -> Calibrated:
+        latency = {**c.steps.allreduce_latency_s, Interconnect.PCIE: v}
+        return replace(c, steps=replace(c.steps, allreduce_latency_s=latency))
+
+    def applies(f: Figure) -> bool:
+        hardware = f.setup.hardware_spec
+        return _speed(f) and hardware.count > 1 and hardware.gpu.interconnect is Interconnect.PCIE
+
+    return Parameter(
+        "all-reduce latency over PCIe",
+        60e-6,
+        1.0,
+        lambda c: c.steps.allreduce_latency_s[Interconnect.PCIE],
+        put,
+        applies,
+    )
+
+
+def _head_logit(method: str, prompt_set: str, prior: float) -> Parameter:
+    def put(c: Calibrated, v: float) -> Calibrated:
+        table = c.acceptance.head_logit
+        row = {**table[method], prompt_set: v}
+        return replace(c, acceptance=replace(c.acceptance, head_logit={**table, method: row}))
+
+    return Parameter(
+        f"{method} acceptance logit, {prompt_set}",
+        prior,
+        1.5,
+        lambda c: c.acceptance.head_logit[method][prompt_set],
+        put,
+        lambda f: f.setup.method == method and f.setup.prompt_set == prompt_set,
+        logit=True,
+    )
+
+
+def _draft_logit(prompt_set: str, prior: float) -> Parameter:
+    def put(c: Calibrated, v: float) -> Calibrated:
+        logits = {**c.acceptance.draft_logit, prompt_set: v}
+        return replace(c, acceptance=replace(c.acceptance, draft_logit=logits))
+
+    return Parameter(
+        f"draft-model acceptance logit, {prompt_set}",
+        prior,
+        1.5,
+        lambda c: c.acceptance.draft_logit[prompt_set],
+        put,
+        lambda f: f.setup.method == SpecMethod.DRAFT_MODEL and f.setup.prompt_set == prompt_set,
+        logit=True,
+    )
+
+
+def _decay(method: str, prior: float) -> Parameter:
+    def put(c: Calibrated, v: float) -> Calibrated:
+        decays = {**c.acceptance.decay, method: v}
+        return replace(c, acceptance=replace(c.acceptance, decay=decays))
+
+    return Parameter(
+        f"{method} per-position decay",
+        prior,
+        0.2,
+        lambda c: c.acceptance.decay[method],
+        put,
+        lambda f: f.setup.method == method and f.setup.k > 1,
+    )
+
+
+V0, V1 = EngineGeneration.V0, EngineGeneration.V1
+# Priors are round physics guesses made without the figures (kernels reach about three quarters
+# of a datasheet; the V0 engine spends milliseconds a step in Python, V1 about one; a drafter
+# pass costs about a millisecond of launches and sampling; a head guesses about as well on chat
+# as on any set, and better on math), wide enough (sigma 1 in log: a factor e) to let a single
+# figure move them. Held out, a parameter only its own source pins returns to these.
+PARAMETERS: tuple[Parameter, ...] = (
+    _bandwidth(GpuClass.HBM),
+    _bandwidth(GpuClass.GDDR),
+    _quantized_bandwidth(),
+    _compute(),
+    _pcie_allreduce(),
+    _engine(V0, "step_s", 2e-3, "step overhead"),
+    # V0's Python spec worker handled every verified token (the field notes saw speculation lose
+    # at dozens of requests; at 100 us a token it would still win at 32 on their rig).
+    _engine(V0, "spec_per_token_s", 200e-6, "speculative bookkeeping per token"),
+    _engine(V0, "draft_pass_s", 1e-3, "draft-model pass overhead"),
+    _engine(V0, "first_token_s", 10e-3, "speculative first-token set-up"),
+    _engine(V1, "step_s", 1e-3, "step overhead"),
+    _engine(V1, "per_seq_s", 20e-6, "step overhead per sequence"),
+    _engine(V1, "draft_pass_s", 1e-3, "draft-model pass overhead"),
+    _engine(V1, "head_pass_s", 1e-3, "head/MTP pass overhead"),
+    _engine(V1, "drafter_per_seq_s", 20e-6, "drafter pass per sequence"),
+    _engine(V1, "lookup_per_seq_s", 10e-6, "prompt lookup per sequence"),
+    _draft_logit("code", 2.0),
+    _draft_logit("creative", 2.0),
+    _head_logit("eagle", "chat", 1.0),
+    _head_logit("eagle", "math", 2.0),
+    _head_logit("eagle3", "chat", 1.0),
+    _head_logit("mtp", "math", 2.0),
+    _head_logit("mtp", "chat", 1.0),
+    _decay("mtp", 0.9),
+    _decay("eagle", 0.95),
+    _decay("eagle3", 0.95),
+)
+
+
+def predictions(figures: Sequence[Figure], physics: Calibrated) -> dict[str, float]:
+    """Each figure's prediction under ``physics``, by id."""
+    return {figure.id: predict_figure(figure, physics) for figure in figures}
+
+
+def _sigma(figure: Figure) -> float:
+    return max(figure.spread, FLOOR)
+
+
+def _residuals(figures: Sequence[Figure], predicted: dict[str, float]) -> Vector:
+    return np.array(
+        [math.log(predicted[f.id] / f.measured) / _sigma(f) for f in figures], dtype=np.float64
+    )
+
+
+def _state(physics: Calibrated, parameters: Sequence[Parameter]) -> Vector:
+    return np.array([p.to_free(p.get(physics)) for p in parameters], dtype=np.float64)
+
+
+def _apply(physics: Calibrated, parameters: Sequence[Parameter], free: Vector) -> Calibrated:
+    for parameter, value in zip(parameters, free, strict=True):
+        physics = parameter.put(physics, parameter.from_free(float(value)))
+    return physics
+
+
+def _prior(parameters: Sequence[Parameter]) -> tuple[Vector, Vector]:
+    centre = np.array([p.to_free(p.prior) for p in parameters], dtype=np.float64)
+    return centre, np.array([p.sigma for p in parameters], dtype=np.float64)
+
+
+def _jacobian(
+    figures: Sequence[Figure],
+    physics: Calibrated,
+    parameters: Sequence[Parameter],
+    base: dict[str, float],
+) -> Vector:
+    free = _state(physics, parameters)
+    columns = np.zeros((len(figures), len(parameters)), dtype=np.float64)
+    for j, parameter in enumerate(parameters):
+        touched = [i for i, f in enumerate(figures) if parameter.applies(f)]
+        if not touched:
+            continue
+        moved = free.copy()
+        moved[j] += _STEP
+        shifted = _apply(physics, parameters, moved)
+        for i in touched:
+            figure = figures[i]
+            value = predict_figure(figure, shifted)
+            columns[i, j] = math.log(value / base[figure.id]) / _sigma(figure) / _STEP
+    return columns
+
+
+@dataclass(frozen=True)
+class Fit:
+    """A fitted set of constants and what it predicts."""
+
+    physics: Calibrated
+    predicted: dict[str, float]
+    cost: float
+
+
+def _cost(residuals: Vector, free: Vector, prior: tuple[Vector, Vector]) -> float:
+    centre, sigma = prior
+    return float(residuals @ residuals + np.sum(((free - centre) / sigma) ** 2))
+
+
+def _step(
+    jacobian: Vector, residuals: Vector, free: Vector, prior: tuple[Vector, Vector], damping: float
+) -> Vector:
+    """One Levenberg-Marquardt step on figures plus priors (damping 0: Gauss-Newton)."""
+    centre, sigma = prior
+    weights = 1.0 / sigma**2
+    normal = jacobian.T @ jacobian + np.diag(weights * (1.0 + damping))
+    gradient = jacobian.T @ residuals + weights * (free - centre)
+    return np.asarray(-np.linalg.solve(normal, gradient), dtype=np.float64)
+
+
+def fit(
+    figures: Sequence[Figure],
+    start: Calibrated,
+    parameters: Sequence[Parameter] = PARAMETERS,
+    iterations: int = 8,
+) -> Fit:
+    """Fits ``parameters`` to ``figures`` from ``start`` (damped Gauss-Newton)."""
+    prior = _prior(parameters)
+    physics = start
+    predicted = predictions(figures, physics)
+    free = _state(physics, parameters)
+    cost = _cost(_residuals(figures, predicted), free, prior)
+    damping = 0.1
+    for _ in range(iterations):
+        jacobian = _jacobian(figures, physics, parameters, predicted)
+        residuals = _residuals(figures, predicted)
+        trial_free = free + _step(jacobian, residuals, free, prior, damping)
+        trial = _apply(physics, parameters, trial_free)
+        trial_predicted = predictions(figures, trial)
+        trial_cost = _cost(_residuals(figures, trial_predicted), trial_free, prior)
+        if trial_cost < cost:
+            physics, predicted, free, cost = trial, trial_predicted, trial_free, trial_cost
+            damping /= 3
+        else:
+            damping *= 4
+    return Fit(physics, predicted, cost)
+
+
+def held_out(
+    figures: Sequence[Figure],
+    physics: Calibrated,
+    parameters: Sequence[Parameter] = PARAMETERS,
+) -> tuple[dict[str, float], dict[str, tuple[str, ...]]]:
+    """Each figure predicted with its own source left out of the fit.
+
+    Returns:
+        The held-out predictions by figure id, and per source the parameters only it pins (those
+        fall back to their priors when it is left out).
+    """
+    predicted = predictions(figures, physics)
+    jacobian = _jacobian(figures, physics, parameters, predicted)
+    residuals = _residuals(figures, predicted)
+    free = _state(physics, parameters)
+    prior = _prior(parameters)
+    out: dict[str, float] = {}
+    sole: dict[str, tuple[str, ...]] = {}
+    for source in sorted({f.source for f in figures}):
+        keep = np.array([f.source != source for f in figures])
+        moved = free + _step(jacobian[keep], residuals[keep], free, prior, 0.0)
+        refit = _apply(physics, parameters, moved)
+        for figure in figures:
+            if figure.source == source:
+                out[figure.id] = predict_figure(figure, refit)
+        pinned = np.abs(jacobian[~keep]).sum(axis=0) > 0
+        elsewhere = np.abs(jacobian[keep]).sum(axis=0) > 0
+        sole[source] = tuple(
+            p.name for p, only in zip(parameters, pinned & ~elsewhere, strict=True) if only
+        )
+    return out, sole
