@@ -22,8 +22,9 @@ import pytest
 import yaml
 from testbed import VllmOracle, write_hf_cache
 
-from tuner.catalog.heads import HEADS, is_head, mtp_layers
+from tuner.catalog.heads import HEADS, is_head
 from tuner.catalog.models import CATALOG, ModelSpec, check_draft, needs_heterogeneous_vocab
+from tuner.catalog.mtp import mtp_layers
 from tuner.config.space import NO_DRAFT, SearchSpace, builtin_spaces, load_space
 from tuner.config.trial import ServerConfig, SpecMethod, SpeculativeConfig
 from tuner.config.vllm_args import (

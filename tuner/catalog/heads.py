@@ -7,10 +7,7 @@ An EAGLE head is one decoder layer trained on one target's hidden states (EAGLE,
 other target, so a head is offered only for the targets it was trained for (:data:`HEADS`), or,
 given by Hugging Face id or folder, when its shapes fit the target (:func:`check_head`).
 
-MTP layers ship inside the target's checkpoint. vLLM 0.32 finds them by the model type or
-architecture (``vllm/config/speculative.py`` ``SpeculativeConfig.hf_config_override``) and
-counts them from ``num_nextn_predict_layers`` (DeepSeek-V3/R1, GLM-4.5, Qwen3-Next, MiMo) or
-``mtp_num_hidden_layers`` (Qwen3.5): :func:`mtp_layers`.
+MTP layers ship inside the target's checkpoint: :mod:`tuner.catalog.mtp`.
 
 Head configs below are the ``config.json`` numbers memory and speed depend on; each entry says
 where they come from (``source``). Where a number was not read from the file itself it says so.
@@ -22,36 +19,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from tuner.catalog.drafters import block_kind
 from tuner.errors import IncompatibleDraftError
 
 __all__ = [
     "HEADS",
-    "MTP_ARCHITECTURES",
     "HeadEntry",
     "check_head",
-    "check_mtp",
     "draft_vocab",
     "head_kind",
     "head_params",
     "heads_for",
     "is_head",
-    "mtp_layers",
 ]
-
-# Model types and architectures whose checkpoints vLLM 0.32 turns into an MTP drafter
-# (``SpeculativeConfig.hf_config_override``), with the config key that counts the layers.
-MTP_ARCHITECTURES = frozenset(
-    {
-        "DeepseekV3ForCausalLM",
-        "DeepseekV32ForCausalLM",
-        "Glm4MoeForCausalLM",
-        "Qwen3NextForCausalLM",
-        "MiMoForCausalLM",
-        "Ernie4_5_MoeForCausalLM",
-    }
-)
-_MTP_MODEL_TYPES = frozenset({"deepseek_v3", "deepseek_v32", "qwen3_next", "glm4_moe"})
-_MTP_LAYER_KEYS = ("num_nextn_predict_layers", "mtp_num_hidden_layers")
 
 
 @dataclass(frozen=True)
@@ -171,6 +151,8 @@ def head_kind(config: Mapping[str, Any], hf_id: str = "") -> str | None:
     (``SpeculativeConfig.__post_init__``: ``eagle-`` or ``eagle3`` in the model's name): EAGLE-1
     heads such as ``yuhuili/EAGLE-LLaMA3.1-Instruct-8B`` say plain ``LlamaForCausalLM``.
     """
+    if block_kind(config, hf_id) is not None:  # a DFlash/DSpark drafter, not a head
+        return None
     archs = " ".join(str(a) for a in config.get("architectures") or ()).lower()
     name = hf_id.lower()
     if "eagle3" in archs or "draft_vocab_size" in config or "eagle3" in name:
@@ -271,32 +253,3 @@ def check_head(
 def _offer(target_id: str) -> str:
     known = heads_for(target_id)
     return f" (e.g. {known[0].hf_id})" if known else ""
-
-
-def mtp_layers(config: Mapping[str, Any]) -> int:
-    """MTP layers a target's checkpoint carries that vLLM 0.32 can draft with (0: none)."""
-    text = config.get("text_config")
-    merged = {**config, **text} if isinstance(text, Mapping) else config
-    archs = set(str(a) for a in merged.get("architectures") or ())
-    known = archs & MTP_ARCHITECTURES or merged.get("model_type") in _MTP_MODEL_TYPES
-    for key in _MTP_LAYER_KEYS:
-        if key in merged and (known or key == "mtp_num_hidden_layers"):
-            return int(merged[key] or 0)  # Kimi-K2 is a DeepSeek-V3 with 0 layers
-    # Qwen3-Next's config.json names no count; vLLM's qwen3_next_mtp.py defaults to one layer.
-    return 1 if merged.get("model_type") == "qwen3_next" else 0
-
-
-def check_mtp(target_id: str, config: Mapping[str, Any]) -> int:
-    """The target's MTP layer count, or a refusal naming what is missing.
-
-    Raises:
-        IncompatibleDraftError: the target has no MTP layers vLLM can use.
-    """
-    layers = mtp_layers(config)
-    if layers < 1:
-        raise IncompatibleDraftError(
-            f"{target_id} carries no MTP layers (its config.json has no num_nextn_predict_layers "
-            "for an architecture vLLM drafts with, e.g. DeepSeek-V3/R1, GLM-4.5, Qwen3-Next, "
-            "MiMo): remove method mtp, or pick an EAGLE head or a draft model"
-        )
-    return layers

@@ -17,6 +17,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Protocol
 
+from tuner.catalog.drafters import block_kind, drafter_params
 from tuner.catalog.heads import HEADS, head_kind, head_params, is_head
 from tuner.catalog.hf_config import (
     architecture,
@@ -130,8 +131,16 @@ def spec_from_config(
     """
     arch = architecture(config, source or hf_id)
     counted = arch.params
-    # A head shares the target's embeddings: its own parameters are fewer than its shapes say.
-    total = params or (head_params(config) if is_head(config, hf_id) else counted)
+    # A head or a block drafter shares the target's embeddings: its own parameters are fewer
+    # than its shapes say.
+    own = (
+        head_params(config)
+        if is_head(config, hf_id)
+        else drafter_params(config)
+        if block_kind(config, hf_id)
+        else counted
+    )
+    total = params or own
     return ModelSpec(
         hf_id=hf_id,
         tokenizer_family=family,
@@ -288,6 +297,12 @@ def check_draft(target: ModelSpec, draft: ModelSpec, version: Release | None = N
         raise IncompatibleDraftError(
             f"{draft.hf_id} is an EAGLE head, not a draft model: list it under method "
             f"{head_kind(draft.config, draft.hf_id)} (it needs the target's hidden states)"
+        )
+    if block_kind(draft.config, draft.hf_id):
+        raise IncompatibleDraftError(
+            f"{draft.hf_id} is a {block_kind(draft.config, draft.hf_id)} drafter, not a draft "
+            f"model: list it under method {block_kind(draft.config, draft.hf_id)} (it needs the "
+            "target's hidden states)"
         )
     if draft.tokenizer_family != target.tokenizer_family:
         raise IncompatibleDraftError(

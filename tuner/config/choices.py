@@ -1,43 +1,43 @@
 """Speculation choices of a search space, suggested as Optuna's conditional parameters.
 
 Each :class:`SpecChoice` is one value of the ``draft`` parameter (its :attr:`~SpecChoice.label`:
-``none``, ``ngram``, ``suffix``, ``mtp``, a draft model's id, ``eagle3:HEAD``); once Optuna has
-chosen it (define-by-run), the choice asks for its own parameters: K (``num_speculative_tokens``,
-in the choice's own range) and the method's settings (``prompt_lookup_min``/``_max``, the
-``suffix_decoding_*`` keys). A setting given as one value is fixed and never asked for.
+``none``, ``ngram``, ``suffix``, ``mtp``, a draft model's id, ``eagle3:HEAD``,
+``dflash:DRAFTER``); once Optuna has chosen it (define-by-run), the choice asks for its own
+parameters: K (``num_speculative_tokens``, in the choice's own range), the method's numeric
+settings (``prompt_lookup_min``/``_max``, the ``suffix_decoding_*`` keys, ``dspark_draft_topk``)
+and its options (``parallel_drafting``, ``draft_sample_method``, ``rejection_sample_method``,
+``enable_adaptive_verification``: categorical). A setting given as one value is fixed and never
+asked for.
 
 :func:`choices_from_search` turns the ``search`` section into choices, the earlier form
 (``draft: [none, ngram, suffix, mtp, MODEL...]`` with one K range, ngram's window fixed at 1-4,
-suffix at vLLM's defaults) included, and
-:func:`check_choices` keeps only what the target supports: a head of this target, MTP layers in
-its checkpoint, a draft that passes the vocabulary rules, a method the vLLM release knows.
+suffix at vLLM's defaults) included; :mod:`tuner.config.choice_rules` then keeps only what the
+target, its drafters and the vLLM release support.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import optuna
 
-from tuner.catalog.heads import check_head, check_mtp
-from tuner.catalog.models import ModelSpec, Release, check_draft, load_model
 from tuner.config.methods import (
-    DraftMethod,
-    HeadMethod,
+    BlockMethod,
     MtpMethod,
     NgramMethod,
     NoMethod,
     SearchModel,
     SuffixMethod,
+    Verified,
 )
 from tuner.config.sections import RangeSection
-from tuner.config.trial import HEAD_METHODS, SpecMethod, SpeculativeConfig, choice_label
-from tuner.config.vllm_methods import check_method
-from tuner.config.vllm_version import VllmVersion
+from tuner.config.trial import SpecMethod, SpeculativeConfig, choice_label
+from tuner.config.verification import DraftSampling, Verification
 from tuner.errors import ConfigError
 
-__all__ = ["Range", "SpecChoice", "check_choices", "choices_from_search"]
+__all__ = ["OPTION_ORDER", "Option", "Range", "SpecChoice", "choices_from_search"]
 
 K_PARAM = "num_speculative_tokens"
 # Settings that are integers (the rest are floats); the order is the order they are asked for.
@@ -47,8 +47,34 @@ _INTEGER_SETTINGS = frozenset(
         "prompt_lookup_max",
         "suffix_decoding_max_tree_depth",
         "suffix_decoding_max_cached_requests",
+        "dspark_draft_topk",
     }
 )
+Option = str | bool
+# The categorical options, in the order they are asked: parallel drafting first, since a
+# P-EAGLE head lands on the V1 model runner, where the V2-only options below do not exist.
+OPTION_ORDER = (
+    "parallel_drafting",
+    "draft_sample_method",
+    "rejection_sample_method",
+    "enable_adaptive_verification",
+)
+# What the V2-only options must be on the V1 runner (V1 has no block verification and refuses
+# adaptive verification: vllm/v1/sample/rejection_sampler.py, VllmConfig.
+# _get_v1_model_runner_unsupported_features in vllm/config/vllm.py). Every release through
+# 0.33 runs parallel drafting on an EAGLE head on V1 (_get_v2_model_runner_unsupported_features
+# lists it), so a P-EAGLE variant takes these values and is never asked for them.
+V1_VALUES: dict[str, Option] = {
+    "rejection_sample_method": str(Verification.STANDARD),
+    "enable_adaptive_verification": False,
+}
+# The vLLM default of each option: the value a choice without it runs.
+_OPTION_DEFAULTS: dict[str, Option] = {
+    "parallel_drafting": False,
+    "draft_sample_method": str(DraftSampling.GREEDY),
+    "rejection_sample_method": str(Verification.STANDARD),
+    "enable_adaptive_verification": False,
+}
 # The earlier form fixed prompt lookup at 1-4; stored studies keep meaning what they meant.
 _EARLIER_NGRAM = (("prompt_lookup_min", 1.0), ("prompt_lookup_max", 4.0))
 
@@ -62,21 +88,29 @@ class Range:
     step: float | None = None
 
 
+# A block drafter's K when the space leaves it unset: resolved from the drafter's block size.
+UNRESOLVED_K = Range(0, 0)
+
+
 @dataclass(frozen=True)
 class SpecChoice:
-    """One speculation choice: a method, its model (draft or head), K's range, its settings.
+    """One speculation choice: a method, its model (draft, head, drafter), K's range, its
+    numeric settings and its options.
 
     Attributes:
         method: the vLLM method.
-        model: the draft or head id; None for none, ngram, suffix and mtp.
+        model: the draft, head or block drafter id; None for none, ngram, suffix and mtp.
         k: the range of ``num_speculative_tokens`` (unused for ``none``).
-        settings: the method's own settings, name and range (low == high: fixed).
+        settings: the method's numeric settings, name and range (low == high: fixed).
+        options: the method's categorical options, name and the values to search, in
+            :data:`OPTION_ORDER` (one value: fixed).
     """
 
     method: SpecMethod
     model: str | None = None
     k: Range = Range(1, 8)
     settings: tuple[tuple[str, Range], ...] = ()
+    options: tuple[tuple[str, tuple[Option, ...]], ...] = ()
 
     @property
     def label(self) -> str:
@@ -89,7 +123,12 @@ class SpecChoice:
         if self.method == SpecMethod.NONE:
             return ()
         names = [K_PARAM] if self.k.low < self.k.high else []
-        return (*names, *(name for name, r in self.settings if r.low < r.high))
+        names += [name for name, r in self.settings if r.low < r.high]
+        return (*names, *(name for name, values in self.options if len(values) > 1))
+
+    def allowed(self, name: str) -> tuple[Option, ...]:
+        """The values this choice searches for option ``name`` (vLLM's default when unset)."""
+        return dict(self.options).get(name, (_OPTION_DEFAULTS[name],))
 
     def defaults(self) -> dict[str, float]:
         """Each setting's value when not tuned: the middle of its range (rounded for ints)."""
@@ -103,34 +142,66 @@ class SpecChoice:
             )
         return values
 
-    def params(self, k: int) -> dict[str, int | float]:
-        """This choice's Optuna parameters at K = ``k`` and default settings (for enqueueing)."""
+    def variants(self) -> tuple[dict[str, Option], ...]:
+        """The option values a warm start covers: the first values, then each other value of
+        each searched option on its own (a P-EAGLE variant keeps the V1 values)."""
+        first = {name: values[0] for name, values in self.options}
+        found = [first]
+        for name, values in self.options:
+            for value in values[1:]:
+                variant = self.fitted({**first, name: value})
+                if variant not in found:
+                    found.append(variant)
+        return tuple(found)
+
+    def fitted(self, options: Mapping[str, Option]) -> dict[str, Option]:
+        """``options`` with the V2-only options at their V1 values on a P-EAGLE variant."""
+        if not options.get("parallel_drafting"):
+            return dict(options)
+        return {name: V1_VALUES.get(name, value) for name, value in options.items()}
+
+    def params(self, k: int, options: Mapping[str, Option] | None = None) -> dict[str, Any]:
+        """This choice's Optuna parameters at K = ``k``, default settings and ``options`` (the
+        first values when None), for enqueueing."""
         if self.method == SpecMethod.NONE:
             return {}
         tuned = set(self.tuned)
-        own = {
+        own: dict[str, Any] = {
             name: int(value) if name in _INTEGER_SETTINGS else value
             for name, value in self.defaults().items()
             if name in tuned
         }
+        chosen = self.fitted(
+            {name: values[0] for name, values in self.options} | dict(options or {})
+        )
+        asked = self._asked(chosen)
+        own.update({name: value for name, value in chosen.items() if name in asked})
         return {K_PARAM: k, **own}
 
     def speculative(
-        self, k: int, values: Mapping[str, float] | None = None
+        self, k: int, values: Mapping[str, Any] | None = None
     ) -> SpeculativeConfig | None:
-        """The vLLM settings at K = ``k``; unnamed settings take :meth:`defaults`."""
+        """The vLLM settings at K = ``k``; unnamed settings take :meth:`defaults`, unnamed
+        options their first value."""
         if self.method == SpecMethod.NONE:
             return None
-        chosen = {**self.defaults(), **(values or {})}
-        typed = {n: int(v) if n in _INTEGER_SETTINGS else float(v) for n, v in chosen.items()}
-        return SpeculativeConfig(self.method, k, model=self.model, **typed)  # type: ignore[arg-type]
+        given = dict(values or {})
+        chosen = {**self.defaults(), **{n: v for n, v in given.items() if n not in OPTION_ORDER}}
+        typed: dict[str, Any] = {
+            n: int(v) if n in _INTEGER_SETTINGS else float(v) for n, v in chosen.items()
+        }
+        options = {name: values[0] for name, values in self.options}
+        options.update({n: v for n, v in given.items() if n in OPTION_ORDER})
+        typed.update(self.fitted(options))
+        return SpeculativeConfig(self.method, k, model=self.model, **typed)
 
     def suggest(self, trial: optuna.Trial) -> SpeculativeConfig | None:
-        """Asks ``trial`` for K and the tuned settings of this choice (after the choice)."""
+        """Asks ``trial`` for K, the tuned settings and the options of this choice (after the
+        choice)."""
         if self.method == SpecMethod.NONE:
             return None
         k = trial.suggest_int(K_PARAM, int(self.k.low), int(self.k.high))
-        values: dict[str, float] = {}
+        values: dict[str, Any] = {}
         for name, value in self.settings:
             low = value.low
             if name == "prompt_lookup_max":  # the window's max is asked at or above its min
@@ -141,7 +212,17 @@ class SpecChoice:
                 values[name] = trial.suggest_int(name, int(low), int(value.high))
             else:
                 values[name] = trial.suggest_float(name, low, value.high, step=value.step)
+        for name, allowed in self.options:
+            if name in self._asked(values):
+                values[name] = trial.suggest_categorical(name, list(allowed))
+            else:
+                values[name] = self.fitted({**values, name: allowed[0]})[name]
         return self.speculative(k, values)
+
+    def _asked(self, chosen: Mapping[str, Any]) -> set[str]:
+        """The options Optuna is asked for, given the values chosen before them."""
+        asked = {name for name, values in self.options if len(values) > 1}
+        return asked - set(V1_VALUES) if chosen.get("parallel_drafting") else asked
 
 
 def _range(value: float | RangeSection) -> Range:
@@ -151,24 +232,60 @@ def _range(value: float | RangeSection) -> Range:
     return Range(float(value), float(value))
 
 
-def _settings(model: NgramMethod | SuffixMethod) -> tuple[tuple[str, Range], ...]:
-    names = [n for n in type(model).model_fields if n not in ("method", K_PARAM)]
+def _settings(model: NgramMethod | SuffixMethod | BlockMethod) -> tuple[tuple[str, Range], ...]:
+    names = [
+        n
+        for n in type(model).model_fields
+        if n not in ("method", "model", K_PARAM, *OPTION_ORDER) and getattr(model, n) is not None
+    ]
     return tuple((name, _range(getattr(model, name))) for name in names)
+
+
+def _options(model: Verified | NgramMethod) -> tuple[tuple[str, tuple[Option, ...]], ...]:
+    """The model's options, each value once, in :data:`OPTION_ORDER` and the enums' order."""
+    found = []
+    for name in OPTION_ORDER:
+        if name not in type(model).model_fields:
+            continue
+        written = getattr(model, name)
+        order: list[Option] = (
+            [False, True] if isinstance(written[0], bool) else [str(v) for v in type(written[0])]
+        )
+        values = tuple(v for v in order if v in written)
+        found.append((name, values))
+    return tuple(found)
+
+
+def _k(value: float | RangeSection | None) -> Range:
+    return UNRESOLVED_K if value is None else _range(value)
 
 
 def _from_methods(search: SearchModel) -> Iterator[SpecChoice]:
     for entry in search.methods or ():
         if isinstance(entry, NoMethod):
             yield SpecChoice(SpecMethod.NONE)
-        elif isinstance(entry, NgramMethod | SuffixMethod):
-            method = SpecMethod(entry.method)
-            yield SpecChoice(method, None, _range(entry.num_speculative_tokens), _settings(entry))
+        elif isinstance(entry, NgramMethod):
+            k, settings = _range(entry.num_speculative_tokens), _settings(entry)
+            yield SpecChoice(SpecMethod(entry.method), None, k, settings, _options(entry))
+        elif isinstance(entry, SuffixMethod):
+            k, settings = _range(entry.num_speculative_tokens), _settings(entry)
+            yield SpecChoice(SpecMethod.SUFFIX, None, k, settings)
         elif isinstance(entry, MtpMethod):
-            yield SpecChoice(SpecMethod.MTP, None, _range(entry.num_speculative_tokens))
-        elif isinstance(entry, DraftMethod | HeadMethod):
+            k = _range(entry.num_speculative_tokens)
+            yield SpecChoice(SpecMethod.MTP, None, k, (), _options(entry))
+        elif isinstance(entry, BlockMethod):
+            k, settings, options = (
+                _k(entry.num_speculative_tokens),
+                _settings(entry),
+                _options(entry),
+            )
+            drafters: list[str | None] = list(entry.model) if entry.model else [None]
+            for drafter in drafters:
+                yield SpecChoice(SpecMethod(entry.method), drafter, k, settings, options)
+        else:
+            k, options = _range(entry.num_speculative_tokens), _options(entry)
             for model in entry.model:
-                method = SpecMethod(entry.method)
-                yield SpecChoice(method, model, _range(entry.num_speculative_tokens))
+                yield SpecChoice(SpecMethod(entry.method), model, k, (), options)
 
 
 def _from_drafts(search: SearchModel) -> Iterator[SpecChoice]:
@@ -204,26 +321,3 @@ def choices_from_search(search: SearchModel, origin: str) -> tuple[SpecChoice, .
     if twice is not None:
         raise ConfigError(f"{origin}: search lists the choice {twice!r} twice: keep one")
     return choices
-
-
-def check_choices(
-    choices: tuple[SpecChoice, ...], target: ModelSpec, version: VllmVersion | None
-) -> None:
-    """Refuses a choice the target (or the vLLM release) cannot run, in one line.
-
-    Raises:
-        ConfigError: the first choice at fault (an :class:`IncompatibleDraftError` for pairs).
-    """
-    release: Release | None = version
-    for choice in choices:
-        if choice.method == SpecMethod.NONE:
-            continue
-        if version is not None:
-            check_method(choice.method, version)
-        if choice.method == SpecMethod.DRAFT_MODEL:
-            check_draft(target, load_model(str(choice.model)), release)
-        elif choice.method in HEAD_METHODS:
-            head = load_model(str(choice.model))
-            check_head(target.hf_id, target.config, head.hf_id, head.config, choice.method)
-        elif choice.method == SpecMethod.MTP:
-            check_mtp(target.hf_id, target.config)

@@ -12,10 +12,18 @@ each (vLLM 0.32's ``SpeculativeConfig`` names them)::
       - {method: draft_model, model: [Qwen/Qwen2.5-0.5B-Instruct], num_speculative_tokens: ..}
       - {method: eagle3, model: yuhuili/EAGLE3-LLaMA3.1-Instruct-8B, num_speculative_tokens: ..}
       - {method: mtp, num_speculative_tokens: {low: 1, high: 3}}
+      - {method: eagle3, model: ..., parallel_drafting: [false, true]}      # P-EAGLE on/off
+      - {method: dflash, model: z-lab/Qwen3-8B-DFlash-b16,
+         rejection_sample_method: [standard, block], enable_adaptive_verification: [false, true]}
 
-A bare name is that method with its default settings. The earlier form, ``draft: [none, ngram,
-MODEL...]`` with one ``num_speculative_tokens``, still loads (stored studies use it):
-:mod:`tuner.config.choices` translates it.
+A bare name is that method with its default settings. The verification settings
+(``rejection_sample_method``, ``draft_sample_method``, ``enable_adaptive_verification``) and
+``parallel_drafting`` are each one value or a list of the values to search; which method and
+vLLM release allow which is checked when the space loads (:mod:`tuner.config.vllm_features`).
+A block drafter's K defaults to the width it was trained for (its ``block_size``).
+
+The earlier form, ``draft: [none, ngram, MODEL...]`` with one ``num_speculative_tokens``, still
+loads (stored studies use it): :mod:`tuner.config.choices` translates it.
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, BeforeValidator, Field, Tag, model_validator
 from pydantic_core import PydanticCustomError
 
+from tuner.catalog.mtp import MTP_MODEL_TYPES
 from tuner.config.bounds import (
     BatchTokens,
     Count,
@@ -41,9 +50,11 @@ from tuner.config.bounds import (
 from tuner.config.schema_errors import A_RANGE, ONE_VALUE
 from tuner.config.sections import AS_LIST, CHOICE, NON_EMPTY, RangeSection
 from tuner.config.sections import Section as _Base
+from tuner.config.verification import DraftSampling, Verification
 
 __all__ = [
     "BatchChoices",
+    "BlockMethod",
     "DraftMethod",
     "Drafts",
     "FractionChoice",
@@ -59,6 +70,7 @@ __all__ = [
     "SuffixMethod",
     "TemperatureChoice",
     "TemperatureRange",
+    "Verified",
 ]
 
 
@@ -144,6 +156,37 @@ Models = Annotated[
 ]
 
 
+def _serving_verification(value: object) -> object:
+    """``synthetic`` and ``fly`` are valid vLLM values that no server should be tuned to."""
+    for item in value if isinstance(value, list | tuple) else [value]:
+        if item == "synthetic":
+            raise PydanticCustomError(
+                "synthetic",
+                "synthetic forces an acceptance rate or length: a benchmarking tool, not a "
+                "serving setting; use standard or block",
+            )
+        if item == "fly":
+            raise PydanticCustomError(
+                "lossy",
+                "fly (vLLM 0.33) is lossy: it accepts tokens the target would not have "
+                "sampled, which changes the answers; use standard or block",
+            )
+    return value
+
+
+Verifications = Annotated[
+    list[Verification],
+    BeforeValidator(_serving_verification),
+    AS_LIST,
+    NON_EMPTY,
+    Field(examples=[["standard", "block"]]),
+]
+DraftSamplings = Annotated[
+    list[DraftSampling], AS_LIST, NON_EMPTY, Field(examples=[["greedy", "probabilistic"]])
+]
+Switches = Annotated[list[bool], AS_LIST, NON_EMPTY, Field(examples=[[False, True]])]
+
+
 def _low(value: float | RangeSection) -> float:
     return value.low if isinstance(value, RangeSection) else value
 
@@ -159,15 +202,18 @@ class NoMethod(Section):
 
 
 class NgramMethod(Section):
-    """Prompt lookup: drafts what followed the last matching n-gram of the prompt."""
+    """Prompt lookup: drafts what followed the last matching n-gram of the prompt (``ngram``
+    on the CPU between steps, ``ngram_gpu`` on the GPU inside the step)."""
 
-    method: Literal["ngram"]
+    method: Literal["ngram", "ngram_gpu"]
     num_speculative_tokens: KChoice = SpecTokensRange(low=1, high=8)
     """K, tokens proposed per step."""
     prompt_lookup_min: CountChoice = 1
     """Shortest n-gram matched (vLLM's default: 5 when neither is set)."""
     prompt_lookup_max: CountChoice = 4
     """Longest n-gram matched."""
+    rejection_sample_method: Verifications = [Verification.STANDARD]
+    """standard, block, or both to search (block: Model Runner V2 only)."""
 
     @model_validator(mode="after")
     def _window(self) -> NgramMethod:
@@ -197,7 +243,18 @@ class SuffixMethod(Section):
     """Earlier requests kept in the global tree (0: prompt trees only)."""
 
 
-class DraftMethod(Section):
+class Verified(Section):
+    """The verification settings of a model-based drafter, each one value or a list to search."""
+
+    rejection_sample_method: Verifications = [Verification.STANDARD]
+    """standard, block, or both (block: Model Runner V2 only)."""
+    draft_sample_method: DraftSamplings = [DraftSampling.GREEDY]
+    """greedy, probabilistic (more accepted at temperature > 0, more memory), or both."""
+    enable_adaptive_verification: Switches = [False]
+    """false, true, or both: each request's draft budget sized from its confidence (V2 only)."""
+
+
+class DraftMethod(Verified):
     """A separate, smaller model of the target's vocabulary."""
 
     method: Literal["draft_model"]
@@ -206,17 +263,41 @@ class DraftMethod(Section):
     num_speculative_tokens: KChoice = SpecTokensRange(low=1, high=8)
 
 
-class HeadMethod(Section):
+class HeadMethod(Verified):
     """An EAGLE (``eagle``) or EAGLE-3 (``eagle3``) head trained for this target."""
 
     method: Literal["eagle", "eagle3"]
     model: Models = Field(examples=["yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"])
     """One head or a list (each is a choice of its own)."""
     num_speculative_tokens: KChoice = SpecTokensRange(low=1, high=6)
+    parallel_drafting: Switches = [False]
+    """P-EAGLE: true for a head trained to draft all K tokens in one pass, or both to search."""
 
 
-class MtpMethod(Section):
-    """The target's own multi-token-prediction layers (DeepSeek-V3/R1, GLM-4.5, Qwen3-Next)."""
+class BlockMethod(Verified):
+    """A block drafter (``dflash``, ``dspark``) trained for this target: K tokens in one pass."""
+
+    method: Literal["dflash", "dspark"]
+    model: Models | None = Field(default=None, examples=["z-lab/Qwen3-8B-DFlash-b16"])
+    """One drafter or a list; dspark without one drafts with stages inside the target's own
+    checkpoint (DeepSeek-V4)."""
+    num_speculative_tokens: KChoice | None = None
+    """K; unset: the drafter's trained width (dflash: block_size - 1, dspark: block_size)."""
+    dspark_draft_topk: CountChoice | None = None
+    """dspark with a Qwen3 drafter: the Markov projection on the top-k base logits only."""
+
+    @model_validator(mode="after")
+    def _topk_is_dsparks(self) -> BlockMethod:
+        if self.dspark_draft_topk is not None and self.method != "dspark":
+            raise PydanticCustomError(
+                "topk", "dspark_draft_topk belongs to method dspark (vLLM refuses it otherwise)"
+            )
+        return self
+
+
+class MtpMethod(Verified):
+    """The target's own multi-token-prediction layers (DeepSeek-V3/R1, GLM-4.5/5, Qwen3-Next,
+    Qwen3.5, MiMo, ...: every model type vLLM 0.32 maps to ``mtp``)."""
 
     method: Literal["mtp"]
     num_speculative_tokens: KChoice = SpecTokensRange(low=1, high=3)
@@ -225,11 +306,21 @@ class MtpMethod(Section):
 def _named(value: object) -> object:
     """One choice or a list of them; a bare name (``none``) is ``{method: none}``."""
     items = list(value) if isinstance(value, list | tuple) else [value]
-    return [{"method": item} if isinstance(item, str) else item for item in items]
+    named = [{"method": item} if isinstance(item, str) else item for item in items]
+    for item in named:
+        method = item.get("method") if isinstance(item, dict) else None
+        if method in MTP_MODEL_TYPES and method != "mtp":
+            raise PydanticCustomError(
+                "mtp_name",
+                "method {name}: vLLM 0.32 runs every per-model MTP name as mtp (and warns that "
+                "{name} is deprecated); write method: mtp",
+                {"name": method},
+            )
+    return named
 
 
 MethodChoice = Annotated[
-    NoMethod | NgramMethod | SuffixMethod | DraftMethod | HeadMethod | MtpMethod,
+    NoMethod | NgramMethod | SuffixMethod | DraftMethod | HeadMethod | BlockMethod | MtpMethod,
     Field(discriminator="method"),
 ]
 Methods = Annotated[
@@ -244,8 +335,9 @@ class SearchModel(Section):
     """``search``: the tuned dimensions; a single value fixes one."""
 
     methods: Methods | None = None
-    """Speculation choices, each with its own settings: none, ngram, suffix, draft_model,
-    eagle, eagle3, mtp. Unset: the earlier ``draft`` form below."""
+    """Speculation choices, each with its own settings: none, ngram, ngram_gpu, suffix,
+    draft_model, eagle, eagle3 (P-EAGLE with parallel_drafting), mtp, dflash, dspark. Unset:
+    the earlier ``draft`` form below."""
     draft: Drafts = ["none"]
     """Earlier form of ``methods``: model ids or folders, none, ngram (suffix, mtp)."""
     num_speculative_tokens: KChoice = SpecTokensRange(low=1, high=8)

@@ -27,7 +27,8 @@ from pydantic import TypeAdapter
 from tuner.catalog.gpus import Hardware, parse_hardware
 from tuner.catalog.models import ModelSpec, load_model
 from tuner.config.bounds import Milliseconds, check_value
-from tuner.config.choices import Range, SpecChoice, check_choices, choices_from_search
+from tuner.config.choice_rules import check_choices, check_graphs
+from tuner.config.choices import Range, SpecChoice, choices_from_search
 from tuner.config.schema import (
     FractionRange,
     Objective,
@@ -213,7 +214,7 @@ class SearchSpace:
     def with_vllm_version(self, version: str) -> SearchSpace:
         """The same space for another vLLM version (its flag dialect), checked now."""
         # A method or draft pair one version runs may be refused by another.
-        check_choices(self.choices, self.target, parse_version(version))
+        check_choices(self.choices, self.target, parse_version(version), self.tensor_parallel_size)
         source = {**self.source, "vllm": {**(self.source.get("vllm") or {}), "version": version}}
         return replace(self, vllm_version=version, source=source)
 
@@ -291,8 +292,16 @@ def _build(raw: Any, origin: str, *, lenient: bool) -> SearchSpace:
     workload = workload_from_space(model, origin, lenient)
     vllm = model.vllm
     release = parse_version(vllm.version) if vllm.version else version_from_image(vllm.image)
-    choices = choices_from_search(search, origin)
-    _named(origin, lambda _: check_choices(choices, target, release), "")
+    tensor_parallel = server.tensor_parallel_size or hardware.count
+    choices = _named(
+        origin,
+        lambda _: check_choices(
+            choices_from_search(search, origin), target, release, tensor_parallel
+        ),
+        "",
+    )
+    extra_flags = tuple(server.extra_flags.items())
+    _named(origin, lambda _: check_graphs(choices, extra_flags), "")
     return SearchSpace(
         name=model.name or Path(origin).stem,
         hardware=hardware,
@@ -306,13 +315,13 @@ def _build(raw: Any, origin: str, *, lenient: bool) -> SearchSpace:
             else _range(search.temperature)
         ),
         max_model_len=server.max_model_len,
-        tensor_parallel_size=server.tensor_parallel_size or hardware.count,
+        tensor_parallel_size=tensor_parallel,
         quantization=server.quantization,
         vllm_image=model.vllm.image,
         vllm_version=model.vllm.version,
         ttft_limit_ms=float(model.slo.ttft_ms),
         workload=workload,
-        extra_flags=tuple(server.extra_flags.items()),
+        extra_flags=extra_flags,
         max_failed_requests=float(model.slo.max_failed_requests),
         stream_gap_limit_ms=_optional_float(model.slo.stream_gap_p99_ms),
         tpot_limit_ms=_optional_float(model.slo.tpot_ms),

@@ -10,9 +10,11 @@ from pathlib import Path
 from typing import Any
 
 from tuner.catalog.models import ModelSpec, load_model
+from tuner.config.verification import DraftSampling, Verification
 from tuner.config.workload import WorkloadSpec
 
 __all__ = [
+    "BLOCK_METHODS",
     "HEAD_METHODS",
     "MODEL_METHODS",
     "ClientConfig",
@@ -58,16 +60,29 @@ class SpecMethod(enum.StrEnum):
 
     NONE = "none"  # no speculation: a ServerConfig without a SpeculativeConfig
     NGRAM = "ngram"  # prompt lookup: copies what followed the last n-gram in the prompt
+    NGRAM_GPU = "ngram_gpu"  # the same lookup, run on the GPU inside the step
     SUFFIX = "suffix"  # suffix trees over the prompt and earlier outputs (arctic-inference)
     DRAFT_MODEL = "draft_model"  # a separate, smaller model of the target's vocabulary
     EAGLE = "eagle"  # an EAGLE head fed the target's hidden states
     EAGLE3 = "eagle3"  # an EAGLE-3 head (three target layers' hidden states, own vocabulary)
     MTP = "mtp"  # the target's own multi-token-prediction layers
+    DFLASH = "dflash"  # a block-diffusion drafter: all K tokens in one non-causal pass
+    DSPARK = "dspark"  # a block drafter with a Markov head (and optionally a confidence head)
 
 
-# Methods that load a model named in ``SpeculativeConfig.model`` (a draft, or a head).
-MODEL_METHODS = frozenset({SpecMethod.DRAFT_MODEL, SpecMethod.EAGLE, SpecMethod.EAGLE3})
+# Methods that load a model named in ``SpeculativeConfig.model`` (a draft, a head, a drafter).
+MODEL_METHODS = frozenset(
+    {
+        SpecMethod.DRAFT_MODEL,
+        SpecMethod.EAGLE,
+        SpecMethod.EAGLE3,
+        SpecMethod.DFLASH,
+        SpecMethod.DSPARK,
+    }
+)
 HEAD_METHODS = frozenset({SpecMethod.EAGLE, SpecMethod.EAGLE3})
+# Drafters that propose their K tokens in one pass (vLLM sets parallel_drafting for them).
+BLOCK_METHODS = frozenset({SpecMethod.DFLASH, SpecMethod.DSPARK})
 
 
 @dataclass(frozen=True)
@@ -78,7 +93,9 @@ class SpeculativeConfig:
     # str, so that the vLLM-args check refuses it with a message naming it.
     method: SpecMethod | str
     num_speculative_tokens: int
-    model: str | None = None  # the draft or the EAGLE head; None for ngram, suffix and mtp
+    # The draft, the EAGLE head or the block drafter; None for ngram, suffix, mtp, and for
+    # dspark drafting with stages inside the target's own checkpoint (DeepSeek-V4).
+    model: str | None = None
     prompt_lookup_max: int | None = None
     prompt_lookup_min: int | None = None
     # Suffix decoding's own settings, named as vLLM 0.32's SpeculativeConfig names them
@@ -90,10 +107,24 @@ class SpeculativeConfig:
     # vLLM 0.24+'s num_speculative_tokens_per_batch_size: (first, last batch size, K) ranges
     # from 1, K = 0 for none; past the last range its K holds. Empty: one K at every batch size.
     k_by_batch_size: tuple[tuple[int, int, int], ...] = ()
+    # P-EAGLE: an EAGLE/EAGLE-3 head trained to draft all K tokens in one pass. Block drafters
+    # (dflash, dspark) always draft that way; vLLM sets the flag for them itself.
+    parallel_drafting: bool = False
+    rejection_sample_method: Verification = Verification.STANDARD
+    draft_sample_method: DraftSampling = DraftSampling.GREEDY
+    # Each request's draft budget sized from its confidence, step by step (V2 runner only).
+    enable_adaptive_verification: bool = False
+    # DSpark (Qwen3 drafters): the Markov projection evaluated on the top-k base logits only.
+    dspark_draft_topk: int | None = None
 
     def __post_init__(self) -> None:
         with contextlib.suppress(ValueError):
             object.__setattr__(self, "method", SpecMethod(self.method))
+        # Stored as JSON strings.
+        object.__setattr__(
+            self, "rejection_sample_method", Verification(self.rejection_sample_method)
+        )
+        object.__setattr__(self, "draft_sample_method", DraftSampling(self.draft_sample_method))
         # Stored as JSON lists; a tuple keeps the config hashable (equal servers are shared).
         table = tuple((int(a), int(b), int(k)) for a, b, k in self.k_by_batch_size)
         object.__setattr__(self, "k_by_batch_size", table)
@@ -110,12 +141,13 @@ class SpeculativeConfig:
 
 def choice_label(spec: SpeculativeConfig | None) -> str:
     """The name a search space gives this speculation: ``none``, ``ngram``, ``suffix``, ``mtp``,
-    the draft model's id, or ``METHOD:HEAD`` for an EAGLE or EAGLE-3 head."""
+    the draft model's id, or ``METHOD:MODEL`` for a head or a block drafter (``eagle3:HEAD``,
+    ``dflash:DRAFTER``)."""
     if spec is None:
         return str(SpecMethod.NONE)
     if spec.method is SpecMethod.DRAFT_MODEL:
         return str(spec.model)
-    if spec.method in HEAD_METHODS:
+    if spec.method in MODEL_METHODS and spec.model:
         return f"{spec.method}:{spec.model}"
     return str(spec.method)
 
@@ -144,13 +176,15 @@ class ServerConfig:
     @property
     def draft(self) -> str | None:
         """How the server speculates, as a search space's choice names it: the draft model id,
-        ``eagle3:HEAD`` for a head, the method's name (``"ngram"``), or None without speculation.
+        ``eagle3:HEAD`` for a head (``dflash:DRAFTER`` for a block drafter), the method's name
+        (``"ngram"``), or None without speculation.
         """
         return None if self.speculative is None else choice_label(self.speculative)
 
     @property
     def draft_model(self) -> str | None:
-        """The draft model's or EAGLE head's id or path; None for ngram, suffix, mtp or none."""
+        """The draft model's, head's or block drafter's id or path; None for ngram, suffix,
+        mtp or none."""
         spec = self.speculative
         return spec.model if spec is not None and spec.method in MODEL_METHODS else None
 

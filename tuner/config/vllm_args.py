@@ -50,7 +50,12 @@ from tuner.catalog.models import (
     needs_heterogeneous_vocab,
 )
 from tuner.config.trial import MODEL_METHODS, FlagValue, ServerConfig, SpecMethod
-from tuner.config.vllm_methods import check_method, json_keys
+from tuner.config.vllm_methods import (
+    check_method,
+    check_option_versions,
+    json_keys,
+    option_keys,
+)
 from tuner.config.vllm_version import (
     NEWEST_KNOWN,
     OLDEST_SUPPORTED,
@@ -71,6 +76,7 @@ __all__ = [
     "detect_version",
     "dialect",
     "has_per_batch_size",
+    "heterogeneous_vocab",
     "parse_version",
     "sampled_value_refusal",
     "server_argv",
@@ -172,6 +178,7 @@ def check_supported(server: ServerConfig, version: VllmVersion) -> None:
     spec = server.speculative
     if spec is not None:
         check_method(spec.method, version)
+        check_option_versions(spec, version)
         if spec.num_speculative_tokens < 1:
             raise ConfigError(
                 f"num_speculative_tokens must be at least 1, got {spec.num_speculative_tokens}"
@@ -181,7 +188,7 @@ def check_supported(server: ServerConfig, version: VllmVersion) -> None:
                 f"vLLM {version} cannot switch K by batch size "
                 f"(num_speculative_tokens_per_batch_size needs {PER_BATCH_SIZE_SINCE}+)"
             )
-        if spec.method in MODEL_METHODS and not spec.model:
+        if spec.method in MODEL_METHODS - {SpecMethod.DSPARK} and not spec.model:
             raise ConfigError(f"speculative method {spec.method} needs a model (draft or head)")
         if spec.method == "draft_model" and dialect(version).draft_model == "refused":
             raise ConfigError(
@@ -265,18 +272,19 @@ def _speculative_json(server: ServerConfig, version: VllmVersion) -> dict[str, A
     if spec.method != "draft_model" or dialect(version).draft_model == "v1":
         # 0.15+ dispatches on the method; older releases infer draft_model from the model.
         config["method"] = str(spec.method)
-    if spec.method in MODEL_METHODS:
+    if spec.method in MODEL_METHODS and spec.model:
         config["model"] = spec.model
     config["num_speculative_tokens"] = spec.num_speculative_tokens
     if spec.k_by_batch_size:
         config["num_speculative_tokens_per_batch_size"] = [list(e) for e in spec.k_by_batch_size]
-    if _heterogeneous_vocab(server, version):
+    if heterogeneous_vocab(server, version):
         config["use_heterogeneous_vocab"] = True
     method = SpecMethod(spec.method)
     for key in json_keys(method):  # the method's own settings, where set
         value = getattr(spec, key, None)
         if value is not None and key not in config:
             config[key] = value
+    config.update(option_keys(spec))
     return config
 
 
@@ -290,7 +298,7 @@ def _known_model(name: str | None) -> ModelSpec | None:
         return None
 
 
-def _heterogeneous_vocab(server: ServerConfig, version: VllmVersion) -> bool:
+def heterogeneous_vocab(server: ServerConfig, version: VllmVersion) -> bool:
     """Whether the draft's vocabulary size differs from the target's, on a version with the flag."""
     if version < _HETEROGENEOUS_VOCAB or server.speculative is None:
         return False

@@ -34,8 +34,8 @@ from dataclasses import dataclass
 from functools import cache
 
 from tuner.catalog.gpus import Hardware
-from tuner.catalog.heads import mtp_layers
 from tuner.catalog.models import ModelSpec, load_model, spec_from_config
+from tuner.catalog.mtp import mtp_layers
 from tuner.config.trial import HEAD_METHODS, ServerConfig, SpecMethod
 from tuner.config.vllm_version import VllmVersion
 from tuner.sim.acceptance import acceptance_probability
