@@ -29,7 +29,9 @@ import numpy.typing as npt
 from reference_table import Figure, FigureKind, predict_figure
 
 from tuner.catalog.gpus import Interconnect
-from tuner.config.trial import SpecMethod
+from tuner.config.trial import BLOCK_METHODS, SpecMethod
+from tuner.config.verification import DraftSampling, Verification
+from tuner.config.vllm_version import VllmVersion
 from tuner.sim.calibration import EngineGeneration, GpuClass, engine_generation, gpu_class
 from tuner.sim.engine import Calibrated
 
@@ -48,8 +50,14 @@ Vector = npt.NDArray[np.float64]
 # No figure is trusted beyond this relative error (the spread between runs of one benchmark).
 FLOOR = 0.05
 _STEP = 0.05  # finite-difference step, in the parameter's own scale
+_V2_DEFAULT = VllmVersion(0, 29, 0)  # Model Runner V2 for every architecture
 _ACCEPTANCE_KINDS = frozenset(
-    {FigureKind.ACCEPTANCE_RATE, FigureKind.ACCEPTANCE_LENGTH, FigureKind.POSITION_RATE}
+    {
+        FigureKind.ACCEPTANCE_RATE,
+        FigureKind.ACCEPTANCE_LENGTH,
+        FigureKind.LENGTH_RATIO,
+        FigureKind.POSITION_RATE,
+    }
 )
 
 
@@ -116,7 +124,7 @@ def _engine(gen: EngineGeneration, field: str, prior: float, what: str) -> Param
         if field == "draft_pass_s":
             return method == SpecMethod.DRAFT_MODEL
         if field == "head_pass_s":
-            return method in (SpecMethod.EAGLE, SpecMethod.EAGLE3, SpecMethod.MTP)
+            return method in (SpecMethod.EAGLE, SpecMethod.EAGLE3, SpecMethod.MTP, *BLOCK_METHODS)
         if field == "drafter_per_seq_s":
             return method not in (SpecMethod.NONE, SpecMethod.NGRAM, SpecMethod.SUFFIX)
         if field == "lookup_per_seq_s":
@@ -223,6 +231,133 @@ def _decay(method: str, prior: float) -> Parameter:
     )
 
 
+def _block_logit(prompt_set: str, prior: float) -> Parameter:
+    def put(c: Calibrated, v: float) -> Calibrated:
+        logits = {**c.acceptance.block_logit, prompt_set: v}
+        return replace(c, acceptance=replace(c.acceptance, block_logit=logits))
+
+    return Parameter(
+        f"block-drafter acceptance logit, {prompt_set}",
+        prior,
+        1.5,
+        lambda c: c.acceptance.block_logit[prompt_set],
+        put,
+        lambda f: f.setup.method in BLOCK_METHODS and f.setup.prompt_set == prompt_set,
+        logit=True,
+    )
+
+
+def _sampling_penalty() -> Parameter:
+    def put(c: Calibrated, v: float) -> Calibrated:
+        return replace(c, acceptance=replace(c.acceptance, probabilistic_penalty=v))
+
+    def applies(f: Figure) -> bool:
+        return (
+            f.setup.draft_sample_method == DraftSampling.PROBABILISTIC and f.setup.temperature > 0
+        )
+
+    return Parameter(
+        "temperature penalty of sampled drafts",
+        1.0,
+        1.0,
+        lambda c: c.acceptance.probabilistic_penalty,
+        put,
+        applies,
+    )
+
+
+def _block_gain() -> Parameter:
+    def put(c: Calibrated, v: float) -> Calibrated:
+        return replace(c, acceptance=replace(c.acceptance, block_verification_gain=v))
+
+    return Parameter(
+        "block verification's share of rejections recovered",
+        0.1,
+        1.0,
+        lambda c: c.acceptance.block_verification_gain,
+        put,
+        lambda f: f.setup.rejection_sample_method == Verification.BLOCK,
+    )
+
+
+def _parallel_decay() -> Parameter:
+    def put(c: Calibrated, v: float) -> Calibrated:
+        return replace(c, acceptance=replace(c.acceptance, parallel_decay=v))
+
+    return Parameter(
+        "parallel drafting's factor on a head's decay",
+        0.9,
+        0.2,
+        lambda c: c.acceptance.parallel_decay,
+        put,
+        lambda f: f.setup.parallel_drafting,
+    )
+
+
+def _runner_saving() -> Parameter:
+    def put(c: Calibrated, v: float) -> Calibrated:
+        return replace(c, steps=replace(c.steps, v2_runner_saving_s=v))
+
+    def applies(f: Figure) -> bool:
+        versions = [f.setup.version] + ([f.baseline.version] if f.baseline else [])
+        return _speed(f) and any(v is None or v >= _V2_DEFAULT for v in versions)
+
+    return Parameter(
+        "Model Runner V2's saving per step",
+        0.3e-3,
+        1.0,
+        lambda c: c.steps.v2_runner_saving_s,
+        put,
+        applies,
+    )
+
+
+def _adaptive_cost() -> Parameter:
+    def put(c: Calibrated, v: float) -> Calibrated:
+        return replace(c, steps=replace(c.steps, adaptive_step_s=v))
+
+    return Parameter(
+        "adaptive verification's work per step",
+        1e-3,
+        1.0,
+        lambda c: c.steps.adaptive_step_s,
+        put,
+        lambda f: _speed(f) and f.setup.enable_adaptive_verification,
+    )
+
+
+def _moe_routing() -> Parameter:
+    def put(c: Calibrated, v: float) -> Calibrated:
+        return replace(c, steps=replace(c.steps, moe_draft_routing=v))
+
+    def applies(f: Figure) -> bool:
+        return bool(f.setup.target().experts) and _speed(f) and f.setup.k > 0
+
+    return Parameter(
+        "independence of drafted tokens' expert routing",
+        0.5,
+        1.0,
+        lambda c: c.steps.moe_draft_routing,
+        put,
+        applies,
+    )
+
+
+def _ceiling(method: str, prior: float) -> Parameter:
+    def put(c: Calibrated, v: float) -> Calibrated:
+        ceilings = {**c.acceptance.ceiling, method: v}
+        return replace(c, acceptance=replace(c.acceptance, ceiling=ceilings))
+
+    return Parameter(
+        f"{method} conditional acceptance ceiling",
+        prior,
+        0.2,
+        lambda c: c.acceptance.ceiling[method],
+        put,
+        lambda f: f.setup.method == method and f.setup.k > 1,
+    )
+
+
 V0, V1 = EngineGeneration.V0, EngineGeneration.V1
 # Priors are round physics guesses made without the figures (kernels reach about three quarters
 # of a datasheet; the V0 engine spends milliseconds a step in Python, V1 about one; a drafter
@@ -257,6 +392,17 @@ PARAMETERS: tuple[Parameter, ...] = (
     _decay("mtp", 0.9),
     _decay("eagle", 0.95),
     _decay("eagle3", 0.95),
+    _head_logit("eagle3", "code", 2.5),
+    _head_logit("eagle3", "math", 2.0),
+    _block_logit("chat", 1.0),
+    _decay("dspark", 1.0),
+    _parallel_decay(),
+    _sampling_penalty(),
+    _block_gain(),
+    _runner_saving(),
+    _adaptive_cost(),
+    _moe_routing(),
+    _ceiling("dspark", 0.9),
 )
 
 

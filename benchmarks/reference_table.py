@@ -22,6 +22,7 @@ import yaml
 from tuner.catalog.gpus import Hardware, parse_hardware
 from tuner.catalog.models import ModelSpec, load_model
 from tuner.config.trial import MODEL_METHODS, ServerConfig, SpecMethod, SpeculativeConfig
+from tuner.config.verification import DraftSampling, Verification
 from tuner.config.vllm_version import VllmVersion, parse_version
 from tuner.config.workload import WorkloadSpec
 from tuner.results import TrialResult
@@ -55,6 +56,7 @@ class FigureKind(enum.StrEnum):
     SCALING = "scaling"
     ACCEPTANCE_RATE = "acceptance_rate"
     ACCEPTANCE_LENGTH = "acceptance_length"
+    LENGTH_RATIO = "length_ratio"
     POSITION_RATE = "position_rate"
     STEP_MS = "step_ms"
     DRAFT_MS = "draft_ms"
@@ -91,6 +93,10 @@ class Setup:
     gpu_memory_utilization: float = 0.9
     batch: int = 1
     context: int = 1024
+    parallel_drafting: bool = False
+    draft_sample_method: str = "greedy"
+    rejection_sample_method: str = "standard"
+    enable_adaptive_verification: bool = False
 
     @property
     def hardware_spec(self) -> Hardware:
@@ -106,14 +112,19 @@ class Setup:
         speculative = None
         if self.method != SpecMethod.NONE:
             model = self.draft if self.method in MODEL_METHODS else None
-            if model is not None and not model.startswith(("/", "reference_models")):
+            if model is not None:  # a catalog id, or this folder's model as an absolute path
                 model = _model(model).hf_id
+            lookup = self.method in (SpecMethod.NGRAM, SpecMethod.NGRAM_GPU)
             speculative = SpeculativeConfig(
                 self.method,
                 self.k,
                 model=model,
-                prompt_lookup_max=4 if self.method == SpecMethod.NGRAM else None,
-                prompt_lookup_min=1 if self.method == SpecMethod.NGRAM else None,
+                prompt_lookup_max=4 if lookup else None,
+                prompt_lookup_min=1 if lookup else None,
+                parallel_drafting=self.parallel_drafting,
+                rejection_sample_method=Verification(self.rejection_sample_method),
+                draft_sample_method=DraftSampling(self.draft_sample_method),
+                enable_adaptive_verification=self.enable_adaptive_verification,
             )
         return ServerConfig(
             model=self.target().hf_id,
@@ -232,6 +243,8 @@ def load_table(path: Path = TABLE) -> ReferenceTable:
 
 def _baseline(changes: dict[str, Any]) -> dict[str, Any]:
     out = dict(changes)
+    if out.get("version") is not None:
+        out["version"] = parse_version(str(out["version"]))
     if out.get("method") == SpecMethod.NONE:
         out.setdefault("draft", None)
         out.setdefault("k", 0)
@@ -309,10 +322,15 @@ def predict_figure(figure: Figure, physics: Physics) -> float:
     elif kind is FigureKind.POSITION_RATE:
         stats = result.spec_decode
         value = None if stats is None else stats.per_position_rate[figure.position]
-    else:  # SPEEDUP, SCALING: against the baseline's run
+    else:  # SPEEDUP, SCALING, LENGTH_RATIO: against the baseline's run
         if figure.baseline is None:
             raise ValueError(f"figure {figure.id} ({kind}) has no baseline")
-        value = result.output_tok_s / _run(figure.baseline, physics).output_tok_s
+        base = _run(figure.baseline, physics)
+        if kind is FigureKind.LENGTH_RATIO:
+            mine, theirs = result.mean_acceptance_length, base.mean_acceptance_length
+            value = None if mine is None or theirs is None else mine / theirs
+        else:
+            value = result.output_tok_s / base.output_tok_s
     if value is None:
         raise ValueError(f"figure {figure.id}: the simulated run gave no {kind}")
     return float(value)

@@ -83,8 +83,8 @@ def _print_regimes(result: Report) -> None:
     groups: dict[str, list[Figure]] = defaultdict(list)
     for f in result.table.figures:
         groups[f.label].append(f)
-    print("| regime (GPU class / method / load) | figures | sources | largest error | "
-          "largest held-out error |")  # fmt: skip
+    header = "| regime (GPU class / method / load) | figures | sources | largest error |"
+    print(header + " largest held-out error |")
     print("|---|---|---|---|---|")
     for label in sorted(groups):
         figures = groups[label]
@@ -127,8 +127,8 @@ def write_errors(result: Report, path: Path = ERRORS_FILE) -> None:
 def _print_fit(table: ReferenceTable) -> None:
     start = SHIPPED if isinstance(SHIPPED, Calibrated) else Calibrated()
     fitted = fit(table.figures, start)
-    print(f"fit cost {fitted.cost:.3f}; constants (paste into tuner/sim/calibration.py and "
-          "tuner/sim/acceptance.py):")  # fmt: skip
+    where = "tuner/sim/calibration.py and tuner/sim/acceptance.py"
+    print(f"fit cost {fitted.cost:.3f}; constants (paste into {where}):")
     for parameter in PARAMETERS:
         print(
             f"  {parameter.name}: {parameter.get(start):.4g} -> {parameter.get(fitted.physics):.4g}"

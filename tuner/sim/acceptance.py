@@ -25,14 +25,16 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from typing import Protocol
 
 from tuner.catalog.models import ModelSpec
 from tuner.config.prompts import load_prompt_file
-from tuner.config.trial import SpecMethod
+from tuner.config.trial import BLOCK_METHODS, SpecMethod, SpeculativeConfig
+from tuner.config.verification import DraftSampling, Verification
 from tuner.errors import ConfigError
 
 __all__ = [
@@ -47,11 +49,15 @@ __all__ = [
     "expected_accepted",
     "position_rates",
     "prompt_repetition",
+    "samples_drafts",
     "shipped_rates",
+    "verified",
 ]
 
 NGRAM = "ngram"
 DRAFT_MODEL = "draft_model"
+# Proposals copied from the text: prompt lookup (on the CPU or the GPU) and suffix trees.
+_LOOKUPS = frozenset({NGRAM, str(SpecMethod.NGRAM_GPU), str(SpecMethod.SUFFIX)})
 SPEC_METHODS = tuple(str(m) for m in SpecMethod if m is not SpecMethod.NONE)
 
 
@@ -66,18 +72,35 @@ class AcceptanceConstants:
     Attributes:
         draft_logit: the reference pair (Qwen2.5-0.5B drafting for 32B) per prompt set.
         head_logit: EAGLE/EAGLE-3 heads and MTP layers, per method and prompt set.
+        block_logit: block drafters (DFlash, DSpark), per prompt set.
         ngram_logit: prompt lookup per prompt set.
         suffix_logit: what suffix trees gain over prompt lookup.
         decay: conditional acceptance's factor per later position, per method.
-        temperature_penalty: logit lost per squared unit of temperature.
+        ceiling: the highest conditional acceptance a later position reaches, per method whose
+            decay rises (block drafters: the positions a draft reaches are easy, up to a point).
+        parallel_decay: the factor on a head's decay when it drafts all K tokens in one pass
+            (P-EAGLE): no position sees the drafts before it.
+        temperature_penalty: logit lost per squared unit of temperature with greedy drafts
+            (vLLM's default: the drafter's argmax is accepted only as often as the target would
+            sample it).
+        probabilistic_penalty: the same with ``draft_sample_method: probabilistic`` (drafts
+            sampled from the drafter's distribution, accepted with min(1, p/q)).
+        block_verification_gain: share of each position's rejections that block verification
+            (``rejection_sample_method: block``) turns into acceptances, per unit of temperature
+            (none when greedy: both rules then accept the same prefix).
     """
 
     draft_logit: Mapping[str, float]
     head_logit: Mapping[str, Mapping[str, float]]
+    block_logit: Mapping[str, float]
     ngram_logit: Mapping[str, float]
     suffix_logit: float
     decay: Mapping[str, float]
+    ceiling: Mapping[str, float]
+    parallel_decay: float
     temperature_penalty: float
+    probabilistic_penalty: float
+    block_verification_gain: float
 
 
 # Conditional acceptance falls by this factor per position for draft models.
@@ -88,24 +111,21 @@ SHIPPED_ACCEPTANCE = AcceptanceConstants(
     # math); every other cell keeps its earlier offset from the method's chat logit (code and
     # long-context above, creative below: code repeats identifiers, answers quote the context),
     # and math sits as far above chat as EAGLE-1's measured pair does.
-    draft_logit={"code": 3.26, "long-context": 2.6, "chat": 2.0, "creative": 1.40, "math": 3.2},
+    draft_logit={"code": 2.87, "long-context": 2.6, "chat": 2.0, "creative": 1.41, "math": 3.2},
     head_logit={
         "eagle3": {
-            "code": 3.21,
-            "long-context": 2.21,
-            "chat": 0.91,
-            "creative": 0.41,
-            "math": 2.42,
+            "code": 1.66,
+            "long-context": 2.47,
+            "chat": 1.17,
+            "creative": 0.67,
+            "math": 2.56,
         },
-        "eagle": {
-            "code": 2.66,
-            "long-context": 1.66,
-            "chat": 0.36,
-            "creative": -0.14,
-            "math": 1.87,
-        },
-        "mtp": {"code": 2.46, "long-context": 1.96, "chat": 1.48, "creative": 0.96, "math": 2.46},
+        "eagle": {"code": 2.77, "long-context": 1.77, "chat": 0.47, "creative": -0.03, "math": 2.0},
+        "mtp": {"code": 2.95, "long-context": 2.45, "chat": 1.98, "creative": 1.45, "math": 2.45},
     },
+    # Block drafters: DSpark's first position on SPEED-Bench at T=1 (vllm PR #52992); other sets
+    # keep EAGLE-3's offsets from chat.
+    block_logit={"code": 3.56, "long-context": 2.56, "chat": 2.25, "creative": 1.75, "math": 3.16},
     # Prompt lookup only wins where the output repeats the input.
     ngram_logit={"code": -0.2, "long-context": 0.1, "chat": -1.4, "creative": -2.5, "math": -0.2},
     # Suffix trees also match earlier requests' outputs (ArcticInference: 1.4-3.9x over prompt
@@ -119,11 +139,19 @@ SHIPPED_ACCEPTANCE = AcceptanceConstants(
         # the first, EAGLE-1's drift like a draft model's (vLLM issue #20780's acceptance
         # lengths for K=2..7); one MTP layer rerun for later positions drifts fast
         # (GLM-4.5-Air's 0.92 / 0.68 / 0.38).
-        "eagle": 0.953,
-        "eagle3": 1.007,
-        "mtp": 0.788,
+        "eagle": 0.960,
+        "eagle3": 0.953,
+        "mtp": 0.789,
+        # A block drafter's later positions, once reached, are accepted more often than its
+        # first (DSpark's per-position counters in vllm PR #52992).
+        "dflash": 1.028,
+        "dspark": 1.028,
     },
+    ceiling={"dflash": 0.884, "dspark": 0.884},
+    parallel_decay=0.880,
     temperature_penalty=3.5,
+    probabilistic_penalty=1.36,
+    block_verification_gain=0.085,
 )
 DECAY = SHIPPED_ACCEPTANCE.decay
 _DEFAULT_SET = "chat"  # a user dataset is assumed to look like chat traffic
@@ -155,6 +183,8 @@ def acceptance_probability(
     prompt_set: str,
     temperature: float,
     constants: AcceptanceConstants = SHIPPED_ACCEPTANCE,
+    *,
+    probabilistic: bool = False,
 ) -> float:
     """Probability that the first drafted token is accepted (the geometric model's ``alpha``).
 
@@ -166,6 +196,7 @@ def acceptance_probability(
             dataset) is treated like ``chat``.
         temperature: the sampling temperature of the request (0 = greedy).
         constants: the model's constants (default: the shipped calibration).
+        probabilistic: the drafter samples its tokens (``draft_sample_method``), not argmax.
 
     Returns:
         The per-token acceptance probability, in (0, 1).
@@ -173,8 +204,9 @@ def acceptance_probability(
     Raises:
         ValueError: an unknown method, or a draft-model method without a draft.
     """
-    penalty = constants.temperature_penalty * max(temperature, 0.0) ** 2
-    if method in (NGRAM, "suffix"):
+    per_degree = constants.probabilistic_penalty if probabilistic else constants.temperature_penalty
+    penalty = per_degree * max(temperature, 0.0) ** 2
+    if method in _LOOKUPS:
         base = _lookup_logit(prompt_set, constants.ngram_logit)
         suffix = constants.suffix_logit if method == "suffix" else 0.0
         return _sigmoid(base + suffix - penalty)
@@ -182,6 +214,9 @@ def acceptance_probability(
         raise ValueError(f"unknown speculative method {method!r}; known: {', '.join(SPEC_METHODS)}")
     drafts = constants.draft_logit
     base = drafts.get(prompt_set, drafts[_DEFAULT_SET])
+    if method in BLOCK_METHODS:
+        blocks = constants.block_logit
+        return _sigmoid(blocks.get(prompt_set, blocks[_DEFAULT_SET]) - penalty)
     if method in constants.head_logit:
         logits = constants.head_logit[method]
         return _sigmoid(logits.get(prompt_set, logits[_DEFAULT_SET]) - penalty)
@@ -234,7 +269,12 @@ def prompt_repetition(path: str) -> float | None:
 
 
 def position_rates(
-    alpha: float, k: int, method: str, constants: AcceptanceConstants = SHIPPED_ACCEPTANCE
+    alpha: float,
+    k: int,
+    method: str,
+    constants: AcceptanceConstants = SHIPPED_ACCEPTANCE,
+    *,
+    parallel: bool = False,
 ) -> tuple[float, ...]:
     """Conditional acceptance probability of each of the ``k`` drafted positions.
 
@@ -243,15 +283,52 @@ def position_rates(
         k: number of speculative tokens.
         method: a method of :data:`SPEC_METHODS` (its decay in ``constants``).
         constants: the model's constants (default: the shipped calibration).
+        parallel: a head drafting all K tokens in one pass (``parallel_drafting``).
     """
     decay = constants.decay.get(method, POSITION_DECAY)
-    return tuple(min(alpha * decay**i, 1.0) for i in range(k))
+    if parallel and method not in BLOCK_METHODS:
+        decay *= constants.parallel_decay
+    top = max(constants.ceiling.get(method, 1.0), alpha)
+    return tuple(min(alpha * decay**i, top) for i in range(k))
 
 
-# (target, draft, method, prompt set, temperature, K) -> conditional acceptance of each position.
-# The simulator takes one of these, so a study's fitted twin (or a benchmark's perturbed truth)
-# can replace the shipped acceptance model without touching the engine.
-Rates = Callable[[ModelSpec, ModelSpec | None, str, str, float, int], tuple[float, ...]]
+def verified(
+    rates: tuple[float, ...],
+    speculative: SpeculativeConfig | None,
+    temperature: float,
+    constants: AcceptanceConstants = SHIPPED_ACCEPTANCE,
+) -> tuple[float, ...]:
+    """``rates`` under the server's verification: block verification accepts a share of each
+    rejection (none at T=0, where both rules accept the same prefix)."""
+    if speculative is None or speculative.rejection_sample_method != Verification.BLOCK:
+        return rates
+    gain = constants.block_verification_gain * min(max(temperature, 0.0), 1.0)
+    return tuple(rate + gain * (1.0 - rate) for rate in rates)
+
+
+def samples_drafts(speculative: SpeculativeConfig | None) -> bool:
+    """Whether the drafter samples its proposals (``draft_sample_method: probabilistic``)."""
+    return (
+        speculative is not None and speculative.draft_sample_method == DraftSampling.PROBABILISTIC
+    )
+
+
+# (target, draft, method, prompt set, temperature, K) -> conditional acceptance of each position;
+# ``speculative=`` adds the server's drafting and verification options. The simulator takes one
+# of these, so a study's fitted twin (or a benchmark's perturbed truth) can replace the shipped
+# acceptance model without touching the engine.
+class Rates(Protocol):
+    def __call__(
+        self,
+        target: ModelSpec,
+        draft: ModelSpec | None,
+        method: str,
+        prompt_set: str,
+        temperature: float,
+        k: int,
+        *,
+        speculative: SpeculativeConfig | None = None,
+    ) -> tuple[float, ...]: ...
 
 
 def shipped_rates(
@@ -262,10 +339,27 @@ def shipped_rates(
     temperature: float,
     k: int,
     constants: AcceptanceConstants = SHIPPED_ACCEPTANCE,
+    *,
+    speculative: SpeculativeConfig | None = None,
 ) -> tuple[float, ...]:
-    """The acceptance model as a :data:`Rates` function (default: the shipped constants)."""
-    alpha = acceptance_probability(target, draft, method, prompt_set, temperature, constants)
-    return position_rates(alpha, k, method, constants)
+    """The acceptance model as a :data:`Rates` function (default: the shipped constants).
+
+    ``speculative`` (the server's settings) adds its options: sampled drafts keep more of
+    their acceptance as the temperature rises, a P-EAGLE head's later positions drift, and block
+    verification accepts more at temperatures above 0.
+    """
+    alpha = acceptance_probability(
+        target,
+        draft,
+        method,
+        prompt_set,
+        temperature,
+        constants,
+        probabilistic=samples_drafts(speculative),
+    )
+    parallel = speculative is not None and speculative.parallel_drafting
+    rates = position_rates(alpha, k, method, constants, parallel=parallel)
+    return verified(rates, speculative, temperature, constants)
 
 
 def expected_accepted(rates: tuple[float, ...]) -> tuple[float, ...]:

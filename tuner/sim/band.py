@@ -19,7 +19,7 @@ from functools import cache
 from importlib import resources
 
 from tuner.catalog.gpus import Hardware
-from tuner.config.trial import HEAD_METHODS, ServerConfig, SpecMethod
+from tuner.config.trial import BLOCK_METHODS, HEAD_METHODS, ServerConfig, SpecMethod
 from tuner.sim.calibration import GpuClass, gpu_class
 
 __all__ = [
@@ -33,6 +33,7 @@ __all__ = [
     "load_errors",
     "method_family",
     "regime_of",
+    "widest",
 ]
 
 _ERRORS_FILE = "reference_errors.json"
@@ -47,6 +48,7 @@ class MethodFamily(enum.StrEnum):
     DRAFT = "a draft model"
     HEAD = "an EAGLE head"
     MTP = "MTP layers"
+    BLOCK = "a block drafter"
     LOOKUP = "prompt lookup"
 
 
@@ -68,6 +70,8 @@ def method_family(method: SpecMethod | str) -> MethodFamily:
         return MethodFamily.HEAD
     if method == SpecMethod.MTP:
         return MethodFamily.MTP
+    if method in BLOCK_METHODS:
+        return MethodFamily.BLOCK
     return MethodFamily.LOOKUP
 
 
@@ -165,6 +169,10 @@ class Band:
         sources = f"{self.sources} source{'s' if self.sources != 1 else ''}"
         return f"+/- {self.error * 100:.0f} % on {figures} of this kind ({sources})"
 
+    def short(self) -> str:
+        """``+/-12%`` or ``+/-?`` (no public figure of the kind), for a table cell."""
+        return "+/-?" if self.error is None else f"+/-{self.error * 100:.0f}%"
+
     def to_json(self) -> dict[str, object]:
         return {
             "regime": str(self.regime),
@@ -199,3 +207,12 @@ def error_band(regime: Regime, errors: Iterable[FigureError] | None = None) -> B
         len({e.source for e in matching}),
         max(abs(e.held_out) for e in matching),
     )
+
+
+def widest(bands: Iterable[Band]) -> Band | None:
+    """The least certain of ``bands`` (an unknown one first); None when there are none."""
+    found = list(bands)
+    if not found:
+        return None
+    unknown = [b for b in found if b.error is None]
+    return unknown[0] if unknown else max(found, key=lambda b: b.error or 0.0)

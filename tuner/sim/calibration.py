@@ -124,6 +124,14 @@ class StepConstants:
         launch_per_layer_s: kernel launches per layer, per GPU class, for a replayed CUDA graph
             (decode) and for eager launches (prefill, ``--enforce-eager``).
         engines: the engine generations' costs.
+        v2_runner_saving_s: per-step work Model Runner V2 (the default from vLLM 0.29) saves
+            over the V1 runner the ``engines`` costs were measured on; a config V2 does not
+            support falls back to V1 (:func:`tuner.config.vllm_runner.predict_runner`).
+        adaptive_step_s: adaptive verification's own work per step (confidence scores, the
+            acceptance estimator, sizing each request's budget).
+        moe_draft_routing: how independently a sequence's drafted tokens pick their experts
+            (0: all as its first token does, 1: as if from other sequences); it sets how many
+            more experts a verification pass streams than a decode pass.
     """
 
     bandwidth: Mapping[GpuClass, float]
@@ -134,14 +142,17 @@ class StepConstants:
     allreduce_link: Mapping[Interconnect, float]
     launch_per_layer_s: Mapping[GpuClass, Mapping[bool, float]]
     engines: Mapping[EngineGeneration, EngineCosts]
+    v2_runner_saving_s: float
+    adaptive_step_s: float
+    moe_draft_routing: float
 
 
 SHIPPED_STEPS = StepConstants(
-    bandwidth={GpuClass.HBM: 0.818, GpuClass.GDDR: 0.802},
-    quantized_bandwidth=0.70,
-    compute=0.66,
+    bandwidth={GpuClass.HBM: 0.901, GpuClass.GDDR: 0.806},
+    quantized_bandwidth=0.755,
+    compute=0.673,
     quantized_compute=0.56,
-    allreduce_latency_s={Interconnect.PCIE: 118e-6, Interconnect.NVLINK: 20e-6},
+    allreduce_latency_s={Interconnect.PCIE: 123e-6, Interconnect.NVLINK: 20e-6},
     allreduce_link={Interconnect.PCIE: 0.8, Interconnect.NVLINK: 0.7},
     launch_per_layer_s={
         GpuClass.HBM: {True: 3e-6, False: 15e-6},
@@ -149,25 +160,28 @@ SHIPPED_STEPS = StepConstants(
     },
     engines={
         EngineGeneration.V0: EngineCosts(
-            step_s=2.07e-3,
+            step_s=2.62e-3,
             per_seq_s=40e-6,
-            spec_per_token_s=200e-6,
-            draft_pass_s=1.09e-3,
+            spec_per_token_s=189e-6,
+            draft_pass_s=0.82e-3,
             head_pass_s=0.6e-3,
             # Why speculation loses at dozens of requests on the field notes' rig (BRIEF.md).
             drafter_per_seq_s=200e-6,
-            first_token_s=26.5e-3,
+            first_token_s=25.2e-3,
             lookup_per_seq_s=60e-6,
         ),
         EngineGeneration.V1: EngineCosts(
-            step_s=0.91e-3,
-            per_seq_s=20.6e-6,
+            step_s=1.63e-3,
+            per_seq_s=22.6e-6,
             spec_per_token_s=5e-6,
-            draft_pass_s=1.73e-3,
-            head_pass_s=0.58e-3,
-            drafter_per_seq_s=9.6e-6,
+            draft_pass_s=1.56e-3,
+            head_pass_s=0.60e-3,
+            drafter_per_seq_s=10.4e-6,
             first_token_s=2e-3,
-            lookup_per_seq_s=5e-6,
+            lookup_per_seq_s=4.6e-6,
         ),
     },
+    v2_runner_saving_s=0.51e-3,
+    adaptive_step_s=1.23e-3,
+    moe_draft_routing=0.49,
 )

@@ -24,7 +24,7 @@ from typing import Protocol
 
 from tuner.catalog.gpus import Hardware
 from tuner.catalog.models import ModelSpec
-from tuner.config.trial import ServerConfig
+from tuner.config.trial import ServerConfig, SpeculativeConfig
 from tuner.config.vllm_version import VllmVersion
 from tuner.config.workload import WorkloadSpec
 from tuner.errors import FailureKind, StartupFailure
@@ -77,8 +77,11 @@ class Physics(Protocol):
         prompt_set: str,
         temperature: float,
         k: int,
+        *,
+        speculative: SpeculativeConfig | None = None,
     ) -> tuple[float, ...]:
-        """Conditional acceptance of each of the ``k`` drafted positions."""
+        """Conditional acceptance of each of the ``k`` drafted positions (``speculative``: the
+        server's drafting and verification options)."""
         ...
 
     def memory(
@@ -118,8 +121,19 @@ class Calibrated:
         prompt_set: str,
         temperature: float,
         k: int,
+        *,
+        speculative: SpeculativeConfig | None = None,
     ) -> tuple[float, ...]:
-        return shipped_rates(target, draft, method, prompt_set, temperature, k, self.acceptance)
+        return shipped_rates(
+            target,
+            draft,
+            method,
+            prompt_set,
+            temperature,
+            k,
+            self.acceptance,
+            speculative=speculative,
+        )
 
     def memory(
         self,

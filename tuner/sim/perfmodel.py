@@ -30,14 +30,16 @@ Constants live in :mod:`tuner.sim.calibration`, fitted to the public figures tha
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 
 from tuner.catalog.gpus import Hardware
-from tuner.catalog.models import ModelSpec, load_model, spec_from_config
+from tuner.catalog.models import ModelSpec, load_model, needs_heterogeneous_vocab, spec_from_config
 from tuner.catalog.mtp import mtp_layers
-from tuner.config.trial import HEAD_METHODS, ServerConfig, SpecMethod
-from tuner.config.vllm_version import VllmVersion
+from tuner.config.trial import BLOCK_METHODS, HEAD_METHODS, ServerConfig, SpecMethod
+from tuner.config.vllm_runner import ModelRunner, predict_runner
+from tuner.config.vllm_version import NEWEST_KNOWN, VllmVersion
 from tuner.sim.acceptance import acceptance_probability
 from tuner.sim.calibration import SHIPPED_STEPS, StepConstants, engine_generation, gpu_class
 
@@ -136,7 +138,7 @@ def drafter(target: ModelSpec, draft: ModelSpec | None, server: ServerConfig) ->
         return None
     if spec.method == SpecMethod.DRAFT_MODEL:
         return draft
-    if spec.method in HEAD_METHODS:
+    if spec.method in HEAD_METHODS or (spec.method in BLOCK_METHODS and spec.model):
         return (
             draft
             if draft is not None and draft.hf_id == spec.model
@@ -144,7 +146,29 @@ def drafter(target: ModelSpec, draft: ModelSpec | None, server: ServerConfig) ->
         )
     if spec.method == SpecMethod.MTP:
         return mtp_module(target)
-    return None
+    return None  # lookups; a DSpark drafter whose stages ship in the target (DeepSeek-V4)
+
+
+_LOOKUPS = frozenset({SpecMethod.NGRAM, SpecMethod.NGRAM_GPU, SpecMethod.SUFFIX})
+# Model Runner V2 is the default for every architecture from this release (vllm_runner.py).
+_V2_DEFAULT = VllmVersion(0, 29, 0)
+
+
+def _on_v2(
+    server: ServerConfig, target: ModelSpec, draft: ModelSpec | None, version: VllmVersion | None
+) -> bool:
+    """Whether vLLM ``version`` (None: the newest) runs ``server`` on Model Runner V2."""
+    release = version or NEWEST_KNOWN
+    if release < _V2_DEFAULT:
+        return False
+    spec = server.speculative
+    mixed = (
+        spec is not None
+        and spec.method == SpecMethod.DRAFT_MODEL
+        and draft is not None
+        and needs_heterogeneous_vocab(target, draft)
+    )
+    return predict_runner(server, release, heterogeneous_vocab=mixed).runner is ModelRunner.V2
 
 
 def kv_bytes_per_gpu(model: ModelSpec, tp: int) -> int:
@@ -181,10 +205,17 @@ class PerfModel:
         self.tp = server.tensor_parallel_size
         self.k = server.k
         method = server.method
-        self.ngram = method in (SpecMethod.NGRAM, SpecMethod.SUFFIX)  # a CPU lookup
+        spec = server.speculative
+        self.ngram = method in _LOOKUPS  # a lookup, no drafter pass
+        # One drafter pass proposes all K tokens: block drafters, and P-EAGLE heads.
+        self.parallel = spec is not None and (method in BLOCK_METHODS or spec.parallel_drafting)
+        self.adaptive = spec is not None and spec.enable_adaptive_verification
         self.engine = engine_generation(version, method)
         self.costs = steps.engines[self.engine]
         self.steps = steps
+        self.runner_saving_s = (
+            steps.v2_runner_saving_s if _on_v2(server, target, draft, version) else 0.0
+        )
         # Heads and MTP layers run inside the target's worker, split like the target.
         separate = method == SpecMethod.DRAFT_MODEL
         self.draft_tp = draft_tensor_parallel(server) if separate else self.tp
@@ -205,10 +236,12 @@ class PerfModel:
     def _forward_s(self, model: ModelSpec, tp: int, batch: ForwardPass) -> float:
         if batch.tokens <= 0:
             return 0.0
-        # A mixture of experts streams only the experts its tokens are routed to.
-        bytes_moved = model.weights_read(batch.tokens) / tp + batch.context * kv_bytes_per_gpu(
-            model, tp
-        )
+        # A mixture of experts streams only the experts its tokens are routed to; a sequence's
+        # drafted tokens route partly as its first token does.
+        drafted = batch.tokens - batch.seqs if batch.graphed else 0
+        routed = batch.tokens - drafted * (1.0 - self.steps.moe_draft_routing)
+        kv_bytes = batch.context * kv_bytes_per_gpu(model, tp)
+        bytes_moved = model.weights_read(round(routed)) / tp + kv_bytes
         bandwidth = self._bandwidth * (self.steps.quantized_bandwidth if model.quantized else 1.0)
         memory_s = bytes_moved / bandwidth
         attention_flops = 4.0 * model.layers * model.heads * model.head_dim * batch.attention
@@ -229,11 +262,16 @@ class PerfModel:
         return self._forward_s(self.target, self.tp, batch)
 
     def draft_pass_s(self, batch: ForwardPass) -> float:
-        """Seconds for one forward pass of the drafter (0 without one)."""
-        if self.draft is None or batch.tokens <= 0:
+        """Seconds for one forward pass of the drafter (0 for lookups and no speculation).
+
+        A DSpark drafter shipped inside the target's checkpoint has no model of its own here:
+        its pass costs the fixed and per-sequence parts only.
+        """
+        if self.ngram or self.k == 0 or batch.tokens <= 0:
             return 0.0
         per_seq = self.costs.drafter_per_seq_s * batch.seqs
-        return self._forward_s(self.draft, self.draft_tp, batch) + self._pass_fixed + per_seq
+        weights = self._forward_s(self.draft, self.draft_tp, batch) if self.draft else 0.0
+        return weights + self._pass_fixed + per_seq
 
     def step_overhead_s(self, seqs: int, verified: int, ngram: bool) -> float:
         """Seconds the engine spends per step outside the forward passes.
@@ -244,18 +282,37 @@ class PerfModel:
             ngram: whether the proposals come from prompt lookup.
         """
         costs = self.costs
-        overhead = costs.step_s + costs.per_seq_s * seqs
+        overhead = max(costs.step_s - self.runner_saving_s, 0.0) + costs.per_seq_s * seqs
         if verified:
             overhead += costs.spec_per_token_s * verified
+            if self.adaptive:
+                overhead += self.steps.adaptive_step_s
         if ngram:
             overhead += costs.lookup_per_seq_s * seqs
         return overhead
+
+    def adaptive_k(self, decodes: int, context: int, reach: Sequence[float], graphed: bool) -> int:
+        """Adaptive verification's budget: the K that verifies the most expected tokens per
+        second for a batch of ``decodes`` sequences whose positions are reached with ``reach``.
+
+        vLLM sizes each request's budget from its drafter's confidence; for requests alike, the
+        budgets settle where the batch's expected tokens per second peak, which is this K: the
+        full K at a few requests, less where verification turns compute-bound.
+        """
+        best, best_rate = self.k, 0.0
+        for k in range(self.k + 1):
+            shape = StepShape(decodes, context, (), 0, graphed, k=k)
+            rate = (1 + sum(reach[:k])) / self.step_s(shape)
+            if rate > best_rate:
+                best, best_rate = k, rate
+        return best
 
     def step_s(self, shape: StepShape) -> float:
         """Seconds one engine step of this shape takes, noise-free.
 
         The target runs one pass over every decode's 1+K tokens and every prefill chunk; a draft
-        model runs K passes over the decodes, its first pass also covering the prefill chunks.
+        model runs K passes over the decodes, its first pass also covering the prefill chunks
+        (a block drafter or P-EAGLE head: one pass over K positions a decode).
         """
         k = self.k if shape.k is None else shape.k
         per_decode = 1 + k
@@ -273,12 +330,14 @@ class PerfModel:
                 graphed=shape.graphed,
             )
         )
-        if self.draft is not None and (k or not shape.decodes):
-            for i in range(k if shape.decodes else 1):
+        if k or not shape.decodes:
+            passes = 1 if self.parallel or not shape.decodes else k
+            per_pass = k if self.parallel else 1  # positions each decode drafts in a pass
+            for i in range(passes):
                 first = i == 0
                 seconds += self.draft_pass_s(
                     ForwardPass(
-                        tokens=shape.decodes + (pre_tokens if first else 0),
+                        tokens=per_pass * shape.decodes + (pre_tokens if first else 0),
                         seqs=seqs if first else shape.decodes,
                         context=shape.decode_context + (pre_context if first else 0),
                         attention=shape.decode_context + (pre_attention if first else 0),

@@ -37,27 +37,32 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
 import optuna
 
 from tuner.catalog.models import ModelSpec
-from tuner.config.space import Range, SearchSpace
+from tuner.config.space import SearchSpace
 from tuner.config.trial import TrialConfig
 from tuner.config.workload import WorkloadSpec
 from tuner.errors import StartupFailure
 from tuner.results import Source, TrialResult
+from tuner.sim.band import error_band, regime_of
 from tuner.sim.engine import INPUT_SPREAD, predict
 from tuner.sim.memory import estimate_memory
 from tuner.study.forecast import predicted_goodput
+from tuner.study.grid import (
+    point_params,
+    range_values,
+    space_ks,
+    space_temperatures,
+)
 from tuner.trial.record import WARM_START_ATTR
 
 __all__ = [
     "SAFETY_MARGIN_GIB",
     "Prediction",
-    "grid_params",
     "predicted_configs",
     "warm_start",
 ]
@@ -74,8 +79,6 @@ _VARIANT_SHARE = 0.97
 _MAX_VARIANTS = 2
 # Candidates carried from one screening stage to the next.
 _SHORTLIST = 4
-# A float range without a step is screened at this many equal intervals.
-_FLOAT_INTERVALS = 10
 # Halvings of the interval when finding how much memory a config has to spare (~1 MiB).
 _BISECTIONS = 15
 
@@ -108,20 +111,6 @@ class Prediction:
         return str(self.params["draft"]), int(self.params.get("num_speculative_tokens", 0))
 
 
-def grid_params(space: SearchSpace) -> Iterator[dict[str, Any]]:
-    """Every point of the discretised space, named as :meth:`SearchSpace.suggest` names them.
-
-    Float ranges are taken at their step (or at 10 equal intervals when they have none); K is
-    left out where there is no draft, and the temperature where the space fixes it.
-    """
-    for draft in space.drafts:
-        for k in _ks(space, draft):
-            for util in _values(space.gpu_memory_utilization):
-                for mnbt in space.max_num_batched_tokens:
-                    for temperature in _temperatures(space):
-                        yield _params(space, draft, k, util, mnbt, temperature)
-
-
 def warm_start(study: optuna.Study, space: SearchSpace, budget: int) -> int:
     """Enqueues the configs the simulator predicts best, before any trial of ``study`` runs.
 
@@ -138,7 +127,9 @@ def warm_start(study: optuna.Study, space: SearchSpace, budget: int) -> int:
     if budget < 1 or study.get_trials(deepcopy=False):
         return 0
     chosen = warm_start_configs(space, budget)
+    level = space.workload.conditions[0].concurrency  # where the prediction's throughput lies
     for prediction in chosen:
+        regime = regime_of(space.hardware, prediction.config.server, level)
         study.enqueue_trial(
             prediction.params,
             user_attrs={
@@ -146,6 +137,7 @@ def warm_start(study: optuna.Study, space: SearchSpace, budget: int) -> int:
                     "source": Source.PREDICTED.value,
                     space.objective.metric: round(prediction.throughput, 3),
                     "p95_ttft_ms": round(prediction.p95_ttft_ms, 3),
+                    "error_band": error_band(regime).describe(),
                 }
             },
         )
@@ -208,7 +200,7 @@ class _Screen:
 
     def __init__(self, space: SearchSpace) -> None:
         self.space = space
-        self.temperatures = _temperatures(space)
+        self.temperatures = space_temperatures(space)
         self.concurrency = space.workload.concurrency[0]
         self.workload = _screened(space.workload, self.concurrency)
         # p95 TTFT is set by the longest prompts, while a noise-free prediction sends prompts of
@@ -222,10 +214,10 @@ class _Screen:
         # each pair with the safety margin.
         self.safe: dict[Pair, dict[tuple[float, int], float]] = {}
         for draft in space.drafts:
-            for k in _ks(space, draft):
+            for k in space_ks(space, draft):
                 headroom = {
                     (util, mnbt): self._headroom((draft, k), util, mnbt)
-                    for util in _values(space.gpu_memory_utilization)
+                    for util in range_values(space.gpu_memory_utilization)
                     for mnbt in space.max_num_batched_tokens
                 }
                 safe = {s: h for s, h in headroom.items() if h >= SAFETY_MARGIN_GIB}
@@ -327,7 +319,7 @@ class _Screen:
         config = self._config(pair, util, mnbt, temperature)
         draft = self.drafts[pair[0]]
         args = (self.space.hardware, self.space.target, draft, config.server, temperature)
-        params = _params(self.space, pair[0], pair[1], util, mnbt, temperature)
+        params = point_params(self.space, pair[0], pair[1], util, mnbt, temperature)
         headroom = self.safe[pair][(util, mnbt)]
         try:
             if self.space.goodput:  # one temperature stands in for the mix, as below
@@ -368,33 +360,3 @@ def _best(predictions: list[Prediction | None], ttft_limit_ms: float) -> list[Pr
             -p.headroom_gib,
         ),
     )
-
-
-def _params(
-    space: SearchSpace, draft: str, k: int, util: float, mnbt: int, temperature: float
-) -> dict[str, Any]:
-    params: dict[str, Any] = space.choice_params(draft, k)  # the choice, then its own
-    params["gpu_memory_utilization"] = util
-    params["max_num_batched_tokens"] = mnbt
-    if not isinstance(space.temperature, float):
-        params["temperature"] = temperature
-    return params
-
-
-def _ks(space: SearchSpace, draft: str) -> range:
-    return space.k_range(draft)  # each choice has its own K range (0 alone for none)
-
-
-def _temperatures(space: SearchSpace) -> tuple[float, ...]:
-    if isinstance(space.temperature, float):
-        return (space.temperature,)
-    return _values(space.temperature)
-
-
-def _values(value: Range) -> tuple[float, ...]:
-    """The points Optuna's ``suggest_float`` can return for ``value``, rounded as it checks them."""
-    if value.high <= value.low:
-        return (value.low,)
-    step = value.step or (value.high - value.low) / _FLOAT_INTERVALS
-    count = math.floor((value.high - value.low) / step + 1e-9)
-    return tuple(round(value.low + i * step, 10) for i in range(count + 1))

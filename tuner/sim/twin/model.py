@@ -21,9 +21,16 @@ from typing import Any
 
 from tuner.catalog.gpus import Hardware
 from tuner.catalog.models import ModelSpec
-from tuner.config.trial import ServerConfig
+from tuner.config.trial import ServerConfig, SpeculativeConfig
 from tuner.config.vllm_version import VllmVersion
-from tuner.sim.acceptance import NGRAM, POSITION_DECAY, acceptance_probability
+from tuner.sim.acceptance import (
+    NGRAM,
+    POSITION_DECAY,
+    SHIPPED_ACCEPTANCE,
+    acceptance_probability,
+    samples_drafts,
+    verified,
+)
 from tuner.sim.memory import BLOCK_TOKENS, GIB, MemoryEstimate, estimate_memory
 from tuner.sim.perfmodel import (
     ForwardPass,
@@ -123,14 +130,23 @@ def _logit(p: float) -> float:
 
 
 def shipped_logit(
-    target: ModelSpec, draft: ModelSpec | None, method: str, prompt_set: str, temperature: float
+    target: ModelSpec,
+    draft: ModelSpec | None,
+    method: str,
+    prompt_set: str,
+    temperature: float,
+    *,
+    probabilistic: bool = False,
 ) -> float:
     """The shipped model's logit of the first position's acceptance."""
-    return _logit(acceptance_probability(target, draft, method, prompt_set, temperature))
+    alpha = acceptance_probability(
+        target, draft, method, prompt_set, temperature, probabilistic=probabilistic
+    )
+    return _logit(alpha)
 
 
 def shipped_decay(method: str) -> float:
-    return 1.0 if method == NGRAM else POSITION_DECAY
+    return SHIPPED_ACCEPTANCE.decay.get(method, POSITION_DECAY)
 
 
 class _TwinPerf(PerfModel):
@@ -196,13 +212,21 @@ class TwinPhysics:
         prompt_set: str,
         temperature: float,
         k: int,
+        *,
+        speculative: SpeculativeConfig | None = None,
     ) -> tuple[float, ...]:
         key = NGRAM if method == NGRAM else (draft.hf_id if draft else "")
         shift = self.params.shift(key, prompt_set)
-        logit = shipped_logit(target, draft, method, prompt_set, temperature)
+        probabilistic = samples_drafts(speculative)
+        logit = shipped_logit(
+            target, draft, method, prompt_set, temperature, probabilistic=probabilistic
+        )
         alpha = 1 / (1 + math.exp(-(logit + shift.logit + shift.temperature * temperature**2)))
         decay = shipped_decay(method) * math.exp(shift.log_decay)
-        return tuple(min(alpha * decay**i, 1.0) for i in range(k))
+        if speculative is not None and speculative.parallel_drafting:
+            decay *= SHIPPED_ACCEPTANCE.parallel_decay
+        rates = tuple(min(alpha * decay**i, 1.0) for i in range(k))
+        return verified(rates, speculative, temperature)
 
     def memory(
         self,
