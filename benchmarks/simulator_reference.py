@@ -21,7 +21,8 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from reference_fit import PARAMETERS, fit, held_out, predictions
+from reference_fit import fit, held_out, predictions
+from reference_parameters import PARAMETERS
 from reference_table import Figure, ReferenceTable, load_table
 
 from tuner.sim.band import FigureError
