@@ -59,8 +59,7 @@ from tuner.config.trial import TrialConfig
 from tuner.errors import StartupFailure
 from tuner.sim.engine import predict
 from tuner.sim.memory import effective_batched_tokens
-from tuner.study.grid import grid_params
-from tuner.study.strategy import warm_start
+from tuner.study.strategy import grid_params, warm_start
 from tuner.study.study import StudyOptions, open_study, run_trials
 from tuner.study.twin_steer import TwinSampler
 from tuner.trial.record import TrialRecord

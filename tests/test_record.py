@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +21,12 @@ from tuner.config.trial import (
     TrialConfig,
     server_to_dict,
 )
+from tuner.config.vllm_runner import ModelRunner, RunnerForecast
 from tuner.errors import FailureKind, MeasurementError, StartupFailure
 from tuner.export.vllm import export
+from tuner.launch.served import ServedFacts
 from tuner.results import Source
+from tuner.trial.model_runner import model_runner, runner_note
 from tuner.trial.record import (
     RECORD_ATTRS,
     SPACE_ATTR,
@@ -196,3 +200,30 @@ def test_spec_method_names_are_members_and_unknown_names_stay_for_the_check() ->
     assert SpeculativeConfig("eagle", 3, "head").method == "eagle"
     assert ServerConfig("m", 1, 512, 0.9, 512).method is SpecMethod.NONE
     assert ServerConfig("m", 1, 512, 0.9, 512, SpeculativeConfig("ngram", 3)).draft == "ngram"
+
+
+def test_the_runner_is_stored_and_the_logged_one_wins() -> None:
+    predicted = RunnerForecast(ModelRunner.V1, ("heterogeneous-vocabulary draft models",))
+    record = TrialRecord(
+        number=0,
+        state=TrialState.COMPLETE,
+        server=SERVER,
+        temperature=0.2,
+        status=TrialStatus.OK,
+        source=Source.MEASURED,
+        values=(55.0, 230.0),
+        runner=predicted,
+    )
+    read = TrialRecord.from_trial(_frozen(record.to_attrs()))
+    assert read is not None and read.runner == predicted and model_runner(read) == "V1"
+    assert runner_note(read) == (
+        "V1 (Model Runner V2 does not yet support heterogeneous-vocabulary draft models) "
+        "(predicted from vLLM's rules)"
+    )
+    logged = replace(read, served=ServedFacts(model_runner="V1", runner_reason="x"))
+    assert runner_note(logged) == "V1 (logged by vLLM: x)"
+    # Earlier studies stored no runner: the table shows a dash, the export says so.
+    attrs = record.to_attrs()
+    del attrs["runner"]
+    old = TrialRecord.from_trial(_frozen(attrs))
+    assert old is not None and model_runner(old) == "-" and runner_note(old) == "not recorded"

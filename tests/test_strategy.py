@@ -15,9 +15,9 @@ from tuner.config.space import NO_DRAFT, SearchSpace, load_space
 from tuner.config.trial import TrialConfig
 from tuner.sim.engine import predict
 from tuner.sim.memory import estimate_memory
-from tuner.study.grid import grid_params
 from tuner.study.strategy import (
     SAFETY_MARGIN_GIB,
+    grid_params,
     predicted_configs,
     warm_start,
 )

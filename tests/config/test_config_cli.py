@@ -38,7 +38,9 @@ def test_space_check_takes_a_shipped_name() -> None:
     assert set(builtin_spaces()) >= {"default"}
     result = runner.invoke(app, ["space", "check", "default"])
     assert result.exit_code == 0, result.output
-    assert result.stdout == "ok: qwen2.5-32b-awq-4090x2 (4 tuned dimensions)\n"
+    first, runners, *rest = result.stdout.splitlines()
+    assert first == "ok: qwen2.5-32b-awq-4090x2 (4 tuned dimensions)"
+    assert runners.startswith("model runner on vLLM") and "V1" in "\n".join(rest)
 
 
 # The bad inputs of issue 16: each used to run silently, loop forever or end in a traceback.

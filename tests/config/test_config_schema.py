@@ -113,7 +113,7 @@ def test_shipped_spaces_round_trip_through_the_stored_dict(name: str) -> None:
     changed = (
         space.with_hardware(parse_hardware("h100x1"))
         .with_ttft_limit(250)
-        .with_vllm_version("0.26.0")
+        .with_vllm_version("0.33.0")
     )
     assert space_from_dict(json.loads(json.dumps(changed.source))) == changed
 

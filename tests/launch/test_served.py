@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from tuner.launch.served import ServedFacts, read_served
+from pathlib import Path
+
+from tuner.errors import FailureKind
+from tuner.launch.failures import classify_failure
+from tuner.launch.served import ServedFacts, read_runner, read_served
 
 # The lines vLLM 0.32 logs on an NVIDIA GPU (format strings in tuner/launch/served.py).
 CONFIG = (
@@ -76,3 +80,34 @@ def test_a_block_size_that_precluded_a_backend_is_said_as_vllm_says_it() -> None
 
 def test_a_log_that_states_nothing_gives_nothing() -> None:
     assert read_served("Starting vLLM server on http://0.0.0.0:8000\n") is None
+
+
+def test_the_model_runner_is_read_as_vllm_logs_its_choice() -> None:
+    # config/vllm.py, VllmConfig.use_v2_model_runner (0.32): the fallback and its reason.
+    fallback = (
+        "(APIServer pid=9) WARNING 12-01 10:00:02 [vllm.py:733] Model Runner V2 does not yet "
+        "support heterogeneous-vocabulary draft models; using the V1 model runner instead."
+    )
+    facts = read_served("\n".join([_log(), fallback]))
+    assert facts is not None and facts.model_runner == "V1"
+    assert facts.runner_reason == "heterogeneous-vocabulary draft models"
+    assert facts.describe().endswith("model runner V1 (heterogeneous-vocabulary draft models)")
+    # A CUDA worker on V2 logs no line of its own: the log leaves it open.
+    assert read_runner(_log()) == (None, None)
+    # 0.22-0.23 wrote it in lower case.
+    old = "Model runner v2 does not yet support parallel drafting; using the v1 model runner"
+    assert read_runner(old + " instead.") == ("V1", "parallel drafting")
+
+
+def test_the_cpu_builds_real_log_says_v1_for_want_of_triton() -> None:
+    log = (Path(__file__).parent / "logs" / "kv-cache-too-small-0.32.log").read_text()
+    assert read_runner(log) == ("V1", "Triton is not installed")
+
+
+def test_ngram_gpu_on_the_cpu_build_fails_at_start_up_as_a_crash() -> None:
+    """A real start (vLLM 0.32 CPU build, ngram_gpu with block verification): its config passes
+    vLLM's checks, but the GPU n-gram proposer pins host memory, which a CPU build cannot."""
+    log = (Path(__file__).parent / "logs" / "ngram-gpu-pin-memory-0.32.log").read_text()
+    assert "pin_memory=True requires a CUDA or other accelerator backend" in log
+    assert classify_failure(1, log) is FailureKind.CRASH
+    assert read_runner(log) == ("V1", "Triton is not installed")

@@ -170,3 +170,19 @@ def test_the_warm_start_variants_cover_each_searched_value_once(tmp_path: Path) 
     )
     params = space.choice(f"eagle3:{head}").params(3, variants[1])
     assert params == {"num_speculative_tokens": 3, "parallel_drafting": True}
+
+
+def test_dspark_draft_topk_is_checked_against_the_drafter_and_the_parallelism() -> None:
+    dspark = {"method": "dspark", "model": "deepseek-ai/dspark_qwen3_8b_block7"}
+    space = _space({"methods": [{**dspark, "dspark_draft_topk": {"low": 32, "high": 256}}]})
+    choice = space.choice("dspark:deepseek-ai/dspark_qwen3_8b_block7")
+    assert space.k_range(choice.label) == range(7, 8)  # its block of 7
+    assert "dspark_draft_topk" in choice.tuned
+    with pytest.raises(ConfigError, match="above its draft vocabulary"):
+        _space({"methods": [{**dspark, "dspark_draft_topk": 200000}]})
+    raw = {"hardware": "4090x2", "target": QWEN3, "vllm": {"version": "0.32.0"},
+           "search": {"methods": [{**dspark, "dspark_draft_topk": 64}]}}  # fmt: skip
+    with pytest.raises(ConfigError, match="requires draft tensor parallel size 1"):
+        space_from_dict(raw, "test space")
+    with pytest.raises(ConfigError, match="trained for Qwen/Qwen3-8B"):
+        _space({"methods": [dspark]}, target=LLAMA)

@@ -210,6 +210,11 @@ class VllmOracle:
         last line of its refusal."""
         return self._ask("judge", list(argvs))
 
+    def judge_gpu(self, argvs: Iterable[list[str]]) -> list[dict[str, Any]]:
+        """:meth:`judge` as on a CUDA host (Triton, CUDA graphs): what vLLM 0.32 decides there,
+        the model runner included (``runner``, ``v2_unsupported``)."""
+        return self._ask("judge_gpu", list(argvs))
+
     def close(self) -> None:
         process, self._process = self._process, None
         if process is None:

@@ -13,7 +13,13 @@ question 20-100 ms. stdin: one JSON request per line, ``{"ask": "parse" | "judge
   ``ParallelConfig``, ``VllmConfig``), on model folders that hold only ``config.json`` (the
   caller points ``HF_HUB_CACHE`` at them and sets ``HF_HUB_OFFLINE``). No weights, no tokenizer
   (``skip_tokenizer_init``), no device memory. The answer is ``{"ok": true, "speculative":
-  {...}, ...}`` or ``{"ok": false, "stage": "argparse" | "engine", "error": "<last line>"}``.
+  {...}, "runner": "V1" | "V2", ...}`` or ``{"ok": false, "stage": "argparse" | "engine",
+  "error": "<last line>"}``.
+- ``judge_gpu``: ``judge`` as on a CUDA host. The CPU build lacks two things every CUDA build
+  has: Triton (without it ``VllmConfig.use_v2_model_runner`` picks V1 whatever the config) and
+  static CUDA graphs (``support_static_graph_mode``; adaptive verification requires full
+  graphs). Both are switched on for the question, vLLM's own code judges the rest; the answer
+  adds ``v2_unsupported``, vLLM's list of what keeps the config off V2.
 """
 
 from __future__ import annotations
@@ -22,12 +28,15 @@ import contextlib
 import io
 import json
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 # Only the vLLM venv has these; the project venv (and its mypy) does not.
+import vllm.config.vllm as vllm_config_module  # type: ignore[import-not-found]
 from vllm.engine.arg_utils import AsyncEngineArgs  # type: ignore[import-not-found]
 from vllm.entrypoints.cli.serve import ServeSubcommand  # type: ignore[import-not-found]
 from vllm.model_executor.models import registry  # type: ignore[import-not-found]
+from vllm.platforms import current_platform  # type: ignore[import-not-found]
 from vllm.utils.argparse_utils import FlexibleArgumentParser  # type: ignore[import-not-found]
 
 # vLLM inspects each model class it has not cached (``modelinfos`` under VLLM_CACHE_ROOT) in a
@@ -50,6 +59,15 @@ FIELDS = (
     "speculative_config",
     "enforce_eager",
     "kv_cache_memory_bytes",
+)
+# SpeculativeConfig fields the answers report (as vLLM resolved them).
+SPEC_FIELDS = (
+    "use_heterogeneous_vocab",
+    "parallel_drafting",
+    "rejection_sample_method",
+    "draft_sample_method",
+    "enable_adaptive_verification",
+    "dspark_draft_topk",
 )
 
 
@@ -104,19 +122,44 @@ def judge(parser: FlexibleArgumentParser, argv: list[str]) -> dict[str, Any]:
         else {
             "method": spec.method,
             "num_speculative_tokens": spec.num_speculative_tokens,
-            "use_heterogeneous_vocab": bool(getattr(spec, "use_heterogeneous_vocab", False)),
+            **{key: getattr(spec, key, None) for key in SPEC_FIELDS},
         },
         "quantization": config.model_config.quantization,
         "max_num_batched_tokens": config.scheduler_config.max_num_batched_tokens,
         "gpu_memory_utilization": config.cache_config.gpu_memory_utilization,
+        "runner": "V2" if config.use_v2_model_runner else "V1",
+        "v2_unsupported": config._get_v2_model_runner_unsupported_features(),
     }
+
+
+@contextlib.contextmanager
+def _cuda_host() -> Iterator[None]:
+    """Triton and static CUDA graphs, as every CUDA build of vLLM has them."""
+    platform = type(current_platform)
+    own = platform.__dict__.get("support_static_graph_mode")  # else the base class's
+    triton = vllm_config_module.HAS_TRITON
+    vllm_config_module.HAS_TRITON = True
+    platform.support_static_graph_mode = classmethod(lambda cls: True)
+    try:
+        yield
+    finally:
+        vllm_config_module.HAS_TRITON = triton
+        if own is None:
+            del platform.support_static_graph_mode
+        else:
+            platform.support_static_graph_mode = own
+
+
+def judge_gpu(parser: FlexibleArgumentParser, argv: list[str]) -> dict[str, Any]:
+    with _cuda_host():
+        return judge(parser, argv)
 
 
 def main() -> None:
     parser = FlexibleArgumentParser(prog="vllm")
     subparsers = parser.add_subparsers(dest="subparser")
     ServeSubcommand().subparser_init(subparsers)
-    answer = {"parse": parse, "judge": judge}
+    answer = {"parse": parse, "judge": judge, "judge_gpu": judge_gpu}
     for line in sys.stdin:
         request = json.loads(line)
         answers = [answer[request["ask"]](parser, argv) for argv in request["argvs"]]

@@ -1,4 +1,6 @@
-"""EAGLE-3 and suffix decoding for real on the vLLM 0.32 CPU build: two starts.
+"""EAGLE-3, suffix decoding and probabilistic draft sampling for real on the vLLM 0.32 CPU build:
+three starts. (ngram_gpu cannot serve on a CPU build: its real start-up failure is a log under
+tests/launch/logs, classified in tests/launch/test_served.py.)
 
 The EAGLE-3 head is built in the fixture (``testbed/build_tiny_eagle3.py``: a tiny random Llama
 target and a one-layer ``LlamaForCausalLMEagle3`` head); the argv is spectune's own
@@ -18,13 +20,15 @@ from pathlib import Path
 
 import httpx
 import pytest
-from testbed import require_vllm, vllm_command, vllm_env, vllm_venv
+from testbed import TinyModels, require_vllm, vllm_command, vllm_env, vllm_venv
 
 from tuner.bench.metrics import parse_prometheus
 from tuner.config.trial import ServerConfig, SpeculativeConfig
+from tuner.config.verification import DraftSampling, Verification
 from tuner.config.vllm_args import parse_version, server_argv
 from tuner.errors import FailureKind
 from tuner.launch.failures import classify_failure
+from tuner.launch.served import read_served
 
 pytestmark = pytest.mark.vllm
 
@@ -80,10 +84,10 @@ def _stop(process: subprocess.Popen[str]) -> None:
         process.wait(timeout=60)
 
 
-def _speculate(target: str, port: int) -> dict[str, float]:
+def _speculate(target: str, port: int, temperature: float = 0.0) -> dict[str, float]:
     with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=120, trust_env=False) as c:
         body = {"model": target, "prompt": "def add(a, b):", "max_tokens": 48,
-                "temperature": 0, "ignore_eos": True}  # fmt: skip
+                "temperature": temperature, "ignore_eos": True}  # fmt: skip
         answer = c.post("/v1/completions", json=body)
         assert answer.status_code == 200, answer.text[:500]
         assert answer.json()["usage"]["completion_tokens"] == 48
@@ -141,3 +145,33 @@ def _has_arctic_inference() -> bool:
         capture_output=True, timeout=120, check=False,
     )  # fmt: skip
     return done.returncode == 0
+
+
+def test_probabilistic_draft_sampling_serves_with_a_draft_model(
+    tiny_models: TinyModels, tmp_path: Path, vllm_cache_root: Path
+) -> None:
+    """Probabilistic draft sampling (block verification asked too) on the CPU build: vLLM runs
+    it on the V1 runner, says so in its log, and drafts at temperature 0.8. V1 has no block
+    path (vllm/v1/sample/rejection_sampler.py): that value is accepted and left unused here,
+    which is why spectune refuses block wherever a config lands on V1."""
+    spec = SpeculativeConfig(
+        "draft_model",
+        3,
+        model=str(tiny_models.draft),
+        draft_sample_method=DraftSampling.PROBABILISTIC,
+        rejection_sample_method=Verification.BLOCK,
+    )
+    process, log = _serve(str(tiny_models.target), spec, tmp_path, vllm_cache_root, 8463)
+    try:
+        assert _wait_ready(process, 8463), log.read_text()[-3000:]
+        counters = _speculate(str(tiny_models.target), 8463, temperature=0.8)
+    finally:
+        _stop(process)
+    text = log.read_text()
+    assert "'draft_sample_method': 'probabilistic'" in text  # vLLM's non-default args
+    facts = read_served(text)
+    assert facts is not None and facts.model_runner == "V1"
+    assert facts.runner_reason == "Triton is not installed"
+    drafts = counters["vllm:spec_decode_num_drafts_total"]
+    assert drafts > 0 and counters["vllm:spec_decode_num_draft_tokens_total"] == 3 * drafts
+    assert counters["vllm:spec_decode_num_accepted_tokens_total"] >= 0

@@ -23,6 +23,7 @@ from tuner.config.space import SearchSpace
 from tuner.config.workload import PROMPT_SOURCES
 from tuner.launch.served import ServedFacts
 from tuner.results import Source
+from tuner.trial.model_runner import runner_note
 from tuner.trial.record import stored_run
 
 __all__ = [
@@ -76,6 +77,7 @@ class Provenance:
     tpot_limit_ms: float | None = None  # the space's limit on the p95 time per output token
     objective: Objective = Objective.THROUGHPUT
     rate_steps: tuple[float, ...] = ()  # the request rates a goodput study climbs
+    model_runner: str | None = None  # vLLM's model runner for the config, and how it is known
 
     def to_dict(self) -> dict[str, Any]:
         """Every fact as plain JSON data (the JSON export's ``provenance``); the first
@@ -127,6 +129,7 @@ class Provenance:
             f"failed requests {_percent(self.failed_share)} "
             f"(at most {self.max_failed_share * 100:g} % allowed)",
             *self._served(),
+            *([f"model runner {self.model_runner}"] if self.model_runner else []),
             f"exported {self.date}",
         ]
 
@@ -279,4 +282,5 @@ def provenance(
         tpot_limit_ms=space.tpot_limit_ms,
         objective=space.objective,
         rate_steps=space.workload.rate_steps,
+        model_runner=runner_note(record),
     )

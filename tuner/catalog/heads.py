@@ -136,6 +136,34 @@ HEADS: tuple[HeadEntry, ...] = (
         "use_aux_hidden_state false); hidden 2880 follows gpt-oss-120b, the intermediate size "
         "and the full draft vocabulary are assumptions, not read from the file",
     ),
+    HeadEntry(
+        "amazon/Qwen3-Coder-30B-A3B-Instruct-P-EAGLE",
+        "eagle3",
+        ("Qwen/Qwen3-Coder-30B-A3B-Instruct", "Qwen/Qwen3-Coder-30B-A3B-Instruct-FP8"),
+        {
+            "architectures": ["LlamaForCausalLMEagle3"],
+            "model_type": "llama",
+            "hidden_act": "silu",
+            "hidden_size": 2048,
+            "intermediate_size": 6144,
+            "num_attention_heads": 32,
+            "num_key_value_heads": 4,
+            "head_dim": 128,
+            "num_hidden_layers": 4,
+            "vocab_size": 151936,
+            "draft_vocab_size": 151936,
+            "mask_token_id": 151669,  # "<|MASK|>" of z-lab's Qwen3 drafters (assumed)
+            "max_position_embeddings": 262144,
+            "rms_norm_eps": 1e-6,
+            "tie_word_embeddings": False,
+            "torch_dtype": "bfloat16",
+        },
+        "https://huggingface.co/amazon/Qwen3-Coder-30B-A3B-Instruct-P-EAGLE: the model card "
+        "(4 layers, 18 parallel tokens trained, EAGLE-3 layout, served by vLLM "
+        "0.16+ as method eagle3 with parallel_drafting true, trained on the FP8 target); "
+        "widths and vocabulary are the target's; the architecture, intermediate size and mask "
+        "token follow the EAGLE-3 and DFlash Qwen3 drafters, not the unreachable config.json",
+    ),
 )
 
 

@@ -26,6 +26,7 @@ from tuner.catalog.hf_config import (
     weight_bytes,
 )
 from tuner.catalog.seed import SEED
+from tuner.catalog.seed_drafters import DRAFTERS
 from tuner.errors import ConfigError, IncompatibleDraftError
 
 __all__ = [
@@ -169,7 +170,8 @@ CATALOG: tuple[ModelSpec, ...] = tuple(
     spec_from_config(e.hf_id, e.config, family=e.family, params=e.params, source=e.where)
     for e in SEED
 ) + tuple(  # heads speak their target's tokenizer
-    spec_from_config(h.hf_id, h.config, family=_FAMILY[h.targets[0]], source=h.where) for h in HEADS
+    spec_from_config(h.hf_id, h.config, family=_FAMILY[h.targets[0]], source=h.where)
+    for h in (*HEADS, *DRAFTERS)
 )
 
 _BY_ID = {m.hf_id.lower(): m for m in CATALOG}

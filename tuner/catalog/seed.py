@@ -299,6 +299,14 @@ SEED: tuple[SeedEntry, ...] = (
     _qwen3_moe("Qwen/Qwen3-235B-A22B", 94, 4096, 1536, 64, 4, 128),
     _qwen3_moe("Qwen/Qwen3-Coder-30B-A3B-Instruct", 48, 2048, 768, 32, 4, 128, 262144),
     SeedEntry(
+        "Qwen/Qwen3-Coder-30B-A3B-Instruct-FP8",
+        "qwen3",
+        {
+            **_qwen3_moe("x", 48, 2048, 768, 32, 4, 128, 262144).config,
+            "quantization_config": _FP8_BLOCK,
+        },
+    ),
+    SeedEntry(
         "Qwen/Qwen3-30B-A3B-FP8",
         "qwen3",
         {

@@ -20,7 +20,7 @@ from rich.console import Console
 from tuner.errors import SpectuneError
 from tuner.launch.exit_hooks import Terminated, install_signal_handlers
 
-__all__ = ["app", "console", "err_console", "handle_errors", "print_json"]
+__all__ = ["app", "console", "err_console", "handle_errors", "print_json", "warn"]
 
 app = typer.Typer(
     add_completion=False, no_args_is_help=True, help="Autotune vLLM speculative-decoding configs."
@@ -69,3 +69,8 @@ def handle_errors(command: Callable[P, R]) -> Callable[P, R]:
 
 def print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+
+
+def warn(text: str) -> None:
+    """A warning to stderr, its lines as written (above a live table: Live redirects stderr)."""
+    err_console.print(text, markup=False, highlight=False, soft_wrap=True)

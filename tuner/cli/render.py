@@ -16,7 +16,8 @@ from tuner.analysis.k_table import KTableVerdict
 from tuner.analysis.picks import Candidate
 from tuner.analysis.provenance import runs_note
 from tuner.config.schema import Objective
-from tuner.config.trial import ServerConfig, SpecMethod
+from tuner.config.trial import MODEL_METHODS, ServerConfig, SpecMethod
+from tuner.trial.model_runner import model_runner
 from tuner.trial.record import TrialRecord
 from tuner.trial.scoring import TrialStatus
 
@@ -49,13 +50,15 @@ TRIAL_COLUMNS = (
     "tok/s",
     "TTFT",
     "acc",
+    "run",
     "new",
     "status",
 )
 _CAPTION = (
     "mem: --gpu-memory-utilization, batch: --max-num-batched-tokens, temp: tuned or the "
     "workload's (mix: several), {unit}, "
-    "acc: draft acceptance, new: server (re)started, lost N%: requests failed"
+    "acc: draft acceptance, run: vLLM's model runner (V1 is deprecated), new: server "
+    "(re)started, lost N%: requests failed"
 )
 _UNITS = {
     Objective.THROUGHPUT: "tok/s: traffic-weighted, TTFT: worst p95 ms over the levels",
@@ -81,8 +84,13 @@ def _draft_name(server: ServerConfig) -> str:
 
 
 def draft_label(server: ServerConfig) -> str:
-    """The draft as a table cell: ``none``, ``ngram``, or the draft's size (``0.5B``)."""
+    """The draft as a table cell: ``none``, ``ngram``, the draft's size (``0.5B``), or the
+    method of a head or block drafter (``eagle3``, ``p-eagle3`` with parallel drafting,
+    ``dflash``): their long ids would not fit."""
     name = _draft_name(server)
+    spec = server.speculative
+    if spec is not None and spec.method in MODEL_METHODS - {SpecMethod.DRAFT_MODEL}:
+        return ("p-" if spec.parallel_drafting else "") + str(spec.method)
     if server.method is not SpecMethod.DRAFT_MODEL:
         return name
     size = _SIZE.search(name)
@@ -152,6 +160,7 @@ def record_row(record: TrialRecord) -> list[str]:
         _number(record.throughput, 2 if record.steps else 1),
         _number(record.p95_ttft_ms, 0),
         _pct(record.acceptance_rate),
+        model_runner(record),
         "yes" if record.restarted else "no",
         status,
     ]

@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from tuner.cli.app import app, console, handle_errors, print_json
+from tuner.config.runner_report import space_runners, v1_warning
 from tuner.config.schema import space_json_schema
 from tuner.config.space import load_space
 
@@ -30,6 +31,13 @@ def check_command(
         markup=False,
         highlight=False,
     )
+    rows = space_runners(loaded)
+    width = max(len(row.label) for row in rows)
+    lines = [f"model runner on vLLM {loaded.version} (predicted from vLLM's rules):"]
+    lines += [f"  {row.label:<{width}}  {row.forecast.describe()}" for row in rows]
+    warning = v1_warning(loaded)
+    for line in [*lines, *([warning] if warning else [])]:
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
 @space_app.command("schema")

@@ -17,7 +17,7 @@ from tuner.analysis.confirmed import Run
 from tuner.catalog.gpus import Hardware, NoGpu, parse_hardware
 from tuner.catalog.nvml import detect_gpus, gpu_names
 from tuner.cli import options as opt
-from tuner.cli.app import app, console, err_console, handle_errors, print_json
+from tuner.cli.app import app, console, err_console, handle_errors, print_json, warn
 from tuner.cli.options import backend_options
 from tuner.cli.render import (
     confirm_run_line,
@@ -235,7 +235,7 @@ def optimize_command(
         request = replace(request, space=built)
         check_request(request)  # the space against the study it may resume, before the table
     if as_json:
-        result = optimize(request)
+        result = optimize(request, on_notice=warn)
         print_json(_optimize_json(result, _write_best(result)))
         return
     source = "simulated" if backend == "sim" else "measured"
@@ -263,7 +263,7 @@ def optimize_command(
         progress.advance(task)
 
     with Live(Group(table, starting, progress), console=console, refresh_per_second=4):
-        result = optimize(request, on_trial, on_tick=on_tick, on_confirm=on_confirm)
+        result = optimize(request, on_trial, on_tick=on_tick, on_confirm=on_confirm, on_notice=warn)
     console.print()
     _print_optimize(result, _write_best(result))
 

@@ -17,12 +17,13 @@ from tuner.catalog.drafters import check_block_drafter, check_parallel_head, che
 from tuner.catalog.heads import check_head
 from tuner.catalog.models import ModelSpec, Release, check_draft, load_model
 from tuner.catalog.mtp import check_mtp
+from tuner.catalog.seed_drafters import DRAFTERS, drafters_for
 from tuner.config.choices import UNRESOLVED_K, Range, SpecChoice
 from tuner.config.trial import BLOCK_METHODS, HEAD_METHODS, FlagValue, SpecMethod
 from tuner.config.vllm_features import check_options
 from tuner.config.vllm_methods import check_method
 from tuner.config.vllm_version import VllmVersion
-from tuner.errors import ConfigError
+from tuner.errors import ConfigError, IncompatibleDraftError
 
 __all__ = ["check_choices", "check_graphs"]
 
@@ -38,6 +39,14 @@ def _resolved(choice: SpecChoice, target: ModelSpec) -> SpecChoice:
             )
         return choice
     drafter = load_model(choice.model)
+    known = next((d for d in DRAFTERS if d.hf_id.lower() == drafter.hf_id.lower()), None)
+    if known is not None and target.hf_id.lower() not in (t.lower() for t in known.targets):
+        offer = drafters_for(target.hf_id)
+        raise IncompatibleDraftError(
+            f"{choice.method} drafter {drafter.hf_id} was trained for {', '.join(known.targets)}, "
+            f"not {target.hf_id}: pick a drafter of {target.hf_id}"
+            + (f" (e.g. {offer[0].hf_id})" if offer else "")
+        )
     limit = k_limit(str(choice.method), drafter.config) or 0
     k = Range(limit, limit) if choice.k == UNRESOLVED_K else choice.k
     check_block_drafter(

@@ -14,7 +14,7 @@ or a mismatched draft stops the study before anything runs.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from importlib.resources import files
 from pathlib import Path
@@ -28,7 +28,7 @@ from tuner.catalog.gpus import Hardware, parse_hardware
 from tuner.catalog.models import ModelSpec, load_model
 from tuner.config.bounds import Milliseconds, check_value
 from tuner.config.choice_rules import check_choices, check_graphs
-from tuner.config.choices import Range, SpecChoice, choices_from_search
+from tuner.config.choices import Option, Range, SpecChoice, choices_from_search
 from tuner.config.schema import (
     FractionRange,
     Objective,
@@ -140,9 +140,12 @@ class SearchSpace:
             return range(0, 1)
         return range(int(choice.k.low), int(choice.k.high) + 1)
 
-    def choice_params(self, draft: str, k: int) -> dict[str, Any]:
-        """The Optuna parameters of one choice at K = ``k`` with default settings."""
-        return {"draft": draft, **self.choice(draft).params(k)}
+    def choice_params(
+        self, draft: str, k: int, options: Mapping[str, Option] | None = None
+    ) -> dict[str, Any]:
+        """The Optuna parameters of one choice at K = ``k`` with default settings (and
+        ``options``, the first values where None)."""
+        return {"draft": draft, **self.choice(draft).params(k, options)}
 
     @property
     def tuned_dimensions(self) -> tuple[str, ...]:

@@ -50,12 +50,7 @@ from tuner.catalog.models import (
     needs_heterogeneous_vocab,
 )
 from tuner.config.trial import MODEL_METHODS, FlagValue, ServerConfig, SpecMethod
-from tuner.config.vllm_methods import (
-    check_method,
-    check_option_versions,
-    json_keys,
-    option_keys,
-)
+from tuner.config.vllm_methods import check_speculative, json_keys, option_keys
 from tuner.config.vllm_version import (
     NEWEST_KNOWN,
     OLDEST_SUPPORTED,
@@ -177,8 +172,7 @@ def check_supported(server: ServerConfig, version: VllmVersion) -> None:
         )
     spec = server.speculative
     if spec is not None:
-        check_method(spec.method, version)
-        check_option_versions(spec, version)
+        check_speculative(spec, version)
         if spec.num_speculative_tokens < 1:
             raise ConfigError(
                 f"num_speculative_tokens must be at least 1, got {spec.num_speculative_tokens}"

@@ -52,7 +52,7 @@ __all__ = [
     "MethodSupport",
     "OptionSupport",
     "check_method",
-    "check_option_versions",
+    "check_speculative",
     "json_keys",
     "option_keys",
 ]
@@ -144,12 +144,13 @@ OPTION_SUPPORT = (
 )
 
 
-def check_option_versions(spec: SpeculativeConfig, version: VllmVersion) -> None:
-    """Refuses an option a release does not have, for a config about to be launched.
+def check_speculative(spec: SpeculativeConfig, version: VllmVersion) -> None:
+    """Refuses a config's method or option that the release does not have, before a launch.
 
     Raises:
-        ConfigError: naming the option, the release it came in and the fix.
+        ConfigError: naming the method or option, the release it came in and the fix.
     """
+    check_method(spec.method, version)
     for option in OPTION_SUPPORT:
         value = getattr(spec, option.name)
         value = str(value) if isinstance(value, str) else value  # an enum's value, as written

@@ -33,7 +33,9 @@ set (sequence parallelism, dual batch overlap, custom logits processors, a
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from tuner.config.trial import BLOCK_METHODS, ServerConfig, SpecMethod
 from tuner.config.vllm_version import VllmVersion
@@ -68,6 +70,16 @@ class RunnerForecast:
 
     runner: ModelRunner | None
     reasons: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"runner": self.runner, "reasons": list(self.reasons)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RunnerForecast:
+        runner = data.get("runner")
+        return cls(
+            None if runner is None else ModelRunner(runner), tuple(data.get("reasons") or ())
+        )
 
     def describe(self) -> str:
         """``V2``, ``V1 (Model Runner V2 does not yet support ...)`` or ``not predicted``."""

@@ -13,7 +13,7 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
-__all__ = ["ServedFacts", "read_served"]
+__all__ = ["ServedFacts", "read_runner", "read_served"]
 
 # v1/engine/core.py: "Initializing a V1 LLM engine (v%s) with config: %s", the config being
 # VllmConfig.__str__ (config/vllm.py): "..., enforce_eager=False, ..., device_config=cuda, ...,
@@ -38,6 +38,18 @@ _KV = re.compile(
     r"KV cache size: ([\d,]+) tokens, Maximum concurrency for [\d,]+ tokens per "
     r"request: ([\d.]+)x"
 )
+# config/vllm.py, VllmConfig.use_v2_model_runner: "Model Runner V2 does not yet support %s;
+# using the V1 model runner instead." or "Model Runner V2 requires Triton; using the V1 model
+# runner instead." (0.24+; 0.22-0.23 write "Model runner v2 ... v1 model runner"), and 0.29+'s
+# ROCm default "Defaulting to V1 model runner on ROCm". v1/worker/cpu_worker.py: "Using V2
+# Model Runner"; a CUDA worker on V2 logs nothing of its own, so there the runner stays None.
+_V1_FALLBACK = re.compile(
+    r"Model Runner V2 (?:does not yet support (.+?)|(requires Triton)); using the V1 model "
+    r"runner instead",
+    re.IGNORECASE,
+)
+_ROCM_V1 = "Defaulting to V1 model runner on ROCm"
+_V2_USED = "Using V2 Model Runner"
 # Backends vLLM picks on NVIDIA GPUs only when the fast ones (FlashAttention, FlashInfer, the
 # MLA kernels) are not valid there: the fallback the field notes warn about.
 _SLOW_ATTENTION = frozenset({"TRITON_ATTN", "FLEX_ATTENTION", "TORCH_SDPA"})
@@ -56,6 +68,8 @@ class ServedFacts:
         kv_cache_tokens: tokens the KV cache it allocated holds.
         max_concurrency: how many ``max-model-len`` requests that cache holds at once.
         warnings: the slower paths it took, each a sentence.
+        model_runner: ``V1`` or ``V2`` where the log says which (None: it does not).
+        runner_reason: why vLLM fell back to V1, in its words.
     """
 
     device: str | None = None
@@ -66,6 +80,8 @@ class ServedFacts:
     kv_cache_tokens: int | None = None
     max_concurrency: float | None = None
     warnings: tuple[str, ...] = ()
+    model_runner: str | None = None
+    runner_reason: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "warnings": list(self.warnings)}
@@ -85,10 +101,13 @@ class ServedFacts:
             if self.kv_cache_tokens is None
             else f"{self.kv_cache_tokens:,} tokens ({self.max_concurrency:g}x max-model-len)"
         )
+        runner = "" if self.model_runner is None else f", model runner {self.model_runner}"
+        if self.runner_reason:
+            runner += f" ({self.runner_reason})"
         return (
             f"attention {self.attention_backend or 'not logged'}, CUDA graphs "
             f"{self.cuda_graphs or 'not logged'}, chunked prefill {on(self.chunked_prefill)}, "
-            f"prefix caching {on(self.prefix_caching)}, KV cache {kv}"
+            f"prefix caching {on(self.prefix_caching)}, KV cache {kv}{runner}"
         )
 
 
@@ -113,6 +132,8 @@ def read_served(log_text: str) -> ServedFacts | None:
         kv_cache_tokens=int(kv.group(1).replace(",", "")) if kv else None,
         max_concurrency=float(kv.group(2)) if kv else None,
     )
+    runner, reason = read_runner(log_text)
+    facts = ServedFacts(**{**asdict(facts), "model_runner": runner, "runner_reason": reason})
     if facts == ServedFacts():
         return None
     warnings = [m.group(1) for m in _PRECLUDED.finditer(log_text)]
@@ -124,3 +145,16 @@ def read_served(log_text: str) -> ServedFacts | None:
     if facts.device == "cuda" and facts.cuda_graphs == "NONE" and _EAGER not in log_text:
         warnings.append("vLLM runs without CUDA graphs (cudagraph_mode NONE): decode is slower")
     return ServedFacts(**{**asdict(facts), "warnings": tuple(warnings)})
+
+
+def read_runner(log_text: str) -> tuple[str | None, str | None]:
+    """The model runner a start-up log names, and why vLLM fell back to V1: ``("V1",
+    "heterogeneous-vocabulary draft models")``, ``("V2", None)``, or ``(None, None)``."""
+    fallback = _V1_FALLBACK.search(log_text)
+    if fallback is not None:
+        return "V1", fallback.group(1) or "Triton is not installed"
+    if _ROCM_V1 in log_text:
+        return "V1", "vLLM's ROCm default for this architecture"
+    if _V2_USED in log_text:
+        return "V2", None
+    return None, None

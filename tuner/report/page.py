@@ -28,6 +28,7 @@ from tuner.report import charts
 from tuner.report.importance import importance_points, param_importances
 from tuner.report.traffic import per_temperature_section, speculation_note, traffic_rows
 from tuner.study.twin_steer import PROPOSED_ATTR, stored_twin
+from tuner.trial.model_runner import model_runner, runner_note
 from tuner.trial.record import records, stored_run
 
 __all__ = ["Report", "write_report"]
@@ -169,7 +170,7 @@ def _best_table(
     head = (
         "<tr><th>trial</th><th class='l'>draft</th><th>K</th><th>gpu-mem</th><th>batched</th>"
         f"<th>temp</th><th>{objective.label}</th><th>p95 TTFT ms</th><th>accept</th>"
-        "<th class='l'>source</th><th class='l'>pick</th></tr>"
+        "<th>runner</th><th class='l'>source</th><th class='l'>pick</th></tr>"
     )
     rows = []
     for c in best:
@@ -184,7 +185,7 @@ def _best_table(
             f"<tr data-trial='{c.number}'><td>{c.number}</td>"
             f"<td class='l'>{_esc(c.record.draft)}</td><td>{server.k or '-'}</td>"
             f"<td>{server.gpu_memory_utilization:.2f}</td><td>{server.max_num_batched_tokens}</td>"
-            f"<td>{_temperature(c)}</td>{tok_s}{ttft}{accept}{source}"
+            f"<td>{_temperature(c)}</td>{tok_s}{ttft}{accept}{_runner(c)}{source}"
             f"<td class='l'>{tags}</td></tr>"
         )
     note = (
@@ -212,6 +213,11 @@ def _served(best: Candidate) -> str:
     )
 
 
+def _runner(c: Candidate) -> str:
+    """vLLM's model runner for the config (V1 is deprecated), its source on hover."""
+    return f"<td title='{_esc(runner_note(c.record))}'>{_esc(model_runner(c.record))}</td>"
+
+
 def _measured_cells(c: Candidate, objective: Objective) -> tuple[str, str, str, str]:
     """A candidate's throughput, p95 TTFT (with their intervals where confirmed), acceptance
     and source, as table cells."""
@@ -237,7 +243,7 @@ def _methods_table(methods: Sequence[Candidate], objective: Objective) -> str:
     head = (
         "<tr><th class='l'>method</th><th class='l'>draft</th><th>K</th><th>trial</th>"
         f"<th>{objective.label}</th><th>vs none</th><th>p95 TTFT ms</th><th>accept</th>"
-        "<th class='l'>source</th></tr>"
+        "<th>runner</th><th class='l'>source</th></tr>"
     )
     rows = []
     for c in methods:
@@ -251,7 +257,7 @@ def _methods_table(methods: Sequence[Candidate], objective: Objective) -> str:
             f"<tr data-method='{_esc(c.record.server.method)}'>"
             f"<td class='l'>{_esc(c.record.server.method)}</td>"
             f"<td class='l'>{_esc(c.record.draft)}</td><td>{c.record.server.k or '-'}</td>"
-            f"<td>{c.number}</td>{tok_s}<td>{speedup}</td>{ttft}{accept}{source}</tr>"
+            f"<td>{c.number}</td>{tok_s}<td>{speedup}</td>{ttft}{accept}{_runner(c)}{source}</tr>"
         )
     return (
         f"<table id='methods'>{head}{''.join(rows)}</table><p class='muted'>The fastest "

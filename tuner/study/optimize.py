@@ -16,6 +16,7 @@ from optuna.trial import TrialState
 from tuner.analysis.confirmed import Confirmed
 from tuner.analysis.k_table import KTableVerdict
 from tuner.analysis.picks import Candidate, pareto_front, recommend
+from tuner.config.runner_report import v1_warning
 from tuner.config.space import SearchSpace
 from tuner.errors import ConfigError
 from tuner.results import Source
@@ -139,6 +140,7 @@ def optimize(
     backend: Backend | None = None,
     on_tick: Callable[[int], None] | None = None,
     on_confirm: OnRun | None = None,
+    on_notice: Callable[[str], None] | None = None,
 ) -> OptimizeResult:
     """Runs ``request.trials`` more trials (in ``request.workers`` workers) and exports the best.
 
@@ -149,6 +151,8 @@ def optimize(
         on_tick: called about once a second while worker processes run, with the number of
             trials they have finished so far.
         on_confirm: called after each confirmation run.
+        on_notice: called once, before the first trial, with a warning about the study's
+            space where it has one (configs on vLLM's deprecated V1 model runner).
     """
     began = time.time()
     check_request(request)
@@ -177,6 +181,9 @@ def optimize(
             f"--gpus-per-trial {per_trial} does not match the study's hardware "
             f"{space.hardware.label}: use --gpus-per-trial {space.hardware.count}"
         )
+    runners = v1_warning(space)
+    if on_notice is not None and runners:
+        on_notice(runners)
     paths = StudyPaths.of(request.studies_dir, request.study, storage_url)
     paths.folder.mkdir(parents=True, exist_ok=True)
     options = replace(request.backend_options, study=request.study, seed=request.seed)

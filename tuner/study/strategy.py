@@ -11,7 +11,11 @@ enqueues a few of them, in this order:
    leaves room: they reuse the server the first trial started, so they cost no restart;
 3. the best config of every other speculation method (none, ngram, each draft), whatever the
    count, so that a prior wrong about one method costs a trial, not the study;
-4. the best config of each next-best (draft, K) pair, up to the count.
+4. the best config of each next-best (draft, K) pair, up to the count;
+5. each method's best again with each other value of its searched options (adaptive
+   verification on, block verification, parallel drafting, ...), one at a time, whatever the
+   count: the simulator does not yet tell them apart, so a measurement must
+   (:func:`tuner.study.prediction.with_variants`).
 
 Only configs predicted to fit with :data:`SAFETY_MARGIN_GIB` to spare are enqueued: a start-up
 uses a few hundred MiB more or less than any model of it (allocator fragmentation, library
@@ -37,13 +41,14 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass, replace
+from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import optuna
 
 from tuner.catalog.models import ModelSpec
-from tuner.config.space import SearchSpace
+from tuner.config.space import Range, SearchSpace
 from tuner.config.trial import TrialConfig
 from tuner.config.workload import WorkloadSpec
 from tuner.errors import StartupFailure
@@ -52,17 +57,13 @@ from tuner.sim.band import error_band, regime_of
 from tuner.sim.engine import INPUT_SPREAD, predict
 from tuner.sim.memory import estimate_memory
 from tuner.study.forecast import predicted_goodput
-from tuner.study.grid import (
-    point_params,
-    range_values,
-    space_ks,
-    space_temperatures,
-)
+from tuner.study.prediction import Pair, Prediction, with_variants
 from tuner.trial.record import WARM_START_ATTR
 
 __all__ = [
     "SAFETY_MARGIN_GIB",
     "Prediction",
+    "grid_params",
     "predicted_configs",
     "warm_start",
 ]
@@ -79,36 +80,24 @@ _VARIANT_SHARE = 0.97
 _MAX_VARIANTS = 2
 # Candidates carried from one screening stage to the next.
 _SHORTLIST = 4
+# A float range without a step is screened at this many equal intervals.
+_FLOAT_INTERVALS = 10
 # Halvings of the interval when finding how much memory a config has to spare (~1 MiB).
 _BISECTIONS = 15
 
-Pair = tuple[str, int]  # (draft, K); K is 0 without speculation
 
+def grid_params(space: SearchSpace) -> Iterator[dict[str, Any]]:
+    """Every point of the discretised space, named as :meth:`SearchSpace.suggest` names them.
 
-@dataclass(frozen=True)
-class Prediction:
-    """The simulator's noise-free forecast for one point of a search space.
-
-    Attributes:
-        params: the point, named as :meth:`SearchSpace.suggest` names its parameters.
-        config: the trial config those parameters make.
-        throughput: predicted output tok/s at the workload's first concurrency level, or in a
-            goodput study the predicted goodput (req/s).
-        p95_ttft_ms: predicted p95 time to first token (inf: none completed, no step passed).
-        tail_ttft_ms: the same for prompts as long as the longest the simulator sends.
-        headroom_gib: memory a start-up may need beyond the model before it fails.
+    Float ranges are taken at their step (or at 10 equal intervals when they have none); K is
+    left out where there is no draft, and the temperature where the space fixes it.
     """
-
-    params: dict[str, Any]
-    config: TrialConfig
-    throughput: float
-    p95_ttft_ms: float
-    tail_ttft_ms: float
-    headroom_gib: float
-
-    @property
-    def pair(self) -> Pair:
-        return str(self.params["draft"]), int(self.params.get("num_speculative_tokens", 0))
+    for draft in space.drafts:
+        for k in _ks(space, draft):
+            for util in _values(space.gpu_memory_utilization):
+                for mnbt in space.max_num_batched_tokens:
+                    for temperature in _temperatures(space):
+                        yield _params(space, draft, k, util, mnbt, temperature)
 
 
 def warm_start(study: optuna.Study, space: SearchSpace, budget: int) -> int:
@@ -148,7 +137,7 @@ def warm_start_configs(space: SearchSpace, budget: int) -> list[Prediction]:
     """The configs :func:`warm_start` enqueues for a run of ``budget`` trials, in order."""
     count = min(WARM_START_MAX, max(1, math.floor(budget * _WARM_START_SHARE)))
     # Never more than this run spends: a leftover enqueued trial would run past the budget.
-    return _plan(predicted_configs(space), count)[:budget]
+    return with_variants(space, _plan(predicted_configs(space), count))[:budget]
 
 
 @functools.lru_cache(maxsize=8)  # deterministic per space; benchmarks start many studies
@@ -200,7 +189,7 @@ class _Screen:
 
     def __init__(self, space: SearchSpace) -> None:
         self.space = space
-        self.temperatures = space_temperatures(space)
+        self.temperatures = _temperatures(space)
         self.concurrency = space.workload.concurrency[0]
         self.workload = _screened(space.workload, self.concurrency)
         # p95 TTFT is set by the longest prompts, while a noise-free prediction sends prompts of
@@ -214,10 +203,10 @@ class _Screen:
         # each pair with the safety margin.
         self.safe: dict[Pair, dict[tuple[float, int], float]] = {}
         for draft in space.drafts:
-            for k in space_ks(space, draft):
+            for k in _ks(space, draft):
                 headroom = {
                     (util, mnbt): self._headroom((draft, k), util, mnbt)
-                    for util in range_values(space.gpu_memory_utilization)
+                    for util in _values(space.gpu_memory_utilization)
                     for mnbt in space.max_num_batched_tokens
                 }
                 safe = {s: h for s, h in headroom.items() if h >= SAFETY_MARGIN_GIB}
@@ -319,7 +308,7 @@ class _Screen:
         config = self._config(pair, util, mnbt, temperature)
         draft = self.drafts[pair[0]]
         args = (self.space.hardware, self.space.target, draft, config.server, temperature)
-        params = point_params(self.space, pair[0], pair[1], util, mnbt, temperature)
+        params = _params(self.space, pair[0], pair[1], util, mnbt, temperature)
         headroom = self.safe[pair][(util, mnbt)]
         try:
             if self.space.goodput:  # one temperature stands in for the mix, as below
@@ -360,3 +349,33 @@ def _best(predictions: list[Prediction | None], ttft_limit_ms: float) -> list[Pr
             -p.headroom_gib,
         ),
     )
+
+
+def _params(
+    space: SearchSpace, draft: str, k: int, util: float, mnbt: int, temperature: float
+) -> dict[str, Any]:
+    params: dict[str, Any] = space.choice_params(draft, k)  # the choice, then its own
+    params["gpu_memory_utilization"] = util
+    params["max_num_batched_tokens"] = mnbt
+    if not isinstance(space.temperature, float):
+        params["temperature"] = temperature
+    return params
+
+
+def _ks(space: SearchSpace, draft: str) -> range:
+    return space.k_range(draft)  # each choice has its own K range (0 alone for none)
+
+
+def _temperatures(space: SearchSpace) -> tuple[float, ...]:
+    if isinstance(space.temperature, float):
+        return (space.temperature,)
+    return _values(space.temperature)
+
+
+def _values(value: Range) -> tuple[float, ...]:
+    """The points Optuna's ``suggest_float`` can return for ``value``, rounded as it checks them."""
+    if value.high <= value.low:
+        return (value.low,)
+    step = value.step or (value.high - value.low) / _FLOAT_INTERVALS
+    count = math.floor((value.high - value.low) / step + 1e-9)
+    return tuple(round(value.low + i * step, 10) for i in range(count + 1))

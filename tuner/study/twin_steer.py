@@ -35,8 +35,8 @@ from tuner.sim.memory import estimate_memory
 from tuner.sim.twin.fit import FittedTwin, Observation, fit, slacks
 from tuner.sim.twin.forecast import StepParts, forecast, step_parts
 from tuner.sim.twin.model import TwinPhysics
-from tuner.study.grid import grid_params
 from tuner.study.storage import BUDGET_ATTR, COUNTED_STATES
+from tuner.study.strategy import grid_params
 from tuner.trial.record import TrialRecord, records, stored_space
 from tuner.trial.scoring import TrialStatus
 

@@ -34,6 +34,7 @@ from tuner.config.trial import (
     server_from_dict,
     server_to_dict,
 )
+from tuner.config.vllm_runner import RunnerForecast
 from tuner.errors import SpectuneError, StartupFailure
 from tuner.launch.served import ServedFacts
 from tuner.results import Source
@@ -71,7 +72,7 @@ WARM_START_ATTR = "warm_start"
 RECORD_ATTRS = (
     "server", "temperature", "status", "source", "restarted", "memory", "summary", "levels",
     "failure", "log_tail", "duplicate_of", "worker", "failed_share", "temperature_mix", "served",
-    "steps",
+    "steps", "runner",
 )  # fmt: skip
 _LOG_TAIL_CHARS = 4000
 
@@ -113,6 +114,7 @@ class TrialRecord:
         temperature_mix: the (temperature, share) pairs the trial was measured at.
         served: what its server's log says vLLM ran (attention backend, CUDA graphs, KV cache).
         steps: a goodput trial's (request rate, passed) per step measured, lowest rate first.
+        runner: the model runner predicted before launch (logged: ``served.model_runner``).
     """
 
     number: int
@@ -136,6 +138,7 @@ class TrialRecord:
     temperature_mix: tuple[tuple[float, float], ...] = ()
     served: ServedFacts | None = None
     steps: tuple[tuple[float, bool], ...] = ()
+    runner: RunnerForecast | None = None
 
     @classmethod
     def from_outcome(
@@ -166,6 +169,7 @@ class TrialRecord:
             temperature_mix=outcome.config.client.workload.temperature_mix,
             served=outcome.served,
             steps=outcome.score.steps,
+            runner=outcome.runner,
         )
 
     @classmethod
@@ -238,6 +242,8 @@ class TrialRecord:
             attrs["served"] = self.served.to_dict()
         if self.steps:
             attrs["steps"] = [[rate, passed] for rate, passed in self.steps]
+        if self.runner is not None:
+            attrs["runner"] = self.runner.to_dict()
         return attrs
 
     @classmethod
@@ -248,8 +254,8 @@ class TrialRecord:
             return None
         default = TrialStatus.FAILED if trial.state is TrialState.FAIL else TrialStatus.OK
         values = trial.values
-        duplicate, share, served = (
-            attrs.get(k) for k in ("duplicate_of", "failed_share", "served")
+        duplicate, share, served, runner = (
+            attrs.get(k) for k in ("duplicate_of", "failed_share", "served", "runner")
         )
         return cls(
             number=trial.number,
@@ -275,6 +281,7 @@ class TrialRecord:
             ),
             served=None if served is None else ServedFacts.from_dict(served),
             steps=tuple((float(rate), bool(ok)) for rate, ok in attrs.get("steps") or ()),
+            runner=None if runner is None else RunnerForecast.from_dict(runner),
         )
 
     @property

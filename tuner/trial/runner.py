@@ -8,14 +8,16 @@ a server that failed requests is never reused (it may be dead or broken).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from tuner.catalog.gpus import Hardware
 from tuner.catalog.models import load_model
 from tuner.config.space import SearchSpace
 from tuner.config.trial import LaunchContext, ServerConfig, TrialConfig, load_draft
-from tuner.config.vllm_version import VllmVersion
+from tuner.config.vllm_args import heterogeneous_vocab
+from tuner.config.vllm_runner import RunnerForecast, predict_runner
+from tuner.config.vllm_version import NEWEST_KNOWN, VllmVersion
 from tuner.config.workload import Condition
 from tuner.errors import ConfigError, FailureKind, MeasurementError, StartupFailure
 from tuner.launch.served import ServedFacts, read_served
@@ -42,6 +44,7 @@ class TrialOutcome:
     log_tail: str = ""
     log_path: Path | None = None
     served: ServedFacts | None = None  # what the server's log says it runs
+    runner: RunnerForecast | None = None  # the model runner predicted before launch
 
     @property
     def status(self) -> TrialStatus:
@@ -88,12 +91,18 @@ class TrialRunner:
         return cls(backend, space.hardware, Limits.of(space, ttft_limit_ms), version=space.version)
 
     def run(self, config: TrialConfig, context: LaunchContext, seed: int) -> TrialOutcome:
-        """Runs one trial.
+        """Runs one trial; its outcome carries the model runner predicted for its config.
 
         Raises:
             StartupFailure: the server failed for a reason other than memory (a FAIL trial).
             MeasurementError: the benchmark produced nothing (a FAIL trial).
         """
+        version = self.version or NEWEST_KNOWN
+        mixed = heterogeneous_vocab(config.server, version)
+        runner = predict_runner(config.server, version, heterogeneous_vocab=mixed)
+        return replace(self._run(config, context, seed), runner=runner)
+
+    def _run(self, config: TrialConfig, context: LaunchContext, seed: int) -> TrialOutcome:
         memory = predict_memory(self.hardware, config.server, self.version)
         if not memory.fits:
             return TrialOutcome(

@@ -1,0 +1,107 @@
+"""The model runner each of a space's speculation configs lands on, and the one warning a space
+with configs on the deprecated V1 runner gets (``spectune space check``, ``spectune optimize``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from tuner.catalog.heads import heads_for, is_head
+from tuner.catalog.models import CATALOG, ModelSpec
+from tuner.catalog.seed_drafters import drafters_for
+from tuner.config.trial import SpecMethod
+from tuner.config.vllm_features import choice_runners
+from tuner.config.vllm_runner import ModelRunner, RunnerForecast, predict_runner
+
+if TYPE_CHECKING:  # the space imports this layer's rules; only types come back
+    from tuner.config.space import SearchSpace
+
+__all__ = ["RunnerRow", "space_runners", "v1_warning"]
+
+_MIXED = "heterogeneous-vocabulary draft models"
+
+
+@dataclass(frozen=True)
+class RunnerRow:
+    """One speculation config of a space (a choice, and its P-EAGLE variant where searched)."""
+
+    label: str
+    forecast: RunnerForecast
+
+
+def space_runners(space: SearchSpace) -> tuple[RunnerRow, ...]:
+    """Each config's runner on the space's vLLM release, in the order the space lists them."""
+    rows = []
+    for choice in space.choices:
+        if choice.method == SpecMethod.NONE:
+            server = space.config(None, space.gpu_memory_utilization.low, 2048, 0.0).server
+            rows.append(RunnerRow(choice.label, predict_runner(server, space.version)))
+            continue
+        runners = choice_runners(choice, space.target, space.version)
+        for parallel, forecast in runners:
+            variant = " +parallel_drafting" if parallel and len(runners) > 1 else ""
+            rows.append(RunnerRow(choice.label + variant, forecast))
+    return tuple(rows)
+
+
+def _same_vocabulary(target: ModelSpec) -> str | None:
+    found = [
+        m.hf_id
+        for m in CATALOG
+        if m.tokenizer_family == target.tokenizer_family
+        and m.vocab == target.vocab
+        and m.params < target.params
+        and not m.quantized
+        and not is_head(m.config, m.hf_id)
+    ]
+    return found[0] if found else None
+
+
+def _fix(reason: str, target: ModelSpec) -> str:
+    """What to change for one reason a config falls back to V1."""
+    if reason == _MIXED:
+        offers = [f"a draft with the target's {target.vocab} vocabulary rows"]
+        same = _same_vocabulary(target)
+        if same:
+            offers[0] += f" (e.g. {same})"
+        heads = [h.hf_id for h in heads_for(target.hf_id) if h.method == "eagle3"]
+        offers.append(f"the EAGLE-3 head {heads[0]}" if heads else "an EAGLE-3 head (none in "
+                      f"the catalog for {target.hf_id})")  # fmt: skip
+        blocks = [d.hf_id for d in drafters_for(target.hf_id) if d.method == "dflash"]
+        offers.append(f"the DFlash drafter {blocks[0]}" if blocks else "a DFlash drafter (none "
+                      f"published for {target.hf_id})")  # fmt: skip
+        return "use " + ", ".join(offers) + ", or accept V1"
+    if "parallel drafting" in reason:
+        return (
+            "P-EAGLE runs on V1 in every release so far: accept V1 or set parallel_drafting false"
+        )
+    return "accept V1 or drop that method"
+
+
+def v1_warning(space: SearchSpace) -> str | None:
+    """One warning naming the space's configs that land on V1, why, and what to change; None
+    when every config lands on V2 (or the release's runner is not predicted)."""
+    rows = [r for r in space_runners(space) if r.forecast.runner is ModelRunner.V1]
+    if not rows:
+        return None
+    by_reason: dict[str, list[str]] = {}
+    for row in rows:
+        for reason in row.forecast.reasons:
+            by_reason.setdefault(reason, []).append(row.label)
+    count = (
+        "1 config of this space runs"
+        if len(rows) == 1
+        else f"{len(rows)} configs of this space run"
+    )
+    lines = [
+        f"WARNING: {count} on vLLM {space.version}'s deprecated "
+        "V1 model runner (V2 is the default; maintainers plan to remove V1, vllm #45951), so "
+        "the study compares runners as well as methods:"
+    ]
+    for reason, labels in by_reason.items():
+        lines.append(
+            f"  {', '.join(labels)}: Model Runner V2 does not yet support {reason}; "
+            f"{_fix(reason, space.target)}"
+        )
+    return "\n".join(lines)
