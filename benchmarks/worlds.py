@@ -11,13 +11,19 @@ from __future__ import annotations
 
 import math
 import random
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from tuner.catalog.gpus import CATALOG, Hardware, parse_hardware
 from tuner.catalog.models import ModelSpec, load_model
 from tuner.config.space import SearchSpace, load_space
-from tuner.config.trial import LaunchContext, ServerConfig, TrialConfig, load_draft
-from tuner.config.vllm_version import parse_version
+from tuner.config.trial import (
+    LaunchContext,
+    ServerConfig,
+    SpeculativeConfig,
+    TrialConfig,
+    load_draft,
+)
+from tuner.config.vllm_version import VllmVersion, parse_version
 from tuner.errors import MeasurementError
 from tuner.launch.failures import startup_failure
 from tuner.results import Endpoint, Source, TrialResult
@@ -78,15 +84,20 @@ class World:
         gpu = label.gpu
         if self.gpu is not None:
             gpu = next(g for g in CATALOG if g.name == self.gpu)
-        gpu = replace(gpu, bandwidth_gbs=gpu.bandwidth_gbs * self.bandwidth)
+        gpu = gpu.model_copy(update={"bandwidth_gbs": gpu.bandwidth_gbs * self.bandwidth})
         return Hardware(gpu, label.count)
 
     # -- the Physics protocol -------------------------------------------------------------
 
     def perf_model(
-        self, hardware: Hardware, target: ModelSpec, draft: ModelSpec | None, server: ServerConfig
+        self,
+        hardware: Hardware,
+        target: ModelSpec,
+        draft: ModelSpec | None,
+        server: ServerConfig,
+        version: VllmVersion | None = None,
     ) -> PerfModel:
-        return _WorldPerf(hardware, target, draft, server, self)
+        return _WorldPerf(hardware, target, draft, server, self, version)
 
     def position_rates(
         self,
@@ -96,7 +107,10 @@ class World:
         prompt_set: str,
         temperature: float,
         k: int,
+        *,
+        speculative: SpeculativeConfig | None = None,
     ) -> tuple[float, ...]:
+        del speculative  # the held-out worlds' spaces search no drafting options
         alpha = acceptance_probability(target, draft, method, prompt_set, temperature)
         decay = self.draft_decay
         if method == NGRAM:
@@ -127,8 +141,9 @@ class _WorldPerf(PerfModel):
         draft: ModelSpec | None,
         server: ServerConfig,
         world: World,
+        version: VllmVersion | None,
     ) -> None:
-        super().__init__(hardware, target, draft, server)
+        super().__init__(hardware, target, draft, server, version=version)
         self._ar_latency *= world.allreduce  # test equipment may reach inside the model
         self.draft_cost = world.draft_cost
 
@@ -158,8 +173,8 @@ WORLDS: tuple[World, ...] = (
     ),
     World(
         "H100 x2",
-        "the space on 2 H100s, where kernels reach 75 % of the bandwidth (the model 66 %)",
-        bandwidth=0.75 / 0.66,
+        "the space on 2 H100s, where kernels reach 90 % of the bandwidth (the model 82 %)",
+        bandwidth=0.90 / 0.82,
         space_hardware="h100x2",
     ),
 )

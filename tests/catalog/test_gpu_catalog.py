@@ -45,6 +45,7 @@ MY_GPU = {
     "aliases": ["5070ti", "NVIDIA GeForce RTX 5070 Ti"],
     "vram_gib": 15.92,
     "bandwidth_gbs": 896,
+    "memory": "GDDR",
     "fp16_tflops": 87.9,
     "interconnect": "PCIe",
     "link_gbs": 50,

@@ -1,12 +1,6 @@
-"""The simulator per speculation method, held to the public figures it was calibrated on."""
+"""The simulator per speculation method: what the reference figures do not pin by themselves."""
 
 from __future__ import annotations
-
-import runpy
-from pathlib import Path
-from typing import Any
-
-import pytest
 
 from tuner.catalog.gpus import parse_hardware
 from tuner.catalog.models import load_model
@@ -14,32 +8,20 @@ from tuner.config.trial import ServerConfig, SpeculativeConfig
 from tuner.sim.acceptance import acceptance_probability, position_rates
 from tuner.sim.memory import estimate_memory
 
-_REFERENCE = runpy.run_path(str(Path(__file__).parents[2] / "benchmarks/simulator_reference.py"))
 LLAMA8 = load_model("meta-llama/Llama-3.1-8B-Instruct")
 
 
-@pytest.mark.parametrize("row", _REFERENCE["method_rows"](), ids=lambda row: row[0].what[:40])
-def test_each_public_figure_is_predicted_within_its_tolerance(
-    row: tuple[Any, float, float],
-) -> None:
-    figure, predicted, error = row
-    assert figure.source  # every figure names where it was published
-    assert abs(error) <= figure.tolerance, f"{figure.what}: {predicted:.3f} vs {figure.measured}"
-
-
-def test_a_plain_small_draft_is_not_predicted_at_eagle3_levels() -> None:
+def test_a_head_guesses_worse_than_a_good_draft_and_keeps_its_later_positions() -> None:
     one_b = load_model("meta-llama/Llama-3.2-1B-Instruct")
     for prompt_set in ("code", "chat", "creative"):
-        plain = acceptance_probability(LLAMA8, one_b, "draft_model", prompt_set, 0.2)
-        head = acceptance_probability(LLAMA8, None, "eagle3", prompt_set, 0.2)
-        if prompt_set == "code":
-            assert plain < head < 0.98
-        assert plain < 0.97
-    # Later positions: EAGLE-3 keeps them closer than a draft model or EAGLE-1 does.
-    rates = {m: position_rates(0.9, 4, m) for m in ("draft_model", "eagle", "eagle3", "ngram")}
-    assert (
-        rates["eagle3"][-1] > rates["draft_model"][-1] and rates["eagle"][-1] < rates["eagle3"][-1]
-    )
+        plain = acceptance_probability(LLAMA8, one_b, "draft_model", prompt_set, 0.0)
+        head = acceptance_probability(LLAMA8, None, "eagle3", prompt_set, 0.0)
+        # vLLM issue #20780: an EAGLE-3 head accepts 2.36 tokens a step at K=2 (alpha ~0.7),
+        # SpecDecode-Bench: draft models reach the longest accepted spans.
+        assert head < plain < 0.98
+    # Later positions: a head keeps them, a draft model drifts, one MTP layer drifts fastest.
+    rates = {m: position_rates(0.9, 4, m) for m in ("draft_model", "eagle3", "mtp", "ngram")}
+    assert rates["mtp"][-1] < rates["draft_model"][-1] < rates["eagle3"][-1]
     assert rates["ngram"] == (0.9,) * 4
 
 

@@ -18,6 +18,7 @@ from tuner.sim.reference import (
     REFERENCE_DRAFT,
     REFERENCE_HARDWARE,
     REFERENCE_TARGET,
+    REFERENCE_VERSION,
     REFERENCE_WORKLOADS,
     reference_server,
 )
@@ -35,7 +36,9 @@ def _predict(
     concurrency: int = 1,
 ) -> TrialResult:
     draft = DRAFT if server.speculative and server.speculative.method == "draft_model" else None
-    return predict(HARDWARE, TARGET, draft, server, temperature, workload, concurrency)
+    # The field notes' observations were made on vLLM 0.7.2's V0 engine.
+    args = (HARDWARE, TARGET, draft, server, temperature, workload, concurrency)
+    return predict(*args, version=REFERENCE_VERSION)
 
 
 def test_best_k_is_three_to_five() -> None:

@@ -18,6 +18,7 @@ from tuner.sim.reference import (
     REFERENCE_ROWS,
     REFERENCE_TARGET,
     REFERENCE_TEMPERATURE,
+    REFERENCE_VERSION,
     REFERENCE_WORKLOADS,
     ReferenceRow,
     reference_server,
@@ -40,7 +41,9 @@ def _run(row: ReferenceRow, seed: int | None = None) -> TrialResult:
         REFERENCE_WORKLOADS[row.workload],
         1,
     )
-    return predict(*args) if seed is None else simulate(*args, seed=seed)
+    if seed is None:
+        return predict(*args, version=REFERENCE_VERSION)
+    return simulate(*args, seed=seed, version=REFERENCE_VERSION)
 
 
 @pytest.mark.parametrize("row", REFERENCE_ROWS, ids=lambda r: f"{r.workload}-k{r.k}")
@@ -79,11 +82,13 @@ def test_same_seed_same_result() -> None:
 
 
 def test_simulate_is_fast() -> None:
+    # Bounds with room for a machine shared by several test runs (about 0.05 s and 0.5 s alone):
+    # a study simulates hundreds of these, so a tenfold slowdown is what this guards against.
     server = reference_server(4)
     start = time.perf_counter()
     simulate(HARDWARE, TARGET, DRAFT, server, 0.2, REFERENCE_WORKLOADS["code"], 1, seed=0)
-    assert time.perf_counter() - start < 0.1
+    assert time.perf_counter() - start < 0.5
     busy = WorkloadSpec("code", 384, 256, requests=128)
     start = time.perf_counter()
     simulate(HARDWARE, TARGET, DRAFT, server, 0.2, busy, 64, seed=0)
-    assert time.perf_counter() - start < 1.0
+    assert time.perf_counter() - start < 5.0

@@ -36,6 +36,7 @@ __all__ = [
     "GpuSpec",
     "Hardware",
     "Interconnect",
+    "MemoryKind",
     "NoGpu",
     "add_gpus",
     "find_gpu",
@@ -52,6 +53,11 @@ class Interconnect(enum.StrEnum):
     INFINITY_FABRIC = "Infinity Fabric"  # AMD Instinct's GPU-to-GPU links (xGMI)
 
 
+class MemoryKind(enum.StrEnum):
+    HBM = "HBM"  # stacked on the package: A100, H100, H200, B200, MI300X
+    GDDR = "GDDR"  # chips on the board: GeForce, RTX workstation cards, L4, L40, A10
+
+
 class GpuSpec(BaseModel):
     """One GPU model as the performance model sees it: an entry of ``gpus.yaml``."""
 
@@ -62,6 +68,8 @@ class GpuSpec(BaseModel):
     """The ``--hardware`` notation first, then other spellings and NVML's device names."""
     vram_gib: float = Field(gt=0, le=4096)
     bandwidth_gbs: float = Field(gt=0, le=100_000)
+    memory: MemoryKind
+    """HBM or GDDR: kernels reach another share of the datasheet bandwidth on each."""
     fp16_tflops: float = Field(gt=0, le=100_000)
     interconnect: Interconnect
     link_gbs: float = Field(gt=0, le=100_000)

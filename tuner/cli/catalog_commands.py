@@ -1,126 +1,28 @@
-"""Commands that need no study: the simulator's estimate and the GPU and model catalogs."""
+"""Commands that need no study: the GPU and model catalogs."""
 
 from __future__ import annotations
 
 from dataclasses import asdict
-from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import typer
 from rich.table import Table
 
-from tuner.catalog.gpus import DetectedGpus, Hardware, NoGpu, known_gpus, parse_hardware
+from tuner.catalog.gpus import DetectedGpus, Hardware, NoGpu, known_gpus
 from tuner.catalog.models import CATALOG as MODEL_CATALOG
 from tuner.catalog.nvml import detect_gpus
 from tuner.cli import options as opt
 from tuner.cli.app import app, console, handle_errors, print_json
 from tuner.cli.options import parse_gpus
-from tuner.config.trial import server_to_dict
-from tuner.config.workload import WorkloadSpec
 from tuner.errors import ConfigError
-from tuner.sim.estimate import Estimate, estimate
 
 __all__ = [
-    "estimate_command",
     "hardware_app",
     "hardware_command",
     "hardware_detect_command",
     "hardware_list_command",
     "models_command",
 ]
-
-
-@app.command("estimate")
-@handle_errors
-def estimate_command(
-    hardware: Annotated[str, typer.Option("--hardware", help="GPUs, e.g. 4090x2.")],
-    model: Annotated[str, typer.Option("--model", help="Target: HF id or local directory.")],
-    draft: Annotated[str, typer.Option("--draft", help="Draft model, ngram, or none.")] = "none",
-    k: opt.SpecTokens = 4,
-    workload: Annotated[
-        str,
-        typer.Option(
-            "--workload",
-            help="code, sharegpt (real prompts), creative, chat, long-context (synthetic).",
-        ),
-    ] = "code",
-    temperature: opt.Temperature = 0.2,
-    gpu_memory_utilization: opt.GpuMemoryUtilization = 0.92,
-    max_num_batched_tokens: opt.BatchTokens = 2048,
-    max_model_len: opt.MaxModelLen = 8192,
-    concurrency: opt.Concurrency = 1,
-    input_tokens: opt.InputTokens = 512,
-    output_tokens: opt.OutputTokens = 256,
-    study: Annotated[
-        str | None, typer.Option("--study", help="Predict with this study's fitted twin.")
-    ] = None,
-    storage: opt.Storage = None,
-    studies_dir: opt.StudiesDir = Path("studies"),
-    as_json: opt.Json = False,
-) -> None:
-    """Predict one config's speed and memory with the simulator (nothing is launched)."""
-    from tuner.study.twin_calibrate import study_physics  # the trial runner's HTTP clients
-
-    spec = WorkloadSpec(
-        prompt_set=workload,
-        input_tokens=input_tokens,
-        output_tokens=output_tokens,
-        concurrency=(concurrency,),
-        requests=max(8, 4 * concurrency),
-    )
-    result = estimate(
-        parse_hardware(hardware),
-        model,
-        draft=draft,
-        k=k,
-        workload=spec,
-        temperature=temperature,
-        gpu_memory_utilization=gpu_memory_utilization,
-        max_num_batched_tokens=max_num_batched_tokens,
-        max_model_len=max_model_len,
-        concurrency=concurrency,
-        physics=study_physics(study, storage, studies_dir),
-    )
-    if as_json:
-        print_json(_estimate_json(result))
-    else:
-        _print_estimate(result)
-
-
-def _estimate_json(est: Estimate) -> dict[str, Any]:
-    return {
-        "source": "predicted",
-        "hardware": est.hardware.label,
-        "server": server_to_dict(est.server),
-        "memory_per_gpu_gib": asdict(est.memory),
-        "fits": est.memory.fits,
-        "result": None if est.result is None else est.result.summary(),
-    }
-
-
-def _print_estimate(est: Estimate) -> None:
-    m = est.memory
-    console.print(
-        f"[bold]Predicted[/bold] (simulator, nothing launched) for {est.server.model} "
-        f"on {est.hardware.label}"
-    )
-    console.print(
-        f"  memory per GPU: weights {m.weights_gib:.2f} GiB, draft {m.draft_gib:.2f}, "
-        f"activations {m.activation_gib:.2f}, overhead {m.overhead_gib:.2f}, "
-        f"KV cache {m.kv_cache_gib:.2f} GiB ({m.kv_tokens} tokens) of budget {m.budget_gib:.2f} "
-        f"/ {m.gpu_total_gib:.2f} GiB"
-    )
-    if est.result is None:
-        console.print(f"  verdict: does NOT fit: {m.reason}")
-        return
-    r = est.result
-    accept = r.acceptance_rate
-    console.print("  verdict: fits")
-    console.print(
-        f"  predicted: {r.output_tok_s:.1f} output tok/s, TTFT p50 {r.ttft_ms(50):.0f} ms / "
-        f"p95 {r.ttft_ms(95):.0f} ms, TPOT {r.tpot_ms(50) or 0:.1f} ms, draft acceptance "
-        + ("n/a" if accept is None else f"{accept * 100:.1f} %")
-    )
 
 
 hardware_app = typer.Typer(

@@ -241,21 +241,23 @@ def plan_table(plan: StudyPlan, space: SearchSpace) -> Table:
     table = Table(
         title=f"plan: {len(plan.trials)} trials on {space.hardware.label}, "
         f"{took(plan.total_s)} of GPU time expected",
-        caption="benchmarks predicted by the simulator; start-ups a prior "
+        caption="benchmarks predicted by the simulator, +/- its error on public figures of the "
+        "kind (?: none); start-ups a prior "
         f"({took(plan.confirm_cost.start_s)}) until trials measure their own",
     )
     for column in ("trials", "config", "start-up", "benchmark", "total"):
         table.add_column(column, justify="left" if column == "config" else "right")
-    rows: list[tuple[int, int, str, float, float]] = []
+    rows: list[tuple[int, int, str, float, float, str]] = []
     for number, (what, cost) in enumerate(plan.trials):
+        band = "" if cost.band is None else " " + cost.band.short()
         if rows and rows[-1][2] == what and what.startswith("a config the sampler"):
-            first, _, _, start, bench = rows[-1]
-            rows[-1] = (first, number, what, start + cost.start_s, bench + cost.bench_s)
+            first, _, _, start, bench, _ = rows[-1]
+            rows[-1] = (first, number, what, start + cost.start_s, bench + cost.bench_s, band)
         else:
-            rows.append((number, number, what, cost.start_s, cost.bench_s))
-    for first, last, what, start, bench in rows:
+            rows.append((number, number, what, cost.start_s, cost.bench_s, band))
+    for first, last, what, start, bench, band in rows:
         span = f"{first}" if first == last else f"{first}-{last}"
-        table.add_row(span, what, took(start), took(bench), took(start + bench))
+        table.add_row(span, what, took(start), took(bench) + band, took(start + bench))
     confirm = plan.confirm_cost
     table.add_row(
         f"+{plan.confirm_runs}",

@@ -1,21 +1,20 @@
 """How often the target accepts drafted tokens: the acceptance model of the simulator.
 
 Acceptance is geometric: position ``i`` of a draft is only looked at when positions ``1..i-1``
-were accepted, and is then accepted with a conditional probability. For a draft model that
-probability is ``alpha * decay ** (i - 1)``: a drafter drifts away from the target the further
-it runs ahead, which is why K above 6 wastes work (BRIEF.md). Each method has its own decay
-(:data:`DECAY`): EAGLE-3's training-time test keeps later positions close (arXiv 2503.01840),
-EAGLE-1 heads drift faster, MTP beyond its one trained layer reuses that layer (vLLM warns "may
-result in lower acceptance rate"). Prompt lookup (ngram) and suffix decoding copy text, and a copy
-that matched so far tends to keep matching, so they have no decay.
+were accepted, and is then accepted with a conditional probability ``alpha * decay ** (i - 1)``.
+A draft model drifts away from the target the further it runs ahead, which is why K above 6
+wastes work (BRIEF.md); one MTP layer rerun for later positions drifts faster still. An EAGLE
+head's later positions, once reached, are accepted about as often as its first (its acceptance
+lengths for K=2..7 in vLLM issue #20780). Prompt lookup (ngram) and suffix decoding copy text,
+and a copy that matched so far tends to keep matching, so they have no decay.
 
 ``alpha`` is built in logit space, each part calibrated on a public figure
 (``benchmarks/simulator_reference.py`` prints each next to the prediction):
 
 - the method: a plain draft model by the draft/target pair (a bigger draft relative to its target
-  guesses better, with diminishing returns above the reference 0.5B/32B ratio, so a 1B draft for
-  an 8B target stays below an EAGLE-3 head of that target); an EAGLE/EAGLE-3 head or MTP layers
-  by a fixed offset, since they read the target's own hidden states;
+  guesses better, with diminishing returns above the reference 0.5B/32B ratio); an EAGLE/EAGLE-3
+  head or MTP layers by their own logit. A head guesses worse than a good draft model (an EAGLE-1
+  head accepts about 55 % of first tokens on chat) and wins on cost: one layer a pass;
 - the workload: code repeats identifiers and structure, creative writing does not; for ngram and
   suffix, a user's prompt file is measured (how much of each prompt repeats itself);
 - the sampling temperature: rejection sampling accepts less as both distributions flatten, slowly
@@ -26,63 +25,135 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Mapping
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from typing import Protocol
 
 from tuner.catalog.models import ModelSpec
 from tuner.config.prompts import load_prompt_file
-from tuner.config.trial import SpecMethod
+from tuner.config.trial import BLOCK_METHODS, SpecMethod, SpeculativeConfig
+from tuner.config.verification import DraftSampling, Verification
 from tuner.errors import ConfigError
 
 __all__ = [
     "DECAY",
     "NGRAM",
     "POSITION_DECAY",
+    "SHIPPED_ACCEPTANCE",
     "SPEC_METHODS",
+    "AcceptanceConstants",
     "Rates",
     "acceptance_probability",
     "expected_accepted",
-    "nearest_method",
     "position_rates",
     "prompt_repetition",
+    "samples_drafts",
     "shipped_rates",
+    "verified",
 ]
 
 NGRAM = "ngram"
 DRAFT_MODEL = "draft_model"
+# Proposals copied from the text: prompt lookup (on the CPU or the GPU) and suffix trees.
+_LOOKUPS = frozenset({NGRAM, str(SpecMethod.NGRAM_GPU), str(SpecMethod.SUFFIX)})
 SPEC_METHODS = tuple(str(m) for m in SpecMethod if m is not SpecMethod.NONE)
+
+
+@dataclass(frozen=True)
+class AcceptanceConstants:
+    """The acceptance model's fitted constants (logits per method and prompt set).
+
+    Prompt sets: the four built-in ones, and ``math`` (GSM8K, MATH-500, GPQA, AIME: step-by-step
+    reasoning repeats the problem's terms and its own derivation, so every drafter accepts more
+    than on chat), which public figures are measured on.
+
+    Attributes:
+        draft_logit: the reference pair (Qwen2.5-0.5B drafting for 32B) per prompt set.
+        head_logit: EAGLE/EAGLE-3 heads and MTP layers, per method and prompt set.
+        block_logit: block drafters (DFlash, DSpark), per prompt set.
+        ngram_logit: prompt lookup per prompt set.
+        suffix_logit: what suffix trees gain over prompt lookup.
+        decay: conditional acceptance's factor per later position, per method.
+        ceiling: the highest conditional acceptance a later position reaches, per method whose
+            decay rises (block drafters: the positions a draft reaches are easy, up to a point).
+        parallel_decay: the factor on a head's decay when it drafts all K tokens in one pass
+            (P-EAGLE): no position sees the drafts before it.
+        temperature_penalty: logit lost per squared unit of temperature with greedy drafts
+            (vLLM's default: the drafter's argmax is accepted only as often as the target would
+            sample it).
+        probabilistic_penalty: the same with ``draft_sample_method: probabilistic`` (drafts
+            sampled from the drafter's distribution, accepted with min(1, p/q)).
+        block_verification_gain: share of each position's rejections that block verification
+            (``rejection_sample_method: block``) turns into acceptances, per unit of temperature
+            (none when greedy: both rules then accept the same prefix).
+    """
+
+    draft_logit: Mapping[str, float]
+    head_logit: Mapping[str, Mapping[str, float]]
+    block_logit: Mapping[str, float]
+    ngram_logit: Mapping[str, float]
+    suffix_logit: float
+    decay: Mapping[str, float]
+    ceiling: Mapping[str, float]
+    parallel_decay: float
+    temperature_penalty: float
+    probabilistic_penalty: float
+    block_verification_gain: float
+
 
 # Conditional acceptance falls by this factor per position for draft models.
 POSITION_DECAY = 0.95
-DECAY = {
-    DRAFT_MODEL: POSITION_DECAY,
-    NGRAM: 1.0,
-    "suffix": 1.0,
-    "eagle": 0.93,  # EAGLE-1 drifts faster than EAGLE-3 (arXiv 2503.01840, Fig. 1)
-    "eagle3": 0.97,
-    "mtp": 0.90,  # later positions rerun the one MTP layer
-}
-# Heads and MTP read the target's hidden states: their own logits per workload, fitted to
-# EAGLE-3's 1.65x at K=2 on one H100 on MT-Bench-like chat (vllm PR #16937), EAGLE-1 within 5 %
-# of EAGLE-3 at their best K (vllm #20780), DeepSeek-R1's MTP at 81-82 % for K=1 (vllm PR
-# #12755; the DeepSeek-V3 report gives 85-90 %). On code an EAGLE-3 head stays above a plain
-# draft of any size (the reference pair's 3.05 plus at most _PAIR_CAP).
-_HEAD_LOGIT = {
-    "eagle3": {"code": 3.4, "long-context": 2.4, "chat": 1.1, "creative": 0.6},
-    "eagle": {"code": 3.25, "long-context": 2.25, "chat": 0.95, "creative": 0.45},
-    "mtp": {"code": 2.5, "long-context": 2.0, "chat": 1.52, "creative": 1.0},
-}
-# Suffix trees also match earlier requests' outputs (ArcticInference: 1.4-3.9x over prompt
-# lookup on SWE-bench, agentic traffic that repeats itself).
-_SUFFIX_LOGIT = 0.5
-
-# Workload offsets in logit space for the reference pair (Qwen2.5-0.5B drafting for 32B). Code and
-# creative are fitted to the reference table (78.2 % and 51.4 % acceptance at K=4, T=0.2); chat and
-# long-context sit between, long-context close to code because answers quote the context.
-_DRAFT_LOGIT = {"code": 3.05, "long-context": 2.6, "chat": 2.0, "creative": 1.42}
-# Prompt lookup only wins where the output repeats the input.
-_NGRAM_LOGIT = {"code": -0.2, "long-context": 0.1, "chat": -1.4, "creative": -2.5}
+SHIPPED_ACCEPTANCE = AcceptanceConstants(
+    # Fitted on benchmarks/reference_figures.yaml where a figure measures the cell (the draft
+    # pair on code and creative, EAGLE-1 on chat and math, EAGLE-3 on chat, MTP on chat and
+    # math); every other cell keeps its earlier offset from the method's chat logit (code and
+    # long-context above, creative below: code repeats identifiers, answers quote the context),
+    # and math sits as far above chat as EAGLE-1's measured pair does.
+    draft_logit={"code": 2.87, "long-context": 2.6, "chat": 2.0, "creative": 1.41, "math": 3.2},
+    head_logit={
+        "eagle3": {
+            "code": 1.66,
+            "long-context": 2.47,
+            "chat": 1.17,
+            "creative": 0.67,
+            "math": 2.56,
+        },
+        "eagle": {"code": 2.77, "long-context": 1.77, "chat": 0.47, "creative": -0.03, "math": 2.0},
+        "mtp": {"code": 2.95, "long-context": 2.45, "chat": 1.98, "creative": 1.45, "math": 2.45},
+    },
+    # Block drafters: DSpark's first position on SPEED-Bench at T=1 (vllm PR #52992); other sets
+    # keep EAGLE-3's offsets from chat.
+    block_logit={"code": 3.56, "long-context": 2.56, "chat": 2.25, "creative": 1.75, "math": 3.16},
+    # Prompt lookup only wins where the output repeats the input.
+    ngram_logit={"code": -0.2, "long-context": 0.1, "chat": -1.4, "creative": -2.5, "math": -0.2},
+    # Suffix trees also match earlier requests' outputs (ArcticInference: 1.4-3.9x over prompt
+    # lookup on SWE-bench, agentic traffic that repeats itself).
+    suffix_logit=0.5,
+    decay={
+        DRAFT_MODEL: POSITION_DECAY,
+        NGRAM: 1.0,
+        "suffix": 1.0,
+        # Fitted: an EAGLE-3 head's later positions, once reached, are accepted as often as
+        # the first, EAGLE-1's drift like a draft model's (vLLM issue #20780's acceptance
+        # lengths for K=2..7); one MTP layer rerun for later positions drifts fast
+        # (GLM-4.5-Air's 0.92 / 0.68 / 0.38).
+        "eagle": 0.960,
+        "eagle3": 0.953,
+        "mtp": 0.789,
+        # A block drafter's later positions, once reached, are accepted more often than its
+        # first (DSpark's per-position counters in vllm PR #52992).
+        "dflash": 1.028,
+        "dspark": 1.028,
+    },
+    ceiling={"dflash": 0.884, "dspark": 0.884},
+    parallel_decay=0.880,
+    temperature_penalty=3.5,
+    probabilistic_penalty=1.36,
+    block_verification_gain=0.085,
+)
+DECAY = SHIPPED_ACCEPTANCE.decay
 _DEFAULT_SET = "chat"  # a user dataset is assumed to look like chat traffic
 
 # Logit gained per doubling of the draft/target parameter ratio, relative to 0.5B/32B; above that
@@ -97,8 +168,6 @@ _REFERENCE_RATIO = 0.494e9 / 32.5e9
 # (prose) to creative's -2.5.
 _REPETITION_SLOPE = 14.0
 _REPETITION_BASE = -2.9
-# Logit lost per squared unit of temperature.
-_TEMPERATURE_PENALTY = 3.5
 # A draft with another tokenizer proposes ids that mean something else: nearly all rejected.
 _MISMATCHED_ALPHA = 0.02
 
@@ -107,25 +176,15 @@ def _sigmoid(x: float) -> float:
     return 1.0 / (1.0 + math.exp(-x))
 
 
-# The methods vLLM 0.25-0.32 added run on the physics of the nearest method the simulator
-# models, until the simulator is calibrated for them (block drafting's one pass, block
-# verification, adaptive verification: issue 24, item 5): ngram_gpu is ngram's lookup on the
-# GPU; a DFlash or DSpark drafter, like an EAGLE-3 head, reads the target's hidden states.
-_NEAREST = {"ngram_gpu": NGRAM, "dflash": "eagle3", "dspark": "eagle3"}
-
-
-def nearest_method(method: str) -> str:
-    """The method whose physics the simulator runs ``method`` on (itself, where it has its
-    own)."""
-    return _NEAREST.get(method, method)
-
-
 def acceptance_probability(
     target: ModelSpec,
     draft: ModelSpec | None,
     method: str,
     prompt_set: str,
     temperature: float,
+    constants: AcceptanceConstants = SHIPPED_ACCEPTANCE,
+    *,
+    probabilistic: bool = False,
 ) -> float:
     """Probability that the first drafted token is accepted (the geometric model's ``alpha``).
 
@@ -136,6 +195,8 @@ def acceptance_probability(
         prompt_set: ``code``, ``creative``, ``chat``, ``long-context``; anything else (a user's
             dataset) is treated like ``chat``.
         temperature: the sampling temperature of the request (0 = greedy).
+        constants: the model's constants (default: the shipped calibration).
+        probabilistic: the drafter samples its tokens (``draft_sample_method``), not argmax.
 
     Returns:
         The per-token acceptance probability, in (0, 1).
@@ -143,16 +204,21 @@ def acceptance_probability(
     Raises:
         ValueError: an unknown method, or a draft-model method without a draft.
     """
-    penalty = _TEMPERATURE_PENALTY * max(temperature, 0.0) ** 2
-    method = nearest_method(method)
-    if method in (NGRAM, "suffix"):
-        base = _lookup_logit(prompt_set) + (_SUFFIX_LOGIT if method == "suffix" else 0.0)
-        return _sigmoid(base - penalty)
+    per_degree = constants.probabilistic_penalty if probabilistic else constants.temperature_penalty
+    penalty = per_degree * max(temperature, 0.0) ** 2
+    if method in _LOOKUPS:
+        base = _lookup_logit(prompt_set, constants.ngram_logit)
+        suffix = constants.suffix_logit if method == "suffix" else 0.0
+        return _sigmoid(base + suffix - penalty)
     if method not in SPEC_METHODS:
         raise ValueError(f"unknown speculative method {method!r}; known: {', '.join(SPEC_METHODS)}")
-    base = _DRAFT_LOGIT.get(prompt_set, _DRAFT_LOGIT[_DEFAULT_SET])
-    if method in _HEAD_LOGIT:
-        logits = _HEAD_LOGIT[method]
+    drafts = constants.draft_logit
+    base = drafts.get(prompt_set, drafts[_DEFAULT_SET])
+    if method in BLOCK_METHODS:
+        blocks = constants.block_logit
+        return _sigmoid(blocks.get(prompt_set, blocks[_DEFAULT_SET]) - penalty)
+    if method in constants.head_logit:
+        logits = constants.head_logit[method]
         return _sigmoid(logits.get(prompt_set, logits[_DEFAULT_SET]) - penalty)
     if draft is None:
         raise ValueError("method 'draft_model' needs a draft model")
@@ -165,13 +231,13 @@ def acceptance_probability(
     return _sigmoid(base + pair - penalty)
 
 
-def _lookup_logit(prompt_set: str) -> float:
+def _lookup_logit(prompt_set: str, logits: Mapping[str, float]) -> float:
     """Prompt lookup's logit: the built-in sets' calibrated values, or a file's repetition."""
-    if prompt_set in _NGRAM_LOGIT:
-        return _NGRAM_LOGIT[prompt_set]
+    if prompt_set in logits:
+        return logits[prompt_set]
     repetition = prompt_repetition(prompt_set)
     if repetition is None:
-        return _NGRAM_LOGIT[_DEFAULT_SET]
+        return logits[_DEFAULT_SET]
     return _REPETITION_BASE + _REPETITION_SLOPE * repetition
 
 
@@ -202,22 +268,67 @@ def prompt_repetition(path: str) -> float | None:
     return sum(shares) / len(shares) if shares else None
 
 
-def position_rates(alpha: float, k: int, method: str) -> tuple[float, ...]:
+def position_rates(
+    alpha: float,
+    k: int,
+    method: str,
+    constants: AcceptanceConstants = SHIPPED_ACCEPTANCE,
+    *,
+    parallel: bool = False,
+) -> tuple[float, ...]:
     """Conditional acceptance probability of each of the ``k`` drafted positions.
 
     Args:
         alpha: the first position's probability, from :func:`acceptance_probability`.
         k: number of speculative tokens.
-        method: a method of :data:`SPEC_METHODS` (its :data:`DECAY`).
+        method: a method of :data:`SPEC_METHODS` (its decay in ``constants``).
+        constants: the model's constants (default: the shipped calibration).
+        parallel: a head drafting all K tokens in one pass (``parallel_drafting``).
     """
-    decay = DECAY.get(nearest_method(method), POSITION_DECAY)
-    return tuple(min(alpha * decay**i, 1.0) for i in range(k))
+    decay = constants.decay.get(method, POSITION_DECAY)
+    if parallel and method not in BLOCK_METHODS:
+        decay *= constants.parallel_decay
+    top = max(constants.ceiling.get(method, 1.0), alpha)
+    return tuple(min(alpha * decay**i, top) for i in range(k))
 
 
-# (target, draft, method, prompt set, temperature, K) -> conditional acceptance of each position.
-# The simulator takes one of these, so a study's fitted twin (or a benchmark's perturbed truth)
-# can replace the shipped acceptance model without touching the engine.
-Rates = Callable[[ModelSpec, ModelSpec | None, str, str, float, int], tuple[float, ...]]
+def verified(
+    rates: tuple[float, ...],
+    speculative: SpeculativeConfig | None,
+    temperature: float,
+    constants: AcceptanceConstants = SHIPPED_ACCEPTANCE,
+) -> tuple[float, ...]:
+    """``rates`` under the server's verification: block verification accepts a share of each
+    rejection (none at T=0, where both rules accept the same prefix)."""
+    if speculative is None or speculative.rejection_sample_method != Verification.BLOCK:
+        return rates
+    gain = constants.block_verification_gain * min(max(temperature, 0.0), 1.0)
+    return tuple(rate + gain * (1.0 - rate) for rate in rates)
+
+
+def samples_drafts(speculative: SpeculativeConfig | None) -> bool:
+    """Whether the drafter samples its proposals (``draft_sample_method: probabilistic``)."""
+    return (
+        speculative is not None and speculative.draft_sample_method == DraftSampling.PROBABILISTIC
+    )
+
+
+# (target, draft, method, prompt set, temperature, K) -> conditional acceptance of each position;
+# ``speculative=`` adds the server's drafting and verification options. The simulator takes one
+# of these, so a study's fitted twin (or a benchmark's perturbed truth) can replace the shipped
+# acceptance model without touching the engine.
+class Rates(Protocol):
+    def __call__(
+        self,
+        target: ModelSpec,
+        draft: ModelSpec | None,
+        method: str,
+        prompt_set: str,
+        temperature: float,
+        k: int,
+        *,
+        speculative: SpeculativeConfig | None = None,
+    ) -> tuple[float, ...]: ...
 
 
 def shipped_rates(
@@ -227,10 +338,28 @@ def shipped_rates(
     prompt_set: str,
     temperature: float,
     k: int,
+    constants: AcceptanceConstants = SHIPPED_ACCEPTANCE,
+    *,
+    speculative: SpeculativeConfig | None = None,
 ) -> tuple[float, ...]:
-    """The shipped acceptance model as a :data:`Rates` function."""
-    alpha = acceptance_probability(target, draft, method, prompt_set, temperature)
-    return position_rates(alpha, k, method)
+    """The acceptance model as a :data:`Rates` function (default: the shipped constants).
+
+    ``speculative`` (the server's settings) adds its options: sampled drafts keep more of
+    their acceptance as the temperature rises, a P-EAGLE head's later positions drift, and block
+    verification accepts more at temperatures above 0.
+    """
+    alpha = acceptance_probability(
+        target,
+        draft,
+        method,
+        prompt_set,
+        temperature,
+        constants,
+        probabilistic=samples_drafts(speculative),
+    )
+    parallel = speculative is not None and speculative.parallel_drafting
+    rates = position_rates(alpha, k, method, constants, parallel=parallel)
+    return verified(rates, speculative, temperature, constants)
 
 
 def expected_accepted(rates: tuple[float, ...]) -> tuple[float, ...]:

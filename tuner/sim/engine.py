@@ -8,8 +8,10 @@ counters (deltas over the measured window, as from /metrics), peak KV usage and 
 :func:`predict` runs the same engine without noise, every draft accepting its expected share.
 
 Both take a :class:`Physics`: the step-time, acceptance and memory models the run obeys. The
-default is the shipped one; a study's fitted twin (:mod:`tuner.sim.twin`) or a benchmark's
-perturbed truth passes its own.
+default is the shipped one (:class:`Calibrated` with the shipped constants); a study's fitted
+twin (:mod:`tuner.sim.twin`), the reference benchmark's refit or a benchmark's perturbed truth
+passes its own. Both also take the vLLM version that serves (None: the newest): its engine
+generation sets the per-step costs.
 """
 
 from __future__ import annotations
@@ -22,11 +24,13 @@ from typing import Protocol
 
 from tuner.catalog.gpus import Hardware
 from tuner.catalog.models import ModelSpec
-from tuner.config.trial import ServerConfig
+from tuner.config.trial import ServerConfig, SpeculativeConfig
+from tuner.config.vllm_version import VllmVersion
 from tuner.config.workload import WorkloadSpec
 from tuner.errors import FailureKind, StartupFailure
 from tuner.results import RequestRecord, Source, SpecDecodeStats, TrialResult
-from tuner.sim.acceptance import shipped_rates
+from tuner.sim.acceptance import SHIPPED_ACCEPTANCE, AcceptanceConstants, shipped_rates
+from tuner.sim.calibration import SHIPPED_STEPS, StepConstants
 from tuner.sim.memory import MemoryEstimate, estimate_memory
 from tuner.sim.perfmodel import PerfModel
 from tuner.sim.scheduler import Engine, StepResult
@@ -35,6 +39,7 @@ __all__ = [
     "API_IN_S",
     "API_OUT_S",
     "SHIPPED",
+    "Calibrated",
     "Engine",
     "Physics",
     "StepResult",
@@ -54,7 +59,12 @@ class Physics(Protocol):
     """The models a simulated run obeys: step times, acceptance, memory."""
 
     def perf_model(
-        self, hardware: Hardware, target: ModelSpec, draft: ModelSpec | None, server: ServerConfig
+        self,
+        hardware: Hardware,
+        target: ModelSpec,
+        draft: ModelSpec | None,
+        server: ServerConfig,
+        version: VllmVersion | None = None,
     ) -> PerfModel:
         """The step-time model of ``server`` (``draft`` only when it speculates with one)."""
         ...
@@ -67,8 +77,11 @@ class Physics(Protocol):
         prompt_set: str,
         temperature: float,
         k: int,
+        *,
+        speculative: SpeculativeConfig | None = None,
     ) -> tuple[float, ...]:
-        """Conditional acceptance of each of the ``k`` drafted positions."""
+        """Conditional acceptance of each of the ``k`` drafted positions (``speculative``: the
+        server's drafting and verification options)."""
         ...
 
     def memory(
@@ -83,13 +96,22 @@ class Physics(Protocol):
         ...
 
 
-class _Shipped:
-    """The shipped models: :class:`PerfModel`, the acceptance model, the memory model."""
+@dataclass(frozen=True)
+class Calibrated:
+    """The simulator's own models under a set of constants (default: the shipped ones)."""
+
+    steps: StepConstants = SHIPPED_STEPS
+    acceptance: AcceptanceConstants = SHIPPED_ACCEPTANCE
 
     def perf_model(
-        self, hardware: Hardware, target: ModelSpec, draft: ModelSpec | None, server: ServerConfig
+        self,
+        hardware: Hardware,
+        target: ModelSpec,
+        draft: ModelSpec | None,
+        server: ServerConfig,
+        version: VllmVersion | None = None,
     ) -> PerfModel:
-        return PerfModel(hardware, target, draft, server)
+        return PerfModel(hardware, target, draft, server, version=version, steps=self.steps)
 
     def position_rates(
         self,
@@ -99,8 +121,19 @@ class _Shipped:
         prompt_set: str,
         temperature: float,
         k: int,
+        *,
+        speculative: SpeculativeConfig | None = None,
     ) -> tuple[float, ...]:
-        return shipped_rates(target, draft, method, prompt_set, temperature, k)
+        return shipped_rates(
+            target,
+            draft,
+            method,
+            prompt_set,
+            temperature,
+            k,
+            self.acceptance,
+            speculative=speculative,
+        )
 
     def memory(
         self,
@@ -113,7 +146,7 @@ class _Shipped:
         return estimate_memory(hardware, target, draft, server, jitter_gib)
 
 
-SHIPPED: Physics = _Shipped()
+SHIPPED: Physics = Calibrated()
 
 
 @dataclass
@@ -257,6 +290,7 @@ def _run(
     concurrency: int,
     seed: int | None,
     physics: Physics,
+    version: VllmVersion | None,
 ) -> TrialResult:
     memory = physics.memory(hardware, target, draft, server)
     if not memory.fits:
@@ -269,7 +303,7 @@ def _run(
         server,
         kv_tokens=memory.kv_tokens,
         seed=seed,
-        perf=physics.perf_model(hardware, target, draft if uses_draft else None, server),
+        perf=physics.perf_model(hardware, target, draft if uses_draft else None, server, version),
         rates=physics.position_rates,
     )
     rng = random.Random(f"client-{seed}") if seed is not None else None
@@ -303,6 +337,7 @@ def simulate(
     concurrency: int,
     seed: int,
     physics: Physics = SHIPPED,
+    version: VllmVersion | None = None,
 ) -> TrialResult:
     """Runs the workload against the simulated server in virtual time, with seeded noise.
 
@@ -318,6 +353,7 @@ def simulate(
         concurrency: requests in flight.
         seed: the same seed gives the same result, to the last digit.
         physics: the models the run obeys (default: the shipped ones).
+        version: the vLLM release serving (None: the newest); it picks the engine's costs.
 
     Returns:
         A ``Source.SIMULATED`` result over the measured requests (warm-up excluded).
@@ -325,7 +361,9 @@ def simulate(
     Raises:
         StartupFailure: kind OOM when the server would not start for lack of memory.
     """
-    return _run(hardware, target, draft, server, temperature, workload, concurrency, seed, physics)
+    return _run(
+        hardware, target, draft, server, temperature, workload, concurrency, seed, physics, version
+    )
 
 
 def predict(
@@ -337,6 +375,7 @@ def predict(
     workload: WorkloadSpec,
     concurrency: int,
     physics: Physics = SHIPPED,
+    version: VllmVersion | None = None,
 ) -> TrialResult:
     """Like :func:`simulate` without noise: expected acceptance, mean prompt length, exact steps.
 
@@ -346,4 +385,6 @@ def predict(
     Raises:
         StartupFailure: kind OOM when the server would not start for lack of memory.
     """
-    return _run(hardware, target, draft, server, temperature, workload, concurrency, None, physics)
+    return _run(
+        hardware, target, draft, server, temperature, workload, concurrency, None, physics, version
+    )

@@ -1,42 +1,134 @@
 """``spectune estimate``: the simulator's prediction for one config, nothing launched.
 
-The memory verdict follows the rules of the vLLM version asked for (``tuner.sim.memory``), and
-a draft pair that version refuses is refused here too.
+The config's speculation is written as a search space writes one choice (a method, its model,
+K, its own settings and options), so it passes the same checks a space's choices pass
+(:mod:`tuner.config.choice_rules`): every method the space can search can be estimated, and
+one the target or the vLLM release cannot run is refused in one line. The memory verdict
+follows the rules of the vLLM version asked for (``tuner.sim.memory``), and the prediction
+carries the error band of its regime (:mod:`tuner.sim.band`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
+from pydantic import ValidationError
+
+from tuner.catalog.drafters import block_kind
 from tuner.catalog.gpus import Hardware
-from tuner.catalog.models import ModelSpec, check_draft, load_model
+from tuner.catalog.heads import head_kind
+from tuner.catalog.models import ModelSpec, load_model
+from tuner.config.choice_rules import check_choices
+from tuner.config.choices import SpecChoice, choices_from_search
+from tuner.config.methods import SearchModel
+from tuner.config.schema_errors import one_line
 from tuner.config.space import NGRAM, NO_DRAFT
-from tuner.config.trial import ServerConfig, SpeculativeConfig
+from tuner.config.trial import MODEL_METHODS, ServerConfig, SpecMethod
 from tuner.config.vllm_version import VllmVersion
 from tuner.config.workload import WorkloadSpec
+from tuner.errors import ConfigError
 from tuner.results import TrialResult
+from tuner.sim.band import Band, error_band, regime_of
 from tuner.sim.engine import SHIPPED, Physics, predict
 from tuner.sim.memory import MemoryEstimate, estimate_memory
 
-__all__ = ["Estimate", "estimate"]
+__all__ = ["Estimate", "estimate", "speculation_choice"]
+
+SettingValue = str | int | float | bool
 
 
 @dataclass(frozen=True)
 class Estimate:
-    """A predicted run; ``result`` is None when the config does not fit in memory."""
+    """A predicted run; ``result`` is None when the config does not fit in memory.
+
+    Attributes:
+        band: the measured error of predictions of this regime (GPU class, method, load).
+    """
 
     hardware: Hardware
     server: ServerConfig
     memory: MemoryEstimate
     result: TrialResult | None
+    band: Band
+
+
+def _method_of(draft: str) -> str:
+    """The method a ``--draft`` names on its own: none, ngram, or what its config.json is."""
+    if draft in (NO_DRAFT, NGRAM, SpecMethod.SUFFIX, SpecMethod.MTP):
+        return draft
+    model = load_model(draft)
+    return (
+        head_kind(model.config, model.hf_id)
+        or block_kind(model.config, model.hf_id)
+        or (SpecMethod.DRAFT_MODEL)
+    )
+
+
+def speculation_choice(
+    target: ModelSpec,
+    *,
+    method: str | None,
+    draft: str,
+    k: int,
+    settings: Mapping[str, SettingValue],
+    version: VllmVersion | None,
+    tensor_parallel: int,
+) -> SpecChoice:
+    """One speculation choice as a space would list it, checked as a space's choices are.
+
+    Args:
+        target: the served model.
+        method: the vLLM method; None: read from ``draft`` (none, ngram, or a model's kind).
+        draft: the draft, head or block drafter (``none`` for methods without one).
+        k: speculative tokens.
+        settings: the method's own settings and options (``prompt_lookup_max``,
+            ``parallel_drafting``, ``rejection_sample_method``, ...), one value each.
+        version: the vLLM release whose rules apply (None: only the target's).
+        tensor_parallel: the target's tensor-parallel size.
+
+    Raises:
+        ConfigError: one line naming the setting at fault and what to write instead.
+    """
+    chosen = method or _method_of(draft)
+    entry: dict[str, Any] = {"method": chosen}
+    takes_model = chosen in MODEL_METHODS
+    if takes_model and draft in (NO_DRAFT, NGRAM):
+        if chosen != SpecMethod.DSPARK:  # DSpark may draft with stages inside the target
+            raise ConfigError(
+                f"--method {chosen} needs its model: pass --draft with the draft, head or "
+                "drafter's Hugging Face id or folder"
+            )
+    elif takes_model:
+        entry["model"] = draft
+    elif draft not in (NO_DRAFT, NGRAM, chosen):
+        raise ConfigError(
+            f"--method {chosen} drafts without a model, but --draft names {draft}: drop "
+            "--draft, or pick a method that loads it (draft_model, eagle, eagle3, dflash, dspark)"
+        )
+    if chosen != SpecMethod.NONE:
+        entry["num_speculative_tokens"] = k
+        entry.update(settings)
+    elif settings:
+        raise ConfigError(f"--set {next(iter(settings))}: no speculation takes no settings")
+    try:
+        search = SearchModel.model_validate({"methods": [entry]})
+    except ValidationError as exc:
+        where = f"methods.0.{chosen}."  # the space's key path; here they are --set names
+        raise ConfigError(f"--set: {one_line(exc).replace(where, '')}") from None
+    choices = choices_from_search(search, "spectune estimate")
+    return check_choices(choices, target, version, tensor_parallel)[0]
 
 
 def estimate(
     hardware: Hardware,
     model: str,
     *,
+    method: str | None = None,
     draft: str = NO_DRAFT,
     k: int = 4,
+    settings: Mapping[str, SettingValue] | None = None,
     workload: WorkloadSpec,
     temperature: float = 0.2,
     gpu_memory_utilization: float = 0.92,
@@ -50,23 +142,29 @@ def estimate(
     """Predicts throughput, TTFT, acceptance and memory for one config on ``hardware``.
 
     Args:
+        method: the speculation method (None: read from ``draft``).
+        draft: the draft model, head or block drafter; ``ngram`` or ``none`` alone.
+        settings: the method's own settings and options (see :func:`speculation_choice`).
         physics: the simulator's models: the shipped ones, or a study's fitted twin
             (:class:`tuner.sim.twin.TwinPhysics`).
-        vllm_version: whose memory and draft rules apply (None: the newest).
+        vllm_version: whose memory, method and engine rules apply (None: the newest).
         free_gib: NVML's free memory per GPU, where the caller read it (another process counts).
 
     Raises:
-        ConfigError: an unknown model, or a draft pair ``vllm_version`` refuses.
+        ConfigError: an unknown model, or speculation ``vllm_version`` or the target refuses.
     """
     target = load_model(model)
-    draft_spec: ModelSpec | None = None
-    speculative = None
-    if draft == NGRAM:
-        speculative = SpeculativeConfig("ngram", k, prompt_lookup_max=4, prompt_lookup_min=1)
-    elif draft != NO_DRAFT:
-        draft_spec = load_model(draft)
-        check_draft(target, draft_spec, vllm_version)
-        speculative = SpeculativeConfig("draft_model", k, model=draft_spec.hf_id)
+    choice = speculation_choice(
+        target,
+        method=method,
+        draft=draft,
+        k=k,
+        settings=settings or {},
+        version=vllm_version,
+        tensor_parallel=hardware.count,
+    )
+    speculative = choice.speculative(k)
+    draft_spec = load_model(str(choice.model)) if choice.method == SpecMethod.DRAFT_MODEL else None
     server = ServerConfig(
         model=target.hf_id,
         tensor_parallel_size=hardware.count,
@@ -85,6 +183,15 @@ def estimate(
     result = None
     if memory.fits:
         result = predict(
-            hardware, target, draft_spec, server, temperature, workload, concurrency, physics
+            hardware,
+            target,
+            draft_spec,
+            server,
+            temperature,
+            workload,
+            concurrency,
+            physics,
+            vllm_version,
         )
-    return Estimate(hardware, server, memory, result)
+    band = error_band(regime_of(hardware, server, concurrency))
+    return Estimate(hardware, server, memory, result, band)

@@ -21,6 +21,11 @@ rule sets and the versions each encodes:
     less than desired GPU memory utilization"); the free memory is NVML's where known, so
     another process on the GPU counts. The KV-cache checks are
     ``vllm/v1/core/kv_cache_utils.py`` ``_check_enough_kv_cache_memory``.
+A drafter that samples its proposals (``draft_sample_method: probabilistic``) keeps their
+logits for the rejection sampler: a ``max_num_seqs x K x vocabulary`` buffer in the model's dtype
+on every GPU, allocated with the drafter before the profile and so taken from the KV cache
+(vLLM 0.32's ``vllm/v1/worker/gpu/spec_decode/speculator.py``, ``draft_logits``).
+
 ``0.6-0.20`` (the rules this model was first calibrated on, BRIEF.md's reference run on 0.7.2):
     the CUDA context and the CUDA graphs captured after the KV cache is allocated sit outside
     the budget, cuBLAS and NCCL workspaces inside. 0.98 of a 24 GB card then fails while
@@ -40,15 +45,19 @@ from tuner.catalog.models import ModelSpec
 from tuner.config.trial import ServerConfig, SpecMethod
 from tuner.config.vllm_version import NEWEST_KNOWN, VllmVersion
 from tuner.errors import ConfigError
+from tuner.sim.acceptance import samples_drafts
 from tuner.sim.perfmodel import draft_tensor_parallel, drafter, kv_bytes_per_gpu
 
 __all__ = [
     "BLOCK_TOKENS",
+    "DEFAULT_MAX_NUM_SEQS",
     "MemoryEstimate",
     "MemoryRules",
+    "draft_logits_gib",
     "effective_batched_tokens",
     "estimate_memory",
     "kv_cache_bytes_per_value",
+    "max_num_seqs",
     "memory_rules",
 ]
 
@@ -62,6 +71,9 @@ GRAPH_BASE_GIB = 0.08
 GRAPH_PER_LAYER_GIB = 0.0065
 # Workspaces inside the budget: cuBLAS, and NCCL buffers when GPUs talk to each other.
 CUBLAS_WORKSPACE_GIB = 0.12
+# vLLM's --max-num-seqs when the server does not set it.
+DEFAULT_MAX_NUM_SEQS = 256
+_LOGIT_BYTES = 2  # the draft logits buffer holds the model's 16-bit dtype
 NCCL_WORKSPACE_GIB = 0.25
 # Activation peak per batched token, as a multiple of the widest layer's 16-bit output; the
 # caching allocator's fragmentation and residual copies make it several times the bare tensor.
@@ -245,6 +257,7 @@ def estimate_memory(
         per_token += kv_bytes_per_gpu(draft, draft_tp) * dtype_scale
     activation /= GIB
     inside = CUBLAS_WORKSPACE_GIB + (nccl if rules.nccl_in_budget else 0.0)
+    inside += draft_logits_gib(target, server)
     inside += graphs if rules.graphs_in_budget else 0.0
     outside = CUDA_CONTEXT_GIB + (0.0 if rules.nccl_in_budget else nccl)
     outside += 0.0 if rules.graphs_in_budget else graphs
@@ -272,6 +285,23 @@ def estimate_memory(
         reason=reason,
         rules=rules.versions,
     )
+
+
+def max_num_seqs(server: ServerConfig) -> int:
+    """The server's ``--max-num-seqs`` (a pass-through flag), else vLLM's default."""
+    for key, value in server.extra_flags:
+        if key.lstrip("-").replace("_", "-") == "max-num-seqs":
+            return int(value)
+    return DEFAULT_MAX_NUM_SEQS
+
+
+def draft_logits_gib(target: ModelSpec, server: ServerConfig) -> float:
+    """The buffer a sampling drafter keeps its proposals' logits in, per GPU (0: greedy)."""
+    spec = server.speculative
+    if spec is None or not samples_drafts(spec):
+        return 0.0
+    values = max_num_seqs(server) * spec.num_speculative_tokens * target.vocab
+    return values * _LOGIT_BYTES / GIB
 
 
 def _failure(

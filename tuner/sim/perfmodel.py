@@ -2,37 +2,46 @@
 
 A pass moves bytes (weights once, plus the KV cache its sequences attend to) and does FLOPs (two a
 weight a token, plus attention). Each GPU holds ``1/tp`` of both; the pass takes the longer of
-bytes over memory bandwidth and FLOPs over compute, each scaled by an efficiency that real kernels
-reach. Tensor parallelism then adds two all-reduces a layer (after attention and after the MLP);
-over PCIe without peer-to-peer, as on GeForce cards, each one costs a large fixed latency, so a
-small model split over two 4090s spends most of its time communicating. On top come the engine's
-per-step costs (scheduling, sampling, streaming) that grow with the number of sequences.
+bytes over memory bandwidth and FLOPs over compute, each scaled by the share real kernels reach
+(per GPU class; 4-bit and 8-bit kernels reach less, as they dequantize on the way). Tensor
+parallelism then adds two all-reduces a layer (after attention and after the MLP); over PCIe
+without peer-to-peer, as on GeForce cards, each one costs a large fixed latency, so a small model
+split over two 4090s spends most of its time communicating. On top come the engine's per-step
+costs (scheduling, sampling, streaming) that grow with the number of sequences; they depend on
+the engine generation (:func:`tuner.sim.calibration.engine_generation`): vLLM's V0 engine spent
+milliseconds a step in Python, V1 overlaps most of it with the GPU.
 
 A speculative step is K drafter passes plus one target pass that verifies K+1 tokens a sequence,
-plus the speculative worker's bookkeeping for each verified token. The drafter is what the method
-runs (:func:`drafter`): a draft model (all its layers); an EAGLE or EAGLE-3 head (one decoder
-layer plus its LM head over its draft vocabulary, fed the target's hidden states, so no
-embedding pass of its own); the target's MTP layers (one target layer and the target's LM head
-each); nothing for ngram and suffix decoding, whose proposals are a lookup on the CPU per
-sequence and step. At one request the target pass
-costs what a plain decode costs, so accepted drafts come almost free; at dozens of requests the
-verification turns compute-bound and the bookkeeping grows with the batch, and speculation loses.
+plus the speculative bookkeeping for each verified token. The drafter is what the method runs
+(:func:`drafter`): a draft model (all its layers); an EAGLE or EAGLE-3 head (one decoder layer
+plus its LM head over its draft vocabulary, fed the target's hidden states, so no embedding pass
+of its own); the target's MTP layers (one target layer and the target's LM head each); nothing
+for ngram and suffix decoding, whose proposals are a lookup on the CPU per sequence and step.
+Each drafter pass also has a fixed cost beyond its weights (its inputs, launches and sampling):
+a small draft model is not bandwidth-bound but launch-bound, which is why a 0.6B draft costs a
+third of an 8B target's pass on one H100 (benchmarks/reference_figures.yaml). At one request the
+target pass costs what a plain decode costs, so accepted drafts come almost free; at dozens of
+requests the verification turns compute-bound, and speculation loses.
 
-Constants below are calibrated against the reference table in BRIEF.md (vLLM 0.7.2, 2x RTX 4090,
-Qwen2.5-32B-Instruct-AWQ with a Qwen2.5-0.5B draft); ``tests/sim`` pins the result.
+Constants live in :mod:`tuner.sim.calibration`, fitted to the public figures that
+``benchmarks/simulator_reference.py`` prints next to their predictions.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 
-from tuner.catalog.gpus import Hardware, Interconnect
-from tuner.catalog.models import ModelSpec, load_model, spec_from_config
+from tuner.catalog.gpus import Hardware
+from tuner.catalog.models import ModelSpec, load_model, needs_heterogeneous_vocab, spec_from_config
 from tuner.catalog.mtp import mtp_layers
 from tuner.config.trial import BLOCK_METHODS, HEAD_METHODS, ServerConfig, SpecMethod
+from tuner.config.vllm_runner import ModelRunner, predict_runner
+from tuner.config.vllm_version import NEWEST_KNOWN, VllmVersion
 from tuner.sim.acceptance import acceptance_probability
+from tuner.sim.calibration import SHIPPED_STEPS, StepConstants, engine_generation
 
 __all__ = [
     "ForwardPass",
@@ -44,48 +53,6 @@ __all__ = [
     "kv_bytes_per_gpu",
     "mtp_module",
 ]
-
-# Fraction of datasheet bandwidth a decode pass streams weights and KV at.
-MEMORY_EFFICIENCY = 0.66
-# Fraction of datasheet FP16 tensor throughput GEMMs reach; 4-bit kernels pay for dequantization.
-COMPUTE_EFFICIENCY = 0.62
-QUANTIZED_COMPUTE_EFFICIENCY = 0.56
-# One all-reduce: a fixed latency plus the payload over the link.
-# Infinity Fabric (AMD Instinct) has no public all-reduce figure here yet: NVLink's until a
-# measurement says otherwise.
-ALLREDUCE_LATENCY_S = {
-    Interconnect.PCIE: 125e-6,
-    Interconnect.NVLINK: 20e-6,
-    Interconnect.INFINITY_FABRIC: 20e-6,
-}
-ALLREDUCE_LINK_EFFICIENCY = {
-    Interconnect.PCIE: 0.8,
-    Interconnect.NVLINK: 0.7,
-    Interconnect.INFINITY_FABRIC: 0.7,
-}
-# Kernel launches per layer: a replayed CUDA graph (decode) versus eager launches (prefill).
-LAUNCH_PER_LAYER_S = {True: 3e-6, False: 15e-6}
-# Engine work per step outside the GPU: scheduler, sampler, detokenizer, output streaming.
-STEP_OVERHEAD_S = 3.5e-3
-STEP_PER_SEQ_S = 40e-6
-# The speculative worker's bookkeeping per verified token (proposals, rejection sampler, KV slot
-# juggling: Python objects in vLLM's V0 spec-decode worker). Together with the per-sequence cost
-# of each draft pass (input preparation, sampling over the full vocabulary) it grows with the
-# batch, which is why speculation loses under load: vLLM measured up to 1.8x slowdowns at high QPS.
-SPEC_PER_TOKEN_S = 200e-6
-DRAFT_PASS_OVERHEAD_S = 0.45e-3
-DRAFT_PASS_PER_SEQ_S = 150e-6
-# Prompt lookup on the CPU, per sequence and step (suffix decoding's tree walk is a CPU lookup
-# too, in arctic-inference's C++, and is costed the same).
-NGRAM_PER_SEQ_S = 60e-6
-# A head or MTP pass is part of V1's batched proposer loop: less fixed cost than a separate draft
-# model's pass, but input preparation, a launch and a sampling each (fitted with the EAGLE-3
-# figure of benchmarks/simulator_reference.py).
-HEAD_PASS_OVERHEAD_S = 0.6e-3
-HEAD_PASS_PER_SEQ_S = 15e-6
-# Extra first-token latency with speculation: the draft's prefill runs eagerly and the speculative
-# worker sets up its first proposal before the first token streams out.
-SPEC_FIRST_TOKEN_S = 26e-3
 
 _ALLREDUCES_PER_LAYER = 2
 _ACT_BYTES = 2  # activations travel as 16-bit values
@@ -171,7 +138,7 @@ def drafter(target: ModelSpec, draft: ModelSpec | None, server: ServerConfig) ->
         return None
     if spec.method == SpecMethod.DRAFT_MODEL:
         return draft
-    if spec.method in HEAD_METHODS | BLOCK_METHODS and spec.model:
+    if spec.method in HEAD_METHODS or (spec.method in BLOCK_METHODS and spec.model):
         return (
             draft
             if draft is not None and draft.hf_id == spec.model
@@ -179,7 +146,29 @@ def drafter(target: ModelSpec, draft: ModelSpec | None, server: ServerConfig) ->
         )
     if spec.method == SpecMethod.MTP:
         return mtp_module(target)
-    return None
+    return None  # lookups; a DSpark drafter whose stages ship in the target (DeepSeek-V4)
+
+
+_LOOKUPS = frozenset({SpecMethod.NGRAM, SpecMethod.NGRAM_GPU, SpecMethod.SUFFIX})
+# Model Runner V2 is the default for every architecture from this release (vllm_runner.py).
+_V2_DEFAULT = VllmVersion(0, 29, 0)
+
+
+def _on_v2(
+    server: ServerConfig, target: ModelSpec, draft: ModelSpec | None, version: VllmVersion | None
+) -> bool:
+    """Whether vLLM ``version`` (None: the newest) runs ``server`` on Model Runner V2."""
+    release = version or NEWEST_KNOWN
+    if release < _V2_DEFAULT:
+        return False
+    spec = server.speculative
+    mixed = (
+        spec is not None
+        and spec.method == SpecMethod.DRAFT_MODEL
+        and draft is not None
+        and needs_heterogeneous_vocab(target, draft)
+    )
+    return predict_runner(server, release, heterogeneous_vocab=mixed).runner is ModelRunner.V2
 
 
 def kv_bytes_per_gpu(model: ModelSpec, tp: int) -> int:
@@ -196,44 +185,68 @@ class PerfModel:
         target: the served model.
         draft: the draft model or EAGLE head (see :func:`drafter`).
         server: tensor-parallel size and the speculative settings come from here.
+        version: the vLLM release serving it (None: the newest), which picks the engine.
+        steps: the constants (default: the shipped calibration).
     """
 
     def __init__(
-        self, hardware: Hardware, target: ModelSpec, draft: ModelSpec | None, server: ServerConfig
+        self,
+        hardware: Hardware,
+        target: ModelSpec,
+        draft: ModelSpec | None,
+        server: ServerConfig,
+        *,
+        version: VllmVersion | None = None,
+        steps: StepConstants = SHIPPED_STEPS,
     ) -> None:
         self.hardware = hardware
-        method = server.speculative.method if server.speculative is not None else ""
         self.target = target
         self.draft = drafter(target, draft, server)
         self.tp = server.tensor_parallel_size
         self.k = server.k
-        # A lookup, no drafter pass (ngram_gpu on ngram's physics: tuner.sim.acceptance).
-        self.ngram = method in (SpecMethod.NGRAM, SpecMethod.NGRAM_GPU, SpecMethod.SUFFIX)
+        method = server.method
+        spec = server.speculative
+        self.ngram = method in _LOOKUPS  # a lookup, no drafter pass
+        # One drafter pass proposes all K tokens: block drafters, and P-EAGLE heads.
+        self.parallel = spec is not None and (method in BLOCK_METHODS or spec.parallel_drafting)
+        self.adaptive = spec is not None and spec.enable_adaptive_verification
+        self.engine = engine_generation(version, method)
+        self.costs = steps.engines[self.engine]
+        self.steps = steps
+        self.runner_saving_s = (
+            steps.v2_runner_saving_s if _on_v2(server, target, draft, version) else 0.0
+        )
         # Heads and MTP layers run inside the target's worker, split like the target.
         separate = method == SpecMethod.DRAFT_MODEL
         self.draft_tp = draft_tensor_parallel(server) if separate else self.tp
-        self._pass_overhead = (
-            (DRAFT_PASS_OVERHEAD_S, DRAFT_PASS_PER_SEQ_S)
-            if separate
-            else (HEAD_PASS_OVERHEAD_S, HEAD_PASS_PER_SEQ_S)
-        )
+        self._pass_fixed = self.costs.draft_pass_s if separate else self.costs.head_pass_s
         gpu = hardware.gpu
-        self._bandwidth = gpu.bandwidth_gbs * 1e9 * MEMORY_EFFICIENCY
+        self.memory = gpu.memory
+        self._bandwidth = gpu.bandwidth_gbs * 1e9 * steps.bandwidth[self.memory]
         self._flops = gpu.fp16_tflops * 1e12
-        self._ar_latency = ALLREDUCE_LATENCY_S[gpu.interconnect]
-        self._ar_bandwidth = gpu.link_gbs * 1e9 * ALLREDUCE_LINK_EFFICIENCY[gpu.interconnect]
+        self._ar_latency = steps.allreduce_latency_s[gpu.interconnect]
+        self._ar_bandwidth = gpu.link_gbs * 1e9 * steps.allreduce_link[gpu.interconnect]
+        self._launch = steps.launch_per_layer_s[self.memory]
+
+    @property
+    def first_token_s(self) -> float:
+        """Speculative set-up before a request's first token streams (0 without speculation)."""
+        return self.costs.first_token_s if self.k else 0.0
 
     def _forward_s(self, model: ModelSpec, tp: int, batch: ForwardPass) -> float:
         if batch.tokens <= 0:
             return 0.0
-        # A mixture of experts streams only the experts its tokens are routed to.
-        bytes_moved = model.weights_read(batch.tokens) / tp + batch.context * kv_bytes_per_gpu(
-            model, tp
-        )
-        memory_s = bytes_moved / self._bandwidth
+        # A mixture of experts streams only the experts its tokens are routed to; a sequence's
+        # drafted tokens route partly as its first token does.
+        drafted = batch.tokens - batch.seqs if batch.graphed else 0
+        routed = batch.tokens - drafted * (1.0 - self.steps.moe_draft_routing)
+        kv_bytes = batch.context * kv_bytes_per_gpu(model, tp)
+        bytes_moved = model.weights_read(round(routed)) / tp + kv_bytes
+        bandwidth = self._bandwidth * (self.steps.quantized_bandwidth if model.quantized else 1.0)
+        memory_s = bytes_moved / bandwidth
         attention_flops = 4.0 * model.layers * model.heads * model.head_dim * batch.attention
         flops = (batch.tokens * model.flops_per_token + attention_flops) / tp
-        efficiency = QUANTIZED_COMPUTE_EFFICIENCY if model.quantized else COMPUTE_EFFICIENCY
+        efficiency = self.steps.quantized_compute if model.quantized else self.steps.compute
         compute_s = flops / (self._flops * efficiency)
         comm_s = 0.0
         if tp > 1:
@@ -241,7 +254,7 @@ class PerfModel:
             payload = batch.tokens * model.hidden * _ACT_BYTES * 2 * (tp - 1) / tp
             per_call = self._ar_latency + payload / self._ar_bandwidth
             comm_s = _ALLREDUCES_PER_LAYER * model.layers * per_call
-        launch_s = model.layers * LAUNCH_PER_LAYER_S[batch.graphed]
+        launch_s = model.layers * self._launch[batch.graphed]
         return max(memory_s, compute_s) + comm_s + launch_s
 
     def target_pass_s(self, batch: ForwardPass) -> float:
@@ -249,14 +262,18 @@ class PerfModel:
         return self._forward_s(self.target, self.tp, batch)
 
     def draft_pass_s(self, batch: ForwardPass) -> float:
-        """Seconds for one forward pass of the draft model (0 without a draft)."""
-        if self.draft is None or batch.tokens <= 0:
-            return 0.0
-        fixed, per_seq = self._pass_overhead
-        return self._forward_s(self.draft, self.draft_tp, batch) + fixed + per_seq * batch.seqs
+        """Seconds for one forward pass of the drafter (0 for lookups and no speculation).
 
-    @staticmethod
-    def step_overhead_s(seqs: int, verified: int, ngram: bool) -> float:
+        A DSpark drafter shipped inside the target's checkpoint has no model of its own here:
+        its pass costs the fixed and per-sequence parts only.
+        """
+        if self.ngram or self.k == 0 or batch.tokens <= 0:
+            return 0.0
+        per_seq = self.costs.drafter_per_seq_s * batch.seqs
+        weights = self._forward_s(self.draft, self.draft_tp, batch) if self.draft else 0.0
+        return weights + self._pass_fixed + per_seq
+
+    def step_overhead_s(self, seqs: int, verified: int, ngram: bool) -> float:
         """Seconds the engine spends per step outside the forward passes.
 
         Args:
@@ -264,18 +281,38 @@ class PerfModel:
             verified: speculative decodes times K+1, the tokens the target verifies (0: none).
             ngram: whether the proposals come from prompt lookup.
         """
-        overhead = STEP_OVERHEAD_S + STEP_PER_SEQ_S * seqs
+        costs = self.costs
+        overhead = max(costs.step_s - self.runner_saving_s, 0.0) + costs.per_seq_s * seqs
         if verified:
-            overhead += SPEC_PER_TOKEN_S * verified
+            overhead += costs.spec_per_token_s * verified
+            if self.adaptive:
+                overhead += self.steps.adaptive_step_s
         if ngram:
-            overhead += NGRAM_PER_SEQ_S * seqs
+            overhead += costs.lookup_per_seq_s * seqs
         return overhead
+
+    def adaptive_k(self, decodes: int, context: int, reach: Sequence[float], graphed: bool) -> int:
+        """Adaptive verification's budget: the K that verifies the most expected tokens per
+        second for a batch of ``decodes`` sequences whose positions are reached with ``reach``.
+
+        vLLM sizes each request's budget from its drafter's confidence; for requests alike, the
+        budgets settle where the batch's expected tokens per second peak, which is this K: the
+        full K at a few requests, less where verification turns compute-bound.
+        """
+        best, best_rate = self.k, 0.0
+        for k in range(self.k + 1):
+            shape = StepShape(decodes, context, (), 0, graphed, k=k)
+            rate = (1 + sum(reach[:k])) / self.step_s(shape)
+            if rate > best_rate:
+                best, best_rate = k, rate
+        return best
 
     def step_s(self, shape: StepShape) -> float:
         """Seconds one engine step of this shape takes, noise-free.
 
         The target runs one pass over every decode's 1+K tokens and every prefill chunk; a draft
-        model runs K passes over the decodes, its first pass also covering the prefill chunks.
+        model runs K passes over the decodes, its first pass also covering the prefill chunks
+        (a block drafter or P-EAGLE head: one pass over K positions a decode).
         """
         k = self.k if shape.k is None else shape.k
         per_decode = 1 + k
@@ -293,12 +330,14 @@ class PerfModel:
                 graphed=shape.graphed,
             )
         )
-        if self.draft is not None and (k or not shape.decodes):
-            for i in range(k if shape.decodes else 1):
+        if k or not shape.decodes:
+            passes = 1 if self.parallel or not shape.decodes else k
+            per_pass = k if self.parallel else 1  # positions each decode drafts in a pass
+            for i in range(passes):
                 first = i == 0
                 seconds += self.draft_pass_s(
                     ForwardPass(
-                        tokens=shape.decodes + (pre_tokens if first else 0),
+                        tokens=per_pass * shape.decodes + (pre_tokens if first else 0),
                         seqs=seqs if first else shape.decodes,
                         context=shape.decode_context + (pre_context if first else 0),
                         attention=shape.decode_context + (pre_attention if first else 0),
@@ -308,5 +347,5 @@ class PerfModel:
         verified = dec_tokens if k else 0
         seconds += self.step_overhead_s(seqs, verified, self.ngram and k > 0)
         if k and shape.first_tokens:
-            seconds += SPEC_FIRST_TOKEN_S
+            seconds += self.first_token_s
         return seconds

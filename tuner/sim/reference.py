@@ -3,7 +3,10 @@
 The field notes give the server setup but not the prompts; the workloads below fix them. A Python
 code-completion prompt of 384 tokens and a creative-writing prompt a little shorter (368) make
 the target-only TTFTs of 180 and 175 ms; 256 output tokens per request, one request in flight.
-``tests/sim`` asserts that :func:`tuner.sim.engine.predict` reproduces every row within 10 %.
+The notes were taken on vLLM 0.7.2 (:data:`REFERENCE_VERSION`), whose V0 engine the simulator
+costs apart from today's. ``tests/sim`` asserts that :func:`tuner.sim.engine.predict`
+reproduces every row within 10 %; ``benchmarks/reference_figures.yaml`` holds the same rows
+among the other public figures.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tuner.config.trial import ServerConfig, SpeculativeConfig
+from tuner.config.vllm_version import parse_version
 from tuner.config.workload import WorkloadSpec
 
 __all__ = [
@@ -19,6 +23,7 @@ __all__ = [
     "REFERENCE_ROWS",
     "REFERENCE_TARGET",
     "REFERENCE_TEMPERATURE",
+    "REFERENCE_VERSION",
     "REFERENCE_WORKLOADS",
     "ReferenceRow",
     "reference_server",
@@ -28,6 +33,7 @@ REFERENCE_HARDWARE = "4090x2"
 REFERENCE_TARGET = "Qwen/Qwen2.5-32B-Instruct-AWQ"
 REFERENCE_DRAFT = "Qwen/Qwen2.5-0.5B-Instruct"
 REFERENCE_TEMPERATURE = 0.2
+REFERENCE_VERSION = parse_version("0.7.2")
 REFERENCE_CODE_INPUT_TOKENS = 384
 REFERENCE_CREATIVE_INPUT_TOKENS = 368
 REFERENCE_OUTPUT_TOKENS = 256

@@ -23,20 +23,14 @@ from tuner.config.trial import ServerConfig
 from tuner.errors import ConfigError
 from tuner.results import SpecDecodeStats
 from tuner.sim.acceptance import DRAFT_MODEL, SPEC_METHODS, Rates, expected_accepted, shipped_rates
-from tuner.sim.memory import BLOCK_TOKENS, effective_batched_tokens
+from tuner.sim.memory import BLOCK_TOKENS, effective_batched_tokens, max_num_seqs
+from tuner.sim.noise import StepNoise
 from tuner.sim.perfmodel import PerfModel, StepShape
 
 __all__ = ["Engine", "StepResult"]
 
-DEFAULT_MAX_NUM_SEQS = 256
 # The first step after start-up compiles kernels and warms allocators: why benchmarks warm up.
 COLD_START_S = 0.25
-# Measurement noise (seeded runs only): a per-run speed factor (clocks, temperature), per-step
-# jitter, and rare host hiccups (garbage collection, a busy CPU).
-RUN_SIGMA = 0.02
-STEP_SIGMA = 0.03
-HICCUP_PROBABILITY = 0.002
-HICCUP_S = (0.01, 0.04)
 # vLLM keeps this share of blocks free when admitting new requests, to limit preemptions.
 WATERMARK = 0.01
 
@@ -149,7 +143,7 @@ class Engine:
         self._rates = rates
         self.budget = effective_batched_tokens(server)
         self.chunked = server.enable_chunked_prefill
-        self.max_seqs = _flag(server, "max-num-seqs") or DEFAULT_MAX_NUM_SEQS
+        self.max_seqs = max_num_seqs(server)
         self.graphs = not _flag(server, "enforce-eager")
         self.total_blocks = kv_tokens // BLOCK_TOKENS
         self.free_blocks = self.total_blocks
@@ -159,7 +153,7 @@ class Engine:
         self.steps = 0
         self._counters = _Counters(per_position=[0.0] * self.k)
         self._rng = random.Random(seed) if seed is not None else None
-        self._run_factor = self._rng.lognormvariate(0.0, RUN_SIGMA) if self._rng else 1.0
+        self._noise = StepNoise(self._rng)
 
     @property
     def has_work(self) -> bool:
@@ -192,7 +186,13 @@ class Engine:
         rates: tuple[float, ...] = ()
         if self.k:
             rates = self._rates(
-                self.target, self.draft, self.method, prompt_set, temperature, self.k
+                self.target,
+                self.draft,
+                self.method,
+                prompt_set,
+                temperature,
+                self.k,
+                speculative=self.server.speculative,
             )
         seq = _Seq(
             rid, prompt_tokens, max(max_tokens, 1), expected_accepted(rates), rates, prompt_tokens
@@ -309,8 +309,9 @@ class Engine:
         k = self.k
         if not chunks:
             decodes = self._reserve_decodes()
-            # A per-batch-size table picks K by the requests running (vLLM's dynamic K).
-            k = self._k_at(len(self.running))
+            # A per-batch-size table picks K by the requests running (vLLM's dynamic K);
+            # adaptive verification sizes the budget step by step.
+            k = self._adaptive_k(decodes) if self.model.adaptive else self._k_at(len(self.running))
             budget = self.budget - (1 + k) * len(decodes)
             if self.chunked:
                 chunks = self._schedule_prefills(budget, whole=False)
@@ -341,6 +342,14 @@ class Engine:
                 seq.blocks = held
         self.steps += 1
         return StepResult(duration, emitted, tuple(finished), usage)
+
+    def _adaptive_k(self, decodes: list[_Seq]) -> int:
+        """Adaptive verification's K for this step (see :meth:`PerfModel.adaptive_k`)."""
+        if not decodes:
+            return self.k
+        reach = [sum(s.reach[i] for s in decodes) / len(decodes) for i in range(self.k)]
+        context = sum(s.context for s in decodes)
+        return self.model.adaptive_k(len(decodes), context, reach, self.graphs)
 
     def _k_at(self, batch_size: int) -> int:
         spec = self.server.speculative
@@ -385,12 +394,4 @@ class Engine:
         duration = self.model.step_s(shape)
         if self.steps == 0:
             duration += COLD_START_S
-        return self._noisy(duration)
-
-    def _noisy(self, duration: float) -> float:
-        if self._rng is None:
-            return duration
-        duration *= self._run_factor * self._rng.lognormvariate(0.0, STEP_SIGMA)
-        if self._rng.random() < HICCUP_PROBABILITY:
-            duration += self._rng.uniform(*HICCUP_S)
-        return duration
+        return self._noise(duration)

@@ -24,6 +24,7 @@ from tuner.config.space import SearchSpace
 from tuner.config.trial import TrialConfig, load_draft
 from tuner.config.vllm_args import has_per_batch_size
 from tuner.errors import ConfigError, StartupFailure
+from tuner.sim.band import Band, error_band, regime_of, widest
 from tuner.study.forecast import predicted_climb, predicted_pairs
 from tuner.study.strategy import warm_start_configs
 
@@ -46,10 +47,15 @@ _UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0}
 
 @dataclass(frozen=True)
 class TrialCost:
-    """Seconds one trial takes: its server's start-up (0 when reused) and its benchmark."""
+    """Seconds one trial takes: its server's start-up (0 when reused) and its benchmark.
+
+    ``band`` is how wrong the simulated benchmark may be (the widest error band of the speeds
+    it predicts; None where nothing was predicted).
+    """
 
     start_s: float
     bench_s: float
+    band: Band | None = None
 
     @property
     def total_s(self) -> float:
@@ -73,12 +79,14 @@ def prior_cost(space: SearchSpace, config: TrialConfig) -> TrialCost:
     except StartupFailure:  # out of memory: a start-up that fails, no benchmark
         return TrialCost(start, 0.0)
     bench = 0.0
+    bands = []
     for condition, result in pairs:
+        bands.append(error_band(regime_of(space.hardware, server, condition.concurrency)))
         # The warm-up requests take about as long as measured ones, a slot's share each.
         slots = min(condition.concurrency, workload.requests)
         per_request = result.duration_s * slots / max(1, workload.requests)
         bench += result.duration_s + workload.warmup * per_request
-    return TrialCost(start, bench)
+    return TrialCost(start, bench, widest(bands))
 
 
 @dataclass(frozen=True)
@@ -105,7 +113,12 @@ class StudyPlan:
         """The plan as plain JSON data (``optimize --plan --json``)."""
         return {
             "trials": [
-                {"config": what, "start_s": cost.start_s, "bench_s": cost.bench_s}
+                {
+                    "config": what,
+                    "start_s": cost.start_s,
+                    "bench_s": cost.bench_s,
+                    "bench_error_band": None if cost.band is None else cost.band.to_json(),
+                }
                 for what, cost in self.trials
             ],
             "confirm_runs": self.confirm_runs,
@@ -129,7 +142,7 @@ def plan_study(
             costs[config] = prior_cost(space, config)
         cost = costs[config]
         if config.server == previous:
-            cost = TrialCost(0.0, cost.bench_s)
+            cost = TrialCost(0.0, cost.bench_s, cost.band)
         rows.append((_describe(config), cost))
         previous = config.server
     if not rows:  # nothing predicted to meet the limit: price the space's first choice

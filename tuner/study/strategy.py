@@ -53,6 +53,7 @@ from tuner.config.trial import TrialConfig
 from tuner.config.workload import WorkloadSpec
 from tuner.errors import StartupFailure
 from tuner.results import Source, TrialResult
+from tuner.sim.band import error_band, regime_of
 from tuner.sim.engine import INPUT_SPREAD, predict
 from tuner.sim.memory import estimate_memory
 from tuner.study.forecast import predicted_goodput
@@ -115,7 +116,9 @@ def warm_start(study: optuna.Study, space: SearchSpace, budget: int) -> int:
     if budget < 1 or study.get_trials(deepcopy=False):
         return 0
     chosen = warm_start_configs(space, budget)
+    level = space.workload.conditions[0].concurrency  # where the prediction's throughput lies
     for prediction in chosen:
+        regime = regime_of(space.hardware, prediction.config.server, level)
         study.enqueue_trial(
             prediction.params,
             user_attrs={
@@ -123,6 +126,7 @@ def warm_start(study: optuna.Study, space: SearchSpace, budget: int) -> int:
                     "source": Source.PREDICTED.value,
                     space.objective.metric: round(prediction.throughput, 3),
                     "p95_ttft_ms": round(prediction.p95_ttft_ms, 3),
+                    "error_band": error_band(regime).describe(),
                 }
             },
         )

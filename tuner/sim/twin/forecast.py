@@ -19,7 +19,7 @@ from tuner.catalog.models import ModelSpec
 from tuner.config.trial import ServerConfig
 from tuner.sim.engine import API_IN_S, API_OUT_S
 from tuner.sim.memory import effective_batched_tokens
-from tuner.sim.perfmodel import SPEC_FIRST_TOKEN_S, ForwardPass, PerfModel
+from tuner.sim.perfmodel import ForwardPass, PerfModel
 from tuner.sim.twin.model import TwinParams
 
 __all__ = ["Forecast", "StepParts", "decode_step_s", "decode_steps", "forecast", "step_parts"]
@@ -96,7 +96,7 @@ def step_parts(
         prefill_target=prefill_target,
         prefill_draft=prefill_draft,
         prefill_overhead=prefill_overhead,
-        first_token=SPEC_FIRST_TOKEN_S if k else 0.0,
+        first_token=perf.first_token_s,
         k=k,
     )
 

@@ -21,11 +21,18 @@ from typing import Any
 
 from tuner.catalog.gpus import Hardware
 from tuner.catalog.models import ModelSpec
-from tuner.config.trial import ServerConfig
-from tuner.sim.acceptance import NGRAM, POSITION_DECAY, acceptance_probability, nearest_method
+from tuner.config.trial import ServerConfig, SpeculativeConfig
+from tuner.config.vllm_version import VllmVersion
+from tuner.sim.acceptance import (
+    NGRAM,
+    POSITION_DECAY,
+    SHIPPED_ACCEPTANCE,
+    acceptance_probability,
+    samples_drafts,
+    verified,
+)
 from tuner.sim.memory import BLOCK_TOKENS, GIB, MemoryEstimate, estimate_memory
 from tuner.sim.perfmodel import (
-    SPEC_FIRST_TOKEN_S,
     ForwardPass,
     PerfModel,
     StepShape,
@@ -123,14 +130,23 @@ def _logit(p: float) -> float:
 
 
 def shipped_logit(
-    target: ModelSpec, draft: ModelSpec | None, method: str, prompt_set: str, temperature: float
+    target: ModelSpec,
+    draft: ModelSpec | None,
+    method: str,
+    prompt_set: str,
+    temperature: float,
+    *,
+    probabilistic: bool = False,
 ) -> float:
     """The shipped model's logit of the first position's acceptance."""
-    return _logit(acceptance_probability(target, draft, method, prompt_set, temperature))
+    alpha = acceptance_probability(
+        target, draft, method, prompt_set, temperature, probabilistic=probabilistic
+    )
+    return _logit(alpha)
 
 
 def shipped_decay(method: str) -> float:
-    return 1.0 if nearest_method(method) == NGRAM else POSITION_DECAY
+    return SHIPPED_ACCEPTANCE.decay.get(method, POSITION_DECAY)
 
 
 class _TwinPerf(PerfModel):
@@ -143,8 +159,9 @@ class _TwinPerf(PerfModel):
         draft: ModelSpec | None,
         server: ServerConfig,
         params: TwinParams,
+        version: VllmVersion | None,
     ) -> None:
-        super().__init__(hardware, target, draft, server)
+        super().__init__(hardware, target, draft, server, version=version)
         self.params = params
 
     def _decoding(self, batch: ForwardPass) -> bool:
@@ -159,15 +176,15 @@ class _TwinPerf(PerfModel):
         factor = self.params.draft * (1.0 if batch.tokens <= batch.seqs else self.params.prefill)
         return super().draft_pass_s(batch) * factor
 
-    def step_overhead_s(self, seqs: int, verified: int, ngram: bool) -> float:  # type: ignore[override]
-        return PerfModel.step_overhead_s(seqs, verified, ngram) * self.params.overhead
+    def step_overhead_s(self, seqs: int, verified: int, ngram: bool) -> float:
+        return super().step_overhead_s(seqs, verified, ngram) * self.params.overhead
 
     def step_s(self, shape: StepShape) -> float:
         seconds = super().step_s(shape)
         if shape.first_tokens:  # the parts of a first token's latency the passes do not hold
             seconds += self.params.ttft_offset_s
             if self.k:
-                seconds += (self.params.first_token - 1.0) * SPEC_FIRST_TOKEN_S
+                seconds += (self.params.first_token - 1.0) * self.first_token_s
         return seconds
 
 
@@ -178,9 +195,14 @@ class TwinPhysics:
     params: TwinParams
 
     def perf_model(
-        self, hardware: Hardware, target: ModelSpec, draft: ModelSpec | None, server: ServerConfig
+        self,
+        hardware: Hardware,
+        target: ModelSpec,
+        draft: ModelSpec | None,
+        server: ServerConfig,
+        version: VllmVersion | None = None,
     ) -> PerfModel:
-        return _TwinPerf(hardware, target, draft, server, self.params)
+        return _TwinPerf(hardware, target, draft, server, self.params, version)
 
     def position_rates(
         self,
@@ -190,13 +212,21 @@ class TwinPhysics:
         prompt_set: str,
         temperature: float,
         k: int,
+        *,
+        speculative: SpeculativeConfig | None = None,
     ) -> tuple[float, ...]:
         key = NGRAM if method == NGRAM else (draft.hf_id if draft else "")
         shift = self.params.shift(key, prompt_set)
-        logit = shipped_logit(target, draft, method, prompt_set, temperature)
+        probabilistic = samples_drafts(speculative)
+        logit = shipped_logit(
+            target, draft, method, prompt_set, temperature, probabilistic=probabilistic
+        )
         alpha = 1 / (1 + math.exp(-(logit + shift.logit + shift.temperature * temperature**2)))
         decay = shipped_decay(method) * math.exp(shift.log_decay)
-        return tuple(min(alpha * decay**i, 1.0) for i in range(k))
+        if speculative is not None and speculative.parallel_drafting:
+            decay *= SHIPPED_ACCEPTANCE.parallel_decay
+        rates = tuple(min(alpha * decay**i, 1.0) for i in range(k))
+        return verified(rates, speculative, temperature)
 
     def memory(
         self,

@@ -1,0 +1,217 @@
+"""How wrong a simulated number may be: the error band of its regime.
+
+Every public figure in ``benchmarks/reference_figures.yaml`` was predicted with its own source
+left out of the fit (``benchmarks/simulator_reference.py``); the errors are shipped in
+``reference_errors.json`` beside this module, each with the regime it was measured in: the GPU
+class, the speculation method's family and the load. :func:`error_band` gathers the figures of a
+prediction's regime and gives the largest of their errors, so that a user reads
+"simulated 61.7 tok/s, +/- 12 % on 9 public figures of this kind", or, where no figure of that
+kind exists, that nobody knows how wrong the number is.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+
+from tuner.catalog.gpus import Hardware, MemoryKind
+from tuner.config.trial import BLOCK_METHODS, HEAD_METHODS, ServerConfig, SpecMethod
+
+__all__ = [
+    "SPEED_KINDS",
+    "Band",
+    "FigureError",
+    "Load",
+    "MethodFamily",
+    "Regime",
+    "error_band",
+    "load_errors",
+    "method_family",
+    "regime_of",
+    "widest",
+]
+
+_ERRORS_FILE = "reference_errors.json"
+# The figures whose error bounds a throughput prediction (end-to-end speed, not a component).
+SPEED_KINDS = frozenset({"tok_s", "decode_tok_s", "tpot_ms", "speedup", "scaling"})
+
+
+class MethodFamily(enum.StrEnum):
+    """Speculation methods that share a cost structure and an acceptance model."""
+
+    NONE = "no speculation"
+    DRAFT = "a draft model"
+    HEAD = "an EAGLE head"
+    MTP = "MTP layers"
+    BLOCK = "a block drafter"
+    LOOKUP = "prompt lookup"
+
+
+class Load(enum.StrEnum):
+    """How many requests run at once."""
+
+    SINGLE = "1 request"
+    LOW = "2-16 requests"
+    HIGH = "over 16 requests"
+
+
+def method_family(method: SpecMethod | str) -> MethodFamily:
+    """The family of a method of :class:`SpecMethod` (``none`` included)."""
+    if method == SpecMethod.NONE:
+        return MethodFamily.NONE
+    if method == SpecMethod.DRAFT_MODEL:
+        return MethodFamily.DRAFT
+    if method in HEAD_METHODS:
+        return MethodFamily.HEAD
+    if method == SpecMethod.MTP:
+        return MethodFamily.MTP
+    if method in BLOCK_METHODS:
+        return MethodFamily.BLOCK
+    return MethodFamily.LOOKUP
+
+
+def _load(concurrency: int) -> Load:
+    if concurrency <= 1:
+        return Load.SINGLE
+    return Load.LOW if concurrency <= 16 else Load.HIGH
+
+
+@dataclass(frozen=True)
+class Regime:
+    """Where a prediction or a figure lies: GPU class x method family x load."""
+
+    gpu: MemoryKind
+    method: MethodFamily
+    load: Load
+
+    def __str__(self) -> str:
+        return f"{self.gpu} GPUs, {self.method}, {self.load}"
+
+
+def regime_of(hardware: Hardware, server: ServerConfig, concurrency: int) -> Regime:
+    """The regime of ``server`` on ``hardware`` at ``concurrency`` requests."""
+    return Regime(hardware.gpu.memory, method_family(server.method), _load(concurrency))
+
+
+@dataclass(frozen=True)
+class FigureError:
+    """One reference figure's prediction errors (relative: predicted / measured - 1).
+
+    Attributes:
+        figure: the figure's id in ``benchmarks/reference_figures.yaml``.
+        source: its source's key there.
+        kind: what was measured (``tok_s``, ``speedup``, ``acceptance_rate``, ...).
+        regime: where it was measured.
+        error: the error of the shipped fit.
+        held_out: the error with the figure's own source left out of the fit.
+    """
+
+    figure: str
+    source: str
+    kind: str
+    regime: Regime
+    error: float
+    held_out: float
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "figure": self.figure,
+            "source": self.source,
+            "kind": self.kind,
+            "gpu": self.regime.gpu.value,
+            "method": self.regime.method.value,
+            "load": self.regime.load.value,
+            "error": round(self.error, 4),
+            "held_out": round(self.held_out, 4),
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, object]) -> FigureError:
+        regime = Regime(
+            MemoryKind(str(data["gpu"])), MethodFamily(str(data["method"])), Load(str(data["load"]))
+        )
+        return cls(
+            figure=str(data["figure"]),
+            source=str(data["source"]),
+            kind=str(data["kind"]),
+            regime=regime,
+            error=float(str(data["error"])),
+            held_out=float(str(data["held_out"])),
+        )
+
+
+@dataclass(frozen=True)
+class Band:
+    """The measured error of a regime's predictions.
+
+    Attributes:
+        regime: the regime asked about.
+        figures: how many public speed figures of that regime there are.
+        sources: how many sources they come from.
+        error: the largest of their held-out errors (relative); None without a figure.
+    """
+
+    regime: Regime
+    figures: int
+    sources: int
+    error: float | None
+
+    def describe(self) -> str:
+        """``+/- 12 % on 9 public figures of this kind (3 sources)``, or why nobody knows."""
+        if self.error is None:
+            return f"no public figure for {self.regime}: error unknown"
+        figures = f"{self.figures} public figure{'s' if self.figures != 1 else ''}"
+        sources = f"{self.sources} source{'s' if self.sources != 1 else ''}"
+        return f"+/- {self.error * 100:.0f} % on {figures} of this kind ({sources})"
+
+    def short(self) -> str:
+        """``+/-12%`` or ``+/-?`` (no public figure of the kind), for a table cell."""
+        return "+/-?" if self.error is None else f"+/-{self.error * 100:.0f}%"
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "regime": str(self.regime),
+            "figures": self.figures,
+            "sources": self.sources,
+            "error": None if self.error is None else round(self.error, 4),
+            "text": self.describe(),
+        }
+
+
+@cache
+def load_errors() -> tuple[FigureError, ...]:
+    """The shipped figure errors (written by ``benchmarks/simulator_reference.py --write``)."""
+    text = resources.files("tuner.sim").joinpath(_ERRORS_FILE).read_text(encoding="utf-8")
+    return tuple(FigureError.from_json(entry) for entry in json.loads(text)["figures"])
+
+
+def error_band(regime: Regime, errors: Iterable[FigureError] | None = None) -> Band:
+    """The band of ``regime``: the largest held-out error of its public speed figures.
+
+    Args:
+        regime: where the prediction lies (:func:`regime_of`).
+        errors: the figure errors to draw on (default: the shipped ones).
+    """
+    pool = load_errors() if errors is None else tuple(errors)
+    matching = [e for e in pool if e.regime == regime and e.kind in SPEED_KINDS]
+    if not matching:
+        return Band(regime, 0, 0, None)
+    return Band(
+        regime,
+        len(matching),
+        len({e.source for e in matching}),
+        max(abs(e.held_out) for e in matching),
+    )
+
+
+def widest(bands: Iterable[Band]) -> Band | None:
+    """The least certain of ``bands`` (an unknown one first); None when there are none."""
+    found = list(bands)
+    if not found:
+        return None
+    unknown = [b for b in found if b.error is None]
+    return unknown[0] if unknown else max(found, key=lambda b: b.error or 0.0)
