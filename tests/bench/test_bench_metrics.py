@@ -179,7 +179,7 @@ def test_scrape_is_none_when_metrics_are_missing_or_unreachable(closed_port: int
     assert asyncio.run(_scrape(f"http://127.0.0.1:{closed_port}")) is None
 
 
-SCRAPES = Path(__file__).parent / "scrapes"
+SCRAPES = Path(__file__).parents[1] / "testbed" / "scrapes"
 
 
 def _real(name: str) -> str:
