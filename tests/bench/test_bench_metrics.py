@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import math
+from pathlib import Path
 
 import httpx
 import pytest
 from testbed.fake_server import RunningServer
 
 from tuner.bench.metrics import (
+    ACCEPTED_PER_POSITION,
+    DRAFTS,
     MetricsSnapshot,
     parse_prometheus,
     preemptions_delta,
@@ -174,3 +177,57 @@ def test_scrape_is_none_when_metrics_are_missing_or_unreachable(closed_port: int
     missing = httpx.MockTransport(lambda request: httpx.Response(404))
     assert asyncio.run(_scrape("http://server", missing)) is None
     assert asyncio.run(_scrape(f"http://127.0.0.1:{closed_port}")) is None
+
+
+SCRAPES = Path(__file__).parents[1] / "testbed" / "scrapes"
+
+
+def _real(name: str) -> str:
+    return (SCRAPES / f"vllm-0.32-cpu-{name}.txt").read_text()
+
+
+def test_every_sample_of_real_vllm_parses() -> None:
+    text = _real("after")
+    lines = [line for line in text.splitlines() if line and not line.startswith("#")]
+    samples = parse_prometheus(text)
+    assert len(samples) == len(lines) == 432
+    assert [s.name for s in samples] == [line.split("{")[0].split(" ")[0] for line in lines]
+    position = next(s for s in samples if s.name == ACCEPTED_PER_POSITION)
+    assert position.labels == (("engine", "0"), ("model_name", "tiny-qwen"), ("position", "0"))
+
+
+def test_real_vllm_counters_over_three_requests() -> None:
+    before, after = snap(_real("before")), snap(_real("after"))
+    assert before.has_spec_decode  # the counters exist, at zero, before the first request
+    stats = spec_decode_delta(before, after)
+    assert stats is not None
+    # K=3, greedy on a random model that repeats itself: every draft token was accepted.
+    assert (stats.drafts, stats.draft_tokens, stats.accepted_tokens) == (36.0, 108.0, 108.0)
+    assert stats.accepted_per_position == (36.0, 36.0, 36.0)
+    assert stats.mean_acceptance_length == pytest.approx(4.0)
+    # The _created samples (start-up timestamps, some 1.8e9) are never added to a counter.
+    assert after.total(DRAFTS) == 36.0
+    assert after.total("vllm:generation_tokens_total") == 3 * 48
+    assert after.by_label("vllm:request_success_total", "finished_reason")["length"] == 3.0
+    assert after.kv_cache_usage == 0.0  # idle again
+    assert preemptions_delta(before, after) == 0.0
+
+
+def test_a_rejected_line_costs_only_itself_and_names_stay_as_written() -> None:
+    text = (
+        "# TYPE done counter\n"
+        "done 2\n"  # a counter without _total: the library alone would call it done_total
+        'cut{a="1" 5\n'
+        'after{a="x\\\\y"} 7\n'
+        "# TYPE x_total counter\n"
+        "x_total 1\n"
+        "x_created 1.7e9\n"
+    )
+    samples = parse_prometheus(text)
+    assert [(s.name, s.labels, s.value) for s in samples] == [
+        ("done", (), 2.0),
+        ("after", (("a", "x\\y"),), 7.0),
+        ("x_total", (), 1.0),
+        ("x_created", (), 1.7e9),
+    ]
+    assert snap(text).total("x_total") == 1.0

@@ -1,4 +1,4 @@
-"""vLLM's Prometheus ``/metrics``: a small text-format parser and the numbers a trial keeps.
+"""vLLM's Prometheus ``/metrics``: its samples and the numbers a trial keeps.
 
 ``/metrics`` is scraped before and after the measured window; counters are differenced, so
 warm-up traffic and earlier trials on the same server drop out. Both generations of names are
@@ -18,11 +18,13 @@ for counters; the KV cache gauge takes the fullest engine.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 import httpx
+from prometheus_client.parser import text_string_to_metric_families
 
 from tuner.results import SpecDecodeStats
 
@@ -68,10 +70,13 @@ class Sample:
 
 
 def parse_prometheus(text: str) -> list[Sample]:
-    """Parses the Prometheus text exposition format (version 0.0.4).
+    """Parses the Prometheus text exposition format with ``prometheus_client``'s parser.
 
-    Comments, ``# HELP``/``# TYPE`` lines and lines that do not parse are skipped; timestamps
-    after the value are ignored.
+    Each sample line goes through the parser on its own, for two reasons: the library stops at
+    the first line it rejects, and a line it rejects should cost only that line; and it renames
+    a bare ``x`` sample under ``# TYPE x counter`` to ``x_total``, while spectune reads names
+    as the server wrote them. ``_created`` samples are samples of their own name, never added
+    to a counter. Comments, ``# HELP``/``# TYPE`` lines, timestamps and exemplars are skipped.
 
     Args:
         text: the body of a ``/metrics`` response.
@@ -83,62 +88,20 @@ def parse_prometheus(text: str) -> list[Sample]:
     for raw in text.splitlines():
         line = raw.strip()
         if line and not line.startswith("#"):
-            sample = _parse_line(line)
-            if sample is not None:
-                samples.append(sample)
+            samples.extend(_parse_line(line))
     return samples
 
 
-def _parse_line(line: str) -> Sample | None:
-    brace = line.find("{")
-    space = line.find(" ")
-    labels: tuple[tuple[str, str], ...] = ()
-    if brace == -1 or (space != -1 and space < brace):
-        if space == -1:
-            return None
-        name, rest = line[:space], line[space:]
-    else:
-        name = line[:brace]
-        parsed = _parse_labels(line, brace + 1)
-        if parsed is None:
-            return None
-        labels, end = parsed
-        rest = line[end:]
-    fields = rest.split()
-    if not name or not fields:
-        return None
+def _parse_line(line: str) -> list[Sample]:
     try:
-        value = float(fields[0])
-    except ValueError:
-        return None
-    return Sample(name, labels, value)
-
-
-def _parse_labels(line: str, pos: int) -> tuple[tuple[tuple[str, str], ...], int] | None:
-    """Parses ``key="value",...}`` from ``pos``; returns the labels and the index after ``}``."""
-    labels: list[tuple[str, str]] = []
-    while True:
-        while pos < len(line) and line[pos] in " ,":
-            pos += 1
-        if pos < len(line) and line[pos] == "}":
-            return tuple(labels), pos + 1
-        equals = line.find("=", pos)
-        if equals == -1 or equals + 1 >= len(line) or line[equals + 1] != '"':
-            return None
-        key = line[pos:equals].strip()
-        pos = equals + 2
-        value: list[str] = []
-        while pos < len(line) and line[pos] != '"':
-            if line[pos] == "\\" and pos + 1 < len(line):
-                pos += 1
-                value.append({"n": "\n"}.get(line[pos], line[pos]))
-            else:
-                value.append(line[pos])
-            pos += 1
-        if pos >= len(line):
-            return None
-        labels.append((key, "".join(value)))
-        pos += 1
+        families = list(text_string_to_metric_families(line))
+    except (ValueError, IndexError):  # IndexError: the parser slips on a few malformed labels
+        return []
+    return [
+        Sample(sample.name, tuple(sample.labels.items()), float(sample.value))
+        for family in families
+        for sample in family.samples
+    ]
 
 
 @dataclass(frozen=True)
@@ -273,4 +236,6 @@ async def scrape(client: httpx.AsyncClient, base_url: str) -> MetricsSnapshot | 
         return None
     if response.status_code != 200:
         return None
-    return MetricsSnapshot.from_text(response.text)
+    # vLLM's body has hundreds of samples, tens of milliseconds of parsing: in a thread, so
+    # the event loop keeps timing the requests under measurement meanwhile.
+    return await asyncio.to_thread(MetricsSnapshot.from_text, response.text, time.monotonic())

@@ -4,10 +4,10 @@
 :mod:`tuner.sim.server.args`), sizes memory with :func:`~tuner.sim.memory.estimate_memory` and
 fails start-up with vLLM's messages and exit status 1 when the config would not fit, then
 serves ``/health``, ``/v1/models``, ``/metrics`` (vLLM V1 names) and streaming or plain
-``/v1/chat/completions`` and ``/v1/completions`` over asyncio (:mod:`~tuner.sim.server.http`,
-:mod:`~tuner.sim.server.openai`). Every launcher and benchmark failure path can be exercised in
-seconds with ``--sim-fault`` (:mod:`~tuner.sim.server.faults`); the stream faults are applied
-here.
+``/v1/chat/completions`` and ``/v1/completions`` through ``aiohttp.web``
+(:mod:`~tuner.sim.server.openai`, :mod:`~tuner.sim.server.live`). Every launcher and benchmark
+failure path can be exercised in seconds with ``--sim-fault`` (:mod:`~tuner.sim.server.faults`);
+the stream faults are applied here.
 
 Timing: one engine task drives the :class:`~tuner.sim.scheduler.Engine`. Each ``step()`` returns
 the simulated duration of one vLLM iteration; the task sleeps until the step's end on a real-time
@@ -18,33 +18,27 @@ arrive while a step runs join the next step, as in vLLM. ``--sim-speed inf`` nev
 instead waits for slow readers, so the client is the bottleneck (load generator benchmarks).
 
 SIGTERM or SIGINT stop it within milliseconds with exit status 0 (SIGTERM not with the
-``ignore-sigterm`` fault).
+``ignore-sigterm`` fault); the requests in flight are cut, as a dying engine leaves them.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
+import json
 import math
 import signal
 import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
 
 from tuner.config.vllm_args import NEWEST_KNOWN
 from tuner.sim.scheduler import Engine, StepResult
 from tuner.sim.server.args import ServeArgs
-from tuner.sim.server.http import (
-    LAST_CHUNK,
-    SSE_HEAD,
-    BadRequest,
-    HttpRequest,
-    chunk,
-    json_response,
-    read_request,
-    response,
-)
-from tuner.sim.server.live import Live, stream_faults
-from tuner.sim.server.metrics import ServerCounters, render_metrics
+from tuner.sim.server.live import Ending, Live, stream_faults
+from tuner.sim.server.metrics import CONTENT_TYPE, ServerCounters, ServerMetrics
 from tuner.sim.server.openai import (
     DONE_EVENT,
     CompletionParams,
@@ -55,23 +49,32 @@ from tuner.sim.server.openai import (
     parse_completion,
     token_text,
 )
-from tuner.sim.server.startup import crash, log
+from tuner.sim.server.startup import SIMULATED_BANNER, crash, log
 
 __all__ = ["SIMULATED_BANNER", "FakeServer"]
 
-SIMULATED_BANNER = "SIMULATED vLLM server (spectune tuner.sim.server): no GPU, no model weights"
-# A reader this far behind (bytes queued) holds up the engine under --sim-speed inf.
-_BACKLOG_BYTES = 256 * 1024
-# Path -> method; as in vLLM, only the /v1 paths need the API key.
-_ROUTES = {
-    "/health": "GET",
-    "/ping": "GET",
-    "/version": "GET",
-    "/metrics": "GET",
-    "/v1/models": "GET",
-    "/v1/chat/completions": "POST",
-    "/v1/completions": "POST",
-}
+_MAX_BODY_BYTES = 64 * 1024 * 1024  # long-context prompts are a few hundred KB at most
+_SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"}
+# After a signal, how long the connections get to close once their requests are cut.
+_SHUTDOWN_S = 1.0
+_Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def _json(status: int, data: Any) -> web.Response:
+    """A JSON response, compact and without a charset, like FastAPI's."""
+    body = json.dumps(data, separators=(",", ":")).encode()
+    return web.Response(status=status, body=body, content_type="application/json")
+
+
+@web.middleware
+async def _fastapi_errors(request: web.Request, handler: _Handler) -> web.StreamResponse:
+    """Unknown paths and methods answered as vLLM's FastAPI answers them."""
+    try:
+        return await handler(request)
+    except web.HTTPNotFound:
+        return _json(404, {"detail": "Not Found"})
+    except web.HTTPMethodNotAllowed:
+        return _json(405, {"detail": "Method Not Allowed"})
 
 
 class FakeServer:
@@ -87,6 +90,7 @@ class FakeServer:
         self.engine = engine
         self.faults = args.sim.faults
         self.counters = ServerCounters()
+        self.metrics = ServerMetrics(args.served_names[0], engine, self.counters)
         self.live: dict[int, Live] = {}
         self._ids = itertools.count()
         self._completions = 0  # completion requests seen, for http-500-every
@@ -94,7 +98,6 @@ class FakeServer:
         self._hung = self.faults.hang_after == 0
         self._wake = asyncio.Event()
         self._stop = asyncio.Event()
-        self._connections: set[asyncio.Task[None]] = set()
 
     async def serve(self) -> int:
         """Listens until SIGTERM/SIGINT; returns the exit status (1 when the port is taken)."""
@@ -103,10 +106,15 @@ class FakeServer:
         for signum in (signal.SIGTERM, signal.SIGINT):
             if signum not in ignored:
                 loop.add_signal_handler(signum, self._stop.set)
+        runner = web.AppRunner(
+            self._app(), handle_signals=False, access_log=None, shutdown_timeout=_SHUTDOWN_S
+        )
+        await runner.setup()
         try:
-            server = await asyncio.start_server(self._connection, self.args.host, self.args.port)
+            await web.TCPSite(runner, self.args.host, self.args.port).start()
         except OSError as exc:
             log("ERROR", str(exc))  # "[Errno 98] ... address already in use": launchers retry
+            await runner.cleanup()
             return 1
         log(
             "INFO",
@@ -116,78 +124,55 @@ class FakeServer:
         engine_task = asyncio.create_task(self._engine_loop())
         await self._stop.wait()
         log("INFO", "Shutting down (signal received)")
-        server.close()
         engine_task.cancel()
-        for task in self._connections:
-            task.cancel()
-        await asyncio.gather(engine_task, *self._connections, return_exceptions=True)
+        await asyncio.gather(engine_task, return_exceptions=True)
+        for live in list(self.live.values()):
+            self._abort(live, Ending.CUT)  # no engine, no answers
+        await runner.cleanup()
         return 0
 
     # -- HTTP -------------------------------------------------------------------------------
 
-    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._connections.add(task)
-        try:
-            while True:
-                try:
-                    request = await read_request(reader)
-                except BadRequest as exc:
-                    body = error_body(400, "BadRequestError", str(exc))
-                    writer.write(json_response(400, body, close=True))
-                    break
-                if request is None:
-                    break
-                keep = await self._route(request, reader, writer)
-                await writer.drain()
-                if not (keep and request.keep_alive):
-                    break
-        except (ConnectionError, asyncio.IncompleteReadError):
-            pass  # the client went away
-        finally:
-            self._connections.discard(task)
-            writer.close()
+    def _app(self) -> web.Application:
+        app = web.Application(
+            middlewares=[_fastapi_errors, self._authorize], client_max_size=_MAX_BODY_BYTES
+        )
+        # As in vLLM, no HEAD routes: HEAD is a method the server does not allow.
+        app.router.add_get("/health", self._health, allow_head=False)
+        app.router.add_get("/ping", self._health, allow_head=False)
+        app.router.add_get("/version", self._version, allow_head=False)
+        app.router.add_get("/metrics", self._metrics, allow_head=False)
+        app.router.add_get("/v1/models", self._models, allow_head=False)
+        app.router.add_post("/v1/chat/completions", self._completion)
+        app.router.add_post("/v1/completions", self._completion)
+        return app
 
-    async def _route(
-        self, request: HttpRequest, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> bool:
-        """Answers one request; returns whether the connection may carry another."""
-        path, method = request.path, request.method
-        if path not in _ROUTES:
-            writer.write(json_response(404, {"detail": "Not Found"}))
-            return True
-        if _ROUTES[path] != method:
-            writer.write(json_response(405, {"detail": "Method Not Allowed"}))
-            return True
+    @web.middleware
+    async def _authorize(self, request: web.Request, handler: _Handler) -> web.StreamResponse:
+        """As in vLLM, only the ``/v1`` routes need the API key."""
         key = self.args.api_key
         if (
             key
-            and path.startswith("/v1/")
-            and request.headers.get("authorization") != (f"Bearer {key}")
+            and request.path.startswith("/v1/")
+            and request.match_info.http_exception is None  # unknown paths stay 404
+            and request.headers.get("Authorization") != f"Bearer {key}"
         ):
-            writer.write(json_response(401, {"error": "Unauthorized"}))
-            return True
-        if path in ("/health", "/ping"):
-            writer.write(response(200, b"", "application/json"))
-        elif path == "/version":
-            writer.write(json_response(200, {"version": str(NEWEST_KNOWN)}))
-        elif path == "/metrics":
-            writer.write(
-                response(
-                    200, self.metrics_text().encode(), "text/plain; version=0.0.4; charset=utf-8"
-                )
-            )
-        elif path == "/v1/models":
-            writer.write(json_response(200, self._models()))
-        else:
-            return await self._completion(request, reader, writer)
-        return True
+            return _json(401, {"error": "Unauthorized"})
+        return await handler(request)
 
-    def _models(self) -> dict[str, object]:
+    async def _health(self, request: web.Request) -> web.Response:
+        return web.Response(body=b"", content_type="application/json")
+
+    async def _version(self, request: web.Request) -> web.Response:
+        return _json(200, {"version": str(NEWEST_KNOWN)})
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        return web.Response(body=self.metrics.render(), headers={"Content-Type": CONTENT_TYPE})
+
+    async def _models(self, request: web.Request) -> web.Response:
         created = int(time.time())
         server = self.args.server
-        return {
+        listing = {
             "object": "list",
             "data": [
                 {
@@ -203,19 +188,7 @@ class FakeServer:
                 for name in self.args.served_names
             ],
         }
-
-    def metrics_text(self) -> str:
-        """The current ``/metrics`` body."""
-        engine = self.engine
-        return render_metrics(
-            self.args.served_names[0],
-            running=len(engine.running),
-            waiting=len(engine.waiting),
-            kv_usage=engine.kv_usage,
-            preemptions=engine.preemptions,
-            counters=self.counters,
-            spec=engine.spec_stats(),
-        )
+        return _json(200, listing)
 
     def _admit(self, body: bytes, chat: bool) -> tuple[int, CompletionParams]:
         """Validates a completion request and queues it in the engine.
@@ -246,34 +219,32 @@ class FakeServer:
         self.counters.prompt_tokens += params.prompt_tokens
         return rid, params
 
-    async def _completion(
-        self, request: HttpRequest, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> bool:
+    async def _completion(self, request: web.Request) -> web.StreamResponse:
         chat = request.path == "/v1/chat/completions"
         try:
-            rid, params = self._admit(request.body, chat)
+            rid, params = self._admit(await request.read(), chat)
         except RequestError as exc:
-            writer.write(
-                json_response(exc.status, error_body(exc.status, exc.kind, str(exc), exc.param))
-            )
-            return True
+            return _json(exc.status, error_body(exc.status, exc.kind, str(exc), exc.param))
         request_id = f"{'chatcmpl' if chat else 'cmpl'}-sim{rid:06d}"
         model = params.model or self.args.served_names[0]
-        live = Live(
-            rid, params, request_id, reader, writer, asyncio.get_running_loop().create_future()
-        )
+        live = Live(rid, params, request_id, request)
+        response = None
         if params.stream:
             self._streams += 1
             live.faults = stream_faults(self.faults, self._streams)
             live.stream = StreamFormat(params, request_id, model)
-            writer.write(SSE_HEAD)
+            response = web.StreamResponse(headers=_SSE_HEADERS)
         self.live[rid] = live
         self._wake.set()
-        finished = await live.done
-        if finished and live.stream is None:
-            body = completion_body(params, request_id, model, live.sent)
-            writer.write(json_response(200, body))
-        return finished
+        ending = await live.answer(response)
+        if ending is Ending.CUT:
+            if request.transport is not None:
+                request.transport.abort()  # without the chunked body's end, or any answer
+            # aiohttp's attempt to finish the response meets the closed connection, and stops.
+            return response or web.Response()
+        if response is not None:
+            return response
+        return _json(200, completion_body(params, request_id, model, live.sent))
 
     # -- the engine -------------------------------------------------------------------------
 
@@ -294,12 +265,12 @@ class FakeServer:
                 clock = loop.time()  # an idle engine starts the next step at once
                 continue
             result = self.engine.step()
-            if math.isinf(speed):
-                await asyncio.sleep(0)  # let the connections run
-            else:
+            if not math.isinf(speed):
                 clock += result.duration_s / speed
                 await asyncio.sleep(max(0.0, clock - loop.time()))
             self._deliver(result)
+            # The answers go out, and new requests come in, before the next step is worked out.
+            await asyncio.sleep(0)
             if math.isinf(speed):
                 await self._wait_for_readers()
 
@@ -312,7 +283,7 @@ class FakeServer:
                 continue
             if live.stream is not None:
                 if live.gone():
-                    self._abort(live)
+                    self._abort(live, Ending.CUT)
                     continue
                 self._send(live, live.stream, count, rid in finished)
             else:
@@ -322,8 +293,7 @@ class FakeServer:
             done = self.live.pop(rid, None)
             if done is not None:
                 self.counters.finished += 1
-                if not done.done.done():
-                    done.done.set_result(True)
+                done.end(Ending.COMPLETE)
         self._check_token_faults()
 
     def _send(self, live: Live, stream: StreamFormat, count: int, last: bool) -> None:
@@ -338,33 +308,27 @@ class FakeServer:
             events.append(stream.malformed_event())
         if first and "error_event_every" in live.faults:  # vLLM's answer to a failed request
             events += [stream.error_event("EngineCore encountered an issue"), DONE_EVENT]
-            last = True
-            self._abort(live, finished=True)
         elif last:
             if live.params.include_usage and "no_usage_every" not in live.faults:
                 events.append(stream.usage_event(live.params.prompt_tokens, live.sent))
             events.append(DONE_EVENT)
-        data = b"".join(chunk(event) for event in events)
-        live.writer.write(data + LAST_CHUNK if last else data)
-        if first and not last and "drop_every" in live.faults:
-            live.writer.transport.abort()  # mid-stream, without the chunked body's end
-            self._abort(live)
+        for event in events:
+            live.send(event)
+        if first and "error_event_every" in live.faults:
+            self._abort(live, Ending.COMPLETE)
+        elif first and not last and "drop_every" in live.faults:
+            self._abort(live, Ending.CUT)  # mid-stream
 
-    def _abort(self, live: Live, *, finished: bool = False) -> None:
-        """Drops ``live`` from the engine; ``finished``: its answer is complete nonetheless."""
+    def _abort(self, live: Live, ending: Ending) -> None:
+        """Drops ``live`` from the engine; its answer ends as ``ending`` says."""
         self.live.pop(live.rid, None)
         self.engine.abort_request(live.rid)
-        if not live.done.done():
-            live.done.set_result(finished)
+        live.end(ending)
 
     async def _wait_for_readers(self) -> None:
         """Under ``--sim-speed inf``: let readers that fell behind catch up before stepping."""
         for live in list(self.live.values()):
-            transport = live.writer.transport
-            if transport.is_closing() or transport.get_write_buffer_size() < _BACKLOG_BYTES:
-                continue
-            with contextlib.suppress(ConnectionError):
-                await live.writer.drain()
+            await live.catch_up()
 
     def _check_token_faults(self) -> None:
         sent = self.counters.generation_tokens

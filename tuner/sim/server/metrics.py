@@ -1,8 +1,10 @@
-"""The fake server's ``/metrics``: vLLM V1's Prometheus names, labels and counter semantics.
+"""The fake server's ``/metrics``: vLLM V1's names and labels, written by ``prometheus_client``.
 
-As in vLLM, every sample carries ``engine`` and ``model_name`` labels (sorted, the way
-``prometheus_client`` writes them), counters end in ``_total`` with ``# TYPE`` naming the base
-name, and the speculative-decoding counters exist only when the server speculates.
+The numbers live in the engine and in :class:`ServerCounters`; :class:`ServerMetrics`, the one
+collector in a registry of the server's own, reads them at each scrape, and ``prometheus_client``
+writes them as it does for vLLM: every sample carries ``engine`` and ``model_name`` labels, a
+counter shows as ``..._total`` with a ``..._created`` start time beside it, and the
+speculative-decoding counters exist only when the server speculates.
 ``vllm:generation_tokens_total`` counts the tokens sent to clients, which is what a load
 generator's ``usage`` totals are checked against. One sample is spectune's own:
 ``spectune_sim_stream_chunks_total``, the SSE chunks that carried tokens.
@@ -10,11 +12,21 @@ generator's ``usage`` totals are checked against. One sample is spectune's own:
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 
-from tuner.results import SpecDecodeStats
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector, CollectorRegistry
 
-__all__ = ["ServerCounters", "render_metrics"]
+from tuner.sim.scheduler import Engine
+
+__all__ = ["CONTENT_TYPE", "ServerCounters", "ServerMetrics"]
+
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+"""The ``Content-Type`` of ``/metrics``, as ``prometheus_client`` answers for vLLM."""
+_LABELS = ("engine", "model_name")
 
 
 @dataclass
@@ -34,105 +46,103 @@ class ServerCounters:
     finished: int = 0
 
 
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-
-
-def render_metrics(
-    model_name: str,
-    *,
-    running: int,
-    waiting: int,
-    kv_usage: float,
-    preemptions: int,
-    counters: ServerCounters,
-    spec: SpecDecodeStats | None,
-) -> str:
-    """The text of ``GET /metrics``.
+class ServerMetrics(Collector):
+    """The server's metric families, read from the engine and the counters at each scrape.
 
     Args:
         model_name: the first served model name (vLLM's ``model_name`` label).
-        running: requests in the running batch.
-        waiting: requests queued.
-        kv_usage: KV-cache usage, 0..1.
-        preemptions: preemptions since start.
+        engine: the simulated engine (running and waiting requests, KV usage, preemptions,
+            speculative counters).
         counters: the server's token and request counters.
-        spec: the engine's cumulative speculative counters; None without speculation.
     """
-    labels = f'engine="0",model_name="{_escape(model_name)}"'
-    lines: list[str] = []
 
-    def metric(name: str, kind: str, doc: str, value: float, extra: str = "") -> None:
-        base = name.removesuffix("_total") if kind == "counter" else name
-        lines.append(f"# HELP {base} {doc}")
-        lines.append(f"# TYPE {base} {kind}")
-        lines.append(f"{name}{{{labels}{extra}}} {float(value)!r}")
+    def __init__(self, model_name: str, engine: Engine, counters: ServerCounters) -> None:
+        self._labels = ["0", model_name]
+        self._engine = engine
+        self._counters = counters
+        self._created = time.time()
+        self._registry = CollectorRegistry(auto_describe=False)
+        self._registry.register(self)
 
-    metric(
-        "vllm:num_requests_running",
-        "gauge",
-        "Number of requests in model execution batches.",
-        running,
-    )
-    metric(
-        "vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.", waiting
-    )
-    metric(
-        "vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.", kv_usage
-    )
-    metric(
-        "vllm:num_preemptions_total",
-        "counter",
-        "Cumulative number of preemption from the engine.",
-        preemptions,
-    )
-    metric(
-        "vllm:prompt_tokens_total",
-        "counter",
-        "Number of prefill tokens processed.",
-        counters.prompt_tokens,
-    )
-    metric(
-        "vllm:generation_tokens_total",
-        "counter",
-        "Number of generation tokens processed.",
-        counters.generation_tokens,
-    )
-    metric(
-        "vllm:request_success_total",
-        "counter",
-        "Count of successfully processed requests.",
-        counters.finished,
-        ',finished_reason="length"',
-    )
-    if spec is not None:
-        metric(
-            "vllm:spec_decode_num_drafts_total",
-            "counter",
-            "Number of spec decoding drafts.",
-            spec.drafts,
+    def render(self) -> bytes:
+        """The body of ``GET /metrics``."""
+        return generate_latest(self._registry)
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        """The families of one scrape, in the order vLLM lists them."""
+        engine, counters = self._engine, self._counters
+        yield self._gauge(
+            "vllm:num_requests_running",
+            "Number of requests in model execution batches.",
+            len(engine.running),
         )
-        metric(
-            "vllm:spec_decode_num_draft_tokens_total",
-            "counter",
-            "Number of draft tokens.",
-            spec.draft_tokens,
+        yield self._gauge(
+            "vllm:num_requests_waiting",
+            "Number of requests waiting to be processed.",
+            len(engine.waiting),
         )
-        metric(
-            "vllm:spec_decode_num_accepted_tokens_total",
-            "counter",
+        yield self._gauge(
+            "vllm:kv_cache_usage_perc",
+            "KV-cache usage. 1 means 100 percent usage.",
+            engine.kv_usage,
+        )
+        yield self._counter(
+            "vllm:num_preemptions",
+            "Cumulative number of preemption from the engine.",
+            engine.preemptions,
+        )
+        yield self._counter(
+            "vllm:prompt_tokens", "Number of prefill tokens processed.", counters.prompt_tokens
+        )
+        yield self._counter(
+            "vllm:generation_tokens",
+            "Number of generation tokens processed.",
+            counters.generation_tokens,
+        )
+        success = CounterMetricFamily(
+            "vllm:request_success",
+            "Count of successfully processed requests.",
+            labels=("engine", "finished_reason", "model_name"),
+        )
+        success.add_metric(["0", "length", self._labels[1]], counters.finished, self._created)
+        yield success
+        yield from self._spec_decode()
+        yield self._counter(
+            "spectune_sim_stream_chunks",
+            "SSE chunks that carried tokens (spectune's simulated server only).",
+            counters.stream_chunks,
+        )
+
+    def _spec_decode(self) -> Iterator[CounterMetricFamily]:
+        spec = self._engine.spec_stats()
+        if spec is None:
+            return
+        yield self._counter(
+            "vllm:spec_decode_num_drafts", "Number of spec decoding drafts.", spec.drafts
+        )
+        yield self._counter(
+            "vllm:spec_decode_num_draft_tokens", "Number of draft tokens.", spec.draft_tokens
+        )
+        yield self._counter(
+            "vllm:spec_decode_num_accepted_tokens",
             "Number of accepted tokens.",
             spec.accepted_tokens,
         )
-        name = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
-        lines.append(f"# HELP {name.removesuffix('_total')} Accepted tokens per draft position.")
-        lines.append(f"# TYPE {name.removesuffix('_total')} counter")
+        per_position = CounterMetricFamily(
+            "vllm:spec_decode_num_accepted_tokens_per_pos",
+            "Accepted tokens per draft position.",
+            labels=(*_LABELS, "position"),
+        )
         for position, value in enumerate(spec.accepted_per_position):
-            lines.append(f'{name}{{{labels},position="{position}"}} {float(value)!r}')
-    metric(
-        "spectune_sim_stream_chunks_total",
-        "counter",
-        "SSE chunks that carried tokens (spectune's simulated server only).",
-        counters.stream_chunks,
-    )
-    return "\n".join(lines) + "\n"
+            per_position.add_metric([*self._labels, str(position)], value, self._created)
+        yield per_position
+
+    def _gauge(self, name: str, documentation: str, value: float) -> GaugeMetricFamily:
+        family = GaugeMetricFamily(name, documentation, labels=_LABELS)
+        family.add_metric(self._labels, value)
+        return family
+
+    def _counter(self, name: str, documentation: str, value: float) -> CounterMetricFamily:
+        family = CounterMetricFamily(name, documentation, labels=_LABELS)
+        family.add_metric(self._labels, value, self._created)
+        return family

@@ -20,10 +20,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 
-from tuner.sim.server.app import SIMULATED_BANNER, FakeServer
 from tuner.sim.server.args import ConfigValidationError, parse_serve_args
 from tuner.sim.server.faults import Faults
 from tuner.sim.server.startup import (
+    SIMULATED_BANNER,
     StartFailure,
     log,
     print_engine_failure,
@@ -138,4 +138,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except StartFailure as exc:
         print_engine_failure(str(exc))
         return 1
+    # The HTTP stack (aiohttp, prometheus_client: about a second of imports on a busy core)
+    # loads once start-up has passed, so a failed start-up reports as fast as before.
+    from tuner.sim.server.app import FakeServer
+
     return asyncio.run(FakeServer(args, engine).serve())

@@ -25,6 +25,7 @@ from tuner.sim.scheduler import Engine
 from tuner.sim.server.args import ConfigValidationError, ServeArgs
 
 __all__ = [
+    "SIMULATED_BANNER",
     "StartFailure",
     "crash",
     "log",
@@ -33,6 +34,7 @@ __all__ = [
     "start_engine",
 ]
 
+SIMULATED_BANNER = "SIMULATED vLLM server (spectune tuner.sim.server): no GPU, no model weights"
 _WEIGHTS_OOM = "while loading the model weights"
 
 
