@@ -18,6 +18,7 @@ import typer
 import typer.core
 from rich.console import Console
 
+from tuner.config.redact import Redactor
 from tuner.errors import SpectuneError
 from tuner.launch.exit_hooks import Terminated, install_signal_handlers
 
@@ -101,9 +102,11 @@ def handle_errors(command: Callable[P, R]) -> Callable[P, R]:
         except SpectuneError as exc:
             if _debug["enabled"]:
                 raise
-            err_console.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
+            # A message may quote what the user gave (a URL with a password, a flag's value).
+            message = Redactor.from_environment().redact(str(exc))
+            err_console.print(f"error: {message}", markup=False, highlight=False, soft_wrap=True)
             if kwargs.get("as_json"):  # --json: standard output stays JSON, errors included
-                print_json({"error": str(exc)})
+                print_json({"error": message})
             raise typer.Exit(2) from None
         except Terminated as exc:
             err_console.print(f"{exc}: the running trial failed; the study keeps finished ones")

@@ -34,26 +34,36 @@ class Redactor:
     """Replaces secret values in text with ``[redacted]``.
 
     Args:
-        values: secret values to remove wherever they appear (shorter than 8 characters are
-            ignored: they would blank ordinary words and numbers).
+        values: secret values to remove wherever they appear.
     """
 
     def __init__(self, values: Iterable[str] = ()) -> None:
-        kept = {value for value in values if len(value) >= _MIN_SECRET_CHARS}
-        self._values = sorted(kept, key=len, reverse=True)  # a longer one may hold a shorter
+        # Longest first: a longer value may hold a shorter one.
+        self.values: tuple[str, ...] = tuple(
+            sorted(set(filter(None, values)), key=len, reverse=True)
+        )
 
     @classmethod
     def from_environment(
         cls, env: Mapping[str, str] | None = None, names: Iterable[str] = ()
     ) -> Redactor:
-        """The values of ``env``'s (default: this process's) secret variables and of ``names``."""
+        """The values of ``names`` in ``env`` (default: this process's environment) and of
+        every variable whose name looks secret (``HF_TOKEN``, ``VLLM_API_KEY``).
+
+        A value of a variable found by its name's looks alone is kept only from 8 characters
+        on: shorter ones ("1", "true") are no credential and would blank ordinary text.
+        """
         env = os.environ if env is None else env
         wanted = set(names)
-        return cls(v for k, v in env.items() if k in wanted or is_secret_flag(k))
+        return cls(
+            value
+            for name, value in env.items()
+            if name in wanted or (is_secret_flag(name) and len(value) >= _MIN_SECRET_CHARS)
+        )
 
     def redact(self, text: str) -> str:
         """``text`` with every known secret value and every secret-shaped value replaced."""
-        for value in self._values:
+        for value in self.values:
             text = text.replace(value, REDACTED)
         text = _URL_USERINFO.sub(rf"\g<scheme>{REDACTED}@", text)
         for pattern in (_FLAG_VALUE, _ASSIGNMENT, _QUOTED_PAIR):

@@ -1,0 +1,175 @@
+"""The fault table: ``spectune optimize`` against the shipped fake server and each of its faults.
+
+Each row runs the real command (typer's runner, in this process) with the process backend and
+``python -m tuner.sim.server`` as ``vllm serve``, and asserts what a user and an operator see:
+the exit status, no traceback, a study whose trials all ended (none RUNNING), no secret in the
+log file, the database or the output, and no process left running that carries this test's
+marker in its environment (the server, its child, the guardian).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import optuna
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from tuner.cli import app
+
+FAKE_VLLM = f"{sys.executable} -m tuner.sim.server"
+SECRET = "hf_fault_table_secret_0123456789"
+SPACE = {
+    "name": "faults",
+    "hardware": "4090x1",
+    "target": "Qwen/Qwen2.5-14B-Instruct-AWQ",
+    "vllm": {"version": "0.32.0"},
+    "slo": {"ttft_ms": 5000},
+    "workload": {
+        "prompt_set": "chat",
+        "input_tokens": 32,
+        "output_tokens": 8,
+        "concurrency": [1],
+        "temperature": [0.0],
+        "requests": 4,
+        "warmup": 0,
+    },
+    "search": {
+        "draft": ["none"],
+        "gpu_memory_utilization": 0.9,
+        "max_num_batched_tokens": 2048,
+    },
+}
+
+
+@dataclass(frozen=True)
+class Run:
+    """One finished ``spectune optimize``: what it printed and the study it left."""
+
+    exit_code: int
+    output: str
+    trials: list[optuna.trial.FrozenTrial]
+    folder: Path
+
+
+@pytest.fixture
+def marker(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[str]:
+    """A value only this test's processes carry; asserts none is left when the test ends."""
+    value = uuid.uuid4().hex
+    monkeypatch.setenv("SPECTUNE_FAULT_TEST", value)
+    monkeypatch.setenv("HF_TOKEN", SECRET)
+    monkeypatch.setenv("SPECTUNE_SIM_SPEED", "50")
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    yield value
+    assert _carrying(value) == []
+    assert list((tmp_path / "state").rglob("*.json")) == []  # no run file: nothing to sweep
+
+
+def _carrying(value: str) -> list[int]:
+    """Live processes other than this one whose environment holds ``value``."""
+    found = []
+    needle = f"SPECTUNE_FAULT_TEST={value}".encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if needle in environ and state != "Z":
+            found.append(int(entry.name))
+    return found
+
+
+def _optimize(tmp_path: Path, *extra: str) -> Run:
+    space = tmp_path / "space.yaml"
+    space.write_text(yaml.safe_dump(SPACE))
+    folder = tmp_path / "studies"
+    args = [
+        "optimize",
+        "--space",
+        str(space),
+        "--backend",
+        "process",
+        "--hardware",
+        "4090x1",
+        "--vllm-command",
+        FAKE_VLLM,
+        "--study",
+        "f",
+        "--trials",
+        "1",
+        "--studies-dir",
+        str(folder),
+        "--no-prefetch",
+        "--confirm-top",
+        "0",
+        "--sampler",
+        "random",
+        "--request-timeout",
+        "1",
+        "--ready-timeout",
+        "30",
+        *extra,
+    ]
+    result = CliRunner().invoke(app, args)
+    storage = f"sqlite:///{folder / 'f.db'}"
+    trials = optuna.load_study(study_name="f", storage=storage).trials
+    return Run(result.exit_code, result.output, trials, folder)
+
+
+def _assert_clean(run: Run) -> None:
+    assert "Traceback" not in run.output, run.output
+    assert all(t.state.is_finished() for t in run.trials), [t.state for t in run.trials]
+    assert SECRET not in run.output
+    for path in run.folder.rglob("*"):
+        if path.is_file():
+            assert SECRET.encode() not in path.read_bytes(), path
+
+
+@pytest.mark.parametrize(
+    ("fault", "failure"),
+    [
+        ("oom-at-start", "out of memory"),
+        ("crash-at-start", "did not start"),
+        ("sigkill-at-start", "SIGKILL"),
+        ("crash-after=10", "died"),
+        ("hang-after=6", "timed out"),
+        ("http-500-every=2", "HTTP 500"),
+        ("malformed-sse", "malformed SSE"),
+        ("drop-mid-stream", "dropped mid-stream"),
+        ("error-event", "error mid-stream"),
+        ("no-usage", "no usage"),
+        ("slow-start=0.5", None),
+        ("attention-fallback", None),
+        ("spawn-child", None),
+        ("log-env=HF_TOKEN", None),
+        ("log-env=HF_TOKEN,crash-at-start", "did not start"),
+    ],
+)
+def test_a_fake_server_fault_ends_the_trial_cleanly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, marker: str, fault: str, failure: str | None
+) -> None:
+    del marker
+    monkeypatch.setenv("SPECTUNE_SIM_FAULT", fault)
+    run = _optimize(tmp_path)
+    assert run.exit_code == 0, run.output  # a failed trial is a result, not a failed command
+    _assert_clean(run)
+    (trial,) = run.trials
+    told = str(trial.user_attrs.get("failure", ""))
+    if fault.startswith("log-env"):  # the server printed its token: the line is kept, redacted
+        (log,) = run.folder.rglob("trial-*.log")
+        assert "environment HF_TOKEN=[redacted]" in log.read_text()
+        if failure is not None:
+            assert "environment HF_TOKEN=[redacted]" in str(trial.user_attrs["log_tail"])
+    if failure is None:
+        assert trial.state is optuna.trial.TrialState.COMPLETE, told
+    else:
+        assert failure.lower() in told.lower(), told
