@@ -9,13 +9,20 @@ marker in its environment (the server, its child, the guardian).
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import socket
+import subprocess
 import sys
+import threading
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import optuna
 import pytest
 import yaml
@@ -24,6 +31,7 @@ from typer.testing import CliRunner
 from tuner.cli import app
 
 FAKE_VLLM = f"{sys.executable} -m tuner.sim.server"
+SPECTUNE = str(Path(sys.executable).with_name("spectune"))
 SECRET = "hf_fault_table_secret_0123456789"
 SPACE = {
     "name": "faults",
@@ -173,3 +181,72 @@ def test_a_fake_server_fault_ends_the_trial_cleanly(
         assert trial.state is optuna.trial.TrialState.COMPLETE, told
     else:
         assert failure.lower() in told.lower(), told
+
+
+@pytest.fixture(scope="module")
+def sim_study(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A small simulated study for the dashboard to show."""
+    folder = tmp_path_factory.mktemp("dashboard") / "studies"
+    args = ["optimize", "--hardware", "4090x1", "--backend", "sim", "--trials", "2"]
+    result = CliRunner().invoke(app, [*args, "--study", "d", "--studies-dir", str(folder)])
+    assert result.exit_code == 0, result.output
+    return folder
+
+
+@pytest.mark.parametrize(
+    ("signum", "status"),
+    [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 129)],
+)
+def test_the_dashboard_stops_on_the_first_signal_while_answering(
+    sim_study: Path, signum: int, status: int
+) -> None:
+    port = _free_port()
+    base = f"http://127.0.0.1:{port}"
+    proc = subprocess.Popen(
+        [SPECTUNE, "dashboard", "d", "--studies-dir", str(sim_study), "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    stop = threading.Event()
+
+    def ask() -> None:  # keeps a request in flight when the signal lands
+        with httpx.Client(trust_env=False, timeout=5) as client:
+            while not stop.is_set():
+                with contextlib.suppress(httpx.TransportError):
+                    client.get(f"{base}/api/studies")
+
+    try:
+        _wait_answering(base, proc)
+        askers = [threading.Thread(target=ask) for _ in range(2)]
+        for asker in askers:
+            asker.start()
+        proc.send_signal(signum)
+        _, err = proc.communicate(timeout=15)  # a swallowed signal would run on past this
+    finally:
+        stop.set()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    for asker in askers:
+        asker.join()
+    assert proc.returncode == status
+    assert "Traceback" not in err and err.strip().splitlines()[-1].startswith("dashboard ")
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _wait_answering(base: str, proc: subprocess.Popen[str]) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+        with contextlib.suppress(httpx.TransportError):
+            if httpx.get(f"{base}/api/studies", timeout=2, trust_env=False).is_success:
+                return
+        time.sleep(0.1)
+    raise AssertionError("the dashboard never answered")

@@ -15,12 +15,13 @@ from tuner.analysis.confirmed import Confirmed, Run
 from tuner.analysis.picks import DEFAULT_PICK, PICKS
 from tuner.analysis.trials import points
 from tuner.cli import options as opt
-from tuner.cli.app import app, console, handle_errors, print_json
+from tuner.cli.app import app, console, err_console, handle_errors, print_json
 from tuner.cli.options import backend_options
 from tuner.cli.render import confirm_run_line, confirmed_table
 from tuner.config.space import SearchSpace
 from tuner.errors import ConfigError
 from tuner.export.vllm import FORMATS, Exported, export, write_best
+from tuner.launch.exit_hooks import Terminated
 from tuner.results import Source
 from tuner.study.paths import StudyPaths, default_storage
 from tuner.study.storage import check_writable
@@ -166,7 +167,14 @@ def dashboard_command(
         console.print(
             f"  listening on {host}: anyone who can reach it can edit the study", markup=False
         )
-    serve_dashboard(url, paths, host, port)
+    try:
+        serve_dashboard(url, paths, host, port)
+    except Terminated as exc:
+        err_console.print(f"dashboard {exc}")
+        raise typer.Exit(128 + exc.signum) from None
+    except KeyboardInterrupt:
+        err_console.print("dashboard stopped")
+        raise typer.Exit(130) from None
 
 
 def _check_port(host: str, port: int) -> None:
