@@ -250,3 +250,30 @@ def _wait_answering(base: str, proc: subprocess.Popen[str]) -> None:
                 return
         time.sleep(0.1)
     raise AssertionError("the dashboard never answered")
+
+
+def test_an_unwritable_state_folder_stops_the_run_before_a_server_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, marker: str
+) -> None:
+    del marker
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("")  # a file where the folder should be: unwritable even for root
+    monkeypatch.setenv("XDG_STATE_HOME", str(blocker))
+    run = _optimize(tmp_path)
+    assert run.exit_code == 2
+    _assert_one_line(run, "set XDG_STATE_HOME to a writable folder")
+    assert [t.state for t in run.trials] == [optuna.trial.TrialState.FAIL]
+    assert list(run.folder.rglob("trial-*.log")) == []  # no server was started
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    again = _optimize(tmp_path)  # the next run resumes the study
+    assert again.exit_code == 0, again.output
+    assert [t.state.name for t in again.trials] == ["FAIL", "COMPLETE"]
+
+
+def _assert_one_line(run: Run, says: str) -> None:
+    """One error line, the last thing printed (above it, the progress table of trials run)."""
+    _assert_clean(run)
+    assert run.output.count("error: ") == 1, run.output
+    error = run.output.rpartition("error: ")[2].strip()
+    assert "\n" not in error and says in error, run.output

@@ -43,7 +43,7 @@ from tuner.config.vllm_args import (
     detect_version,
     server_argv,
 )
-from tuner.errors import LaunchError, StartupFailure
+from tuner.errors import ConfigError, LaunchError, StartupFailure
 from tuner.launch.exit_hooks import run_at_exit
 from tuner.launch.failures import ServerEnd, Stage
 from tuner.launch.guardian import dismiss_guardian, spawn_guardian
@@ -54,6 +54,7 @@ from tuner.launch.runfiles import (
     die_with_parent,
     group_members,
     remove_leftovers,
+    require_writable,
     signal_group,
     state_dir,
     wait_group_empty,
@@ -255,7 +256,8 @@ class ProcessLauncher:
         The log goes to ``context.log_dir / f"trial-{context.trial}.log"``.
 
         Raises:
-            ConfigError: the vLLM version cannot run this config; nothing was started.
+            ConfigError: the vLLM version cannot run this config, or no run file can be
+                written (:func:`~tuner.launch.runfiles.require_writable`); nothing was started.
             StartupFailure: the server exited or was not ready in time; it has been stopped.
         """
         _install_hooks()
@@ -263,6 +265,7 @@ class ProcessLauncher:
             self.stop()
             version = self.version
             check_supported(server, version)
+            require_writable(self.run_dir)
             # Every start, not only the first: a worker beside this one may have been killed.
             remove_leftovers(self.run_dir)
             context.log_dir.mkdir(parents=True, exist_ok=True)
@@ -357,6 +360,9 @@ class ProcessLauncher:
         run_file = RunFile.write(self.run_dir, proc.pid, self.host, port, command)
         self._child = _Child(proc, self.stop_timeout_s, pump, guardian, run_file)
         _running[proc.pid] = self._child
+        if run_file is None:  # the folder broke since require_writable: stop while we can
+            self.stop()
+            raise ConfigError(f"cannot record server {proc.pid} in {self.run_dir}; it was stopped")
 
     def _exit_status(self) -> int | None:
         return _exit_status_of(self._child.proc) if self._child is not None else None
