@@ -10,6 +10,7 @@ marker in its environment (the server, its child, the guardian).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -29,6 +30,7 @@ import yaml
 from typer.testing import CliRunner
 
 from tuner.cli import app
+from tuner.study.twin_steer import PRIOR_ATTR
 
 FAKE_VLLM = f"{sys.executable} -m tuner.sim.server"
 SPECTUNE = str(Path(sys.executable).with_name("spectune"))
@@ -97,8 +99,7 @@ def _carrying(value: str) -> list[int]:
 
 
 def _optimize(tmp_path: Path, *extra: str) -> Run:
-    space = tmp_path / "space.yaml"
-    space.write_text(yaml.safe_dump(SPACE))
+    space = _write_space(tmp_path)
     folder = tmp_path / "studies"
     args = [
         "optimize",
@@ -119,13 +120,11 @@ def _optimize(tmp_path: Path, *extra: str) -> Run:
         "--no-prefetch",
         "--confirm-top",
         "0",
-        "--sampler",
-        "random",
         "--request-timeout",
         "1",
         "--ready-timeout",
         "30",
-        *extra,
+        *(extra or ("--sampler", "random")),
     ]
     result = CliRunner().invoke(app, args)
     storage = f"sqlite:///{folder / 'f.db'}"
@@ -277,3 +276,51 @@ def _assert_one_line(run: Run, says: str) -> None:
     assert run.output.count("error: ") == 1, run.output
     error = run.output.rpartition("error: ")[2].strip()
     assert "\n" not in error and says in error, run.output
+
+
+def _write_space(tmp_path: Path) -> Path:
+    path = tmp_path / "space.yaml"
+    path.write_text(yaml.safe_dump(SPACE))
+    return path
+
+
+def test_calibrate_refuses_a_server_that_loses_requests(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, marker: str
+) -> None:
+    del marker
+    monkeypatch.setenv("SPECTUNE_SIM_FAULT", "http-500-every=3")
+    folder = tmp_path / "studies"
+    args = ["calibrate", "--space", str(_write_space(tmp_path)), "--backend", "process"]
+    fake = ["--vllm-command", FAKE_VLLM, "--studies-dir", str(folder), "--request-timeout", "1"]
+    result = CliRunner().invoke(app, [*args, *fake])
+    assert result.exit_code == 2, result.output
+    run = Run(result.exit_code, result.output, [], folder)
+    _assert_one_line(run, "runs lost requests")
+    assert list(folder.rglob("calibration/*.json")) == []  # nothing written
+
+
+def test_a_measured_study_never_starts_from_a_simulated_calibration(
+    tmp_path: Path, marker: str
+) -> None:
+    del marker
+    folder = tmp_path / "studies"
+    args = ["calibrate", "--space", str(_write_space(tmp_path)), "--backend", "sim"]
+    result = CliRunner().invoke(app, [*args, "--studies-dir", str(folder)])
+    assert result.exit_code == 0, result.output
+    (calibration,) = folder.glob("calibration/*.json")
+    assert json.loads(calibration.read_text())["source"] == "simulated"
+    run = _optimize(tmp_path, "--sampler", "spectune")
+    assert run.exit_code == 0, run.output
+    study = optuna.load_study(study_name="f", storage=f"sqlite:///{folder / 'f.db'}")
+    assert PRIOR_ATTR not in study.user_attrs
+
+
+def test_estimate_refuses_a_study_of_another_model_or_gpu(tmp_path: Path) -> None:
+    folder = tmp_path / "studies"
+    args = ["optimize", "--hardware", "4090x1", "--backend", "sim", "--trials", "2"]
+    made = CliRunner().invoke(app, [*args, "--study", "t", "--studies-dir", str(folder)])
+    assert made.exit_code == 0, made.output
+    estimate = ["estimate", "--hardware", "4090x2", "--model", "Qwen/Qwen2.5-32B-Instruct-AWQ"]
+    result = CliRunner().invoke(app, [*estimate, "--study", "t", "--studies-dir", str(folder)])
+    assert result.exit_code == 2
+    _assert_one_line(Run(2, result.output, [], folder), "its twin does not apply")
