@@ -324,3 +324,92 @@ def test_estimate_refuses_a_study_of_another_model_or_gpu(tmp_path: Path) -> Non
     result = CliRunner().invoke(app, [*estimate, "--study", "t", "--studies-dir", str(folder)])
     assert result.exit_code == 2
     _assert_one_line(Run(2, result.output, [], folder), "its twin does not apply")
+
+
+@pytest.mark.postgres
+def test_a_killed_workers_server_and_its_child_are_stopped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, marker: str, pg_url: str
+) -> None:
+    monkeypatch.setenv("SPECTUNE_SIM_FAULT", "spawn-child")
+    monkeypatch.setenv("SPECTUNE_SIM_SPEED", "1")  # real time: the kill lands mid-measure
+    monkeypatch.setenv("SPECTUNE_HEARTBEAT_S", "1")
+    monkeypatch.setenv("SPECTUNE_GRACE_S", "4")
+    slow = {**SPACE, "workload": {**SPACE["workload"], "output_tokens": 64, "requests": 4}}
+    (tmp_path / "space.yaml").write_text(yaml.safe_dump(slow))
+    name = f"orphans-{uuid.uuid4().hex[:8]}"
+    args = [*_fake_study(tmp_path, name), "--storage", pg_url, "--workers", "2"]
+    parent = subprocess.Popen([SPECTUNE, *args, "--trials", "2"], stderr=subprocess.PIPE, text=True)
+    try:
+        server, owner = _a_server_of_worker(tmp_path / "state", parent.pid, "1")
+        assert len(_in_group(server)) >= 2  # the server and the child it spawned
+        os.kill(owner, signal.SIGKILL)
+        deadline = time.monotonic() + 15
+        while _in_group(server) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _in_group(server) == []  # no orphan waits for the next run's sweep
+        _, err = parent.communicate(timeout=120)
+    finally:
+        if parent.poll() is None:  # a failed assertion: its workers run in sessions of their own
+            for pid in _carrying(marker):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGTERM)
+            parent.wait(timeout=60)
+    assert parent.returncode == 2 and "1 of 2 workers failed" in err, err
+    storage = optuna.storages.RDBStorage(pg_url)
+    try:
+        trials = optuna.load_study(study_name=name, storage=storage).trials
+    finally:
+        storage.engine.dispose()
+    assert all(t.state.is_finished() for t in trials)
+
+
+def _fake_study(tmp_path: Path, name: str) -> list[str]:
+    return [
+        "optimize",
+        "--space",
+        str(tmp_path / "space.yaml"),
+        "--hardware",
+        "4090x1",
+        "--backend",
+        "process",
+        "--vllm-command",
+        FAKE_VLLM,
+        "--study",
+        name,
+        "--studies-dir",
+        str(tmp_path / "studies"),
+        "--no-prefetch",
+        "--confirm-top",
+        "0",
+        "--sampler",
+        "random",
+    ]
+
+
+def _a_server_of_worker(state: Path, parent: int, worker_id: str) -> tuple[int, int]:
+    """The PID of a server that worker ``worker_id`` runs, once it runs one, and the worker's."""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        for child in Path(f"/proc/{parent}/task/{parent}/children").read_text().split():
+            cmdline = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
+            if b"--worker-id" not in cmdline:
+                continue
+            if cmdline[cmdline.index(b"--worker-id") + 1] != worker_id.encode():
+                continue
+            for path in state.rglob("*.json"):
+                with contextlib.suppress(OSError, ValueError):
+                    record = json.loads(path.read_text())
+                    if record["owner_pid"] == int(child) and len(_in_group(record["pid"])) >= 2:
+                        return record["pid"], int(child)
+        time.sleep(0.1)
+    raise AssertionError(f"worker {worker_id} never ran a server with a child")
+
+
+def _in_group(pgid: int) -> list[int]:
+    members = []
+    for entry in Path("/proc").iterdir():
+        with contextlib.suppress(OSError):
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            if entry.name.isdigit() and fields[0] != "Z" and int(fields[2]) == pgid:
+                members.append(int(entry.name))
+    return members

@@ -355,7 +355,7 @@ class ProcessLauncher:
         pump.start()
         self._log_path = log_path
         self._oom_before = _oom_kills()
-        guardian = spawn_guardian(proc.pid)
+        guardian = spawn_guardian(proc.pid, RunFile.path_of(self.run_dir, proc.pid))
         command = self._redactor.redact(shlex.join(argv))
         run_file = RunFile.write(self.run_dir, proc.pid, self.host, port, command)
         self._child = _Child(proc, self.stop_timeout_s, pump, guardian, run_file)

@@ -173,7 +173,7 @@ class RunFile:
             command=command,
             recorded_at=time.time(),
         )
-        path = directory / f"{record.host}-{pid}.json"
+        path = cls.path_of(directory, pid)
         tmp = path.with_suffix(".tmp")
         try:
             directory.mkdir(parents=True, exist_ok=True)
@@ -183,6 +183,11 @@ class RunFile:
             _log.warning("cannot record server %d in %s (%s)", pid, directory, exc)
             return None
         return path
+
+    @staticmethod
+    def path_of(directory: Path, pid: int) -> Path:
+        """Where server ``pid`` of this host is recorded in ``directory``."""
+        return directory / f"{socket.gethostname()}-{pid}.json"
 
     @classmethod
     def read(cls, path: Path) -> RunFile | None:
