@@ -22,6 +22,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import optuna
@@ -35,7 +36,7 @@ from tuner.study.twin_steer import PRIOR_ATTR
 FAKE_VLLM = f"{sys.executable} -m tuner.sim.server"
 SPECTUNE = str(Path(sys.executable).with_name("spectune"))
 SECRET = "hf_fault_table_secret_0123456789"
-SPACE = {
+SPACE: dict[str, Any] = {
     "name": "faults",
     "hardware": "4090x1",
     "target": "Qwen/Qwen2.5-14B-Instruct-AWQ",
