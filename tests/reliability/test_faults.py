@@ -99,9 +99,9 @@ def _carrying(value: str) -> list[int]:
     return found
 
 
-def _optimize(tmp_path: Path, *extra: str) -> Run:
+def _optimize(tmp_path: Path, *extra: str, folder: Path | None = None) -> Run:
     space = _write_space(tmp_path)
-    folder = tmp_path / "studies"
+    folder = folder or tmp_path / "studies"
     args = [
         "optimize",
         "--space",
@@ -414,3 +414,42 @@ def _in_group(pgid: int) -> list[int]:
             if entry.name.isdigit() and fields[0] != "Z" and int(fields[2]) == pgid:
                 members.append(int(entry.name))
     return members
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 2 MiB tmpfs (as root; elsewhere the test is skipped)."""
+    folder = tmp_path / "disk"
+    folder.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(folder)],
+        capture_output=True,
+        check=False,
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=True)
+
+
+def test_a_full_disk_is_one_line_and_the_study_resumes(
+    tmp_path: Path, marker: str, small_disk: Path
+) -> None:
+    del marker
+    studies = small_disk / "studies"
+    first = _optimize(tmp_path, folder=studies)
+    assert first.exit_code == 0, first.output
+    filler = small_disk / "filler"
+    with filler.open("wb") as out, contextlib.suppress(OSError):
+        while True:
+            out.write(b"\0" * 65536)
+            out.flush()
+    full = _optimize(tmp_path, folder=studies)
+    assert full.exit_code == 2, full.output
+    _assert_one_line(full, "free some")
+    filler.unlink()
+    again = _optimize(tmp_path, folder=studies)
+    assert again.exit_code == 0, again.output
+    assert "COMPLETE" in [t.state.name for t in again.trials[1:]]
