@@ -27,6 +27,7 @@ from typing import Any
 import httpx
 import optuna
 import pytest
+import sqlalchemy
 import yaml
 from typer.testing import CliRunner
 
@@ -453,3 +454,103 @@ def test_a_full_disk_is_one_line_and_the_study_resumes(
     again = _optimize(tmp_path, folder=studies)
     assert again.exit_code == 0, again.output
     assert "COMPLETE" in [t.state.name for t in again.trials[1:]]
+
+
+class _Proxy:
+    """A TCP relay to PostgreSQL that the test can cut: the database "goes away" mid-study."""
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        self.target = target
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port: int = self.listener.getsockname()[1]
+        self.sockets: list[socket.socket] = []
+        self.threads = [threading.Thread(target=self._accept, daemon=True)]
+        self.threads[0].start()
+
+    def _accept(self) -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                client, _ = self.listener.accept()
+                server = socket.create_connection(self.target)
+                self.sockets += [client, server]
+                for a, b in ((client, server), (server, client)):
+                    relay = threading.Thread(target=self._relay, args=(a, b), daemon=True)
+                    self.threads.append(relay)
+                    relay.start()
+
+    @staticmethod
+    def _relay(source: socket.socket, sink: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while data := source.recv(65536):
+                sink.sendall(data)
+        with contextlib.suppress(OSError):
+            sink.shutdown(socket.SHUT_WR)
+
+    def cut(self) -> None:
+        # Shutting the listener down wakes the blocked accept(); once that thread is done,
+        # every socket it made is in the list.
+        with contextlib.suppress(OSError):
+            self.listener.shutdown(socket.SHUT_RDWR)
+        self.threads[0].join(timeout=5)
+        self.listener.close()
+        for sock in self.sockets:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+        for thread in self.threads[1:]:
+            thread.join(timeout=5)
+
+
+@pytest.mark.postgres
+def test_a_database_lost_mid_study_is_one_line_and_the_study_resumes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, marker: str, pg_url: str
+) -> None:
+    del marker
+    monkeypatch.setenv("SPECTUNE_SIM_SPEED", "2")  # a trial lasts long enough to cut under it
+    monkeypatch.setenv("SPECTUNE_HEARTBEAT_S", "1")
+    monkeypatch.setenv("SPECTUNE_GRACE_S", "2")
+    url = sqlalchemy.engine.make_url(pg_url)
+    proxy = _Proxy((url.host or "127.0.0.1", url.port or 5432))
+    relayed = url.set(host="127.0.0.1", port=proxy.port).render_as_string(hide_password=False)
+    name = f"lost-{uuid.uuid4().hex[:8]}"
+    storage = optuna.storages.RDBStorage(pg_url)
+
+    def cut_when_running() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            with contextlib.suppress(KeyError):
+                study = optuna.load_study(study_name=name, storage=storage)
+                if study.get_trials(states=(optuna.trial.TrialState.RUNNING,)):
+                    break
+            time.sleep(0.1)
+        proxy.cut()
+
+    cutter = threading.Thread(target=cut_when_running)
+    cutter.start()
+    args = [*_fake_study(tmp_path, name)[1:], "--storage", relayed, "--trials", "2"]
+    _write_space(tmp_path)
+    # Its own process: the pool of dead connections it drops warns as it is collected.
+    lost = subprocess.run(
+        [SPECTUNE, "optimize", *args], capture_output=True, text=True, timeout=120, check=False
+    )
+    cutter.join()
+    try:
+        assert lost.returncode == 2, lost.stderr
+        _assert_one_line(Run(2, lost.stderr, [], tmp_path / "studies"), "database went away")
+        assert "spectune@" not in lost.stderr  # no credentials
+        time.sleep(
+            2.5
+        )  # SPECTUNE_GRACE_S: the cut trial's heartbeat is stale, the next run fails it
+        # Its own process too: the grace period is read when spectune starts.
+        again = subprocess.run(
+            [SPECTUNE, "optimize", *args[:-4], "--storage", pg_url, "--trials", "1"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert again.returncode == 0, again.stderr
+        trials = optuna.load_study(study_name=name, storage=storage).trials
+        assert all(t.state.is_finished() for t in trials), [t.state for t in trials]
+    finally:
+        storage.engine.dispose()
