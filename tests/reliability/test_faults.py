@@ -218,7 +218,7 @@ def test_the_dashboard_stops_on_the_first_signal_while_answering(
                     client.get(f"{base}/api/studies")
 
     try:
-        _wait_answering(base, proc)
+        _wait_answering(f"{base}/api/studies", proc)
         askers = [threading.Thread(target=ask) for _ in range(2)]
         for asker in askers:
             asker.start()
@@ -242,15 +242,15 @@ def _free_port() -> int:
         return port
 
 
-def _wait_answering(base: str, proc: subprocess.Popen[str]) -> None:
+def _wait_answering(url: str, proc: subprocess.Popen[str]) -> None:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
         with contextlib.suppress(httpx.TransportError):
-            if httpx.get(f"{base}/api/studies", timeout=2, trust_env=False).is_success:
+            if httpx.get(url, timeout=2, trust_env=False).is_success:
                 return
         time.sleep(0.1)
-    raise AssertionError("the dashboard never answered")
+    raise AssertionError(f"{url} never answered")
 
 
 def test_an_unwritable_state_folder_stops_the_run_before_a_server_starts(
@@ -554,3 +554,80 @@ def test_a_database_lost_mid_study_is_one_line_and_the_study_resumes(
         assert all(t.state.is_finished() for t in trials), [t.state for t in trials]
     finally:
         storage.engine.dispose()
+
+
+@pytest.mark.parametrize("moment", ["start", "measure"])
+@pytest.mark.parametrize(
+    ("signum", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 129)]
+)
+def test_a_signal_at_start_or_mid_measure_fails_the_trial_and_stops_the_server(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    marker: str,
+    moment: str,
+    signum: int,
+    status: int,
+) -> None:
+    del marker
+    if moment == "start":
+        monkeypatch.setenv("SPECTUNE_SIM_FAULT", "slow-start=60")  # never ready in the test
+    else:
+        monkeypatch.setenv("SPECTUNE_SIM_SPEED", "1")  # real time: a measurement takes seconds
+    slow = {**SPACE, "workload": {**SPACE["workload"], "output_tokens": 256}}
+    (tmp_path / "space.yaml").write_text(yaml.safe_dump(slow))
+    run = subprocess.Popen(
+        [SPECTUNE, *_fake_study(tmp_path, "s"), "--trials", "1"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        port = _a_server_port(tmp_path / "state", run)
+        if moment == "measure":
+            _wait_answering(f"http://127.0.0.1:{port}/health", run)
+        run.send_signal(signum)
+        _, err = run.communicate(timeout=60)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+    assert run.returncode == status, err
+    assert "Traceback" not in err
+    storage = f"sqlite:///{tmp_path / 'studies' / 's.db'}"
+    trials = optuna.load_study(study_name="s", storage=storage).trials
+    assert [t.state for t in trials] == [optuna.trial.TrialState.FAIL]
+
+
+def _a_server_port(state: Path, run: subprocess.Popen[str]) -> int:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        assert run.poll() is None, run.stderr.read() if run.stderr else ""
+        for path in state.rglob("*.json"):
+            with contextlib.suppress(OSError, ValueError):
+                port: int = json.loads(path.read_text())["port"]
+                return port
+        time.sleep(0.05)
+    raise AssertionError("no server started")
+
+
+def test_two_runs_in_one_folder_keep_to_their_own_files(tmp_path: Path, marker: str) -> None:
+    del marker
+    _write_space(tmp_path)
+    runs = [
+        subprocess.Popen(
+            [SPECTUNE, *_fake_study(tmp_path, name), "--trials", "2"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for name in ("a", "b")
+    ]
+    errors = [run.communicate(timeout=120)[1] for run in runs]
+    assert [run.returncode for run in runs] == [0, 0], errors
+    for name in ("a", "b"):
+        storage = f"sqlite:///{tmp_path / 'studies' / f'{name}.db'}"
+        trials = optuna.load_study(study_name=name, storage=storage).trials
+        assert [t.state.name for t in trials] == ["COMPLETE", "COMPLETE"]
+        # The space has one config: the second trial reuses the first one's server and log.
+        logs = sorted(p.name for p in (tmp_path / "studies" / name).rglob("trial-*.log"))
+        assert logs == ["trial-0.log"]
