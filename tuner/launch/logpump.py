@@ -78,8 +78,10 @@ class LogPump:
         self._file.close()
 
     def _run(self) -> None:
+        poller = select.poll()  # not select(): a busy process may hold descriptors past 1024
+        poller.register(self._read_fd, select.POLLIN)
         while True:
-            select.select([self._read_fd], [], [], _POLL_S)
+            poller.poll(_POLL_S * 1000)
             with self._lock:
                 if self._closed or self._drain():
                     return
