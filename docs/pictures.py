@@ -1,0 +1,86 @@
+"""The docs' pictures, made again from a real (simulated) study: ``python docs/pictures.py``.
+
+Runs a short study on the simulator backend in a temporary folder, as a user would from the
+shell, and writes into ``docs/guides/img/``:
+
+- ``live-table.txt``: the live table's last state, as ``spectune optimize`` printed it;
+- ``report.png``: the report's first screen, rendered by headless Chromium;
+- ``pareto.png``: the report's Pareto chart, as the report wrote it.
+
+Needs spectune installed (``pip install -e .``) and Chromium (``SPECTUNE_CHROMIUM``, default
+Debian's ``/usr/bin/chromium``). About a minute on one idle core.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+IMG = Path(__file__).resolve().parent / "guides" / "img"
+STUDY = "pictures"
+CHROMIUM = os.environ.get("SPECTUNE_CHROMIUM", "/usr/bin/chromium")
+# The spectune of the interpreter that runs this script (a venv's, activated or not).
+SPECTUNE = shutil.which("spectune") or str(Path(sys.executable).with_name("spectune"))
+
+
+def _spectune(folder: Path, *args: str) -> str:
+    """One spectune command in ``folder``, as typed in a shell 100 columns wide."""
+    env = {**os.environ, "COLUMNS": "100", "NO_COLOR": "1"}
+    done = subprocess.run(
+        [SPECTUNE, *args], cwd=folder, env=env, capture_output=True, text=True, check=False
+    )
+    if done.returncode != 0:
+        sys.exit(f"spectune {' '.join(args)} failed (exit {done.returncode}):\n{done.stderr}")
+    return done.stdout
+
+
+def _live_table(out: str) -> str:
+    """The live table's last state: from its title to the progress bar under it."""
+    lines = [line.rstrip() for line in out.splitlines()]
+    start = next(n for n, line in enumerate(lines) if line.startswith(f"study {STUDY}: "))
+    end = next(n for n in range(start, len(lines)) if lines[n].startswith("trials "))
+    return "\n".join(lines[start:end]) + "\n"
+
+
+def _screenshot(html: Path, png: Path, profile: Path) -> None:
+    argv = [
+        CHROMIUM,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--hide-scrollbars",
+        "--no-first-run",
+        f"--user-data-dir={profile}",
+        "--window-size=1200,1500",
+        f"--screenshot={png}",
+        html.as_uri(),
+    ]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+    if done.returncode != 0 or not png.is_file():
+        sys.exit(f"Chromium made no screenshot of {html}:\n{done.stderr[-2000:]}")
+
+
+def main() -> None:
+    IMG.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        common = ("--study", STUDY, "--hardware", "4090x2")
+        out = _spectune(
+            folder, "optimize", "--backend", "sim", *common, "--trials", "12", "--seed", "1"
+        )
+        (IMG / "live-table.txt").write_text(_live_table(out))
+        report = folder / "report"
+        _spectune(folder, "report", STUDY, "--out", str(report))
+        _screenshot(report / "report.html", IMG / "report.png", folder / "chromium")
+        pareto = sorted(report.glob("*pareto*.png"))
+        if pareto:
+            shutil.copyfile(pareto[0], IMG / "pareto.png")
+    print(f"wrote {IMG}")
+
+
+if __name__ == "__main__":
+    main()
