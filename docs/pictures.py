@@ -3,7 +3,8 @@
 Runs a short study on the simulator backend in a temporary folder, as a user would from the
 shell, and writes into ``docs/guides/img/``:
 
-- ``live-table.txt``: the live table's last state, as ``spectune optimize`` printed it;
+- ``live-table.txt`` and ``live-table.svg``: the live table's last state, as ``spectune optimize``
+  printed it (the text for the report guide, the picture for README);
 - ``report.png``: the report's first screen, rendered by headless Chromium;
 - ``pareto.png``: the report's Pareto chart, as the report wrote it.
 
@@ -46,6 +47,16 @@ def _live_table(out: str) -> str:
     return "\n".join(lines[start:end]) + "\n"
 
 
+def _terminal_svg(text: str, svg: Path) -> None:
+    """``text`` as a terminal shows it, drawn by Rich (what spectune prints with)."""
+    from rich.console import Console
+    from rich.text import Text
+
+    console = Console(record=True, width=max(len(line) for line in text.splitlines()) + 2)
+    console.print(Text(text), soft_wrap=True)
+    console.save_svg(str(svg), title="spectune optimize")
+
+
 def _screenshot(html: Path, png: Path, profile: Path) -> None:
     argv = [
         CHROMIUM,
@@ -72,7 +83,9 @@ def main() -> None:
         out = _spectune(
             folder, "optimize", "--backend", "sim", *common, "--trials", "12", "--seed", "1"
         )
-        (IMG / "live-table.txt").write_text(_live_table(out))
+        table = _live_table(out)
+        (IMG / "live-table.txt").write_text(table)
+        _terminal_svg(table, IMG / "live-table.svg")
         report = folder / "report"
         _spectune(folder, "report", STUDY, "--out", str(report))
         _screenshot(report / "report.html", IMG / "report.png", folder / "chromium")
