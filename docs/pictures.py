@@ -6,7 +6,9 @@ shell, and writes into ``docs/guides/img/``:
 - ``live-table.txt`` and ``live-table.svg``: the live table's last state, as ``spectune optimize``
   printed it (the text for the report guide, the picture for README);
 - ``report.png``: the report's first screen, rendered by headless Chromium;
-- ``pareto.png``: the report's Pareto chart, as the report wrote it.
+- ``pareto.png``: the report's Pareto chart, as the report wrote it;
+
+and into ``docs/reference/examples/`` what ``spectune export`` writes in each format.
 
 Needs spectune installed (``pip install -e .``) and Chromium (``SPECTUNE_CHROMIUM``, default
 Debian's ``/usr/bin/chromium``). About a minute on one idle core.
@@ -22,6 +24,15 @@ import tempfile
 from pathlib import Path
 
 IMG = Path(__file__).resolve().parent / "guides" / "img"
+EXAMPLES = Path(__file__).resolve().parent / "reference" / "examples"
+# spectune export's formats (tuner.export.vllm.FORMATS), with the file name each is shown as.
+EXPORTS = {
+    "vllm": "best.yaml",
+    "compose": "docker-compose.yml",
+    "docker-run": "run.sh",
+    "kubernetes": "vllm.yaml",
+    "json": "best.json",
+}
 STUDY = "pictures"
 CHROMIUM = os.environ.get("SPECTUNE_CHROMIUM", "/usr/bin/chromium")
 # The spectune of the interpreter that runs this script (a venv's, activated or not).
@@ -92,7 +103,11 @@ def main() -> None:
         pareto = sorted(report.glob("*pareto*.png"))
         if pareto:
             shutil.copyfile(pareto[0], IMG / "pareto.png")
-    print(f"wrote {IMG}")
+        EXAMPLES.mkdir(parents=True, exist_ok=True)
+        for fmt, name in EXPORTS.items():
+            text = _spectune(folder, "export", STUDY, "--format", fmt)
+            (EXAMPLES / name).write_text(text.replace(str(folder), "."))
+    print(f"wrote {IMG} and {EXAMPLES}")
 
 
 if __name__ == "__main__":
