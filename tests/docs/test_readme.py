@@ -1,0 +1,32 @@
+"""README.md stays a front page: short, and every link and picture in it leads somewhere."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+
+
+def test_the_readme_is_short() -> None:
+    assert len(README.read_text().splitlines()) <= 250
+
+
+def test_every_relative_link_and_picture_of_the_readme_exists() -> None:
+    targets = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", README.read_text())
+    local = [target for target in targets if not re.match(r"[a-z]+://", target)]
+    assert len(local) >= 20  # the site's pages and the two pictures
+    assert "docs/guides/img/report.png" in local and "docs/guides/img/live-table.svg" in local
+    missing = [target for target in local if not (ROOT / target).is_file()]
+    assert missing == []
+
+
+def test_every_page_of_the_site_is_linked_from_the_readme() -> None:
+    linked = set(re.findall(r"\]\((docs/[^)#\s]+\.md)", README.read_text()))
+    pages = {
+        str(page.relative_to(ROOT))
+        for page in (ROOT / "docs").rglob("*.md")
+        if page.name != "index.md"
+    }
+    assert pages - linked == set()
