@@ -30,3 +30,24 @@ def test_every_page_of_the_site_is_linked_from_the_readme() -> None:
         if page.name != "index.md"
     }
     assert pages - linked == set()
+
+
+def _bash_blocks(text: str) -> list[str]:
+    return re.findall(r"```bash\n(.*?)```", text, re.S)
+
+
+def _tagged(name: str) -> str:
+    found = re.search(
+        rf"<!-- user-path: {name}\b[^>]*-->\n```bash\n(.*?)```", README.read_text(), re.S
+    )
+    assert found is not None, name
+    return found.group(1)
+
+
+def test_the_getting_started_pages_quote_the_readme_blocks_the_user_path_tier_runs() -> None:
+    # The tier runs README's blocks; the site's pages must show the same commands, not a copy
+    # that drifted.
+    gpu_host = (ROOT / "docs/getting-started/gpu-host.md").read_text()
+    laptop = (ROOT / "docs/getting-started/laptop.md").read_text()
+    assert _bash_blocks(gpu_host)[0] == _tagged("gpu-quick-start")
+    assert _bash_blocks(laptop)[0] == _tagged("sim-quick-start")
