@@ -2,7 +2,7 @@
 
 The commands are README's, run one after the other in a fresh folder with the installed
 ``spectune`` and the default relative studies folder. What a host without a GPU must add comes
-from the environment, through the rule every option follows (README, "Commands"):
+from the environment, through the rule every option follows (docs/reference/cli.md):
 ``SPECTUNE_<COMMAND>_<OPTION>``. There:
 
 - the space: the tiny random model (:mod:`testbed`) with vLLM's CPU flags, not Qwen2.5-32B;
