@@ -32,16 +32,15 @@ from tuner.cli.render import (
 from tuner.config.space import SearchSpace, load_space
 from tuner.config.trial import server_to_dict
 from tuner.errors import ConfigError
-from tuner.export.vllm import write_best
 from tuner.results import StartupEvent
-from tuner.study.listing import resuming
 from tuner.study.paths import default_storage
-from tuner.study.storage import safe_url, study_exists
-from tuner.trial.record import TrialRecord
 from tuner.trial.scoring import TrialStatus
 
+# The modules that import Optuna and SQLAlchemy load inside the commands: `spectune --help`
+# and the commands without a study need neither (tests/cli/test_cli_startup.py).
 if TYPE_CHECKING:
     from tuner.study.optimize import OptimizeResult
+    from tuner.trial.record import TrialRecord
 
 
 def _build_space(
@@ -204,8 +203,10 @@ def optimize_command(
     # Here, not at the top: they load the backends' container and HTTP libraries, which
     # `spectune --help` should not pay for.
     from tuner.study.cluster import RayOptions
+    from tuner.study.listing import resuming
     from tuner.study.optimize import OptimizeRequest, check_request, optimize
     from tuner.study.plan import parse_duration, plan_study
+    from tuner.study.storage import study_exists
 
     explicit = any(v is not None for v in (space, hardware, slo_ttft_ms, vllm_version))
     built = _build_space(space, hardware, slo_ttft_ms, vllm_version)
@@ -320,12 +321,16 @@ def _record_json(record: TrialRecord, metric: str) -> dict[str, Any]:
 
 
 def _write_best(result: OptimizeResult) -> Path | None:
+    from tuner.export.vllm import write_best
+
     if result.recommended is None:
         return None
     return write_best(result.handle, result.space, result.paths)
 
 
 def _optimize_json(result: OptimizeResult, best_yaml: Path | None) -> dict[str, Any]:
+    from tuner.study.storage import safe_url
+
     metric = result.space.objective.metric
     return {
         "study": result.study,
@@ -342,6 +347,8 @@ def _optimize_json(result: OptimizeResult, best_yaml: Path | None) -> dict[str, 
 
 
 def _print_optimize(result: OptimizeResult, best_yaml: Path | None) -> None:
+    from tuner.study.storage import safe_url
+
     if result.pareto:
         source = result.pareto[0].source
         title = f"Pareto front (feasible, {source})"

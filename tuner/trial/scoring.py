@@ -37,8 +37,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-
-import optuna
+from typing import Literal
 
 from tuner.config.schema import Objective
 from tuner.config.space import SearchSpace
@@ -67,7 +66,9 @@ __all__ = [
 OBJECTIVE_NAMES = (Objective.THROUGHPUT.metric, "p95_ttft_ms")
 """A throughput study's objective names; a goodput study's first is ``goodput_req_s``
 (:attr:`Limits.names`)."""
-DIRECTIONS = (optuna.study.StudyDirection.MAXIMIZE, optuna.study.StudyDirection.MINIMIZE)
+DIRECTIONS: tuple[Literal["maximize"], Literal["minimize"]] = ("maximize", "minimize")
+"""The objectives' directions as ``optuna.create_study`` takes them (names, so that importing
+this module does not import Optuna)."""
 CONSTRAINT_KEYS = ("errors", "oom", "ttft_slo")
 LEGACY_CONSTRAINT_KEYS = ("oom", "ttft_slo")
 """The keys of studies created before the ``errors`` constraint."""
