@@ -16,18 +16,17 @@ from tuner.cli import options as opt
 from tuner.cli.app import app, console, handle_errors, print_json
 from tuner.cli.options import backend_options
 from tuner.cli.render import confirm_run_line, confirmed_table
-from tuner.config.space import SearchSpace
 from tuner.errors import ConfigError
 from tuner.export.formats import FORMATS
 from tuner.results import Source
 from tuner.study.paths import StudyPaths, default_storage
-from tuner.trial.backends import backend_factory
 
 # Optuna, SQLAlchemy and the modules that import them load inside each command: `spectune
 # --help` and the commands without a study need none of them (tests/cli/test_cli_startup.py).
 if TYPE_CHECKING:
     import optuna
 
+    from tuner.config.space import SearchSpace
     from tuner.export.vllm import Exported
 
 __all__ = [
@@ -223,6 +222,7 @@ def confirm_command(
     from tuner.export.vllm import write_best
     from tuner.study.confirm import confirm
     from tuner.study.study import study_backend_options
+    from tuner.trial.backends import backend_factory
 
     study, space, _, paths = _open(name, storage, studies_dir)
     chosen = backend or _default_backend(study)

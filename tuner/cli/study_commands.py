@@ -29,7 +29,6 @@ from tuner.cli.render import (
     records_table,
     trial_table,
 )
-from tuner.config.space import SearchSpace, load_space
 from tuner.config.trial import server_to_dict
 from tuner.errors import ConfigError
 from tuner.results import StartupEvent
@@ -39,6 +38,7 @@ from tuner.trial.scoring import TrialStatus
 # The modules that import Optuna and SQLAlchemy load inside the commands: `spectune --help`
 # and the commands without a study need neither (tests/cli/test_cli_startup.py).
 if TYPE_CHECKING:
+    from tuner.config.space import SearchSpace
     from tuner.study.optimize import OptimizeResult
     from tuner.trial.record import TrialRecord
 
@@ -46,6 +46,8 @@ if TYPE_CHECKING:
 def _build_space(
     space: str | None, hardware: str | None, slo_ttft_ms: float | None, vllm_version: str | None
 ) -> SearchSpace:
+    from tuner.config.space import load_space
+
     loaded = load_space(space)
     if hardware is not None:
         loaded = loaded.with_hardware(parse_hardware(hardware))

@@ -37,12 +37,14 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from tuner.config.schema import Objective
-from tuner.config.space import SearchSpace
-from tuner.config.workload import Condition
 from tuner.results import TrialResult
+
+if TYPE_CHECKING:  # annotations only: the CLI's tables import this module at start
+    from tuner.config.space import SearchSpace
+    from tuner.config.workload import Condition
 
 __all__ = [
     "CONSTRAINT_KEYS",
