@@ -3,6 +3,8 @@
 The names a Python program needs, like Optuna's top level; everything else is inside the
 packages and may change::
 
+    from pathlib import Path
+
     import tuner
 
     # Predict one config on the simulator (nothing is launched).
