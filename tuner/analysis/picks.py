@@ -30,6 +30,7 @@ from optuna.trial import TrialState
 
 from tuner.analysis.confirmed import Confirmed, load_confirmed
 from tuner.analysis.estimates import Numbers, numbers_of
+from tuner.analysis.pick_names import DEFAULT_PICK, PICKS
 from tuner.errors import ConfigError
 from tuner.trial.record import TrialRecord, records, stored_space
 
@@ -48,9 +49,6 @@ __all__ = [
     "ranked",
     "recommend",
 ]
-
-PICKS = ("max-throughput", "min-ttft", "balanced")
-DEFAULT_PICK = "max-throughput"
 
 
 @dataclass(frozen=True)

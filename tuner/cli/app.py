@@ -13,7 +13,6 @@ import warnings
 from collections.abc import Callable
 from typing import Annotated, Any, ParamSpec, TypeVar
 
-import optuna
 import typer
 import typer.core
 from rich.console import Console
@@ -80,12 +79,26 @@ R = TypeVar("R")
 _debug = {"enabled": False}
 
 
+# Commands that open no study: they start without importing Optuna (a second of CPU).
+_WITHOUT_STUDY = frozenset({"hardware", "models", "space"})
+
+
 @app.callback()
-def _main(debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False) -> None:
+def _main(
+    ctx: typer.Context,
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False,
+) -> None:
     _debug["enabled"] = debug
     # SIGTERM (docker stop, a parent stopping its workers) and SIGHUP unwind like Ctrl-C, so
     # the running trial is failed, every launcher's cleanup runs and nothing is left behind.
     install_signal_handlers()
+    if ctx.invoked_subcommand not in _WITHOUT_STUDY:
+        _quiet_optuna()
+
+
+def _quiet_optuna() -> None:
+    import optuna
+
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     # Heartbeats, grouped TPE and constraints are "experimental" in Optuna: nothing to act on.
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)

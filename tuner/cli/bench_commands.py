@@ -13,10 +13,8 @@ from typing import Annotated, Any, Literal
 import typer
 from rich.table import Table
 
-from tuner.bench.summary import level_summary
 from tuner.cli import options as opt
 from tuner.cli.app import app, console, err_console, handle_errors, print_json
-from tuner.config.workload import WorkloadSpec
 from tuner.errors import ConfigError
 from tuner.results import STALL_S, Endpoint
 
@@ -77,7 +75,10 @@ def bench_command(
     as_json: opt.Json = False,
 ) -> None:
     """Measure an already running OpenAI-compatible server (e.g. your production vLLM)."""
-    from tuner.bench.measure import measure_endpoint  # HTTP clients: only when measuring
+    # Here, not at the top: HTTP clients, and the workload's schema, only when measuring.
+    from tuner.bench.measure import measure_endpoint
+    from tuner.bench.summary import level_summary
+    from tuner.config.workload import WorkloadSpec
 
     if api not in ("chat", "completions"):
         raise ConfigError(f"--api {api!r}: choose chat or completions")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 import yaml
@@ -16,7 +16,9 @@ from tuner.config.trial import SpecMethod, server_to_dict
 from tuner.config.vllm_version import parse_version
 from tuner.config.workload import WorkloadSpec
 from tuner.errors import ConfigError
-from tuner.sim.estimate import Estimate, SettingValue, estimate
+
+if TYPE_CHECKING:  # the simulator loads with the command, not with `spectune --help`
+    from tuner.sim.estimate import Estimate, SettingValue
 
 __all__ = ["estimate_command"]
 
@@ -95,6 +97,7 @@ def estimate_command(
     as_json: opt.Json = False,
 ) -> None:
     """Predict one config's speed and memory with the simulator (nothing is launched)."""
+    from tuner.sim.estimate import estimate
     from tuner.study.twin_calibrate import study_physics  # the trial runner's HTTP clients
 
     spec = WorkloadSpec(

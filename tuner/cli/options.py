@@ -5,7 +5,7 @@ from __future__ import annotations
 import shlex
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from pydantic import TypeAdapter
@@ -17,7 +17,9 @@ from tuner.config.bounds import check_value
 from tuner.config.local_paths import absolute
 from tuner.errors import ConfigError
 from tuner.study.paths import absolute_storage
-from tuner.trial.backends import BackendOptions, parse_docker_env, parse_volume
+
+if TYPE_CHECKING:  # the backends load the simulator and the search space: not for --help
+    from tuner.trial.backends import BackendOptions
 
 __all__ = [
     "BACKEND_PANEL",
@@ -326,6 +328,8 @@ def backend_options(
     docker_env: list[str] | None = None,
 ) -> BackendOptions:
     """The backend flags shared by optimize, worker and confirm, as BackendOptions."""
+    from tuner.trial.backends import BackendOptions, parse_docker_env, parse_volume
+
     env, by_name = parse_docker_env(docker_env or ())
     return BackendOptions(
         study=study,

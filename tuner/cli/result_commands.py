@@ -6,25 +6,28 @@ import os
 import socket
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import optuna
 import typer
 
 from tuner.analysis.confirmed import Confirmed, Run
-from tuner.analysis.picks import DEFAULT_PICK, PICKS
-from tuner.analysis.trials import points
+from tuner.analysis.pick_names import DEFAULT_PICK, PICKS
 from tuner.cli import options as opt
 from tuner.cli.app import app, console, handle_errors, print_json
 from tuner.cli.options import backend_options
 from tuner.cli.render import confirm_run_line, confirmed_table
-from tuner.config.space import SearchSpace
 from tuner.errors import ConfigError
-from tuner.export.vllm import FORMATS, Exported, export, write_best
+from tuner.export.formats import FORMATS
 from tuner.results import Source
 from tuner.study.paths import StudyPaths, default_storage
-from tuner.study.storage import check_writable
-from tuner.trial.backends import backend_factory
+
+# Optuna, SQLAlchemy and the modules that import them load inside each command: `spectune
+# --help` and the commands without a study need none of them (tests/cli/test_cli_startup.py).
+if TYPE_CHECKING:
+    import optuna
+
+    from tuner.config.space import SearchSpace
+    from tuner.export.vllm import Exported
 
 __all__ = [
     "confirm_command",
@@ -66,6 +69,9 @@ def export_command(
 ) -> None:
     """Export a config: vLLM --config YAML, docker-compose.yml, docker run line, Kubernetes
     Deployment and Service, or JSON."""
+    from tuner.export.vllm import export
+    from tuner.study.storage import check_writable
+
     study, space, _, _ = _open(name, storage, studies_dir)
     exported = export(study, space, fmt, pick)
     if out is not None:
@@ -118,6 +124,7 @@ def report_command(
 ) -> None:
     """Write a self-contained HTML report with PNG charts."""
     from tuner.report.page import write_report  # matplotlib: only when drawing
+    from tuner.study.storage import check_writable
 
     study, space, _, paths = _open(name, storage, studies_dir)
     target = out or paths.report
@@ -212,8 +219,10 @@ def confirm_command(
     as_json: opt.Json = False,
 ) -> None:
     """Measure the best configs again on fresh servers; export and report use the means."""
+    from tuner.export.vllm import write_best
     from tuner.study.confirm import confirm
     from tuner.study.study import study_backend_options
+    from tuner.trial.backends import backend_factory
 
     study, space, _, paths = _open(name, storage, studies_dir)
     chosen = backend or _default_backend(study)
@@ -263,6 +272,8 @@ def confirm_command(
 
 
 def _default_backend(study: optuna.Study) -> str:
+    from tuner.analysis.trials import points
+
     sources = {p.source for p in points(study)} - {Source.PREDICTED}
     if sources <= {Source.SIMULATED}:
         return "sim"

@@ -29,24 +29,25 @@ from tuner.cli.render import (
     records_table,
     trial_table,
 )
-from tuner.config.space import SearchSpace, load_space
 from tuner.config.trial import server_to_dict
 from tuner.errors import ConfigError
-from tuner.export.vllm import write_best
 from tuner.results import StartupEvent
-from tuner.study.listing import resuming
 from tuner.study.paths import default_storage
-from tuner.study.storage import safe_url, study_exists
-from tuner.trial.record import TrialRecord
 from tuner.trial.scoring import TrialStatus
 
+# The modules that import Optuna and SQLAlchemy load inside the commands: `spectune --help`
+# and the commands without a study need neither (tests/cli/test_cli_startup.py).
 if TYPE_CHECKING:
+    from tuner.config.space import SearchSpace
     from tuner.study.optimize import OptimizeResult
+    from tuner.trial.record import TrialRecord
 
 
 def _build_space(
     space: str | None, hardware: str | None, slo_ttft_ms: float | None, vllm_version: str | None
 ) -> SearchSpace:
+    from tuner.config.space import load_space
+
     loaded = load_space(space)
     if hardware is not None:
         loaded = loaded.with_hardware(parse_hardware(hardware))
@@ -204,8 +205,10 @@ def optimize_command(
     # Here, not at the top: they load the backends' container and HTTP libraries, which
     # `spectune --help` should not pay for.
     from tuner.study.cluster import RayOptions
+    from tuner.study.listing import resuming
     from tuner.study.optimize import OptimizeRequest, check_request, optimize
     from tuner.study.plan import parse_duration, plan_study
+    from tuner.study.storage import study_exists
 
     explicit = any(v is not None for v in (space, hardware, slo_ttft_ms, vllm_version))
     built = _build_space(space, hardware, slo_ttft_ms, vllm_version)
@@ -320,12 +323,16 @@ def _record_json(record: TrialRecord, metric: str) -> dict[str, Any]:
 
 
 def _write_best(result: OptimizeResult) -> Path | None:
+    from tuner.export.vllm import write_best
+
     if result.recommended is None:
         return None
     return write_best(result.handle, result.space, result.paths)
 
 
 def _optimize_json(result: OptimizeResult, best_yaml: Path | None) -> dict[str, Any]:
+    from tuner.study.storage import safe_url
+
     metric = result.space.objective.metric
     return {
         "study": result.study,
@@ -342,6 +349,8 @@ def _optimize_json(result: OptimizeResult, best_yaml: Path | None) -> dict[str, 
 
 
 def _print_optimize(result: OptimizeResult, best_yaml: Path | None) -> None:
+    from tuner.study.storage import safe_url
+
     if result.pareto:
         source = result.pareto[0].source
         title = f"Pareto front (feasible, {source})"

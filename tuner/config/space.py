@@ -18,9 +18,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from importlib.resources import files
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-import optuna
 import yaml
 from pydantic import TypeAdapter
 
@@ -48,6 +47,9 @@ from tuner.config.trial import (
 from tuner.config.vllm_args import NEWEST_KNOWN, VllmVersion, parse_version, version_from_image
 from tuner.config.workload import WorkloadSpec, workload_from_space
 from tuner.errors import ConfigError
+
+if TYPE_CHECKING:
+    import optuna  # annotations only: importing it costs a CLI start a second
 
 T = TypeVar("T")
 

@@ -13,9 +13,6 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-import sqlalchemy.engine
-import sqlalchemy.exc
-
 from tuner.config.local_paths import absolute
 from tuner.errors import ConfigError
 
@@ -43,6 +40,11 @@ def absolute_storage(url: str) -> str:
     resumes started elsewhere must find the same file. A malformed URL is left for
     :func:`tuner.study.storage.open_storage` to refuse.
     """
+    # Here, not at the top: the CLI's options module imports this one, and SQLAlchemy would
+    # add a third of a second to every `spectune --help`.
+    import sqlalchemy.engine
+    import sqlalchemy.exc
+
     try:
         parsed = sqlalchemy.engine.make_url(url)
     except sqlalchemy.exc.ArgumentError:
