@@ -22,7 +22,7 @@ from tuner.config.space import SearchSpace
 from tuner.errors import ConfigError
 from tuner.export.vllm import FORMATS, Exported, export, write_best
 from tuner.results import Source
-from tuner.study.paths import StudyPaths, default_storage
+from tuner.study.paths import StudyPaths, default_storage, write_whole
 from tuner.study.storage import check_writable
 from tuner.trial.backends import backend_factory
 
@@ -70,7 +70,7 @@ def export_command(
     exported = export(study, space, fmt, pick)
     if out is not None:
         check_writable(out.parent, "output folder", "--out")
-        out.write_text(exported.text)
+        write_whole(out, exported.text)
         if fmt == "docker-run":
             out.chmod(0o755)
     if as_json:

@@ -10,6 +10,7 @@ never run more trials than asked, however they race.
 from __future__ import annotations
 
 import os
+import tempfile
 import zlib
 from collections.abc import Callable
 from pathlib import Path
@@ -151,12 +152,15 @@ def _engine_kwargs(url: sqlalchemy.engine.URL) -> dict[str, Any]:
 
 
 def check_writable(folder: Path, what: str = "studies folder", flag: str = "--studies-dir") -> None:
-    """Creates ``folder`` if needed and proves it can be written; ConfigError otherwise."""
+    """Creates ``folder`` if needed and proves it can be written; ConfigError otherwise.
+
+    The probe file has a name of its own (runs and workers on one host share the folder: with
+    one fixed name, one run's unlink made another's fail).
+    """
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        probe = folder / ".spectune-write-check"
-        probe.write_text("")
-        probe.unlink()
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".spectune-write-check-"):
+            pass
     except OSError as exc:
         raise ConfigError(
             f"{what} {folder} is not writable ({exc.strerror}): choose another with "
