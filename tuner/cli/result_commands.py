@@ -18,6 +18,7 @@ from tuner.cli import options as opt
 from tuner.cli.app import app, console, handle_errors, print_json
 from tuner.cli.options import backend_options
 from tuner.cli.render import confirm_run_line, confirmed_table
+from tuner.config import bounds
 from tuner.config.space import SearchSpace
 from tuner.errors import ConfigError
 from tuner.export.vllm import FORMATS, Exported, export, write_best
@@ -144,7 +145,7 @@ def report_command(
 def dashboard_command(
     name: Name,
     host: Annotated[str, typer.Option("--host", help="Address to listen on.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option("--port", help="Port to listen on.")] = 8080,
+    port: Annotated[int, opt.bounded("--port", bounds.Port, "Port to listen on (1-65535).")] = 8080,
     storage: opt.Storage = None,
     studies_dir: opt.StudiesDir = Path("studies"),
 ) -> None:
@@ -186,9 +187,9 @@ def _check_port(host: str, port: int) -> None:
 @handle_errors
 def confirm_command(
     name: Name,
-    top: Annotated[int, typer.Option("--top", help="Configs to confirm (0: none).")] = 3,
+    top: Annotated[int, opt.bounded("--top", bounds.Picks, "Configs to confirm (0: none).")] = 3,
     repeats: Annotated[
-        int, typer.Option("--repeats", help="Runs per config, each on a fresh server.")
+        int, opt.bounded("--repeats", bounds.Repeats, "Runs per config, each on a fresh server.")
     ] = 3,
     backend: Annotated[
         str | None,

@@ -12,6 +12,15 @@ ONE_RATE, RATE_STEPS = "one rate", "rate steps"  # workload.request_rate: a rate
 _BRANCHES = (ONE_VALUE, A_RANGE, ONE_RATE, RATE_STEPS)
 
 
+_SHOWN = 80
+"""Characters of a value an error line repeats: enough to find it, never a pasted page."""
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= _SHOWN else f"{text[: _SHOWN - 3]}... ({len(text)} characters)"
+
+
 def one_line(exc: ValidationError, prefix: tuple[str, ...] = ()) -> str:
     """The first problem of ``exc`` as one line; a count of any others follows it."""
     errors = exc.errors(include_url=False)
@@ -35,6 +44,6 @@ def one_line(exc: ValidationError, prefix: tuple[str, ...] = ()) -> str:
     else:
         hints = {ONE_VALUE: " or a range {low: .., high: ..}", ONE_RATE: " or a list of rates"}
         either = next((text for tag, text in hints.items() if tag in first["loc"]), "")
-        line = f"{path} = {first['input']!r}: {first['msg']}{either}"
+        line = f"{path} = {_shown(first['input'])}: {first['msg']}{either}"
     more = len(errors) - 1
     return line + (f" (and {more} more problem{'s' * (more > 1)})" if more else "")

@@ -29,6 +29,7 @@ from tuner.catalog.models import ModelSpec, load_model
 from tuner.config.bounds import Milliseconds, check_value
 from tuner.config.choice_rules import check_choices, check_graphs
 from tuner.config.choices import Option, Range, SpecChoice, choices_from_search
+from tuner.config.context import check_lengths
 from tuner.config.local_paths import absolute, absolute_space_paths
 from tuner.config.schema import (
     FractionRange,
@@ -313,6 +314,15 @@ def _build(raw: Any, origin: str, *, lenient: bool) -> SearchSpace:
     )
     extra_flags = tuple(server.extra_flags.items())
     _named(origin, lambda _: check_graphs(choices, extra_flags), "")
+    if not lenient:  # a stored study ran with what it stored
+        lengths = ("server.max_model_len", "workload.input_tokens", "workload.output_tokens")
+        _named(
+            origin,
+            lambda _: check_lengths(
+                target, server.max_model_len, workload.input_tokens, workload.output_tokens, lengths
+            ),
+            "",
+        )
     return SearchSpace(
         name=model.name or Path(origin).stem,
         hardware=hardware,

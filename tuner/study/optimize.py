@@ -5,6 +5,8 @@ Writing ``best.yaml`` is the export layer's job (:func:`tuner.export.vllm.write_
 
 from __future__ import annotations
 
+import shlex
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -104,6 +106,8 @@ def check_request(request: OptimizeRequest) -> None:
         raise ConfigError(f"--workers {request.workers}: use at least 1 worker")
     make_sampler(request.sampler, request.seed)
     backend_factory(request.backend)
+    if request.backend == "process":
+        _check_program(request.backend_options.vllm_command)
     if request.ray is not None:
         check_ray_options(request.ray, request.workers)
     if request.time_budget_s is not None and (request.workers > 1 or request.ray is not None):
@@ -116,6 +120,16 @@ def check_request(request: OptimizeRequest) -> None:
     check_writable(request.studies_dir)  # logs and exports go there whatever the storage
     if request.space is not None:  # a corrupt database or a changed space: before any table
         check_resume(request.study, open_storage(storage_url), request.space, request.backend)
+
+
+def _check_program(argv: tuple[str, ...]) -> None:
+    """The process backend's vLLM exists, before a study is stored whose every trial would
+    fail to start it."""
+    if argv and shutil.which(argv[0]) is None:
+        raise ConfigError(
+            f"--vllm-command {shlex.join(argv)}: {argv[0]} is no executable program (on PATH "
+            "or as a path); install vLLM, or name it, e.g. --vllm-command /opt/vllm/bin/vllm"
+        )
 
 
 def _prepare(request: OptimizeRequest, backend: Backend | None, space: SearchSpace) -> None:
