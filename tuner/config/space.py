@@ -46,7 +46,13 @@ from tuner.config.trial import (
     TrialConfig,
     is_secret_flag,
 )
-from tuner.config.vllm_args import NEWEST_KNOWN, VllmVersion, parse_version, version_from_image
+from tuner.config.vllm_args import (
+    NEWEST_KNOWN,
+    VllmVersion,
+    check_extra_flags,
+    parse_version,
+    version_from_image,
+)
 from tuner.config.workload import WorkloadSpec, workload_from_space
 from tuner.errors import ConfigError
 
@@ -305,6 +311,8 @@ def _build(raw: Any, origin: str, *, lenient: bool) -> SearchSpace:
     vllm = model.vllm
     release = parse_version(vllm.version) if vllm.version else version_from_image(vllm.image)
     tensor_parallel = server.tensor_parallel_size or hardware.count
+    _named(origin, lambda _: _check_tensor_parallel(target, hardware, tensor_parallel), "")
+    _named(origin, lambda _: check_extra_flags(tuple(server.extra_flags.items()), release), "")
     choices = _named(
         origin,
         lambda _: check_choices(
@@ -349,6 +357,20 @@ def _build(raw: Any, origin: str, *, lenient: bool) -> SearchSpace:
         objective=model.slo.objective,
         source=raw,
     )
+
+
+def _check_tensor_parallel(target: ModelSpec, hardware: Hardware, size: int) -> None:
+    """What every trial's server would refuse, refused before a study is stored."""
+    if size > hardware.count:
+        raise ConfigError(
+            f"server.tensor_parallel_size = {size}: more than the {hardware.count} GPUs of "
+            f"{hardware.label}; use at most {hardware.count}, or more GPUs in hardware"
+        )
+    if target.heads % size:
+        raise ConfigError(
+            f"server.tensor_parallel_size = {size}: {target.hf_id}'s {target.heads} attention "
+            f"heads do not split into {size}; use a size that divides {target.heads}"
+        )
 
 
 def _optional_float(value: float | None) -> float | None:
