@@ -64,7 +64,7 @@ from tuner.config.methods import (
     TemperatureRange,
 )
 from tuner.config.prompt_sets import PROMPT_SETS, missing_package
-from tuner.config.schema_errors import ONE_RATE, RATE_STEPS
+from tuner.config.schema_errors import GPU_NAME, GPU_SPEC, ONE_RATE, RATE_STEPS
 from tuner.config.schema_errors import one_line as _one_line
 from tuner.config.sections import AS_LIST as _AS_LIST
 from tuner.config.sections import NON_EMPTY as _NON_EMPTY
@@ -306,12 +306,22 @@ class HardwareModel(_Section):
     count: GpuCount = 1
 
 
+def _hardware_branch(value: Any) -> str:
+    return GPU_SPEC if isinstance(value, Mapping | BaseModel) else GPU_NAME
+
+
+Hardware = Annotated[
+    Annotated[Name, Tag(GPU_NAME)] | Annotated[HardwareModel, Tag(GPU_SPEC)],
+    Discriminator(_hardware_branch),
+]
+
+
 class SpaceModel(_Section):
     """A spectune search space: fixed settings plus the tuned ``search`` dimensions."""
 
     name: Name | None = None
     """Study name; default: the file name."""
-    hardware: Name | HardwareModel = "4090x2"
+    hardware: Hardware = "4090x2"
     """GPUs as GPU[xCOUNT], e.g. 4090x2 (`spectune hardware` lists them), or {gpu: {...},
     count: N} for a GPU the catalog lacks."""
     target: ModelId = Field(examples=["Qwen/Qwen2.5-32B-Instruct-AWQ"])

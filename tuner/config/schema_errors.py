@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from pydantic import ValidationError
 
-__all__ = ["A_RANGE", "ONE_RATE", "ONE_VALUE", "RATE_STEPS", "one_line"]
+__all__ = ["A_RANGE", "GPU_NAME", "GPU_SPEC", "ONE_RATE", "ONE_VALUE", "RATE_STEPS", "one_line"]
 
 # The union branch a value took; dropped from key paths, which name what the user wrote.
 ONE_VALUE, A_RANGE = "one value", "a range"
 ONE_RATE, RATE_STEPS = "one rate", "rate steps"  # workload.request_rate: a rate or goodput's steps
-_BRANCHES = (ONE_VALUE, A_RANGE, ONE_RATE, RATE_STEPS)
+GPU_NAME, GPU_SPEC = "a GPU name", "a GPU description"  # hardware: 4090x2, or {gpu: {...}}
+_BRANCHES = (ONE_VALUE, A_RANGE, ONE_RATE, RATE_STEPS, GPU_NAME, GPU_SPEC)
 
 
 _SHOWN = 80
