@@ -147,9 +147,10 @@ _SPACE_CASES = [
 
 def _flag(command: str, *argv: str, says: str | None = None) -> tuple[str, Case]:
     full = (command, *argv)
-    if command == "optimize":
-        full = (*full, "--backend", "sim", "--plan", "--studies-dir", "{dir}")
-    flag = next((a for a in argv if a.startswith("--")), command)
+    if command == "optimize":  # the case's own flags come last, and win
+        full = (command, "--backend", "sim", "--plan", "--studies-dir", "{dir}", *argv)
+    named = [a for a in argv if a.startswith("--") and a != "--studies-dir"]
+    flag = named[-1] if named else command
     shown = " ".join(a if len(a) < 30 else f"<{len(a)} chars>" for a in argv)
     return f"flag:{command} {shown}", Case(full, says or flag)
 
@@ -190,8 +191,8 @@ _FLAG_CASES = [
     _flag("optimize", "--vllm-version", "99.0"),
     _flag("optimize", "--vllm-version", "0.1"),
     _flag("optimize", "--vllm-version", "0.8.5; rm -rf /"),
-    _flag("optimize", "--slo-ttft-ms", "0"),
-    _flag("optimize", "--slo-ttft-ms", "-5"),
+    _flag("optimize", "--slo-ttft-ms", "0", says="ttft_ms"),
+    _flag("optimize", "--slo-ttft-ms", "-5", says="ttft_ms"),
     _flag("optimize", "--time-budget", "soon"),
     _flag("optimize", "--time-budget", "1s", "--workers", "2", says="--time-budget"),
     _flag("optimize", "--space", "/nonexistent/space.yaml", says="/nonexistent/space.yaml"),
@@ -200,7 +201,7 @@ _FLAG_CASES = [
     _flag("optimize", "--study", "x" * 200),
     _flag("optimize", "--docker-volume", "nocolon"),
     _flag("optimize", "--docker-env", "=x"),
-    _flag("optimize", "--gpu-spec", "/nonexistent/gpus.yaml"),
+    _flag("optimize", "--gpu-spec", "/nonexistent/gpus.yaml", says="/nonexistent/gpus.yaml"),
     _flag("optimize", "--workers", "2", says="--workers"),
     _flag("estimate", *_ESTIMATE, "--k", "0"),
     _flag("estimate", *_ESTIMATE, "--k", "65"),
@@ -251,7 +252,7 @@ _FLAG_CASES = [
     _flag("confirm", "keep", "--repeats", "100000", "--studies-dir", "{dir}"),
     _flag("confirm", "nope", "--studies-dir", "{dir}", says="nope"),
     _flag("space", "check", "/nonexistent.yaml", says="/nonexistent.yaml"),
-    _flag("hardware", "--gpu-spec", "/nonexistent/gpus.yaml"),
+    _flag("hardware", "--gpu-spec", "/nonexistent/gpus.yaml", says="/nonexistent/gpus.yaml"),
 ]
 
 _OPTIMIZE = ("optimize", "--backend", "sim", "--plan", "--studies-dir", "{dir}")
@@ -259,7 +260,7 @@ _VARIABLE_CASES = [
     (f"env:{name}={value}", Case(argv, says, env={name: value}))
     for name, value, argv, says in [
         ("SPECTUNE_PREFETCH", "maybe", _OPTIMIZE, "SPECTUNE_PREFETCH"),
-        ("SPECTUNE_PREFETCH", "", _OPTIMIZE, "SPECTUNE_PREFETCH"),
+        ("SPECTUNE_PREFETCH", "2", _OPTIMIZE, "SPECTUNE_PREFETCH"),
         ("SPECTUNE_OPTIMIZE_TRIALS", "many", _OPTIMIZE, "SPECTUNE_OPTIMIZE_TRIALS"),
         ("SPECTUNE_OPTIMIZE_TRIALS", "0", _OPTIMIZE, "--trials 0"),
         ("SPECTUNE_OPTIMIZE_WORKERS", "abc", _OPTIMIZE, "SPECTUNE_OPTIMIZE_WORKERS"),
@@ -275,21 +276,21 @@ _VARIABLE_CASES = [
         ("SPECTUNE_ESTIMATE_CONCURRENCY", "1e9", ("estimate", *_ESTIMATE), "CONCURRENCY"),
         ("SPECTUNE_BENCH_REQUESTS", "abc", ("bench", *_BENCH), "SPECTUNE_BENCH_REQUESTS"),
         ("SPECTUNE_DASHBOARD_PORT", "abc", ("dashboard", "keep"), "SPECTUNE_DASHBOARD_PORT"),
-        ("SPECTUNE_EXPORT_FORMAT", "bogus", ("export", "keep", "--studies-dir", "{dir}"), "bogus"),
+        ("SPECTUNE_CONFIRM_TOP", "-1", ("confirm", "keep", "--studies-dir", "{dir}"), "--top -1"),
     ]
 ]
 
-_URL_CASES = [
-    (f"url:{url}", Case((*_OPTIMIZE, "--storage", url), says))
+_URL_CASES = [  # export opens the storage (optimize --plan opens none)
+    (f"url:{url}", Case(("export", "keep", "--studies-dir", "{dir}", "--storage", url), says))
     for url, says in [
         ("nonsense", "invalid storage URL"),
-        ("sqlite://", "storage"),
+        ("sqlite:///{dir}/nope.db", "no study 'keep'"),
         ("mysql+nodriver://u@localhost/db", "storage"),
         ("http://example.com/db", "storage"),
         ("postgresql+psycopg://u:secret@127.0.0.1:1/db", "cannot open storage"),
-        ("sqlite:////proc/spectune/x.db", "not writable"),
+        ("sqlite:////proc/spectune/x.db", "no study 'keep'"),
         ("sqlite:///{dir}", "cannot open storage"),
-        ("sqlite:///{dir}/keep/../../../../../proc/x.db", "not writable"),
+        ("sqlite:///{dir}/keep/../../../../../proc/x.db", "no study 'keep'"),
     ]
 ]
 
@@ -298,7 +299,7 @@ _RAW_CASES = [
     for name, raw, says in [
         ("not-yaml", "target: [oops\n", "not valid YAML"),
         ("a-list", "- 1\n- 2\n", "mapping"),
-        ("empty", "", "layout"),
+        ("empty", "", "target"),
         ("no-target", "name: x\n", "'target' must be set"),
         ("tabs", "target:\t\tx: y\n", "YAML"),
     ]
