@@ -156,8 +156,15 @@ def _flag(command: str, *argv: str, says: str | None = None) -> tuple[str, Case]
 
 
 _ESTIMATE = ("--hardware", "4090x1", "--model", MODEL)
+# Not a plan: a missing vLLM matters only to a run, and stops it before a study is stored.
+_NO_VLLM = (
+    "optimize",
+    *("--backend", "process", "--hardware", "4090x1", "--no-prefetch", "--study", "fresh"),
+    *("--trials", "1", "--studies-dir", "{dir}", "--vllm-command", "/nonexistent/vllm"),
+)
 _BENCH = ("--url", "http://127.0.0.1:9")  # nothing listens: every case fails before it asks
 _FLAG_CASES = [
+    ("flag:optimize --vllm-command /nonexistent/vllm", Case(_NO_VLLM, "--vllm-command")),
     _flag("optimize", "--trials", "0"),
     _flag("optimize", "--trials", "-1"),
     _flag("optimize", "--trials", "1000000000"),
@@ -183,7 +190,6 @@ _FLAG_CASES = [
     _flag("optimize", "--sampler", "magic", says="magic"),
     _flag("optimize", "--hardware", "9090x2", says="9090x2"),
     _flag("optimize", "--gpus", "a,b"),
-    _flag("optimize", "--backend", "process", "--vllm-command", "/nonexistent/vllm"),
     _flag("optimize", "--backend", "process", "--vllm-command", "vllm 'serve"),
     _flag("optimize", "--backend", "process", "--vllm-command", ""),
     _flag("optimize", "--docker-entrypoint", "vllm 'serve"),

@@ -361,7 +361,7 @@ def _print_optimize(result: OptimizeResult, best_yaml: Path | None) -> None:
         why = infeasible_reasons(
             r.status for r in records(result.handle.get_trials(deepcopy=False))
         )
-        console.print(f"No config recommended: {why}.", markup=False)
+        console.print(f"No config recommended: {why}.", markup=False, soft_wrap=True)
         return
     if result.confirmed:
         limit, objective = result.space.ttft_limit_ms, result.space.objective

@@ -106,8 +106,6 @@ def check_request(request: OptimizeRequest) -> None:
         raise ConfigError(f"--workers {request.workers}: use at least 1 worker")
     make_sampler(request.sampler, request.seed)
     backend_factory(request.backend)
-    if request.backend == "process":
-        _check_program(request.backend_options.vllm_command)
     if request.ray is not None:
         check_ray_options(request.ray, request.workers)
     if request.time_budget_s is not None and (request.workers > 1 or request.ray is not None):
@@ -178,6 +176,8 @@ def optimize(
     budget = None
     if request.time_budget_s is not None and request.space is not None:
         budget = _budget(request, request.space, began)  # too short for a trial: nothing stored
+    if request.backend == "process" and request.ray is None:  # the Ray nodes have their own
+        _check_program(request.backend_options.vllm_command)
     storage = open_storage(storage_url)
     if request.space is not None and request.ray is None:  # checked before anything is stored
         _prepare(request, backend, request.space)
