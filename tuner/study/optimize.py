@@ -118,6 +118,8 @@ def check_request(request: OptimizeRequest) -> None:
     check_writable(request.studies_dir)  # logs and exports go there whatever the storage
     if request.space is not None:  # a corrupt database or a changed space: before any table
         check_resume(request.study, open_storage(storage_url), request.space, request.backend)
+        if request.backend == "process" and request.ray is None:  # Ray nodes have their own
+            _check_program(request.backend_options.vllm_command)
 
 
 def _check_program(argv: tuple[str, ...]) -> None:
@@ -176,8 +178,8 @@ def optimize(
     budget = None
     if request.time_budget_s is not None and request.space is not None:
         budget = _budget(request, request.space, began)  # too short for a trial: nothing stored
-    if request.backend == "process" and request.ray is None:  # the Ray nodes have their own
-        _check_program(request.backend_options.vllm_command)
+    if request.space is None and request.backend == "process" and request.ray is None:
+        _check_program(request.backend_options.vllm_command)  # a resume: check_request could not
     storage = open_storage(storage_url)
     if request.space is not None and request.ray is None:  # checked before anything is stored
         _prepare(request, backend, request.space)
