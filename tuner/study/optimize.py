@@ -178,8 +178,6 @@ def optimize(
     budget = None
     if request.time_budget_s is not None and request.space is not None:
         budget = _budget(request, request.space, began)  # too short for a trial: nothing stored
-    if request.space is None and request.backend == "process" and request.ray is None:
-        _check_program(request.backend_options.vllm_command)  # a resume: check_request could not
     storage = open_storage(storage_url)
     if request.space is not None and request.ray is None:  # checked before anything is stored
         _prepare(request, backend, request.space)
@@ -189,6 +187,8 @@ def optimize(
     if request.time_budget_s is not None and budget is None:  # a resume: the stored space
         budget = _budget(request, space, began)
     claim_source(study, request.backend)  # before a resume fetches anything for the wrong kind
+    if request.space is None and request.backend == "process" and request.ray is None:
+        _check_program(request.backend_options.vllm_command)  # a resume: check_request could not
     if request.space is None and request.ray is None:  # a resume: opening it stored nothing
         _prepare(request, backend, space)
     per_trial = request.gpus_per_trial or space.hardware.count
