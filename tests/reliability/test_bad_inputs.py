@@ -398,6 +398,13 @@ _PROCESS_CASES = {
     "seed 2**80": (["optimize", "--seed", str(2**80)], {}, "--seed"),
     "port 99999": (["dashboard", "keep", "--port", "99999"], {}, "--port 99999"),
     "SPECTUNE_PREFETCH=maybe": (["optimize"], {"SPECTUNE_PREFETCH": "maybe"}, "SPECTUNE_PREFETCH"),
+    # Read as spectune's modules load: only a fresh process sees them.
+    "SPECTUNE_HEARTBEAT_S=soon": (
+        ["export", "keep"],
+        {"SPECTUNE_HEARTBEAT_S": "soon"},
+        "HEARTBEAT",
+    ),
+    "SPECTUNE_GRACE_S=-5": (["export", "keep"], {"SPECTUNE_GRACE_S": "-5"}, "SPECTUNE_GRACE_S"),
 }
 
 

@@ -47,9 +47,24 @@ __all__ = [
 BUDGET_ATTR = "trial_budget"
 # States that use up the budget: a FAIL does not, since its retry (WAITING) takes its place.
 COUNTED_STATES = (TrialState.COMPLETE, TrialState.RUNNING, TrialState.WAITING, TrialState.PRUNED)
+_MALFORMED: dict[str, str] = {}
+"""Variables below that held no whole number of seconds, refused when a storage opens (at
+import, no command could say so in one line)."""
+
+
+def _seconds(variable: str, default: int) -> int:
+    text = os.environ.get(variable)
+    if text is None:
+        return default
+    if text.strip().isdigit() and int(text) > 0:
+        return int(text)
+    _MALFORMED[variable] = text
+    return default
+
+
 # A worker's heartbeat every 10 s; silent for 40 s means dead. Tests shorten both.
-HEARTBEAT_INTERVAL_S = int(os.environ.get("SPECTUNE_HEARTBEAT_S", "10"))
-GRACE_PERIOD_S = int(os.environ.get("SPECTUNE_GRACE_S", "40"))
+HEARTBEAT_INTERVAL_S = _seconds("SPECTUNE_HEARTBEAT_S", 10)
+GRACE_PERIOD_S = _seconds("SPECTUNE_GRACE_S", 40)
 
 
 class BudgetExhausted(SpectuneError):
@@ -117,6 +132,11 @@ def open_storage(
         ConfigError: the URL is malformed, the driver is unknown, the SQLite folder cannot be
             written, or the server cannot be reached.
     """
+    if _MALFORMED:
+        variable, text = next(iter(_MALFORMED.items()))
+        raise ConfigError(
+            f"{variable}={text!r}: must be a whole number of seconds > 0; fix or unset {variable}"
+        )
     try:
         parsed = sqlalchemy.engine.make_url(url)
     except sqlalchemy.exc.ArgumentError:
