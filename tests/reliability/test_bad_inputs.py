@@ -172,6 +172,7 @@ _FLAG_CASES = [
     _flag("optimize", "--seed", "-1"),
     _flag("optimize", "--seed", str(2**80)),
     _flag("optimize", "--seed", "x"),
+    _flag("optimize", "--seed", "4294967295", "--workers", "2", says="--seed 4294967295"),
     _flag("optimize", "--workers", "0"),
     _flag("optimize", "--workers", "1000"),
     _flag("optimize", "--gpus-per-trial", "0"),

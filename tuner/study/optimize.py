@@ -18,6 +18,7 @@ from optuna.trial import TrialState
 from tuner.analysis.confirmed import Confirmed
 from tuner.analysis.k_table import KTableVerdict
 from tuner.analysis.picks import Candidate, pareto_front, recommend
+from tuner.config.bounds import MAX_SEED
 from tuner.config.runner_report import v1_warning
 from tuner.config.space import SearchSpace
 from tuner.errors import ConfigError
@@ -104,6 +105,12 @@ def check_request(request: OptimizeRequest) -> None:
         raise ConfigError(f"--trials {request.trials}: ask for at least 1 trial")
     if request.workers < 1:
         raise ConfigError(f"--workers {request.workers}: use at least 1 worker")
+    highest = MAX_SEED - request.workers + 1  # worker i samples with seed + i
+    if request.seed > highest:
+        raise ConfigError(
+            f"--seed {request.seed}: with {request.workers} workers the last one's seed passes "
+            f"{MAX_SEED}, the largest Optuna takes; use a seed up to {highest}"
+        )
     make_sampler(request.sampler, request.seed)
     backend_factory(request.backend)
     if request.ray is not None:
