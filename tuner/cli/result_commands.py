@@ -16,10 +16,11 @@ from tuner.cli import options as opt
 from tuner.cli.app import app, console, handle_errors, print_json
 from tuner.cli.options import backend_options
 from tuner.cli.render import confirm_run_line, confirmed_table
+from tuner.config import bounds
 from tuner.errors import ConfigError
 from tuner.export.formats import FORMATS
 from tuner.results import Source
-from tuner.study.paths import StudyPaths, default_storage
+from tuner.study.paths import StudyPaths, default_storage, write_whole
 
 # Optuna, SQLAlchemy and the modules that import them load inside each command: `spectune
 # --help` and the commands without a study need none of them (tests/cli/test_cli_startup.py).
@@ -76,7 +77,7 @@ def export_command(
     exported = export(study, space, fmt, pick)
     if out is not None:
         check_writable(out.parent, "output folder", "--out")
-        out.write_text(exported.text)
+        write_whole(out, exported.text)
         if fmt == "docker-run":
             out.chmod(0o755)
     if as_json:
@@ -151,7 +152,7 @@ def report_command(
 def dashboard_command(
     name: Name,
     host: Annotated[str, typer.Option("--host", help="Address to listen on.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option("--port", help="Port to listen on.")] = 8080,
+    port: Annotated[int, opt.bounded("--port", bounds.Port, "Port to listen on (1-65535).")] = 8080,
     storage: opt.Storage = None,
     studies_dir: opt.StudiesDir = Path("studies"),
 ) -> None:
@@ -193,9 +194,9 @@ def _check_port(host: str, port: int) -> None:
 @handle_errors
 def confirm_command(
     name: Name,
-    top: Annotated[int, typer.Option("--top", help="Configs to confirm (0: none).")] = 3,
+    top: Annotated[int, opt.bounded("--top", bounds.Picks, "Configs to confirm (0: none).")] = 3,
     repeats: Annotated[
-        int, typer.Option("--repeats", help="Runs per config, each on a fresh server.")
+        int, opt.bounded("--repeats", bounds.Repeats, "Runs per config, each on a fresh server.")
     ] = 3,
     backend: Annotated[
         str | None,

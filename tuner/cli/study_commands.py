@@ -14,6 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.text import Text
 
 from tuner.analysis.confirmed import Run
+from tuner.analysis.infeasible import infeasible_reasons
 from tuner.catalog.gpus import Hardware, NoGpu, parse_hardware
 from tuner.catalog.nvml import detect_gpus
 from tuner.cli import options as opt
@@ -29,7 +30,9 @@ from tuner.cli.render import (
     records_table,
     trial_table,
 )
+from tuner.config import bounds
 from tuner.config.trial import server_to_dict
+from tuner.config.vllm_version import check_release
 from tuner.errors import ConfigError
 from tuner.results import StartupEvent
 from tuner.study.paths import default_storage
@@ -54,6 +57,7 @@ def _build_space(
     if slo_ttft_ms is not None:
         loaded = loaded.with_ttft_limit(slo_ttft_ms)
     if vllm_version is not None:
+        check_release(vllm_version)
         loaded = loaded.with_vllm_version(vllm_version)
     return loaded
 
@@ -140,18 +144,20 @@ def optimize_command(
     ] = None,
     workers: Annotated[
         int,
-        typer.Option(
+        opt.bounded(
             "--workers",
-            help="Parallel workers on this host, each on its own GPUs (needs PostgreSQL).",
-            rich_help_panel=opt.BACKEND_PANEL,
+            bounds.GpuCount,
+            "Parallel workers on this host, each on its own GPUs (needs PostgreSQL).",
+            opt.BACKEND_PANEL,
         ),
     ] = 1,
     gpus_per_trial: Annotated[
         int | None,
-        typer.Option(
+        opt.bounded(
             "--gpus-per-trial",
-            help="GPUs each worker uses (default: the hardware's count).",
-            rich_help_panel=opt.BACKEND_PANEL,
+            bounds.GpuCount,
+            "GPUs each worker uses (default: the hardware's count).",
+            opt.BACKEND_PANEL,
         ),
     ] = None,
     gpus: opt.Gpus = None,
@@ -183,18 +189,20 @@ def optimize_command(
     request_timeout: opt.RequestTimeout = 120.0,
     confirm_top: Annotated[
         int,
-        typer.Option(
+        opt.bounded(
             "--confirm-top",
-            help="Best configs measured again on fresh servers (0: none).",
-            rich_help_panel=opt.BUDGET_PANEL,
+            bounds.Picks,
+            "Best configs measured again on fresh servers (0: none).",
+            opt.BUDGET_PANEL,
         ),
     ] = 3,
     confirm_repeats: Annotated[
         int,
-        typer.Option(
+        opt.bounded(
             "--confirm-repeats",
-            help="Fresh runs per confirmed config.",
-            rich_help_panel=opt.BUDGET_PANEL,
+            bounds.Repeats,
+            "Fresh runs per confirmed config.",
+            opt.BUDGET_PANEL,
         ),
     ] = 3,
     time_budget: opt.TimeBudget = None,
@@ -350,6 +358,7 @@ def _optimize_json(result: OptimizeResult, best_yaml: Path | None) -> dict[str, 
 
 def _print_optimize(result: OptimizeResult, best_yaml: Path | None) -> None:
     from tuner.study.storage import safe_url
+    from tuner.trial.record import records
 
     if result.pareto:
         source = result.pareto[0].source
@@ -359,10 +368,10 @@ def _print_optimize(result: OptimizeResult, best_yaml: Path | None) -> None:
         console.print("Pareto front: no feasible trial")
     best = result.recommended
     if best is None:
-        console.print(
-            "No trial met the constraints: no config recommended. Run more trials or "
-            "relax --slo-ttft-ms."
+        why = infeasible_reasons(
+            r.status for r in records(result.handle.get_trials(deepcopy=False))
         )
+        console.print(f"No config recommended: {why}.", markup=False, soft_wrap=True)
         return
     if result.confirmed:
         limit, objective = result.space.ttft_limit_ms, result.space.objective

@@ -45,7 +45,7 @@ from tuner.export.deploy import PORT, compose_file, docker_run_script
 from tuner.export.formats import FORMATS
 from tuner.export.kubernetes import kubernetes_manifests
 from tuner.results import Source
-from tuner.study.paths import StudyPaths
+from tuner.study.paths import StudyPaths, write_whole
 from tuner.trial.scoring import TrialStatus
 
 if TYPE_CHECKING:
@@ -265,5 +265,5 @@ def _json(
 def write_best(study: optuna.Study, space: SearchSpace, paths: StudyPaths) -> Path:
     """Writes the recommended config as ``best.yaml`` in the study's folder; returns its path."""
     paths.folder.mkdir(parents=True, exist_ok=True)
-    paths.best_yaml.write_text(export(study, space, "vllm").text)
+    write_whole(paths.best_yaml, export(study, space, "vllm").text)
     return paths.best_yaml
