@@ -1,5 +1,6 @@
 # spectune in a container, driving the host's Docker Engine (each trial is a sibling
-# vllm/vllm-openai container started through the mounted socket). See README "Docker".
+# vllm/vllm-openai container started through the mounted socket). See
+# docs/getting-started/gpu-host.md, "Docker image".
 #
 #   docker build -t spectune .
 #

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Style gates: ruff (lint and format) and mypy --strict, on tuner/ and on the tests.
+# Style gates: ruff (lint and format), mypy --strict on tuner/ and on the tests, and the docs build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 ruff check .
 ruff format --check .
 mypy
+# The docs site: a broken link, a page missing from nav or a stale API name fails it.
+NO_MKDOCS_2_WARNING=1 mkdocs build --strict --quiet  # the variable: no end-of-life notice
 
 # The tests, folder by folder: each has its own conftest.py and helpers that pytest puts on
 # sys.path. A folder that is a package (tests/twin, tests/testbed) is imported as one, so only

@@ -1,27 +1,48 @@
-"""How long the CLI takes to start, next to a bare ``import typer``, and what it loads.
+"""How long the CLI takes to start, next to a two-command typer app, and what it loads.
 
-    python benchmarks/startup.py [--runs 7]
+    python benchmarks/startup.py [--runs 21]
 
-Each command runs as a fresh process (``python -m tuner ...``) ``--runs`` times after one
-warm-up; the table shows the median and the fastest wall time, and which heavy libraries the
-command imported (read from ``sys.modules`` at exit in a separate run).
+Each command runs as a fresh process ``--runs`` times after one warm-up (disk cache, ``.pyc``
+files); the table shows the median wall time, the median CPU time (user + system of the child,
+what a loaded machine makes you wait for), the median CPU time as a multiple of the two-command
+typer app's ``--help`` (issue 28's bar: ``spectune --help`` within 3x), and which heavy
+libraries the command imported (read from ``sys.modules`` at exit in a separate run). The typer
+app is written to a temporary folder: two commands, one argument each, typer's defaults.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 HEAVY = ("matplotlib", "docker", "httpx", "openai", "sqlalchemy", "optuna", "pydantic")
 
-COMMANDS: dict[str, list[str]] = {
-    'python -c "import typer"': [sys.executable, "-c", "import typer"],
-    "spectune --help": [sys.executable, "-m", "tuner", "--help"],
-    "spectune hardware": [sys.executable, "-m", "tuner", "hardware"],
-}
+_TWO_COMMANDS = '''
+import typer
+
+app = typer.Typer()
+
+
+@app.command()
+def hello(name: str) -> None:
+    """Say hello."""
+    print(f"hello {name}")
+
+
+@app.command()
+def bye(name: str) -> None:
+    """Say goodbye."""
+    print(f"bye {name}")
+
+
+app()
+'''
 
 _PROBE = (
     "import runpy, sys\n"
@@ -35,14 +56,34 @@ _PROBE = (
 )
 
 
-def _time(argv: list[str], runs: int) -> list[float]:
-    subprocess.run(argv, capture_output=True, check=True)  # warm-up: disk cache, .pyc files
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        subprocess.run(argv, capture_output=True, check=True)
-        times.append(time.perf_counter() - start)
-    return times
+def _commands(typer_app: Path) -> dict[str, list[str]]:
+    spectune = [sys.executable, "-m", "tuner"]
+    return {
+        "two-command typer app --help": [sys.executable, str(typer_app), "--help"],
+        "spectune --help": [*spectune, "--help"],
+        "spectune space check default": [*spectune, "space", "check", "default"],
+        "spectune hardware list": [*spectune, "hardware", "list"],
+        "spectune optimize --help": [*spectune, "optimize", "--help"],
+    }
+
+
+def _run(argv: list[str]) -> tuple[float, float]:
+    """Wall and CPU seconds of one run of ``argv`` as a child process."""
+    before = os.times()
+    start = time.perf_counter()
+    subprocess.run(argv, capture_output=True, check=True)
+    wall = time.perf_counter() - start
+    after = os.times()
+    cpu = (after.children_user - before.children_user) + (
+        after.children_system - before.children_system
+    )
+    return wall, cpu
+
+
+def _time(argv: list[str], runs: int) -> tuple[float, float]:
+    _run(argv)
+    samples = [_run(argv) for _ in range(runs)]
+    return statistics.median(s[0] for s in samples), statistics.median(s[1] for s in samples)
 
 
 def _loaded(argv: list[str]) -> str:
@@ -56,13 +97,20 @@ def _loaded(argv: list[str]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument("--runs", type=int, default=21)
     args = parser.parse_args()
-    print(f"{'command':<28} {'median s':>9} {'min s':>7}  heavy libraries loaded")
-    for label, argv in COMMANDS.items():
-        times = _time(argv, args.runs)
-        median, fastest = statistics.median(times), min(times)
-        print(f"{label:<28} {median:>9.3f} {fastest:>7.3f}  {_loaded(argv)}")
+    with tempfile.TemporaryDirectory() as folder:
+        typer_app = Path(folder) / "two_commands.py"
+        typer_app.write_text(_TWO_COMMANDS)
+        commands = _commands(typer_app)
+        print(f"{args.runs} runs each, medians; x typer: CPU time over the typer app's")
+        print(f"{'command':<30} {'wall s':>7} {'CPU s':>7} {'x typer':>8}  heavy libraries loaded")
+        baseline = None
+        for label, argv in commands.items():
+            wall, cpu = _time(argv, args.runs)
+            baseline = baseline or cpu
+            ratio = cpu / baseline
+            print(f"{label:<30} {wall:>7.3f} {cpu:>7.3f} {ratio:>7.1f}x  {_loaded(argv)}")
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -87,7 +88,11 @@ def test_plan_prints_the_run_and_stores_nothing(tmp_path: Path) -> None:
         (["--time-budget", "0m"], "--time-budget '0m': give a duration longer than 0"),
         # One trial on a GPU is a start-up and a benchmark of minutes, then nine confirmations
         # and three runs of the K table the default space's three levels may propose.
-        (["--time-budget", "10m", "--backend", "process"], "is shorter than one trial and 12"),
+        # A vLLM that exists: a missing one is refused first (tests/reliability).
+        (
+            ["--time-budget", "10m", "--backend", "process", "--vllm-command", sys.executable],
+            "is shorter than one trial and 12",
+        ),
     ],
 )
 def test_a_budget_that_cannot_work_is_one_line_before_anything_is_stored(

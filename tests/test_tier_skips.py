@@ -1,4 +1,5 @@
-"""Each marked tier skips, as README says, on a machine without its component (outside CI).
+"""Each marked tier skips, as docs/contributors/testing.md says, on a machine without its
+component (outside CI).
 
 Each tier runs in a pytest of its own with the component hidden: Ray made unimportable, the
 Docker Engine, the vLLM build and PostgreSQL pointed at nothing. Every test must end skipped,

@@ -132,7 +132,7 @@ def test_confirm_reruns_the_top_configs_on_fresh_servers(levels: StudyCopy, tmp_
         assert tok_s is not None and tok_s.n == 3 and tok_s.half_width is not None
         assert tok_s.half_width > 0 and tok_s.low is not None
         assert tok_s.low < statistics.fmean(v or 0.0 for v in values) < (tok_s.high or 0)
-        assert set(record.level_tok_s()) == {1, 8, 32}
+        assert set(record.level_tok_s()) == {1, 8, 128}
         # The original measurement is a different draw: the confirmation is not a replay.
         trial = study.trials[record.trial]
         assert trial.values is not None and trial.values[0] not in values

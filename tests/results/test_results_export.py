@@ -81,7 +81,7 @@ def test_vllm_yaml_loads_back_with_provenance_and_the_per_level_table(levels: St
         ]
         assert (choice.output_tok_s, choice.k) == max(measured, key=lambda m: (m[0], -m[1]))
     assert table == [list(t) for t in batch_size_table(exported.levels)]
-    assert table[-1] == [17, 32, 0]  # speculation off where it loses
+    assert table[-1] == [33, 128, 0]  # speculation off where it loses
     loaded = yaml.safe_load(exported.text)
     assert loaded == _with_table(server_yaml(view.server, space.version), table)
     assert any(line.startswith("best speculation per concurrency level: 1: K=") for line in header)
@@ -147,7 +147,7 @@ def test_docker_run_is_a_shell_script_that_runs_docker(levels: StudyCopy, tmp_pa
     expected = server_argv(view.server, space.version, host="0.0.0.0", port=8000)
     at = expected.index("--speculative-config") + 1
     assert served[:at] == expected[:at]
-    assert json.loads(served[at])["num_speculative_tokens_per_batch_size"][-1] == [17, 32, 0]
+    assert json.loads(served[at])["num_speculative_tokens_per_batch_size"][-1] == [33, 128, 0]
     assert exported.text.startswith("#!/bin/sh\n# spectune export: study levels")
 
 
@@ -163,11 +163,11 @@ def test_json_holds_config_argv_and_provenance(levels: StudyCopy) -> None:
     assert facts["vllm_version"] == "v0.32.0" and facts["source"] == "simulated"
     assert facts["backend"] == "sim" and facts["image"] is None
     assert facts["confirmed"] is False and facts["output_tok_s_ci95"] is None
-    assert [lvl["concurrency"] for lvl in data["speculation_by_level"]] == [1, 8, 32]
+    assert [lvl["concurrency"] for lvl in data["speculation_by_level"]] == [1, 8, 128]
     # The levels study tunes the temperature: the export names it as measured, never as advice.
     assert "request" not in data and facts["temperature_tuned"] is True
     assert facts["failed_share"] == 0.0 and facts["max_failed_share"] == 0.0
-    assert facts["concurrency"] == [[1, 1 / 3], [8, 1 / 3], [32, 1 / 3]]
+    assert facts["concurrency"] == [[1, 1 / 3], [8, 1 / 3], [128, 1 / 3]]
     header = vllm_text.splitlines()
     assert not any("send temperature" in line for line in header)
     assert any(line.startswith("# failed requests 0.0 %") for line in header)

@@ -92,12 +92,12 @@ def test_per_batch_size_exists_from_vllm_0_24() -> None:
     assert has_per_batch_size(parse_version("latest"))
 
 
-def test_the_simulated_study_loses_with_speculation_at_32_requests(levels: StudyCopy) -> None:
+def test_the_simulated_study_loses_with_speculation_at_128_requests(levels: StudyCopy) -> None:
     study, _ = levels.open()
     found = points(study)
     assert {p.outcome for p in found} >= {Outcome.FEASIBLE, Outcome.OOM}
     choices = speculation_by_level(found, DRAFT)
-    assert [c.concurrency for c in choices] == [1, 8, 32]
+    assert [c.concurrency for c in choices] == [1, 8, 128]
     assert choices[0].k > 0  # one request: speculation wins, as in the reference table
-    assert choices[-1].k == 0  # 32 requests: the bandwidth is used, speculation loses
+    assert choices[-1].k == 0  # 128 requests: the compute is used, speculation loses
     assert choices[-1].output_tok_s > max(v for k, v in choices[-1].by_k if k > 0)

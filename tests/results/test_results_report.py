@@ -100,13 +100,13 @@ def test_best_table_marks_the_picks_and_shows_confirmed_intervals(
     assert "confirmed" in text
 
 
-def test_levels_section_switches_speculation_off_at_32(levels: StudyCopy, tmp_path: Path) -> None:
+def test_levels_section_switches_speculation_off_at_128(levels: StudyCopy, tmp_path: Path) -> None:
     study, space = levels.open()
     report = write_report(study, space, tmp_path)
-    assert [c.concurrency for c in report.levels] == [1, 8, 32]
+    assert [c.concurrency for c in report.levels] == [1, 8, 128]
     assert report.levels[-1].k == 0
     section = report.html.read_text().split("Speculation per load level</h2>")[1]
-    assert re.search(r"<tr><td>32</td>.*?<td class='l'>off</td></tr>", section)
+    assert re.search(r"<tr><td>128</td>.*?<td class='l'>off</td></tr>", section)
 
 
 def test_the_report_says_what_traffic_was_served_and_the_best_per_temperature(
@@ -114,14 +114,14 @@ def test_the_report_says_what_traffic_was_served_and_the_best_per_temperature(
 ) -> None:
     study, space = levels.open()
     text = write_report(study, space, tmp_path).html.read_text()
-    assert "<th class='l'>concurrency</th><td class='l'>1 (33 %), 8 (33 %), 32 (33 %)" in text
+    assert "<th class='l'>concurrency</th><td class='l'>1 (33 %), 8 (33 %), 128 (33 %)" in text
     assert "0 trials lost requests (at most 0% allowed)" in text
     assert "code (real: HumanEval" in text  # real or synthetic, said where it is named
     # The levels study tunes the temperature: one best server config per temperature tried.
     table = text.split("<table id='per-temperature'>")[1].split("</table>")[0]
     temperatures = [float(row.split("</td>")[0]) for row in table.split("<tr><td>")[1:]]
     assert temperatures == sorted(set(temperatures)) and len(temperatures) >= 2
-    assert "Speculation stops paying at 32 concurrent requests" in text
+    assert "Speculation stops paying at 128 concurrent requests" in text
 
 
 @pytest.mark.browser

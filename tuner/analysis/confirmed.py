@@ -10,12 +10,13 @@ import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
-
-import optuna
+from typing import TYPE_CHECKING, Any
 
 from tuner.results import Source
 from tuner.trial.scoring import TrialStatus
+
+if TYPE_CHECKING:
+    import optuna  # annotations only: importing it costs a CLI start a second
 
 __all__ = [
     "CONFIRMED_ATTR",

@@ -18,9 +18,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any
-
-import optuna
+from typing import TYPE_CHECKING, Any
 
 from tuner.analysis.confirmed import Run
 from tuner.analysis.levels import LevelChoice, batch_size_table, speculation_by_level
@@ -30,6 +28,9 @@ from tuner.config.space import SearchSpace
 from tuner.config.trial import ServerConfig, SpecMethod
 from tuner.config.vllm_args import has_per_batch_size
 from tuner.results import Source
+
+if TYPE_CHECKING:
+    import optuna  # annotations only: importing it costs a CLI start a second
 
 __all__ = [
     "K_TABLE_ATTR",

@@ -30,6 +30,8 @@ from optuna.trial import TrialState
 
 from tuner.analysis.confirmed import Confirmed, load_confirmed
 from tuner.analysis.estimates import Numbers, numbers_of
+from tuner.analysis.infeasible import infeasible_reasons
+from tuner.analysis.pick_names import DEFAULT_PICK, PICKS
 from tuner.errors import ConfigError
 from tuner.trial.record import TrialRecord, records, stored_space
 
@@ -48,9 +50,6 @@ __all__ = [
     "ranked",
     "recommend",
 ]
-
-PICKS = ("max-throughput", "min-ttft", "balanced")
-DEFAULT_PICK = "max-throughput"
 
 
 @dataclass(frozen=True)
@@ -229,10 +228,8 @@ def pick_candidate(study: optuna.Study, pick: str = DEFAULT_PICK) -> Candidate:
         return _numbered(study, int(pick))
     chosen = recommend(study, check_pick(pick))
     if chosen is None:
-        raise ConfigError(
-            f"study {study.study_name!r} has no feasible trial yet: run more trials with "
-            f"spectune optimize --study {study.study_name}, or relax --slo-ttft-ms"
-        )
+        why = infeasible_reasons(r.status for r in records(study.get_trials(deepcopy=False)))
+        raise ConfigError(f"study {study.study_name!r} has no feasible trial: {why}")
     return chosen
 
 

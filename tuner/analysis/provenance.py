@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import asdict, dataclass
-from typing import Any
-
-import optuna
+from typing import TYPE_CHECKING, Any
 
 from tuner.analysis.estimates import Bounds, Estimate, Numbers
 from tuner.analysis.picks import Candidate
@@ -26,6 +24,9 @@ from tuner.launch.served import ServedFacts
 from tuner.results import Source
 from tuner.trial.model_runner import runner_note
 from tuner.trial.record import stored_run
+
+if TYPE_CHECKING:
+    import optuna  # annotations only: importing it costs a CLI start a second
 
 __all__ = [
     "ENVIRONMENT_ATTR",

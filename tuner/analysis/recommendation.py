@@ -14,8 +14,7 @@ positional argument on the vLLM versions whose config file cannot carry it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-import optuna
+from typing import TYPE_CHECKING
 
 from tuner.analysis.k_table import TableChoice, table_choice, with_table
 from tuner.analysis.picks import (
@@ -30,6 +29,9 @@ from tuner.config.space import SearchSpace
 from tuner.config.trial import ServerConfig, SpecMethod
 from tuner.config.vllm_args import config_file_argv, server_yaml
 from tuner.trial.record import stored_run
+
+if TYPE_CHECKING:
+    import optuna  # annotations only: importing it costs a CLI start a second
 
 __all__ = [
     "Recommendation",

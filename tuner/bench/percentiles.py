@@ -12,6 +12,7 @@ probability 0.95^40 = 13 %); about 72 samples give it both.
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Sequence
 
@@ -21,9 +22,23 @@ MIN_SAMPLES_FOR_P95 = 40
 """Requests per level below which a p95 is little more than the maximum."""
 
 
-def _binomial_cdf(k: int, n: int, p: float) -> float:
-    """P(X <= k) for X ~ Binomial(n, p)."""
-    return sum(math.comb(n, i) * p**i * (1.0 - p) ** (n - i) for i in range(0, k + 1))
+def _binomial_cdfs(n: int, p: float) -> list[float]:
+    """P(X <= k) for X ~ Binomial(n, p), for k = 0 .. n - 1, in one pass.
+
+    Each term is taken in log space (``lgamma``), where C(n, k) p^k (1 - p)^(n - k) neither
+    overflows nor underflows to a wrong zero at thousands of samples; n terms in all.
+    """
+    if p <= 0.0:
+        return [1.0] * n
+    if p >= 1.0:
+        return [0.0] * n
+    log_p, log_q, log_n = math.log(p), math.log1p(-p), math.lgamma(n + 1)
+    cdfs, total = [], 0.0
+    for k in range(n):
+        log_term = log_n - math.lgamma(k + 1) - math.lgamma(n - k + 1)
+        total += math.exp(log_term + k * log_p + (n - k) * log_q)
+        cdfs.append(min(total, 1.0))
+    return cdfs
 
 
 def quantile_interval(
@@ -40,15 +55,13 @@ def quantile_interval(
         return None, None
     ordered = sorted(values)
     p, tail = q / 100.0, (1.0 - confidence) / 2.0
+    # P(fewer than r samples below the quantile) is cdfs[r - 1], rising with r.
+    cdfs = _binomial_cdfs(n, p)
     # low: the largest rank l with P(fewer than l samples below the quantile) <= tail.
-    low_rank = 0
-    for rank in range(1, n + 1):
-        if _binomial_cdf(rank - 1, n, p) <= tail:
-            low_rank = rank
-        else:
-            break
+    low_rank = bisect.bisect_right(cdfs, tail)
     # high: the smallest rank u with P(fewer than u samples below the quantile) >= 1 - tail.
-    high_rank = next((r for r in range(1, n + 1) if _binomial_cdf(r - 1, n, p) >= 1 - tail), None)
+    above = bisect.bisect_left(cdfs, 1 - tail)
+    high_rank = above + 1 if above < n else None
     low = ordered[low_rank - 1] if low_rank else None
     high = ordered[high_rank - 1] if high_rank else None
     return low, high

@@ -9,17 +9,17 @@ given by Hugging Face id or folder, when its shapes fit the target (:func:`check
 
 MTP layers ship inside the target's checkpoint: :mod:`tuner.catalog.mtp`.
 
-Head configs below are the ``config.json`` numbers memory and speed depend on; each entry says
-where they come from (``source``). Where a number was not read from the file itself it says so.
+The heads are data, ``heads.yaml``: the ``config.json`` numbers memory and speed depend on, and
+where each came from (``source``; a number not read from the head's own file says so).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from tuner.catalog.drafters import block_kind
+from tuner.catalog.entries import HeadEntry, head_entries
 from tuner.errors import IncompatibleDraftError
 
 __all__ = [
@@ -34,137 +34,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
-class HeadEntry:
-    """One published head: its id, method, the targets it was trained for, its config."""
-
-    hf_id: str
-    method: str  # "eagle" or "eagle3"
-    targets: tuple[str, ...]
-    config: dict[str, Any] = field(hash=False)
-    source: str = ""
-
-    @property
-    def where(self) -> str:
-        return self.source or f"https://huggingface.co/{self.hf_id}/blob/main/config.json"
-
-
-def _head(
-    arch: str, hidden: int, inter: int, heads: int, kv: int, vocab: int, **extra: Any
-) -> dict[str, Any]:
-    return {
-        "architectures": [arch],
-        "model_type": "llama",
-        "hidden_act": "silu",
-        "num_hidden_layers": 1,
-        "hidden_size": hidden,
-        "intermediate_size": inter,
-        "num_attention_heads": heads,
-        "num_key_value_heads": kv,
-        "vocab_size": vocab,
-        "tie_word_embeddings": False,
-        "rms_norm_eps": 1e-5,
-        "torch_dtype": "float16",
-        **extra,
-    }
-
-
-HEADS: tuple[HeadEntry, ...] = (
-    HeadEntry(
-        "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B",
-        "eagle3",
-        ("meta-llama/Llama-3.1-8B-Instruct",),
-        _head(
-            "LlamaForCausalLMEagle3",
-            4096,
-            14336,
-            32,
-            8,
-            128256,
-            draft_vocab_size=32000,
-            max_position_embeddings=2048,
-        ),
-        "https://huggingface.co/yuhuili/EAGLE3-LLaMA3.1-Instruct-8B/blob/main/config.json "
-        "(the head vLLM PR #16937 measured; named in vllm/config/speculative.py)",
-    ),
-    HeadEntry(
-        "yuhuili/EAGLE-LLaMA3.1-Instruct-8B",
-        "eagle",
-        ("meta-llama/Llama-3.1-8B-Instruct",),
-        _head("LlamaForCausalLM", 4096, 14336, 32, 8, 128256, max_position_embeddings=2048),
-        "https://huggingface.co/yuhuili/EAGLE-LLaMA3.1-Instruct-8B/blob/main/config.json "
-        "(EAGLE-1: one Llama layer, the target's vocabulary; the EAGLE paper's recipe)",
-    ),
-    HeadEntry(
-        "AngelSlim/Qwen3-8B_eagle3",
-        "eagle3",
-        ("Qwen/Qwen3-8B", "Qwen/Qwen3-8B-FP8"),
-        _head(
-            "LlamaForCausalLMEagle3",
-            4096,
-            12288,
-            32,
-            8,
-            151936,
-            draft_vocab_size=32000,
-            head_dim=128,
-            max_position_embeddings=40960,
-        ),
-        "https://huggingface.co/AngelSlim/Qwen3-8B_eagle3 (named in vLLM 0.32's "
-        "vllm/config/speculative.py; hidden, heads and vocabulary follow Qwen3-8B, which a "
-        "head must; draft_vocab_size 32000 as in the EAGLE-3 recipe, not read from the file)",
-    ),
-    HeadEntry(
-        "nvidia/gpt-oss-120b-Eagle3-v2",
-        "eagle3",
-        ("openai/gpt-oss-120b",),
-        _head(
-            "LlamaForCausalLMEagle3",
-            2880,
-            17280,
-            64,
-            8,
-            201088,
-            draft_vocab_size=201088,
-            head_dim=64,
-            max_position_embeddings=131072,
-            eagle_config={"use_aux_hidden_state": False},
-        ),
-        "https://huggingface.co/nvidia/gpt-oss-120b-Eagle3-v2: named in vLLM 0.32's --config "
-        "docs (vllm/utils/argparse_utils.py) and "
-        "vllm/v1/spec_decode/llm_base_proposer.py (it reads the last layer only: "
-        "use_aux_hidden_state false); hidden 2880 follows gpt-oss-120b, the intermediate size "
-        "and the full draft vocabulary are assumptions, not read from the file",
-    ),
-    HeadEntry(
-        "amazon/Qwen3-Coder-30B-A3B-Instruct-P-EAGLE",
-        "eagle3",
-        ("Qwen/Qwen3-Coder-30B-A3B-Instruct", "Qwen/Qwen3-Coder-30B-A3B-Instruct-FP8"),
-        {
-            "architectures": ["LlamaForCausalLMEagle3"],
-            "model_type": "llama",
-            "hidden_act": "silu",
-            "hidden_size": 2048,
-            "intermediate_size": 6144,
-            "num_attention_heads": 32,
-            "num_key_value_heads": 4,
-            "head_dim": 128,
-            "num_hidden_layers": 4,
-            "vocab_size": 151936,
-            "draft_vocab_size": 151936,
-            "mask_token_id": 151669,  # "<|MASK|>" of z-lab's Qwen3 drafters (assumed)
-            "max_position_embeddings": 262144,
-            "rms_norm_eps": 1e-6,
-            "tie_word_embeddings": False,
-            "torch_dtype": "bfloat16",
-        },
-        "https://huggingface.co/amazon/Qwen3-Coder-30B-A3B-Instruct-P-EAGLE: the model card "
-        "(4 layers, 18 parallel tokens trained, EAGLE-3 layout, served by vLLM "
-        "0.16+ as method eagle3 with parallel_drafting true, trained on the FP8 target); "
-        "widths and vocabulary are the target's; the architecture, intermediate size and mask "
-        "token follow the EAGLE-3 and DFlash Qwen3 drafters, not the unreachable config.json",
-    ),
-)
+HEADS: tuple[HeadEntry, ...] = head_entries()
 
 
 def is_head(config: Mapping[str, Any], hf_id: str = "") -> bool:

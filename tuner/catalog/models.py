@@ -27,6 +27,7 @@ from tuner.catalog.hf_config import (
 )
 from tuner.catalog.seed import SEED
 from tuner.catalog.seed_drafters import DRAFTERS
+from tuner.config.local_paths import is_file
 from tuner.errors import ConfigError, IncompatibleDraftError
 
 __all__ = [
@@ -236,7 +237,7 @@ def load_model(name: str) -> ModelSpec:
     if found is not None:
         return found
     directory = Path(name).expanduser()
-    if (directory / "config.json").is_file():
+    if is_file(directory / "config.json"):
         return model_from_config(directory)
     from tuner.catalog.hub import looks_like_hub_id  # see _from_hub
 

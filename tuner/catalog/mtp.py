@@ -4,9 +4,9 @@ vLLM 0.32 drafts with ``method: mtp`` for every model family whose checkpoint ca
 layers. ``SpeculativeConfig.hf_config_override`` (``vllm/config/speculative.py``) recognises
 each family by its ``model_type`` or first architecture, rewrites it into an MTP drafter
 (``MTPModelTypes``: ``deepseek_mtp``, ``qwen3_5_mtp``, ``glm5_next_mtp``, ...) and reads the
-layer count (``n_predict``) from one config key. :data:`FAMILIES` is that function as data, one
-row per family in the order vLLM tests them; :func:`mtp_layers` applies it to a
-``config.json``. The per-family method names (``method: qwen3_5_mtp``) are deprecated aliases
+layer count (``n_predict``) from one config key. :data:`FAMILIES` is that function as data
+(``mtp.yaml``), one entry per family in the order vLLM tests them; :func:`mtp_layers` applies it
+to a ``config.json``. The per-family method names (``method: qwen3_5_mtp``) are deprecated aliases
 of ``mtp`` in 0.32 ("method ... is deprecated and replaced with mtp"); a search space writes
 ``mtp``.
 
@@ -18,9 +18,9 @@ MTP drafter is a separate assistant checkpoint, not layers of the target.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
+from tuner.catalog.entries import MtpFamily, mtp_families
 from tuner.errors import IncompatibleDraftError
 
 __all__ = ["FAMILIES", "MTP_MODEL_TYPES", "MtpFamily", "check_mtp", "mtp_family", "mtp_layers"]
@@ -59,87 +59,8 @@ MTP_MODEL_TYPES = frozenset(
 """vLLM 0.32's ``MTPModelTypes`` (``vllm/config/speculative.py``), verbatim."""
 
 
-@dataclass(frozen=True)
-class MtpFamily:
-    """One family vLLM turns into an MTP drafter.
-
-    Attributes:
-        drafter: the MTP model type vLLM rewrites the config to.
-        model_types: ``model_type`` values that select it.
-        architectures: first architectures that select it.
-        layers_key: the config key that counts the MTP layers (``text_config`` first).
-        default: the count when the key is absent (0: no default, the target has none).
-    """
-
-    drafter: str
-    model_types: frozenset[str] = frozenset()
-    architectures: frozenset[str] = frozenset()
-    layers_key: str = "num_nextn_predict_layers"
-    default: int = 0
-
-
-def _family(drafter: str, *types: str, archs: tuple[str, ...] = (), **kw: Any) -> MtpFamily:
-    return MtpFamily(drafter, frozenset(types), frozenset(archs), **kw)
-
-
-FAMILIES: tuple[MtpFamily, ...] = (
-    _family("dots3_note_mtp", "dots3_note", default=1),
-    _family("deepseek_mtp", "deepseek_v3", "deepseek_v32", "glm_moe_dsa", "deepseek_v4"),
-    _family("pangu_ultra_moe_mtp", "pangu_ultra_moe"),
-    _family("kimi_k3_mtp", "kimi_k3"),
-    _family("mimo_mtp", archs=("MiMoForCausalLM",)),
-    # vLLM runs only the first MiMo-V2 MTP layer (_MIMO_V2_*_NUM_MTP_LAYERS).
-    _family(
-        "mimo_v2_mtp",
-        archs=("MiMoV2ForCausalLM", "MiMoV2OmniForCausalLM", "MiMoV2FlashForCausalLM"),
-        layers_key="",
-        default=1,
-    ),
-    _family("glm4_moe_mtp", archs=("Glm4MoeForCausalLM",)),
-    _family("glm4_moe_lite_mtp", archs=("Glm4MoeLiteForCausalLM",)),
-    _family("glm_ocr_mtp", archs=("GlmOcrForConditionalGeneration",)),
-    _family("ernie_mtp", "ernie4_5_moe"),
-    _family("nemotron_h_mtp", "nemotron_h", "nemotron_h_puzzle", default=0),
-    # Qwen3-Next's config.json names no count; vLLM's qwen3_next_mtp.py builds one layer.
-    _family("qwen3_next_mtp", "qwen3_next", default=1),
-    _family("qwen4_exp_mtp", "qwen4_exp", "qwen4_exp_text", layers_key="mtp_num_hidden_layers"),
-    _family(
-        "bailing_hybrid_v3_mtp",
-        archs=("BailingMoeV3ForCausalLM", "BailingMoeV3VLForConditionalGeneration"),
-    ),
-    _family("bailing_hybrid_mtp", "bailing_hybrid", archs=("BailingMoeV2_5ForCausalLM",)),
-    _family("exaone_moe_mtp", "exaone_moe"),
-    _family("exaone4_5_mtp", "exaone4_5"),
-    _family(
-        "qwen3_5_mtp",
-        "qwen3_5",
-        "qwen3_5_moe",
-        "qwen3_5_text",
-        "qwen3_5_moe_text",
-        "intern_s2_preview",
-        "interns2_mobius",
-        layers_key="mtp_num_hidden_layers",
-    ),
-    _family("longcat_flash_mtp", "longcat_flash", default=1),
-    _family(
-        "step3p5_mtp",
-        "step3p5",
-        "step3p7",
-        archs=("Step3p5ForCausalLM", "Step3p7ForConditionalGeneration"),
-        default=1,
-    ),
-    _family("hy_v3_mtp", "hy_v3"),
-    _family("hy_v4_mtp", "hy_v4"),
-    _family("inkling_mtp", "inkling_mm_model", "inkling_model"),
-    _family(
-        "minimax_m3_mtp",
-        "minimax_m3_vl",
-        archs=("MiniMaxM3SparseForConditionalGeneration",),
-        layers_key="num_mtp_modules",
-        default=1,
-    ),
-    _family("glm5_next_mtp", "glm5_next"),
-)
+FAMILIES: tuple[MtpFamily, ...] = mtp_families()
+"""``mtp.yaml``: one entry per family, in the order vLLM tests them."""
 
 
 def _merged(config: Mapping[str, Any]) -> dict[str, Any]:

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import sys
 import warnings
 from collections.abc import Callable
 from typing import Annotated, Any, NoReturn, ParamSpec, TypeVar
 
-import optuna
 import typer
 import typer.core
 from rich.console import Console
@@ -54,11 +54,42 @@ COMMAND_ORDER = (
 
 
 class _Commands(typer.core.TyperGroup):
-    """The app's command group, listing its commands in :data:`COMMAND_ORDER`."""
+    """The app's command group, listing its commands in :data:`COMMAND_ORDER`; a value typer
+    cannot convert is one line (naming the ``SPECTUNE_*`` variable when it came from one), not
+    a usage box."""
 
     def list_commands(self, ctx: Any) -> list[str]:  # typer's own click.Context, not public
         rank = {name: place for place, name in enumerate(COMMAND_ORDER)}
         return sorted(super().list_commands(ctx), key=lambda name: rank.get(name, len(rank)))
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except typer.BadParameter as exc:
+            if _debug["enabled"]:
+                raise
+            variable = _from_environment(exc)
+            line = (
+                f"{exc.format_message()} (see --help)"
+                if variable is None
+                else f"{variable}={os.environ.get(variable, '')!r}: {exc.message}; fix or "
+                f"unset {variable}"
+            )
+            err_console.print(f"error: {line}", markup=False, highlight=False, soft_wrap=True)
+            raise typer.Exit(2) from None
+
+
+def _from_environment(exc: typer.BadParameter) -> str | None:
+    """The variable a refused value came from; None when it came from the command line."""
+    param, ctx = exc.param, exc.ctx
+    if param is None or ctx is None or param.name is None:
+        return None
+    source = ctx.get_parameter_source(param.name)
+    if source is None or source.name != "ENVIRONMENT":  # typer's own click, not public
+        return None
+    named = [param.envvar] if isinstance(param.envvar, str) else list(param.envvar or ())
+    named.append(f"{ctx.auto_envvar_prefix}_{param.name.upper()}")
+    return next((name for name in named if name in os.environ), named[-1])
 
 
 # Markdown, not Rich markup, in help texts: Rich would take "GPU[xCOUNT]" or
@@ -82,12 +113,26 @@ R = TypeVar("R")
 _debug = {"enabled": False}
 
 
+# Commands that open no study: they start without importing Optuna (a second of CPU).
+_WITHOUT_STUDY = frozenset({"hardware", "models", "space"})
+
+
 @app.callback()
-def _main(debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False) -> None:
+def _main(
+    ctx: typer.Context,
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False,
+) -> None:
     _debug["enabled"] = debug
     # SIGTERM (docker stop, a parent stopping its workers) and SIGHUP unwind like Ctrl-C, so
     # the running trial is failed, every launcher's cleanup runs and nothing is left behind.
     install_signal_handlers()
+    if ctx.invoked_subcommand not in _WITHOUT_STUDY:
+        _quiet_optuna()
+
+
+def _quiet_optuna() -> None:
+    import optuna
+
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     # Heartbeats, grouped TPE and constraints are "experimental" in Optuna: nothing to act on.
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)

@@ -13,10 +13,9 @@ from typing import Annotated, Any, Literal
 import typer
 from rich.table import Table
 
-from tuner.bench.summary import level_summary
 from tuner.cli import options as opt
 from tuner.cli.app import app, console, err_console, handle_errors, print_json
-from tuner.config.workload import WorkloadSpec
+from tuner.config import bounds
 from tuner.errors import ConfigError
 from tuner.results import STALL_S, Endpoint
 
@@ -41,28 +40,33 @@ def bench_command(
     ] = "code",
     concurrency: opt.Concurrency = 4,
     requests: Annotated[
-        int, typer.Option("--requests", help="Measured requests (about 40 for a p95).")
+        int, opt.bounded("--requests", bounds.Requests, "Measured requests (about 40 for a p95).")
     ] = 40,
     max_tokens: Annotated[
         int | None,
-        typer.Option(
+        opt.bounded(
             "--max-tokens",
-            help="Force every reply to this many tokens (ignore_eos), for capacity tests.",
+            bounds.Tokens,
+            "Force every reply to this many tokens (ignore_eos), for capacity tests.",
         ),
     ] = None,
     output_tokens: Annotated[
         int,
-        typer.Option("--output-tokens", help="Most tokens a natural reply may have."),
+        opt.bounded("--output-tokens", bounds.Tokens, "Most tokens a natural reply may have."),
     ] = 256,
     input_tokens: opt.InputTokens = 512,
     temperature: opt.Temperature = 0.0,
     request_rate: Annotated[
         float | None,
-        typer.Option(
-            "--request-rate", help="Poisson arrivals per second (open loop); default closed loop."
+        opt.bounded(
+            "--request-rate",
+            bounds.Rate,
+            "Poisson arrivals per second (open loop); default closed loop.",
         ),
     ] = None,
-    warmup: Annotated[int, typer.Option("--warmup", help="Requests sent first, not measured.")] = 1,
+    warmup: Annotated[
+        int, opt.bounded("--warmup", bounds.Warmup, "Requests sent first, not measured.")
+    ] = 1,
     api: Annotated[str, typer.Option("--api", help="chat or completions.")] = "chat",
     api_key: Annotated[
         str | None,
@@ -77,7 +81,10 @@ def bench_command(
     as_json: opt.Json = False,
 ) -> None:
     """Measure an already running OpenAI-compatible server (e.g. your production vLLM)."""
-    from tuner.bench.measure import measure_endpoint  # HTTP clients: only when measuring
+    # Here, not at the top: HTTP clients, and the workload's schema, only when measuring.
+    from tuner.bench.measure import measure_endpoint
+    from tuner.bench.summary import level_summary
+    from tuner.config.workload import WorkloadSpec
 
     if api not in ("chat", "completions"):
         raise ConfigError(f"--api {api!r}: choose chat or completions")

@@ -10,8 +10,6 @@ import typer
 from tuner.catalog.gpus import parse_hardware
 from tuner.cli import options as opt
 from tuner.cli.app import app, console, handle_errors, print_json
-from tuner.config.space import load_space
-from tuner.trial.backends import backend_factory
 
 if TYPE_CHECKING:
     from tuner.sim.twin.fit import FittedTwin
@@ -44,7 +42,10 @@ def calibrate_command(
     as_json: opt.Json = False,
 ) -> None:
     """Fit the host's twin on a few designed launches; later studies and estimates start from it."""
+    # Here, not at the top: `spectune --help` loads every command module (benchmarks/startup.py).
+    from tuner.config.space import load_space
     from tuner.study.twin_calibrate import calibrate  # the runner and its HTTP clients
+    from tuner.trial.backends import backend_factory
 
     loaded = load_space(space)
     if hardware is not None:

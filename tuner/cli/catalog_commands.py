@@ -9,7 +9,6 @@ import typer
 from rich.table import Table
 
 from tuner.catalog.gpus import DetectedGpus, Hardware, NoGpu, known_gpus
-from tuner.catalog.models import CATALOG as MODEL_CATALOG
 from tuner.catalog.nvml import detect_gpus
 from tuner.cli import options as opt
 from tuner.cli.app import app, console, handle_errors, print_json
@@ -115,6 +114,9 @@ def _detected_json(
 @app.command("models")
 def models_command(as_json: opt.Json = False) -> None:
     """List the model catalog."""
+    # Here, not at the top: `spectune --help` loads every command module (benchmarks/startup.py).
+    from tuner.catalog.models import CATALOG as MODEL_CATALOG
+
     if as_json:
         print_json([{**asdict(m), "weight_gib": m.weight_bytes / 1024**3} for m in MODEL_CATALOG])
         return

@@ -4,19 +4,23 @@ from __future__ import annotations
 
 from dataclasses import asdict
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 import yaml
 
 from tuner.catalog.gpus import parse_hardware
+from tuner.catalog.models import load_model
 from tuner.cli import options as opt
 from tuner.cli.app import app, console, handle_errors, print_json
+from tuner.config.context import check_lengths
 from tuner.config.trial import SpecMethod, server_to_dict
-from tuner.config.vllm_version import parse_version
+from tuner.config.vllm_version import check_release
 from tuner.config.workload import WorkloadSpec
 from tuner.errors import ConfigError
-from tuner.sim.estimate import Estimate, SettingValue, estimate
+
+if TYPE_CHECKING:  # the simulator loads with the command, not with `spectune --help`
+    from tuner.sim.estimate import Estimate, SettingValue
 
 __all__ = ["estimate_command"]
 
@@ -95,8 +99,11 @@ def estimate_command(
     as_json: opt.Json = False,
 ) -> None:
     """Predict one config's speed and memory with the simulator (nothing is launched)."""
+    from tuner.sim.estimate import estimate
     from tuner.study.twin_calibrate import study_physics  # the trial runner's HTTP clients
 
+    lengths = ("--max-model-len", "--input-tokens", "--output-tokens")
+    check_lengths(load_model(model), max_model_len, input_tokens, output_tokens, lengths)
     spec = WorkloadSpec(
         prompt_set=workload,
         input_tokens=input_tokens,
@@ -119,7 +126,7 @@ def estimate_command(
         max_model_len=max_model_len,
         concurrency=concurrency,
         physics=study_physics(study, storage, studies_dir, parsed, model),
-        vllm_version=None if vllm_version is None else parse_version(vllm_version),
+        vllm_version=None if vllm_version is None else check_release(vllm_version),
     )
     if as_json:
         print_json(_estimate_json(result))

@@ -10,9 +10,8 @@ once its heartbeat is stale).
 from __future__ import annotations
 
 import errno
+import sys
 from collections.abc import Iterator
-
-import sqlalchemy.exc
 
 __all__ = ["describe_host_fault"]
 
@@ -24,14 +23,18 @@ _DISK_FULL_WORDS = ("database or disk is full", "no space left on device")
 
 def describe_host_fault(exc: BaseException) -> str | None:
     """The one line for a host fault somewhere in ``exc``'s chain; None for anything else."""
+    # Looked up, not imported: a command that never loaded SQLAlchemy met none of its errors,
+    # and commands without a study start without it (tests/cli/test_cli_startup.py).
+    sqlalchemy_errors = sys.modules.get("sqlalchemy.exc")
+    database_error = getattr(sqlalchemy_errors, "OperationalError", None)
     for link in _chain(exc):
         if isinstance(link, OSError) and link.errno in _FULL:
             where = f" writing {link.filename}" if link.filename else ""
             return f"no space left on the device{where}: free some, {_RESUME}"
         if isinstance(link, OSError) and link.errno == errno.EROFS:
             return f"{link.filename or 'a file'} is on a read-only file system: {_RESUME}"
-        if isinstance(link, sqlalchemy.exc.OperationalError):
-            said = " ".join(str(link.orig).split())
+        if database_error is not None and isinstance(link, database_error):
+            said = " ".join(str(getattr(link, "orig", link)).split())
             if any(word in said.lower() for word in _DISK_FULL_WORDS):
                 return f"the study's database cannot grow ({said}): free some space, {_RESUME}"
             return (

@@ -5,7 +5,7 @@ from __future__ import annotations
 import shlex
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from pydantic import TypeAdapter
@@ -17,7 +17,9 @@ from tuner.config.bounds import check_value
 from tuner.config.local_paths import absolute
 from tuner.errors import ConfigError
 from tuner.study.paths import absolute_storage
-from tuner.trial.backends import BackendOptions, parse_docker_env, parse_volume
+
+if TYPE_CHECKING:  # the backends load the simulator and the search space: not for --help
+    from tuner.trial.backends import BackendOptions
 
 __all__ = [
     "BACKEND_PANEL",
@@ -56,6 +58,7 @@ __all__ = [
     "Trials",
     "VllmCommand",
     "backend_options",
+    "bounded",
     "parse_gpus",
 ]
 
@@ -68,7 +71,7 @@ BUDGET_PANEL = "Budget"
 OUTPUT_PANEL = "Output"
 
 
-def _bounded(flag: str, kind: Any, help: str, panel: str | None = None) -> Any:
+def bounded(flag: str, kind: Any, help: str, panel: str | None = None) -> Any:
     """An option whose value must fit ``kind``, one of the types in :mod:`tuner.config.bounds`.
 
     The check runs while typer parses, so a bad value is one line and exit code 2 (through
@@ -185,8 +188,11 @@ Sampler = Annotated[
 ]
 Seed = Annotated[
     int,
-    typer.Option(
-        "--seed", help="Seed for the sampler and simulated noise.", rich_help_panel=STUDY_PANEL
+    bounded(
+        "--seed",
+        bounds.Seed,
+        f"Seed for the sampler and simulated noise (0 to {bounds.MAX_SEED}).",
+        STUDY_PANEL,
     ),
 ]
 VllmCommand = Annotated[
@@ -244,7 +250,7 @@ Prefetch = Annotated[
 ]
 SimSpeed = Annotated[
     float | None,
-    _bounded(
+    bounded(
         "--sim-speed",
         bounds.SimSpeed,
         "sim backend: simulated seconds per wall second, > 0 (default: no waiting).",
@@ -253,7 +259,7 @@ SimSpeed = Annotated[
 ]
 ReadyTimeout = Annotated[
     float,
-    _bounded(
+    bounded(
         "--ready-timeout",
         bounds.Seconds,
         "Seconds a server may take to become ready (> 0).",
@@ -270,7 +276,7 @@ Gpus = Annotated[
 ]
 RequestTimeout = Annotated[
     float,
-    _bounded(
+    bounded(
         "--request-timeout",
         bounds.Seconds,
         "Seconds one benchmark request may take (> 0).",
@@ -279,35 +285,48 @@ RequestTimeout = Annotated[
 ]
 Trials = Annotated[
     int,
-    _bounded("--trials", bounds.Count, "Trials to run now (all workers), >= 1.", BUDGET_PANEL),
+    bounded(
+        "--trials",
+        bounds.Trials,
+        f"Trials to run now (all workers), 1 to {bounds.MAX_TRIALS}.",
+        BUDGET_PANEL,
+    ),
 ]
 
 # One server config and its load, as the simulator's estimate takes them; same bounds as a space.
 SpecTokens = Annotated[
-    int, _bounded("--k", bounds.SpecTokens, "Speculative tokens per step (>= 1).")
+    int,
+    bounded(
+        "--k", bounds.SpecTokens, f"Speculative tokens per step (1 to {bounds.MAX_SPEC_TOKENS})."
+    ),
 ]
 Temperature = Annotated[
-    float, _bounded("--temperature", bounds.Temperature, "Sampling temperature (0 to 2).")
+    float, bounded("--temperature", bounds.Temperature, "Sampling temperature (0 to 2).")
 ]
 GpuMemoryUtilization = Annotated[
     float,
-    _bounded(
+    bounded(
         "--gpu-memory-utilization", bounds.Fraction, "Share of GPU memory vLLM may use (> 0, <= 1)."
     ),
 ]
 BatchTokens = Annotated[
     int,
-    _bounded("--max-num-batched-tokens", bounds.BatchTokens, "Tokens per scheduler step (> 0)."),
+    bounded("--max-num-batched-tokens", bounds.BatchTokens, "Tokens per scheduler step (> 0)."),
 ]
 MaxModelLen = Annotated[
-    int, _bounded("--max-model-len", bounds.ContextLength, "Longest sequence in tokens (> 0).")
+    int, bounded("--max-model-len", bounds.ContextLength, "Longest sequence in tokens (> 0).")
 ]
-Concurrency = Annotated[int, _bounded("--concurrency", bounds.Count, "Requests in flight (>= 1).")]
+Concurrency = Annotated[
+    int,
+    bounded(
+        "--concurrency", bounds.Concurrency, f"Requests in flight (1 to {bounds.MAX_CONCURRENCY})."
+    ),
+]
 InputTokens = Annotated[
-    int, _bounded("--input-tokens", bounds.Tokens, "Mean prompt length in tokens (> 0).")
+    int, bounded("--input-tokens", bounds.Tokens, "Mean prompt length in tokens (> 0).")
 ]
 OutputTokens = Annotated[
-    int, _bounded("--output-tokens", bounds.Tokens, "Output tokens per request (> 0).")
+    int, bounded("--output-tokens", bounds.Tokens, "Output tokens per request (> 0).")
 ]
 
 
@@ -326,14 +345,16 @@ def backend_options(
     docker_env: list[str] | None = None,
 ) -> BackendOptions:
     """The backend flags shared by optimize, worker and confirm, as BackendOptions."""
+    from tuner.trial.backends import BackendOptions, parse_docker_env, parse_volume
+
     env, by_name = parse_docker_env(docker_env or ())
     return BackendOptions(
         study=study,
         seed=seed,
         gpus=None if gpus is None else parse_gpus(gpus),
-        vllm_command=tuple(shlex.split(vllm_command)),
+        vllm_command=_split("--vllm-command", vllm_command),
         image=image,
-        docker_entrypoint=tuple(shlex.split(docker_entrypoint)),
+        docker_entrypoint=_split("--docker-entrypoint", docker_entrypoint),
         docker_volumes=tuple(parse_volume(v) for v in docker_volume or ()),
         docker_env=env,
         docker_secrets=by_name,
@@ -341,6 +362,17 @@ def backend_options(
         request_timeout_s=request_timeout,
         sim_speed=sim_speed,
     )
+
+
+def _split(flag: str, command: str) -> tuple[str, ...]:
+    """A command line as a shell splits it; ConfigError for one no shell would run."""
+    try:
+        argv = tuple(shlex.split(command))
+    except ValueError as exc:  # an unclosed quote
+        raise ConfigError(f"{flag} {command!r}: {exc}; quote it as a shell would") from None
+    if not argv:
+        raise ConfigError(f"{flag} is empty: name the program that runs vLLM, e.g. {flag} vllm")
+    return argv
 
 
 def parse_gpus(text: str) -> tuple[int, ...]:

@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from tuner.cli.app import app, console, handle_errors
-from tuner.config.space import load_space
 from tuner.errors import ConfigError
 from tuner.results import StartupEvent
 
@@ -43,8 +42,10 @@ def prefetch_command(
     ] = None,
 ) -> None:
     """Download the weights of the target and every draft into the Hugging Face cache."""
-    # Here, not at the top: huggingface_hub and its HTTP client cost `spectune --help` a second.
+    # Here, not at the top: huggingface_hub and its HTTP client cost `spectune --help` a second,
+    # the search space a few tenths.
     from tuner.catalog.hub import hub_cache_dir
+    from tuner.config.space import load_space
     from tuner.study.prefetch import models_to_fetch, prefetch
 
     if model is not None and space is not None:

@@ -12,17 +12,17 @@ from typing import TYPE_CHECKING
 from rich.table import Table
 
 from tuner.analysis.confirmed import Confirmed, Interval, Run
-from tuner.analysis.k_table import KTableVerdict
-from tuner.analysis.picks import Candidate
 from tuner.config.schema import Objective
 from tuner.config.trial import MODEL_METHODS, ServerConfig, SpecMethod
 from tuner.trial.model_runner import model_runner
-from tuner.trial.record import TrialRecord
 from tuner.trial.scoring import TrialStatus
 
-if TYPE_CHECKING:  # the plan's module loads the simulator; `spectune --help` need not
+if TYPE_CHECKING:  # these load the simulator or Optuna; `spectune --help` need neither
+    from tuner.analysis.k_table import KTableVerdict
+    from tuner.analysis.picks import Candidate
     from tuner.config.space import SearchSpace
     from tuner.study.plan import StudyPlan
+    from tuner.trial.record import TrialRecord
 
 __all__ = [
     "TRIAL_COLUMNS",

@@ -6,26 +6,30 @@ import os
 import socket
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import optuna
 import typer
 
 from tuner.analysis.confirmed import Confirmed, Run
-from tuner.analysis.picks import DEFAULT_PICK, PICKS
-from tuner.analysis.trials import points
+from tuner.analysis.pick_names import DEFAULT_PICK, PICKS
 from tuner.cli import options as opt
 from tuner.cli.app import app, console, err_console, handle_errors, print_json
 from tuner.cli.options import backend_options
 from tuner.cli.render import confirm_run_line, confirmed_table
-from tuner.config.space import SearchSpace
+from tuner.config import bounds
 from tuner.errors import ConfigError
-from tuner.export.vllm import FORMATS, Exported, export, write_best
+from tuner.export.formats import FORMATS
 from tuner.launch.exit_hooks import Terminated
 from tuner.results import Source
-from tuner.study.paths import StudyPaths, default_storage
-from tuner.study.storage import check_writable
-from tuner.trial.backends import backend_factory
+from tuner.study.paths import StudyPaths, default_storage, write_whole
+
+# Optuna, SQLAlchemy and the modules that import them load inside each command: `spectune
+# --help` and the commands without a study need none of them (tests/cli/test_cli_startup.py).
+if TYPE_CHECKING:
+    import optuna
+
+    from tuner.config.space import SearchSpace
+    from tuner.export.vllm import Exported
 
 __all__ = [
     "confirm_command",
@@ -67,11 +71,14 @@ def export_command(
 ) -> None:
     """Export a config: vLLM --config YAML, docker-compose.yml, docker run line, Kubernetes
     Deployment and Service, or JSON."""
+    from tuner.export.vllm import export
+    from tuner.study.storage import check_writable
+
     study, space, _, _ = _open(name, storage, studies_dir)
     exported = export(study, space, fmt, pick)
     if out is not None:
         check_writable(out.parent, "output folder", "--out")
-        out.write_text(exported.text)
+        write_whole(out, exported.text)
         if fmt == "docker-run":
             out.chmod(0o755)
     if as_json:
@@ -119,6 +126,7 @@ def report_command(
 ) -> None:
     """Write a self-contained HTML report with PNG charts."""
     from tuner.report.page import write_report  # matplotlib: only when drawing
+    from tuner.study.storage import check_writable
 
     study, space, _, paths = _open(name, storage, studies_dir)
     target = out or paths.report
@@ -145,7 +153,7 @@ def report_command(
 def dashboard_command(
     name: Name,
     host: Annotated[str, typer.Option("--host", help="Address to listen on.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option("--port", help="Port to listen on.")] = 8080,
+    port: Annotated[int, opt.bounded("--port", bounds.Port, "Port to listen on (1-65535).")] = 8080,
     storage: opt.Storage = None,
     studies_dir: opt.StudiesDir = Path("studies"),
 ) -> None:
@@ -194,9 +202,9 @@ def _check_port(host: str, port: int) -> None:
 @handle_errors
 def confirm_command(
     name: Name,
-    top: Annotated[int, typer.Option("--top", help="Configs to confirm (0: none).")] = 3,
+    top: Annotated[int, opt.bounded("--top", bounds.Picks, "Configs to confirm (0: none).")] = 3,
     repeats: Annotated[
-        int, typer.Option("--repeats", help="Runs per config, each on a fresh server.")
+        int, opt.bounded("--repeats", bounds.Repeats, "Runs per config, each on a fresh server.")
     ] = 3,
     backend: Annotated[
         str | None,
@@ -220,8 +228,10 @@ def confirm_command(
     as_json: opt.Json = False,
 ) -> None:
     """Measure the best configs again on fresh servers; export and report use the means."""
+    from tuner.export.vllm import write_best
     from tuner.study.confirm import confirm
     from tuner.study.study import study_backend_options
+    from tuner.trial.backends import backend_factory
 
     study, space, _, paths = _open(name, storage, studies_dir)
     chosen = backend or _default_backend(study)
@@ -271,6 +281,8 @@ def confirm_command(
 
 
 def _default_backend(study: optuna.Study) -> str:
+    from tuner.analysis.trials import points
+
     sources = {p.source for p in points(study)} - {Source.PREDICTED}
     if sources <= {Source.SIMULATED}:
         return "sim"

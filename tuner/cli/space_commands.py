@@ -7,10 +7,6 @@ from typing import Annotated
 import typer
 
 from tuner.cli.app import app, console, handle_errors, print_json
-from tuner.config.prompt_sets import describe_prompt_set
-from tuner.config.runner_report import space_runners, v1_warning
-from tuner.config.schema import space_json_schema
-from tuner.config.space import load_space
 
 __all__ = ["check_command", "schema_command"]
 
@@ -26,6 +22,11 @@ def check_command(
     space: Annotated[str, typer.Argument(help="A YAML file, or the name of a shipped space.")],
 ) -> None:
     """Validate a search space without running anything (exit 2 and one line if it is wrong)."""
+    # Here, not at the top: `spectune --help` loads every command module (benchmarks/startup.py).
+    from tuner.config.prompt_sets import describe_prompt_set
+    from tuner.config.runner_report import space_runners, v1_warning
+    from tuner.config.space import load_space
+
     loaded = load_space(space)
     console.print(
         f"ok: {loaded.name} ({len(loaded.tuned_dimensions)} tuned dimensions); prompts "
@@ -45,4 +46,6 @@ def check_command(
 @space_app.command("schema")
 def schema_command() -> None:
     """Print the JSON Schema of a search-space YAML (e.g. for yaml-language-server)."""
+    from tuner.config.schema import space_json_schema
+
     print_json(space_json_schema())

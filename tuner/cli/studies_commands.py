@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.table import Table
 from rich.text import Text
 
 from tuner.cli import options as opt
 from tuner.cli.app import app, console, err_console, handle_errors, print_json
-from tuner.study.listing import StudySummary, folder_storages, list_studies
-from tuner.study.storage import safe_url
+
+if TYPE_CHECKING:
+    from tuner.study.listing import StudySummary
 
 __all__ = ["studies_command"]
 
@@ -23,6 +25,11 @@ def studies_command(
     as_json: opt.Json = False,
 ) -> None:
     """List the studies in the studies folder (or --storage): trials, state, best config."""
+    # Here, not at the top: they import Optuna and SQLAlchemy, which `spectune --help` and the
+    # commands without a study never need (tests/cli/test_cli_startup.py).
+    from tuner.study.listing import folder_storages, list_studies
+    from tuner.study.storage import safe_url
+
     storages = [storage] if storage is not None else folder_storages(studies_dir)
     found, problems = list_studies(storages)
     for problem in problems:

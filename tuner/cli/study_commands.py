@@ -14,6 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.text import Text
 
 from tuner.analysis.confirmed import Run
+from tuner.analysis.infeasible import infeasible_reasons
 from tuner.catalog.gpus import Hardware, NoGpu, parse_hardware
 from tuner.catalog.nvml import detect_gpus
 from tuner.cli import options as opt
@@ -29,30 +30,34 @@ from tuner.cli.render import (
     records_table,
     trial_table,
 )
-from tuner.config.space import SearchSpace, load_space
+from tuner.config import bounds
 from tuner.config.trial import server_to_dict
+from tuner.config.vllm_version import check_release
 from tuner.errors import ConfigError
-from tuner.export.vllm import write_best
 from tuner.results import StartupEvent
-from tuner.study.listing import resuming
 from tuner.study.paths import default_storage
-from tuner.study.storage import safe_url, study_exists
-from tuner.trial.record import TrialRecord
 from tuner.trial.scoring import TrialStatus
 
+# The modules that import Optuna and SQLAlchemy load inside the commands: `spectune --help`
+# and the commands without a study need neither (tests/cli/test_cli_startup.py).
 if TYPE_CHECKING:
+    from tuner.config.space import SearchSpace
     from tuner.study.optimize import OptimizeResult
+    from tuner.trial.record import TrialRecord
 
 
 def _build_space(
     space: str | None, hardware: str | None, slo_ttft_ms: float | None, vllm_version: str | None
 ) -> SearchSpace:
+    from tuner.config.space import load_space
+
     loaded = load_space(space)
     if hardware is not None:
         loaded = loaded.with_hardware(parse_hardware(hardware))
     if slo_ttft_ms is not None:
         loaded = loaded.with_ttft_limit(slo_ttft_ms)
     if vllm_version is not None:
+        check_release(vllm_version)
         loaded = loaded.with_vllm_version(vllm_version)
     return loaded
 
@@ -139,18 +144,20 @@ def optimize_command(
     ] = None,
     workers: Annotated[
         int,
-        typer.Option(
+        opt.bounded(
             "--workers",
-            help="Parallel workers on this host, each on its own GPUs (needs PostgreSQL).",
-            rich_help_panel=opt.BACKEND_PANEL,
+            bounds.GpuCount,
+            "Parallel workers on this host, each on its own GPUs (needs PostgreSQL).",
+            opt.BACKEND_PANEL,
         ),
     ] = 1,
     gpus_per_trial: Annotated[
         int | None,
-        typer.Option(
+        opt.bounded(
             "--gpus-per-trial",
-            help="GPUs each worker uses (default: the hardware's count).",
-            rich_help_panel=opt.BACKEND_PANEL,
+            bounds.GpuCount,
+            "GPUs each worker uses (default: the hardware's count).",
+            opt.BACKEND_PANEL,
         ),
     ] = None,
     gpus: opt.Gpus = None,
@@ -182,18 +189,20 @@ def optimize_command(
     request_timeout: opt.RequestTimeout = 120.0,
     confirm_top: Annotated[
         int,
-        typer.Option(
+        opt.bounded(
             "--confirm-top",
-            help="Best configs measured again on fresh servers (0: none).",
-            rich_help_panel=opt.BUDGET_PANEL,
+            bounds.Picks,
+            "Best configs measured again on fresh servers (0: none).",
+            opt.BUDGET_PANEL,
         ),
     ] = 3,
     confirm_repeats: Annotated[
         int,
-        typer.Option(
+        opt.bounded(
             "--confirm-repeats",
-            help="Fresh runs per confirmed config.",
-            rich_help_panel=opt.BUDGET_PANEL,
+            bounds.Repeats,
+            "Fresh runs per confirmed config.",
+            opt.BUDGET_PANEL,
         ),
     ] = 3,
     time_budget: opt.TimeBudget = None,
@@ -204,8 +213,10 @@ def optimize_command(
     # Here, not at the top: they load the backends' container and HTTP libraries, which
     # `spectune --help` should not pay for.
     from tuner.study.cluster import RayOptions
+    from tuner.study.listing import resuming
     from tuner.study.optimize import OptimizeRequest, check_request, optimize
     from tuner.study.plan import parse_duration, plan_study
+    from tuner.study.storage import study_exists
 
     explicit = any(v is not None for v in (space, hardware, slo_ttft_ms, vllm_version))
     built = _build_space(space, hardware, slo_ttft_ms, vllm_version)
@@ -320,12 +331,16 @@ def _record_json(record: TrialRecord, metric: str) -> dict[str, Any]:
 
 
 def _write_best(result: OptimizeResult) -> Path | None:
+    from tuner.export.vllm import write_best
+
     if result.recommended is None:
         return None
     return write_best(result.handle, result.space, result.paths)
 
 
 def _optimize_json(result: OptimizeResult, best_yaml: Path | None) -> dict[str, Any]:
+    from tuner.study.storage import safe_url
+
     metric = result.space.objective.metric
     return {
         "study": result.study,
@@ -342,6 +357,9 @@ def _optimize_json(result: OptimizeResult, best_yaml: Path | None) -> dict[str, 
 
 
 def _print_optimize(result: OptimizeResult, best_yaml: Path | None) -> None:
+    from tuner.study.storage import safe_url
+    from tuner.trial.record import records
+
     if result.pareto:
         source = result.pareto[0].source
         title = f"Pareto front (feasible, {source})"
@@ -350,10 +368,10 @@ def _print_optimize(result: OptimizeResult, best_yaml: Path | None) -> None:
         console.print("Pareto front: no feasible trial")
     best = result.recommended
     if best is None:
-        console.print(
-            "No trial met the constraints: no config recommended. Run more trials or "
-            "relax --slo-ttft-ms."
+        why = infeasible_reasons(
+            r.status for r in records(result.handle.get_trials(deepcopy=False))
         )
+        console.print(f"No config recommended: {why}.", markup=False, soft_wrap=True)
         return
     if result.confirmed:
         limit, objective = result.space.ttft_limit_ms, result.space.objective

@@ -18,16 +18,32 @@ from pydantic_core import CoreSchema, PydanticCustomError, core_schema
 from tuner.errors import ConfigError
 
 __all__ = [
+    "MAX_CONCURRENCY",
+    "MAX_CONTEXT",
+    "MAX_GPUS",
+    "MAX_NAME",
+    "MAX_REPEATS",
+    "MAX_REQUESTS",
+    "MAX_SECONDS",
+    "MAX_SEED",
+    "MAX_SPEC_TOKENS",
+    "MAX_TRIALS",
     "BatchTokens",
+    "Concurrency",
     "ContextLength",
     "Count",
     "Draft",
     "FlagValue",
     "Fraction",
+    "GpuCount",
     "Milliseconds",
     "ModelId",
     "Name",
+    "Picks",
+    "Port",
     "Rate",
+    "Repeats",
+    "Requests",
     "Seconds",
     "Seed",
     "Share",
@@ -36,6 +52,7 @@ __all__ = [
     "Step",
     "Temperature",
     "Tokens",
+    "Trials",
     "VersionText",
     "Warmup",
     "Weight",
@@ -47,10 +64,14 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class _Rule:
-    """Replaces any error of the value it annotates by "must be TEXT (e.g. EXAMPLE)"."""
+    """Replaces any error of the value it annotates by "must be TEXT (e.g. EXAMPLE)", or, for
+    a value above ``high``, by "must be at most HIGH: WHY"."""
 
     text: str
     example: object
+    high: int | float | None = None
+    why: str = ""
+    """Where ``high`` comes from, in the words of what the value means."""
 
     def __get_pydantic_core_schema__(
         self, source: Any, handler: GetCoreSchemaHandler
@@ -63,6 +84,13 @@ class _Rule:
                     raise ValueError
                 return inner(value)
             except (ValidationError, ValueError):
+                if self._above(value):
+                    unit = " characters" if isinstance(value, str) else ""
+                    raise PydanticCustomError(
+                        "too_big",
+                        "must be at most {high}{unit}: {why}",
+                        {"high": self.high, "unit": unit, "why": self.why},
+                    ) from None
                 raise PydanticCustomError(
                     "rule",
                     "must be {text} (e.g. {example})",
@@ -71,43 +99,158 @@ class _Rule:
 
         return core_schema.no_info_wrap_validator_function(check, handler(source))
 
+    def _above(self, value: object) -> bool:
+        if self.high is None:
+            return False
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return value > self.high
+        return isinstance(value, str) and len(value) > self.high
+
     def __get_pydantic_json_schema__(
         self, schema: CoreSchema, handler: GetJsonSchemaHandler
     ) -> JsonSchemaValue:
         return {**handler(schema), "description": self.text, "examples": [self.example]}
 
 
+# Upper bounds come from what a value means, so a typo of a few zeros is refused at once
+# instead of running for hours (or overflowing deep inside a library).
+MAX_SPEC_TOKENS = 64
+"""K: vLLM verifies K + 1 tokens per request every step, and even a draft right 90 % of the
+time gets its 64th token accepted 0.9**64 = 0.1 % of the time."""
+MAX_CONTEXT = 1 << 22
+"""Tokens: 4,194,304, four times the longest context of any released model (1M tokens)."""
+MAX_CONCURRENCY = 4096
+"""Requests in flight: vLLM batches at most --max-num-seqs (1,024 at most by default) at once,
+and one client process holds a stream each; 4,096 keeps every such batch full."""
+MAX_REQUESTS = 100_000
+"""Requests per (level, temperature): 100,000 at a second each is a day for one pair."""
+MAX_TRIALS = 10_000
+"""Trials: 10,000 at a minute each is a week of GPU time, and TPE slows with every trial."""
+MAX_GPUS = 64
+"""GPUs one server (or one host's workers) spans: more than any single host holds."""
+MAX_SECONDS = 7 * 24 * 3600
+"""Timeouts and windows: a week; longer is no limit at all."""
+MAX_SEED = 2**32 - 1
+"""Seeds: numpy and Optuna's samplers take unsigned 32-bit seeds."""
+MAX_NAME = 4096
+"""Names and paths, in characters: PATH_MAX, the longest path Linux opens."""
+MAX_REPEATS = 100
+"""Confirmation runs per config: each starts a fresh server, and 100 of them take days."""
+
+_K_WHY = "vLLM verifies K + 1 tokens a step, and past 64 a drafted token is almost never accepted"
+_TOKENS_WHY = "4 times the longest context of any model (1M tokens)"
+_NAME_WHY = "PATH_MAX, the longest path Linux opens"
+
 # Bounded scalars. vLLM's SamplingParams refuses temperatures outside [0, 2].
 Fraction = Annotated[
     float, Field(gt=0, le=1, allow_inf_nan=False), _Rule("a number > 0 and <= 1", 0.92)
 ]
-SpecTokens = Annotated[int, Field(ge=1), _Rule("an integer >= 1", 4)]
+SpecTokens = Annotated[
+    int, Field(ge=1, le=MAX_SPEC_TOKENS), _Rule("an integer >= 1", 4, MAX_SPEC_TOKENS, _K_WHY)
+]
 Temperature = Annotated[
     float, Field(ge=0, le=2, allow_inf_nan=False), _Rule("a number from 0 to 2", 0.2)
 ]
 Step = Annotated[float, Field(gt=0, allow_inf_nan=False), _Rule("a number > 0", 0.05)]
-ContextLength = Annotated[int, Field(gt=0), _Rule("an integer > 0", 8192)]
-BatchTokens = Annotated[int, Field(gt=0), _Rule("an integer > 0", 2048)]
-Tokens = Annotated[int, Field(gt=0), _Rule("an integer > 0", 256)]
-Count = Annotated[int, Field(ge=1), _Rule("an integer >= 1", 8)]
-Warmup = Annotated[int, Field(ge=0), _Rule("an integer >= 0", 1)]
-Seed = Annotated[int, _Rule("an integer", 0)]
+ContextLength = Annotated[
+    int, Field(gt=0, le=MAX_CONTEXT), _Rule("an integer > 0", 8192, MAX_CONTEXT, _TOKENS_WHY)
+]
+BatchTokens = Annotated[
+    int, Field(gt=0, le=MAX_CONTEXT), _Rule("an integer > 0", 2048, MAX_CONTEXT, _TOKENS_WHY)
+]
+Tokens = Annotated[
+    int, Field(gt=0, le=MAX_CONTEXT), _Rule("an integer > 0", 256, MAX_CONTEXT, _TOKENS_WHY)
+]
+Count = Annotated[
+    int, Field(ge=1, le=MAX_CONTEXT), _Rule("an integer >= 1", 8, MAX_CONTEXT, _TOKENS_WHY)
+]
+Concurrency = Annotated[
+    int,
+    Field(ge=1, le=MAX_CONCURRENCY),
+    _Rule(
+        "an integer >= 1",
+        8,
+        MAX_CONCURRENCY,
+        "more requests in flight than one host drives; vLLM batches at most --max-num-seqs",
+    ),
+]
+Requests = Annotated[
+    int,
+    Field(ge=1, le=MAX_REQUESTS),
+    _Rule(
+        "an integer >= 1",
+        40,
+        MAX_REQUESTS,
+        "100,000 requests at a second each is a day for one (level, temperature)",
+    ),
+]
+Trials = Annotated[
+    int,
+    Field(ge=1, le=MAX_TRIALS),
+    _Rule("an integer >= 1", 30, MAX_TRIALS, "10,000 trials at a minute each is a week of GPU"),
+]
+GpuCount = Annotated[
+    int,
+    Field(ge=1, le=MAX_GPUS),
+    _Rule("an integer >= 1", 2, MAX_GPUS, "more GPUs than one host holds"),
+]
+Warmup = Annotated[
+    int,
+    Field(ge=0, le=MAX_REQUESTS),
+    _Rule("an integer >= 0", 1, MAX_REQUESTS, "more warm-up requests than a day of load"),
+]
+Picks = Annotated[
+    int,
+    Field(ge=0, le=MAX_TRIALS),
+    _Rule("an integer >= 0", 3, MAX_TRIALS, "no study has more trials to pick from"),
+]
+Repeats = Annotated[
+    int,
+    Field(ge=1, le=MAX_REPEATS),
+    _Rule("an integer >= 1", 3, MAX_REPEATS, "each repeat starts a fresh server; 100 take days"),
+]
+Seed = Annotated[
+    int,
+    Field(ge=0, le=MAX_SEED),
+    _Rule("an integer >= 0", 0, MAX_SEED, "numpy and Optuna take unsigned 32-bit seeds"),
+]
+Port = Annotated[
+    int, Field(ge=1, le=65535), _Rule("a TCP port >= 1", 8080, 65535, "TCP ports end at 65535")
+]
 Share = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False), _Rule("a share from 0 to 1", 0.0)]
 Weight = Annotated[float, Field(gt=0, allow_inf_nan=False), _Rule("a number > 0", 0.5)]
 Rate = Annotated[float, Field(gt=0, allow_inf_nan=False), _Rule("a number > 0", 2.0)]
 Milliseconds = Annotated[float, Field(gt=0, allow_inf_nan=False), _Rule("a number > 0", 500)]
-Seconds = Annotated[float, Field(gt=0, allow_inf_nan=False), _Rule("a number > 0", 120)]
+Seconds = Annotated[
+    float,
+    Field(gt=0, le=MAX_SECONDS, allow_inf_nan=False),
+    _Rule("a number > 0", 120, MAX_SECONDS, "a week; a longer limit is no limit at all"),
+]
 SimSpeed = Annotated[float, Field(gt=0), _Rule("a number > 0, or inf", 10)]
-Name = Annotated[str, Field(min_length=1), _Rule("a non-empty string", "my-study")]
+Name = Annotated[
+    str,
+    Field(min_length=1, max_length=MAX_NAME),
+    _Rule("a non-empty string", "my-study", MAX_NAME, _NAME_WHY),
+]
 ModelId = Annotated[
     str,
-    Field(min_length=1),
-    _Rule("a Hugging Face id or a model folder", "Qwen/Qwen2.5-32B-Instruct-AWQ"),
+    Field(min_length=1, max_length=MAX_NAME),
+    _Rule(
+        "a Hugging Face id or a model folder",
+        "Qwen/Qwen2.5-32B-Instruct-AWQ",
+        MAX_NAME,
+        _NAME_WHY,
+    ),
 ]
 Draft = Annotated[
     str,
-    Field(min_length=1),
-    _Rule("a model id, a model folder, none or ngram", "Qwen/Qwen2.5-0.5B-Instruct"),
+    Field(min_length=1, max_length=MAX_NAME),
+    _Rule(
+        "a model id, a model folder, none or ngram",
+        "Qwen/Qwen2.5-0.5B-Instruct",
+        MAX_NAME,
+        _NAME_WHY,
+    ),
 ]
 VersionText = Annotated[str, _Rule("a quoted version string", "'0.8.5'")]
 FlagValue = Annotated[str | int | float | bool, _Rule("a string, a number or true/false", "true")]

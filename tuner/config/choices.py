@@ -19,9 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
-
-import optuna
+from typing import TYPE_CHECKING, Any
 
 from tuner.config.methods import (
     BlockMethod,
@@ -59,6 +57,9 @@ OPTION_ORDER = (
     "rejection_sample_method",
     "enable_adaptive_verification",
 )
+
+if TYPE_CHECKING:
+    import optuna  # annotations only: importing it costs a CLI start a second
 # What the V2-only options must be on the V1 runner (V1 has no block verification and refuses
 # adaptive verification: vllm/v1/sample/rejection_sampler.py, VllmConfig.
 # _get_v1_model_runner_unsupported_features in vllm/config/vllm.py). Every release through

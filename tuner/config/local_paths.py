@@ -14,12 +14,24 @@ import os
 from pathlib import Path
 from typing import Any
 
-__all__ = ["absolute", "absolute_space_paths"]
+__all__ = ["absolute", "absolute_space_paths", "is_file"]
 
 
 def absolute(path: str | os.PathLike[str]) -> Path:
     """``path`` with ``~`` expanded, made absolute from the current folder and normalised."""
     return Path(os.path.abspath(Path(path).expanduser()))
+
+
+def is_file(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` (``~`` expanded) names a file; a name no file can have is no file.
+
+    Python 3.11's ``Path.is_file`` raises on a name too long for the file system (a pasted
+    paragraph as a model id): it is no file, and the schema then says what is wrong with it.
+    """
+    try:
+        return Path(path).expanduser().is_file()
+    except OSError:
+        return False
 
 
 def absolute_space_paths(raw: Any) -> Any:
@@ -37,7 +49,7 @@ def absolute_space_paths(raw: Any) -> Any:
     workload = space.get("workload")
     if isinstance(workload, dict) and isinstance(workload.get("prompt_set"), str):
         prompts = workload["prompt_set"]
-        if Path(prompts).expanduser().is_file():
+        if is_file(prompts):
             space["workload"] = {**workload, "prompt_set": str(absolute(prompts))}
     search = space.get("search")
     if isinstance(search, dict):
@@ -61,6 +73,6 @@ def _models(value: Any) -> Any:
 
 
 def _model(name: Any) -> Any:
-    if isinstance(name, str) and (Path(name).expanduser() / "config.json").is_file():
+    if isinstance(name, str) and is_file(Path(name).expanduser() / "config.json"):
         return str(absolute(name))
     return name

@@ -31,6 +31,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from tuner.config.local_paths import is_file
 from tuner.config.schema import BUILTIN_PROMPT_SETS
 from tuner.config.sharegpt import sharegpt_entries
 from tuner.errors import ConfigError
@@ -306,7 +307,7 @@ def load_prompt_file(name: str, default_max_tokens: int) -> list[PromptRequest]:
     """
     path = Path(name).expanduser()
     known = ", ".join(BUILTIN_PROMPT_SETS)
-    if not path.is_file():
+    if not is_file(path):
         raise ConfigError(
             f"prompt set '{name}' is neither a built-in set ({known}) nor an existing file"
         )

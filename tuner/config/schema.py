@@ -22,7 +22,6 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from itertools import pairwise
-from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import (
@@ -39,13 +38,15 @@ from pydantic_core import PydanticCustomError
 
 from tuner.catalog.gpus import GpuSpec
 from tuner.config.bounds import (
+    Concurrency,
     ContextLength,
-    Count,
     FlagValue,
+    GpuCount,
     Milliseconds,
     ModelId,
     Name,
     Rate,
+    Requests,
     Seconds,
     Seed,
     Share,
@@ -55,6 +56,7 @@ from tuner.config.bounds import (
     Warmup,
     Weight,
 )
+from tuner.config.local_paths import is_file
 from tuner.config.methods import (
     FractionRange,
     SearchModel,
@@ -62,7 +64,7 @@ from tuner.config.methods import (
     TemperatureRange,
 )
 from tuner.config.prompt_sets import PROMPT_SETS, missing_package
-from tuner.config.schema_errors import ONE_RATE, RATE_STEPS
+from tuner.config.schema_errors import GPU_NAME, GPU_SPEC, ONE_RATE, RATE_STEPS
 from tuner.config.schema_errors import one_line as _one_line
 from tuner.config.sections import AS_LIST as _AS_LIST
 from tuner.config.sections import NON_EMPTY as _NON_EMPTY
@@ -107,7 +109,7 @@ def _known_prompt_set(name: str, info: ValidationInfo) -> str:
         if missing:
             raise PydanticCustomError("prompt_set", missing)
         return name
-    if Path(name).expanduser().is_file():
+    if is_file(name):
         return name
     raise PydanticCustomError(
         "prompt_set",
@@ -163,7 +165,7 @@ class TemperatureShare(_Section):
 class LoadLevel(_Section):
     """One concurrency level of the traffic profile, and its share of the time."""
 
-    level: Count = Field(examples=[8])
+    level: Concurrency = Field(examples=[8])
     weight: Weight = 1.0
     """Its share of the time (weights are normalised to sum to 1)."""
 
@@ -226,7 +228,7 @@ class ServerModel(_Section):
 
     max_model_len: ContextLength = 8192
     """Longest sequence (prompt + output) the server accepts."""
-    tensor_parallel_size: Count | None = None
+    tensor_parallel_size: GpuCount | None = None
     """GPUs one server spans; default: the GPU count of ``hardware``."""
     quantization: Name | None = None
     """Passed as --quantization (vLLM also detects it from the model)."""
@@ -272,7 +274,7 @@ class WorkloadModel(_Section):
     """Requests in flight: levels ({level: 8, weight: 0.3}) or plain numbers (equal weights)."""
     temperature: TemperatureMix = [TemperatureShare(value=DEFAULT_TEMPERATURE)]
     """What the product sends: one temperature or a mix ({value: 0.2, weight: 0.7})."""
-    requests: Count = 40
+    requests: Requests = 40
     """Measured requests per (level, temperature); p95 needs about 40."""
     warmup: Warmup = 1
     """Requests sent first and left out of the results."""
@@ -291,6 +293,9 @@ class _WorkloadRecord(WorkloadModel):
     duration_s: Seconds | None = None
     request_rate: Rate | None = None
     rate_steps: list[Rate] = []
+    seed: int = 0
+    """Trials and pairs derive their own seeds from the user's, past 32 bits: they seed
+    Python's ``random``, which takes any integer."""
 
 
 class HardwareModel(_Section):
@@ -298,7 +303,17 @@ class HardwareModel(_Section):
     ``spectune hardware --json``) and how many serve the model."""
 
     gpu: GpuSpec
-    count: Count = 1
+    count: GpuCount = 1
+
+
+def _hardware_branch(value: Any) -> str:
+    return GPU_SPEC if isinstance(value, Mapping | BaseModel) else GPU_NAME
+
+
+Hardware = Annotated[
+    Annotated[Name, Tag(GPU_NAME)] | Annotated[HardwareModel, Tag(GPU_SPEC)],
+    Discriminator(_hardware_branch),
+]
 
 
 class SpaceModel(_Section):
@@ -306,7 +321,7 @@ class SpaceModel(_Section):
 
     name: Name | None = None
     """Study name; default: the file name."""
-    hardware: Name | HardwareModel = "4090x2"
+    hardware: Hardware = "4090x2"
     """GPUs as GPU[xCOUNT], e.g. 4090x2 (`spectune hardware` lists them), or {gpu: {...},
     count: N} for a GPU the catalog lacks."""
     target: ModelId = Field(examples=["Qwen/Qwen2.5-32B-Instruct-AWQ"])

@@ -4,12 +4,22 @@ from __future__ import annotations
 
 from pydantic import ValidationError
 
-__all__ = ["A_RANGE", "ONE_RATE", "ONE_VALUE", "RATE_STEPS", "one_line"]
+__all__ = ["A_RANGE", "GPU_NAME", "GPU_SPEC", "ONE_RATE", "ONE_VALUE", "RATE_STEPS", "one_line"]
 
 # The union branch a value took; dropped from key paths, which name what the user wrote.
 ONE_VALUE, A_RANGE = "one value", "a range"
 ONE_RATE, RATE_STEPS = "one rate", "rate steps"  # workload.request_rate: a rate or goodput's steps
-_BRANCHES = (ONE_VALUE, A_RANGE, ONE_RATE, RATE_STEPS)
+GPU_NAME, GPU_SPEC = "a GPU name", "a GPU description"  # hardware: 4090x2, or {gpu: {...}}
+_BRANCHES = (ONE_VALUE, A_RANGE, ONE_RATE, RATE_STEPS, GPU_NAME, GPU_SPEC)
+
+
+_SHOWN = 80
+"""Characters of a value an error line repeats: enough to find it, never a pasted page."""
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= _SHOWN else f"{text[: _SHOWN - 3]}... ({len(text)} characters)"
 
 
 def one_line(exc: ValidationError, prefix: tuple[str, ...] = ()) -> str:
@@ -35,6 +45,6 @@ def one_line(exc: ValidationError, prefix: tuple[str, ...] = ()) -> str:
     else:
         hints = {ONE_VALUE: " or a range {low: .., high: ..}", ONE_RATE: " or a list of rates"}
         either = next((text for tag, text in hints.items() if tag in first["loc"]), "")
-        line = f"{path} = {first['input']!r}: {first['msg']}{either}"
+        line = f"{path} = {_shown(first['input'])}: {first['msg']}{either}"
     more = len(errors) - 1
     return line + (f" (and {more} more problem{'s' * (more > 1)})" if more else "")

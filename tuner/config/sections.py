@@ -48,7 +48,9 @@ def context_flag(info: ValidationInfo, key: str) -> bool:
 class Section(BaseModel):
     """A YAML mapping: ``null`` is empty, unknown keys fail naming the nearest known one."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, use_attribute_docstrings=True, defer_build=True
+    )
 
     @model_validator(mode="before")
     @classmethod

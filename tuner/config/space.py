@@ -18,9 +18,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from importlib.resources import files
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-import optuna
 import yaml
 from pydantic import TypeAdapter
 
@@ -29,6 +28,7 @@ from tuner.catalog.models import ModelSpec, load_model
 from tuner.config.bounds import Milliseconds, check_value
 from tuner.config.choice_rules import check_choices, check_graphs
 from tuner.config.choices import Option, Range, SpecChoice, choices_from_search
+from tuner.config.context import check_lengths
 from tuner.config.local_paths import absolute, absolute_space_paths
 from tuner.config.schema import (
     FractionRange,
@@ -45,9 +45,18 @@ from tuner.config.trial import (
     TrialConfig,
     is_secret_flag,
 )
-from tuner.config.vllm_args import NEWEST_KNOWN, VllmVersion, parse_version, version_from_image
+from tuner.config.vllm_args import (
+    NEWEST_KNOWN,
+    VllmVersion,
+    check_extra_flags,
+    parse_version,
+    version_from_image,
+)
 from tuner.config.workload import WorkloadSpec, workload_from_space
 from tuner.errors import ConfigError
+
+if TYPE_CHECKING:
+    import optuna  # annotations only: importing it costs a CLI start a second
 
 T = TypeVar("T")
 
@@ -304,6 +313,8 @@ def _build(raw: Any, origin: str, *, lenient: bool) -> SearchSpace:
     vllm = model.vllm
     release = parse_version(vllm.version) if vllm.version else version_from_image(vllm.image)
     tensor_parallel = server.tensor_parallel_size or hardware.count
+    _named(origin, lambda _: _check_tensor_parallel(target, hardware, tensor_parallel), "")
+    _named(origin, lambda _: check_extra_flags(tuple(server.extra_flags.items()), release), "")
     choices = _named(
         origin,
         lambda _: check_choices(
@@ -313,6 +324,15 @@ def _build(raw: Any, origin: str, *, lenient: bool) -> SearchSpace:
     )
     extra_flags = tuple(server.extra_flags.items())
     _named(origin, lambda _: check_graphs(choices, extra_flags), "")
+    if not lenient:  # a stored study ran with what it stored
+        lengths = ("server.max_model_len", "workload.input_tokens", "workload.output_tokens")
+        _named(
+            origin,
+            lambda _: check_lengths(
+                target, server.max_model_len, workload.input_tokens, workload.output_tokens, lengths
+            ),
+            "",
+        )
     return SearchSpace(
         name=model.name or Path(origin).stem,
         hardware=hardware,
@@ -339,6 +359,20 @@ def _build(raw: Any, origin: str, *, lenient: bool) -> SearchSpace:
         objective=model.slo.objective,
         source=raw,
     )
+
+
+def _check_tensor_parallel(target: ModelSpec, hardware: Hardware, size: int) -> None:
+    """What every trial's server would refuse, refused before a study is stored."""
+    if size > hardware.count:
+        raise ConfigError(
+            f"server.tensor_parallel_size = {size}: more than the {hardware.count} GPUs of "
+            f"{hardware.label}; use at most {hardware.count}, or more GPUs in hardware"
+        )
+    if target.heads % size:
+        raise ConfigError(
+            f"server.tensor_parallel_size = {size}: {target.hf_id}'s {target.heads} attention "
+            f"heads do not split into {size}; use a size that divides {target.heads}"
+        )
 
 
 def _optional_float(value: float | None) -> float | None:

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -199,7 +199,19 @@ def check_supported(server: ServerConfig, version: VllmVersion) -> None:
                 f"ngram speculation on vLLM {version} needs prompt_lookup_max "
                 "(--ngram-prompt-lookup-max has no default before 0.8.2)"
             )
-    for name, _ in server.extra_flags:
+    check_extra_flags(server.extra_flags, version)
+
+
+def check_extra_flags(
+    flags: Sequence[tuple[str, object]], version: VllmVersion | None = None
+) -> None:
+    """Refuses extra flags vLLM would not take, or that fight a setting spectune derives; a
+    space's flags are checked as it loads (``version`` None where the image tag names none).
+
+    Raises:
+        ConfigError: naming the flag and the fix.
+    """
+    for name, _ in flags:
         flag = _flag_name(name)
         if not _FLAG_NAME_RE.match(flag):
             raise ConfigError(f"extra flag {name!r} is not a vLLM flag name")
@@ -208,7 +220,7 @@ def check_supported(server: ServerConfig, version: VllmVersion) -> None:
                 f"extra flag --{flag} duplicates a setting spectune derives from the server "
                 "config: set that field instead"
             )
-        if flag == "use-v2-block-manager" and version >= _V0_10:
+        if flag == "use-v2-block-manager" and version is not None and version >= _V0_10:
             raise ConfigError(
                 f"--use-v2-block-manager was removed in vLLM 0.10 and {version} would exit on "
                 "it: drop the extra flag"

@@ -13,6 +13,7 @@ __all__ = [
     "NEWEST_KNOWN",
     "OLDEST_SUPPORTED",
     "VllmVersion",
+    "check_release",
     "detect_version",
     "parse_version",
     "version_from_image",
@@ -59,6 +60,36 @@ def parse_version(text: str) -> VllmVersion:
         )
     major, minor, patch = match.group(1), match.group(2), match.group(3) or "0"
     return VllmVersion(int(major), int(minor), int(patch), cleaned)
+
+
+# A whole release as vLLM names them: 0.8.5, v0.10.1.1, 0.8.5.post1, 0.11.0rc2, 0.32.0+cpu.
+_RELEASE_RE = re.compile(r"^v?\d+\.\d+(\.\d+){0,2}((rc|a|b)\d+|\.post\d+|\.dev\d+)*([+-][\w.]+)?$")
+
+
+def check_release(text: str, flag: str = "--vllm-version") -> VllmVersion:
+    """A version the user names, held to the releases whose flags spectune speaks.
+
+    :func:`parse_version` reads the leading numbers of whatever a tag or ``vllm --version``
+    prints; a version typed by hand must be one whole release, from
+    :data:`OLDEST_SUPPORTED` to :data:`NEWEST_KNOWN` (or ``latest``/``nightly``).
+
+    Raises:
+        ConfigError: one line naming ``flag``, what it takes and why.
+    """
+    cleaned = text.strip()
+    if cleaned.lower() in _NEWEST_ALIASES:
+        return parse_version(cleaned)
+    if not _RELEASE_RE.match(cleaned):
+        raise ConfigError(
+            f"{flag} {text!r}: not a vLLM release; write one like 0.8.5, 0.10.1.1 or latest"
+        )
+    version = parse_version(cleaned)
+    if not OLDEST_SUPPORTED <= version <= NEWEST_KNOWN:
+        raise ConfigError(
+            f"{flag} {text}: spectune speaks the flags of vLLM {OLDEST_SUPPORTED} to "
+            f"{NEWEST_KNOWN}; pass one of those, or latest for the newest"
+        )
+    return version
 
 
 def version_from_image(image: str) -> VllmVersion | None:

@@ -28,9 +28,8 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import optuna
 import yaml
 
 from tuner.analysis.k_table import KTableVerdict, Table, spell, table_choice, with_table
@@ -43,10 +42,14 @@ from tuner.config.trial import ServerConfig, is_secret_flag
 from tuner.config.vllm_args import config_file_argv, has_per_batch_size, server_argv, server_yaml
 from tuner.errors import ConfigError
 from tuner.export.deploy import PORT, compose_file, docker_run_script
+from tuner.export.formats import FORMATS
 from tuner.export.kubernetes import kubernetes_manifests
 from tuner.results import Source
-from tuner.study.paths import StudyPaths
+from tuner.study.paths import StudyPaths, write_whole
 from tuner.trial.scoring import TrialStatus
+
+if TYPE_CHECKING:
+    import optuna  # annotations only: importing it costs a CLI start a second
 
 __all__ = [
     "FORMATS",
@@ -55,8 +58,6 @@ __all__ = [
     "export",
     "write_best",
 ]
-
-FORMATS = ("vllm", "compose", "docker-run", "kubernetes", "json")
 
 
 @dataclass(frozen=True)
@@ -264,5 +265,5 @@ def _json(
 def write_best(study: optuna.Study, space: SearchSpace, paths: StudyPaths) -> Path:
     """Writes the recommended config as ``best.yaml`` in the study's folder; returns its path."""
     paths.folder.mkdir(parents=True, exist_ok=True)
-    paths.best_yaml.write_text(export(study, space, "vllm").text)
+    write_whole(paths.best_yaml, export(study, space, "vllm").text)
     return paths.best_yaml

@@ -30,6 +30,7 @@ from tuner.report import charts
 from tuner.report.headline import HEADLINE_CSS, headline, no_recommendation
 from tuner.report.importance import importance_points, param_importances
 from tuner.report.traffic import per_temperature_section, speculation_note, traffic_rows
+from tuner.study.paths import write_whole
 from tuner.study.twin_steer import PROPOSED_ATTR, stored_twin
 from tuner.trial.model_runner import model_runner, runner_note
 from tuner.trial.record import records, stored_run
@@ -99,7 +100,7 @@ def write_report(
     )
     page = out_dir / "report.html"
     body = _page(study, space, trials, best_rows, picks, drawn, levels, today, methods, top)
-    page.write_text(body, encoding="utf-8")
+    write_whole(page, body)
     return Report(page, tuple(drawn), tuple(best_rows), tuple(methods), tuple(levels), answer)
 
 

@@ -5,6 +5,8 @@ Writing ``best.yaml`` is the export layer's job (:func:`tuner.export.vllm.write_
 
 from __future__ import annotations
 
+import shlex
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -16,6 +18,7 @@ from optuna.trial import TrialState
 from tuner.analysis.confirmed import Confirmed
 from tuner.analysis.k_table import KTableVerdict
 from tuner.analysis.picks import Candidate, pareto_front, recommend
+from tuner.config.bounds import MAX_SEED
 from tuner.config.runner_report import v1_warning
 from tuner.config.space import SearchSpace
 from tuner.errors import ConfigError
@@ -102,6 +105,12 @@ def check_request(request: OptimizeRequest) -> None:
         raise ConfigError(f"--trials {request.trials}: ask for at least 1 trial")
     if request.workers < 1:
         raise ConfigError(f"--workers {request.workers}: use at least 1 worker")
+    highest = MAX_SEED - request.workers + 1  # worker i samples with seed + i
+    if request.seed > highest:
+        raise ConfigError(
+            f"--seed {request.seed}: with {request.workers} workers the last one's seed passes "
+            f"{MAX_SEED}, the largest Optuna takes; use a seed up to {highest}"
+        )
     make_sampler(request.sampler, request.seed)
     backend_factory(request.backend)
     if request.ray is not None:
@@ -116,6 +125,18 @@ def check_request(request: OptimizeRequest) -> None:
     check_writable(request.studies_dir)  # logs and exports go there whatever the storage
     if request.space is not None:  # a corrupt database or a changed space: before any table
         check_resume(request.study, open_storage(storage_url), request.space, request.backend)
+        if request.backend == "process" and request.ray is None:  # Ray nodes have their own
+            _check_program(request.backend_options.vllm_command)
+
+
+def _check_program(argv: tuple[str, ...]) -> None:
+    """The process backend's vLLM exists, before a study is stored whose every trial would
+    fail to start it."""
+    if argv and shutil.which(argv[0]) is None:
+        raise ConfigError(
+            f"--vllm-command {shlex.join(argv)}: {argv[0]} is no executable program (on PATH "
+            "or as a path); install vLLM, or name it, e.g. --vllm-command /opt/vllm/bin/vllm"
+        )
 
 
 def _prepare(request: OptimizeRequest, backend: Backend | None, space: SearchSpace) -> None:
@@ -173,6 +194,8 @@ def optimize(
     if request.time_budget_s is not None and budget is None:  # a resume: the stored space
         budget = _budget(request, space, began)
     claim_source(study, request.backend)  # before a resume fetches anything for the wrong kind
+    if request.space is None and request.backend == "process" and request.ray is None:
+        _check_program(request.backend_options.vllm_command)  # a resume: check_request could not
     if request.space is None and request.ray is None:  # a resume: opening it stored nothing
         _prepare(request, backend, space)
     per_trial = request.gpus_per_trial or space.hardware.count

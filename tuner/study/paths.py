@@ -9,17 +9,22 @@ any other storage gets ``STUDIES_DIR/NAME@<hash of the storage URL>/``.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
+import secrets
 from dataclasses import dataclass
 from pathlib import Path
-
-import sqlalchemy.engine
-import sqlalchemy.exc
 
 from tuner.config.local_paths import absolute
 from tuner.errors import ConfigError
 
-__all__ = ["StudyPaths", "absolute_storage", "check_study_name", "default_storage"]
+__all__ = [
+    "StudyPaths",
+    "absolute_storage",
+    "check_study_name",
+    "default_storage",
+    "write_whole",
+]
 
 # Letters, digits and . _ - (not leading): a name that is safe as a folder and a file name.
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -43,6 +48,11 @@ def absolute_storage(url: str) -> str:
     resumes started elsewhere must find the same file. A malformed URL is left for
     :func:`tuner.study.storage.open_storage` to refuse.
     """
+    # Here, not at the top: the CLI's options module imports this one, and SQLAlchemy would
+    # add a third of a second to every `spectune --help`.
+    import sqlalchemy.engine
+    import sqlalchemy.exc
+
     try:
         parsed = sqlalchemy.engine.make_url(url)
     except sqlalchemy.exc.ArgumentError:
@@ -100,3 +110,19 @@ class StudyPaths:
     def artifacts(self) -> Path:
         """optuna-dashboard's artifact store for this study."""
         return self.folder / "artifacts"
+
+
+def write_whole(path: Path, text: str) -> None:
+    """Writes ``path`` so a reader sees the old file or the new one, never a mix.
+
+    Runs sharing a studies folder may write one study's ``best.yaml`` or report at once:
+    each writes a file of its own beside ``path`` (created as ``open`` would, so the umask
+    decides its mode) and renames it over, which is atomic.
+    """
+    scratch = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
+    try:
+        with scratch.open("x", encoding="utf-8") as out:
+            out.write(text)
+        os.replace(scratch, path)
+    finally:
+        scratch.unlink(missing_ok=True)

@@ -10,6 +10,7 @@ never run more trials than asked, however they race.
 from __future__ import annotations
 
 import os
+import tempfile
 import zlib
 from collections.abc import Callable
 from pathlib import Path
@@ -46,9 +47,24 @@ __all__ = [
 BUDGET_ATTR = "trial_budget"
 # States that use up the budget: a FAIL does not, since its retry (WAITING) takes its place.
 COUNTED_STATES = (TrialState.COMPLETE, TrialState.RUNNING, TrialState.WAITING, TrialState.PRUNED)
+_MALFORMED: dict[str, str] = {}
+"""Variables below that held no whole number of seconds, refused when a storage opens (at
+import, no command could say so in one line)."""
+
+
+def _seconds(variable: str, default: int) -> int:
+    text = os.environ.get(variable)
+    if text is None:
+        return default
+    if text.strip().isdigit() and int(text) > 0:
+        return int(text)
+    _MALFORMED[variable] = text
+    return default
+
+
 # A worker's heartbeat every 10 s; silent for 40 s means dead. Tests shorten both.
-HEARTBEAT_INTERVAL_S = int(os.environ.get("SPECTUNE_HEARTBEAT_S", "10"))
-GRACE_PERIOD_S = int(os.environ.get("SPECTUNE_GRACE_S", "40"))
+HEARTBEAT_INTERVAL_S = _seconds("SPECTUNE_HEARTBEAT_S", 10)
+GRACE_PERIOD_S = _seconds("SPECTUNE_GRACE_S", 40)
 
 
 class BudgetExhausted(SpectuneError):
@@ -116,6 +132,11 @@ def open_storage(
         ConfigError: the URL is malformed, the driver is unknown, the SQLite folder cannot be
             written, or the server cannot be reached.
     """
+    if _MALFORMED:
+        variable, text = next(iter(_MALFORMED.items()))
+        raise ConfigError(
+            f"{variable}={text!r}: must be a whole number of seconds > 0; fix or unset {variable}"
+        )
     try:
         parsed = sqlalchemy.engine.make_url(url)
     except sqlalchemy.exc.ArgumentError:
@@ -126,13 +147,16 @@ def open_storage(
     if parsed.get_backend_name() == "sqlite" and parsed.database:
         check_writable(Path(parsed.database).expanduser().resolve().parent)
     try:
-        return BudgetedStorage(
+        storage = BudgetedStorage(
             url,
             engine_kwargs=_engine_kwargs(parsed),
             heartbeat_interval=heartbeat_interval_s,
             grace_period=grace_period_s,
             heartbeat_stale_trial_callback=RetryOwnRecord(max_retry=1),
         )
+        if parsed.get_backend_name() == "sqlite":
+            _check_intact(storage, url)
+        return storage
     except (sqlalchemy.exc.SQLAlchemyError, ImportError, ValueError) as exc:
         text = str(exc).strip()
         reason = text.splitlines()[0] if text else type(exc).__name__
@@ -144,6 +168,21 @@ def open_storage(
         raise ConfigError(f"cannot open storage {safe_url(url)}: {reason[:200]} ({hint})") from None
 
 
+def _check_intact(storage: BudgetedStorage, url: str) -> None:
+    """A damaged SQLite file is refused as it opens, not mid-command in Optuna's traceback.
+
+    ``PRAGMA quick_check`` reads every page (milliseconds for a study's few megabytes); an
+    unreadable page fails the query itself, a damaged one answers something other than ok.
+    """
+    with storage.engine.connect() as connection:
+        answer = connection.execute(sqlalchemy.text("PRAGMA quick_check")).scalar()
+    if answer != "ok":
+        raise ConfigError(
+            f"storage {safe_url(url)} is damaged (SQLite's quick_check: {str(answer)[:120]}): "
+            "restore it from a copy, or move it away to start anew"
+        )
+
+
 def _engine_kwargs(url: sqlalchemy.engine.URL) -> dict[str, Any]:
     if url.get_backend_name() == "postgresql":
         return {"pool_pre_ping": True, "connect_args": {"connect_timeout": 10}}
@@ -151,12 +190,15 @@ def _engine_kwargs(url: sqlalchemy.engine.URL) -> dict[str, Any]:
 
 
 def check_writable(folder: Path, what: str = "studies folder", flag: str = "--studies-dir") -> None:
-    """Creates ``folder`` if needed and proves it can be written; ConfigError otherwise."""
+    """Creates ``folder`` if needed and proves it can be written; ConfigError otherwise.
+
+    The probe file has a name of its own (runs and workers on one host share the folder: with
+    one fixed name, one run's unlink made another's fail).
+    """
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        probe = folder / ".spectune-write-check"
-        probe.write_text("")
-        probe.unlink()
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".spectune-write-check-"):
+            pass
     except OSError as exc:
         raise ConfigError(
             f"{what} {folder} is not writable ({exc.strerror}): choose another with "

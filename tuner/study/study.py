@@ -104,6 +104,8 @@ def check_resume(
     if name not in study_names(storage):
         return
     study = optuna.load_study(study_name=name, storage=storage)
+    if _never_ran(study) and _stored_differs(study, space):  # open_study replaces it
+        return
     _check_source(study, backend)
     stored = stored_space(study)
     if stored is not None and space != stored:
@@ -124,6 +126,8 @@ def open_study(
     exists = name in study_names(storage)
     if not exists and space is None:
         raise ConfigError(f"study {name!r} does not exist: create it with spectune optimize")
+    if exists and space is not None:
+        _replace_if_never_ran(name, storage, space)
     study = optuna.create_study(
         study_name=name,
         storage=storage,
@@ -140,6 +144,30 @@ def open_study(
     if space is not None and space != stored:
         raise ConfigError(f"study {name!r} was created with {_difference(stored, space)}")
     return study, stored
+
+
+def _never_ran(study: optuna.Study) -> bool:
+    """A study stored but never run (its space failed after it was stored, in an earlier
+    version, or the run stopped before its first trial) holds nothing to keep."""
+    return not study.get_trials(deepcopy=False)
+
+
+def _stored_differs(study: optuna.Study, space: SearchSpace) -> bool:
+    try:
+        return stored_space(study) != space
+    except ConfigError:  # stored by a version that let a broken space through
+        return True
+
+
+def _replace_if_never_ran(
+    name: str, storage: optuna.storages.BaseStorage, space: SearchSpace
+) -> None:
+    """Deletes study ``name`` when it never ran a trial and holds another space, so a fixed
+    space takes its name instead of being refused as a different one. The same space is
+    resumed: a second run of one command must not delete the first one's fresh study."""
+    study = optuna.load_study(study_name=name, storage=storage)
+    if _never_ran(study) and _stored_differs(study, space):
+        optuna.delete_study(study_name=name, storage=storage)
 
 
 def _difference(stored: SearchSpace, asked: SearchSpace) -> str:

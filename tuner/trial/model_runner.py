@@ -3,7 +3,10 @@ else what spectune predicted before launch (:mod:`tuner.config.vllm_runner`)."""
 
 from __future__ import annotations
 
-from tuner.trial.record import TrialRecord
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the record module imports Optuna; the CLI's tables load this one at start
+    from tuner.trial.record import TrialRecord
 
 __all__ = ["model_runner", "runner_note"]
 

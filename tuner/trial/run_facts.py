@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import optuna
+if TYPE_CHECKING:
+    import optuna  # annotations only: importing it costs a CLI start a second
+
 
 __all__ = ["RUN_ATTR", "RunFacts", "stored_run"]
 

@@ -37,13 +37,14 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-
-import optuna
+from typing import TYPE_CHECKING, Literal
 
 from tuner.config.schema import Objective
-from tuner.config.space import SearchSpace
-from tuner.config.workload import Condition
 from tuner.results import TrialResult
+
+if TYPE_CHECKING:  # annotations only: the CLI's tables import this module at start
+    from tuner.config.space import SearchSpace
+    from tuner.config.workload import Condition
 
 __all__ = [
     "CONSTRAINT_KEYS",
@@ -67,7 +68,9 @@ __all__ = [
 OBJECTIVE_NAMES = (Objective.THROUGHPUT.metric, "p95_ttft_ms")
 """A throughput study's objective names; a goodput study's first is ``goodput_req_s``
 (:attr:`Limits.names`)."""
-DIRECTIONS = (optuna.study.StudyDirection.MAXIMIZE, optuna.study.StudyDirection.MINIMIZE)
+DIRECTIONS: tuple[Literal["maximize"], Literal["minimize"]] = ("maximize", "minimize")
+"""The objectives' directions as ``optuna.create_study`` takes them (names, so that importing
+this module does not import Optuna)."""
 CONSTRAINT_KEYS = ("errors", "oom", "ttft_slo")
 LEGACY_CONSTRAINT_KEYS = ("oom", "ttft_slo")
 """The keys of studies created before the ``errors`` constraint."""
