@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import sqlalchemy
 from testbed import (
     TinyModels,
     VllmOracle,
@@ -86,3 +87,25 @@ def real_vllm_version(
     require_vllm()
     env = vllm_env(tmp_path_factory.mktemp("vllm-version"), vllm_cache_root)
     return detect_version(vllm_command(), env={**os.environ, **env})
+
+
+# A real PostgreSQL server for the postgres tier (``.ci/services.sh`` starts one).
+
+DEFAULT_URL = "postgresql+psycopg://spectune:spectune@127.0.0.1:5432/spectune"
+
+
+@pytest.fixture(scope="session")
+def pg_url() -> str:
+    url = os.environ.get("SPECTUNE_TEST_PG_URL", DEFAULT_URL)
+    try:
+        engine = sqlalchemy.create_engine(url, connect_args={"connect_timeout": 3})
+        with engine.connect():
+            pass
+        engine.dispose()
+    except Exception as exc:  # any reason the server is not usable
+        if os.environ.get("CI"):
+            pytest.fail(
+                f"PostgreSQL is required in CI but not reachable at {url}: {exc}", pytrace=False
+            )
+        pytest.skip(f"PostgreSQL not reachable: {exc}")
+    return url

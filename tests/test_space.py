@@ -151,10 +151,10 @@ def test_non_numbers_name_their_key(tmp_path: Path, fragment: str, shown: str) -
         load_space(path)
 
 
-def test_a_secret_in_extra_flags_is_refused_before_it_is_stored(tmp_path: Path) -> None:
+@pytest.mark.parametrize("flag", ["api-key: sk-very-secret", "api-key=sk-very-secret: true"])
+def test_a_secret_in_extra_flags_is_refused_before_it_is_stored(tmp_path: Path, flag: str) -> None:
     path = _write(
-        tmp_path,
-        "target: Qwen/Qwen2.5-7B-Instruct\nserver: {extra_flags: {api-key: sk-very-secret}}\n",
+        tmp_path, f"target: Qwen/Qwen2.5-7B-Instruct\nserver: {{extra_flags: {{{flag}}}}}\n"
     )
     with pytest.raises(ConfigError, match="`api-key` carries a secret") as info:
         load_space(path)

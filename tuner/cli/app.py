@@ -12,12 +12,14 @@ import os
 import sys
 import warnings
 from collections.abc import Callable
-from typing import Annotated, Any, ParamSpec, TypeVar
+from typing import Annotated, Any, NoReturn, ParamSpec, TypeVar
 
 import typer
 import typer.core
 from rich.console import Console
 
+from tuner.cli.host_faults import describe_host_fault
+from tuner.config.redact import Redactor
 from tuner.errors import SpectuneError
 from tuner.launch.exit_hooks import Terminated, install_signal_handlers
 
@@ -137,7 +139,8 @@ def _quiet_optuna() -> None:
 
 
 def handle_errors(command: Callable[P, R]) -> Callable[P, R]:
-    """Turns SpectuneError into one line and exit code 2 (the only place that does)."""
+    """Turns SpectuneError and faults below spectune (a full disk, a database gone) into one
+    line and exit code 2 (the only place that does)."""
 
     @functools.wraps(command)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
@@ -146,10 +149,12 @@ def handle_errors(command: Callable[P, R]) -> Callable[P, R]:
         except SpectuneError as exc:
             if _debug["enabled"]:
                 raise
-            err_console.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
-            if kwargs.get("as_json"):  # --json: standard output stays JSON, errors included
-                print_json({"error": str(exc)})
-            raise typer.Exit(2) from None
+            _fail(str(exc), as_json=bool(kwargs.get("as_json")))
+        except Exception as exc:
+            fault = describe_host_fault(exc)  # a full disk, a database gone: not our bug
+            if fault is None or _debug["enabled"]:
+                raise
+            _fail(fault, as_json=bool(kwargs.get("as_json")))
         except Terminated as exc:
             err_console.print(f"{exc}: the running trial failed; the study keeps finished ones")
             raise typer.Exit(128 + exc.signum) from None
@@ -158,6 +163,15 @@ def handle_errors(command: Callable[P, R]) -> Callable[P, R]:
             raise typer.Exit(130) from None
 
     return wrapper
+
+
+def _fail(message: str, *, as_json: bool) -> NoReturn:
+    # A message may quote what the user gave (a URL with a password, a flag's value).
+    message = Redactor.from_environment().redact(message)
+    err_console.print(f"error: {message}", markup=False, highlight=False, soft_wrap=True)
+    if as_json:  # --json: standard output stays JSON, errors included
+        print_json({"error": message})
+    raise typer.Exit(2) from None
 
 
 def print_json(data: Any) -> None:

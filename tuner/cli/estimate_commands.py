@@ -111,8 +111,9 @@ def estimate_command(
         concurrency=(concurrency,),
         requests=max(8, 4 * concurrency),
     )
+    parsed = parse_hardware(hardware)
     result = estimate(
-        parse_hardware(hardware),
+        parsed,
         model,
         method=method,
         draft=draft,
@@ -124,7 +125,7 @@ def estimate_command(
         max_num_batched_tokens=max_num_batched_tokens,
         max_model_len=max_model_len,
         concurrency=concurrency,
-        physics=study_physics(study, storage, studies_dir),
+        physics=study_physics(study, storage, studies_dir, parsed, model),
         vllm_version=None if vllm_version is None else check_release(vllm_version),
     )
     if as_json:

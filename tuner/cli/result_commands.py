@@ -13,12 +13,13 @@ import typer
 from tuner.analysis.confirmed import Confirmed, Run
 from tuner.analysis.pick_names import DEFAULT_PICK, PICKS
 from tuner.cli import options as opt
-from tuner.cli.app import app, console, handle_errors, print_json
+from tuner.cli.app import app, console, err_console, handle_errors, print_json
 from tuner.cli.options import backend_options
 from tuner.cli.render import confirm_run_line, confirmed_table
 from tuner.config import bounds
 from tuner.errors import ConfigError
 from tuner.export.formats import FORMATS
+from tuner.launch.exit_hooks import Terminated
 from tuner.results import Source
 from tuner.study.paths import StudyPaths, default_storage, write_whole
 
@@ -174,7 +175,14 @@ def dashboard_command(
         console.print(
             f"  listening on {host}: anyone who can reach it can edit the study", markup=False
         )
-    serve_dashboard(url, paths, host, port)
+    try:
+        serve_dashboard(url, paths, host, port)
+    except Terminated as exc:
+        err_console.print(f"dashboard {exc}")
+        raise typer.Exit(128 + exc.signum) from None
+    except KeyboardInterrupt:
+        err_console.print("dashboard stopped")
+        raise typer.Exit(130) from None
 
 
 def _check_port(host: str, port: int) -> None:

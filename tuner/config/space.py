@@ -399,8 +399,8 @@ def _refuse_secrets(raw: Any, origin: str) -> None:
     server = raw.get("server") if isinstance(raw, dict) else None
     flags = server.get("extra_flags") if isinstance(server, dict) else None
     for flag in flags if isinstance(flags, dict) else ():
-        if is_secret_flag(str(flag)):
+        if is_secret_flag(name := str(flag).partition("=")[0]):  # never echo `api-key=VALUE`
             raise ConfigError(
-                f"{origin}: server.extra_flags `{flag}` carries a secret, and the space is stored "
+                f"{origin}: server.extra_flags `{name}` carries a secret, and the space is stored "
                 "with the study: set it in the server's environment instead (e.g. VLLM_API_KEY)"
             )

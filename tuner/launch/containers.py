@@ -24,6 +24,7 @@ from docker.models.containers import Container
 from docker.types import DeviceRequest
 
 from tuner.config.local_paths import absolute
+from tuner.config.redact import Redactor
 from tuner.config.vllm_args import VllmVersion, parse_version
 from tuner.errors import ConfigError, EngineUnavailable, LaunchError
 from tuner.launch.engine import RunOwner, engine_calls
@@ -57,7 +58,6 @@ LABEL_STUDY = "spectune.study"
 LABEL_TRIAL = "spectune.trial"
 LABEL_RUN = "spectune.run"
 LABEL_GPUS = "spectune.gpus"
-_REDACTED = "[redacted]"
 _VERSION_PROBE_TIMEOUT_S = 180  # importing vLLM takes 10-15 s; a cold image disk more
 
 
@@ -212,16 +212,15 @@ def device_requests(gpus: Sequence[int] | None, needed: int) -> list[DeviceReque
 
 
 def read_log(container: Container, secrets: Sequence[str] = ()) -> str:
-    """The container's log with ``secrets`` redacted; empty when it cannot be read."""
+    """The container's log with ``secrets`` and this process's own secrets redacted (the one
+    :class:`~tuner.config.redact.Redactor` of every server log); empty when it cannot be read."""
     try:
         with engine_calls(f"reading the log of container {container.name}"):
             raw: bytes = container.logs(stdout=True, stderr=True)
     except (docker.errors.APIError, EngineUnavailable):
         return ""
-    text = raw.decode("utf-8", errors="replace")
-    for secret in secrets:
-        text = text.replace(secret, _REDACTED)
-    return text
+    redactor = Redactor([*secrets, *Redactor.from_environment().values])
+    return redactor.redact(raw.decode("utf-8", errors="replace"))
 
 
 def save_log(path: Path, image: str, container: Container, text: str) -> None:

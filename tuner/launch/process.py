@@ -9,8 +9,13 @@ Nothing may outlive spectune: a launcher stops its server on ``stop()``, on leav
 block, on any exception (KeyboardInterrupt included) during ``start()``, and at interpreter exit.
 SIGTERM and SIGHUP, which would otherwise end Python without running ``atexit``, unwind like
 Ctrl-C when nobody else has claimed them (:mod:`tuner.launch.exit_hooks`). Against SIGKILL,
-which runs nothing, the server dies with its parent and each start leaves a run file from which
-the next run removes the rest of the group (:mod:`tuner.launch.runfiles`).
+which runs nothing, the server dies with its parent, a guardian process stops the rest of its
+group (:mod:`tuner.launch.guardian`), and each start leaves a run file from which every later
+start on the host removes what a dead run left (:mod:`tuner.launch.runfiles`).
+
+The server writes into a pipe, not its log file: :class:`~tuner.launch.logpump.LogPump` copies
+it there with secrets redacted, so no token it prints reaches the file, the database's
+``log_tail``, the dashboard or the terminal.
 
 The leader is reaped only after the sweep (exit statuses are read with ``WNOWAIT``): while it
 is an unreaped zombie its PID, and so the group ID, cannot be reused by an unrelated process.
@@ -30,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
+from tuner.config.redact import Redactor
 from tuner.config.trial import LaunchContext, ServerConfig
 from tuner.config.vllm_args import (
     VllmVersion,
@@ -37,15 +43,18 @@ from tuner.config.vllm_args import (
     detect_version,
     server_argv,
 )
-from tuner.errors import LaunchError, StartupFailure
+from tuner.errors import ConfigError, LaunchError, StartupFailure
 from tuner.launch.exit_hooks import run_at_exit
 from tuner.launch.failures import ServerEnd, Stage
+from tuner.launch.guardian import dismiss_guardian, spawn_guardian
+from tuner.launch.logpump import LogPump
 from tuner.launch.readiness import StartupWatch, wait_until_ready
 from tuner.launch.runfiles import (
     RunFile,
     die_with_parent,
     group_members,
     remove_leftovers,
+    require_writable,
     signal_group,
     state_dir,
     wait_group_empty,
@@ -64,10 +73,12 @@ _HEADER = "spectune$ "
 
 @dataclass(frozen=True)
 class _Child:
-    """A running server: its process, its SIGTERM grace and its run file."""
+    """A running server: its process, its SIGTERM grace, log, guardian and run file."""
 
     proc: subprocess.Popen[bytes]
     stop_timeout_s: float
+    pump: LogPump
+    guardian: subprocess.Popen[bytes] | None  # None when it could not be started
     run_file: Path | None  # None when it could not be written
 
 
@@ -76,7 +87,6 @@ class _Child:
 _running: dict[int, _Child] = {}
 _hooks_installed = False
 _hooks_lock = threading.Lock()
-_swept: set[Path] = set()  # run-file folders whose dead runs' leftovers this process removed
 
 
 def _stop_all() -> None:
@@ -169,6 +179,8 @@ def _terminate(child: _Child) -> None:
         raise LaunchError(f"server process {pgid} survived SIGKILL (stuck in the kernel?)") from exc
     finally:
         _running.pop(pgid, None)
+        child.pump.close()
+        dismiss_guardian(child.guardian)
         if child.run_file is not None:
             child.run_file.unlink(missing_ok=True)
 
@@ -219,6 +231,7 @@ class ProcessLauncher:
         self.run_dir = run_dir or state_dir()
         self.on_startup = on_startup
         self._env = {**os.environ, **(env or {})}
+        self._redactor = Redactor.from_environment(self._env)
         self._version = version
         self._lock = threading.RLock()
         self._child: _Child | None = None
@@ -243,7 +256,8 @@ class ProcessLauncher:
         The log goes to ``context.log_dir / f"trial-{context.trial}.log"``.
 
         Raises:
-            ConfigError: the vLLM version cannot run this config; nothing was started.
+            ConfigError: the vLLM version cannot run this config, or no run file can be
+                written (:func:`~tuner.launch.runfiles.require_writable`); nothing was started.
             StartupFailure: the server exited or was not ready in time; it has been stopped.
         """
         _install_hooks()
@@ -251,9 +265,9 @@ class ProcessLauncher:
             self.stop()
             version = self.version
             check_supported(server, version)
-            if self.run_dir not in _swept:
-                _swept.add(self.run_dir)
-                remove_leftovers(self.run_dir)
+            require_writable(self.run_dir)
+            # Every start, not only the first: a worker beside this one may have been killed.
+            remove_leftovers(self.run_dir)
             context.log_dir.mkdir(parents=True, exist_ok=True)
             log_path = context.log_dir / f"trial-{context.trial}.log"
             served = server.served_model_name or server.model
@@ -323,26 +337,32 @@ class ProcessLauncher:
         ]
 
     def _spawn(self, argv: list[str], log_path: Path, port: int, *, append: bool) -> None:
-        with log_path.open("ab" if append else "wb") as log:
-            log.write(f"{_HEADER}{shlex.join(argv)}\n".encode())
-            log.flush()
-            try:
-                # The child keeps its own copy of the log descriptor; ours closes on return.
-                proc = subprocess.Popen(
-                    argv,
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    env=self._env,
-                    start_new_session=True,
-                    preexec_fn=die_with_parent(),
-                )
-            except OSError as exc:
-                raise LaunchError(f"cannot run {argv[0]!r}: {exc.strerror}") from exc
+        header = f"{_HEADER}{shlex.join(argv)}\n"
+        pump = LogPump(log_path, self._redactor, header, append=append)
+        try:
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=pump.write_fd,
+                stderr=subprocess.STDOUT,
+                env=self._env,
+                start_new_session=True,
+                preexec_fn=die_with_parent(),
+            )
+        except OSError as exc:
+            pump.close()
+            raise LaunchError(f"cannot run {argv[0]!r}: {exc.strerror}") from exc
+        pump.start()
         self._log_path = log_path
         self._oom_before = _oom_kills()
-        run_file = RunFile.write(self.run_dir, proc.pid, self.host, port, shlex.join(argv))
-        self._child = _running[proc.pid] = _Child(proc, self.stop_timeout_s, run_file)
+        guardian = spawn_guardian(proc.pid, RunFile.path_of(self.run_dir, proc.pid))
+        command = self._redactor.redact(shlex.join(argv))
+        run_file = RunFile.write(self.run_dir, proc.pid, self.host, port, command)
+        self._child = _Child(proc, self.stop_timeout_s, pump, guardian, run_file)
+        _running[proc.pid] = self._child
+        if run_file is None:  # the folder broke since require_writable: stop while we can
+            self.stop()
+            raise ConfigError(f"cannot record server {proc.pid} in {self.run_dir}; it was stopped")
 
     def _exit_status(self) -> int | None:
         return _exit_status_of(self._child.proc) if self._child is not None else None
@@ -356,6 +376,8 @@ class ProcessLauncher:
         path = path or self._log_path
         if path is None:
             return ""
+        if self._child is not None and path == self._log_path:
+            self._child.pump.sync()  # the lines the server wrote before it exited
         try:
             with path.open("rb") as log:
                 size = log.seek(0, os.SEEK_END)

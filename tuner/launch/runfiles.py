@@ -25,16 +25,20 @@ import logging
 import os
 import signal
 import socket
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from tuner.errors import ConfigError
 
 __all__ = [
     "RunFile",
     "die_with_parent",
     "group_members",
     "remove_leftovers",
+    "require_writable",
     "signal_group",
     "start_ticks",
     "state_dir",
@@ -51,6 +55,27 @@ def state_dir() -> Path:
     """Where run files live: ``$XDG_STATE_HOME/spectune/servers`` (``~/.local/state/...``)."""
     base = os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state"
     return Path(base) / "spectune" / "servers"
+
+
+def require_writable(directory: Path) -> None:
+    """Refuses to go on when run files cannot be written in ``directory``.
+
+    Checked before a server starts: without its run file, a SIGKILLed spectune would leave a
+    server nobody could later find and stop. The probe file's name is unique, so runs and
+    workers sharing the folder never remove each other's.
+
+    Raises:
+        ConfigError: the folder cannot be created or written.
+    """
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=directory, prefix=".write-check-"):
+            pass
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot record servers in {directory} ({exc.strerror or exc}): a killed run's "
+            "server could not be stopped later; set XDG_STATE_HOME to a writable folder"
+        ) from None
 
 
 def _stat_fields(pid: int) -> list[str] | None:
@@ -148,7 +173,7 @@ class RunFile:
             command=command,
             recorded_at=time.time(),
         )
-        path = directory / f"{record.host}-{pid}.json"
+        path = cls.path_of(directory, pid)
         tmp = path.with_suffix(".tmp")
         try:
             directory.mkdir(parents=True, exist_ok=True)
@@ -158,6 +183,11 @@ class RunFile:
             _log.warning("cannot record server %d in %s (%s)", pid, directory, exc)
             return None
         return path
+
+    @staticmethod
+    def path_of(directory: Path, pid: int) -> Path:
+        """Where server ``pid`` of this host is recorded in ``directory``."""
+        return directory / f"{socket.gethostname()}-{pid}.json"
 
     @classmethod
     def read(cls, path: Path) -> RunFile | None:

@@ -39,6 +39,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from tuner.errors import ConfigError
 from tuner.report.dashboard_note import write_note
+from tuner.report.dashboard_server import serve
 from tuner.study import optuna_private
 from tuner.study.paths import StudyPaths
 from tuner.trial.record import TrialRecord, stored_space
@@ -188,7 +189,6 @@ def prepare_dashboard(study: optuna.Study, paths: StudyPaths) -> DashboardInfo:
 
 
 def serve_dashboard(storage_url: str, paths: StudyPaths, host: str, port: int) -> None:
-    """Runs optuna-dashboard on ``storage_url`` with the study's artifacts until interrupted."""
-    from optuna_dashboard import run_server  # type: ignore[import-untyped]
-
-    run_server(storage_url, host=host, port=port, artifact_store=_store(paths))
+    """Runs optuna-dashboard on ``storage_url`` with the study's artifacts until the first
+    signal, which it raises (``KeyboardInterrupt``, or ``Terminated`` for SIGTERM/SIGHUP)."""
+    serve(storage_url, _store(paths), host, port)

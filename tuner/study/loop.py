@@ -16,6 +16,7 @@ import warnings
 from collections.abc import Callable, Iterator, Sequence
 
 import optuna
+import sqlalchemy.exc
 from optuna.storages import RDBStorage, fail_stale_trials
 from optuna.trial import TrialState
 
@@ -87,6 +88,11 @@ def _heartbeat(study: optuna.Study, trial: optuna.Trial) -> Iterator[None]:
 
 def _beat(storage: RDBStorage, trial: int, interval: int, stopped: threading.Event) -> None:
     while True:
-        storage.record_heartbeat(trial)
+        try:
+            storage.record_heartbeat(trial)
+        except (sqlalchemy.exc.SQLAlchemyError, optuna.exceptions.StorageInternalError):
+            # The database went away: the trial's own next write meets the same error and
+            # reports it in one line; the beat stops, and the next run fails the stale trial.
+            return
         if stopped.wait(interval):
             return

@@ -213,7 +213,8 @@ def optimize(
     options = study_backend_options(study, options, paths)
     extend_budget(study, request.trials)
     if request.sampler == "spectune":  # before any worker starts, so they all share the queue
-        seed_study(study, request.studies_dir, space)  # the host's calibrated twin, if any
+        source = Source.SIMULATED if request.backend == "sim" else Source.MEASURED
+        seed_study(study, request.studies_dir, space, source)  # the host's calibration, if any
         warm_start(study, space, request.trials)
     if request.ray is not None:
         run_on_ray(study, space, request.ray, request.backend, options, request.seed, on_trial)

@@ -11,8 +11,11 @@ the twin's parameters, fits the twin (:func:`tuner.sim.twin.fit.fit`) and writes
 5. ngram and every other draft at a middle K: their acceptance.
 
 Every config runs at the memory setting the shipped model gives the most room to spare.
-A new study of that hardware and model starts from the file (:func:`seed_study`), and
-``spectune estimate --study`` predicts with a study's fitted twin (:func:`study_twin`).
+A run that lost requests is no measurement of the host: the calibration is then refused and
+nothing written. The file records its source (measured, or simulated by ``--backend sim``);
+a new study of that hardware and model starts from it (:func:`seed_study`), a measured study
+only from a measured calibration. ``spectune estimate --study`` predicts with a study's fitted
+twin (:func:`study_physics`), only for the model and GPUs it was fitted to.
 """
 
 from __future__ import annotations
@@ -25,9 +28,12 @@ from pathlib import Path
 
 import optuna
 
+from tuner.catalog.gpus import Hardware
+from tuner.catalog.models import load_model
 from tuner.config.space import NGRAM, NO_DRAFT, SearchSpace
 from tuner.config.trial import LaunchContext, TrialConfig
 from tuner.errors import ConfigError
+from tuner.results import Source
 from tuner.sim.engine import SHIPPED, Physics
 from tuner.sim.twin.fit import FittedTwin, Observation, fit, observe
 from tuner.sim.twin.model import TwinPhysics
@@ -51,6 +57,7 @@ __all__ = [
 ]
 
 CALIBRATION_DIR = "calibration"
+_SOURCE_KEY = "source"  # beside the twin's own keys in the file; absent: written before 0.2
 
 
 def calibration_path(studies_dir: Path, space: SearchSpace) -> Path:
@@ -59,13 +66,18 @@ def calibration_path(studies_dir: Path, space: SearchSpace) -> Path:
     return studies_dir / CALIBRATION_DIR / f"{slug}.json"
 
 
-def load_calibration(studies_dir: Path, space: SearchSpace) -> FittedTwin | None:
-    """The host's calibrated twin for ``space``; None when it was never calibrated."""
+def load_calibration(
+    studies_dir: Path, space: SearchSpace
+) -> tuple[FittedTwin, Source | None] | None:
+    """The host's calibrated twin for ``space`` and its source (None: not recorded); None
+    when it was never calibrated."""
     path = calibration_path(studies_dir, space)
     if not path.is_file():
         return None
     try:
-        return FittedTwin.from_json(json.loads(path.read_text()))
+        data = json.loads(path.read_text())
+        source = data.pop(_SOURCE_KEY, None)
+        return FittedTwin.from_json(data), None if source is None else Source(source)
     except (ValueError, KeyError, TypeError):
         raise ConfigError(
             f"calibration {path} is not a twin spectune wrote: delete it and run spectune "
@@ -73,10 +85,17 @@ def load_calibration(studies_dir: Path, space: SearchSpace) -> FittedTwin | None
         ) from None
 
 
-def seed_study(study: optuna.Study, studies_dir: Path, space: SearchSpace) -> bool:
-    """Lets a new study's twin start from the host's calibration; True when there was one."""
-    calibrated = load_calibration(studies_dir, space)
-    if calibrated is None or PRIOR_ATTR in study.user_attrs:
+def seed_study(study: optuna.Study, studies_dir: Path, space: SearchSpace, source: Source) -> bool:
+    """Lets a new study's twin start from the host's calibration; True when there was one.
+
+    A study that measures (``source``) never starts from a simulated calibration (or one
+    whose source was not recorded): the simulator's numbers are no prior for real GPUs.
+    """
+    loaded = load_calibration(studies_dir, space)
+    if loaded is None or PRIOR_ATTR in study.user_attrs:
+        return False
+    calibrated, calibrated_from = loaded
+    if source is Source.MEASURED and calibrated_from is not Source.MEASURED:
         return False
     study.set_user_attr(PRIOR_ATTR, calibrated.to_json())
     return True
@@ -133,7 +152,8 @@ def calibrate(
     """Runs :func:`calibration_plan` on ``backend``, fits the twin and stores it for the host.
 
     Raises:
-        ConfigError: nothing could be measured (every config ran out of memory).
+        ConfigError: a run lost requests, or nothing could be measured (every config ran out
+            of memory); nothing is written then.
     """
     runner = TrialRunner(
         backend, space.hardware, Limits(space.ttft_limit_ms), version=space.version
@@ -151,6 +171,13 @@ def calibrate(
                 on_run(outcome)
     finally:
         runner.close()
+    lossy = [o for o in outcomes if o.status is TrialStatus.FAILED_REQUESTS]
+    if lossy:
+        raise ConfigError(
+            f"calibration of {space.hardware.label} refused: {len(lossy)} of {len(outcomes)} "
+            f"runs lost requests (first: {lossy[0].failure}); a server that fails requests "
+            "measures nothing reliable: fix it and run spectune calibrate again"
+        )
     if not any(o.primary is not None for o in outcomes):
         raise ConfigError(
             f"calibration of {space.hardware.label} measured nothing (every config ran out of "
@@ -159,7 +186,8 @@ def calibrate(
     twin = fit(space.hardware, seen, FittedTwin())
     path = calibration_path(studies_dir, space)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(twin.to_json(), indent=2) + "\n")
+    stored = {**twin.to_json(), _SOURCE_KEY: backend.source.value}
+    path.write_text(json.dumps(stored, indent=2) + "\n")
     return Calibration(twin, path, tuple(outcomes))
 
 
@@ -183,10 +211,23 @@ def study_twin(name: str, url: str) -> tuple[FittedTwin, SearchSpace]:
     return twin, space
 
 
-def study_physics(name: str | None, storage: str | None, studies_dir: Path) -> Physics:
+def study_physics(
+    name: str | None, storage: str | None, studies_dir: Path, hardware: Hardware, model: str
+) -> Physics:
     """What ``spectune estimate`` predicts with: study ``name``'s fitted twin, else the shipped
-    simulator (``storage`` defaults to the study's SQLite file under ``studies_dir``)."""
+    simulator (``storage`` defaults to the study's SQLite file under ``studies_dir``).
+
+    Raises:
+        ConfigError: the study tunes another model or other GPUs than the estimate's.
+    """
     if name is None:
         return SHIPPED
-    twin, _ = study_twin(name, storage or default_storage(name, studies_dir))
+    twin, space = study_twin(name, storage or default_storage(name, studies_dir))
+    target = load_model(model).hf_id
+    if (space.target.hf_id, space.hardware.spec) != (target, hardware.spec):
+        raise ConfigError(
+            f"--study {name} was fitted to {space.target.hf_id} on {space.hardware.spec}, not "
+            f"{target} on {hardware.spec}: its twin does not apply; leave out --study or "
+            "name a study of this model and hardware"
+        )
     return TwinPhysics(twin.params)
