@@ -251,7 +251,7 @@ def build_tokenizer(vllm_python: Path, dest: Path) -> Path:
     return target
 
 
-def run_vllm_bench(
+def run_vllm_bench(  # noqa: PLR0913  (one keyword per load-generator setting)
     vllm: Path,
     tokenizer: Path,
     server: subprocess.Popen[bytes],

@@ -68,9 +68,20 @@ def test_worker_processes_get_the_same_environment(tmp_path: Path) -> None:
 def test_a_secret_value_on_the_command_line_stores_nothing(tmp_path: Path) -> None:
     result = CliRunner().invoke(
         app,
-        ["optimize", "--backend", "sim", "--hardware", "4090x1", "--trials", "1",
-         "--studies-dir", str(tmp_path), "--docker-env", "HF_TOKEN=hf_abc"],
-    )  # fmt: skip
+        [
+            "optimize",
+            "--backend",
+            "sim",
+            "--hardware",
+            "4090x1",
+            "--trials",
+            "1",
+            "--studies-dir",
+            str(tmp_path),
+            "--docker-env",
+            "HF_TOKEN=hf_abc",
+        ],
+    )
 
     assert result.exit_code == 2
     assert "looks like a secret" in result.output and len(result.output.strip().splitlines()) == 1

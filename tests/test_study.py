@@ -182,9 +182,15 @@ def test_a_failed_trial_records_its_config(tmp_path: Path) -> None:
     storage = open_storage(f"sqlite:///{tmp_path / 'f.db'}")
     study, _ = open_study("f", storage, space, optuna.samplers.RandomSampler(seed=0))
     fits = space.config(space.speculative("Qwen/Qwen2.5-0.5B-Instruct", 4), 0.9, 2048, 0.2)
-    study.enqueue_trial({"draft": "Qwen/Qwen2.5-0.5B-Instruct", "num_speculative_tokens": 4,
-                         "gpu_memory_utilization": 0.9, "max_num_batched_tokens": 2048,
-                         "temperature": 0.2})  # fmt: skip
+    study.enqueue_trial(
+        {
+            "draft": "Qwen/Qwen2.5-0.5B-Instruct",
+            "num_speculative_tokens": 4,
+            "gpu_memory_utilization": 0.9,
+            "max_num_batched_tokens": 2048,
+            "temperature": 0.2,
+        }
+    )
     seen: list[TrialRecord] = []
     run_trials(
         study,

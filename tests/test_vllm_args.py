@@ -50,12 +50,16 @@ DRAFTED = replace(
     BASE, speculative=SpeculativeConfig("draft_model", num_speculative_tokens=4, model=DRAFT)
 )
 COMMON_ARGV = [
-    "--tensor-parallel-size", "2",
-    "--max-model-len", "8192",
-    "--gpu-memory-utilization", "0.92",
-    "--max-num-batched-tokens", "2048",
+    "--tensor-parallel-size",
+    "2",
+    "--max-model-len",
+    "8192",
+    "--gpu-memory-utilization",
+    "0.92",
+    "--max-num-batched-tokens",
+    "2048",
     "--enable-chunked-prefill",
-]  # fmt: skip
+]
 COMMON_YAML: dict[str, Any] = {
     "tensor-parallel-size": 2,
     "max-model-len": 8192,
@@ -65,11 +69,15 @@ COMMON_YAML: dict[str, Any] = {
 }
 
 LEGACY_NGRAM = [
-    "--speculative-model", "[ngram]",
-    "--num-speculative-tokens", "4",
-    "--ngram-prompt-lookup-max", "4",
-    "--ngram-prompt-lookup-min", "2",
-]  # fmt: skip
+    "--speculative-model",
+    "[ngram]",
+    "--num-speculative-tokens",
+    "4",
+    "--ngram-prompt-lookup-max",
+    "4",
+    "--ngram-prompt-lookup-min",
+    "2",
+]
 LEGACY_DRAFT = ["--speculative-model", DRAFT, "--num-speculative-tokens", "4"]
 NGRAM_JSON = {
     "method": "ngram",
@@ -87,21 +95,33 @@ ARGV_DIALECTS: dict[str, tuple[list[str], list[str] | None]] = {
     "0.6.6": (LEGACY_NGRAM + V2, LEGACY_DRAFT + V2),
     "0.7.2": (LEGACY_NGRAM, LEGACY_DRAFT),
     "0.8.1": (LEGACY_NGRAM, LEGACY_DRAFT),
-    "0.8.2": (["--speculative-config", json.dumps(NGRAM_JSON)],
-              ["--speculative-config", json.dumps(V0_DRAFT_JSON)]),
-    "0.8.5": (["--speculative-config", json.dumps(NGRAM_JSON)],
-              ["--speculative-config", json.dumps(V0_DRAFT_JSON)]),
-    "0.9.2": (["--speculative-config", json.dumps(NGRAM_JSON)],
-              ["--speculative-config", json.dumps(V0_DRAFT_JSON)]),
+    "0.8.2": (
+        ["--speculative-config", json.dumps(NGRAM_JSON)],
+        ["--speculative-config", json.dumps(V0_DRAFT_JSON)],
+    ),
+    "0.8.5": (
+        ["--speculative-config", json.dumps(NGRAM_JSON)],
+        ["--speculative-config", json.dumps(V0_DRAFT_JSON)],
+    ),
+    "0.9.2": (
+        ["--speculative-config", json.dumps(NGRAM_JSON)],
+        ["--speculative-config", json.dumps(V0_DRAFT_JSON)],
+    ),
     "v0.10.1.1": (["--speculative-config", json.dumps(NGRAM_JSON)], REFUSED),
     "0.14.1": (["--speculative-config", json.dumps(NGRAM_JSON)], REFUSED),
-    "0.15.0": (["--speculative-config", json.dumps(NGRAM_JSON)],
-               ["--speculative-config", json.dumps(V1_DRAFT_JSON)]),
-    "0.16.0": (["--speculative-config", json.dumps(NGRAM_JSON)],
-               ["--speculative-config", json.dumps(V1_DRAFT_JSON)]),
-    "latest": (["--speculative-config", json.dumps(NGRAM_JSON)],
-               ["--speculative-config", json.dumps(V1_DRAFT_JSON)]),
-}  # fmt: skip
+    "0.15.0": (
+        ["--speculative-config", json.dumps(NGRAM_JSON)],
+        ["--speculative-config", json.dumps(V1_DRAFT_JSON)],
+    ),
+    "0.16.0": (
+        ["--speculative-config", json.dumps(NGRAM_JSON)],
+        ["--speculative-config", json.dumps(V1_DRAFT_JSON)],
+    ),
+    "latest": (
+        ["--speculative-config", json.dumps(NGRAM_JSON)],
+        ["--speculative-config", json.dumps(V1_DRAFT_JSON)],
+    ),
+}
 
 
 def _argv(server: ServerConfig, version: str) -> list[str]:
@@ -140,15 +160,29 @@ def test_v1_without_draft_models_refuses_them_with_the_fix(version: str) -> None
 YAML_DIALECTS: dict[str, tuple[dict[str, Any], dict[str, Any] | None]] = {
     # version: (ngram YAML, draft YAML); no "model" key before 0.8.4, JSON strings before 0.16.
     "0.6.6": (
-        {**COMMON_YAML, "speculative-model": "[ngram]", "num-speculative-tokens": 4,
-         "ngram-prompt-lookup-max": 4, "ngram-prompt-lookup-min": 2,
-         "use-v2-block-manager": True},
-        {**COMMON_YAML, "speculative-model": DRAFT, "num-speculative-tokens": 4,
-         "use-v2-block-manager": True},
+        {
+            **COMMON_YAML,
+            "speculative-model": "[ngram]",
+            "num-speculative-tokens": 4,
+            "ngram-prompt-lookup-max": 4,
+            "ngram-prompt-lookup-min": 2,
+            "use-v2-block-manager": True,
+        },
+        {
+            **COMMON_YAML,
+            "speculative-model": DRAFT,
+            "num-speculative-tokens": 4,
+            "use-v2-block-manager": True,
+        },
     ),
     "0.8.1": (
-        {**COMMON_YAML, "speculative-model": "[ngram]", "num-speculative-tokens": 4,
-         "ngram-prompt-lookup-max": 4, "ngram-prompt-lookup-min": 2},
+        {
+            **COMMON_YAML,
+            "speculative-model": "[ngram]",
+            "num-speculative-tokens": 4,
+            "ngram-prompt-lookup-max": 4,
+            "ngram-prompt-lookup-min": 2,
+        },
         {**COMMON_YAML, "speculative-model": DRAFT, "num-speculative-tokens": 4},
     ),
     "0.8.2": (
@@ -159,8 +193,10 @@ YAML_DIALECTS: dict[str, tuple[dict[str, Any], dict[str, Any] | None]] = {
         {"model": TARGET, **COMMON_YAML, "speculative-config": json.dumps(NGRAM_JSON)},
         {"model": TARGET, **COMMON_YAML, "speculative-config": json.dumps(V0_DRAFT_JSON)},
     ),
-    "0.12.0": ({"model": TARGET, **COMMON_YAML, "speculative-config": json.dumps(NGRAM_JSON)},
-               REFUSED),
+    "0.12.0": (
+        {"model": TARGET, **COMMON_YAML, "speculative-config": json.dumps(NGRAM_JSON)},
+        REFUSED,
+    ),
     "0.15.1": (
         {"model": TARGET, **COMMON_YAML, "speculative-config": json.dumps(NGRAM_JSON)},
         {"model": TARGET, **COMMON_YAML, "speculative-config": json.dumps(V1_DRAFT_JSON)},
@@ -173,7 +209,7 @@ YAML_DIALECTS: dict[str, tuple[dict[str, Any], dict[str, Any] | None]] = {
         {"model": TARGET, **COMMON_YAML, "speculative-config": NGRAM_JSON},
         {"model": TARGET, **COMMON_YAML, "speculative-config": V1_DRAFT_JSON},
     ),
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize(("version", "expected"), [(v, e[0]) for v, e in YAML_DIALECTS.items()])
@@ -231,10 +267,12 @@ def test_extra_flags_pass_through_true_bare_false_omitted() -> None:
     assert argv[argv.index("--served-model-name") + 1] == "coder"
     assert argv[-6:] == [
         "--enforce-eager",
-        "--kv-cache-memory-bytes", "64M",
-        "--max-num-seqs", "8",
+        "--kv-cache-memory-bytes",
+        "64M",
+        "--max-num-seqs",
+        "8",
         "--no-enable-prefix-caching",
-    ]  # fmt: skip
+    ]
     config = server_yaml(server, parse_version("0.32.0"))
     assert config["served-model-name"] == "coder"
     assert config["enforce-eager"] is True

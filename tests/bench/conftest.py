@@ -20,9 +20,14 @@ SPEED = "20"  # a 16-token request takes some 20 ms: long enough to overlap, sho
 
 def _start(log_path: Path, *flags: str) -> RunningServer:
     return start_fake_server(
-        "--served-model-name", MODEL, "--speculative-config", SPEC, *flags,
-        log_path=log_path, speed=SPEED,
-    )  # fmt: skip
+        "--served-model-name",
+        MODEL,
+        "--speculative-config",
+        SPEC,
+        *flags,
+        log_path=log_path,
+        speed=SPEED,
+    )
 
 
 @pytest.fixture(scope="module")

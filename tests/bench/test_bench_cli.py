@@ -17,10 +17,20 @@ def test_bench_counts_tokens_from_usage_with_several_tokens_per_chunk(
     result = CliRunner().invoke(
         app,
         [
-            "bench", "--url", server.base_url, "--workload", "code", "--concurrency", "4",
-            "--requests", "16", "--max-tokens", "64", "--json",
+            "bench",
+            "--url",
+            server.base_url,
+            "--workload",
+            "code",
+            "--concurrency",
+            "4",
+            "--requests",
+            "16",
+            "--max-tokens",
+            "64",
+            "--json",
         ],
-    )  # fmt: skip
+    )
     assert result.exit_code == 0, result.stderr
     data = json.loads(result.stdout)
     assert data["source"] == "measured" and data["errors"] == 0
@@ -32,10 +42,17 @@ def test_bench_table_and_model_discovery(server: RunningServer) -> None:
     result = CliRunner().invoke(
         app,
         [
-            "bench", "--url", server.base_url, "--requests", "4", "--concurrency", "2",
-            "--max-tokens", "8",
+            "bench",
+            "--url",
+            server.base_url,
+            "--requests",
+            "4",
+            "--concurrency",
+            "2",
+            "--max-tokens",
+            "8",
         ],
-    )  # fmt: skip
+    )
     assert result.exit_code == 0, result.stderr
     assert "(measured)" in result.stdout and "output tok/s" in result.stdout
 
@@ -57,10 +74,18 @@ def test_bench_exits_1_with_one_line_when_requests_failed(start_server: StartSer
     result = CliRunner().invoke(
         app,
         [
-            "bench", "--url", broken.base_url, "--requests", "6", "--concurrency", "1",
-            "--output-tokens", "8", "--json",
+            "bench",
+            "--url",
+            broken.base_url,
+            "--requests",
+            "6",
+            "--concurrency",
+            "1",
+            "--output-tokens",
+            "8",
+            "--json",
         ],
-    )  # fmt: skip
+    )
     assert result.exit_code == 1, result.stderr
     data = json.loads(result.stdout)  # the numbers still print, with their failed share
     assert data["errors"] == 2 and data["failed_share"] == 2 / 6

@@ -18,9 +18,12 @@ from tuner.trial.scoring import Limits, TrialStatus, score
 
 def _request(chunks: list[float], tokens: int) -> RequestRecord:
     return RequestRecord(
-        start=0.0, first_token=chunks[0], end=chunks[-1], chunk_times=tuple(chunks),
+        start=0.0,
+        first_token=chunks[0],
+        end=chunks[-1],
+        chunk_times=tuple(chunks),
         completion_tokens=tokens,
-    )  # fmt: skip
+    )
 
 
 def _result(*requests: RequestRecord) -> TrialResult:

@@ -44,9 +44,20 @@ def _fresh_lookups() -> Iterator[None]:
 def _optimize(space: Path, studies: Path) -> tuple[int, str, str]:
     result = CliRunner().invoke(
         app,
-        ["optimize", "--backend", "sim", "--space", str(space), "--trials", "3",
-         "--studies-dir", str(studies), "--seed", "3"],
-    )  # fmt: skip
+        [
+            "optimize",
+            "--backend",
+            "sim",
+            "--space",
+            str(space),
+            "--trials",
+            "3",
+            "--studies-dir",
+            str(studies),
+            "--seed",
+            "3",
+        ],
+    )
     return result.exit_code, result.stdout, result.stderr
 
 

@@ -295,13 +295,22 @@ def test_a_study_fetches_its_weights_before_it_is_stored_and_before_the_first_st
             "target": target,
             "server": {"max_model_len": 4096, "extra_flags": {"sim-speed": 200}},
             "vllm": {"version": "0.32.0"},
-            "workload": {"input_tokens": 64, "output_tokens": 16, "concurrency": [1],
-                         "requests": 2, "warmup": 0},
-            "search": {"draft": ["ngram"], "num_speculative_tokens": {"low": 3, "high": 3},
-                       "gpu_memory_utilization": 0.9, "max_num_batched_tokens": [2048],
-                       "temperature": 0.0},
+            "workload": {
+                "input_tokens": 64,
+                "output_tokens": 16,
+                "concurrency": [1],
+                "requests": 2,
+                "warmup": 0,
+            },
+            "search": {
+                "draft": ["ngram"],
+                "num_speculative_tokens": {"low": 3, "high": 3},
+                "gpu_memory_utilization": 0.9,
+                "max_num_batched_tokens": [2048],
+                "temperature": 0.0,
+            },
         }
-    )  # fmt: skip
+    )
     events: list[StartupEvent] = []
     options = BackendOptions(
         study="",
@@ -309,8 +318,9 @@ def test_a_study_fetches_its_weights_before_it_is_stored_and_before_the_first_st
         ready_timeout_s=60,
         on_startup=events.append,
     )
-    request = OptimizeRequest("fetch", space, "process", 1, tmp_path, backend_options=options,
-                              confirm_top=0)  # fmt: skip
+    request = OptimizeRequest(
+        "fetch", space, "process", 1, tmp_path, backend_options=options, confirm_top=0
+    )
 
     result = optimize(request)
 
@@ -330,10 +340,22 @@ def test_a_study_whose_weights_cannot_be_fetched_stores_nothing(
     hub: FakeHub, tmp_path: Path
 ) -> None:
     hub.repos["Qwen/Qwen2.5-14B-Instruct-AWQ"] = FakeRepo(_tiny(), gated=True, token=TOKEN)
-    argv = ["optimize", "--space", "qwen2.5-14b-awq-4090x1", "--hardware", "4090x1",
-            "--backend", "process",
-            "--vllm-command", f"{sys.executable} -m tuner.sim.server", "--prefetch",
-            "--studies-dir", str(tmp_path / "studies"), "--trials", "1"]  # fmt: skip
+    argv = [
+        "optimize",
+        "--space",
+        "qwen2.5-14b-awq-4090x1",
+        "--hardware",
+        "4090x1",
+        "--backend",
+        "process",
+        "--vllm-command",
+        f"{sys.executable} -m tuner.sim.server",
+        "--prefetch",
+        "--studies-dir",
+        str(tmp_path / "studies"),
+        "--trials",
+        "1",
+    ]
 
     result = CliRunner().invoke(app, argv)
 

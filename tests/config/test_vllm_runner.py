@@ -36,14 +36,19 @@ def _server(method: str, **spec: Any) -> ServerConfig:
         ("draft_model", {"model": "x"}, "0.31.0", ModelRunner.V2, None),
         ("suffix", {}, "0.33.0", ModelRunner.V1, "speculative method 'suffix'"),
         ("eagle3", {"model": EAGLE3}, "0.32.0", ModelRunner.V2, None),
-        ("eagle3", {"model": EAGLE3, "parallel_drafting": True}, "0.33.0", ModelRunner.V1,
-         "parallel drafting for EAGLE speculative decoding"),
+        (
+            "eagle3",
+            {"model": EAGLE3, "parallel_drafting": True},
+            "0.33.0",
+            ModelRunner.V1,
+            "parallel drafting for EAGLE speculative decoding",
+        ),
         ("dflash", {"model": "x", "parallel_drafting": True}, "0.32.0", ModelRunner.V2, None),
         ("dspark", {"model": "x"}, "0.25.0", ModelRunner.V2, None),  # vLLM forces V2 for it
         ("eagle3", {"model": EAGLE3}, "0.21.0", ModelRunner.V1, "before vLLM 0.22"),
         ("eagle3", {"model": EAGLE3}, "0.26.0", None, "default-V2 architectures"),
     ],
-)  # fmt: skip
+)
 def test_the_runner_follows_the_releases_rules(
     method: str, spec: dict[str, Any], version: str, runner: ModelRunner | None, reason: str | None
 ) -> None:
@@ -76,10 +81,16 @@ def test_the_default_spaces_drafts_land_on_v1_for_their_vocabulary() -> None:
     )
 
 
-def _space(search: dict[str, Any], target: str = LLAMA, version: str = "0.32.0",
-           **extra: Any) -> SearchSpace:  # fmt: skip
-    raw = {"hardware": "h100", "target": target, "vllm": {"version": version},
-           "search": search, **extra}  # fmt: skip
+def _space(
+    search: dict[str, Any], target: str = LLAMA, version: str = "0.32.0", **extra: Any
+) -> SearchSpace:
+    raw = {
+        "hardware": "h100",
+        "target": target,
+        "vllm": {"version": version},
+        "search": search,
+        **extra,
+    }
     return space_from_dict(raw, "test space")
 
 
@@ -88,25 +99,46 @@ def _space(search: dict[str, Any], target: str = LLAMA, version: str = "0.32.0",
     [
         ({"method": "dflash", "model": "z"}, "0.19.0", "cannot speculate with method dflash"),
         ({"method": "ngram_gpu"}, "0.17.0", "it came in 0.18.0"),
-        ({"method": "eagle3", "model": EAGLE3, "rejection_sample_method": "block"}, "0.24.0",
-         "vLLM 0.24.0 has no rejection_sample_method 'block' \\(it came in 0.25.0"),
-        ({"method": "eagle3", "model": EAGLE3, "draft_sample_method": "probabilistic"},
-         "0.21.0", "no draft_sample_method 'probabilistic' \\(it came in 0.22.0"),
-        ({"method": "eagle3", "model": EAGLE3, "enable_adaptive_verification": [False, True]},
-         "0.27.0", "no enable_adaptive_verification True \\(it came in 0.28.0"),
-        ({"method": "eagle3", "model": EAGLE3, "enable_adaptive_verification": True},
-         "0.29.0", "runs adaptive verification with DSpark only"),
+        (
+            {"method": "eagle3", "model": EAGLE3, "rejection_sample_method": "block"},
+            "0.24.0",
+            "vLLM 0.24.0 has no rejection_sample_method 'block' \\(it came in 0.25.0",
+        ),
+        (
+            {"method": "eagle3", "model": EAGLE3, "draft_sample_method": "probabilistic"},
+            "0.21.0",
+            "no draft_sample_method 'probabilistic' \\(it came in 0.22.0",
+        ),
+        (
+            {"method": "eagle3", "model": EAGLE3, "enable_adaptive_verification": [False, True]},
+            "0.27.0",
+            "no enable_adaptive_verification True \\(it came in 0.28.0",
+        ),
+        (
+            {"method": "eagle3", "model": EAGLE3, "enable_adaptive_verification": True},
+            "0.29.0",
+            "runs adaptive verification with DSpark only",
+        ),
         ({"method": "suffix"}, "0.32.0", None),
-        ({"method": "ngram", "rejection_sample_method": "block"}, "0.31.0",
-         "rejection_sample_method 'block' runs on Model Runner V2 only, and this config lands on "
-         "the V1 model runner"),
-        ({"method": "draft_model", "model": "meta-llama/Llama-3.2-1B-Instruct",
-          "enable_adaptive_verification": True}, "0.30.0",
-         "enable_adaptive_verification True runs on Model Runner V2 only, and this config lands "
-         "on the V1 model runner \\(Model Runner V2 does not yet support speculative method "
-         "'draft_model'\\) on vLLM 0.30.0"),
+        (
+            {"method": "ngram", "rejection_sample_method": "block"},
+            "0.31.0",
+            "rejection_sample_method 'block' runs on Model Runner V2 only, and this config lands "
+            "on the V1 model runner",
+        ),
+        (
+            {
+                "method": "draft_model",
+                "model": "meta-llama/Llama-3.2-1B-Instruct",
+                "enable_adaptive_verification": True,
+            },
+            "0.30.0",
+            "enable_adaptive_verification True runs on Model Runner V2 only, and this config lands "
+            "on the V1 model runner \\(Model Runner V2 does not yet support speculative method "
+            "'draft_model'\\) on vLLM 0.30.0",
+        ),
     ],
-)  # fmt: skip
+)
 def test_an_option_the_release_or_runner_lacks_is_one_line(
     method: dict[str, Any], version: str, match: str | None
 ) -> None:
@@ -119,8 +151,10 @@ def test_an_option_the_release_or_runner_lacks_is_one_line(
 
 
 def test_a_heterogeneous_draft_keeps_the_v2_only_options_off() -> None:
-    for option, value in (("rejection_sample_method", "block"),
-                          ("draft_sample_method", "probabilistic")):  # fmt: skip
+    for option, value in (
+        ("rejection_sample_method", "block"),
+        ("draft_sample_method", "probabilistic"),
+    ):
         method = {"method": "draft_model", "model": "Qwen/Qwen2.5-0.5B-Instruct", option: value}
         with pytest.raises(ConfigError, match="vocabulary size"):
             _space({"methods": [method]}, target=QWEN32)

@@ -229,8 +229,9 @@ def test_messages_name_signals_and_timeouts() -> None:
     assert str(killed) == "vLLM did not start (crash, killed by SIGKILL): INFO: loading weights"
     docker = startup_failure(137, "", oom_killed=True)
     assert str(docker) == "vLLM did not start (oom, exit status 137, OOM-killed): (empty log)"
-    slow = startup_failure(None, "a\nINFO 07-01 12:00:00 [x.py:1] Loading weights\n\n",
-                           timed_out=True, timeout_s=600)  # fmt: skip
+    slow = startup_failure(
+        None, "a\nINFO 07-01 12:00:00 [x.py:1] Loading weights\n\n", timed_out=True, timeout_s=600
+    )
     assert str(slow) == "vLLM did not start (timeout, still not ready after 600 s): Loading weights"
     assert slow.exit_code is None
 

@@ -81,9 +81,13 @@ def test_model_never_listed_times_out_saying_what_was_listed(
     behaviour.models = ["other"]
     with pytest.raises(StartupFailure) as caught:
         wait_until_ready(
-            url, timeout_s=0.3, exited=_alive, log_tail=lambda: "INFO up", poll_s=0.05,
+            url,
+            timeout_s=0.3,
+            exited=_alive,
+            log_tail=lambda: "INFO up",
+            poll_s=0.05,
             model="tiny",
-        )  # fmt: skip
+        )
     assert caught.value.kind is FailureKind.TIMEOUT
     assert caught.value.exit_code is None
     assert "still not ready after 0.3 s" in str(caught.value)

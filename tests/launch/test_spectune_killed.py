@@ -32,16 +32,24 @@ def _optimize(tmp_path: Path, study: str, trials: int) -> list[str]:
     return [
         SPECTUNE,
         "optimize",
-        "--hardware", "4090x1",
-        "--space", "qwen2.5-14b-awq-4090x1",
-        "--backend", "process",
-        "--vllm-command", FAKE_VLLM,
-        "--study", study,
-        "--trials", str(trials),
-        "--confirm-top", "0",
+        "--hardware",
+        "4090x1",
+        "--space",
+        "qwen2.5-14b-awq-4090x1",
+        "--backend",
+        "process",
+        "--vllm-command",
+        FAKE_VLLM,
+        "--study",
+        study,
+        "--trials",
+        str(trials),
+        "--confirm-top",
+        "0",
         "--no-prefetch",  # the fake server loads no weights
-        "--studies-dir", str(tmp_path / "studies"),
-    ]  # fmt: skip
+        "--studies-dir",
+        str(tmp_path / "studies"),
+    ]
 
 
 def _wait_for(

@@ -56,8 +56,9 @@ def test_a_dflash_drafter_takes_the_k_it_was_trained_for(tmp_path: Path) -> None
     assert space.k_range(f"dflash:{drafter}") == range(15, 16)  # block_size 16: 15 drafted
     spec = space.speculative(f"dflash:{drafter}", 15)
     assert spec is not None and spec.method is SpecMethod.DFLASH and spec.model == drafter
-    argv = server_argv(space.config(spec, 0.9, 2048, 0.0).server, parse_version("0.32.0"),
-                       host="h", port=1)  # fmt: skip
+    argv = server_argv(
+        space.config(spec, 0.9, 2048, 0.0).server, parse_version("0.32.0"), host="h", port=1
+    )
     written = json.loads(argv[argv.index("--speculative-config") + 1])
     assert written == {"method": "dflash", "model": drafter, "num_speculative_tokens": 15}
 
@@ -88,13 +89,15 @@ def test_a_block_drafters_checkpoint_rules_are_one_line(
 @pytest.mark.parametrize(
     ("method", "match"),
     [
-        ({"method": "ngram", "rejection_sample_method": "synthetic"},
-         "synthetic forces an acceptance rate or length: a benchmarking tool, not a serving"),
+        (
+            {"method": "ngram", "rejection_sample_method": "synthetic"},
+            "synthetic forces an acceptance rate or length: a benchmarking tool, not a serving",
+        ),
         ({"method": "ngram", "rejection_sample_method": ["standard", "fly"]}, "fly .* lossy"),
         ({"method": "qwen3_5_mtp"}, "runs every per-model MTP name as mtp"),
         ({"method": "dflash", "dspark_draft_topk": 8}, "dspark_draft_topk belongs to method"),
     ],
-)  # fmt: skip
+)
 def test_settings_no_server_should_run_are_refused(method: dict[str, Any], match: str) -> None:
     with pytest.raises(ConfigError, match=match):
         _space({"methods": [method]})
@@ -107,8 +110,10 @@ def _p_eagle(root: Path) -> str:
 
 def test_parallel_drafting_needs_a_head_trained_for_it() -> None:
     with pytest.raises(ConfigError, match="parallel_drafting needs a head trained for it"):
-        _space({"methods": [{"method": "eagle3", "model": EAGLE3, "parallel_drafting": True}]},
-               target=LLAMA)  # fmt: skip
+        _space(
+            {"methods": [{"method": "eagle3", "model": EAGLE3, "parallel_drafting": True}]},
+            target=LLAMA,
+        )
 
 
 def test_each_option_is_asked_only_where_it_is_searched(tmp_path: Path) -> None:
@@ -116,14 +121,18 @@ def test_each_option_is_asked_only_where_it_is_searched(tmp_path: Path) -> None:
     space = _space(
         {
             "methods": [
-                {"method": "eagle3", "model": head, "parallel_drafting": [False, True],
-                 "rejection_sample_method": ["block", "standard"],
-                 "enable_adaptive_verification": [False, True]},
+                {
+                    "method": "eagle3",
+                    "model": head,
+                    "parallel_drafting": [False, True],
+                    "rejection_sample_method": ["block", "standard"],
+                    "enable_adaptive_verification": [False, True],
+                },
                 {"method": "ngram_gpu", "rejection_sample_method": "block"},
             ]
         },
         target=LLAMA,
-    )  # fmt: skip
+    )
     assert space.choice(f"eagle3:{head}").options == (
         ("parallel_drafting", (False, True)),
         ("draft_sample_method", ("greedy",)),
@@ -140,8 +149,11 @@ def test_each_option_is_asked_only_where_it_is_searched(tmp_path: Path) -> None:
             assert spec.rejection_sample_method is Verification.BLOCK
             assert "rejection_sample_method" not in trial.params  # one value: fixed
         else:
-            combo = (spec.parallel_drafting, str(spec.rejection_sample_method),
-                     spec.enable_adaptive_verification)  # fmt: skip
+            combo = (
+                spec.parallel_drafting,
+                str(spec.rejection_sample_method),
+                spec.enable_adaptive_verification,
+            )
             seen.add(combo)
             # P-EAGLE lands on the V1 runner: block and adaptive are not asked for it.
             asked = {"rejection_sample_method", "enable_adaptive_verification"} & set(trial.params)
@@ -157,10 +169,18 @@ def test_each_option_is_asked_only_where_it_is_searched(tmp_path: Path) -> None:
 def test_the_warm_start_variants_cover_each_searched_value_once(tmp_path: Path) -> None:
     head = _p_eagle(tmp_path)
     space = _space(
-        {"methods": [{"method": "eagle3", "model": head, "parallel_drafting": [False, True],
-                      "enable_adaptive_verification": [False, True]}]},
+        {
+            "methods": [
+                {
+                    "method": "eagle3",
+                    "model": head,
+                    "parallel_drafting": [False, True],
+                    "enable_adaptive_verification": [False, True],
+                }
+            ]
+        },
         target=LLAMA,
-    )  # fmt: skip
+    )
     variants = space.choice(f"eagle3:{head}").variants()
     plain = {"draft_sample_method": "greedy", "rejection_sample_method": "standard"}
     assert variants == (
@@ -180,8 +200,12 @@ def test_dspark_draft_topk_is_checked_against_the_drafter_and_the_parallelism() 
     assert "dspark_draft_topk" in choice.tuned
     with pytest.raises(ConfigError, match="above its draft vocabulary"):
         _space({"methods": [{**dspark, "dspark_draft_topk": 200000}]})
-    raw = {"hardware": "4090x2", "target": QWEN3, "vllm": {"version": "0.32.0"},
-           "search": {"methods": [{**dspark, "dspark_draft_topk": 64}]}}  # fmt: skip
+    raw = {
+        "hardware": "4090x2",
+        "target": QWEN3,
+        "vllm": {"version": "0.32.0"},
+        "search": {"methods": [{**dspark, "dspark_draft_topk": 64}]},
+    }
     with pytest.raises(ConfigError, match="requires draft tensor parallel size 1"):
         space_from_dict(raw, "test space")
     with pytest.raises(ConfigError, match="trained for Qwen/Qwen3-8B"):

@@ -24,8 +24,12 @@ def _space(search: dict[str, Any], target: str = LLAMA, version: str = "0.32.0")
 
 
 def test_the_earlier_draft_form_loads_as_methods() -> None:
-    space = _space({"draft": ["none", "ngram", "meta-llama/Llama-3.2-1B-Instruct"],
-                    "num_speculative_tokens": {"low": 2, "high": 5}})  # fmt: skip
+    space = _space(
+        {
+            "draft": ["none", "ngram", "meta-llama/Llama-3.2-1B-Instruct"],
+            "num_speculative_tokens": {"low": 2, "high": 5},
+        }
+    )
     assert space.drafts == ("none", "ngram", "meta-llama/Llama-3.2-1B-Instruct")
     ngram = space.speculative("ngram", 3)
     assert ngram is not None and (ngram.prompt_lookup_min, ngram.prompt_lookup_max) == (1, 4)
@@ -35,13 +39,25 @@ def test_the_earlier_draft_form_loads_as_methods() -> None:
 
 
 def test_each_choice_asks_only_for_its_own_parameters() -> None:
-    space = _space({"methods": [
-        "none",
-        {"method": "ngram", "num_speculative_tokens": {"low": 1, "high": 8},
-         "prompt_lookup_min": {"low": 1, "high": 3}, "prompt_lookup_max": {"low": 2, "high": 5}},
-        {"method": "eagle3", "model": EAGLE3, "num_speculative_tokens": {"low": 1, "high": 3}},
-        {"method": "suffix", "suffix_decoding_min_token_prob": {"low": 0.05, "high": 0.3}},
-    ]})  # fmt: skip
+    space = _space(
+        {
+            "methods": [
+                "none",
+                {
+                    "method": "ngram",
+                    "num_speculative_tokens": {"low": 1, "high": 8},
+                    "prompt_lookup_min": {"low": 1, "high": 3},
+                    "prompt_lookup_max": {"low": 2, "high": 5},
+                },
+                {
+                    "method": "eagle3",
+                    "model": EAGLE3,
+                    "num_speculative_tokens": {"low": 1, "high": 3},
+                },
+                {"method": "suffix", "suffix_decoding_min_token_prob": {"low": 0.05, "high": 0.3}},
+            ]
+        }
+    )
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=3))
     seen: dict[str, set[str]] = {}
     for _ in range(60):
@@ -63,26 +79,45 @@ def test_each_choice_asks_only_for_its_own_parameters() -> None:
     memory = {"gpu_memory_utilization", "max_num_batched_tokens"}
     assert seen["none"] == memory
     assert seen[f"eagle3:{EAGLE3}"] == memory | {"num_speculative_tokens"}
-    assert seen["ngram"] == memory | {"num_speculative_tokens", "prompt_lookup_min",
-                                      "prompt_lookup_max"}  # fmt: skip
+    assert seen["ngram"] == memory | {
+        "num_speculative_tokens",
+        "prompt_lookup_min",
+        "prompt_lookup_max",
+    }
     assert seen["suffix"] == memory | {"num_speculative_tokens", "suffix_decoding_min_token_prob"}
 
 
 @pytest.mark.parametrize(
     ("search", "target", "version", "match"),
     [
-        ({"methods": [{"method": "eagle3", "model": "AngelSlim/Qwen3-8B_eagle3"}]}, LLAMA,
-         "0.32.0", "trained for Qwen/Qwen3-8B"),
-        ({"methods": [{"method": "eagle", "model": EAGLE3}]}, LLAMA, "0.32.0",
-         "is an eagle3 head, not eagle"),
+        (
+            {"methods": [{"method": "eagle3", "model": "AngelSlim/Qwen3-8B_eagle3"}]},
+            LLAMA,
+            "0.32.0",
+            "trained for Qwen/Qwen3-8B",
+        ),
+        (
+            {"methods": [{"method": "eagle", "model": EAGLE3}]},
+            LLAMA,
+            "0.32.0",
+            "is an eagle3 head, not eagle",
+        ),
         ({"methods": ["mtp"]}, LLAMA, "0.32.0", "carries no MTP layers"),
-        ({"methods": [{"method": "draft_model", "model": EAGLE3}]}, LLAMA, "0.32.0",
-         "is an EAGLE head, not a draft model"),
-        ({"methods": [{"method": "eagle3", "model": EAGLE3}]}, LLAMA, "0.8.4",
-         "cannot speculate with method eagle3"),
+        (
+            {"methods": [{"method": "draft_model", "model": EAGLE3}]},
+            LLAMA,
+            "0.32.0",
+            "is an EAGLE head, not a draft model",
+        ),
+        (
+            {"methods": [{"method": "eagle3", "model": EAGLE3}]},
+            LLAMA,
+            "0.8.4",
+            "cannot speculate with method eagle3",
+        ),
         ({"methods": ["suffix"]}, LLAMA, "0.10.0", "cannot speculate with method suffix"),
     ],
-)  # fmt: skip
+)
 def test_a_wrong_pairing_is_one_line_when_the_space_loads(
     search: dict[str, Any], target: str, version: str, match: str
 ) -> None:

@@ -18,8 +18,14 @@ def test_every_family_drafts_with_a_type_vllm_knows() -> None:
 @pytest.mark.parametrize(
     ("config", "layers"),
     [
-        ({"model_type": "deepseek_v3", "architectures": ["DeepseekV3ForCausalLM"],
-          "num_nextn_predict_layers": 1}, 1),
+        (
+            {
+                "model_type": "deepseek_v3",
+                "architectures": ["DeepseekV3ForCausalLM"],
+                "num_nextn_predict_layers": 1,
+            },
+            1,
+        ),
         ({"model_type": "deepseek_v3", "num_nextn_predict_layers": 0}, 0),  # Kimi-K2
         ({"model_type": "qwen3_5_moe", "mtp_num_hidden_layers": 1}, 1),
         ({"model_type": "qwen3_5", "text_config": {"mtp_num_hidden_layers": 2}}, 2),
@@ -30,7 +36,7 @@ def test_every_family_drafts_with_a_type_vllm_knows() -> None:
         ({"model_type": "inkling_model", "mtp_config": {"num_nextn_predict_layers": 2}}, 2),
         ({"model_type": "llama", "architectures": ["LlamaForCausalLM"]}, 0),
     ],
-)  # fmt: skip
+)
 def test_layers_are_counted_as_vllm_counts_them(config: dict[str, Any], layers: int) -> None:
     assert mtp_layers(config) == layers
     assert (mtp_family(config) is None) is (config.get("model_type") == "llama")

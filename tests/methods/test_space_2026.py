@@ -39,9 +39,19 @@ def test_optimize_on_the_default_space_warns_once_why_its_drafts_run_on_v1(
 ) -> None:
     result = runner.invoke(
         app,
-        ["optimize", "--backend", "sim", "--trials", "2", "--confirm-top", "0",
-         "--studies-dir", str(tmp_path), "--json"],
-    )  # fmt: skip
+        [
+            "optimize",
+            "--backend",
+            "sim",
+            "--trials",
+            "2",
+            "--confirm-top",
+            "0",
+            "--studies-dir",
+            str(tmp_path),
+            "--json",
+        ],
+    )
     assert result.exit_code == 0, result.stderr
     assert result.stderr.count("WARNING:") == 1
     assert "deprecated V1 model runner" in result.stderr
@@ -58,9 +68,25 @@ def test_a_simulated_study_on_the_2026_space_proposes_every_method_and_verificat
 ) -> None:
     result = runner.invoke(
         app,
-        ["optimize", "--backend", "sim", "--space", SPACE, "--trials", "24", "--confirm-top",
-         "0", "--studies-dir", str(tmp_path), "--study", "s", "--seed", "3", "--json"],
-    )  # fmt: skip
+        [
+            "optimize",
+            "--backend",
+            "sim",
+            "--space",
+            SPACE,
+            "--trials",
+            "24",
+            "--confirm-top",
+            "0",
+            "--studies-dir",
+            str(tmp_path),
+            "--study",
+            "s",
+            "--seed",
+            "3",
+            "--json",
+        ],
+    )
     assert result.exit_code == 0, result.stderr
     study = optuna.load_study(study_name="s", storage=f"sqlite:///{tmp_path}/s.db")
     ran = records(study.get_trials(deepcopy=False))

@@ -38,12 +38,32 @@ def _node_command(head: bool) -> list[str]:
     common = ["--block", "--disable-usage-stats", "--num-cpus", "1"]
     common += ["--object-store-memory", str(80 * 1024 * 1024)]
     if head:
-        return [RAY, "start", "--head", "--port", "6379", "--num-gpus", "0",
-                "--ray-client-server-port", str(_CLIENT_PORT), "--include-dashboard", "false",
-                *common]  # fmt: skip
+        return [
+            RAY,
+            "start",
+            "--head",
+            "--port",
+            "6379",
+            "--num-gpus",
+            "0",
+            "--ray-client-server-port",
+            str(_CLIENT_PORT),
+            "--include-dashboard",
+            "false",
+            *common,
+        ]
     resources = json.dumps({"spectune_gpu_4090": 2})
-    return [RAY, "start", "--address", "HEAD:6379", "--num-gpus", "2",
-            "--resources", resources, *common]  # fmt: skip
+    return [
+        RAY,
+        "start",
+        "--address",
+        "HEAD:6379",
+        "--num-gpus",
+        "2",
+        "--resources",
+        resources,
+        *common,
+    ]
 
 
 @pytest.fixture(scope="module")

@@ -45,12 +45,22 @@ def _space(name: str, sim_speed: float, output_tokens: int) -> dict[str, Any]:
         },
         "vllm": {"version": "0.32.0"},
         "slo": {"ttft_ms": 5000},
-        "workload": {"prompt_set": "code", "input_tokens": 64, "output_tokens": output_tokens,
-                     "concurrency": [1], "requests": 3, "warmup": 1},
-        "search": {"draft": ["none", "ngram"], "num_speculative_tokens": {"low": 2, "high": 6},
-                   "gpu_memory_utilization": 0.9, "max_num_batched_tokens": [2048],
-                   "temperature": {"low": 0.0, "high": 1.0, "step": 0.1}},
-    }  # fmt: skip
+        "workload": {
+            "prompt_set": "code",
+            "input_tokens": 64,
+            "output_tokens": output_tokens,
+            "concurrency": [1],
+            "requests": 3,
+            "warmup": 1,
+        },
+        "search": {
+            "draft": ["none", "ngram"],
+            "num_speculative_tokens": {"low": 2, "high": 6},
+            "gpu_memory_utilization": 0.9,
+            "max_num_batched_tokens": [2048],
+            "temperature": {"low": 0.0, "high": 1.0, "step": 0.1},
+        },
+    }
 
 
 def _driver(
@@ -58,11 +68,34 @@ def _driver(
 ) -> subprocess.Popen[str]:
     path = tmp_path / "space.yaml"
     path.write_text(yaml.safe_dump(space))
-    argv = [sys.executable, "-m", "tuner", "optimize", "--space", str(path),
-            "--backend", "process", "--vllm-command", FAKE_SERVER, "--ray", cluster.address,
-            "--parallel", "2", "--trials", str(trials), "--studies-dir", str(tmp_path),
-            "--sampler", "random", "--confirm-top", "0", "--ready-timeout", "60",
-            "--json", *extra]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "tuner",
+        "optimize",
+        "--space",
+        str(path),
+        "--backend",
+        "process",
+        "--vllm-command",
+        FAKE_SERVER,
+        "--ray",
+        cluster.address,
+        "--parallel",
+        "2",
+        "--trials",
+        str(trials),
+        "--studies-dir",
+        str(tmp_path),
+        "--sampler",
+        "random",
+        "--confirm-top",
+        "0",
+        "--ready-timeout",
+        "60",
+        "--json",
+        *extra,
+    ]
     env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "160"}
     pipe = subprocess.PIPE
     return subprocess.Popen(argv, stdout=pipe, stderr=pipe, text=True, env=env)

@@ -38,8 +38,9 @@ def test_export_formats_and_outputs(levels: StudyCopy, tmp_path: Path) -> None:
     assert code == 0, err
     assert os.access(script, os.X_OK)
 
-    code, out, err = _run("export", "levels", *where, "--format", "json", "--pick", "min-ttft",
-                          "--json")  # fmt: skip
+    code, out, err = _run(
+        "export", "levels", *where, "--format", "json", "--pick", "min-ttft", "--json"
+    )
     assert code == 0, err
     data = json.loads(out)
     assert data["format"] == "json" and data["provenance"]["pick"] == "min-ttft"
@@ -55,8 +56,15 @@ def test_report_command(levels: StudyCopy, tmp_path: Path) -> None:
     assert code == 0, err
     assert (levels.folder / "report" / "report.html").is_file()
     assert "pareto (" in out
-    code, out, err = _run("report", "levels", "--studies-dir", str(levels.studies_dir),
-                          "--out", str(tmp_path / "r"), "--json")  # fmt: skip
+    code, out, err = _run(
+        "report",
+        "levels",
+        "--studies-dir",
+        str(levels.studies_dir),
+        "--out",
+        str(tmp_path / "r"),
+        "--json",
+    )
     assert code == 0, err
     data = json.loads(out)
     assert data["html"] == str(tmp_path / "r" / "report.html")
@@ -92,9 +100,11 @@ def test_bad_input_is_one_line_exit_2(levels: StudyCopy) -> None:
         (["report", "nope", *where], "no study 'nope'"),
         (["dashboard", "nope", *where], "no study 'nope'"),
         (["confirm", "levels", *where, "--backend", "cloud"], "unknown backend 'cloud'"),
-        (["export", "x", "--storage", "postgresql+psycopg://u:hunter2pw@127.0.0.1:1/db"],
-         "cannot open storage"),
-    ]  # fmt: skip
+        (
+            ["export", "x", "--storage", "postgresql+psycopg://u:hunter2pw@127.0.0.1:1/db"],
+            "cannot open storage",
+        ),
+    ]
     for args, message in cases:
         code, out, err = _run(*args)
         assert code == 2, (args, out, err)

@@ -115,9 +115,15 @@ def test_confirm_reruns_the_top_configs_on_fresh_servers(levels: StudyCopy, tmp_
     counting = CountingBackend(_sim(space))
     seen: list[tuple[int, int, str]] = []
     results = confirm(
-        study, space, counting, top_n=3, repeats=3, log_dir=tmp_path / "logs",
-        on_run=lambda n, r, run: seen.append((n, r, run.status)), today=dt.date(2026, 1, 2),
-    )  # fmt: skip
+        study,
+        space,
+        counting,
+        top_n=3,
+        repeats=3,
+        log_dir=tmp_path / "logs",
+        on_run=lambda n, r, run: seen.append((n, r, run.status)),
+        today=dt.date(2026, 1, 2),
+    )
 
     expected = [t.number for t in confirmation_order(study)[:3]]
     assert [c.trial for c in results] == expected and len(set(expected)) == 3

@@ -138,8 +138,9 @@ def test_dashboard_api_shows_names_infeasible_trials_and_logs(
     assert detail["note"]["body"].startswith("## Recommended: ")  # the report's answer
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        master = optuna.load_study(study_name=STUDY, storage=open_storage(
-            f"sqlite:///{levels_master / f'{STUDY}.db'}"))  # fmt: skip
+        master = optuna.load_study(
+            study_name=STUDY, storage=open_storage(f"sqlite:///{levels_master / f'{STUDY}.db'}")
+        )
     outcomes = _expected_outcomes(master)
     trials = detail["trials"]
     assert len(trials) == len(master.trials)
@@ -162,19 +163,32 @@ def test_dashboard_page_in_headless_chromium(
 ) -> None:
     study_id, _ = _study_detail(dashboard)
     page = f"{dashboard}/dashboard/studies/{study_id}"
-    dom = run_chromium(chromium, tmp_path / "p", page, "--virtual-time-budget=15000",
-                       "--dump-dom").stdout  # fmt: skip
+    dom = run_chromium(
+        chromium, tmp_path / "p", page, "--virtual-time-budget=15000", "--dump-dom"
+    ).stdout
     assert f"{STUDY} (id={study_id})" in dom
-    note = run_chromium(chromium, tmp_path / "p", f"{page}/note", "--virtual-time-budget=15000",
-                        "--dump-dom").stdout  # fmt: skip
+    note = run_chromium(
+        chromium, tmp_path / "p", f"{page}/note", "--virtual-time-budget=15000", "--dump-dom"
+    ).stdout
     assert "Recommended:" in note and "vllm serve --config best.yaml" in note  # the study note
     assert "output_tok_s" in dom and "p95_ttft_ms" in dom  # objective names, not "Objective 0"
     # The timeline chart has an "Infeasible" series only when some completed trial is.
     assert 'data-unformatted="Infeasible"' in dom
-    trials = run_chromium(chromium, tmp_path / "p", f"{page}/trials?numbers=0",
-                          "--virtual-time-budget=15000", "--dump-dom").stdout  # fmt: skip
+    trials = run_chromium(
+        chromium,
+        tmp_path / "p",
+        f"{page}/trials?numbers=0",
+        "--virtual-time-budget=15000",
+        "--dump-dom",
+    ).stdout
     assert "Trial 0" in trials and "trial-0.json" in trials  # the log record, downloadable
     shot = tmp_path / "dashboard.png"
-    run_chromium(chromium, tmp_path / "p", page, "--virtual-time-budget=15000",
-                 "--window-size=1300,1000", f"--screenshot={shot}")  # fmt: skip
+    run_chromium(
+        chromium,
+        tmp_path / "p",
+        page,
+        "--virtual-time-budget=15000",
+        "--window-size=1300,1000",
+        f"--screenshot={shot}",
+    )
     assert shot.is_file() and shot.stat().st_size > 20_000

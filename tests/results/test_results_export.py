@@ -136,9 +136,20 @@ def test_docker_run_is_a_shell_script_that_runs_docker(levels: StudyCopy, tmp_pa
     )
     argv = json.loads(done.stdout)
     assert argv[:13] == [
-        "run", "-d", "--name", "vllm", "--gpus", "2", "--ipc=host", "-p", "8000:8000",
-        "-v", "/home/u/.cache/huggingface:/root/.cache/huggingface", "-e", "HF_TOKEN",
-    ]  # fmt: skip
+        "run",
+        "-d",
+        "--name",
+        "vllm",
+        "--gpus",
+        "2",
+        "--ipc=host",
+        "-p",
+        "8000:8000",
+        "-v",
+        "/home/u/.cache/huggingface:/root/.cache/huggingface",
+        "-e",
+        "HF_TOKEN",
+    ]
     image_at = argv.index("vllm/vllm-openai:v0.32.0")
     assert argv[image_at - 2 : image_at] == ["--entrypoint", "vllm"]
     assert argv[image_at + 1] == "serve"

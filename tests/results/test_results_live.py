@@ -89,9 +89,20 @@ def test_draft_labels_are_sizes_where_the_name_has_one() -> None:
 def test_nothing_feasible_says_so(tmp_path: Path) -> None:
     result = runner.invoke(
         app,
-        ["optimize", "--backend", "sim", "--trials", "3", "--studies-dir", str(tmp_path),
-         "--slo-ttft-ms", "1", "--confirm-top", "0"],
-    )  # fmt: skip
+        [
+            "optimize",
+            "--backend",
+            "sim",
+            "--trials",
+            "3",
+            "--studies-dir",
+            str(tmp_path),
+            "--slo-ttft-ms",
+            "1",
+            "--confirm-top",
+            "0",
+        ],
+    )
     assert result.exit_code == 0, result.stderr
     assert "Pareto front: no feasible trial" in result.stdout
     assert "n/a" not in result.stdout

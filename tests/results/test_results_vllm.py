@@ -49,17 +49,27 @@ def exports(
         "server": {"max_model_len": CPU_MAX_MODEL_LEN, "extra_flags": dict(CPU_EXTRA_FLAGS)},
         "vllm": {"version": "0.32.0+cpu"},
         "slo": {"ttft_ms": 500},
-        "workload": {"prompt_set": "code", "input_tokens": 64, "output_tokens": 32,
-                     "requests": 16, "warmup": 1,
-                     # scored on one request at a time; 4 and 16 measured for the K table
-                     "concurrency": [{"level": 1, "weight": 0.998}, {"level": 4, "weight": 0.001},
-                                     {"level": 16, "weight": 0.001}]},
-        "search": {"draft": ["none", "ngram", str(tiny_models.draft)],
-                   "num_speculative_tokens": {"low": 1, "high": 6},
-                   "gpu_memory_utilization": {"low": 0.80, "high": 0.98, "step": 0.02},
-                   "max_num_batched_tokens": [CPU_MAX_MODEL_LEN],
-                   "temperature": {"low": 0.0, "high": 1.0, "step": 0.1}},
-    }  # fmt: skip
+        "workload": {
+            "prompt_set": "code",
+            "input_tokens": 64,
+            "output_tokens": 32,
+            "requests": 16,
+            "warmup": 1,
+            # scored on one request at a time; 4 and 16 measured for the K table
+            "concurrency": [
+                {"level": 1, "weight": 0.998},
+                {"level": 4, "weight": 0.001},
+                {"level": 16, "weight": 0.001},
+            ],
+        },
+        "search": {
+            "draft": ["none", "ngram", str(tiny_models.draft)],
+            "num_speculative_tokens": {"low": 1, "high": 6},
+            "gpu_memory_utilization": {"low": 0.80, "high": 0.98, "step": 0.02},
+            "max_num_batched_tokens": [CPU_MAX_MODEL_LEN],
+            "temperature": {"low": 0.0, "high": 1.0, "step": 0.1},
+        },
+    }
     build_study(folder, space, trials=20)
     study, stored = StudyCopy(folder, "tiny").open()
     judge_table(study, stored, wins=True)  # what vLLM must accept is the table, run or not here
@@ -129,10 +139,21 @@ def served(
     env = {**os.environ, **vllm_env(tmp_path / "run", vllm_cache_root)}
     with log.open("w") as out:
         proc = subprocess.Popen(
-            [*vllm_command(), "serve", "--config", str(config), "--host", "127.0.0.1",
-             "--port", str(port)],
-            stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True,
-        )  # fmt: skip
+            [
+                *vllm_command(),
+                "serve",
+                "--config",
+                str(config),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 300
@@ -157,8 +178,13 @@ def served(
 
 
 def _complete(base: str, model: str) -> int:
-    body = {"model": model, "prompt": "def fibonacci(n):", "max_tokens": 16, "temperature": 0,
-            "ignore_eos": True}  # fmt: skip
+    body = {
+        "model": model,
+        "prompt": "def fibonacci(n):",
+        "max_tokens": 16,
+        "temperature": 0,
+        "ignore_eos": True,
+    }
     return httpx.post(f"{base}/v1/completions", json=body, timeout=120, trust_env=False).status_code
 
 
@@ -197,12 +223,28 @@ def _bench_reads_vllms_own_counters_with_natural_outputs(base: str, model: str) 
     result = CliRunner().invoke(
         app,
         [
-            "bench", "--url", base, "--model", model, "--api", "completions", "--requests", "4",
-            "--concurrency", "1", "--warmup", "0", "--input-tokens", "48", "--output-tokens", "24",
-            "--temperature", "0",
+            "bench",
+            "--url",
+            base,
+            "--model",
+            model,
+            "--api",
+            "completions",
+            "--requests",
+            "4",
+            "--concurrency",
+            "1",
+            "--warmup",
+            "0",
+            "--input-tokens",
+            "48",
+            "--output-tokens",
+            "24",
+            "--temperature",
+            "0",
             "--json",
         ],
-    )  # fmt: skip
+    )
     assert result.exit_code == 0, result.stderr
     after = _counters(base)
     data = json.loads(result.stdout)

@@ -185,7 +185,10 @@ def test_a_per_batch_size_k_table_reads_back_and_old_versions_refuse_it(tmp_path
     "table", [[[2, 4, 4]], [[1, 4, 4], [6, 8, 0]], [[1, 4, -1]], [[1, 4]], "1-4:4"]
 )
 def test_a_malformed_k_table_is_refused_like_vllm_refuses_it(table: object) -> None:
-    spec = {"method": "ngram", "num_speculative_tokens": 4,
-            "num_speculative_tokens_per_batch_size": table}  # fmt: skip
+    spec = {
+        "method": "ngram",
+        "num_speculative_tokens": 4,
+        "num_speculative_tokens_per_batch_size": table,
+    }
     with pytest.raises(ConfigValidationError, match="num_speculative_tokens_per_batch_size"):
         parse_serve_args(["serve", TARGET, "--speculative-config", json.dumps(spec)], {})

@@ -27,13 +27,18 @@ HIDDEN, HEADS, KV_HEADS, INTER, LAYERS = 64, 2, 1, 128, 8
 def build_target(dest: Path) -> None:
     tokenizer = build_tokenizer()
     config = LlamaConfig(
-        vocab_size=VOCAB_SIZE, hidden_size=HIDDEN, intermediate_size=INTER,
-        num_hidden_layers=LAYERS, num_attention_heads=HEADS, num_key_value_heads=KV_HEADS,
-        max_position_embeddings=MAX_POSITIONS, tie_word_embeddings=False,
+        vocab_size=VOCAB_SIZE,
+        hidden_size=HIDDEN,
+        intermediate_size=INTER,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS,
+        num_key_value_heads=KV_HEADS,
+        max_position_embeddings=MAX_POSITIONS,
+        tie_word_embeddings=False,
         bos_token_id=tokenizer.convert_tokens_to_ids("<|endoftext|>"),
         eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"),
         pad_token_id=tokenizer.convert_tokens_to_ids("<|endoftext|>"),
-    )  # fmt: skip
+    )
     LlamaForCausalLM(config).save_pretrained(dest, safe_serialization=True)
     tokenizer.save_pretrained(dest)
     (dest / "generation_config.json").write_text(json.dumps({"do_sample": False}) + "\n")
@@ -54,19 +59,33 @@ def build_head(dest: Path) -> None:
         "lm_head.weight": (VOCAB_SIZE, HIDDEN),
     }
     tensors = {name: torch.randn(shape) * 0.02 for name, shape in shapes.items()}
-    for norm in ("midlayer.input_layernorm", "midlayer.hidden_norm",
-                 "midlayer.post_attention_layernorm", "norm"):  # fmt: skip
+    for norm in (
+        "midlayer.input_layernorm",
+        "midlayer.hidden_norm",
+        "midlayer.post_attention_layernorm",
+        "norm",
+    ):
         tensors[f"{norm}.weight"] = torch.ones(HIDDEN)
-    save_file({k: v.to(torch.bfloat16).contiguous() for k, v in tensors.items()},
-              str(dest / "model.safetensors"))  # fmt: skip
+    save_file(
+        {k: v.to(torch.bfloat16).contiguous() for k, v in tensors.items()},
+        str(dest / "model.safetensors"),
+    )
     config = {
-        "architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama",
-        "hidden_size": HIDDEN, "intermediate_size": INTER, "num_hidden_layers": 1,
-        "num_attention_heads": HEADS, "num_key_value_heads": KV_HEADS, "hidden_act": "silu",
-        "vocab_size": VOCAB_SIZE, "draft_vocab_size": VOCAB_SIZE, "rms_norm_eps": 1e-6,
-        "max_position_embeddings": MAX_POSITIONS, "tie_word_embeddings": False,
+        "architectures": ["LlamaForCausalLMEagle3"],
+        "model_type": "llama",
+        "hidden_size": HIDDEN,
+        "intermediate_size": INTER,
+        "num_hidden_layers": 1,
+        "num_attention_heads": HEADS,
+        "num_key_value_heads": KV_HEADS,
+        "hidden_act": "silu",
+        "vocab_size": VOCAB_SIZE,
+        "draft_vocab_size": VOCAB_SIZE,
+        "rms_norm_eps": 1e-6,
+        "max_position_embeddings": MAX_POSITIONS,
+        "tie_word_embeddings": False,
         "torch_dtype": "bfloat16",
-    }  # fmt: skip
+    }
     (dest / "config.json").write_text(json.dumps(config, indent=1) + "\n")
 
 

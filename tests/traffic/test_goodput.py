@@ -79,10 +79,15 @@ def test_the_climb_stops_at_the_first_miss_then_measures_once_between() -> None:
 
 def _result(ttft_s: float, tpot_s: float, *, failed: int = 0, n: int = 20) -> TrialResult:
     done = [
-        RequestRecord(start=0.0, first_token=ttft_s, end=ttft_s + 15 * tpot_s,
-                      chunk_times=(ttft_s,), completion_tokens=16)
+        RequestRecord(
+            start=0.0,
+            first_token=ttft_s,
+            end=ttft_s + 15 * tpot_s,
+            chunk_times=(ttft_s,),
+            completion_tokens=16,
+        )
         for _ in range(n)
-    ]  # fmt: skip
+    ]
     lost = [RequestRecord(start=0.0, error="HTTP 500") for _ in range(failed)]
     return TrialResult(Source.SIMULATED, n, 10.0, tuple(done + lost))
 
@@ -197,8 +202,20 @@ def test_the_cli_speaks_goodput(tmp_path: Path) -> None:
     path = tmp_path / "space.yaml"
     runner = CliRunner()
     studies = str(tmp_path / "studies")
-    args = ["optimize", "--space", str(path), "--backend", "sim", "--trials", "2",
-            "--studies-dir", studies, "--confirm-top", "0", "--no-prefetch"]  # fmt: skip
+    args = [
+        "optimize",
+        "--space",
+        str(path),
+        "--backend",
+        "sim",
+        "--trials",
+        "2",
+        "--studies-dir",
+        studies,
+        "--confirm-top",
+        "0",
+        "--no-prefetch",
+    ]
     out = runner.invoke(app, [*args, "--json"])
     assert out.exit_code == 0, out.output
     data = json.loads(out.stdout)

@@ -79,9 +79,14 @@ def test_every_pair_is_measured_on_one_server_start_and_scored_on_the_mix(
     space = _space(tmp_path)
     backend = CountingSim(space.hardware)
     request = OptimizeRequest(
-        study="mix", space=space, backend="sim", trials=3, studies_dir=tmp_path,
-        sampler="random", confirm_top=0,
-    )  # fmt: skip
+        study="mix",
+        space=space,
+        backend="sim",
+        trials=3,
+        studies_dir=tmp_path,
+        sampler="random",
+        confirm_top=0,
+    )
     result = optimize(request, backend=backend)
     ran = [r for r in records(result.handle.get_trials()) if r.duplicate_of is None]
     assert len(ran) == len(backend.starts)  # one start per server config, none per pair
@@ -101,9 +106,14 @@ def test_every_pair_is_measured_on_one_server_start_and_scored_on_the_mix(
 def test_the_export_describes_the_mix_and_advises_no_temperature(tmp_path: Path, fmt: str) -> None:
     space = _space(tmp_path)
     request = OptimizeRequest(
-        study="mix", space=space, backend="sim", trials=2, studies_dir=tmp_path,
-        sampler="random", confirm_top=0,
-    )  # fmt: skip
+        study="mix",
+        space=space,
+        backend="sim",
+        trials=2,
+        studies_dir=tmp_path,
+        sampler="random",
+        confirm_top=0,
+    )
     result = optimize(request)
     text = export(result.handle, result.space, fmt).text
     assert "send temperature" not in text and "--temperature" not in text

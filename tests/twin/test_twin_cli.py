@@ -20,9 +20,17 @@ from tuner.study.twin_steer import PRIOR_ATTR, TWIN_ATTR
 SPACE = "qwen2.5-14b-awq-4090x1"
 runner = CliRunner()
 ESTIMATE = (
-    "estimate", "--hardware", "4090x1", "--model", "Qwen/Qwen2.5-14B-Instruct-AWQ",
-    "--draft", "Qwen/Qwen2.5-0.5B-Instruct", "--k", "4", "--json",
-)  # fmt: skip
+    "estimate",
+    "--hardware",
+    "4090x1",
+    "--model",
+    "Qwen/Qwen2.5-14B-Instruct-AWQ",
+    "--draft",
+    "Qwen/Qwen2.5-0.5B-Instruct",
+    "--k",
+    "4",
+    "--json",
+)
 
 
 def _run(*args: str) -> tuple[int, str]:
@@ -53,9 +61,21 @@ def test_calibrate_stores_the_host_twin_and_optimize_starts_from_it(tmp_path: Pa
     assert twin.observations >= 5
     assert twin.params.decode == pytest.approx(1.0, abs=0.1)  # the sim is the shipped model
     code, out = _run(
-        "optimize", "--space", SPACE, "--backend", "sim", "--trials", "2", "--study", "s",
-        "--studies-dir", str(tmp_path), "--confirm-top", "0", "--json",
-    )  # fmt: skip
+        "optimize",
+        "--space",
+        SPACE,
+        "--backend",
+        "sim",
+        "--trials",
+        "2",
+        "--study",
+        "s",
+        "--studies-dir",
+        str(tmp_path),
+        "--confirm-top",
+        "0",
+        "--json",
+    )
     assert code == 0, out
     study = optuna.load_study(study_name="s", storage=open_storage(default_storage("s", tmp_path)))
     assert study.user_attrs[PRIOR_ATTR] == twin.to_json()
@@ -65,9 +85,21 @@ def test_calibrate_stores_the_host_twin_and_optimize_starts_from_it(tmp_path: Pa
 @pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
 def test_estimate_with_a_study_uses_its_fitted_twin(tmp_path: Path) -> None:
     code, out = _run(
-        "optimize", "--space", SPACE, "--backend", "sim", "--trials", "2", "--study", "e",
-        "--studies-dir", str(tmp_path), "--confirm-top", "0", "--json",
-    )  # fmt: skip
+        "optimize",
+        "--space",
+        SPACE,
+        "--backend",
+        "sim",
+        "--trials",
+        "2",
+        "--study",
+        "e",
+        "--studies-dir",
+        str(tmp_path),
+        "--confirm-top",
+        "0",
+        "--json",
+    )
     assert code == 0, out
     study = optuna.load_study(study_name="e", storage=open_storage(default_storage("e", tmp_path)))
     fitted = FittedTwin.from_json(study.user_attrs[TWIN_ATTR])

@@ -43,9 +43,13 @@ def tiny_llama(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     dest = tmp_path_factory.mktemp("tiny-eagle3")
     done = subprocess.run(
         [str(vllm_venv() / "bin" / "python"), str(_BUILDER), str(dest)],
-        capture_output=True, text=True, timeout=300, check=False, cwd=_BUILDER.parent,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        cwd=_BUILDER.parent,
         env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"},
-    )  # fmt: skip
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     paths: dict[str, str] = json.loads(done.stdout.strip().splitlines()[-1])
     return paths
@@ -59,9 +63,13 @@ def _serve(
     log = run_dir / "vllm.log"
     with log.open("w") as out:  # the child keeps its own copy of the descriptor
         process = subprocess.Popen(
-            [*vllm_command(), "serve", *argv], stdout=out, stderr=subprocess.STDOUT,
-            env={**os.environ, **vllm_env(run_dir, cache_root)}, text=True, start_new_session=True,
-        )  # fmt: skip
+            [*vllm_command(), "serve", *argv],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **vllm_env(run_dir, cache_root)},
+            text=True,
+            start_new_session=True,
+        )
     return process, log
 
 
@@ -86,8 +94,13 @@ def _stop(process: subprocess.Popen[str]) -> None:
 
 def _speculate(target: str, port: int, temperature: float = 0.0) -> dict[str, float]:
     with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=120, trust_env=False) as c:
-        body = {"model": target, "prompt": "def add(a, b):", "max_tokens": 48,
-                "temperature": temperature, "ignore_eos": True}  # fmt: skip
+        body = {
+            "model": target,
+            "prompt": "def add(a, b):",
+            "max_tokens": 48,
+            "temperature": temperature,
+            "ignore_eos": True,
+        }
         answer = c.post("/v1/completions", json=body)
         assert answer.status_code == 200, answer.text[:500]
         assert answer.json()["usage"]["completion_tokens"] == 48
@@ -142,8 +155,10 @@ def test_suffix_decoding_serves_or_is_refused_as_a_bad_argument(
 def _has_arctic_inference() -> bool:
     done = subprocess.run(
         [str(vllm_venv() / "bin" / "python"), "-c", "import arctic_inference"],
-        capture_output=True, timeout=120, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
     return done.returncode == 0
 
 

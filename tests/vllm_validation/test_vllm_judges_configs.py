@@ -99,8 +99,9 @@ def _method_servers() -> Iterator[tuple[str, ServerConfig]]:
         if mtp_layers(target.config):
             spec = SpeculativeConfig("mtp", 2)
             yield f"{target.hf_id}+mtp", ServerConfig(target.hf_id, 1, 8192, 0.9, 2048, spec)
-    suffix = SpeculativeConfig("suffix", 16, suffix_decoding_max_tree_depth=24,
-                               suffix_decoding_min_token_prob=0.1)  # fmt: skip
+    suffix = SpeculativeConfig(
+        "suffix", 16, suffix_decoding_max_tree_depth=24, suffix_decoding_min_token_prob=0.1
+    )
     yield "suffix", ServerConfig("meta-llama/Llama-3.1-8B-Instruct", 1, 8192, 0.9, 2048, suffix)
 
 

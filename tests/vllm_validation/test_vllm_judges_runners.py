@@ -104,10 +104,23 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("studies")
     result = CliRunner().invoke(
         app,
-        ["optimize", "--backend", "sim", "--space", "qwen3-coder-30b-fp8-4090x2-2026",
-         "--trials", "8", "--confirm-top", "0", "--studies-dir", str(folder), "--study", "s",
-         "--json"],
-    )  # fmt: skip
+        [
+            "optimize",
+            "--backend",
+            "sim",
+            "--space",
+            "qwen3-coder-30b-fp8-4090x2-2026",
+            "--trials",
+            "8",
+            "--confirm-top",
+            "0",
+            "--studies-dir",
+            str(folder),
+            "--study",
+            "s",
+            "--json",
+        ],
+    )
     assert result.exit_code == 0, result.stderr
     return folder / "s" / "best.yaml"
 

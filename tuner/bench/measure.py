@@ -47,7 +47,7 @@ _CONNECT_TIMEOUT_S = 10.0
 _SPARE_CONNECTIONS = 4  # for /metrics scrapes beside the load
 
 
-def measure_endpoint(
+def measure_endpoint(  # noqa: PLR0913  (one keyword per measurement setting, as bench passes them)
     endpoint: Endpoint,
     temperature: float,
     workload: WorkloadSpec,
@@ -106,7 +106,7 @@ def measure_endpoint(
     )
 
 
-async def measure_endpoint_async(
+async def measure_endpoint_async(  # noqa: PLR0913  (one keyword per measurement setting, as bench passes them)
     endpoint: Endpoint,
     temperature: float,
     workload: WorkloadSpec,
@@ -241,7 +241,7 @@ async def _sample_kv(
         await asyncio.sleep(interval_s)
 
 
-def _result(
+def _result(  # noqa: PLR0913  (one keyword per measurement setting, as bench passes them)
     records: list[RequestRecord],
     duration: float,
     concurrency: int,

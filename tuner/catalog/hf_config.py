@@ -119,10 +119,22 @@ def architecture(raw: Mapping[str, Any], origin: str) -> Architecture:
         attention, kv_heads, head_dim = _mla(config, layers, hidden, heads)
     if not experts:
         return Architecture(
-            layers, hidden, intermediate, heads, kv_heads, head_dim, vocab,
-            bool(config.get("tie_word_embeddings", False)), 0, 0,
-            float(attention), float(layers * 3 * hidden * intermediate), 0.0, 0.0, 0.0,
-        )  # fmt: skip
+            layers,
+            hidden,
+            intermediate,
+            heads,
+            kv_heads,
+            head_dim,
+            vocab,
+            bool(config.get("tie_word_embeddings", False)),
+            0,
+            0,
+            float(attention),
+            float(layers * 3 * hidden * intermediate),
+            0.0,
+            0.0,
+            0.0,
+        )
     # DeepSeek's first layers and Qwen-MoE's mlp_only_layers keep a dense MLP.
     dense_layers = int(config.get("first_k_dense_replace") or 0) + len(
         config.get("mlp_only_layers") or []

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from tuner.catalog.drafters import block_kind, drafter_params
+from tuner.catalog.files import is_file
 from tuner.catalog.heads import HEADS, head_kind, head_params, is_head
 from tuner.catalog.hf_config import (
     architecture,
@@ -27,7 +28,6 @@ from tuner.catalog.hf_config import (
 )
 from tuner.catalog.seed import SEED
 from tuner.catalog.seed_drafters import DRAFTERS
-from tuner.config.local_paths import is_file
 from tuner.errors import ConfigError, IncompatibleDraftError
 
 __all__ = [

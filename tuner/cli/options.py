@@ -330,7 +330,7 @@ OutputTokens = Annotated[
 ]
 
 
-def backend_options(
+def backend_options(  # noqa: PLR0913  (one keyword per backend option the CLI declares)
     study: str,
     seed: int,
     *,

@@ -14,24 +14,14 @@ import os
 from pathlib import Path
 from typing import Any
 
-__all__ = ["absolute", "absolute_space_paths", "is_file"]
+from tuner.catalog.files import is_file
+
+__all__ = ["absolute", "absolute_space_paths"]
 
 
 def absolute(path: str | os.PathLike[str]) -> Path:
     """``path`` with ``~`` expanded, made absolute from the current folder and normalised."""
     return Path(os.path.abspath(Path(path).expanduser()))
-
-
-def is_file(path: str | os.PathLike[str]) -> bool:
-    """Whether ``path`` (``~`` expanded) names a file; a name no file can have is no file.
-
-    Python 3.11's ``Path.is_file`` raises on a name too long for the file system (a pasted
-    paragraph as a model id): it is no file, and the schema then says what is wrong with it.
-    """
-    try:
-        return Path(path).expanduser().is_file()
-    except OSError:
-        return False
 
 
 def absolute_space_paths(raw: Any) -> Any:

@@ -31,7 +31,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from tuner.config.local_paths import is_file
+from tuner.catalog.files import is_file
 from tuner.config.schema import BUILTIN_PROMPT_SETS
 from tuner.config.sharegpt import sharegpt_entries
 from tuner.errors import ConfigError

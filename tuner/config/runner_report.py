@@ -66,11 +66,17 @@ def _fix(reason: str, target: ModelSpec) -> str:
         if same:
             offers[0] += f" (e.g. {same})"
         heads = [h.hf_id for h in heads_for(target.hf_id) if h.method == "eagle3"]
-        offers.append(f"the EAGLE-3 head {heads[0]}" if heads else "an EAGLE-3 head (none in "
-                      f"the catalog for {target.hf_id})")  # fmt: skip
+        offers.append(
+            f"the EAGLE-3 head {heads[0]}"
+            if heads
+            else f"an EAGLE-3 head (none in the catalog for {target.hf_id})"
+        )
         blocks = [d.hf_id for d in drafters_for(target.hf_id) if d.method == "dflash"]
-        offers.append(f"the DFlash drafter {blocks[0]}" if blocks else "a DFlash drafter (none "
-                      f"published for {target.hf_id})")  # fmt: skip
+        offers.append(
+            f"the DFlash drafter {blocks[0]}"
+            if blocks
+            else f"a DFlash drafter (none published for {target.hf_id})"
+        )
         return "use " + ", ".join(offers) + ", or accept V1"
     if "parallel drafting" in reason:
         return (

@@ -36,6 +36,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from tuner.catalog.files import is_file
 from tuner.catalog.gpus import GpuSpec
 from tuner.config.bounds import (
     Concurrency,
@@ -56,7 +57,6 @@ from tuner.config.bounds import (
     Warmup,
     Weight,
 )
-from tuner.config.local_paths import is_file
 from tuner.config.methods import (
     FractionRange,
     SearchModel,

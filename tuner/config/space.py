@@ -139,8 +139,10 @@ class SearchSpace:
         """
         found = next((c for c in self.choices if c.label == draft), None)
         if found is None:
-            raise ConfigError(f"{draft!r} is not a speculation choice of {self.name}: use one of "
-                              f"{', '.join(self.drafts)}")  # fmt: skip
+            raise ConfigError(
+                f"{draft!r} is not a speculation choice of {self.name}: use one of "
+                f"{', '.join(self.drafts)}"
+            )
         return found
 
     def k_range(self, draft: str) -> range:

@@ -106,7 +106,7 @@ class DockerLauncher:
 
     name = "docker"
 
-    def __init__(
+    def __init__(  # noqa: PLR0913  (one keyword per docker run setting)
         self,
         image: str,
         *,

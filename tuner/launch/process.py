@@ -206,7 +206,7 @@ class ProcessLauncher:
 
     name = "process"
 
-    def __init__(
+    def __init__(  # noqa: PLR0913  (one keyword per process-backend setting)
         self,
         command: Sequence[str] = ("vllm",),
         version: VllmVersion | None = None,

@@ -356,7 +356,7 @@ def _figure(chart: charts.Chart) -> str:
     )
 
 
-def _page(
+def _page(  # noqa: PLR0913  (the page takes each section it draws)
     study: optuna.Study,
     space: SearchSpace,
     trials: Sequence[Point],

@@ -280,7 +280,7 @@ def _delta(after: SpecDecodeStats | None, before: SpecDecodeStats | None) -> Spe
     )
 
 
-def _run(
+def _run(  # noqa: PLR0913  (the simulated step takes each cost term)
     hardware: Hardware,
     target: ModelSpec,
     draft: ModelSpec | None,
@@ -327,7 +327,7 @@ def _run(
     )
 
 
-def simulate(
+def simulate(  # noqa: PLR0913  (the simulated step takes each cost term)
     hardware: Hardware,
     target: ModelSpec,
     draft: ModelSpec | None,
@@ -366,7 +366,7 @@ def simulate(
     )
 
 
-def predict(
+def predict(  # noqa: PLR0913  (the simulated step takes each cost term)
     hardware: Hardware,
     target: ModelSpec,
     draft: ModelSpec | None,

@@ -121,7 +121,7 @@ def speculation_choice(
     return check_choices(choices, target, version, tensor_parallel)[0]
 
 
-def estimate(
+def estimate(  # noqa: PLR0913  (one keyword per estimate setting, as the CLI passes them)
     hardware: Hardware,
     model: str,
     *,

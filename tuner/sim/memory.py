@@ -107,10 +107,12 @@ class MemoryRules:
 def memory_rules(version: VllmVersion | None) -> MemoryRules:
     """The rules of ``version`` (None: the newest known release)."""
     if (version or NEWEST_KNOWN) >= _BUDGETED_GRAPHS:
-        return MemoryRules("0.21+", graphs_in_budget=True, nccl_in_budget=False,
-                           free_memory_check=True)  # fmt: skip
-    return MemoryRules("0.6-0.20", graphs_in_budget=False, nccl_in_budget=True,
-                       free_memory_check=False)  # fmt: skip
+        return MemoryRules(
+            "0.21+", graphs_in_budget=True, nccl_in_budget=False, free_memory_check=True
+        )
+    return MemoryRules(
+        "0.6-0.20", graphs_in_budget=False, nccl_in_budget=True, free_memory_check=False
+    )
 
 
 def kv_cache_bytes_per_value(server: ServerConfig) -> float:
@@ -267,11 +269,19 @@ def estimate_memory(
     # Memory vLLM finds taken when it starts: its own context (and NCCL from 0.21), others'.
     held = CUDA_CONTEXT_GIB + (0.0 if rules.nccl_in_budget else nccl) + others + jitter_gib
     reason = _failure(
-        rules, server, total=total, budget=budget, held=held, weights=weights + draft_weights,
-        activation=activation, kv_cache=kv_cache, kv_tokens=kv_tokens, per_token=per_token,
+        rules,
+        server,
+        total=total,
+        budget=budget,
+        held=held,
+        weights=weights + draft_weights,
+        activation=activation,
+        kv_cache=kv_cache,
+        kv_tokens=kv_tokens,
+        per_token=per_token,
         late=outside - CUDA_CONTEXT_GIB,
         workspace=CUBLAS_WORKSPACE_GIB + (nccl if rules.nccl_in_budget else 0.0),
-    )  # fmt: skip
+    )
     return MemoryEstimate(
         gpu_total_gib=total,
         budget_gib=budget,
@@ -304,7 +314,7 @@ def draft_logits_gib(target: ModelSpec, server: ServerConfig) -> float:
     return values * _LOGIT_BYTES / GIB
 
 
-def _failure(
+def _failure(  # noqa: PLR0913  (one keyword per memory term)
     rules: MemoryRules,
     server: ServerConfig,
     *,

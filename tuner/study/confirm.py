@@ -46,7 +46,7 @@ __all__ = ["OnRun", "confirm", "confirm_k_table"]
 OnRun = Callable[[int, int, Run], None]
 
 
-def confirm(
+def confirm(  # noqa: PLR0913  (one keyword per confirmation setting)
     study: optuna.Study,
     space: SearchSpace,
     backend: Backend,

@@ -155,7 +155,7 @@ def _prepare(request: OptimizeRequest, backend: Backend | None, space: SearchSpa
         prefetch_models(space, options.on_startup)
 
 
-def optimize(
+def optimize(  # noqa: C901  (the run, one step after another (a StudyRun would own them))
     request: OptimizeRequest,
     on_trial: OnTrial | None = None,
     backend: Backend | None = None,

@@ -65,11 +65,30 @@ PHASE = "downloading weights"
 _SAFE_INDEX = "model.safetensors.index.json"
 _MISTRAL_WEIGHTS = "consolidated*.safetensors"
 _WEIGHT_PATTERNS = ("*.safetensors", "*.bin", "*.pt")  # vLLM's order: the first found wins
-_NOT_FOR_INFERENCE = ("training_args.bin", "optimizer.bin", "optimizer.pt", "scheduler.pt",
-                      "scaler.pt")  # fmt: skip
+_NOT_FOR_INFERENCE = (
+    "training_args.bin",
+    "optimizer.bin",
+    "optimizer.pt",
+    "scheduler.pt",
+    "scaler.pt",
+)
 # Checkpoint formats vLLM does not read from a Hub repo: never fetched as a "small file".
-_CHECKPOINTS = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".h5", ".msgpack", ".onnx",
-                ".onnx_data", ".gguf", ".tflite", ".ot", ".npz", ".pkl")  # fmt: skip
+_CHECKPOINTS = (
+    ".safetensors",
+    ".bin",
+    ".pt",
+    ".pth",
+    ".ckpt",
+    ".h5",
+    ".msgpack",
+    ".onnx",
+    ".onnx_data",
+    ".gguf",
+    ".tflite",
+    ".ot",
+    ".npz",
+    ".pkl",
+)
 
 
 @dataclass(frozen=True)

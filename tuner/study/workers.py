@@ -110,14 +110,32 @@ def gpu_slices(workers: int, gpus_per_trial: int) -> list[tuple[int, ...]]:
 def worker_argv(request: WorkerRequest) -> list[str]:
     """The ``spectune worker`` command line that runs ``request`` in a child process."""
     o = request.options
-    argv = [sys.executable, "-m", "tuner", "worker", "--study", request.study,
-            "--backend", request.backend,
-            "--studies-dir", str(request.studies_dir), "--sampler", request.sampler,
-            "--seed", str(o.seed), "--worker-id", o.worker,
-            "--vllm-command", shlex.join(o.vllm_command),
-            "--docker-entrypoint", shlex.join(o.docker_entrypoint),
-            "--ready-timeout", str(o.ready_timeout_s),
-            "--request-timeout", str(o.request_timeout_s)]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "tuner",
+        "worker",
+        "--study",
+        request.study,
+        "--backend",
+        request.backend,
+        "--studies-dir",
+        str(request.studies_dir),
+        "--sampler",
+        request.sampler,
+        "--seed",
+        str(o.seed),
+        "--worker-id",
+        o.worker,
+        "--vllm-command",
+        shlex.join(o.vllm_command),
+        "--docker-entrypoint",
+        shlex.join(o.docker_entrypoint),
+        "--ready-timeout",
+        str(o.ready_timeout_s),
+        "--request-timeout",
+        str(o.request_timeout_s),
+    ]
     if not request.prefetch:
         argv += ["--no-prefetch"]
     if o.gpus is not None:

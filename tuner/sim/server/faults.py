@@ -121,7 +121,7 @@ class Faults:
     attention_fallback: bool = False
 
 
-def parse_faults(specs: Sequence[str]) -> Faults:
+def parse_faults(specs: Sequence[str]) -> Faults:  # noqa: C901  (one branch per fault name)
     """Parses fault specs such as ``crash-after=40``; empty items are skipped.
 
     Raises:
