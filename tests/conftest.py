@@ -40,6 +40,21 @@ def require(condition: bool, what: str) -> None:
     pytest.skip(f"{what} not available")
 
 
+# Tiers that start real servers, containers or clusters: one at a time, on one xdist worker.
+# Two real vLLM starts at once would share two cores, and their start-up timeouts with them.
+_HEAVY_MARKERS = ("docker", "vllm", "ray", "postgres", "userpath")
+_HEAVY_FIXTURES = ("tiny_models", "vllm_oracle")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        fixtures = getattr(item, "fixturenames", ())
+        if any(item.get_closest_marker(m) for m in _HEAVY_MARKERS) or any(
+            f in fixtures for f in _HEAVY_FIXTURES
+        ):
+            item.add_marker(pytest.mark.xdist_group("heavy"))
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """The ``ray`` tier needs Ray installed (``pip install -e '.[ray]'``).

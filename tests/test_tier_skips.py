@@ -44,7 +44,7 @@ NOWHERE = {
 def test_a_tier_without_its_component_skips(tier: str, path: str, hide: str) -> None:
     env = {k: v for k, v in os.environ.items() if k != "CI"} | NOWHERE
     env["SPECTUNE_TEST_HIDE"] = hide
-    argv = [sys.executable, "-c", _BOOT, "-q", "-p", "no:cacheprovider", "--setup-show"]
+    argv = [sys.executable, "-c", _BOOT, "-q", "-p", "no:cacheprovider", "-n", "0", "--setup-show"]
     argv += ["-m", tier, path]
     done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     summary = done.stdout.strip().splitlines()[-1]
