@@ -166,6 +166,12 @@ _BENCH = ("--url", "http://127.0.0.1:9")  # nothing listens: every case fails be
 _FLAG_CASES = [
     ("flag:optimize --vllm-command /nonexistent/vllm", Case(_NO_VLLM, "--vllm-command")),
     _flag("optimize", "--trials", "0"),
+    # Calibration writes its fit after minutes of launches: the folder is checked first.
+    _flag(
+        "calibrate",
+        *("--backend", "sim", "--hardware", "4090x1", "--studies-dir", "{dir}/keep.db/studies"),
+        says="is not writable (Not a directory): choose another with --studies-dir",
+    ),
     _flag("optimize", "--trials", "-1"),
     _flag("optimize", "--trials", "1000000000"),
     _flag("optimize", "--trials", "many"),

@@ -44,9 +44,12 @@ def calibrate_command(
     """Fit the host's twin on a few designed launches; later studies and estimates start from it."""
     # Here, not at the top: `spectune --help` loads every command module (benchmarks/startup.py).
     from tuner.config.space import load_space
+    from tuner.study.storage import check_writable
     from tuner.study.twin_calibrate import calibrate  # the runner and its HTTP clients
     from tuner.trial.backends import backend_factory
 
+    # Before any launch: the fit is written there after minutes of measuring.
+    check_writable(studies_dir)
     loaded = load_space(space)
     if hardware is not None:
         loaded = loaded.with_hardware(parse_hardware(hardware))
