@@ -28,6 +28,9 @@ from tuner.config.vllm_args import VllmVersion, detect_version
 # Models outside the built-in catalog are looked up through huggingface_hub: tests never reach
 # the network, and see only the Hugging Face caches they lay out themselves.
 os.environ["HF_HUB_OFFLINE"] = "1"
+# An xdist worker starts with COLUMNS=80, and a Rich console created then (the CLI's, at
+# import) keeps that width for good: tests that ask for a wide table set COLUMNS themselves.
+os.environ.pop("COLUMNS", None)
 os.environ["HF_HUB_CACHE"] = tempfile.mkdtemp(prefix="spectune-test-hf-")
 
 

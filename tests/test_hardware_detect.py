@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 import types
 from collections.abc import Callable
@@ -323,10 +324,20 @@ def test_optimize_sim_without_gpu_runs_on_the_space_s_hardware(
     assert study.user_attrs["space"]["hardware"] == "4090x2"  # the default space's
 
 
+def _vllm_on_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A `vllm` on PATH: the process backend refuses a missing one before anything else."""
+    stand_in = tmp_path / "bin" / "vllm"
+    stand_in.parent.mkdir(exist_ok=True)
+    stand_in.write_text("#!/bin/sh\nexit 0\n")
+    stand_in.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{stand_in.parent}:{os.environ.get('PATH', '')}")
+
+
 @pytest.fixture
-def captured(monkeypatch: pytest.MonkeyPatch) -> list[OptimizeRequest]:
+def captured(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[OptimizeRequest]:
     """Stops optimize where it would start the study, keeping the request it got."""
     requests: list[OptimizeRequest] = []
+    _vllm_on_path(tmp_path, monkeypatch)
 
     def stop(request: OptimizeRequest, *args: object, **kwargs: object) -> None:
         requests.append(request)

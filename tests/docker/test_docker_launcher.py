@@ -269,7 +269,8 @@ def test_without_nvml_memory_is_not_recorded_and_that_is_said_once(
         backend.start(fake_server, context)
         assert backend.measure(config, 1, seed=0).peak_memory_gib == ()
         backend.close()
-        assert caplog.text == ""
+        # Only NVML's own words count: a start may also log the leftovers it swept.
+        assert [r.message for r in caplog.records if r.name == "tuner.catalog.nvml"] == []
         open_gpu_monitor([0])  # a run on GPUs opens NVML for its trials...
         open_gpu_monitor([0])  # ...and again to confirm the best
     assert caplog.text.count("NVML not available") == 1

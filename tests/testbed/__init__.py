@@ -13,6 +13,7 @@ import json
 import os
 import queue
 import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Iterable, Mapping
@@ -84,22 +85,23 @@ def require_vllm() -> None:
 
 
 def vllm_env(run_dir: Path, cache_root: Path) -> dict[str, str]:
-    """Variables for one vLLM run: offline, temp files under ``run_dir``, caches in
-    ``cache_root``.
+    """Variables for one vLLM run: offline, a temp dir of its own, caches in ``cache_root``.
 
-    Every start leaves socket files in the temp dir, hence one per run. ``cache_root`` is the
+    Every start leaves socket files in the temp dir, hence one per run. The dir is short and
+    directly under the system's: vLLM names its ZMQ sockets in it, a socket path holds at most
+    107 characters, and pytest's (xdist's ``popen-gwN`` included) is longer. ``cache_root`` is the
     session's (``vllm_cache_root``): vLLM caches there what it learnt about a model class
     (``modelinfos``, otherwise found in a subprocess that imports vLLM: some 20 s a start).
     """
-    tmp = run_dir / "tmp"
-    tmp.mkdir(parents=True, exist_ok=True)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix="vllm-", dir="/tmp")
     cache_root.mkdir(parents=True, exist_ok=True)
     return {
         "VLLM_CACHE_ROOT": str(cache_root),
         "HF_HOME": str(cache_root / "hf"),
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",
-        "TMPDIR": str(tmp),
+        "TMPDIR": tmp,
         # Usage statistics would try to phone home; there is no network anyway.
         "VLLM_NO_USAGE_STATS": "1",
         # The CPU build runs its one worker inside the engine core (vLLM's "uni" executor, see

@@ -65,6 +65,11 @@ class _Commands(typer.core.TyperGroup):
     def invoke(self, ctx: Any) -> Any:
         try:
             return super().invoke(ctx)
+        except Terminated as exc:
+            # SIGTERM or SIGHUP outside a command's own handling (while the callback imports
+            # Optuna, while options are parsed): typer would take it for Ctrl-C and exit 130.
+            err_console.print(str(exc), markup=False)
+            raise typer.Exit(128 + exc.signum) from None
         except typer.BadParameter as exc:
             if _debug["enabled"]:
                 raise

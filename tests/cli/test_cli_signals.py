@@ -1,0 +1,29 @@
+"""A signal that lands outside a command's own handling still exits with the shell's status."""
+
+from __future__ import annotations
+
+import importlib
+import signal
+
+import pytest
+from typer.testing import CliRunner
+
+from tuner.launch.exit_hooks import Terminated
+
+# The module, not the typer app that tuner.cli exports under the same name.
+app_module = importlib.import_module("tuner.cli.app")
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_a_signal_while_the_callback_runs_is_128_plus_its_number(
+    monkeypatch: pytest.MonkeyPatch, signum: signal.Signals
+) -> None:
+    # The callback imports Optuna after the handlers are in: a SIGHUP there once became a
+    # KeyboardInterrupt to typer, exit 130 (found by the thirty-signals test).
+    def interrupted() -> None:
+        raise Terminated(signum)
+
+    monkeypatch.setattr(app_module, "_quiet_optuna", interrupted)
+    result = CliRunner().invoke(app_module.app, ["studies", "--help"])
+    assert result.exit_code == 128 + signum
+    assert f"stopped by {signum.name}" in result.stderr
