@@ -100,8 +100,14 @@ def _carrying(value: str) -> list[int]:
     return found
 
 
-def _optimize(tmp_path: Path, *extra: str, folder: Path | None = None) -> Run:
-    space = _write_space(tmp_path)
+def _optimize(
+    tmp_path: Path,
+    *extra: str,
+    folder: Path | None = None,
+    command: str = FAKE_VLLM,
+    space_data: dict[str, Any] = SPACE,
+) -> Run:
+    space = _write_space(tmp_path, space_data)
     folder = folder or tmp_path / "studies"
     args = [
         "optimize",
@@ -112,7 +118,7 @@ def _optimize(tmp_path: Path, *extra: str, folder: Path | None = None) -> Run:
         "--hardware",
         "4090x1",
         "--vllm-command",
-        FAKE_VLLM,
+        command,
         "--study",
         "f",
         "--trials",
@@ -150,6 +156,7 @@ def _assert_clean(run: Run) -> None:
         ("crash-at-start", "did not start"),
         ("sigkill-at-start", "SIGKILL"),
         ("crash-after=10", "died"),
+        ("hang", "timed out"),
         ("hang-after=6", "timed out"),
         ("http-500-every=2", "HTTP 500"),
         ("malformed-sse", "malformed SSE"),
@@ -159,6 +166,8 @@ def _assert_clean(run: Run) -> None:
         ("slow-start=0.5", None),
         ("attention-fallback", None),
         ("spawn-child", None),
+        # SIGKILL after the launcher's 20 s grace; the marker fixture sees nothing left.
+        ("ignore-sigterm,spawn-child,hang", "timed out"),
         ("log-env=HF_TOKEN", None),
         ("log-env=HF_TOKEN,crash-at-start", "did not start"),
     ],
@@ -178,10 +187,65 @@ def test_a_fake_server_fault_ends_the_trial_cleanly(
         assert "environment HF_TOKEN=[redacted]" in log.read_text()
         if failure is not None:
             assert "environment HF_TOKEN=[redacted]" in str(trial.user_attrs["log_tail"])
+    if fault.startswith("ignore-sigterm"):  # the log says why the server was killed
+        (log,) = run.folder.rglob("trial-*.log")
+        assert "ignored SIGTERM for 20 s; its process group was killed" in log.read_text()
     if failure is None:
         assert trial.state is optuna.trial.TrialState.COMPLETE, told
     else:
         assert failure.lower() in told.lower(), told
+
+
+_MEMORY_CAP = 256 * 1024 * 1024  # far above the fake server's needs, far below what it takes
+_CGROUPS = Path("/sys/fs/cgroup/memory")  # cgroup v1, as on this machine kind
+
+
+@pytest.fixture(params=["address-space", "cgroup"])
+def capped_server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """The fake server under a memory cap: ``RLIMIT_AS`` (its allocation fails: MemoryError) or
+    a memory cgroup (the kernel's OOM killer ends it with SIGKILL; as root, else skipped)."""
+    wrapper = tmp_path / f"capped-by-{request.param}.py"
+    if request.param == "address-space":
+        cap = f"resource.setrlimit(resource.RLIMIT_AS, ({_MEMORY_CAP}, {_MEMORY_CAP}))"
+        group = None
+    else:
+        group = _CGROUPS / f"spectune-test-{uuid.uuid4().hex[:8]}"
+        try:
+            group.mkdir()
+            (group / "memory.limit_in_bytes").write_text(str(_MEMORY_CAP))
+        except OSError as exc:
+            if group.is_dir():
+                group.rmdir()
+            pytest.skip(f"cannot make a memory cgroup here: {exc}")
+        cap = f"pathlib.Path({str(group / 'cgroup.procs')!r}).write_text(str(os.getpid()))"
+    wrapper.write_text(
+        "import os, pathlib, resource, runpy\n"
+        f"{cap}\n"
+        'runpy.run_module("tuner.sim.server", run_name="__main__", alter_sys=True)\n'
+    )
+    yield f"{sys.executable} {wrapper}"
+    if group is not None:  # fails (EBUSY) if a process were left in it
+        group.rmdir()
+
+
+def test_a_server_that_runs_out_of_memory_at_start_is_oom_and_the_study_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, marker: str, capped_server: str
+) -> None:
+    del marker
+    monkeypatch.setenv("SPECTUNE_SIM_FAULT", "alloc-at-start=2048")
+    memory = {"gpu_memory_utilization": {"low": 0.8, "high": 0.9}}  # three configs, not one
+    space = {**SPACE, "search": {**SPACE["search"], **memory}}
+    args = ("--sampler", "random", "--trials", "3")
+    run = _optimize(tmp_path, *args, command=capped_server, space_data=space)
+    # Three failed starts in a row would stop the study; an OOM is a result the sampler learns.
+    assert run.exit_code == 0, run.output
+    _assert_clean(run)
+    assert [t.user_attrs.get("status") for t in run.trials] == ["OOM"] * 3
+    # What says so: Python's MemoryError under the cap, the kernel's kill in the cgroup.
+    said = "MemoryError" if "capped-by-address-space" in capped_server else "OOM-killed"
+    for trial in run.trials:
+        assert str(trial.user_attrs["failure"]).startswith("vLLM did not start (oom")
+        assert said in str(trial.user_attrs["failure"])
 
 
 @pytest.fixture(scope="module")
@@ -280,9 +344,9 @@ def _assert_one_line(run: Run, says: str) -> None:
     assert "\n" not in error and says in error, run.output
 
 
-def _write_space(tmp_path: Path) -> Path:
+def _write_space(tmp_path: Path, data: dict[str, Any] = SPACE) -> Path:
     path = tmp_path / "space.yaml"
-    path.write_text(yaml.safe_dump(SPACE))
+    path.write_text(yaml.safe_dump(data))
     return path
 
 
