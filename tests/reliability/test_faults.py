@@ -14,6 +14,7 @@ import json
 import os
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -518,6 +519,65 @@ def test_a_full_disk_is_one_line_and_the_study_resumes(
     again = _optimize(tmp_path, folder=studies)
     assert again.exit_code == 0, again.output
     assert "COMPLETE" in [t.state.name for t in again.trials[1:]]
+
+
+def _fill(disk: Path) -> Path:
+    """Writes zeros into ``disk`` until it is full; returns the file to delete."""
+    filler = disk / "filler"
+    with filler.open("wb") as out, contextlib.suppress(OSError):
+        while True:
+            out.write(b"\0" * 65536)
+            out.flush()
+    return filler
+
+
+def test_a_disk_filling_mid_trial_is_one_line_and_the_study_resumes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, marker: str, small_disk: Path
+) -> None:
+    del marker
+    monkeypatch.setenv("SPECTUNE_SIM_SPEED", "1")  # real time: the disk fills while it measures
+    monkeypatch.setenv("SPECTUNE_HEARTBEAT_S", "1")
+    monkeypatch.setenv("SPECTUNE_GRACE_S", "2")
+    slow = {**SPACE, "workload": {**SPACE["workload"], "output_tokens": 128}}
+    _write_space(tmp_path, slow)
+    studies = small_disk / "studies"
+    args = [*_fake_study(tmp_path, "f"), "--studies-dir", str(studies), "--trials", "1"]
+    filled: list[Path] = []
+
+    def fill_when_measuring() -> None:
+        deadline = time.monotonic() + 60
+        while not filled and time.monotonic() < deadline:
+            for path in (tmp_path / "state").rglob("*.json"):  # a server's run file
+                with contextlib.suppress(OSError, ValueError, httpx.TransportError):
+                    port = json.loads(path.read_text())["port"]
+                    if httpx.get(f"http://127.0.0.1:{port}/health", trust_env=False).is_success:
+                        time.sleep(0.5)  # into the measurement
+                        filled.append(_fill(small_disk))
+                        return
+            time.sleep(0.05)
+
+    filler = threading.Thread(target=fill_when_measuring)
+    filler.start()
+    # Its own process, as the user runs it; the grace period is read when spectune starts.
+    full = subprocess.run([SPECTUNE, *args], capture_output=True, text=True, timeout=120)
+    filler.join()
+    assert filled, "the trial ended before the disk was filled"
+    assert full.returncode == 2, full.stderr
+    _assert_one_line(Run(2, full.stderr, [], studies), "free some")
+    assert _integrity(studies / "f.db") == "ok"
+    filled[0].unlink()
+    time.sleep(2.5)  # SPECTUNE_GRACE_S: the cut trial's heartbeat is stale, the next run fails it
+    again = subprocess.run([SPECTUNE, *args], capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stderr
+    trials = optuna.load_study(study_name="f", storage=f"sqlite:///{studies / 'f.db'}").trials
+    assert [t.state.name for t in trials] == ["FAIL", "COMPLETE"]
+    assert _integrity(studies / "f.db") == "ok"
+
+
+def _integrity(database: Path) -> str:
+    with contextlib.closing(sqlite3.connect(database)) as connection:
+        verdict: str = connection.execute("PRAGMA integrity_check").fetchone()[0]
+        return verdict
 
 
 class _Proxy:
