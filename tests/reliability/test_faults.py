@@ -755,3 +755,28 @@ def test_two_runs_in_one_folder_keep_to_their_own_files(tmp_path: Path, marker: 
         # The space has one config: the second trial reuses the first one's server and log.
         logs = sorted(p.name for p in (tmp_path / "studies" / name).rglob("trial-*.log"))
         assert logs == ["trial-0.log"]
+
+
+def test_two_confirmations_at_once_keep_every_servers_log(tmp_path: Path, marker: str) -> None:
+    del marker
+    made = _optimize(tmp_path)  # one measured trial to confirm
+    assert made.exit_code == 0, made.output
+    confirm = [SPECTUNE, "confirm", "f", "--studies-dir", str(made.folder), "--top", "1"]
+    fake = ["--backend", "process", "--vllm-command", FAKE_VLLM, "--request-timeout", "1"]
+    runs = [
+        subprocess.Popen(
+            [*confirm, *fake, "--repeats", "2"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    errors = [run.communicate(timeout=120)[1] for run in runs]
+    assert [run.returncode for run in runs] == [0, 0], errors
+    logs = sorted((made.folder / "f" / "logs" / "confirm-0").iterdir())
+    assert [p.name for p in logs] == [f"trial-{n}.log" for n in range(4)]
+    # Each is one whole server's log: its own command line (its own port), then the server's.
+    headers = [p.read_text().splitlines()[0] for p in logs]
+    assert len(set(headers)) == 4 and all(h.startswith("spectune$ ") for h in headers)
+    assert all("SIMULATED vLLM server" in p.read_text() for p in logs)
