@@ -33,6 +33,7 @@ import yaml
 from typer.testing import CliRunner
 
 from tuner.cli import app
+from tuner.sim.server.faults import FAULT_NAMES
 from tuner.study.twin_steer import PRIOR_ATTR
 
 FAKE_VLLM = f"{sys.executable} -m tuner.sim.server"
@@ -150,29 +151,42 @@ def _assert_clean(run: Run) -> None:
             assert SECRET.encode() not in path.read_bytes(), path
 
 
-@pytest.mark.parametrize(
-    ("fault", "failure"),
-    [
-        ("oom-at-start", "out of memory"),
-        ("crash-at-start", "did not start"),
-        ("sigkill-at-start", "SIGKILL"),
-        ("crash-after=10", "died"),
-        ("hang", "timed out"),
-        ("hang-after=6", "timed out"),
-        ("http-500-every=2", "HTTP 500"),
-        ("malformed-sse", "malformed SSE"),
-        ("drop-mid-stream", "dropped mid-stream"),
-        ("error-event", "error mid-stream"),
-        ("no-usage", "no usage"),
-        ("slow-start=0.5", None),
-        ("attention-fallback", None),
-        ("spawn-child", None),
-        # SIGKILL after the launcher's 20 s grace; the marker fixture sees nothing left.
-        ("ignore-sigterm,spawn-child,hang", "timed out"),
-        ("log-env=HF_TOKEN", None),
-        ("log-env=HF_TOKEN,crash-at-start", "did not start"),
-    ],
-)
+# Each fake-server fault (SPECTUNE_SIM_FAULT) and what the trial records: None for a trial that
+# completes; alloc-at-start has a test of its own (it needs a memory cap to fail).
+FAULT_ROWS: list[tuple[str, str | None]] = [
+    ("oom-at-start", "out of memory"),
+    ("crash-at-start", "did not start"),
+    ("sigkill-at-start", "SIGKILL"),
+    ("crash-after=10", "died"),
+    ("hang", "timed out"),
+    ("hang-after=6", "timed out"),
+    ("http-500-every=2", "HTTP 500"),
+    ("malformed-sse", "malformed SSE"),
+    ("drop-mid-stream", "dropped mid-stream"),
+    ("error-event", "error mid-stream"),
+    ("no-usage", "no usage"),
+    ("slow-start=0.5", None),
+    ("attention-fallback", None),
+    ("spawn-child", None),
+    # SIGKILL after the launcher's 20 s grace; the marker fixture sees nothing left.
+    ("ignore-sigterm,spawn-child,hang", "timed out"),
+    ("log-env=HF_TOKEN", None),
+    ("log-env=HF_TOKEN,crash-at-start", "did not start"),
+]
+OWN_TESTS = ("alloc-at-start",)
+RELIABILITY_PAGE = Path(__file__).parents[2] / "docs" / "contributors" / "reliability.md"
+
+
+def test_the_table_and_its_page_cover_every_fake_server_fault() -> None:
+    rows = {spec.partition("=")[0] for fault, _ in FAULT_ROWS for spec in fault.split(",")}
+    page = RELIABILITY_PAGE.read_text()
+    for name in FAULT_NAMES:
+        bare = name.partition("=")[0].partition("[")[0]
+        assert bare in rows or bare in OWN_TESTS, f"no row for fault {bare}"
+        assert f"`{bare}" in page, f"{RELIABILITY_PAGE.name} does not list fault {bare}"
+
+
+@pytest.mark.parametrize(("fault", "failure"), FAULT_ROWS)
 def test_a_fake_server_fault_ends_the_trial_cleanly(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, marker: str, fault: str, failure: str | None
 ) -> None:
