@@ -12,11 +12,14 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shlex
+import shutil
 import signal
 import socket
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -692,6 +695,103 @@ def test_a_database_lost_mid_study_is_one_line_and_the_study_resumes(
         assert all(t.state.is_finished() for t in trials), [t.state for t in trials]
     finally:
         storage.engine.dispose()
+
+
+_PG_BIN = Path("/usr/lib/postgresql/15/bin")  # Debian's PostgreSQL 15, as on this machine kind
+
+
+class _OwnPostgres:
+    """A PostgreSQL server of the test's own (initdb in a temporary folder, a free port), so the
+    test can stop it as an operator would (``pg_ctl stop``) without touching anyone else's."""
+
+    def __init__(self) -> None:
+        self.folder = Path(tempfile.mkdtemp(prefix="spectune-pg-"))  # not tmp_path: 0700, root's
+        self.port = _free_port()
+        self.url = f"postgresql+psycopg://spectune@127.0.0.1:{self.port}/spectune"
+        if os.geteuid() == 0:  # PostgreSQL refuses to run as root
+            shutil.chown(self.folder, "postgres")
+        data = self.folder / "data"
+        self._run("initdb", "-D", str(data), "-A", "trust", "-U", "spectune", "--no-sync")
+        self._pg_ctl = ["pg_ctl", "-D", str(data), "-l", str(self.folder / "log"), "-w"]
+        self.start()
+        self._run("createdb", "-h", "127.0.0.1", "-p", str(self.port), "-U", "spectune", "spectune")
+
+    def start(self) -> None:
+        options = f"-p {self.port} -k {self.folder} -c listen_addresses=127.0.0.1 -c fsync=off"
+        self._run(*self._pg_ctl, "-o", options, "start")
+
+    def stop(self, mode: str = "fast") -> None:
+        """``fast`` ends every session, as a host's shutdown or ``systemctl stop`` does."""
+        self._run(*self._pg_ctl, "-m", mode, "stop")
+
+    def remove(self) -> None:
+        with contextlib.suppress(subprocess.CalledProcessError):
+            self.stop("immediate")
+        shutil.rmtree(self.folder)
+
+    def _run(self, program: str, *args: str) -> None:
+        argv = [str(_PG_BIN / program), *args]
+        if os.geteuid() == 0:
+            argv = ["su", "postgres", "-s", "/bin/sh", "-c", shlex.join(argv)]
+        subprocess.run(argv, check=True, capture_output=True, timeout=60)
+
+
+@pytest.fixture
+def own_postgres() -> Iterator[_OwnPostgres]:
+    if not (_PG_BIN / "initdb").is_file():
+        if os.environ.get("CI"):
+            pytest.fail(f"PostgreSQL 15 is required in CI ({_PG_BIN})", pytrace=False)
+        pytest.skip(f"no PostgreSQL 15 server programs in {_PG_BIN}")
+    server = _OwnPostgres()
+    try:
+        yield server
+    finally:
+        server.remove()
+
+
+@pytest.mark.postgres
+def test_a_database_stopped_mid_study_is_one_line_and_the_study_resumes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, marker: str, own_postgres: _OwnPostgres
+) -> None:
+    del marker
+    monkeypatch.setenv("SPECTUNE_SIM_SPEED", "2")  # a trial lasts long enough to stop under it
+    monkeypatch.setenv("SPECTUNE_HEARTBEAT_S", "1")
+    monkeypatch.setenv("SPECTUNE_GRACE_S", "2")
+    name = "stopped"
+
+    def stop_when_running() -> None:
+        storage = optuna.storages.RDBStorage(own_postgres.url)
+        deadline = time.monotonic() + 60
+        try:
+            while time.monotonic() < deadline:
+                with contextlib.suppress(KeyError):
+                    study = optuna.load_study(study_name=name, storage=storage)
+                    if study.get_trials(states=(optuna.trial.TrialState.RUNNING,)):
+                        break
+                time.sleep(0.1)
+        finally:
+            storage.engine.dispose()
+        own_postgres.stop()
+
+    stopper = threading.Thread(target=stop_when_running)
+    stopper.start()
+    args = [SPECTUNE, *_fake_study(tmp_path, name), "--storage", own_postgres.url]
+    _write_space(tmp_path)
+    lost = subprocess.run([*args, "--trials", "2"], capture_output=True, text=True, timeout=120)
+    stopper.join()
+    assert lost.returncode == 2, lost.stderr
+    _assert_one_line(Run(2, lost.stderr, [], tmp_path / "studies"), "database went away")
+    own_postgres.start()
+    time.sleep(2.5)  # SPECTUNE_GRACE_S: the cut trial's heartbeat is stale, the next run fails it
+    again = subprocess.run([*args, "--trials", "1"], capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stderr
+    storage = optuna.storages.RDBStorage(own_postgres.url)
+    try:
+        trials = optuna.load_study(study_name=name, storage=storage).trials
+    finally:
+        storage.engine.dispose()
+    assert all(t.state.is_finished() for t in trials), [t.state for t in trials]
+    assert "COMPLETE" in [t.state.name for t in trials]
 
 
 @pytest.mark.parametrize("moment", ["start", "measure"])
