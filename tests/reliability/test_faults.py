@@ -555,7 +555,7 @@ def test_a_disk_filling_mid_trial_is_one_line_and_the_study_resumes(
     monkeypatch.setenv("SPECTUNE_SIM_SPEED", "1")  # real time: the disk fills while it measures
     monkeypatch.setenv("SPECTUNE_HEARTBEAT_S", "1")
     monkeypatch.setenv("SPECTUNE_GRACE_S", "2")
-    slow = {**SPACE, "workload": {**SPACE["workload"], "output_tokens": 128}}
+    slow = {**SPACE, "workload": {**SPACE["workload"], "output_tokens": 48}}  # ~8 s to measure
     _write_space(tmp_path, slow)
     studies = small_disk / "studies"
     args = [*_fake_study(tmp_path, "f"), "--studies-dir", str(studies), "--trials", "1"]
@@ -584,7 +584,8 @@ def test_a_disk_filling_mid_trial_is_one_line_and_the_study_resumes(
     assert _integrity(studies / "f.db") == "ok"
     filled[0].unlink()
     time.sleep(2.5)  # SPECTUNE_GRACE_S: the cut trial's heartbeat is stale, the next run fails it
-    again = subprocess.run([SPECTUNE, *args], capture_output=True, text=True, timeout=120)
+    fast = {**os.environ, "SPECTUNE_SIM_SPEED": "50"}  # nothing to race now
+    again = subprocess.run([SPECTUNE, *args], capture_output=True, text=True, timeout=120, env=fast)
     assert again.returncode == 0, again.stderr
     trials = optuna.load_study(study_name="f", storage=f"sqlite:///{studies / 'f.db'}").trials
     assert [t.state.name for t in trials] == ["FAIL", "COMPLETE"]
