@@ -548,6 +548,23 @@ def _fill(disk: Path) -> Path:
     return filler
 
 
+def _a_server_answers(state: Path) -> bool:
+    """Waits until a server recorded in ``state`` answers ``/health``; False after a minute.
+
+    Faults land then, not as soon as a trial is RUNNING: between Optuna's ``ask`` and the
+    trial's first heartbeat, a database loss leaves a trial no heartbeat check ever fails.
+    """
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        for path in state.rglob("*.json"):  # a server's run file
+            with contextlib.suppress(OSError, ValueError, KeyError, httpx.TransportError):
+                port = json.loads(path.read_text())["port"]
+                if httpx.get(f"http://127.0.0.1:{port}/health", trust_env=False).is_success:
+                    return True
+        time.sleep(0.05)
+    return False
+
+
 def test_a_disk_filling_mid_trial_is_one_line_and_the_study_resumes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, marker: str, small_disk: Path
 ) -> None:
@@ -562,16 +579,9 @@ def test_a_disk_filling_mid_trial_is_one_line_and_the_study_resumes(
     filled: list[Path] = []
 
     def fill_when_measuring() -> None:
-        deadline = time.monotonic() + 60
-        while not filled and time.monotonic() < deadline:
-            for path in (tmp_path / "state").rglob("*.json"):  # a server's run file
-                with contextlib.suppress(OSError, ValueError, httpx.TransportError):
-                    port = json.loads(path.read_text())["port"]
-                    if httpx.get(f"http://127.0.0.1:{port}/health", trust_env=False).is_success:
-                        time.sleep(0.5)  # into the measurement
-                        filled.append(_fill(small_disk))
-                        return
-            time.sleep(0.05)
+        if _a_server_answers(tmp_path / "state"):
+            time.sleep(0.5)  # into the measurement
+            filled.append(_fill(small_disk))
 
     filler = threading.Thread(target=fill_when_measuring)
     filler.start()
@@ -658,13 +668,7 @@ def test_a_database_lost_mid_study_is_one_line_and_the_study_resumes(
     storage = optuna.storages.RDBStorage(pg_url)
 
     def cut_when_running() -> None:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            with contextlib.suppress(KeyError):
-                study = optuna.load_study(study_name=name, storage=storage)
-                if study.get_trials(states=(optuna.trial.TrialState.RUNNING,)):
-                    break
-            time.sleep(0.1)
+        _a_server_answers(tmp_path / "state")
         proxy.cut()
 
     cutter = threading.Thread(target=cut_when_running)
@@ -761,17 +765,7 @@ def test_a_database_stopped_mid_study_is_one_line_and_the_study_resumes(
     name = "stopped"
 
     def stop_when_running() -> None:
-        storage = optuna.storages.RDBStorage(own_postgres.url)
-        deadline = time.monotonic() + 60
-        try:
-            while time.monotonic() < deadline:
-                with contextlib.suppress(KeyError):
-                    study = optuna.load_study(study_name=name, storage=storage)
-                    if study.get_trials(states=(optuna.trial.TrialState.RUNNING,)):
-                        break
-                time.sleep(0.1)
-        finally:
-            storage.engine.dispose()
+        _a_server_answers(tmp_path / "state")
         own_postgres.stop()
 
     stopper = threading.Thread(target=stop_when_running)
