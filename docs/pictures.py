@@ -165,8 +165,12 @@ def main() -> None:
         print(f"wrote {LAYER_PICTURE}")
         return
     IMG.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory() as tmp:
-        folder = Path(tmp)
+    # A fixed folder, not a random temporary one: the report prints the studies folder in its
+    # export command, and the screenshot should show a path a reader can make sense of.
+    folder = Path(tempfile.gettempdir()) / "spectune-demo"
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir()
+    try:
         common = ("--study", STUDY, "--hardware", "4090x2")
         out = _spectune(
             folder, "optimize", "--backend", "sim", *common, "--trials", "12", "--seed", "1"
@@ -184,6 +188,8 @@ def main() -> None:
         for fmt, name in EXPORTS.items():
             text = _spectune(folder, "export", STUDY, "--format", fmt)
             (EXAMPLES / name).write_text(text.replace(str(folder), "."))
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
     print(f"wrote {IMG} and {EXAMPLES}")
 
 
