@@ -203,7 +203,8 @@ def test_the_space_warning_names_the_release_rule() -> None:
     }
     warning = v1_warning(space_from_dict(raw, "test space"))
     assert warning is not None
-    assert "2 configs of this space run on vLLM 0.26.0's deprecated V1 model runner" in warning
+    assert "2 configs of this space run on vLLM 0.26.0's V1 model runner (that release" in warning
+    assert "so the study measures V1, not the runner later releases use:" in warning
     assert (
         "none, ngram: vLLM 0.26.0 runs V2 by default only for some targets: "
         "Qwen3MoeForCausalLM is not in its default-V2 list; use vLLM 0.29.0 or later" in warning
