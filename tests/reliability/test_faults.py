@@ -36,8 +36,8 @@ import yaml
 from typer.testing import CliRunner
 
 from tuner.cli import app
+from tuner.search.twin_steer import PRIOR_ATTR
 from tuner.sim.server.faults import FAULT_NAMES
-from tuner.study.twin_steer import PRIOR_ATTR
 
 FAKE_VLLM = f"{sys.executable} -m tuner.sim.server"
 SPECTUNE = str(Path(sys.executable).with_name("spectune"))

@@ -9,11 +9,11 @@ import optuna
 import pytest
 
 from tuner.config.space import load_space
+from tuner.search.strategy import warm_start
+from tuner.search.twin_steer import PROPOSED_ATTR, TwinSampler, TwinScreen, stored_twin
 from tuner.sim.twin import TwinParams
 from tuner.sim.twin.fit import FittedTwin
-from tuner.study.strategy import warm_start
 from tuner.study.study import StudyOptions, open_study, run_trials
-from tuner.study.twin_steer import PROPOSED_ATTR, TwinSampler, TwinScreen, stored_twin
 
 sys.path.insert(0, str(Path(__file__).parents[2] / "benchmarks"))
 from worlds import World, WorldBackend

@@ -29,15 +29,14 @@ from optuna.trial import FrozenTrial, TrialState
 
 from tuner.config.space import NO_DRAFT, SearchSpace
 from tuner.config.trial import TrialConfig
+from tuner.search.strategy import grid_params
 from tuner.sim.acceptance import expected_accepted
 from tuner.sim.engine import INPUT_SPREAD
 from tuner.sim.memory import estimate_memory
 from tuner.sim.twin.fit import FittedTwin, Observation, fit, slacks
 from tuner.sim.twin.forecast import StepParts, forecast, step_parts
 from tuner.sim.twin.model import TwinPhysics
-from tuner.study.storage import BUDGET_ATTR, COUNTED_STATES
-from tuner.study.strategy import grid_params
-from tuner.trial.record import TrialRecord, records, stored_space
+from tuner.trial.record import BUDGET_ATTR, COUNTED_STATES, TrialRecord, records, stored_space
 from tuner.trial.scoring import TrialStatus
 
 __all__ = [
