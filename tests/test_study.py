@@ -18,10 +18,10 @@ from tuner.launch.exit_hooks import Terminated
 from tuner.results import Endpoint, TrialResult
 from tuner.search.strategy import grid_params
 from tuner.study.optimize import OptimizeRequest, optimize
-from tuner.study.storage import BUDGET_ATTR, RetryOwnRecord, open_storage
+from tuner.study.storage import RetryOwnRecord, open_storage
 from tuner.study.study import StudyOptions, open_study, run_trials
 from tuner.trial.backends import Backend, BackendOptions, backend_factory
-from tuner.trial.record import TrialRecord
+from tuner.trial.record import BUDGET_ATTR, TrialRecord
 from tuner.trial.run_facts import RunFacts
 from tuner.trial.runner import TrialRunner
 from tuner.trial.scoring import CONSTRAINT_KEYS, Limits, TrialStatus

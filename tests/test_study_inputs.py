@@ -10,8 +10,8 @@ import pytest
 from typer.testing import CliRunner
 
 from tuner.cli import app
-from tuner.study.storage import BUDGET_ATTR
 from tuner.study.study import extend_budget
+from tuner.trial.record import BUDGET_ATTR
 
 runner = CliRunner()
 SIM = ("optimize", "--backend", "sim", "--hardware", "4090x2", "--confirm-top", "0")

@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tuner.cli import app
-from tuner.study.storage import BUDGET_ATTR
+from tuner.trial.record import BUDGET_ATTR
 
 runner = CliRunner(env={"COLUMNS": "300"})
 # The shipped one-GPU space on the simulator, without the warm start: the trials alone.
