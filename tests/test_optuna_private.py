@@ -150,3 +150,13 @@ def test_every_private_use_goes_through_the_adapter() -> None:
         if marker in path.read_text()
     }
     assert offenders == {}
+
+
+def test_refix_waiting_changes_what_an_enqueued_trial_runs(tmp_path: Path) -> None:
+    study = _study(tmp_path)
+    study.enqueue_trial({"x": 1.0})
+    (waiting,) = study.get_trials(states=(TrialState.WAITING,))
+    assert waiting.system_attrs[optuna_private.FIXED_PARAMS] == {"x": 1.0}, _VERSION
+    optuna_private.refix_waiting(study, waiting, {"x": 2.0})
+    trial = study.ask()
+    assert trial.suggest_float("x", 0.0, 5.0) == 2.0, _VERSION

@@ -10,7 +10,11 @@
    waits at a time, so TPE chooses the trials the twin has no new idea for;
 3. keeps TPE's own proposals inside the memory the trials measured: a utilization or batch
    size the twin predicts to leave less than its fitted margin is moved to the nearest one
-   that does (the margin comes from NVML's peaks and the start-ups that ran out of memory).
+   that does (the margin comes from NVML's peaks and the start-ups that ran out of memory,
+   whatever their method);
+4. re-plans the queue: a config the warm start or the twin enqueued that the twin now puts
+   short of memory is moved the same way before it launches, so an OOM is not followed by
+   queued configs that would run out the same way.
 
 The closed-form screen serves one request at a time; otherwise (goodput too) only memory steers.
 """
@@ -31,13 +35,14 @@ from tuner.config.space import NO_DRAFT, SearchSpace
 from tuner.config.trial import TrialConfig
 from tuner.sim.acceptance import expected_accepted
 from tuner.sim.engine import INPUT_SPREAD
-from tuner.sim.memory import estimate_memory
-from tuner.sim.twin.fit import FittedTwin, Observation, fit, slacks
+from tuner.sim.oom_screen import memory_slacks
+from tuner.sim.twin.fit import FittedTwin, Observation, fit
 from tuner.sim.twin.forecast import StepParts, forecast, step_parts
 from tuner.sim.twin.model import TwinPhysics
+from tuner.study.optuna_private import FIXED_PARAMS, refix_waiting
 from tuner.study.storage import BUDGET_ATTR, COUNTED_STATES
 from tuner.study.strategy import grid_params
-from tuner.trial.record import TrialRecord, records, stored_space
+from tuner.trial.record import WARM_START_ATTR, TrialRecord, records, stored_space
 from tuner.trial.scoring import TrialStatus
 
 __all__ = [
@@ -138,8 +143,8 @@ class TwinScreen:
             )
             self.settings.setdefault(pair, set()).add(setting)
         self._parts: dict[tuple[Pair, int, int], StepParts] = {}
-        # Shipped (outside slack, KV slack) of each setting; None where it does not fit.
-        self._slack: dict[tuple[Pair, Setting], tuple[float, float] | None] = {}
+        # Shipped (outside slack, KV slack) of each setting, negative where it falls short.
+        self._slack: dict[tuple[Pair, Setting], tuple[float, float]] = {}
 
     def config(self, pair: Pair, setting: Setting, temperature: float) -> TrialConfig:
         spec = self.space.speculative(pair[0], pair[1])
@@ -161,13 +166,12 @@ class TwinScreen:
         if key not in self._slack:
             server = self.config(pair, setting, 0.0).server
             space = self.space
-            memory = estimate_memory(
+            # Signed: a config the shipped model puts short may fit a twin that learned the
+            # GPUs hold less than modelled.
+            self._slack[key] = memory_slacks(
                 space.hardware, space.target, space.draft_model(pair[0]), server
             )
-            self._slack[key] = slacks(memory, server.max_model_len) if memory.fits else None
         slack = self._slack[key]
-        if slack is None:
-            return -1.0
         return min(slack[0] - twin.params.outside_gib, slack[1] - twin.params.inside_gib)
 
     def safe(self, twin: FittedTwin, pair: Pair, setting: Setting) -> bool:
@@ -320,6 +324,8 @@ class TwinSampler(optuna.samplers.BaseSampler):
         seen = [t for t in done if t.number != trial.number] + [trial]
         twin = fit(screen.space.hardware, observations(screen.space, seen), self.start(study))
         study.set_user_attr(TWIN_ATTR, twin.to_json())
+        if self.steer:
+            _replan(study, screen, twin)
         if self.steer and screen.space.workload.scored_alone:  # what the closed form forecasts
             _propose(study, screen, twin, seen)
 
@@ -372,10 +378,55 @@ def _propose(
             return
 
 
+def _replan(study: optuna.Study, screen: TwinScreen, twin: FittedTwin) -> None:
+    """Re-checks the queue after a result: every waiting config the warm start or the twin
+    enqueued that the twin now puts short of memory (its margin moved after an OOM) moves to
+    the nearest setting the twin deems safe, or to the nearest K of its method that has one.
+
+    Configs enqueued by hand are left as they are: the user asked for them.
+    """
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+        if WARM_START_ATTR not in trial.user_attrs and PROPOSED_ATTR not in trial.user_attrs:
+            continue
+        fixed = trial.system_attrs.get(FIXED_PARAMS)
+        if not isinstance(fixed, dict) or "draft" not in fixed:
+            continue
+        moved = _safe_params(screen, twin, fixed)
+        if moved != fixed:
+            refix_waiting(study, trial, moved)
+
+
+def _safe_params(screen: TwinScreen, twin: FittedTwin, params: dict[str, Any]) -> dict[str, Any]:
+    """``params`` guarded (:func:`_guard`); where no setting of its (draft, K) is safe, at the
+    nearest K of the same draft that has one."""
+    guarded = _guard(screen, twin, params)
+    pair = _pair(guarded)
+    util = guarded.get("gpu_memory_utilization")
+    mnbt = guarded.get("max_num_batched_tokens")
+    settings = screen.settings.get(pair)
+    if not settings or util is None or mnbt is None:
+        return guarded
+    if screen.safe(twin, pair, (float(util), int(mnbt))):
+        return guarded
+    others = [
+        p
+        for p, found in screen.settings.items()
+        if p[0] == pair[0] and p != pair and any(screen.safe(twin, p, s) for s in found)
+    ]
+    if not others:
+        return guarded
+    nearest = min(others, key=lambda p: (abs(p[1] - pair[1]), p[1]))
+    return _guard(screen, twin, {**guarded, "num_speculative_tokens": nearest[1]})
+
+
+def _pair(params: dict[str, Any]) -> Pair:
+    draft = str(params["draft"])
+    return draft, int(params.get("num_speculative_tokens", 0)) if draft != NO_DRAFT else 0
+
+
 def _guard(screen: TwinScreen, twin: FittedTwin, params: dict[str, Any]) -> dict[str, Any]:
     """``params`` with the utilization (then batch size) nearest to it that the twin deems safe."""
-    draft = str(params["draft"])
-    pair = (draft, int(params.get("num_speculative_tokens", 0)) if draft != NO_DRAFT else 0)
+    pair = _pair(params)
     settings = screen.settings.get(pair)
     util, mnbt = params.get("gpu_memory_utilization"), params.get("max_num_batched_tokens")
     if not settings or util is None:

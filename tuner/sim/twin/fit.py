@@ -35,6 +35,7 @@ from tuner.config.trial import ServerConfig, TrialConfig, server_from_dict, serv
 from tuner.results import TrialResult
 from tuner.sim.engine import API_IN_S, API_OUT_S
 from tuner.sim.memory import MemoryEstimate, estimate_memory
+from tuner.sim.oom_screen import headroom
 from tuner.sim.twin.forecast import step_parts
 from tuner.sim.twin.model import (
     TIME_FACTORS,
@@ -74,6 +75,8 @@ _OUTSIDE_SD = 0.125
 _TIME_NOISE = 0.03
 _PEAK_NOISE_GIB = 0.05
 _MIN_LOGIT_SD = 0.05  # model error: no count makes a logit exact
+# The first step (GiB) the margin takes beyond a start-up that ran out of memory.
+_OOM_STEP_GIB = 0.25
 
 
 @dataclass(frozen=True)
@@ -361,7 +364,7 @@ def _fit_memory(
     for obs in observations:
         target, draft = _models(obs.server)
         shipped = estimate_memory(hardware, target, draft, obs.server)
-        slack.append((obs.oom, headroom_gib(shipped, obs.server.max_model_len)))
+        slack.append((obs.oom, headroom(hardware, target, draft, obs.server)))
         if obs.peak_gib is not None and shipped.fits:
             rows.append([1.0])
             ys.append(obs.peak_gib - shipped.peak_gib)
@@ -374,8 +377,21 @@ def _fit_memory(
     margin = max(prior.margin_gib - prior.params.outside_gib, 0.0)
     if rows:  # measured memory replaces the prior's allowance for the model's own error
         margin = BASE_MARGIN_GIB + _MARGIN_SIGMAS * float(outside_sd[0])
-    # A start-up that ran out with h GiB to spare (under the fitted memory) says h was not enough.
-    for oom, room in slack:
-        if oom:
-            margin = max(margin, room - value + 0.1)
-    return value, margin
+    return value, _learned_margin(margin, value, slack)
+
+
+def _learned_margin(margin: float, outside: float, slack: Sequence[tuple[bool, float]]) -> float:
+    """``margin`` raised by the start-ups that ran out of memory, whatever their method.
+
+    One that ran out with h GiB to spare (under the fitted memory) says h was not enough; how
+    much more is needed nobody knows, so each further OOM doubles the step beyond the largest
+    such h (0.25, 0.5, 1 GiB, ...): a memory model wrong by 2 GiB costs a few launches, not one
+    per 0.1 GiB. A start-up that ran with less to spare caps the margin there.
+    """
+    ooms = [room - outside for oom, room in slack if oom]
+    if not ooms:
+        return margin
+    step = _OOM_STEP_GIB * 2 ** (len(ooms) - 1)
+    raised = max(margin, max(ooms) + step)
+    ran = [room - outside for oom, room in slack if not oom and room - outside > max(ooms)]
+    return min(raised, max(min(ran, default=math.inf), margin))
