@@ -59,6 +59,29 @@ def test_twin_keeps_launches_out_of_measured_memory_trouble(tmp_path: Path) -> N
     assert twin.margin_gib >= 0.5
 
 
+@pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
+@pytest.mark.parametrize("seed", [0, 1])
+def test_the_queue_is_replanned_after_an_oom(tmp_path: Path, seed: int) -> None:
+    # GPUs that hold 2 GiB more outside vLLM's budget than modelled: every config the warm
+    # start queued (a draft, an EAGLE-3 head, none, each at a tight utilization) would run out.
+    space = load_space(str(Path(__file__).parent / "spaces" / "eagle3-8b-4090x1.yaml"))
+    world = World("memory +2 GiB", "", outside_gib=2.0)
+    sampler = TwinSampler(
+        optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True, n_startup_trials=8)
+    )
+    study = open_study("t", optuna.storages.InMemoryStorage(), space, sampler)[0]
+    queued = warm_start(study, space, 10)
+    planned = [t.system_attrs["fixed_params"] for t in study.get_trials()]
+    backend = WorldBackend(space.hardware, world, seed)
+    run_trials(study, space, backend, StudyOptions(10, seed, tmp_path, space.ttft_limit_ms))
+    statuses = [t.user_attrs.get("status") for t in study.trials[:10]]
+    assert statuses.count("OOM") <= 2, statuses  # not one launch per queued config
+    ran = [t.params for t in study.trials[:queued]]
+    assert ran[-1] != planned[-1]  # the last queued config moved before it launched
+    assert ran[-1]["gpu_memory_utilization"] < planned[-1]["gpu_memory_utilization"]
+    assert statuses[queued - 1] == "ok"
+
+
 def test_screen_respects_the_fitted_margin() -> None:
     screen = TwinScreen(SPACE)
     loose = FittedTwin()

@@ -8,12 +8,12 @@ prefill chunks). So the screen errs towards trying:
 
 - a config is skipped only when the model puts it short by more than the model's own error
   (:data:`MODEL_ERROR_GIB`);
-- every start-up the study sees moves that boundary: one that ran out of memory with ``h`` GiB
-  to spare under the model says that no config with ``h`` or less will start, whatever its
-  method (a draft model, an EAGLE head, MTP layers and a block drafter are all weights, KV cache
-  and activations inside the same budget, and the model's error is in the budget, not the
-  method). Evidence that contradicts itself (a start-up that ran with less to spare than one
-  that did not) is read in favour of trying.
+- every start-up the study sees moves that boundary: one that ran out of memory with ``o`` GiB
+  to spare outside vLLM's budget and ``i`` inside says that no config with as little to spare
+  on both sides will start, whatever its method (a draft model, an EAGLE head, MTP layers and a
+  block drafter are all weights, KV cache and activations inside the same budget, and the
+  model's error is in the budget, not the method). Evidence that contradicts itself (a
+  start-up that ran with less to spare than one that did not) is read in favour of trying.
 
 Memory to spare is measured in GiB by :func:`memory_slacks`: how much more the start-up may use
 outside vLLM's budget, and inside it (from the KV cache), before it fails; negative where the
@@ -22,7 +22,6 @@ model says it fails, by how much.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -32,12 +31,27 @@ from tuner.config.trial import ServerConfig
 from tuner.config.vllm_version import VllmVersion
 from tuner.sim.memory import estimate_memory
 
-__all__ = ["MODEL_ERROR_GIB", "OomScreen", "headroom", "memory_slacks"]
+__all__ = [
+    "INSIDE",
+    "MODEL_ERROR_GIB",
+    "OUTSIDE",
+    "OomScreen",
+    "Slacks",
+    "headroom",
+    "memory_slacks",
+    "oom_side",
+]
 
 # The memory model's error allowance (GiB): the start-up variation no model sees (the simulated
 # launcher's jitter reaches 0.5 GiB) plus two standard deviations of the memory outside vLLM's
 # budget (0.125 GiB) -- the same allowance the twin's prior keeps (tuner.sim.twin.fit).
 MODEL_ERROR_GIB = 0.75
+OUTSIDE, INSIDE = "outside", "inside"  # the side of vLLM's budget a start-up ran short on
+# vLLM's start-up messages (tuner.sim.memory._failure quotes them), by the side they name.
+_SIDES = (
+    (INSIDE, ("No available memory for the cache blocks", "KV cache is needed", "max seq len")),
+    (OUTSIDE, ("Free memory on device", "loading the model weights", "capturing CUDA graphs")),
+)
 # The search range (GiB) and resolution of :func:`memory_slacks`' bisections.
 _PROBE_GIB = 64.0
 _BISECTIONS = 24
@@ -79,6 +93,14 @@ def headroom(
     return min(memory_slacks(hardware, target, draft, server, version))
 
 
+def oom_side(text: str) -> str | None:
+    """Which side of vLLM's budget a start-up's OOM message says ran short (None: not said)."""
+    for side, markers in _SIDES:
+        if any(marker in text for marker in markers):
+            return side
+    return None
+
+
 def _largest(fits: Callable[[float], bool]) -> float:
     """The largest x in [-_PROBE_GIB, _PROBE_GIB] with ``fits(x)`` (fits is monotone)."""
     low, high = -_PROBE_GIB, _PROBE_GIB
@@ -92,6 +114,9 @@ def _largest(fits: Callable[[float], bool]) -> float:
     return low
 
 
+Slacks = tuple[float, float]  # (outside, inside) GiB, as memory_slacks gives them
+
+
 @dataclass
 class OomScreen:
     """The study's pre-screen: skips a config only where the model and the evidence agree.
@@ -99,45 +124,48 @@ class OomScreen:
     Attributes:
         tolerance_gib: how far short of fitting (under the model) a config may be and still be
             launched: the model's error.
-        ooms: headroom (GiB, under the model) of each start-up that ran out of memory.
-        started: headroom of each start-up that did not.
+        ooms: the slacks (under the model) of each start-up that ran out of memory.
+        started: the slacks of each start-up that did not.
     """
 
     tolerance_gib: float = MODEL_ERROR_GIB
-    ooms: list[float] = field(default_factory=list)
-    started: list[float] = field(default_factory=list)
+    ooms: list[Slacks] = field(default_factory=list)
+    started: list[Slacks] = field(default_factory=list)
 
-    @property
-    def boundary_gib(self) -> float:
-        """Configs with this much headroom or less are skipped (strictly less without OOMs).
+    def launches(self, slacks: Slacks) -> bool:
+        """Whether a config with ``slacks`` to spare (under the model) is launched."""
+        return min(slacks) >= -self.tolerance_gib and self._evidence(slacks) is None
 
-        The most any start-up that ran out of memory had to spare, among those with less than
-        every start-up that ran; else the model's error below zero.
-        """
-        ran = min(self.started, default=math.inf)
-        learned = [h for h in self.ooms if h < ran]
-        return max([-self.tolerance_gib, *learned])
+    def record(self, slacks: Slacks, oom: bool) -> None:
+        """Books one start-up: ran out of memory or not, with its slacks under the model."""
+        (self.ooms if oom else self.started).append(slacks)
 
-    def launches(self, headroom_gib: float) -> bool:
-        """Whether a config with ``headroom_gib`` to spare (under the model) is launched."""
-        learned = any(h < min(self.started, default=math.inf) for h in self.ooms)
-        if learned:
-            return headroom_gib > self.boundary_gib
-        return headroom_gib >= self.boundary_gib
-
-    def record(self, headroom_gib: float, oom: bool) -> None:
-        """Books one start-up: ran out of memory or not, with its headroom under the model."""
-        (self.ooms if oom else self.started).append(headroom_gib)
-
-    def why_skipped(self, headroom_gib: float) -> str:
-        """The line an OOM-predicted trial carries: the model's verdict or the evidence's."""
-        learned = [h for h in self.ooms if h < min(self.started, default=math.inf)]
-        if learned and headroom_gib <= max(learned):
+    def why_skipped(self, slacks: Slacks) -> str:
+        """The line an OOM-predicted trial carries: the evidence's verdict or the model's."""
+        oom = self._evidence(slacks)
+        if oom is not None:
             return (
-                f"predicted to run out of memory: {headroom_gib:+.2f} GiB to spare under the "
-                f"memory model, and a start-up in this study with {max(learned):+.2f} GiB did"
+                f"predicted to run out of memory: {_gib(slacks)} to spare under the memory "
+                f"model, and a start-up in this study with {_gib(oom)} did"
             )
         return (
-            f"predicted to run out of memory: {-headroom_gib:.2f} GiB short under the memory "
+            f"predicted to run out of memory: {-min(slacks):.2f} GiB short under the memory "
             f"model, more than its error ({self.tolerance_gib:.2f} GiB)"
         )
+
+    def _evidence(self, slacks: Slacks) -> Slacks | None:
+        """A start-up that ran out of memory with at least as much to spare, outside and inside
+        the budget, as ``slacks``; one contradicted by a start-up that ran with no more to spare
+        (start-ups vary) is not evidence."""
+        for oom in self.ooms:
+            if _within(slacks, oom) and not any(_within(s, oom) for s in self.started):
+                return oom
+        return None
+
+
+def _within(slacks: Slacks, bound: Slacks) -> bool:
+    return slacks[0] <= bound[0] and slacks[1] <= bound[1]
+
+
+def _gib(slacks: Slacks) -> str:
+    return f"{slacks[0]:+.2f} GiB outside vLLM's budget and {slacks[1]:+.2f} GiB inside"

@@ -81,7 +81,7 @@ def _observation(space: SearchSpace, record: TrialRecord) -> Observation | None:
         workload.concurrency[0],
     )
     if record.status is TrialStatus.OOM:
-        return replace(base, oom=True)
+        return replace(base, oom=True, failure=f"{record.failure or ''}\n{record.log_tail}")
     summary = record.summary
     # The trial just told is still RUNNING to Optuna: its summary says what it measured.
     if record.status.oom or not summary or record.duplicate_of is not None:
@@ -288,7 +288,7 @@ class TwinSampler(optuna.samplers.BaseSampler):
         screen = self._space(study)
         if screen is None or not self.steer or "draft" not in params:
             return params
-        return _guard(screen, self.twin(study), params)
+        return _safe_params(screen, self.twin(study), params)
 
     def sample_independent(
         self,

@@ -25,7 +25,7 @@ from tuner.errors import ConfigError, FailureKind, MeasurementError, StartupFail
 from tuner.launch.served import ServedFacts, read_served
 from tuner.results import Endpoint, TrialResult
 from tuner.sim.memory import MemoryEstimate, estimate_memory
-from tuner.sim.oom_screen import OomScreen, headroom
+from tuner.sim.oom_screen import OomScreen, memory_slacks
 from tuner.trial.backends import Backend
 from tuner.trial.scoring import Limits, Score, TrialStatus, score, score_goodput
 from tuner.trial.traffic import measure_traffic
@@ -109,7 +109,7 @@ class TrialRunner:
     def _run(self, config: TrialConfig, context: LaunchContext, seed: int) -> TrialOutcome:
         memory = predict_memory(self.hardware, config.server, self.version)
         server = config.server
-        room = headroom(
+        room = memory_slacks(
             self.hardware, load_model(server.model), load_draft(server), server, self.version
         )
         if not self.oom_screen.launches(room):
