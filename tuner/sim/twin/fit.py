@@ -404,6 +404,6 @@ def _learned(held: float, margin: float, slack: Sequence[tuple[bool, float]]) ->
     if not unexplained:
         return held
     worst = max(unexplained)
-    raised = worst - margin + _OOM_STEP_GIB * 2 ** (len(unexplained) - 1)
+    raised = worst - margin + _OOM_STEP_GIB * 2.0 ** (len(unexplained) - 1)
     ran = [s - margin for oom, s in slack if not oom and s > worst]
-    return max(held, min(raised, min(ran, default=math.inf)))
+    return float(max(held, min(raised, min(ran, default=math.inf))))
