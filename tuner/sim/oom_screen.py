@@ -42,10 +42,12 @@ __all__ = [
     "oom_side",
 ]
 
-# The memory model's error allowance (GiB): the start-up variation no model sees (the simulated
-# launcher's jitter reaches 0.5 GiB) plus two standard deviations of the memory outside vLLM's
-# budget (0.125 GiB) -- the same allowance the twin's prior keeps (tuner.sim.twin.fit).
-MODEL_ERROR_GIB = 0.75
+# The memory model's error (GiB): the start-up variation no model sees (allocator
+# fragmentation, library workspaces; the simulated launcher's jitter reaches 0.5 GiB), the part
+# of the margin the twin keeps that no measurement removes (tuner.sim.twin.fit). Nothing here
+# measured it on a GPU. 0.98 of a 24 GB card under vLLM 0.7's rules, which the field notes saw
+# run out of memory, is short by 0.67 GiB and stays skipped.
+MODEL_ERROR_GIB = 0.5
 OUTSIDE, INSIDE = "outside", "inside"  # the side of vLLM's budget a start-up ran short on
 # vLLM's start-up messages (tuner.sim.memory._failure quotes them), by the side they name.
 _SIDES = (
