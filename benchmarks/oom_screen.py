@@ -169,17 +169,22 @@ def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     spaces = [short(load_space(name)) for name in SPACES]
     print("# Configs that start in the world but the old screen skipped, per method")
-    print("(skipped by the old screen / by the new one, of the configs that start)\n")
-    print("| world | space | method | skipped, old | skipped, new | start |")
-    print("|---|---|---|---|---|---|")
-    for world in WORLDS:
+    print("(skipped by the old screen / by the new one / configs that start, all spaces)\n")
+    print("| method | " + " | ".join(w.name for w in WORLDS) + " |")
+    print("|---|" + "---|" * len(WORLDS))
+    cells: dict[str, list[str]] = {}
+    for index, world in enumerate(WORLDS):
+        found = Skipped(Counter(), Counter(), Counter())
         for space in spaces:
-            found = skipped(space, world)
-            for family in sorted(found.start):
-                print(
-                    f"| {world.name} | {space.name} | {family} | {found.old[family]} | "
-                    f"{found.new[family]} | {found.start[family]} |"
-                )
+            one = skipped(space, world)
+            found.start.update(one.start)
+            found.old.update(one.old)
+            found.new.update(one.new)
+        for family in found.start:
+            row = cells.setdefault(family, ["-"] * len(WORLDS))
+            row[index] = f"{found.old[family]} / {found.new[family]} / {found.start[family]}"
+    for family in sorted(cells):
+        print(f"| {family} | " + " | ".join(cells[family]) + " |")
     print(f"\n# OOM launches of spectune's studies, {seeds} seeds x {trials} trials")
     print("(OOM launches / launches per method; the longest run of OOM launches in a row)\n")
     print("| world | space | OOM launches per method | longest run |")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any, cast
 
 import optuna
 import pytest
@@ -11,9 +12,16 @@ import pytest
 from tuner.config.space import load_space
 from tuner.sim.twin import TwinParams
 from tuner.sim.twin.fit import FittedTwin
+from tuner.study.forecast import predicted_pairs
 from tuner.study.strategy import warm_start
 from tuner.study.study import StudyOptions, open_study, run_trials
-from tuner.study.twin_steer import PROPOSED_ATTR, TwinSampler, TwinScreen, stored_twin
+from tuner.study.twin_steer import (
+    PROPOSED_ATTR,
+    TwinSampler,
+    TwinScreen,
+    _on_traffic,
+    stored_twin,
+)
 
 sys.path.insert(0, str(Path(__file__).parents[2] / "benchmarks"))
 from worlds import World, WorldBackend
@@ -94,3 +102,21 @@ def test_screen_respects_the_fitted_margin() -> None:
     assert sum(screen.safe(tight, pair, s) for s in settings) < sum(
         screen.safe(loose, pair, s) for s in settings
     )
+
+
+def test_the_twins_proposals_forecast_the_traffic_mix() -> None:
+    space = load_space(str(Path(__file__).parent / "spaces" / "mixed-14b-4090x1.yaml"))
+    screen = TwinScreen(space)
+    twin = FittedTwin()  # neutral: its physics are the shipped simulator's
+    alone = screen.rank(twin)  # the closed form: one request at a time
+    mixed = _on_traffic(screen, twin, alone)
+
+    def scored(params: dict[str, Any]) -> float:
+        config = space.suggest(cast(optuna.Trial, optuna.trial.FixedTrial(params)))
+        workload = config.client.workload
+        pairs = predicted_pairs(space, config.server, workload, workload.conditions)
+        return sum(c.weight * r.output_tok_s for c, r in pairs)
+
+    assert mixed[0].output_tok_s == pytest.approx(scored(mixed[0].params), rel=0.01)
+    assert scored(mixed[0].params) >= scored(alone[0].params)
+    assert {p.method for p in mixed} == {p.method for p in alone}  # every method still there

@@ -73,6 +73,7 @@ __all__ = [
     "Prediction",
     "grid_params",
     "predicted_configs",
+    "screened_workload",
     "warm_start",
 ]
 
@@ -228,7 +229,7 @@ class _Screen:
         # the mean length; the screen also predicts prompts as long as the simulator's longest,
         # at the lightest level (busier levels queue: their p95 is the queue's).
         self.tail = replace(
-            _screened(space.workload, self.lightest),
+            screened_workload(space.workload, self.lightest),
             input_tokens=round(space.workload.input_tokens * (1 + INPUT_SPREAD)),
         )
         self.drafts: dict[str, ModelSpec | None] = {d: space.draft_model(d) for d in space.drafts}
@@ -364,7 +365,7 @@ class _Screen:
         total = value = 0.0
         ttft = 0.0
         for condition in workload.conditions:
-            screened = _screened(workload, condition.concurrency)
+            screened = screened_workload(workload, condition.concurrency)
             result = self._predict_at(pair, config, condition.temperature, screened)
             total += condition.weight
             value += condition.weight * result.output_tok_s
@@ -381,7 +382,7 @@ class _Screen:
         return predict(space.hardware, space.target, draft, server, temperature, workload, level)
 
 
-def _screened(workload: WorkloadSpec, concurrency: int) -> WorkloadSpec:
+def screened_workload(workload: WorkloadSpec, concurrency: int) -> WorkloadSpec:
     """The workload the screen predicts at one level (``concurrency`` first). Without noise,
     one request at a time in a closed loop, every request after the warm-up runs the same
     steps: two give the throughput and p95 TTFT of forty (a one-request space screens in 3 s,

@@ -16,7 +16,9 @@
    short of memory is moved the same way before it launches, so an OOM is not followed by
    queued configs that would run out the same way.
 
-The closed-form screen serves one request at a time; otherwise (goodput too) only memory steers.
+The closed-form screen serves one request at a time; on a traffic mix whose first level is one
+request, its best configs are forecast again on the whole mix (the twin's physics, every level
+and temperature weighted) before one is proposed. Otherwise (goodput too) only memory steers.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, cast
 
 import optuna
 from optuna.distributions import BaseDistribution
@@ -33,15 +35,16 @@ from optuna.trial import FrozenTrial, TrialState
 
 from tuner.config.space import NO_DRAFT, SearchSpace
 from tuner.config.trial import TrialConfig
+from tuner.errors import StartupFailure
 from tuner.sim.acceptance import expected_accepted
-from tuner.sim.engine import INPUT_SPREAD
+from tuner.sim.engine import INPUT_SPREAD, predict
 from tuner.sim.oom_screen import memory_slacks
 from tuner.sim.twin.fit import FittedTwin, Observation, fit
 from tuner.sim.twin.forecast import StepParts, forecast, step_parts
 from tuner.sim.twin.model import TwinPhysics
 from tuner.study.optuna_private import FIXED_PARAMS, refix_waiting
 from tuner.study.storage import BUDGET_ATTR, COUNTED_STATES
-from tuner.study.strategy import grid_params
+from tuner.study.strategy import grid_params, screened_workload
 from tuner.trial.record import WARM_START_ATTR, TrialRecord, records, stored_space
 from tuner.trial.scoring import TrialStatus
 
@@ -62,6 +65,9 @@ PRIOR_ATTR = "twin_prior"
 PROPOSED_ATTR = "twin_proposal"
 # Another method's best is proposed when the twin puts it within this share of the best.
 _CLOSE_SHARE = 0.9
+# Proposals forecast on a traffic mix: each method's best few, and the best few overall.
+_TRAFFIC_PER_METHOD = 2
+_TRAFFIC_TOP = 4
 
 
 def stored_twin(study: optuna.Study) -> FittedTwin | None:
@@ -326,7 +332,7 @@ class TwinSampler(optuna.samplers.BaseSampler):
         study.set_user_attr(TWIN_ATTR, twin.to_json())
         if self.steer:
             _replan(study, screen, twin)
-        if self.steer and screen.space.workload.scored_alone:  # what the closed form forecasts
+        if self.steer and screen.space.workload.scored_alone:  # the closed form's first level
             _propose(study, screen, twin, seen)
 
     def reseed_rng(self) -> None:
@@ -352,7 +358,7 @@ def _propose(
     live = len(study.get_trials(deepcopy=False, states=COUNTED_STATES))
     if live >= float(study.user_attrs.get(BUDGET_ATTR, "inf")):  # enqueued: past the budget
         return
-    ranked = screen.rank(twin)
+    ranked = _on_traffic(screen, twin, screen.rank(twin))
     if not ranked:
         return
     known = {_key(t.params) for t in [*done, *waiting]}
@@ -376,6 +382,64 @@ def _propose(
                 },
             )
             return
+
+
+def _on_traffic(
+    screen: TwinScreen, twin: FittedTwin, ranked: list[TwinProposal]
+) -> list[TwinProposal]:
+    """``ranked`` (the closed form's, one request at a time), re-ranked by the twin's forecast
+    of the space's own traffic where it has more than one level: each method's best few and
+    the overall best few, every (level, temperature) pair predicted under the twin's physics
+    and weighted by its share, as the trial is scored. One level: ``ranked`` as it is."""
+    space = screen.space
+    if len(space.workload.concurrency) < 2 or not ranked:
+        return ranked
+    chosen: dict[tuple[tuple[str, Any], ...], TwinProposal] = {}
+    per_method: dict[str, int] = {}
+    for proposal in ranked:
+        taken = per_method.get(proposal.method, 0)
+        if taken < _TRAFFIC_PER_METHOD or len(chosen) < _TRAFFIC_TOP:
+            chosen.setdefault(_key(proposal.params), proposal)
+            per_method[proposal.method] = taken + 1
+    physics = TwinPhysics(twin.params)
+    scored = []
+    for proposal in chosen.values():
+        value = _traffic_tok_s(space, physics, proposal.params)
+        if value is not None:
+            scored.append(replace(proposal, output_tok_s=value))
+    return sorted(scored, key=lambda p: -p.output_tok_s)
+
+
+def _traffic_tok_s(
+    space: SearchSpace, physics: TwinPhysics, params: dict[str, Any]
+) -> float | None:
+    """Traffic-weighted tok/s of ``params`` under ``physics``; None: over the TTFT limit or
+    out of memory."""
+    config = space.suggest(cast(optuna.Trial, optuna.trial.FixedTrial(params)))
+    draft = space.draft_model(str(params["draft"]))
+    workload = config.client.workload
+    total = value = 0.0
+    for condition in workload.conditions:
+        level = screened_workload(workload, condition.concurrency)
+        try:
+            result = predict(
+                space.hardware,
+                space.target,
+                draft,
+                config.server,
+                condition.temperature,
+                level,
+                condition.concurrency,
+                physics,
+            )
+        except StartupFailure:
+            return None
+        ttft = result.ttft_ms(95)
+        if ttft is None or ttft > space.ttft_limit_ms:
+            return None
+        total += condition.weight
+        value += condition.weight * result.output_tok_s
+    return value / total if total else None
 
 
 def _replan(study: optuna.Study, screen: TwinScreen, twin: FittedTwin) -> None:
