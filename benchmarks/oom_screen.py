@@ -198,8 +198,8 @@ def main(argv: list[str] | None = None) -> int:
             failed = sum((r.ooms for r in runs), Counter[str]())
             total.update(launches)
             ooms.update(failed)
-            cells = ", ".join(f"{f} {_share(failed[f], launches[f])}" for f in sorted(launches))
-            print(f"| {world.name} | {space.name} | {cells} | {max(r.longest for r in runs)} |")
+            counts = ", ".join(f"{f} {_share(failed[f], launches[f])}" for f in sorted(launches))
+            print(f"| {world.name} | {space.name} | {counts} | {max(r.longest for r in runs)} |")
     print("\nAll worlds and spaces, per method:")
     for family in sorted(total):
         share = ooms[family] / total[family] if total[family] else 0.0
