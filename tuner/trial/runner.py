@@ -117,7 +117,8 @@ class TrialRunner:
                 config,
                 memory,
                 self._unmeasured(TrialStatus.OOM_PREDICTED),
-                failure=memory.reason or self.oom_screen.why_skipped(room),
+                failure=self.oom_screen.why_skipped(room)
+                + (f" ({memory.reason})" if memory.reason else ""),
             )
         try:
             endpoint, restarted = self._ensure_server(config.server, context)
