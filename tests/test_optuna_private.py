@@ -152,11 +152,15 @@ def test_every_private_use_goes_through_the_adapter() -> None:
     assert offenders == {}
 
 
-def test_refix_waiting_changes_what_an_enqueued_trial_runs(tmp_path: Path) -> None:
+def test_before_trial_sees_the_queued_parameters_the_trial_then_uses(tmp_path: Path) -> None:
+    """tuner/study/twin_steer.py re-plans a queued config in ``before_trial``."""
+
+    class Replanning(optuna.samplers.RandomSampler):
+        def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
+            trial.system_attrs["fixed_params"] = {"x": 2.0}
+
     study = _study(tmp_path)
+    study.sampler = Replanning()
     study.enqueue_trial({"x": 1.0})
-    (waiting,) = study.get_trials(states=(TrialState.WAITING,))
-    assert waiting.system_attrs[optuna_private.FIXED_PARAMS] == {"x": 1.0}, _VERSION
-    optuna_private.refix_waiting(study, waiting, {"x": 2.0})
     trial = study.ask()
     assert trial.suggest_float("x", 0.0, 5.0) == 2.0, _VERSION

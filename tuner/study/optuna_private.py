@@ -10,8 +10,6 @@ spectune needs a few things Optuna 5's public API does not offer:
   storage API speak them (:func:`study_id`, :func:`trial_id`);
 - writing a system attribute of a finished trial: Optuna refuses to change one, so the row goes
   straight into the RDB table ``trial_system_attributes`` (:func:`write_finished_trial_attr`);
-- the system attribute an enqueued trial keeps its parameters in (``fixed_params``), so the
-  twin can re-plan a queued config after a result (:func:`refix_waiting`);
 - a hook where trials are born: Optuna's cache layer calls ``RDBStorage._create_new_trial``,
   not the public ``create_new_trial`` (:class:`NewTrialHook`);
 - the names Optuna gives system attributes: ``constraints:<key>`` for keyed constraints,
@@ -38,11 +36,9 @@ from optuna.trial import FrozenTrial
 __all__ = [
     "ARTIFACTS_PREFIX",
     "CONSTRAINTS_PREFIX",
-    "FIXED_PARAMS",
     "LEGACY_CONSTRAINTS",
     "NewTrialHook",
     "rdb_of",
-    "refix_waiting",
     "storage_of",
     "study_id",
     "trial_id",
@@ -53,7 +49,6 @@ __all__ = [
 LEGACY_CONSTRAINTS = _CONSTRAINTS_KEY  # a list of values; what optuna-dashboard 0.21 reads
 CONSTRAINTS_PREFIX = f"{_CONSTRAINTS_KEY}:"  # Optuna 5's keyed constraints
 ARTIFACTS_PREFIX = ARTIFACTS_ATTR_PREFIX
-FIXED_PARAMS = "fixed_params"  # what Study.enqueue_trial stores and Trial reads back
 
 
 def storage_of(study: optuna.Study) -> BaseStorage:
@@ -77,15 +72,6 @@ def study_id(study: optuna.Study) -> int:
 def trial_id(trial: FrozenTrial | optuna.Trial) -> int:
     """The trial's id in its storage (not its number), of a finished or a running trial."""
     return int(trial._trial_id)
-
-
-def refix_waiting(study: optuna.Study, trial: FrozenTrial, params: dict[str, Any]) -> None:
-    """Replaces the parameters an enqueued (WAITING) trial will run with.
-
-    ``Trial`` reads them from the trial's ``fixed_params`` system attribute when it is asked
-    for, so a change before then is what the objective sees.
-    """
-    storage_of(study).set_trial_system_attr(trial_id(trial), FIXED_PARAMS, params)
 
 
 def write_finished_trial_attr(

@@ -12,9 +12,9 @@
    size the twin predicts to leave less than its fitted margin is moved to the nearest one
    that does (the margin comes from NVML's peaks and the start-ups that ran out of memory,
    whatever their method);
-4. re-plans the queue: a config the warm start or the twin enqueued that the twin now puts
-   short of memory is moved the same way before it launches, so an OOM is not followed by
-   queued configs that would run out the same way.
+4. re-plans the queue: as a config the warm start or the twin enqueued is taken from the
+   queue, one the twin now puts short of memory is moved the same way before it launches, so
+   an OOM is not followed by queued configs that would run out the same way.
 
 The closed-form screen serves one request at a time; on a traffic mix whose first level is one
 request, its best configs are forecast again on the whole mix (the twin's physics, every level
@@ -42,7 +42,6 @@ from tuner.sim.oom_screen import memory_slacks
 from tuner.sim.twin.fit import FittedTwin, Observation, fit
 from tuner.sim.twin.forecast import StepParts, forecast, step_parts
 from tuner.sim.twin.model import TwinPhysics
-from tuner.study.optuna_private import FIXED_PARAMS, refix_waiting
 from tuner.study.storage import BUDGET_ATTR, COUNTED_STATES
 from tuner.study.strategy import grid_params, screened_workload
 from tuner.trial.record import WARM_START_ATTR, TrialRecord, records, stored_space
@@ -65,6 +64,7 @@ PRIOR_ATTR = "twin_prior"
 PROPOSED_ATTR = "twin_proposal"
 # Another method's best is proposed when the twin puts it within this share of the best.
 _CLOSE_SHARE = 0.9
+_FIXED_PARAMS = "fixed_params"  # where Study.enqueue_trial keeps a queued trial's parameters
 # Proposals forecast on a traffic mix: each method's best few, and the best few overall.
 _TRAFFIC_PER_METHOD = 2
 _TRAFFIC_TOP = 4
@@ -314,6 +314,9 @@ class TwinSampler(optuna.samplers.BaseSampler):
 
     def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
         self.inner.before_trial(study, trial)
+        screen = self._space(study)
+        if screen is not None and self.steer:
+            _replan(screen, self.twin(study), trial)
 
     def after_trial(
         self,
@@ -330,8 +333,6 @@ class TwinSampler(optuna.samplers.BaseSampler):
         seen = [t for t in done if t.number != trial.number] + [trial]
         twin = fit(screen.space.hardware, observations(screen.space, seen), self.start(study))
         study.set_user_attr(TWIN_ATTR, twin.to_json())
-        if self.steer:
-            _replan(study, screen, twin)
         if self.steer and screen.space.workload.scored_alone:  # the closed form's first level
             _propose(study, screen, twin, seen)
 
@@ -442,22 +443,25 @@ def _traffic_tok_s(
     return value / total if total else None
 
 
-def _replan(study: optuna.Study, screen: TwinScreen, twin: FittedTwin) -> None:
-    """Re-checks the queue after a result: every waiting config the warm start or the twin
-    enqueued that the twin now puts short of memory (its margin moved after an OOM) moves to
-    the nearest setting the twin deems safe, or to the nearest K of its method that has one.
+def _replan(screen: TwinScreen, twin: FittedTwin, trial: FrozenTrial) -> None:
+    """Re-checks a queued config as it is taken from the queue, against every result so far:
+    one the warm start or the twin enqueued that the twin now puts short of memory (it moved
+    after an OOM) moves to the nearest setting the twin deems safe, or to the nearest K of its
+    method that has one. Configs enqueued by hand are left as they are: the user asked for them.
 
-    Configs enqueued by hand are left as they are: the user asked for them.
+    Optuna's ``Trial`` reads an enqueued trial's parameters from the ``fixed_params`` system
+    attribute of the very ``FrozenTrial`` it hands the sampler's ``before_trial``, after that
+    call (``tests/test_optuna_private.py`` checks it), so changing them here is what the
+    objective sees.
     """
-    for trial in study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
-        if WARM_START_ATTR not in trial.user_attrs and PROPOSED_ATTR not in trial.user_attrs:
-            continue
-        fixed = trial.system_attrs.get(FIXED_PARAMS)
-        if not isinstance(fixed, dict) or "draft" not in fixed:
-            continue
-        moved = _safe_params(screen, twin, fixed)
-        if moved != fixed:
-            refix_waiting(study, trial, moved)
+    if WARM_START_ATTR not in trial.user_attrs and PROPOSED_ATTR not in trial.user_attrs:
+        return
+    fixed = trial.system_attrs.get(_FIXED_PARAMS)
+    if not isinstance(fixed, dict) or "draft" not in fixed:
+        return
+    moved = _safe_params(screen, twin, fixed)
+    if moved != fixed:
+        trial.system_attrs[_FIXED_PARAMS] = moved
 
 
 def _safe_params(screen: TwinScreen, twin: FittedTwin, params: dict[str, Any]) -> dict[str, Any]:
