@@ -40,12 +40,12 @@ from worlds import World, WorldBackend
 from tuner.catalog.models import load_model
 from tuner.config.space import SearchSpace, load_space
 from tuner.config.trial import ServerConfig, load_draft
+from tuner.search.strategy import grid_params, warm_start
+from tuner.search.twin_steer import TwinSampler
 from tuner.sim.band import method_family
 from tuner.sim.memory import estimate_memory
 from tuner.sim.oom_screen import OomScreen, memory_slacks
-from tuner.study.strategy import grid_params, warm_start
 from tuner.study.study import StudyOptions, open_study, run_trials
-from tuner.study.twin_steer import TwinSampler
 from tuner.trial.record import TrialRecord
 from tuner.trial.scoring import TrialStatus
 

@@ -22,7 +22,7 @@ What is measured
 
 Strategies (all through spectune's runner: memory pre-screen, server reuse)
     - ``spectune``: the default: warm start from the shipped simulator, then TPE steered by the
-      twin fitted after every trial (``tuner.study.twin_steer``);
+      twin fitted after every trial (``tuner.search.twin_steer``);
     - ``spectune, no twin``: the same warm start, then plain TPE;
     - ``TPE``: constraint-aware multivariate TPE alone; ``random``; ``grid`` (every grid point
       once, in a seeded random order).
@@ -57,11 +57,11 @@ from worlds import SHIPPED, WORLDS, World, WorldBackend
 from tuner.config.space import SearchSpace, load_space
 from tuner.config.trial import TrialConfig
 from tuner.errors import StartupFailure
+from tuner.search.strategy import grid_params, warm_start
+from tuner.search.twin_steer import TwinSampler
 from tuner.sim.engine import predict
 from tuner.sim.memory import effective_batched_tokens
-from tuner.study.strategy import grid_params, warm_start
 from tuner.study.study import StudyOptions, open_study, run_trials
-from tuner.study.twin_steer import TwinSampler
 from tuner.trial.record import TrialRecord
 from tuner.trial.scoring import TrialStatus
 

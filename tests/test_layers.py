@@ -23,6 +23,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("sim", "launch", "bench"),
     ("trial",),
     ("analysis",),
+    ("search",),
     ("study",),
     ("export", "report"),
     ("cli",),

@@ -153,7 +153,7 @@ def test_every_private_use_goes_through_the_adapter() -> None:
 
 
 def test_before_trial_sees_the_queued_parameters_the_trial_then_uses(tmp_path: Path) -> None:
-    """tuner/study/twin_steer.py re-plans a queued config in ``before_trial``."""
+    """tuner/search/twin_steer.py re-plans a queued config in ``before_trial``."""
 
     class Replanning(optuna.samplers.RandomSampler):
         def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:

@@ -15,10 +15,10 @@ from typer.testing import CliRunner
 from tuner.cli import app
 from tuner.config.space import SearchSpace, load_space, space_from_dict
 from tuner.errors import ConfigError
+from tuner.search.plan import confirmation_runs, parse_duration, plan_study, prior_cost
+from tuner.search.strategy import warm_start_configs
 from tuner.study.optimize import OptimizeRequest, optimize
-from tuner.study.plan import confirmation_runs, parse_duration, plan_study, prior_cost
 from tuner.study.storage import open_storage, study_names
-from tuner.study.strategy import warm_start_configs
 
 runner = CliRunner()
 

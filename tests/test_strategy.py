@@ -13,16 +13,16 @@ from optuna.trial import TrialState
 from tuner.catalog.models import load_model
 from tuner.config.space import NO_DRAFT, SearchSpace, load_space
 from tuner.config.trial import TrialConfig
-from tuner.sim.engine import predict
-from tuner.sim.memory import estimate_memory
-from tuner.study.forecast import predicted_pairs
-from tuner.study.strategy import (
+from tuner.search.forecast import predicted_pairs
+from tuner.search.strategy import (
     SAFETY_MARGIN_GIB,
     grid_params,
     predicted_configs,
     warm_start,
     warm_start_configs,
 )
+from tuner.sim.engine import predict
+from tuner.sim.memory import estimate_memory
 from tuner.study.study import StudyOptions, make_sampler, run_trials
 from tuner.trial.backends import BackendOptions, backend_factory
 from tuner.trial.runner import predict_memory

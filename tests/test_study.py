@@ -15,9 +15,9 @@ from tuner.config.trial import LaunchContext, ServerConfig, TrialConfig
 from tuner.errors import ConfigError, FailureKind, StartupFailure
 from tuner.launch.exit_hooks import Terminated
 from tuner.results import Endpoint, TrialResult
+from tuner.search.strategy import grid_params
 from tuner.study.optimize import OptimizeRequest, optimize
 from tuner.study.storage import BUDGET_ATTR, RetryOwnRecord, open_storage
-from tuner.study.strategy import grid_params
 from tuner.study.study import StudyOptions, open_study, run_trials
 from tuner.trial.backends import Backend, BackendOptions, backend_factory
 from tuner.trial.record import TrialRecord

@@ -45,8 +45,8 @@ def _server(method: str, **spec: Any) -> ServerConfig:
         ),
         ("dflash", {"model": "x", "parallel_drafting": True}, "0.32.0", ModelRunner.V2, None),
         ("dspark", {"model": "x"}, "0.25.0", ModelRunner.V2, None),  # vLLM forces V2 for it
-        ("eagle3", {"model": EAGLE3}, "0.21.0", ModelRunner.V1, "before vLLM 0.22"),
-        ("eagle3", {"model": EAGLE3}, "0.26.0", None, "default-V2 architectures"),
+        ("eagle3", {"model": EAGLE3}, "0.21.0", ModelRunner.V1, None),  # V2 opt-in
+        ("eagle3", {"model": EAGLE3}, "0.26.0", ModelRunner.V2, None),  # Llama: dense
     ],
 )
 def test_the_runner_follows_the_releases_rules(

@@ -23,6 +23,7 @@ from docker.models.containers import Container
 from tuner.config.space import load_space
 from tuner.config.trial import LaunchContext, ServerConfig
 from tuner.errors import ConfigError
+from tuner.launch.containers import list_containers
 from tuner.launch.docker import LABEL_GPUS, LABEL_RUN, LABEL_STUDY, DockerLauncher
 from tuner.launch.engine import RunOwner
 from tuner.study.optimize import OptimizeRequest, optimize
@@ -180,3 +181,26 @@ def test_another_studys_live_container_on_our_gpus_is_named_before_anything_is_s
     assert study not in study_names(open_storage(default_storage(study, tmp_path)))
     other.reload()
     assert other.status == "running"
+
+
+def test_a_container_removed_while_listed_is_left_out(
+    docker_client: docker.DockerClient,
+    sleeper: Sleeper,
+    study: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The engine lists two containers, one is removed before it is inspected (a race CI met
+    when a signal's cleanup and a trial's stop overlapped): the listing holds the other."""
+    kept, removed = sleeper({LABEL_STUDY: study}), sleeper({LABEL_STUDY: study})
+    summaries, to_remove = docker_client.api.containers, [removed]
+
+    def list_then_remove(*args: Any, **kwargs: Any) -> Any:
+        found = summaries(*args, **kwargs)
+        for container in to_remove:  # once: the study's own clean-up lists again afterwards
+            container.remove(force=True)
+        to_remove.clear()
+        return found
+
+    monkeypatch.setattr(docker_client.api, "containers", list_then_remove)
+    listed = list_containers(docker_client, f"{LABEL_STUDY}={study}")
+    assert [c.id for c in listed] == [kept.id]

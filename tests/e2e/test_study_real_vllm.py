@@ -46,6 +46,7 @@ from testbed import TinyModels, vllm_command, vllm_env
 
 from tuner.config.space import SearchSpace, space_from_dict
 from tuner.launch.served import ServedFacts
+from tuner.search.twin_steer import observations, stored_twin
 from tuner.sim.engine import predict
 from tuner.sim.twin.fit import FittedTwin, fit
 from tuner.sim.twin.model import TwinPhysics
@@ -53,7 +54,6 @@ from tuner.study.optimize import OptimizeRequest, optimize
 from tuner.study.paths import default_storage
 from tuner.study.storage import open_storage
 from tuner.study.study import make_sampler, open_study
-from tuner.study.twin_steer import observations, stored_twin
 from tuner.trial.backends import BackendOptions
 from tuner.trial.record import TrialRecord, records
 from tuner.trial.scoring import TrialStatus

@@ -11,7 +11,7 @@ from tuner.config.space import SearchSpace, load_space, space_from_dict
 from tuner.config.trial import SpecMethod
 from tuner.config.vllm_args import parse_version, server_argv
 from tuner.errors import ConfigError, IncompatibleDraftError
-from tuner.study.strategy import warm_start
+from tuner.search.strategy import warm_start
 
 LLAMA = "meta-llama/Llama-3.1-8B-Instruct"
 EAGLE3 = "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"

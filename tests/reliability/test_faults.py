@@ -32,7 +32,7 @@ import yaml
 from typer.testing import CliRunner
 
 from tuner.cli import app
-from tuner.study.twin_steer import PRIOR_ATTR
+from tuner.search.twin_steer import PRIOR_ATTR
 
 FAKE_VLLM = f"{sys.executable} -m tuner.sim.server"
 SPECTUNE = str(Path(sys.executable).with_name("spectune"))

@@ -15,9 +15,9 @@ from tuner.analysis.recommendation import recommendation
 from tuner.bench.percentiles import quantile_interval
 from tuner.export.vllm import export
 from tuner.report.page import write_report
+from tuner.search.twin_steer import TWIN_ATTR
 from tuner.sim.twin.fit import FittedTwin
 from tuner.sim.twin.model import TwinParams
-from tuner.study.twin_steer import TWIN_ATTR
 
 FLAGS = ("--studies-dir", "/srv/studies")
 

@@ -18,9 +18,9 @@ from tuner.analysis.trials import Outcome, points
 from tuner.report import charts
 from tuner.report.importance import importance_points, param_importances
 from tuner.report.page import write_report
+from tuner.search.twin_steer import TWIN_ATTR, observations
 from tuner.sim.twin.fit import FittedTwin, fit
 from tuner.study.confirm import confirm
-from tuner.study.twin_steer import TWIN_ATTR, observations
 from tuner.trial.backends import BackendOptions, backend_factory
 
 CHARTS = {"pareto", "k", "acceptance", "memory", "importance", "levels"}

@@ -15,6 +15,7 @@ from tuner.config.trial import ServerConfig, SpeculativeConfig
 from tuner.config.verification import Verification
 from tuner.config.workload import WorkloadSpec
 from tuner.errors import ConfigError
+from tuner.search.plan import plan_study
 from tuner.sim.band import (
     SPEED_KINDS,
     Band,
@@ -27,7 +28,6 @@ from tuner.sim.band import (
     widest,
 )
 from tuner.sim.estimate import SettingValue, estimate
-from tuner.study.plan import plan_study
 
 runner = CliRunner()
 H100 = parse_hardware("h100")

@@ -11,11 +11,11 @@ from typer.testing import CliRunner
 
 from tuner.cli import app
 from tuner.config.space import load_space
+from tuner.search.twin_steer import PRIOR_ATTR, TWIN_ATTR
 from tuner.sim.twin.fit import FittedTwin
 from tuner.study.paths import default_storage
 from tuner.study.storage import open_storage
 from tuner.study.twin_calibrate import calibration_path, calibration_plan
-from tuner.study.twin_steer import PRIOR_ATTR, TWIN_ATTR
 
 SPACE = "qwen2.5-14b-awq-4090x1"
 runner = CliRunner()

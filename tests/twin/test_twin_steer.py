@@ -10,18 +10,18 @@ import optuna
 import pytest
 
 from tuner.config.space import load_space
-from tuner.sim.twin import TwinParams
-from tuner.sim.twin.fit import FittedTwin
-from tuner.study.forecast import predicted_pairs
-from tuner.study.strategy import warm_start
-from tuner.study.study import StudyOptions, open_study, run_trials
-from tuner.study.twin_steer import (
+from tuner.search.forecast import predicted_pairs
+from tuner.search.strategy import warm_start
+from tuner.search.twin_steer import (
     PROPOSED_ATTR,
     TwinSampler,
     TwinScreen,
     _on_traffic,
     stored_twin,
 )
+from tuner.sim.twin import TwinParams
+from tuner.sim.twin.fit import FittedTwin
+from tuner.study.study import StudyOptions, open_study, run_trials
 
 sys.path.insert(0, str(Path(__file__).parents[2] / "benchmarks"))
 from worlds import World, WorldBackend

@@ -21,7 +21,7 @@ if TYPE_CHECKING:  # these load the simulator or Optuna; `spectune --help` need 
     from tuner.analysis.k_table import KTableVerdict
     from tuner.analysis.picks import Candidate
     from tuner.config.space import SearchSpace
-    from tuner.study.plan import StudyPlan
+    from tuner.search.plan import StudyPlan
     from tuner.trial.record import TrialRecord
 
 __all__ = [
@@ -236,7 +236,7 @@ def confirm_run_line(
 
 def plan_table(plan: StudyPlan, space: SearchSpace) -> Table:
     """The expected GPU time of a run: each warm-start trial, the sampler's, confirmation."""
-    from tuner.study.plan import format_duration as took
+    from tuner.search.plan import format_duration as took
 
     table = Table(
         title=f"plan: {len(plan.trials)} trials on {space.hardware.label}, "

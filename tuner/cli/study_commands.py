@@ -212,10 +212,10 @@ def optimize_command(
     """Run a tuning study, confirm the best configs, and export the recommended one."""
     # Here, not at the top: they load the backends' container and HTTP libraries, which
     # `spectune --help` should not pay for.
+    from tuner.search.plan import parse_duration, plan_study
     from tuner.study.cluster import RayOptions
     from tuner.study.listing import resuming
     from tuner.study.optimize import OptimizeRequest, check_request, optimize
-    from tuner.study.plan import parse_duration, plan_study
     from tuner.study.storage import study_exists
 
     explicit = any(v is not None for v in (space, hardware, slo_ttft_ms, vllm_version))

@@ -13,6 +13,8 @@ from tuner.catalog.seed_drafters import drafters_for
 from tuner.config.trial import SpecMethod
 from tuner.config.vllm_features import choice_runners
 from tuner.config.vllm_runner import ModelRunner, RunnerForecast, predict_runner
+from tuner.config.vllm_runner_defaults import DEFAULT_V2_SINCE, EVERY_TARGET_V2_SINCE
+from tuner.config.vllm_version import VllmVersion
 
 if TYPE_CHECKING:  # the space imports this layer's rules; only types come back
     from tuner.config.space import SearchSpace
@@ -85,29 +87,62 @@ def _fix(reason: str, target: ModelSpec) -> str:
     return "accept V1 or drop that method"
 
 
+def _on_v1(version: VllmVersion) -> str:
+    if version >= EVERY_TARGET_V2_SINCE:
+        return (
+            f"on vLLM {version}'s deprecated V1 model runner (V2 is the default; maintainers "
+            "plan to remove V1, vllm #45951)"
+        )
+    return (
+        f"on vLLM {version}'s V1 model runner (that release runs V2 by default only for some "
+        f"targets, every target from {EVERY_TARGET_V2_SINCE}; maintainers plan to remove V1, "
+        "vllm #45951)"
+    )
+
+
+def _so(all_v1: bool) -> str:
+    if all_v1:
+        return "so the study measures V1, not the runner later releases use"
+    return "so the study compares runners as well as methods"
+
+
 def v1_warning(space: SearchSpace) -> str | None:
     """One warning naming the space's configs that land on V1, why, and what to change; None
-    when every config lands on V2 (or the release's runner is not predicted)."""
-    rows = [r for r in space_runners(space) if r.forecast.runner is ModelRunner.V1]
+    when every config lands on V2, the release's runner is not predicted, or the release runs
+    everything on V1 by default (before 0.22: V1 is then neither deprecated nor compared)."""
+    if space.version < DEFAULT_V2_SINCE:
+        return None
+    every = space_runners(space)
+    rows = [r for r in every if r.forecast.runner is ModelRunner.V1]
     if not rows:
         return None
+    total = len(every)
+    # What to say, keyed by why: the release never tries V2 for this target (0.22-0.28), or
+    # V2 does not yet support something the config uses.
     by_reason: dict[str, list[str]] = {}
+    fixes: dict[str, str] = {}
     for row in rows:
-        for reason in row.forecast.reasons:
+        forecast = row.forecast
+        if forecast.off_by_default:
+            pairs = [
+                (
+                    forecast.off_by_default,
+                    f"use vLLM {EVERY_TARGET_V2_SINCE} or later, or accept V1",
+                )
+            ]
+        else:
+            pairs = [
+                (f"Model Runner V2 does not yet support {r}", _fix(r, space.target))
+                for r in forecast.reasons
+            ]
+        for reason, fix in pairs:
             by_reason.setdefault(reason, []).append(row.label)
+            fixes[reason] = fix
     count = (
         "1 config of this space runs"
         if len(rows) == 1
         else f"{len(rows)} configs of this space run"
     )
-    lines = [
-        f"WARNING: {count} on vLLM {space.version}'s deprecated "
-        "V1 model runner (V2 is the default; maintainers plan to remove V1, vllm #45951), so "
-        "the study compares runners as well as methods:"
-    ]
-    for reason, labels in by_reason.items():
-        lines.append(
-            f"  {', '.join(labels)}: Model Runner V2 does not yet support {reason}; "
-            f"{_fix(reason, space.target)}"
-        )
+    lines = [f"WARNING: {count} {_on_v1(space.version)}, {_so(len(rows) == total)}:"]
+    lines += [f"  {', '.join(labels)}: {why}; {fixes[why]}" for why, labels in by_reason.items()]
     return "\n".join(lines)

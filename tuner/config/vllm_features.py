@@ -107,9 +107,7 @@ def _check_runner(
     if forecast.runner is ModelRunner.V2:
         return
     where = (
-        "lands on the V1 model runner (Model Runner V2 does not yet support "
-        + ", ".join(forecast.reasons)
-        + ")"
+        f"lands on the V1 model runner ({forecast.why()})"
         if forecast.runner is ModelRunner.V1
         else f"may land on the V1 model runner ({'; '.join(forecast.reasons)})"
     )

@@ -11,11 +11,16 @@ in ``vllm/config/vllm.py``; its speculative part, read in the released wheels (`
 =============  =================================================================================
 release        speculation that keeps a config on V1
 =============  =================================================================================
-before 0.22    everything: V2 is opt-in (``VLLM_USE_V2_MODEL_RUNNER`` defaults to 0)
-0.22 - 0.28    V2 by default only for the architectures of ``DEFAULT_V2_MODEL_RUNNER_
-               ARCHITECTURES`` (not predicted here); V1 for every method but eagle, eagle3,
-               mtp (0.24: and dflash; 0.25: and dspark), for parallel drafting on an EAGLE
-               head, and (0.24 only) for a per-batch-size K. DSpark forces V2 from 0.25.
+before 0.12    everything: there is no V2 (``vllm/v1/worker/gpu/`` is absent in 0.11.0)
+0.12 - 0.21    everything: V2 is opt-in (``VLLM_USE_V2_MODEL_RUNNER`` defaults to 0, ``envs.py``)
+0.22 - 0.28    V1 for a target outside the release's default-V2 targets (no log line: V2 is
+               never tried; the targets per release: :mod:`tuner.config.vllm_runner_defaults`).
+               For a default-V2 target, V1 for every method but eagle, eagle3, mtp (0.24: and
+               dflash; 0.25: and dspark), for parallel drafting (0.22-0.23: with any method;
+               0.24+: on an EAGLE head), and (0.24 only) for a per-batch-size K. DSpark forces
+               V2 from 0.25 whatever the target, and so does a DFlash drafter that mixes
+               sliding-window and full attention layers (0.26+) or is a ``DFlash2DraftModel``
+               (0.28).
 0.29           V2 for every architecture; V1 for ngram, ngram_gpu, draft_model, suffix,
                parallel drafting on an EAGLE head
 0.30           V1 for ngram, ngram_gpu, draft_model, suffix, parallel drafting (EAGLE)
@@ -37,15 +42,23 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from tuner.catalog.models import load_model
 from tuner.config.trial import BLOCK_METHODS, ServerConfig, SpecMethod
+from tuner.config.vllm_runner_defaults import (
+    DEFAULT_V2_SINCE,
+    EVERY_TARGET_V2_SINCE,
+    default_v2_target,
+)
 from tuner.config.vllm_version import VllmVersion
+from tuner.errors import ConfigError
 
 __all__ = ["ModelRunner", "RunnerForecast", "predict_runner"]
 
-_V0_22 = VllmVersion(0, 22, 0)
+_V2_EXISTS = VllmVersion(0, 12, 0)  # vllm/v1/worker/gpu/ and VLLM_USE_V2_MODEL_RUNNER appear
 _V0_24 = VllmVersion(0, 24, 0)
 _V0_25 = VllmVersion(0, 25, 0)
-_V2_EVERYWHERE = VllmVersion(0, 29, 0)
+_V0_26 = VllmVersion(0, 26, 0)
+_V0_28 = VllmVersion(0, 28, 0)
 _V0_30 = VllmVersion(0, 30, 0)
 _V0_31 = VllmVersion(0, 31, 0)
 _V0_32 = VllmVersion(0, 32, 0)
@@ -64,30 +77,44 @@ class RunnerForecast:
     """The runner a config lands on, and why.
 
     Attributes:
-        runner: V1 or V2; None when the release decides by the target's architecture.
+        runner: V1 or V2; None when spectune cannot tell (an unreadable target on 0.22-0.28).
         reasons: what keeps it off V2, in vLLM's words ("speculative method 'suffix'").
+        off_by_default: why the release never tries V2 for this target (0.22-0.28: not one of
+            its default-V2 targets); empty otherwise.
     """
 
     runner: ModelRunner | None
     reasons: tuple[str, ...] = ()
+    off_by_default: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"runner": self.runner, "reasons": list(self.reasons)}
+        data: dict[str, Any] = {"runner": self.runner, "reasons": list(self.reasons)}
+        if self.off_by_default:
+            data["off_by_default"] = self.off_by_default
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RunnerForecast:
         runner = data.get("runner")
         return cls(
-            None if runner is None else ModelRunner(runner), tuple(data.get("reasons") or ())
+            None if runner is None else ModelRunner(runner),
+            tuple(data.get("reasons") or ()),
+            str(data.get("off_by_default") or ""),
         )
+
+    def why(self) -> str:
+        """Why the config is off V2, as one phrase ("Model Runner V2 does not yet support ...")."""
+        if self.off_by_default:
+            return self.off_by_default
+        return "Model Runner V2 does not yet support " + ", ".join(self.reasons)
 
     def describe(self) -> str:
         """``V2``, ``V1 (Model Runner V2 does not yet support ...)`` or ``not predicted``."""
         if self.runner is None:
             return "not predicted (" + "; ".join(self.reasons) + ")"
-        if self.runner is ModelRunner.V2 or not self.reasons:
+        if self.runner is ModelRunner.V2 or not (self.reasons or self.off_by_default):
             return str(self.runner)
-        return f"V1 (Model Runner V2 does not yet support {', '.join(self.reasons)})"
+        return f"V1 ({self.why()})"
 
 
 def _v1_methods(version: VllmVersion) -> frozenset[SpecMethod]:
@@ -110,6 +137,82 @@ def _method_reason(method: SpecMethod, version: VllmVersion) -> str:
     return f"speculative method '{method}'"
 
 
+def _config_of(name: str | None) -> Mapping[str, Any] | None:
+    """The model's ``config.json`` when spectune can read it (catalog, folder, reachable Hub)."""
+    if not name:
+        return None
+    try:
+        return load_model(name).config
+    except ConfigError:
+        return None
+
+
+def _forced_v2(server: ServerConfig, version: VllmVersion) -> bool:
+    """Drafters vLLM runs on V2 whatever the target (``VllmConfig.use_v2_model_runner``, 0.25+):
+    DSpark (V1 cannot run it); from 0.26 a DFlash drafter mixing sliding-window and full
+    attention (V2 only has several KV-cache groups); in 0.28 a DFlash2 drafter (V1 would run
+    it as DFlash1). From 0.29 every target tries V2 first, so these no longer force anything
+    the unsupported-features list would refuse."""
+    spec = server.speculative
+    if spec is None or not _V0_25 <= version < EVERY_TARGET_V2_SINCE:
+        return False
+    if spec.method == SpecMethod.DSPARK:
+        return True
+    if spec.method != SpecMethod.DFLASH or version < _V0_26:
+        return False
+    draft = _config_of(spec.model) or {}
+    layer_types = list(draft.get("layer_types") or ())
+    sliding = sum(t == "sliding_attention" for t in layer_types)
+    if 0 < sliding < len(layer_types):
+        return True
+    architectures = draft.get("architectures") or ()
+    return version == _V0_28 and "DFlash2DraftModel" in architectures
+
+
+def _unsupported(
+    server: ServerConfig, version: VllmVersion, heterogeneous_vocab: bool
+) -> tuple[str, ...]:
+    """The speculative part of ``_get_v2_model_runner_unsupported_features``."""
+    spec = server.speculative
+    if spec is None:
+        return ()
+    method = SpecMethod(spec.method)
+    reasons: list[str] = []
+    if method in _v1_methods(version):
+        reasons.append(_method_reason(method, version))
+    if spec.parallel_drafting and version < _V0_24:  # any method: there was no DFlash exemption
+        reasons.append("parallel drafting for speculative decoding")
+    elif spec.parallel_drafting and method not in BLOCK_METHODS:
+        reasons.append("parallel drafting for EAGLE speculative decoding")
+    if heterogeneous_vocab and version >= _V0_32:
+        reasons.append("heterogeneous-vocabulary draft models")
+    if spec.k_by_batch_size and version == _V0_24:
+        reasons.append("dynamic speculative decoding")
+    return tuple(reasons)
+
+
+def _default_target(server: ServerConfig, version: VllmVersion) -> RunnerForecast | None:
+    """None when the release tries V2 for this target; else the forecast (V1, or unknown)."""
+    if version >= EVERY_TARGET_V2_SINCE:
+        return None
+    config = _config_of(server.model)
+    if config is None:
+        return RunnerForecast(
+            None,
+            (
+                f"vLLM {version} runs V2 only for its default-V2 targets, and spectune cannot "
+                f"read {server.model}'s config.json",
+            ),
+        )
+    default, why = default_v2_target(version, config)
+    if default:
+        return None
+    return RunnerForecast(
+        ModelRunner.V1,
+        off_by_default=f"vLLM {version} runs V2 by default only for some targets: {why}",
+    )
+
+
 def predict_runner(
     server: ServerConfig, version: VllmVersion, *, heterogeneous_vocab: bool = False
 ) -> RunnerForecast:
@@ -121,26 +224,17 @@ def predict_runner(
         heterogeneous_vocab: whether the config's draft needs ``use_heterogeneous_vocab``
             (:func:`tuner.config.vllm_args.heterogeneous_vocab`).
     """
-    if version < _V0_22:
-        return RunnerForecast(ModelRunner.V1, ("anything by default before vLLM 0.22",))
-    spec = server.speculative
-    reasons: list[str] = []
-    if spec is not None:
-        method = SpecMethod(spec.method)
-        if method == SpecMethod.DSPARK:  # V2 only; vLLM forces V2 for it (0.25+)
-            return RunnerForecast(ModelRunner.V2)
-        if method in _v1_methods(version):
-            reasons.append(_method_reason(method, version))
-        if spec.parallel_drafting and method not in BLOCK_METHODS:
-            reasons.append("parallel drafting for EAGLE speculative decoding")
-        if heterogeneous_vocab and version >= _V0_32:
-            reasons.append("heterogeneous-vocabulary draft models")
-        if spec.k_by_batch_size and version == _V0_24:
-            reasons.append("dynamic speculative decoding")
-    if reasons:
-        return RunnerForecast(ModelRunner.V1, tuple(reasons))
-    if version < _V2_EVERYWHERE:
+    if version < _V2_EXISTS:
         return RunnerForecast(
-            None, (f"vLLM {version} runs V2 only for its default-V2 architectures",)
+            ModelRunner.V1,
+            off_by_default=f"vLLM {version} has no Model Runner V2, which came in 0.12",
         )
-    return RunnerForecast(ModelRunner.V2)
+    if version < DEFAULT_V2_SINCE:
+        return RunnerForecast(ModelRunner.V1, off_by_default=f"vLLM {version}: V2 is opt-in")
+    if _forced_v2(server, version):
+        return RunnerForecast(ModelRunner.V2)
+    off = _default_target(server, version)
+    if off is not None:
+        return off
+    reasons = _unsupported(server, version, heterogeneous_vocab)
+    return RunnerForecast(ModelRunner.V1, reasons) if reasons else RunnerForecast(ModelRunner.V2)

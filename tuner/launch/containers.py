@@ -82,10 +82,14 @@ def gpus_overlap(theirs: str, ours: str) -> bool:
 
 
 def list_containers(client: docker.DockerClient, label: str) -> list[Container]:
-    """Every container (running or not) carrying ``label`` (``key`` or ``key=value``)."""
+    """Every container (running or not) carrying ``label`` (``key`` or ``key=value``).
+
+    A container removed between the engine's listing and its inspection (another run's
+    cleanup, or this run's own stop meeting a signal's) is left out: it is what a removal wanted.
+    """
     try:
         with engine_calls("listing containers"):
-            return client.containers.list(all=True, filters={"label": label})
+            return client.containers.list(all=True, filters={"label": label}, ignore_removed=True)
     except docker.errors.APIError as error:
         raise LaunchError(f"docker could not list containers: {error}") from error
 

@@ -30,8 +30,8 @@ from tuner.report import charts
 from tuner.report.headline import HEADLINE_CSS, headline, no_recommendation
 from tuner.report.importance import importance_points, param_importances
 from tuner.report.traffic import per_temperature_section, speculation_note, traffic_rows
+from tuner.search.twin_steer import PROPOSED_ATTR, stored_twin
 from tuner.study.paths import write_whole
-from tuner.study.twin_steer import PROPOSED_ATTR, stored_twin
 from tuner.trial.model_runner import model_runner, runner_note
 from tuner.trial.record import records, stored_run
 

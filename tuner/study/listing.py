@@ -19,8 +19,8 @@ from optuna.trial import TrialState
 
 from tuner.analysis.picks import recommend
 from tuner.errors import SpectuneError
-from tuner.study.storage import BUDGET_ATTR, open_storage, safe_url, study_exists, study_names
-from tuner.trial.record import SOURCE_ATTR, SPACE_ATTR
+from tuner.study.storage import open_storage, safe_url, study_exists, study_names
+from tuner.trial.record import BUDGET_ATTR, SOURCE_ATTR, SPACE_ATTR
 
 __all__ = [
     "StudyState",

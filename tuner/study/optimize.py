@@ -23,6 +23,8 @@ from tuner.config.runner_report import v1_warning
 from tuner.config.space import SearchSpace
 from tuner.errors import ConfigError
 from tuner.results import Source
+from tuner.search.plan import Budget, TrialCost, confirmation_runs, plan_study
+from tuner.search.strategy import warm_start
 from tuner.study.cluster import (
     RayOptions,
     check_cluster,
@@ -32,10 +34,8 @@ from tuner.study.cluster import (
 )
 from tuner.study.confirm import OnRun, confirm, confirm_k_table
 from tuner.study.paths import StudyPaths, default_storage
-from tuner.study.plan import Budget, TrialCost, confirmation_runs, plan_study
 from tuner.study.prefetch import prefetch_models
 from tuner.study.storage import check_writable, open_storage
-from tuner.study.strategy import warm_start
 from tuner.study.study import (
     OnTrial,
     StudyOptions,

@@ -20,7 +20,7 @@ import optuna
 import sqlalchemy
 import sqlalchemy.exc
 from optuna.storages import RetryHeartbeatStaleTrialCallback
-from optuna.trial import FrozenTrial, TrialState
+from optuna.trial import FrozenTrial
 
 from tuner.errors import ConfigError, SpectuneError
 from tuner.study.optuna_private import (
@@ -29,11 +29,9 @@ from tuner.study.optuna_private import (
     NewTrialHook,
     without_attrs,
 )
-from tuner.trial.record import RECORD_ATTRS
+from tuner.trial.record import BUDGET_ATTR, COUNTED_STATES, RECORD_ATTRS
 
 __all__ = [
-    "BUDGET_ATTR",
-    "COUNTED_STATES",
     "BudgetExhausted",
     "BudgetedStorage",
     "RetryOwnRecord",
@@ -44,9 +42,6 @@ __all__ = [
     "study_exists",
 ]
 
-BUDGET_ATTR = "trial_budget"
-# States that use up the budget: a FAIL does not, since its retry (WAITING) takes its place.
-COUNTED_STATES = (TrialState.COMPLETE, TrialState.RUNNING, TrialState.WAITING, TrialState.PRUNED)
 _MALFORMED: dict[str, str] = {}
 """Variables below that held no whole number of seconds, refused when a storage opens (at
 import, no command could say so in one line)."""

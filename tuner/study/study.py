@@ -24,11 +24,11 @@ from tuner.config.space import SearchSpace
 from tuner.config.trial import LaunchContext
 from tuner.errors import ConfigError, LaunchError, MeasurementError, SpectuneError
 from tuner.results import Source
+from tuner.search.plan import Budget
+from tuner.search.twin_steer import TwinSampler
 from tuner.study.loop import optimize
 from tuner.study.paths import StudyPaths
-from tuner.study.plan import Budget
 from tuner.study.storage import (
-    BUDGET_ATTR,
     HEARTBEAT_INTERVAL_S,
     BudgetExhausted,
     open_storage,
@@ -36,9 +36,9 @@ from tuner.study.storage import (
     study_exists,
     study_names,
 )
-from tuner.study.twin_steer import TwinSampler
 from tuner.trial.backends import Backend, BackendOptions
 from tuner.trial.record import (
+    BUDGET_ATTR,
     RUN_ATTR,
     SOURCE_ATTR,
     SPACE_ATTR,
@@ -79,7 +79,7 @@ def make_sampler(name: str, seed: int | None) -> optuna.samplers.BaseSampler:
         tpe = optuna.samplers.TPESampler(
             seed=seed, multivariate=True, group=True, n_startup_trials=8
         )
-        # spectune: the same TPE, steered by the study's digital twin (tuner.study.twin_steer).
+        # spectune: the same TPE, steered by the study's digital twin (tuner.search.twin_steer).
         return TwinSampler(tpe) if name == "spectune" else tpe
     if name == "random":
         return optuna.samplers.RandomSampler(seed=seed)

@@ -34,12 +34,12 @@ from tuner.config.space import NGRAM, NO_DRAFT, SearchSpace
 from tuner.config.trial import LaunchContext, TrialConfig
 from tuner.errors import ConfigError
 from tuner.results import Source
+from tuner.search.twin_steer import PRIOR_ATTR, TwinScreen, stored_twin
 from tuner.sim.engine import SHIPPED, Physics
 from tuner.sim.twin.fit import FittedTwin, Observation, fit, observe
 from tuner.sim.twin.model import TwinPhysics
 from tuner.study.paths import default_storage
 from tuner.study.storage import open_storage, safe_url, study_exists
-from tuner.study.twin_steer import PRIOR_ATTR, TwinScreen, stored_twin
 from tuner.trial.backends import Backend
 from tuner.trial.record import stored_space
 from tuner.trial.runner import TrialOutcome, TrialRunner

@@ -51,6 +51,8 @@ if TYPE_CHECKING:  # the runner imports the load generator and its HTTP client
     from tuner.trial.runner import TrialOutcome
 
 __all__ = [
+    "BUDGET_ATTR",
+    "COUNTED_STATES",
     "RECORD_ATTRS",
     "RUN_ATTR",
     "SOURCE_ATTR",
@@ -65,8 +67,11 @@ __all__ = [
 ]
 
 SPACE_ATTR = "space"
+BUDGET_ATTR = "trial_budget"
+# States that use up the budget: a FAIL does not, since its retry (WAITING) takes its place.
+COUNTED_STATES = (TrialState.COMPLETE, TrialState.RUNNING, TrialState.WAITING, TrialState.PRUNED)
 SOURCE_ATTR = "source"
-# The simulator's forecast an enqueued warm-start trial carries (tuner.study.strategy).
+# The simulator's forecast an enqueued warm-start trial carries (tuner.search.strategy).
 WARM_START_ATTR = "warm_start"
 # The trial user attributes a record writes: what a retried trial must not inherit.
 RECORD_ATTRS = (

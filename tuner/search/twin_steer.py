@@ -36,15 +36,21 @@ from optuna.trial import FrozenTrial, TrialState
 from tuner.config.space import NO_DRAFT, SearchSpace
 from tuner.config.trial import TrialConfig
 from tuner.errors import StartupFailure
+from tuner.search.strategy import grid_params, screened_workload
 from tuner.sim.acceptance import expected_accepted
 from tuner.sim.engine import INPUT_SPREAD, predict
 from tuner.sim.oom_screen import memory_slacks
 from tuner.sim.twin.fit import FittedTwin, Observation, fit
 from tuner.sim.twin.forecast import StepParts, forecast, step_parts
 from tuner.sim.twin.model import TwinPhysics
-from tuner.study.storage import BUDGET_ATTR, COUNTED_STATES
-from tuner.study.strategy import grid_params, screened_workload
-from tuner.trial.record import WARM_START_ATTR, TrialRecord, records, stored_space
+from tuner.trial.record import (
+    BUDGET_ATTR,
+    COUNTED_STATES,
+    WARM_START_ATTR,
+    TrialRecord,
+    records,
+    stored_space,
+)
 from tuner.trial.scoring import TrialStatus
 
 __all__ = [

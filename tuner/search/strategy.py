@@ -17,13 +17,13 @@ enqueues a few of them, in this order:
 5. each method's best again with each other value of its searched options (adaptive
    verification on, block verification, parallel drafting, ...), one at a time, whatever the
    count: the simulator does not yet tell them apart, so a measurement must
-   (:func:`tuner.study.prediction.with_variants`).
+   (:func:`tuner.search.prediction.with_variants`).
 
 Each config is forecast on the space's own traffic, as a trial scores it: every concurrency
 level and temperature, weighted by its share, the worst level's p95 TTFT held to the limit. A
 forecast of one request at a time picks K too high and memory too tight for a mix of 1, 8 and
 32 requests in flight. After each result the twin re-plans what is still queued
-(:mod:`tuner.study.twin_steer`).
+(:mod:`tuner.search.twin_steer`).
 
 Only configs predicted to fit with :data:`SAFETY_MARGIN_GIB` to spare are enqueued: a start-up
 uses a few hundred MiB more or less than any model of it (allocator fragmentation, library
@@ -34,7 +34,7 @@ whatever backend runs; the predictions only choose the first trials. After them 
 constraint-aware multivariate TPE of ``--sampler tpe`` learns from what was measured; starting
 it next to the predicted optimum, at a safe memory setting, keeps its proposals away from the
 memory limit. In a goodput study the prediction is the climb the trial would make
-(:func:`tuner.study.forecast.predicted_climb`), and configs are ranked by the goodput it finds.
+(:func:`tuner.search.forecast.predicted_climb`), and configs are ranked by the goodput it finds.
 
 Predicting every point of the default space (11 000 configs) would take minutes, so the screen
 is staged, each stage around the best of the one before: every (draft, K) pair at its most
@@ -61,11 +61,11 @@ from tuner.config.trial import TrialConfig
 from tuner.config.workload import WorkloadSpec
 from tuner.errors import StartupFailure
 from tuner.results import Source, TrialResult
+from tuner.search.forecast import predicted_goodput
+from tuner.search.prediction import Pair, Prediction, with_variants
 from tuner.sim.band import Band, error_band, regime_of, widest
 from tuner.sim.engine import INPUT_SPREAD, predict
 from tuner.sim.memory import estimate_memory
-from tuner.study.forecast import predicted_goodput
-from tuner.study.prediction import Pair, Prediction, with_variants
 from tuner.trial.record import WARM_START_ATTR
 
 __all__ = [

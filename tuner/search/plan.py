@@ -24,9 +24,9 @@ from tuner.config.space import SearchSpace
 from tuner.config.trial import TrialConfig, load_draft
 from tuner.config.vllm_args import has_per_batch_size
 from tuner.errors import ConfigError, StartupFailure
+from tuner.search.forecast import predicted_climb, predicted_pairs
+from tuner.search.strategy import warm_start_configs
 from tuner.sim.band import Band, error_band, regime_of, widest
-from tuner.study.forecast import predicted_climb, predicted_pairs
-from tuner.study.strategy import warm_start_configs
 
 __all__ = [
     "Budget",
