@@ -17,8 +17,8 @@
    an OOM is not followed by queued configs that would run out the same way.
 
 The closed-form screen serves one request at a time; on a traffic mix whose first level is one
-request, its best configs are forecast again on the whole mix (the twin's physics, every level
-and temperature weighted) before one is proposed. Otherwise (goodput too) only memory steers.
+request, its best configs are forecast again on the whole mix (each scaled by its simulated
+traffic over one request) before one is proposed. Otherwise (goodput too) only memory steers.
 """
 
 from __future__ import annotations
@@ -157,6 +157,8 @@ class TwinScreen:
         self._parts: dict[tuple[Pair, int, int], StepParts] = {}
         # Shipped (outside slack, KV slack) of each setting, negative where it falls short.
         self._slack: dict[tuple[Pair, Setting], tuple[float, float]] = {}
+        # Each config's traffic over one request, simulated once (None: misses a limit).
+        self._ratio: dict[tuple[tuple[str, Any], ...], float | None] = {}
 
     def config(self, pair: Pair, setting: Setting, temperature: float) -> TrialConfig:
         spec = self.space.speculative(pair[0], pair[1])
@@ -185,6 +187,15 @@ class TwinScreen:
             )
         slack = self._slack[key]
         return min(slack[0] - twin.params.outside_gib, slack[1] - twin.params.inside_gib)
+
+    def traffic_ratio(self, params: dict[str, Any]) -> float | None:
+        """Traffic-weighted tok/s over tok/s at one request of ``params`` (shipped physics);
+        None where it misses the TTFT limit at some level or does not fit."""
+        key = _key(params)
+        if key not in self._ratio:
+            found = _traffic_tok_s(self.space, params)
+            self._ratio[key] = None if found is None else found[0] / found[1]
+        return self._ratio[key]
 
     def safe(self, twin: FittedTwin, pair: Pair, setting: Setting) -> bool:
         return self.headroom(twin, pair, setting) >= twin.margin_gib
@@ -396,10 +407,15 @@ def _on_traffic(
 ) -> list[TwinProposal]:
     """``ranked`` (the closed form's, one request at a time), re-ranked by the twin's forecast
     of the space's own traffic where it has more than one level: each method's best few and
-    the overall best few, every (level, temperature) pair predicted under the twin's physics
-    and weighted by its share, as the trial is scored. One level: ``ranked`` as it is."""
-    space = screen.space
-    if len(space.workload.concurrency) < 2 or not ranked:
+    the overall best few, scored as the trial is (every level and temperature weighted). One
+    level: ``ranked`` as it is.
+
+    The twin's closed form serves one request; a config's whole traffic is simulated once per
+    space with the shipped physics (:meth:`TwinScreen.traffic_ratio`), and the twin's forecast
+    is scaled by it: a study then pays milliseconds per trial, not a simulation of every
+    level. The twin's corrections are taken to act alike at every level.
+    """
+    if len(screen.space.workload.concurrency) < 2 or not ranked:
         return ranked
     chosen: dict[tuple[tuple[str, Any], ...], TwinProposal] = {}
     per_method: dict[str, int] = {}
@@ -408,24 +424,22 @@ def _on_traffic(
         if taken < _TRAFFIC_PER_METHOD or len(chosen) < _TRAFFIC_TOP:
             chosen.setdefault(_key(proposal.params), proposal)
             per_method[proposal.method] = taken + 1
-    physics = TwinPhysics(twin.params)
     scored = []
     for proposal in chosen.values():
-        value = _traffic_tok_s(space, physics, proposal.params)
-        if value is not None:
-            scored.append(replace(proposal, output_tok_s=value))
+        ratio = screen.traffic_ratio(proposal.params)
+        if ratio is not None:
+            scored.append(replace(proposal, output_tok_s=proposal.output_tok_s * ratio))
     return sorted(scored, key=lambda p: -p.output_tok_s)
 
 
-def _traffic_tok_s(
-    space: SearchSpace, physics: TwinPhysics, params: dict[str, Any]
-) -> float | None:
-    """Traffic-weighted tok/s of ``params`` under ``physics``; None: over the TTFT limit or
-    out of memory."""
+def _traffic_tok_s(space: SearchSpace, params: dict[str, Any]) -> tuple[float, float] | None:
+    """(traffic-weighted tok/s, tok/s at one request) of ``params``, noise-free with the
+    shipped physics; None: over the TTFT limit at some level, or out of memory."""
     config = space.suggest(cast(optuna.Trial, optuna.trial.FixedTrial(params)))
     draft = space.draft_model(str(params["draft"]))
     workload = config.client.workload
     total = value = 0.0
+    alone = None
     for condition in workload.conditions:
         level = screened_workload(workload, condition.concurrency)
         try:
@@ -437,7 +451,6 @@ def _traffic_tok_s(
                 condition.temperature,
                 level,
                 condition.concurrency,
-                physics,
             )
         except StartupFailure:
             return None
@@ -446,7 +459,11 @@ def _traffic_tok_s(
             return None
         total += condition.weight
         value += condition.weight * result.output_tok_s
-    return value / total if total else None
+        if condition.concurrency == 1 and alone is None:
+            alone = result.output_tok_s
+    if not total or not alone:
+        return None
+    return value / total, alone
 
 
 def _replan(screen: TwinScreen, twin: FittedTwin, trial: FrozenTrial) -> None:
