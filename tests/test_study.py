@@ -2,6 +2,7 @@
 
 import os
 import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -157,6 +158,26 @@ def test_a_retried_stale_trial_carries_only_its_own_constraints(tmp_path: Path) 
     assert retried.constraints == dict(seen[0].constraints)  # its own, not the dead run's
     assert retried.constraints["ttft_slo"] != 12345.0
     assert retried.user_attrs.get("failure") == seen[0].failure  # not the dead run's either
+
+
+@pytest.mark.filterwarnings("ignore:Heartbeat of storage is supposed to be used")
+def test_a_trial_whose_worker_died_right_after_ask_goes_stale(tmp_path: Path) -> None:
+    """The worker dies (or the database goes away) between ``ask`` and the trial loop's first
+    beat: the trial beat once as it started, so the stale check fails and retries it; without
+    that beat Optuna never sees it stale and it stays RUNNING, holding a place in the budget."""
+    space = load_space()
+    storage = open_storage(
+        f"sqlite:///{tmp_path / 's.db'}", heartbeat_interval_s=1, grace_period_s=1
+    )
+    study, _ = open_study("s", storage, space, optuna.samplers.RandomSampler(seed=0))
+    study.enqueue_trial(next(grid_params(space)))
+    taken, sampled = study.ask(), study.ask()  # an enqueued config, then a sampled one
+    assert study.trials[taken.number].system_attrs.get("fixed_params")
+    time.sleep(3.0)  # past the grace: SQLite's clock counts whole seconds
+    optuna.storages.fail_stale_trials(study)
+    states = {t.number: t.state for t in study.get_trials(deepcopy=False)}
+    assert states[taken.number] is TrialState.FAIL and states[sampled.number] is TrialState.FAIL
+    assert len(study.get_trials(states=(TrialState.WAITING,))) == 2  # each retried once
 
 
 class _Crashing:

@@ -266,6 +266,11 @@ _FLAG_CASES = [
     _flag("confirm", "nope", "--studies-dir", "{dir}", says="nope"),
     _flag("space", "check", "/nonexistent.yaml", says="/nonexistent.yaml"),
     _flag("hardware", "--gpu-spec", "/nonexistent/gpus.yaml", says="/nonexistent/gpus.yaml"),
+    # A misspelt flag or command: the one line names it and the closest valid one.
+    _flag("optimize", "--trails", "3", says="no option --trails; did you mean --trials?"),
+    _flag("bench", *_BENCH, "--concurency", "8", says="did you mean --concurrency?"),
+    _flag("export", "keep", "--fromat", "json", says="did you mean --format?"),
+    _flag("optimze", says="Did you mean 'optimize'?"),
 ]
 
 _OPTIMIZE = ("optimize", "--backend", "sim", "--plan", "--studies-dir", "{dir}")

@@ -12,10 +12,14 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shlex
+import shutil
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -33,6 +37,7 @@ from typer.testing import CliRunner
 
 from tuner.cli import app
 from tuner.search.twin_steer import PRIOR_ATTR
+from tuner.sim.server.faults import FAULT_NAMES
 
 FAKE_VLLM = f"{sys.executable} -m tuner.sim.server"
 SPECTUNE = str(Path(sys.executable).with_name("spectune"))
@@ -100,8 +105,14 @@ def _carrying(value: str) -> list[int]:
     return found
 
 
-def _optimize(tmp_path: Path, *extra: str, folder: Path | None = None) -> Run:
-    space = _write_space(tmp_path)
+def _optimize(
+    tmp_path: Path,
+    *extra: str,
+    folder: Path | None = None,
+    command: str = FAKE_VLLM,
+    space_data: dict[str, Any] = SPACE,
+) -> Run:
+    space = _write_space(tmp_path, space_data)
     folder = folder or tmp_path / "studies"
     args = [
         "optimize",
@@ -112,7 +123,7 @@ def _optimize(tmp_path: Path, *extra: str, folder: Path | None = None) -> Run:
         "--hardware",
         "4090x1",
         "--vllm-command",
-        FAKE_VLLM,
+        command,
         "--study",
         "f",
         "--trials",
@@ -143,26 +154,42 @@ def _assert_clean(run: Run) -> None:
             assert SECRET.encode() not in path.read_bytes(), path
 
 
-@pytest.mark.parametrize(
-    ("fault", "failure"),
-    [
-        ("oom-at-start", "out of memory"),
-        ("crash-at-start", "did not start"),
-        ("sigkill-at-start", "SIGKILL"),
-        ("crash-after=10", "died"),
-        ("hang-after=6", "timed out"),
-        ("http-500-every=2", "HTTP 500"),
-        ("malformed-sse", "malformed SSE"),
-        ("drop-mid-stream", "dropped mid-stream"),
-        ("error-event", "error mid-stream"),
-        ("no-usage", "no usage"),
-        ("slow-start=0.5", None),
-        ("attention-fallback", None),
-        ("spawn-child", None),
-        ("log-env=HF_TOKEN", None),
-        ("log-env=HF_TOKEN,crash-at-start", "did not start"),
-    ],
-)
+# Each fake-server fault (SPECTUNE_SIM_FAULT) and what the trial records: None for a trial that
+# completes; alloc-at-start has a test of its own (it needs a memory cap to fail).
+FAULT_ROWS: list[tuple[str, str | None]] = [
+    ("oom-at-start", "out of memory"),
+    ("crash-at-start", "did not start"),
+    ("sigkill-at-start", "SIGKILL"),
+    ("crash-after=10", "died"),
+    ("hang", "timed out"),
+    ("hang-after=6", "timed out"),
+    ("http-500-every=2", "HTTP 500"),
+    ("malformed-sse", "malformed SSE"),
+    ("drop-mid-stream", "dropped mid-stream"),
+    ("error-event", "error mid-stream"),
+    ("no-usage", "no usage"),
+    ("slow-start=0.5", None),
+    ("attention-fallback", None),
+    ("spawn-child", None),
+    # SIGKILL after the launcher's 20 s grace; the marker fixture sees nothing left.
+    ("ignore-sigterm,spawn-child,hang", "timed out"),
+    ("log-env=HF_TOKEN", None),
+    ("log-env=HF_TOKEN,crash-at-start", "did not start"),
+]
+OWN_TESTS = ("alloc-at-start",)
+RELIABILITY_PAGE = Path(__file__).parents[2] / "docs" / "contributors" / "reliability.md"
+
+
+def test_the_table_and_its_page_cover_every_fake_server_fault() -> None:
+    rows = {spec.partition("=")[0] for fault, _ in FAULT_ROWS for spec in fault.split(",")}
+    page = RELIABILITY_PAGE.read_text()
+    for name in FAULT_NAMES:
+        bare = name.partition("=")[0].partition("[")[0]
+        assert bare in rows or bare in OWN_TESTS, f"no row for fault {bare}"
+        assert f"`{bare}" in page, f"{RELIABILITY_PAGE.name} does not list fault {bare}"
+
+
+@pytest.mark.parametrize(("fault", "failure"), FAULT_ROWS)
 def test_a_fake_server_fault_ends_the_trial_cleanly(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, marker: str, fault: str, failure: str | None
 ) -> None:
@@ -178,10 +205,65 @@ def test_a_fake_server_fault_ends_the_trial_cleanly(
         assert "environment HF_TOKEN=[redacted]" in log.read_text()
         if failure is not None:
             assert "environment HF_TOKEN=[redacted]" in str(trial.user_attrs["log_tail"])
+    if fault.startswith("ignore-sigterm"):  # the log says why the server was killed
+        (log,) = run.folder.rglob("trial-*.log")
+        assert "ignored SIGTERM for 20 s; its process group was killed" in log.read_text()
     if failure is None:
         assert trial.state is optuna.trial.TrialState.COMPLETE, told
     else:
         assert failure.lower() in told.lower(), told
+
+
+_MEMORY_CAP = 256 * 1024 * 1024  # far above the fake server's needs, far below what it takes
+_CGROUPS = Path("/sys/fs/cgroup/memory")  # cgroup v1, as on this machine kind
+
+
+@pytest.fixture(params=["address-space", "cgroup"])
+def capped_server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """The fake server under a memory cap: ``RLIMIT_AS`` (its allocation fails: MemoryError) or
+    a memory cgroup (the kernel's OOM killer ends it with SIGKILL; as root, else skipped)."""
+    wrapper = tmp_path / f"capped-by-{request.param}.py"
+    if request.param == "address-space":
+        cap = f"resource.setrlimit(resource.RLIMIT_AS, ({_MEMORY_CAP}, {_MEMORY_CAP}))"
+        group = None
+    else:
+        group = _CGROUPS / f"spectune-test-{uuid.uuid4().hex[:8]}"
+        try:
+            group.mkdir()
+            (group / "memory.limit_in_bytes").write_text(str(_MEMORY_CAP))
+        except OSError as exc:
+            if group.is_dir():
+                group.rmdir()
+            pytest.skip(f"cannot make a memory cgroup here: {exc}")
+        cap = f"pathlib.Path({str(group / 'cgroup.procs')!r}).write_text(str(os.getpid()))"
+    wrapper.write_text(
+        "import os, pathlib, resource, runpy\n"
+        f"{cap}\n"
+        'runpy.run_module("tuner.sim.server", run_name="__main__", alter_sys=True)\n'
+    )
+    yield f"{sys.executable} {wrapper}"
+    if group is not None:  # fails (EBUSY) if a process were left in it
+        group.rmdir()
+
+
+def test_a_server_that_runs_out_of_memory_at_start_is_oom_and_the_study_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, marker: str, capped_server: str
+) -> None:
+    del marker
+    monkeypatch.setenv("SPECTUNE_SIM_FAULT", "alloc-at-start=2048")
+    memory = {"gpu_memory_utilization": {"low": 0.8, "high": 0.9}}  # three configs, not one
+    space = {**SPACE, "search": {**SPACE["search"], **memory}}
+    args = ("--sampler", "random", "--trials", "3")
+    run = _optimize(tmp_path, *args, command=capped_server, space_data=space)
+    # Three failed starts in a row would stop the study; an OOM is a result the sampler learns.
+    assert run.exit_code == 0, run.output
+    _assert_clean(run)
+    assert [t.user_attrs.get("status") for t in run.trials] == ["OOM"] * 3
+    # What says so: Python's MemoryError under the cap, the kernel's kill in the cgroup.
+    said = "MemoryError" if "capped-by-address-space" in capped_server else "OOM-killed"
+    for trial in run.trials:
+        assert str(trial.user_attrs["failure"]).startswith("vLLM did not start (oom")
+        assert said in str(trial.user_attrs["failure"])
 
 
 @pytest.fixture(scope="module")
@@ -280,9 +362,9 @@ def _assert_one_line(run: Run, says: str) -> None:
     assert "\n" not in error and says in error, run.output
 
 
-def _write_space(tmp_path: Path) -> Path:
+def _write_space(tmp_path: Path, data: dict[str, Any] = SPACE) -> Path:
     path = tmp_path / "space.yaml"
-    path.write_text(yaml.safe_dump(SPACE))
+    path.write_text(yaml.safe_dump(data))
     return path
 
 
@@ -456,6 +538,76 @@ def test_a_full_disk_is_one_line_and_the_study_resumes(
     assert "COMPLETE" in [t.state.name for t in again.trials[1:]]
 
 
+def _fill(disk: Path) -> Path:
+    """Writes zeros into ``disk`` until it is full; returns the file to delete."""
+    filler = disk / "filler"
+    with filler.open("wb") as out, contextlib.suppress(OSError):
+        while True:
+            out.write(b"\0" * 65536)
+            out.flush()
+    return filler
+
+
+def _a_server_answers(state: Path) -> bool:
+    """Waits until a server recorded in ``state`` answers ``/health``; False after a minute.
+
+    Faults land then, not as soon as a trial is RUNNING: between Optuna's ``ask`` and the
+    trial's first heartbeat, a database loss leaves a trial no heartbeat check ever fails.
+    """
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        for path in state.rglob("*.json"):  # a server's run file
+            with contextlib.suppress(OSError, ValueError, KeyError, httpx.TransportError):
+                port = json.loads(path.read_text())["port"]
+                if httpx.get(f"http://127.0.0.1:{port}/health", trust_env=False).is_success:
+                    return True
+        time.sleep(0.05)
+    return False
+
+
+def test_a_disk_filling_mid_trial_is_one_line_and_the_study_resumes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, marker: str, small_disk: Path
+) -> None:
+    del marker
+    monkeypatch.setenv("SPECTUNE_SIM_SPEED", "1")  # real time: the disk fills while it measures
+    monkeypatch.setenv("SPECTUNE_HEARTBEAT_S", "1")
+    monkeypatch.setenv("SPECTUNE_GRACE_S", "2")
+    slow = {**SPACE, "workload": {**SPACE["workload"], "output_tokens": 48}}  # ~8 s to measure
+    _write_space(tmp_path, slow)
+    studies = small_disk / "studies"
+    args = [*_fake_study(tmp_path, "f"), "--studies-dir", str(studies), "--trials", "1"]
+    filled: list[Path] = []
+
+    def fill_when_measuring() -> None:
+        if _a_server_answers(tmp_path / "state"):
+            time.sleep(0.5)  # into the measurement
+            filled.append(_fill(small_disk))
+
+    filler = threading.Thread(target=fill_when_measuring)
+    filler.start()
+    # Its own process, as the user runs it; the grace period is read when spectune starts.
+    full = subprocess.run([SPECTUNE, *args], capture_output=True, text=True, timeout=120)
+    filler.join()
+    assert filled, "the trial ended before the disk was filled"
+    assert full.returncode == 2, full.stderr
+    _assert_one_line(Run(2, full.stderr, [], studies), "free some")
+    assert _integrity(studies / "f.db") == "ok"
+    filled[0].unlink()
+    time.sleep(2.5)  # SPECTUNE_GRACE_S: the cut trial's heartbeat is stale, the next run fails it
+    fast = {**os.environ, "SPECTUNE_SIM_SPEED": "50"}  # nothing to race now
+    again = subprocess.run([SPECTUNE, *args], capture_output=True, text=True, timeout=120, env=fast)
+    assert again.returncode == 0, again.stderr
+    trials = optuna.load_study(study_name="f", storage=f"sqlite:///{studies / 'f.db'}").trials
+    assert [t.state.name for t in trials] == ["FAIL", "COMPLETE"]
+    assert _integrity(studies / "f.db") == "ok"
+
+
+def _integrity(database: Path) -> str:
+    with contextlib.closing(sqlite3.connect(database)) as connection:
+        verdict: str = connection.execute("PRAGMA integrity_check").fetchone()[0]
+        return verdict
+
+
 class _Proxy:
     """A TCP relay to PostgreSQL that the test can cut: the database "goes away" mid-study."""
 
@@ -516,13 +668,7 @@ def test_a_database_lost_mid_study_is_one_line_and_the_study_resumes(
     storage = optuna.storages.RDBStorage(pg_url)
 
     def cut_when_running() -> None:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            with contextlib.suppress(KeyError):
-                study = optuna.load_study(study_name=name, storage=storage)
-                if study.get_trials(states=(optuna.trial.TrialState.RUNNING,)):
-                    break
-            time.sleep(0.1)
+        _a_server_answers(tmp_path / "state")
         proxy.cut()
 
     cutter = threading.Thread(target=cut_when_running)
@@ -554,6 +700,93 @@ def test_a_database_lost_mid_study_is_one_line_and_the_study_resumes(
         assert all(t.state.is_finished() for t in trials), [t.state for t in trials]
     finally:
         storage.engine.dispose()
+
+
+_PG_BIN = Path("/usr/lib/postgresql/15/bin")  # Debian's PostgreSQL 15, as on this machine kind
+
+
+class _OwnPostgres:
+    """A PostgreSQL server of the test's own (initdb in a temporary folder, a free port), so the
+    test can stop it as an operator would (``pg_ctl stop``) without touching anyone else's."""
+
+    def __init__(self) -> None:
+        self.folder = Path(tempfile.mkdtemp(prefix="spectune-pg-"))  # not tmp_path: 0700, root's
+        self.port = _free_port()
+        self.url = f"postgresql+psycopg://spectune@127.0.0.1:{self.port}/spectune"
+        if os.geteuid() == 0:  # PostgreSQL refuses to run as root
+            shutil.chown(self.folder, "postgres")
+        data = self.folder / "data"
+        self._run("initdb", "-D", str(data), "-A", "trust", "-U", "spectune", "--no-sync")
+        self._pg_ctl = ["pg_ctl", "-D", str(data), "-l", str(self.folder / "log"), "-w"]
+        self.start()
+        self._run("createdb", "-h", "127.0.0.1", "-p", str(self.port), "-U", "spectune", "spectune")
+
+    def start(self) -> None:
+        options = f"-p {self.port} -k {self.folder} -c listen_addresses=127.0.0.1 -c fsync=off"
+        self._run(*self._pg_ctl, "-o", options, "start")
+
+    def stop(self, mode: str = "fast") -> None:
+        """``fast`` ends every session, as a host's shutdown or ``systemctl stop`` does."""
+        self._run(*self._pg_ctl, "-m", mode, "stop")
+
+    def remove(self) -> None:
+        with contextlib.suppress(subprocess.CalledProcessError):
+            self.stop("immediate")
+        shutil.rmtree(self.folder)
+
+    def _run(self, program: str, *args: str) -> None:
+        argv = [str(_PG_BIN / program), *args]
+        if os.geteuid() == 0:
+            argv = ["su", "postgres", "-s", "/bin/sh", "-c", shlex.join(argv)]
+        subprocess.run(argv, check=True, capture_output=True, timeout=60)
+
+
+@pytest.fixture
+def own_postgres() -> Iterator[_OwnPostgres]:
+    if not (_PG_BIN / "initdb").is_file():
+        if os.environ.get("CI"):
+            pytest.fail(f"PostgreSQL 15 is required in CI ({_PG_BIN})", pytrace=False)
+        pytest.skip(f"no PostgreSQL 15 server programs in {_PG_BIN}")
+    server = _OwnPostgres()
+    try:
+        yield server
+    finally:
+        server.remove()
+
+
+@pytest.mark.postgres
+def test_a_database_stopped_mid_study_is_one_line_and_the_study_resumes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, marker: str, own_postgres: _OwnPostgres
+) -> None:
+    del marker
+    monkeypatch.setenv("SPECTUNE_SIM_SPEED", "2")  # a trial lasts long enough to stop under it
+    monkeypatch.setenv("SPECTUNE_HEARTBEAT_S", "1")
+    monkeypatch.setenv("SPECTUNE_GRACE_S", "2")
+    name = "stopped"
+
+    def stop_when_running() -> None:
+        _a_server_answers(tmp_path / "state")
+        own_postgres.stop()
+
+    stopper = threading.Thread(target=stop_when_running)
+    stopper.start()
+    args = [SPECTUNE, *_fake_study(tmp_path, name), "--storage", own_postgres.url]
+    _write_space(tmp_path)
+    lost = subprocess.run([*args, "--trials", "2"], capture_output=True, text=True, timeout=120)
+    stopper.join()
+    assert lost.returncode == 2, lost.stderr
+    _assert_one_line(Run(2, lost.stderr, [], tmp_path / "studies"), "database went away")
+    own_postgres.start()
+    time.sleep(2.5)  # SPECTUNE_GRACE_S: the cut trial's heartbeat is stale, the next run fails it
+    again = subprocess.run([*args, "--trials", "1"], capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stderr
+    storage = optuna.storages.RDBStorage(own_postgres.url)
+    try:
+        trials = optuna.load_study(study_name=name, storage=storage).trials
+    finally:
+        storage.engine.dispose()
+    assert all(t.state.is_finished() for t in trials), [t.state for t in trials]
+    assert "COMPLETE" in [t.state.name for t in trials]
 
 
 @pytest.mark.parametrize("moment", ["start", "measure"])
@@ -631,3 +864,28 @@ def test_two_runs_in_one_folder_keep_to_their_own_files(tmp_path: Path, marker: 
         # The space has one config: the second trial reuses the first one's server and log.
         logs = sorted(p.name for p in (tmp_path / "studies" / name).rglob("trial-*.log"))
         assert logs == ["trial-0.log"]
+
+
+def test_two_confirmations_at_once_keep_every_servers_log(tmp_path: Path, marker: str) -> None:
+    del marker
+    made = _optimize(tmp_path)  # one measured trial to confirm
+    assert made.exit_code == 0, made.output
+    confirm = [SPECTUNE, "confirm", "f", "--studies-dir", str(made.folder), "--top", "1"]
+    fake = ["--backend", "process", "--vllm-command", FAKE_VLLM, "--request-timeout", "1"]
+    runs = [
+        subprocess.Popen(
+            [*confirm, *fake, "--repeats", "2"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    errors = [run.communicate(timeout=120)[1] for run in runs]
+    assert [run.returncode for run in runs] == [0, 0], errors
+    logs = sorted((made.folder / "f" / "logs" / "confirm-0").iterdir())
+    assert [p.name for p in logs] == [f"trial-{n}.log" for n in range(4)]
+    # Each is one whole server's log: its own command line (its own port), then the server's.
+    headers = [p.read_text().splitlines()[0] for p in logs]
+    assert len(set(headers)) == 4 and all(h.startswith("spectune$ ") for h in headers)
+    assert all("SIMULATED vLLM server" in p.read_text() for p in logs)

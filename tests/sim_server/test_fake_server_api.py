@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 from testbed.fake_server import DRAFT, SPEC, TARGET, StartServer
 
 from tuner.bench.measure import measure_endpoint
@@ -203,12 +202,16 @@ def test_timings_follow_the_engine(start_server: StartServer) -> None:
         workload,
         1,
     )
-    assert result.output_tok_s == pytest.approx(expected.output_tok_s * speed, rel=0.2)
+    # The server sleeps each simulated step, so it is never faster than the simulation; a busy
+    # machine (another test's vLLM beside it) only makes it slower, so the slow side is loose:
+    # it still tells a paced server from one that ignores --sim-speed (10x off).
+    paced = expected.output_tok_s * speed
+    assert paced / 3 <= result.output_tok_s <= paced * 1.2
     ttft = result.ttft_ms(50)
     expected_ttft = expected.ttft_ms(50)
     assert ttft is not None and expected_ttft is not None
     # TTFT is a few simulated steps (about 22 ms at 10x), to which HTTP adds a little.
-    assert 0.9 * expected_ttft / speed <= ttft <= expected_ttft / speed + 15.0
+    assert 0.9 * expected_ttft / speed <= ttft <= 3 * expected_ttft / speed + 50.0
 
 
 def test_serves_a_local_model_directory(start_server: StartServer, tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ import typer.core
 from rich.console import Console
 
 from tuner.cli.host_faults import describe_host_fault
+from tuner.cli.usage import UsageError, usage_line
 from tuner.config.redact import Redactor
 from tuner.errors import SpectuneError
 from tuner.launch.exit_hooks import Terminated, install_signal_handlers
@@ -56,7 +57,7 @@ COMMAND_ORDER = (
 class _Commands(typer.core.TyperGroup):
     """The app's command group, listing its commands in :data:`COMMAND_ORDER`; a value typer
     cannot convert is one line (naming the ``SPECTUNE_*`` variable when it came from one), not
-    a usage box."""
+    a usage box; so is a misspelt flag or command, with the closest valid name."""
 
     def list_commands(self, ctx: Any) -> list[str]:  # typer's own click.Context, not public
         rank = {name: place for place, name in enumerate(COMMAND_ORDER)}
@@ -80,8 +81,23 @@ class _Commands(typer.core.TyperGroup):
                 else f"{variable}={os.environ.get(variable, '')!r}: {exc.message}; fix or "
                 f"unset {variable}"
             )
-            err_console.print(f"error: {line}", markup=False, highlight=False, soft_wrap=True)
-            raise typer.Exit(2) from None
+            _usage_fail(line)
+        except UsageError as exc:  # an unknown flag or command, a missing argument
+            if _debug["enabled"]:
+                raise
+            _usage_fail(usage_line(exc))
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        # The app's own flags (``spectune --debgu optimize``) are parsed here, before invoke.
+        try:
+            return super().parse_args(ctx, args)
+        except UsageError as exc:
+            _usage_fail(usage_line(exc))
+
+
+def _usage_fail(line: str) -> NoReturn:
+    err_console.print(f"error: {line}", markup=False, highlight=False, soft_wrap=True)
+    raise typer.Exit(2) from None
 
 
 def _from_environment(exc: typer.BadParameter) -> str | None:

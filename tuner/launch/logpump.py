@@ -62,6 +62,14 @@ class LogPump:
                 self._drain()
                 self._write_partial()
 
+    def note(self, line: str) -> None:
+        """Adds spectune's own ``line`` after what the server wrote so far (why it was killed)."""
+        with self._lock:
+            if not self._closed:
+                self._drain()
+                self._write_partial()
+                self._write(f"{line}\n".encode())
+
     def close(self) -> None:
         """Copies what is left and closes the pipe and the file; idempotent."""
         with self._lock:

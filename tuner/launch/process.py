@@ -69,6 +69,7 @@ _SWEEP_GRACE_S = 5.0  # how long engine-core/worker children get to follow their
 # Marks the command line the launcher writes atop each log; kept out of classification, where
 # the flags it quotes (a served name, a path) could pass for the server's own words.
 _HEADER = "spectune$ "
+_NOTE = "spectune: "  # a line spectune adds to the server's log, e.g. why it was killed
 
 
 @dataclass(frozen=True)
@@ -165,6 +166,11 @@ def _terminate(child: _Child) -> None:
         signal_group(pgid, signal.SIGTERM)
         if not _wait_exit(proc, stop_timeout_s):
             signal_group(pgid, signal.SIGKILL)
+            # In the log the trial points to: a server that ignores SIGTERM is a fault to see.
+            child.pump.note(
+                f"{_NOTE}server {pgid} ignored SIGTERM for {stop_timeout_s:g} s; "
+                "its process group was killed (SIGKILL)"
+            )
             _wait_exit(proc, stop_timeout_s)
     # The leader has exited but is not reaped yet, so the group ID cannot have been reused.
     # Members that outlived it (it may have died on its own) get the same TERM-then-KILL.

@@ -19,6 +19,7 @@ works the same way: each repeat gets its own noise seed, so its intervals are me
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 from collections.abc import Callable
 from dataclasses import replace
@@ -72,7 +73,8 @@ def confirm(  # noqa: PLR0913  (one keyword per confirmation setting)
             server is stopped after each run and left open for the caller to close.
         top_n: configs to confirm; 0 confirms nothing.
         repeats: runs per config (at least 2 for an interval).
-        log_dir: server logs go to ``log_dir/confirm-<trial>/trial-<repeat>.log``.
+        log_dir: server logs go to ``log_dir/confirm-<trial>/trial-<R>.log``, R counting on
+            past the runs of earlier (or concurrent) confirmations, whose logs stay.
         seed: the study's seed; each run derives its own from it.
         on_run: progress callback.
         today: the date recorded (tests pin it).
@@ -80,14 +82,19 @@ def confirm(  # noqa: PLR0913  (one keyword per confirmation setting)
     if top_n < 1 or repeats < 1:
         return []
     candidates = confirmation_order(study)[:top_n]
-    folder = log_dir
     date = (today or dt.date.today()).isoformat()
     results = []
     for trial in candidates:
         runs = []
         for repeat in range(repeats):
-            context = LaunchContext(study.study_name, repeat, folder / f"confirm-{trial.number}")
-            run = _run_once(trial, space, backend, context, _seed(seed, trial, repeat))
+            run = _run_logged(
+                trial,
+                space,
+                backend,
+                _seed(seed, trial, repeat),
+                study=study.study_name,
+                folder=log_dir / f"confirm-{trial.number}",
+            )
             runs.append(run)
             if on_run:
                 on_run(trial.number, repeat, run)
@@ -127,8 +134,14 @@ def confirm_k_table(
     record = replace(candidate.record, server=with_table(candidate.record.server, table))
     runs = []
     for repeat in range(repeats):
-        context = LaunchContext(study.study_name, repeat, log_dir / f"k-table-{record.number}")
-        run = _run_once(record, space, backend, context, _seed(seed, record, repeat + repeats))
+        run = _run_logged(
+            record,
+            space,
+            backend,
+            _seed(seed, record, repeat + repeats),
+            study=study.study_name,
+            folder=log_dir / f"k-table-{record.number}",
+        )
         runs.append(run)
         if on_run:
             on_run(record.number, repeat, run)
@@ -148,6 +161,47 @@ def confirm_k_table(
 def _seed(seed: int, trial: TrialRecord, repeat: int) -> int:
     # Trials use seed * 100_003 + number; a large odd stride keeps repeats off those seeds.
     return seed * 100_003 + trial.number + 1_000_003 * (repeat + 1)
+
+
+def _run_logged(
+    trial: TrialRecord,
+    space: SearchSpace,
+    backend: Backend,
+    seed: int,
+    *,
+    study: str,
+    folder: Path,
+) -> Run:
+    """One run, its server's log in a file of its own in ``folder``.
+
+    A second confirmation of the same trial (``spectune confirm`` again, or at the same time
+    from another shell or worker) must not overwrite the first one's logs: each run claims the
+    lowest free ``trial-<R>.log`` by creating it, which only one process can do. A backend that
+    writes no log (the simulator) leaves the claimed file empty, and it is removed.
+    """
+    number = _claim_log(folder)
+    log = folder / f"trial-{number}.log"
+    try:
+        return _run_once(trial, space, backend, LaunchContext(study, number, folder), seed)
+    finally:
+        with contextlib.suppress(OSError):
+            if log.stat().st_size == 0:
+                log.unlink()
+            if not any(folder.iterdir()):
+                folder.rmdir()
+
+
+def _claim_log(folder: Path) -> int:
+    """The lowest R whose ``folder/trial-<R>.log`` this call created (no one else could)."""
+    number = 0
+    while True:
+        try:
+            (folder / f"trial-{number}.log").open("x").close()
+            return number
+        except FileExistsError:
+            number += 1
+        except FileNotFoundError:  # no folder yet, or a finished run beside this one removed it
+            folder.mkdir(parents=True, exist_ok=True)
 
 
 def _run_once(

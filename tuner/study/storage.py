@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import tempfile
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,13 +20,14 @@ import optuna
 import sqlalchemy
 import sqlalchemy.exc
 from optuna.storages import RetryHeartbeatStaleTrialCallback
-from optuna.trial import FrozenTrial
+from optuna.trial import FrozenTrial, TrialState
 
 from tuner.errors import ConfigError, SpectuneError
 from tuner.study.optuna_private import (
     ARTIFACTS_PREFIX,
     LEGACY_CONSTRAINTS,
     NewTrialHook,
+    trial_id,
     without_attrs,
 )
 from tuner.trial.record import BUDGET_ATTR, COUNTED_STATES, RECORD_ATTRS
@@ -67,10 +68,28 @@ class BudgetExhausted(SpectuneError):
 
 
 class BudgetedStorage(NewTrialHook):
-    """RDBStorage that refuses to create trials beyond the study's ``trial_budget`` attribute.
+    """RDBStorage that refuses to create trials beyond the study's ``trial_budget`` attribute,
+    and whose trials beat from the moment they run.
 
     Enqueued configs and retries (made from a template) replace counted work and pass freely.
+    Optuna fails a stale trial only by its last heartbeat, and a trial that never beat is never
+    stale: a worker that died, or a database that went away, between ``ask`` (which samples,
+    and spectune's sampler refits its twin there, for seconds) and the trial loop's first beat
+    would leave it RUNNING for good, holding a place in the budget. So the first beat is
+    recorded as the trial becomes RUNNING, in the same call.
     """
+
+    def set_trial_state_values(
+        self, trial_id: int, state: TrialState, values: Sequence[float] | None = None
+    ) -> bool:
+        changed = super().set_trial_state_values(trial_id, state, values)
+        if changed and state == TrialState.RUNNING:  # an enqueued config taken by ask
+            self._first_beat(trial_id)
+        return changed
+
+    def _first_beat(self, trial_id: int) -> None:
+        if self.get_heartbeat_interval() is not None:
+            self.record_heartbeat(trial_id)
 
     def new_trial(self, study_id: int, create: Callable[[], FrozenTrial]) -> FrozenTrial:
         with self.engine.connect() as lock:
@@ -84,7 +103,9 @@ class BudgetedStorage(NewTrialHook):
                 live = len(self.get_all_trials(study_id, deepcopy=False, states=COUNTED_STATES))
                 if budget is not None and live >= int(budget):
                     raise BudgetExhausted(f"the study's budget of {budget} trials is used up")
-                return create()
+                trial = create()
+                self._first_beat(trial_id(trial))
+                return trial
             finally:
                 if postgres:
                     lock.execute(

@@ -14,6 +14,7 @@ KeyboardInterrupt) cancels every slot: each stops its servers, and the running t
 from __future__ import annotations
 
 import socket
+import time
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -30,6 +31,7 @@ from tuner.study.cluster.connect import connect
 from tuner.study.cluster.nodes import detect_with_nvml, read_nodes, require_matching
 from tuner.study.cluster.pool import Slot, SlotPool
 from tuner.study.cluster.slot import SlotResult
+from tuner.study.optuna_private import rdb_of, trial_id
 from tuner.study.storage import BudgetExhausted, RetryOwnRecord
 from tuner.study.study import (
     MAX_FAILURES_IN_A_ROW,
@@ -136,6 +138,7 @@ class _Loop:
         self.idle: list[Slot] = []
         self.failures_in_a_row = 0
         self.driver = f"{socket.gethostname()}/ray-driver"  # who recorded a reused result
+        self.last_beat = time.monotonic()
 
     def run(self, parallel: int) -> None:
         self.idle = self.pool.grow(parallel)
@@ -149,8 +152,21 @@ class _Loop:
             if not self.running:
                 return
             ready, _ = self.ray.wait(list(self.running), num_returns=1, timeout=_POLL_S)
+            self._beat()
             for ref in ready:
                 self._collect(ref, self.running[ref])  # _finish takes it out of running
+
+    def _beat(self) -> None:
+        """Records the heartbeat of every trial a slot runs, as a worker does for its own: each
+        beat once as it started (the storage does that), so without these a trial that outlives
+        the grace would read as stale to any other run of the study while it still runs."""
+        storage = rdb_of(self.study)
+        interval = storage.get_heartbeat_interval() if storage is not None else None
+        if storage is None or interval is None or time.monotonic() - self.last_beat < interval:
+            return
+        self.last_beat = time.monotonic()
+        for job in self.running.values():
+            storage.record_heartbeat(trial_id(job.trial))
 
     def _fill(self) -> None:
         while self.idle:
