@@ -150,3 +150,17 @@ def test_every_private_use_goes_through_the_adapter() -> None:
         if marker in path.read_text()
     }
     assert offenders == {}
+
+
+def test_before_trial_sees_the_queued_parameters_the_trial_then_uses(tmp_path: Path) -> None:
+    """tuner/search/twin_steer.py re-plans a queued config in ``before_trial``."""
+
+    class Replanning(optuna.samplers.RandomSampler):
+        def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
+            trial.system_attrs["fixed_params"] = {"x": 2.0}
+
+    study = _study(tmp_path)
+    study.sampler = Replanning()
+    study.enqueue_trial({"x": 1.0})
+    trial = study.ask()
+    assert trial.suggest_float("x", 0.0, 5.0) == 2.0, _VERSION

@@ -13,11 +13,13 @@ from optuna.trial import TrialState
 from tuner.catalog.models import load_model
 from tuner.config.space import NO_DRAFT, SearchSpace, load_space
 from tuner.config.trial import TrialConfig
+from tuner.search.forecast import predicted_pairs
 from tuner.search.strategy import (
     SAFETY_MARGIN_GIB,
     grid_params,
     predicted_configs,
     warm_start,
+    warm_start_configs,
 )
 from tuner.sim.engine import predict
 from tuner.sim.memory import estimate_memory
@@ -31,6 +33,8 @@ from tuner.trial.scoring import DIRECTIONS
 _ROOT = Path(__file__).parents[1]
 SPACE_14B = str(_ROOT / "tests" / "twin" / "spaces" / "single-user-14b-4090x1.yaml")
 SPACE_32B = str(_ROOT / "benchmarks" / "held_out_space.yaml")
+# Scored on a mix of 1, 8 and 32 requests in flight, as the shipped spaces are.
+SPACE_MIXED = str(_ROOT / "tests" / "twin" / "spaces" / "mixed-14b-4090x1.yaml")
 PARAMS = {
     "draft",
     "num_speculative_tokens",
@@ -160,3 +164,27 @@ def test_short_default_study_reaches_the_optimum(tmp_path: Path) -> None:
     ]
     recommended = max(feasible, key=lambda t: t.values[0])  # as tuner.analysis.recommend picks
     assert _true_value(space, _config(space, recommended.params)) >= 0.9 * optimum
+
+
+def _scored(space: SearchSpace, config: TrialConfig) -> float:
+    """The traffic-weighted tok/s a trial of ``config`` would score, predicted pair by pair."""
+    workload = config.client.workload
+    pairs = predicted_pairs(space, config.server, workload, workload.conditions)
+    return sum(c.weight * r.output_tok_s for c, r in pairs) / sum(c.weight for c, _ in pairs)
+
+
+def test_warm_start_first_pick_forecasts_the_traffic_mix() -> None:
+    space = load_space(SPACE_MIXED)
+    first = warm_start_configs(space, 20)[0]
+    # The forecast is what the trial scores: every level of the traffic, weighted.
+    assert first.throughput == pytest.approx(_scored(space, first.config), rel=0.01)
+    # A forecast of one request at a time picks another config, worse on the traffic served.
+    alone = replace(
+        space, workload=replace(space.workload, concurrency=(1,), concurrency_weights=())
+    )
+    server = predicted_configs(alone)[0].config.server
+    single = space.config(
+        server.speculative, server.gpu_memory_utilization, server.max_num_batched_tokens, 0.2
+    )
+    assert single.server != first.config.server
+    assert _scored(space, first.config) > _scored(space, single)

@@ -77,8 +77,14 @@ def test_predicted_oom_launches_nothing_and_request_changes_reuse_the_server(
     runner = TrialRunner(backend, space.hardware, Limits.of(space))
     ctx = LaunchContext("s", 0, tmp_path)
     too_big = space.config(space.speculative("Qwen/Qwen2.5-0.5B-Instruct", 4), 0.98, 2048, 0.2)
+    # Short by less than the memory model's error: launched once, and it runs out of memory;
+    # then the runner's own evidence skips it without a launch.
     out = runner.run(too_big, ctx, seed=1)
-    assert out.status is TrialStatus.OOM_PREDICTED and starts == [] and not out.results
+    assert out.status is TrialStatus.OOM and len(starts) == 1
+    again = runner.run(too_big.with_temperature(0.7), ctx, seed=2)
+    assert again.status is TrialStatus.OOM_PREDICTED and len(starts) == 1 and not again.results
+    assert "a start-up in this study" in (again.failure or "")
+    starts.clear()
     fits = space.config(space.speculative("Qwen/Qwen2.5-0.5B-Instruct", 4), 0.92, 2048, 0.2)
     first = runner.run(fits, ctx, seed=1)
     second = runner.run(fits.with_temperature(0.7), ctx, seed=2)

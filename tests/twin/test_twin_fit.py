@@ -8,13 +8,16 @@ from pathlib import Path
 
 import pytest
 
+from tuner.catalog.models import load_model
 from tuner.config.space import load_space
-from tuner.config.trial import TrialConfig
+from tuner.config.trial import ServerConfig, TrialConfig, load_draft
 from tuner.sim.engine import simulate
+from tuner.sim.oom_screen import memory_slacks
 from tuner.sim.twin import AcceptanceShift, TwinParams, TwinPhysics
 from tuner.sim.twin.fit import FittedTwin, Observation, fit, observe
 
 SPACE = load_space(str(Path(__file__).parents[2] / "benchmarks" / "held_out_space.yaml"))
+DRAFT = "Qwen/Qwen2.5-0.5B-Instruct"
 SMALL = "Qwen/Qwen2.5-0.5B-Instruct"
 TRUTH = TwinParams(
     decode=1.25,
@@ -68,11 +71,45 @@ def test_no_data_keeps_the_prior_and_its_margin() -> None:
     assert twin.margin_gib == pytest.approx(0.75)
 
 
-def test_an_oom_raises_the_margin_above_what_that_config_had_to_spare() -> None:
-    config = SPACE.config(None, 0.86, 2048, 0.2)  # well inside the model's memory
-    oom = Observation(config.server, 0.2, "code", 512, 256, 1, oom=True)
-    twin = fit(SPACE.hardware, [oom], FittedTwin())
-    assert twin.margin_gib > 1.5
+_SHORT_OUTSIDE = "ValueError: Free memory on device cuda:0 (21.28/23.99 GiB) on startup is less"
+
+
+def _headroom(twin: FittedTwin, server: ServerConfig) -> float:
+    """GiB to spare under ``twin``, as the twin's screen reckons it."""
+    target, draft = load_model(server.model), load_draft(server)
+    outside, inside = memory_slacks(SPACE.hardware, target, draft, server)
+    return min(outside - twin.params.outside_gib, inside - twin.params.inside_gib)
+
+
+def _oom(server: ServerConfig) -> Observation:
+    return Observation(server, 0.2, "code", 512, 256, 1, oom=True, failure=_SHORT_OUTSIDE)
+
+
+def test_an_oom_moves_the_memory_boundary_for_every_method() -> None:
+    none = SPACE.config(None, 0.86, 2048, 0.2).server  # well inside the model's memory
+    head = SPACE.config(SPACE.speculative(DRAFT, 4), 0.86, 4096, 0.2).server
+    prior = FittedTwin()
+    assert _headroom(prior, none) >= prior.margin_gib
+    assert _headroom(prior, head) >= prior.margin_gib
+    twin = fit(SPACE.hardware, [_oom(none)], prior)
+    # The config that ran out, and one of another method with as little to spare outside
+    # vLLM's budget, are no longer given the margin.
+    assert _headroom(twin, none) < twin.margin_gib
+    assert _headroom(twin, head) < twin.margin_gib
+    assert twin.params.inside_gib == prior.params.inside_gib  # the message named the outside
+
+
+def test_each_further_oom_doubles_the_step_and_a_start_up_that_ran_caps_it() -> None:
+    servers = [SPACE.config(None, u, 2048, 0.2).server for u in (0.90, 0.86, 0.82)]
+    one = fit(SPACE.hardware, [_oom(servers[0])], FittedTwin())
+    two = fit(SPACE.hardware, [_oom(servers[0]), _oom(servers[1])], FittedTwin())
+    step_one = one.params.outside_gib - (_headroom(FittedTwin(), servers[0]) - one.margin_gib)
+    step_two = two.params.outside_gib - (_headroom(FittedTwin(), servers[1]) - two.margin_gib)
+    assert step_two == pytest.approx(2 * step_one)
+    ran = Observation(servers[2], 0.2, "code", 512, 256, 1)
+    capped = fit(SPACE.hardware, [_oom(servers[0]), _oom(servers[1]), ran], FittedTwin())
+    assert _headroom(capped, servers[2]) >= capped.margin_gib - 1e-6  # what ran stays safe
+    assert _headroom(capped, servers[1]) < capped.margin_gib
 
 
 def test_fitted_twin_and_observations_round_trip_through_json() -> None:

@@ -22,9 +22,11 @@ class Prediction:
     Attributes:
         params: the point, named as :meth:`SearchSpace.suggest` names its parameters.
         config: the trial config those parameters make.
-        throughput: predicted output tok/s at the workload's first concurrency level, or in a
-            goodput study the predicted goodput (req/s).
-        p95_ttft_ms: predicted p95 time to first token (inf: none completed, no step passed).
+        throughput: predicted output tok/s as a trial scores it (each concurrency level and
+            temperature of the traffic weighted by its share), or in a goodput study the
+            predicted goodput (req/s).
+        p95_ttft_ms: predicted p95 time to first token, the worst level's (inf: none completed,
+            no step passed).
         tail_ttft_ms: the same for prompts as long as the longest the simulator sends.
         headroom_gib: memory a start-up may need beyond the model before it fails.
     """

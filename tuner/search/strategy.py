@@ -11,11 +11,19 @@ enqueues a few of them, in this order:
    leaves room: they reuse the server the first trial started, so they cost no restart;
 3. the best config of every other speculation method (none, ngram, each draft), whatever the
    count, so that a prior wrong about one method costs a trial, not the study;
-4. the best config of each next-best (draft, K) pair, up to the count;
+4. the best config of each next-best (draft, K) pair, up to the count, ranked by the forecast
+   raised by its regime's measured error (:mod:`tuner.sim.band`): early trials go where the
+   prior is least certain as well as where it is best;
 5. each method's best again with each other value of its searched options (adaptive
    verification on, block verification, parallel drafting, ...), one at a time, whatever the
    count: the simulator does not yet tell them apart, so a measurement must
    (:func:`tuner.search.prediction.with_variants`).
+
+Each config is forecast on the space's own traffic, as a trial scores it: every concurrency
+level and temperature, weighted by its share, the worst level's p95 TTFT held to the limit. A
+forecast of one request at a time picks K too high and memory too tight for a mix of 1, 8 and
+32 requests in flight. After each result the twin re-plans what is still queued
+(:mod:`tuner.search.twin_steer`).
 
 Only configs predicted to fit with :data:`SAFETY_MARGIN_GIB` to spare are enqueued: a start-up
 uses a few hundred MiB more or less than any model of it (allocator fragmentation, library
@@ -41,7 +49,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -55,7 +63,7 @@ from tuner.errors import StartupFailure
 from tuner.results import Source, TrialResult
 from tuner.search.forecast import predicted_goodput
 from tuner.search.prediction import Pair, Prediction, with_variants
-from tuner.sim.band import error_band, regime_of
+from tuner.sim.band import Band, error_band, regime_of, widest
 from tuner.sim.engine import INPUT_SPREAD, predict
 from tuner.sim.memory import estimate_memory
 from tuner.trial.record import WARM_START_ATTR
@@ -65,6 +73,7 @@ __all__ = [
     "Prediction",
     "grid_params",
     "predicted_configs",
+    "screened_workload",
     "warm_start",
 ]
 
@@ -78,6 +87,8 @@ _WARM_START_SHARE = 0.25
 # Request-only variants of the best config are tried when predicted within this share of it.
 _VARIANT_SHARE = 0.97
 _MAX_VARIANTS = 2
+# The error assumed of a regime with no public figure (the largest measured is about 20 %).
+_UNKNOWN_ERROR = 0.3
 # Candidates carried from one screening stage to the next.
 _SHORTLIST = 4
 # A float range without a step is screened at this many equal intervals.
@@ -116,9 +127,8 @@ def warm_start(study: optuna.Study, space: SearchSpace, budget: int) -> int:
     if budget < 1 or study.get_trials(deepcopy=False):
         return 0
     chosen = warm_start_configs(space, budget)
-    level = space.workload.conditions[0].concurrency  # where the prediction's throughput lies
     for prediction in chosen:
-        regime = regime_of(space.hardware, prediction.config.server, level)
+        band = _band(space, prediction)
         study.enqueue_trial(
             prediction.params,
             user_attrs={
@@ -126,7 +136,7 @@ def warm_start(study: optuna.Study, space: SearchSpace, budget: int) -> int:
                     "source": Source.PREDICTED.value,
                     space.objective.metric: round(prediction.throughput, 3),
                     "p95_ttft_ms": round(prediction.p95_ttft_ms, 3),
-                    "error_band": error_band(regime).describe(),
+                    "error_band": band.describe(),
                 }
             },
         )
@@ -137,7 +147,17 @@ def warm_start_configs(space: SearchSpace, budget: int) -> list[Prediction]:
     """The configs :func:`warm_start` enqueues for a run of ``budget`` trials, in order."""
     count = min(WARM_START_MAX, max(1, math.floor(budget * _WARM_START_SHARE)))
     # Never more than this run spends: a leftover enqueued trial would run past the budget.
-    return with_variants(space, _plan(predicted_configs(space), count))[:budget]
+    ranked = predicted_configs(space)
+    return with_variants(space, _plan(ranked, count, lambda p: _band(space, p).error))[:budget]
+
+
+def _band(space: SearchSpace, prediction: Prediction) -> Band:
+    """The least certain error band over the levels of the traffic ``prediction`` forecasts."""
+    server = prediction.config.server
+    levels = space.workload.concurrency
+    found = widest(error_band(regime_of(space.hardware, server, level)) for level in levels)
+    assert found is not None  # a workload has at least one level
+    return found
 
 
 @functools.lru_cache(maxsize=8)  # deterministic per space; benchmarks start many studies
@@ -151,12 +171,20 @@ def predicted_configs(space: SearchSpace) -> tuple[Prediction, ...]:
     return tuple(p for p in _Screen(space).run() if p.p95_ttft_ms <= space.ttft_limit_ms)
 
 
-def _plan(ranked: tuple[Prediction, ...], count: int) -> list[Prediction]:
+def _plan(
+    ranked: tuple[Prediction, ...],
+    count: int,
+    error: Callable[[Prediction], float | None] = lambda _: 0.0,
+) -> list[Prediction]:
     """The enqueue order: the best, the best of every other method, its request-only variants,
-    then one per next-best pair.
+    then one per next-best pair, the least certain first.
 
     Every method (none, ngram, each draft) gets its best config in, whatever the count: a prior
-    wrong about one method then costs a trial, not the study.
+    wrong about one method then costs a trial, not the study. The pairs after them are taken
+    by their optimistic forecast, the prediction raised by its regime's measured error
+    (``error``; None: no public figure of the kind, :data:`_UNKNOWN_ERROR`): a pair the prior
+    may well underrate is worth a trial as much as one it rates a little higher with
+    confidence.
     """
     if not ranked or count < 1:
         return []
@@ -175,7 +203,13 @@ def _plan(ranked: tuple[Prediction, ...], count: int) -> list[Prediction]:
     ]
     plan[1:1] = variants[: max(0, min(_MAX_VARIANTS, count - len(plan)))]
     seen = {p.pair for p in plan}
-    for prediction in ranked:
+
+    def optimistic(prediction: Prediction) -> float:
+        band = error(prediction)
+        return prediction.throughput * (1 + (_UNKNOWN_ERROR if band is None else band))
+
+    # Stable: among equally certain pairs, the prediction's own order holds.
+    for prediction in sorted(ranked, key=lambda p: -optimistic(p)):
         if len(plan) >= count:
             break
         if prediction.pair not in seen:
@@ -190,12 +224,13 @@ class _Screen:
     def __init__(self, space: SearchSpace) -> None:
         self.space = space
         self.temperatures = _temperatures(space)
-        self.concurrency = space.workload.concurrency[0]
-        self.workload = _screened(space.workload, self.concurrency)
+        self.lightest = min(space.workload.concurrency)
         # p95 TTFT is set by the longest prompts, while a noise-free prediction sends prompts of
-        # the mean length; the screen also predicts prompts as long as the simulator's longest.
+        # the mean length; the screen also predicts prompts as long as the simulator's longest,
+        # at the lightest level (busier levels queue: their p95 is the queue's).
         self.tail = replace(
-            self.workload, input_tokens=round(space.workload.input_tokens * (1 + INPUT_SPREAD))
+            screened_workload(space.workload, self.lightest),
+            input_tokens=round(space.workload.input_tokens * (1 + INPUT_SPREAD)),
         )
         self.drafts: dict[str, ModelSpec | None] = {d: space.draft_model(d) for d in space.drafts}
         self.done: dict[tuple[Pair, float, int, float], Prediction | None] = {}
@@ -306,30 +341,58 @@ class _Screen:
         self, pair: Pair, util: float, mnbt: int, temperature: float
     ) -> Prediction | None:
         config = self._config(pair, util, mnbt, temperature)
-        draft = self.drafts[pair[0]]
-        args = (self.space.hardware, self.space.target, draft, config.server, temperature)
         params = _params(self.space, pair[0], pair[1], util, mnbt, temperature)
         headroom = self.safe[pair][(util, mnbt)]
         try:
-            if self.space.goodput:  # one temperature stands in for the mix, as below
-                serving = self.workload.serving(temperature)
+            if self.space.goodput:  # one temperature stands in for the mix
+                serving = self.space.workload.serving(temperature)
                 goodput, ttft = predicted_goodput(self.space, config.server, serving)
                 return Prediction(params, config, goodput, ttft, ttft, headroom)
-            result = predict(*args, self.workload, self.concurrency)
-            tail = predict(*args, self.tail, self.concurrency)
+            tok_s, ttft = self._traffic(pair, config)
+            tail = self._predict_at(pair, config, config.client.temperature, self.tail)
         except StartupFailure:  # cannot happen for a safe setting; skipped, not guessed at
             return None
-        return Prediction(params, config, result.output_tok_s, _ttft(result), _ttft(tail), headroom)
+        return Prediction(params, config, tok_s, ttft, max(ttft, _ttft(tail)), headroom)
+
+    def _traffic(self, pair: Pair, config: TrialConfig) -> tuple[float, float]:
+        """(tok/s, p95 TTFT) as a trial scores ``config``: every (level, temperature) pair of
+        the space's traffic, weighted by its share; the worst p95 TTFT of them.
+
+        Serving one request at a time favours long drafts and tight memory that 32 requests
+        in flight punish; forecasting the mix the trial is scored on picks what it measures.
+        """
+        workload = config.client.workload
+        total = value = 0.0
+        ttft = 0.0
+        for condition in workload.conditions:
+            screened = screened_workload(workload, condition.concurrency)
+            result = self._predict_at(pair, config, condition.temperature, screened)
+            total += condition.weight
+            value += condition.weight * result.output_tok_s
+            ttft = max(ttft, _ttft(result))
+        return value / total, ttft
+
+    def _predict_at(
+        self, pair: Pair, config: TrialConfig, temperature: float, workload: WorkloadSpec
+    ) -> TrialResult:
+        """The noise-free result of ``config`` serving ``workload`` at its first level."""
+        server, draft = config.server, self.drafts[pair[0]]
+        level = workload.concurrency[0]
+        space = self.space
+        return predict(space.hardware, space.target, draft, server, temperature, workload, level)
 
 
-def _screened(workload: WorkloadSpec, concurrency: int) -> WorkloadSpec:
-    """The workload the screen predicts. Without noise, one request at a time in a closed loop,
-    every request after the warm-up runs the same steps: two give the throughput and p95 TTFT
-    of forty (a shipped space screens in 3 s, not 25 s). Batched or paced traffic (a goodput
-    climb too) is predicted whole: its waves and queues depend on how many requests arrive."""
-    if concurrency != 1 or workload.request_rate is not None or workload.rate_steps:
-        return workload
-    return replace(workload, requests=min(workload.requests, 2))
+def screened_workload(workload: WorkloadSpec, concurrency: int) -> WorkloadSpec:
+    """The workload the screen predicts at one level (``concurrency`` first). Without noise,
+    one request at a time in a closed loop, every request after the warm-up runs the same
+    steps: two give the throughput and p95 TTFT of forty (a one-request space screens in 3 s,
+    not 25 s); with more in flight, two waves of requests stand for more. Paced traffic (a
+    goodput climb too) is predicted whole: its queues depend on how many requests arrive."""
+    level = replace(workload, concurrency=(concurrency,), concurrency_weights=())
+    if workload.request_rate is not None or workload.rate_steps:
+        return level
+    # More requests in flight: two waves give the throughput and p95 TTFT of more within 1 %.
+    return replace(level, requests=min(workload.requests, 2 * concurrency))
 
 
 def _ttft(result: TrialResult) -> float:

@@ -10,9 +10,15 @@
    waits at a time, so TPE chooses the trials the twin has no new idea for;
 3. keeps TPE's own proposals inside the memory the trials measured: a utilization or batch
    size the twin predicts to leave less than its fitted margin is moved to the nearest one
-   that does (the margin comes from NVML's peaks and the start-ups that ran out of memory).
+   that does (the margin comes from NVML's peaks and the start-ups that ran out of memory,
+   whatever their method);
+4. re-plans the queue: as a config the warm start or the twin enqueued is taken from the
+   queue, one the twin now puts short of memory is moved the same way before it launches, so
+   an OOM is not followed by queued configs that would run out the same way.
 
-The closed-form screen serves one request at a time; otherwise (goodput too) only memory steers.
+The closed-form screen serves one request at a time; on a traffic mix whose first level is one
+request, its best configs are forecast again on the whole mix (each scaled by its simulated
+traffic over one request) before one is proposed. Otherwise (goodput too) only memory steers.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, cast
 
 import optuna
 from optuna.distributions import BaseDistribution
@@ -29,14 +35,22 @@ from optuna.trial import FrozenTrial, TrialState
 
 from tuner.config.space import NO_DRAFT, SearchSpace
 from tuner.config.trial import TrialConfig
-from tuner.search.strategy import grid_params
+from tuner.errors import StartupFailure
+from tuner.search.strategy import grid_params, screened_workload
 from tuner.sim.acceptance import expected_accepted
-from tuner.sim.engine import INPUT_SPREAD
-from tuner.sim.memory import estimate_memory
-from tuner.sim.twin.fit import FittedTwin, Observation, fit, slacks
+from tuner.sim.engine import INPUT_SPREAD, predict
+from tuner.sim.oom_screen import memory_slacks
+from tuner.sim.twin.fit import FittedTwin, Observation, fit
 from tuner.sim.twin.forecast import StepParts, forecast, step_parts
 from tuner.sim.twin.model import TwinPhysics
-from tuner.trial.record import BUDGET_ATTR, COUNTED_STATES, TrialRecord, records, stored_space
+from tuner.trial.record import (
+    BUDGET_ATTR,
+    COUNTED_STATES,
+    WARM_START_ATTR,
+    TrialRecord,
+    records,
+    stored_space,
+)
 from tuner.trial.scoring import TrialStatus
 
 __all__ = [
@@ -56,6 +70,10 @@ PRIOR_ATTR = "twin_prior"
 PROPOSED_ATTR = "twin_proposal"
 # Another method's best is proposed when the twin puts it within this share of the best.
 _CLOSE_SHARE = 0.9
+_FIXED_PARAMS = "fixed_params"  # where Study.enqueue_trial keeps a queued trial's parameters
+# Proposals forecast on a traffic mix: each method's best few, and the best few overall.
+_TRAFFIC_PER_METHOD = 2
+_TRAFFIC_TOP = 4
 
 
 def stored_twin(study: optuna.Study) -> FittedTwin | None:
@@ -75,7 +93,7 @@ def _observation(space: SearchSpace, record: TrialRecord) -> Observation | None:
         workload.concurrency[0],
     )
     if record.status is TrialStatus.OOM:
-        return replace(base, oom=True)
+        return replace(base, oom=True, failure=f"{record.failure or ''}\n{record.log_tail}")
     summary = record.summary
     # The trial just told is still RUNNING to Optuna: its summary says what it measured.
     if record.status.oom or not summary or record.duplicate_of is not None:
@@ -137,8 +155,10 @@ class TwinScreen:
             )
             self.settings.setdefault(pair, set()).add(setting)
         self._parts: dict[tuple[Pair, int, int], StepParts] = {}
-        # Shipped (outside slack, KV slack) of each setting; None where it does not fit.
-        self._slack: dict[tuple[Pair, Setting], tuple[float, float] | None] = {}
+        # Shipped (outside slack, KV slack) of each setting, negative where it falls short.
+        self._slack: dict[tuple[Pair, Setting], tuple[float, float]] = {}
+        # Each config's traffic over one request, simulated once (None: misses a limit).
+        self._ratio: dict[tuple[tuple[str, Any], ...], float | None] = {}
 
     def config(self, pair: Pair, setting: Setting, temperature: float) -> TrialConfig:
         spec = self.space.speculative(pair[0], pair[1])
@@ -160,14 +180,22 @@ class TwinScreen:
         if key not in self._slack:
             server = self.config(pair, setting, 0.0).server
             space = self.space
-            memory = estimate_memory(
+            # Signed: a config the shipped model puts short may fit a twin that learned the
+            # GPUs hold less than modelled.
+            self._slack[key] = memory_slacks(
                 space.hardware, space.target, space.draft_model(pair[0]), server
             )
-            self._slack[key] = slacks(memory, server.max_model_len) if memory.fits else None
         slack = self._slack[key]
-        if slack is None:
-            return -1.0
         return min(slack[0] - twin.params.outside_gib, slack[1] - twin.params.inside_gib)
+
+    def traffic_ratio(self, params: dict[str, Any]) -> float | None:
+        """Traffic-weighted tok/s over tok/s at one request of ``params`` (shipped physics);
+        None where it misses the TTFT limit at some level or does not fit."""
+        key = _key(params)
+        if key not in self._ratio:
+            found = _traffic_tok_s(self.space, params)
+            self._ratio[key] = None if found is None else found[0] / found[1]
+        return self._ratio[key]
 
     def safe(self, twin: FittedTwin, pair: Pair, setting: Setting) -> bool:
         return self.headroom(twin, pair, setting) >= twin.margin_gib
@@ -283,7 +311,7 @@ class TwinSampler(optuna.samplers.BaseSampler):
         screen = self._space(study)
         if screen is None or not self.steer or "draft" not in params:
             return params
-        return _guard(screen, self.twin(study), params)
+        return _safe_params(screen, self.twin(study), params)
 
     def sample_independent(
         self,
@@ -303,6 +331,9 @@ class TwinSampler(optuna.samplers.BaseSampler):
 
     def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
         self.inner.before_trial(study, trial)
+        screen = self._space(study)
+        if screen is not None and self.steer:
+            _replan(screen, self.twin(study), trial)
 
     def after_trial(
         self,
@@ -319,7 +350,7 @@ class TwinSampler(optuna.samplers.BaseSampler):
         seen = [t for t in done if t.number != trial.number] + [trial]
         twin = fit(screen.space.hardware, observations(screen.space, seen), self.start(study))
         study.set_user_attr(TWIN_ATTR, twin.to_json())
-        if self.steer and screen.space.workload.scored_alone:  # what the closed form forecasts
+        if self.steer and screen.space.workload.scored_alone:  # the closed form's first level
             _propose(study, screen, twin, seen)
 
     def reseed_rng(self) -> None:
@@ -345,7 +376,7 @@ def _propose(
     live = len(study.get_trials(deepcopy=False, states=COUNTED_STATES))
     if live >= float(study.user_attrs.get(BUDGET_ATTR, "inf")):  # enqueued: past the budget
         return
-    ranked = screen.rank(twin)
+    ranked = _on_traffic(screen, twin, screen.rank(twin))
     if not ranked:
         return
     known = {_key(t.params) for t in [*done, *waiting]}
@@ -371,10 +402,122 @@ def _propose(
             return
 
 
+def _on_traffic(
+    screen: TwinScreen, twin: FittedTwin, ranked: list[TwinProposal]
+) -> list[TwinProposal]:
+    """``ranked`` (the closed form's, one request at a time), re-ranked by the twin's forecast
+    of the space's own traffic where it has more than one level: each method's best few and
+    the overall best few, scored as the trial is (every level and temperature weighted). One
+    level: ``ranked`` as it is.
+
+    The twin's closed form serves one request; a config's whole traffic is simulated once per
+    space with the shipped physics (:meth:`TwinScreen.traffic_ratio`), and the twin's forecast
+    is scaled by it: a study then pays milliseconds per trial, not a simulation of every
+    level. The twin's corrections are taken to act alike at every level.
+    """
+    if len(screen.space.workload.concurrency) < 2 or not ranked:
+        return ranked
+    chosen: dict[tuple[tuple[str, Any], ...], TwinProposal] = {}
+    per_method: dict[str, int] = {}
+    for proposal in ranked:
+        taken = per_method.get(proposal.method, 0)
+        if taken < _TRAFFIC_PER_METHOD or len(chosen) < _TRAFFIC_TOP:
+            chosen.setdefault(_key(proposal.params), proposal)
+            per_method[proposal.method] = taken + 1
+    scored = []
+    for proposal in chosen.values():
+        ratio = screen.traffic_ratio(proposal.params)
+        if ratio is not None:
+            scored.append(replace(proposal, output_tok_s=proposal.output_tok_s * ratio))
+    return sorted(scored, key=lambda p: -p.output_tok_s)
+
+
+def _traffic_tok_s(space: SearchSpace, params: dict[str, Any]) -> tuple[float, float] | None:
+    """(traffic-weighted tok/s, tok/s at one request) of ``params``, noise-free with the
+    shipped physics; None: over the TTFT limit at some level, or out of memory."""
+    config = space.suggest(cast(optuna.Trial, optuna.trial.FixedTrial(params)))
+    draft = space.draft_model(str(params["draft"]))
+    workload = config.client.workload
+    total = value = 0.0
+    alone = None
+    for condition in workload.conditions:
+        level = screened_workload(workload, condition.concurrency)
+        try:
+            result = predict(
+                space.hardware,
+                space.target,
+                draft,
+                config.server,
+                condition.temperature,
+                level,
+                condition.concurrency,
+            )
+        except StartupFailure:
+            return None
+        ttft = result.ttft_ms(95)
+        if ttft is None or ttft > space.ttft_limit_ms:
+            return None
+        total += condition.weight
+        value += condition.weight * result.output_tok_s
+        if condition.concurrency == 1 and alone is None:
+            alone = result.output_tok_s
+    if not total or not alone:
+        return None
+    return value / total, alone
+
+
+def _replan(screen: TwinScreen, twin: FittedTwin, trial: FrozenTrial) -> None:
+    """Re-checks a queued config as it is taken from the queue, against every result so far:
+    one the warm start or the twin enqueued that the twin now puts short of memory (it moved
+    after an OOM) moves to the nearest setting the twin deems safe, or to the nearest K of its
+    method that has one. Configs enqueued by hand are left as they are: the user asked for them.
+
+    Optuna's ``Trial`` reads an enqueued trial's parameters from the ``fixed_params`` system
+    attribute of the very ``FrozenTrial`` it hands the sampler's ``before_trial``, after that
+    call (``tests/test_optuna_private.py`` checks it), so changing them here is what the
+    objective sees.
+    """
+    if WARM_START_ATTR not in trial.user_attrs and PROPOSED_ATTR not in trial.user_attrs:
+        return
+    fixed = trial.system_attrs.get(_FIXED_PARAMS)
+    if not isinstance(fixed, dict) or "draft" not in fixed:
+        return
+    moved = _safe_params(screen, twin, fixed)
+    if moved != fixed:
+        trial.system_attrs[_FIXED_PARAMS] = moved
+
+
+def _safe_params(screen: TwinScreen, twin: FittedTwin, params: dict[str, Any]) -> dict[str, Any]:
+    """``params`` guarded (:func:`_guard`); where no setting of its (draft, K) is safe, at the
+    nearest K of the same draft that has one."""
+    guarded = _guard(screen, twin, params)
+    pair = _pair(guarded)
+    util = guarded.get("gpu_memory_utilization")
+    mnbt = guarded.get("max_num_batched_tokens")
+    settings = screen.settings.get(pair)
+    if not settings or util is None or mnbt is None:
+        return guarded
+    if screen.safe(twin, pair, (float(util), int(mnbt))):
+        return guarded
+    others = [
+        p
+        for p, found in screen.settings.items()
+        if p[0] == pair[0] and p != pair and any(screen.safe(twin, p, s) for s in found)
+    ]
+    if not others:
+        return guarded
+    nearest = min(others, key=lambda p: (abs(p[1] - pair[1]), p[1]))
+    return _guard(screen, twin, {**guarded, "num_speculative_tokens": nearest[1]})
+
+
+def _pair(params: dict[str, Any]) -> Pair:
+    draft = str(params["draft"])
+    return draft, int(params.get("num_speculative_tokens", 0)) if draft != NO_DRAFT else 0
+
+
 def _guard(screen: TwinScreen, twin: FittedTwin, params: dict[str, Any]) -> dict[str, Any]:
     """``params`` with the utilization (then batch size) nearest to it that the twin deems safe."""
-    draft = str(params["draft"])
-    pair = (draft, int(params.get("num_speculative_tokens", 0)) if draft != NO_DRAFT else 0)
+    pair = _pair(params)
     settings = screen.settings.get(pair)
     util, mnbt = params.get("gpu_memory_utilization"), params.get("max_num_batched_tokens")
     if not settings or util is None:

@@ -212,6 +212,7 @@ def estimate_memory(
     *,
     version: VllmVersion | None = None,
     free_gib: float | None = None,
+    inside_gib: float = 0.0,
 ) -> MemoryEstimate:
     """Predicts one GPU's memory use under ``server`` and whether vLLM ``version`` would start.
 
@@ -225,6 +226,8 @@ def estimate_memory(
         version: whose memory rules apply (:func:`memory_rules`; None: the newest).
         free_gib: NVML's free memory on the fullest GPU before vLLM starts, where NVML is
             present; memory other processes hold then counts against the start-up.
+        inside_gib: extra memory inside the budget, taken from the KV cache (negative: less
+            than modelled); :func:`tuner.sim.oom_screen.memory_slacks` probes with it.
 
     Returns:
         The estimate; ``fits`` is False with vLLM's cause in ``reason`` when it would not start.
@@ -261,6 +264,7 @@ def estimate_memory(
     inside = CUBLAS_WORKSPACE_GIB + (nccl if rules.nccl_in_budget else 0.0)
     inside += draft_logits_gib(target, server)
     inside += graphs if rules.graphs_in_budget else 0.0
+    inside += inside_gib
     outside = CUDA_CONTEXT_GIB + (0.0 if rules.nccl_in_budget else nccl)
     outside += 0.0 if rules.graphs_in_budget else graphs
     kv_cache = budget - weights - draft_weights - activation - inside

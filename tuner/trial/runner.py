@@ -1,9 +1,11 @@
 """Runs one trial: memory pre-screen, (re)start the server if its config changed, measure.
 
-The pre-screen runs before any launch on every backend: a config predicted not to fit is
-recorded as "OOM predicted" and costs nothing. The running server is reused while the next
-trial's ServerConfig is equal, so request-side changes (temperature, workload) never restart;
-a server that failed requests is never reused (it may be dead or broken).
+The pre-screen runs before any launch on every backend: a config predicted not to fit, by more
+than the memory model's error or by what this runner's own start-ups showed
+(:class:`tuner.sim.oom_screen.OomScreen`), is recorded as "OOM predicted" and costs nothing.
+The running server is reused while the next trial's ServerConfig is equal, so request-side
+changes (temperature, workload) never restart; a server that failed requests is never reused
+(it may be dead or broken).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from tuner.errors import ConfigError, FailureKind, MeasurementError, StartupFail
 from tuner.launch.served import ServedFacts, read_served
 from tuner.results import Endpoint, TrialResult
 from tuner.sim.memory import MemoryEstimate, estimate_memory
+from tuner.sim.oom_screen import OomScreen, memory_slacks
 from tuner.trial.backends import Backend
 from tuner.trial.scoring import Limits, Score, TrialStatus, score, score_goodput
 from tuner.trial.traffic import measure_traffic
@@ -81,6 +84,7 @@ class TrialRunner:
         self._running: ServerConfig | None = None
         self._endpoint: Endpoint | None = None
         self._served: ServedFacts | None = None
+        self.oom_screen = OomScreen()  # learns from every start-up this runner makes
 
     @classmethod
     def for_space(
@@ -104,16 +108,25 @@ class TrialRunner:
 
     def _run(self, config: TrialConfig, context: LaunchContext, seed: int) -> TrialOutcome:
         memory = predict_memory(self.hardware, config.server, self.version)
-        if not memory.fits:
+        server = config.server
+        room = memory_slacks(
+            self.hardware, load_model(server.model), load_draft(server), server, self.version
+        )
+        if not self.oom_screen.launches(room):
             return TrialOutcome(
                 config,
                 memory,
                 self._unmeasured(TrialStatus.OOM_PREDICTED),
-                failure=memory.reason,
+                failure=self.oom_screen.why_skipped(room)
+                + (f" ({memory.reason})" if memory.reason else ""),
             )
         try:
             endpoint, restarted = self._ensure_server(config.server, context)
+            if restarted:
+                self.oom_screen.record(room, oom=False)
         except StartupFailure as failure:
+            if failure.kind is FailureKind.OOM:
+                self.oom_screen.record(room, oom=True)
             if failure.kind is FailureKind.BAD_ARGUMENT:  # every trial would fail the same way
                 raise ConfigError(f"{failure} (check the flags for this vLLM version)") from None
             if failure.kind is not FailureKind.OOM:

@@ -14,7 +14,9 @@ host's calibration) as its starting point:
   ``logit + temperature * T**2``, and the log-ratio of later positions to the first gives the
   decay. Observation noise is binomial, from the number of drafts.
 - **memory**: NVML's peak minus the memory model's peak is the memory outside vLLM's budget
-  that the model missed; start-ups that ran out of memory raise the margin a config must keep.
+  that the model missed; a start-up that ran out of memory although the twin left it its
+  margin raises the memory held on the side of the budget it was shortest on, in doubling
+  steps, whatever its method.
 
 Only trials run at concurrency 1 inform the step-time factors (the parts are taken apart for
 one request at a time); every trial informs acceptance and memory.
@@ -35,6 +37,7 @@ from tuner.config.trial import ServerConfig, TrialConfig, server_from_dict, serv
 from tuner.results import TrialResult
 from tuner.sim.engine import API_IN_S, API_OUT_S
 from tuner.sim.memory import MemoryEstimate, estimate_memory
+from tuner.sim.oom_screen import INSIDE, OUTSIDE, Slacks, memory_slacks, oom_side
 from tuner.sim.twin.forecast import step_parts
 from tuner.sim.twin.model import (
     TIME_FACTORS,
@@ -74,6 +77,8 @@ _OUTSIDE_SD = 0.125
 _TIME_NOISE = 0.03
 _PEAK_NOISE_GIB = 0.05
 _MIN_LOGIT_SD = 0.05  # model error: no count makes a logit exact
+# The first step (GiB) the margin takes beyond a start-up that ran out of memory.
+_OOM_STEP_GIB = 0.5
 
 
 @dataclass(frozen=True)
@@ -93,6 +98,7 @@ class Observation:
         reach: each position's unconditional acceptance (accepted at i / drafts).
         drafts: verification steps counted (the acceptance's sample size).
         peak_gib: the largest per-GPU memory NVML saw, if it was read.
+        failure: what a start-up that ran out of memory said (its last lines).
     """
 
     server: ServerConfig
@@ -107,6 +113,7 @@ class Observation:
     reach: tuple[float, ...] = ()
     drafts: float = 0.0
     peak_gib: float | None = None
+    failure: str = ""
 
     def to_json(self) -> dict[str, Any]:
         data = {k: v for k, v in vars(self).items() if k != "server"}
@@ -252,13 +259,8 @@ def fit(hardware: Hardware, observations: Sequence[Observation], prior: FittedTw
     sd: dict[str, float] = {}
     times = _fit_times(hardware, observations, prior, sd)
     shifts = _fit_acceptance(observations, prior, sd)
-    outside, margin = _fit_memory(hardware, observations, prior, sd)
-    params = TwinParams(
-        **times,
-        acceptance=shifts,
-        outside_gib=outside,
-        inside_gib=prior.params.inside_gib,
-    )
+    outside, inside, margin = _fit_memory(hardware, observations, prior, sd)
+    params = TwinParams(**times, acceptance=shifts, outside_gib=outside, inside_gib=inside)
     return FittedTwin(params, sd, margin, len(observations))
 
 
@@ -354,14 +356,16 @@ def _fit_acceptance(
 
 def _fit_memory(
     hardware: Hardware, observations: Sequence[Observation], prior: FittedTwin, sd: dict[str, float]
-) -> tuple[float, float]:
-    """The memory outside the budget the model missed, and the margin a config must keep."""
+) -> tuple[float, float, float]:
+    """The memory outside and inside the budget the model missed, and the margin to keep."""
     rows, ys, noise = [], [], []
-    slack: list[tuple[bool, float]] = []  # (ran out of memory, shipped headroom)
+    # (ran out of memory, shipped slacks, the side of the budget its message names)
+    found: list[tuple[bool, Slacks, str | None]] = []
     for obs in observations:
         target, draft = _models(obs.server)
         shipped = estimate_memory(hardware, target, draft, obs.server)
-        slack.append((obs.oom, headroom_gib(shipped, obs.server.max_model_len)))
+        slacks = memory_slacks(hardware, target, draft, obs.server)
+        found.append((obs.oom, slacks, oom_side(obs.failure) if obs.oom else None))
         if obs.peak_gib is not None and shipped.fits:
             rows.append([1.0])
             ys.append(obs.peak_gib - shipped.peak_gib)
@@ -374,8 +378,32 @@ def _fit_memory(
     margin = max(prior.margin_gib - prior.params.outside_gib, 0.0)
     if rows:  # measured memory replaces the prior's allowance for the model's own error
         margin = BASE_MARGIN_GIB + _MARGIN_SIGMAS * float(outside_sd[0])
-    # A start-up that ran out with h GiB to spare (under the fitted memory) says h was not enough.
-    for oom, room in slack:
-        if oom:
-            margin = max(margin, room - value + 0.1)
-    return value, margin
+    inside = prior.params.inside_gib
+    # Each OOM counts on the side of the budget its message names (else the side it had least
+    # to spare on); a start-up that ran caps both sides.
+    sides = [
+        (oom, s, side or (OUTSIDE if s[0] - value <= s[1] - inside else INSIDE))
+        for oom, s, side in found
+    ]
+    outside_slack = [(oom, s[0]) for oom, s, side in sides if not oom or side == OUTSIDE]
+    inside_slack = [(oom, s[1]) for oom, s, side in sides if not oom or side == INSIDE]
+    return _learned(value, margin, outside_slack), _learned(inside, margin, inside_slack), margin
+
+
+def _learned(held: float, margin: float, slack: Sequence[tuple[bool, float]]) -> float:
+    """``held`` (GiB the model missed on one side of the budget), raised by the start-ups that
+    ran out of memory on that side although the twin left them the margin to spare.
+
+    Such an OOM with s GiB to spare under the model says more than ``s - margin`` is held; how
+    much more nobody knows, so each one doubles the step beyond the largest s (0.5, 1, 2 GiB,
+    ...): a memory model wrong by 2 GiB costs a couple of launches, not one per 0.1 GiB. Every
+    method's start-ups count alike (weights, heads and KV cache share the budget). A start-up
+    that ran with more to spare caps the estimate where it still passes with the margin.
+    """
+    unexplained = [s for oom, s in slack if oom and s - held >= margin]
+    if not unexplained:
+        return held
+    worst = max(unexplained)
+    raised = worst - margin + _OOM_STEP_GIB * 2.0 ** (len(unexplained) - 1)
+    ran = [s - margin for oom, s in slack if not oom and s > worst]
+    return float(max(held, min(raised, min(ran, default=math.inf))))
