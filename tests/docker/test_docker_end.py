@@ -7,6 +7,8 @@ like a start-up's end. A host port the engine cannot bind is retried once on ano
 
 from __future__ import annotations
 
+import contextlib
+import re
 import socket
 import threading
 import time
@@ -14,6 +16,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 import docker
+import httpx
 import pytest
 
 from tuner.catalog.gpus import parse_hardware
@@ -42,6 +45,24 @@ def _running(client: docker.DockerClient, study: str) -> docker.models.container
             return found[0]
         assert time.monotonic() < deadline, "no container started"
         time.sleep(0.1)
+
+
+def _measuring(container: docker.models.containers.Container) -> None:
+    """Returns once the server in ``container`` has a request running: the benchmark is under
+    way (a fixed wait would kill a server a busy machine was still starting)."""
+    deadline = time.monotonic() + 180
+    while True:
+        assert time.monotonic() < deadline, "the benchmark never started"
+        container.reload()
+        bindings = [b for found in container.ports.values() if found for b in found]
+        if bindings:
+            url = f"http://127.0.0.1:{bindings[0]['HostPort']}/metrics"
+            with contextlib.suppress(httpx.HTTPError):
+                text = httpx.get(url, timeout=5).text
+                running = re.search(r"^vllm:num_requests_running\{[^}]*\} ([0-9.]+)", text, re.M)
+                if running and float(running.group(1)) > 0:
+                    return
+        time.sleep(0.2)
 
 
 def test_a_plain_kill_during_start_up_is_a_crash(
@@ -74,7 +95,7 @@ def test_an_oom_kill_mid_benchmark_is_an_oom_constraint(
 
     def memory_kill() -> None:
         container = _running(docker_client, study)
-        time.sleep(2.0)  # the benchmark is under way: its requests take a minute at this speed
+        _measuring(container)  # its requests take a minute at this speed
         # The server becomes the OOM killer's first choice, then the container runs out.
         container.exec_run(["/bin/sh", "-c", "echo 1000 > /proc/1/oom_score_adj"])
         hog = "b = []\nwhile True: b.append(bytearray(32 << 20))"

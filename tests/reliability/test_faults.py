@@ -305,7 +305,7 @@ def test_the_dashboard_stops_on_the_first_signal_while_answering(
         for asker in askers:
             asker.start()
         proc.send_signal(signum)
-        _, err = proc.communicate(timeout=15)  # a swallowed signal would run on past this
+        _, err = proc.communicate(timeout=60)  # a swallowed signal would run on past this
     finally:
         stop.set()
         if proc.poll() is None:

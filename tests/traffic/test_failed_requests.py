@@ -69,5 +69,6 @@ def test_a_hung_server_costs_one_request_timeout_not_one_per_request(
     (record,) = records(result.handle.get_trials())
     assert record.status is TrialStatus.FAILED_REQUESTS, record.failure
     assert record.failure is not None and "stopped answering" in record.failure
-    # Six requests at concurrency 1 would wait 6 x 5 s; a stall stops at the first.
-    assert took < 20, took
+    # Six requests at concurrency 1 would wait 6 x 5 s; a stall stops at the first (about
+    # 10 s idle; the margin is for a busy machine, which once took 20.2 s).
+    assert took < 27, took
