@@ -77,6 +77,9 @@ class OptimizeRequest:
     # (measured backends on this host); off where vLLM gets them itself, or needs none.
     prefetch: bool = True
     time_budget_s: float | None = None  # trials stop in time to confirm within it
+    # Pairs in rounds against the incumbent, losing trials pruned (tuner.trial.rounds); one
+    # worker on this host only: other workers measure the fixed count.
+    rounds: bool = False
 
 
 @dataclass(frozen=True)
@@ -226,12 +229,17 @@ def optimize(  # noqa: C901  (the run, one step after another (a StudyRun would 
             space,
             backend or build_backend(space, options),
             StudyOptions(
-                request.trials, request.seed, paths.logs, space.ttft_limit_ms, budget=budget
+                request.trials,
+                request.seed,
+                paths.logs,
+                space.ttft_limit_ms,
+                budget=budget,
+                rounds=request.rounds,
             ),
             on_trial,
         )
     else:
-        done = (TrialState.COMPLETE, TrialState.FAIL)
+        done = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
         before = len(study.get_trials(deepcopy=False, states=done))
 
         def tick() -> None:

@@ -229,7 +229,8 @@ class Budget:
 
     def _ran(self, study: optuna.Study) -> list[FrozenTrial]:
         """The trials this run started (a resumed study holds earlier runs' too)."""
-        done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL))
+        ended = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+        done = study.get_trials(deepcopy=False, states=ended)
         return [t for t in done if t.datetime_start and t.datetime_start.timestamp() >= self.began]
 
     def allows_another(self, study: optuna.Study) -> bool:
