@@ -45,10 +45,10 @@ def test_a_pair_clearly_below_the_incumbent_stops_at_the_early_floor(tmp_path: P
     traffic = measure_traffic(backend, config, 3, limits, _race(10 * fixed, 0.01))
     (measure,) = traffic.measures
     plan = Rounds.of(8, 1)
-    assert (plan.size, plan.early, plan.floor, plan.ceiling) == (2, 4, 8, 16)
+    assert (plan.size, plan.early, plan.floor, plan.ceiling) == (4, 4, 8, 16)
     assert measure.stopped == "below the incumbent"
     assert measure.requests == plan.early == len(traffic.results[0].requests)
-    assert measure.rounds == 2
+    assert measure.rounds == 1
     assert measure.interval.high < 10 * fixed * 0.99
 
 
@@ -60,7 +60,7 @@ def test_a_pair_that_may_win_is_measured_at_least_the_p95_floor(tmp_path: Path) 
     # Clear of the incumbent from its first rounds, yet a winner's p95 rests on the full count.
     assert measure.stopped == "above the incumbent"
     assert measure.requests == 8
-    assert measure.rounds == 4
+    assert measure.rounds == 2
     assert traffic.pruned is None
 
 
@@ -72,7 +72,7 @@ def test_a_close_pair_stops_at_the_ceiling(tmp_path: Path, monkeypatch: pytest.M
     (measure,) = traffic.measures
     assert measure.stopped == "ceiling"
     assert measure.requests == 16 == len(traffic.results[0].requests)
-    assert measure.rounds == 8
+    assert measure.rounds == 4
     # The merged rounds are one pair's result: every round's requests and time added.
     assert traffic.results[0].duration_s > 0
     assert math.isfinite(measure.interval.high)

@@ -1,8 +1,8 @@
 """Measures a (level, temperature) pair in rounds, until its estimate can rank the trial.
 
 A fixed count spends as much on a pair that is clearly losing as on one whose rank is close.
-Here a pair is measured a round at a time (:class:`Rounds`: a quarter of the workload's
-``requests``, at least two requests per slot so each round fills its level), and after each
+Here a pair is measured a round at a time (:class:`Rounds`: half the workload's ``requests``,
+at least two requests per slot so each round fills its level), and after each
 round its output tok/s gets an :class:`Interval`. The pair stops (:func:`stop_reason`):
 
 - at the **ceiling**, twice the workload's ``requests``, however close the decision;
@@ -85,7 +85,7 @@ class Rounds:
     @classmethod
     def of(cls, requests: int, concurrency: int) -> Rounds:
         """The rounds for a workload of ``requests`` per pair at ``concurrency`` in flight."""
-        size = min(requests, max(math.ceil(requests / 4), 2 * concurrency))
+        size = min(requests, max(math.ceil(requests / 2), 2 * concurrency))
         return cls(size, max(size, math.ceil(requests / 2)), requests, 2 * requests)
 
 

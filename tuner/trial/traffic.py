@@ -193,7 +193,7 @@ def _rounds(
     """One pair, a round at a time until :func:`stop_reason` says its rank is clear.
 
     Each round after the first has its own seed (other prompts; a round's seed never meets
-    another pair's) and no warm-up: the server is warm.
+    another pair's), and each sends the workload's warm-up first.
     """
     workload = config.client.workload
     plan = Rounds.of(workload.requests, condition.concurrency)
@@ -202,8 +202,7 @@ def _rounds(
         sent = sum(len(r.requests) for r in rounds)
         size = min(plan.size, plan.ceiling - sent)
         seed = pair_seed + len(rounds) * count
-        warmup = workload.warmup if not rounds else 0
-        pair = _pair_config(config, condition, seed, size, warmup)
+        pair = _pair_config(config, condition, seed, size, workload.warmup)
         rounds.append(backend.measure(pair, condition.concurrency, seed))
         result = merged(rounds)
         lost = any(STALLED in (q.error or "") for q in result.requests)
