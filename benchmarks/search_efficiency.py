@@ -397,19 +397,21 @@ class TimeRow:
     chosen_pruned: int  # times a pruned trial was the best (0)
 
 
-def summarise_time(traces: Sequence[Trace]) -> TimeRow:
+def summarise_time(traces: Sequence[Trace], hours: Sequence[float]) -> TimeRow:
     trials = sum(len(t.shares) for t in traces)
     return TimeRow(
-        tuple(statistics.median(t.reached_in(h * 3600.0) for t in traces) for h in HOURS),
+        tuple(statistics.median(t.reached_in(h * 3600.0) for t in traces) for h in hours),
         statistics.median(sum(c <= 7200.0 for c in t.clock) for t in traces),
         sum(t.pruned for t in traces) / trials if trials else 0.0,
         sum(t.chosen_pruned for t in traces),
     )
 
 
-def time_verdict(world: str, rows: dict[str, TimeRow]) -> tuple[bool, float, str]:
+def time_verdict(
+    world: str, rows: dict[str, TimeRow], hours: Sequence[float]
+) -> tuple[bool, float, str]:
     """(met, slack, why) for one world against the GPU-time aim."""
-    at = HOURS.index(BAR_AT_HOURS)
+    at = list(hours).index(BAR_AT_HOURS)
     ours, tpe = rows["spectune"].shares[at], rows["TPE"].shares[at]
     checks = [
         (ours - BAR_HOURS, f"after {BAR_AT_HOURS:g} h {_pct(ours)} (>= {_pct(BAR_HOURS)})"),
@@ -425,34 +427,37 @@ def time_table(
     strategies: Sequence[str],
     traces: dict[tuple[str, str], list[Trace]],
     say: Any,
+    hours: Sequence[float],
 ) -> tuple[list[tuple[bool, float, str]], dict[str, list[float]]]:
     """Prints the GPU-time table; returns its verdicts and spectune's median shares per world."""
-    hours = " | ".join(f"{h:g} h" for h in HOURS)
-    say(f"| world | strategy | {hours} | trials in 2 h | pruned |")
-    say("|---|---|" + "---|" * len(HOURS) + "---|---|")
+    heads = " | ".join(f"{h:g} h" for h in hours)
+    say(f"| world | strategy | {heads} | trials in 2 h | pruned |")
+    say("|---|---|" + "---|" * len(hours) + "---|---|")
     results = []
     ours: dict[str, list[float]] = {}
     for world in worlds:
-        rows = {s: summarise_time(traces[(world.name, s)]) for s in strategies}
+        rows = {s: summarise_time(traces[(world.name, s)], hours) for s in strategies}
         for name, row in rows.items():
             shares = " | ".join(_pct(x) for x in row.shares)
             say(f"| {world.name} | {name} | {shares} | {row.trials_2h:.0f} | {_pct(row.pruned)} |")
         ours[world.name] = list(rows["spectune"].shares)
         if world is not SHIPPED:
-            results.append(time_verdict(world.name, rows))
+            results.append(time_verdict(world.name, rows, hours))
     return results, ours
 
 
-def write_shares(ours: dict[str, list[float]], space: str, seeds: int) -> None:
+def write_shares(
+    ours: dict[str, list[float]], space: str, seeds: int, hours: Sequence[float]
+) -> None:
     """The held-out worlds' median shares per budget, for ``optimize --plan`` to quote."""
     held_out = [shares for name, shares in ours.items() if name != SHIPPED.name]
     data = {
         "space": space,
         "seeds": seeds,
         "worlds": len(held_out),
-        "hours": list(HOURS),
-        "median": [statistics.median(s[i] for s in held_out) for i in range(len(HOURS))],
-        "worst": [min(s[i] for s in held_out) for i in range(len(HOURS))],
+        "hours": list(hours),
+        "median": [statistics.median(s[i] for s in held_out) for i in range(len(hours))],
+        "worst": [min(s[i] for s in held_out) for i in range(len(hours))],
     }
     SHARES_FILE.write_text(json.dumps(data, indent=1) + "\n")
 
@@ -472,11 +477,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="the strategies to run (spectune and TPE always run: the bars compare them)",
     )
     parser.add_argument(
+        "--max-hours",
+        type=float,
+        default=HOURS[-1],
+        help="stop each study's clock here (the GPU-time table's columns up to it)",
+    )
+    parser.add_argument(
         "--write", action="store_true", help=f"write the GPU-time shares to {SHARES_FILE.name}"
     )
     args = parser.parse_args(argv)
     seeds = 3 if args.quick else args.seeds
     chosen = [s for s in STRATEGIES if s in {*args.strategies, "spectune", "TPE"}]
+    if args.max_hours < BAR_AT_HOURS:
+        parser.error(f"--max-hours {args.max_hours:g}: give at least {BAR_AT_HOURS:g}")
+    hours = [h for h in HOURS if h <= args.max_hours]
     worlds = (SHIPPED, *WORLDS)
     started = time.monotonic()
     lines: list[str] = []
@@ -492,7 +506,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     with ProcessPoolExecutor(args.jobs) as pool:
         truths = dict(pool.map(world_truth, [(args.space, w) for w in worlds]))
     tasks = [
-        Task(args.space, w, s, seed, args.trials)
+        Task(args.space, w, s, seed, args.trials, args.max_hours)
         for w in worlds
         for s in chosen
         for seed in range(seeds)
@@ -520,7 +534,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     say(f"## In simulated GPU time ({seeds} seeds, each study on the simulator's clock)")
     say("median share of the world's optimum recommended within each budget, confirmation runs")
     say("included; median trials run within 2 GPU-hours; pruned share of trials\n")
-    timed, ours = time_table(worlds, chosen, traces, say)
+    timed, ours = time_table(worlds, chosen, traces, say, hours)
     say()
     for world in WORLDS:
         say(f"- {world.name}: {world.note}")
@@ -536,7 +550,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     worst = min(results, key=lambda r: r[1])
     say(f"{'bar met' if met else 'bar not met'}; worst world {worst[2]}")
     if args.write:
-        write_shares(ours, space.name, seeds)
+        write_shares(ours, space.name, seeds, hours)
     if not args.quick:
         TABLE_FILE.parent.mkdir(parents=True, exist_ok=True)
         TABLE_FILE.write_text("\n".join(lines) + "\n")

@@ -16,9 +16,17 @@ from tuner.cli import app
 from tuner.config.space import SearchSpace, load_space, space_from_dict
 from tuner.errors import ConfigError
 from tuner.study.optimize import OptimizeRequest, optimize
-from tuner.study.plan import confirmation_runs, parse_duration, plan_study, prior_cost
+from tuner.study.plan import (
+    confirmation_runs,
+    parse_duration,
+    plan_study,
+    prior_cost,
+    simulated_trial_s,
+    start_prior_s,
+)
 from tuner.study.storage import open_storage, study_names
 from tuner.study.strategy import warm_start_configs
+from tuner.trial.record import TrialRecord
 
 runner = CliRunner()
 
@@ -91,7 +99,7 @@ def test_plan_prints_the_run_and_stores_nothing(tmp_path: Path) -> None:
         # A vLLM that exists: a missing one is refused first (tests/reliability).
         (
             ["--time-budget", "10m", "--backend", "process", "--vllm-command", sys.executable],
-            "is shorter than one trial and 12",
+            "is shorter than one trial and 2",
         ),
     ],
 )
@@ -109,21 +117,33 @@ def test_a_budget_that_cannot_work_is_one_line_before_anything_is_stored(
 
 
 def test_the_budget_stops_the_trials_in_time_to_confirm(tmp_path: Path) -> None:
+    space = _small_space()
     request = OptimizeRequest(
         "budget",
-        _small_space(),
+        space,
         "sim",
         200,
         tmp_path,
         confirm_top=1,
         confirm_repeats=1,
-        time_budget_s=15,
+        time_budget_s=3600,
+        rounds=True,
     )
     result = optimize(request)
-    ran = [t for t in result.handle.get_trials() if t.state is TrialState.COMPLETE]
-    assert 1 <= len(ran) < 200  # 200 simulated trials take minutes here
+    ended = (TrialState.COMPLETE, TrialState.PRUNED)
+    ran = [t for t in result.handle.get_trials() if t.state in ended]
+    assert 1 <= len(ran) < 200  # a simulated hour holds a few trials, not 200
     assert result.budget_note is not None
-    assert result.budget_note.startswith(f"time budget 15s: stopped after {len(ran)} trials")
+    # A simulated study spends the simulator's clock: start-ups at their prior, benchmarks at
+    # their simulated durations, warm-ups included; within the hour, with time to confirm.
+    assert result.budget_note.startswith(
+        f"time budget 1h00m of simulated GPU time: stopped after {len(ran)} trials"
+    )
+    records = [r for r in map(TrialRecord.from_trial, ran) if r is not None]
+    spent = sum(simulated_trial_s(r, space.workload.warmup) for r in records)
+    assert 0 < spent < 3600
+    first = records[0]
+    assert simulated_trial_s(first, 1) > start_prior_s(first.server)  # a start-up and a bench
     assert result.confirmed  # the time left went to the confirmation
     assert optuna.load_study(study_name="budget", storage=result.storage).user_attrs["confirmed"]
 

@@ -261,7 +261,7 @@ def optimize_command(
     )
     check_request(request)  # argument errors first; without a space it opens no database
     if plan:  # the space given (a resumed study's stored one may differ); nothing is stored
-        planned = plan_study(built, trials, confirm_top, confirm_repeats)
+        planned = plan_study(built, trials, confirm_top, confirm_repeats, request.time_budget_s)
         if as_json:
             print_json(planned.to_dict())
         else:

@@ -32,7 +32,13 @@ from tuner.study.cluster import (
 )
 from tuner.study.confirm import OnRun, confirm, confirm_k_table
 from tuner.study.paths import StudyPaths, default_storage
-from tuner.study.plan import Budget, TrialCost, confirmation_runs, plan_study
+from tuner.study.plan import (
+    Budget,
+    SimulatedBudget,
+    confirmation_runs,
+    fit_confirmation,
+    plan_study,
+)
 from tuner.study.prefetch import prefetch_models
 from tuner.study.storage import check_writable, open_storage
 from tuner.study.strategy import warm_start
@@ -185,6 +191,8 @@ def optimize(  # noqa: C901  (the run, one step after another (a StudyRun would 
     if request.ray is not None:  # servers (confirmation's too) run on the cluster's nodes
         build_backend = ray_backend_factory(request.ray, request.backend)
     storage_url = request.storage or default_storage(request.study, request.studies_dir)
+    if request.time_budget_s is not None and request.space is not None:
+        request = _fit_confirmation(request, request.space)
     budget = None
     if request.time_budget_s is not None and request.space is not None:
         budget = _budget(request, request.space, began)  # too short for a trial: nothing stored
@@ -195,6 +203,7 @@ def optimize(  # noqa: C901  (the run, one step after another (a StudyRun would 
         check_cluster(request.ray, request.space.hardware)
     study, space = open_study(request.study, storage, request.space, sampler)
     if request.time_budget_s is not None and budget is None:  # a resume: the stored space
+        request = _fit_confirmation(request, space)
         budget = _budget(request, space, began)
     claim_source(study, request.backend)  # before a resume fetches anything for the wrong kind
     if request.space is None and request.backend == "process" and request.ray is None:
@@ -294,15 +303,31 @@ def optimize(  # noqa: C901  (the run, one step after another (a StudyRun would 
     )
 
 
+def _fit_confirmation(request: OptimizeRequest, space: SearchSpace) -> OptimizeRequest:
+    """``request`` with as many confirmation runs as fit in a third of its time budget."""
+    assert request.time_budget_s is not None
+    plan = plan_study(space, request.trials, request.confirm_top, request.confirm_repeats)
+    top, repeats = fit_confirmation(
+        space,
+        request.confirm_top,
+        request.confirm_repeats,
+        request.time_budget_s,
+        plan.confirm_cost.total_s,
+    )
+    return replace(request, confirm_top=top, confirm_repeats=repeats)
+
+
 def _budget(request: OptimizeRequest, space: SearchSpace, began: float) -> Budget:
     """The run's time budget, its prior from the plan; refused when one trial cannot fit."""
     assert request.time_budget_s is not None
     runs = confirmation_runs(space, request.confirm_top, request.confirm_repeats)
-    if request.backend == "sim":  # a simulated trial takes what it takes here, not a GPU's time
-        prior = TrialCost(0.0, 0.0)
-    else:
-        plan = plan_study(space, request.trials, request.confirm_top, request.confirm_repeats)
-        prior = plan.confirm_cost
-    budget = Budget(request.time_budget_s, prior, runs, began)
+    plan = plan_study(space, request.trials, request.confirm_top, request.confirm_repeats)
+    prior = plan.confirm_cost
+    budget = (
+        # A simulated trial takes what it takes here, not a GPU's time: the simulator's clock.
+        SimulatedBudget(request.time_budget_s, prior, runs, space.workload.warmup, began)
+        if request.backend == "sim"
+        else Budget(request.time_budget_s, prior, runs, began)
+    )
     budget.check_fits()
     return budget
