@@ -18,6 +18,7 @@ from tuner.errors import ConfigError
 from tuner.study.optimize import OptimizeRequest, optimize
 from tuner.study.plan import (
     confirmation_runs,
+    expected_share,
     parse_duration,
     plan_study,
     prior_cost,
@@ -87,6 +88,34 @@ def test_plan_prints_the_run_and_stores_nothing(tmp_path: Path) -> None:
     assert planned["total_s"] == pytest.approx(
         sum(t["start_s"] + t["bench_s"] for t in planned["trials"]) + 6 * planned["confirm_run_s"]
     )
+
+
+def test_a_plan_within_a_budget_lists_what_fits_and_the_share_the_benchmark_reached() -> None:
+    space = _small_space()
+    plan = plan_study(space, 30, confirm_top=3, confirm_repeats=3, budget_s=7200)
+    assert plan.budget_s == 7200
+    assert len(plan.trials) > 0 and plan.total_s <= 7200
+    longer = plan_study(space, 30, confirm_top=3, confirm_repeats=3, budget_s=4 * 7200)
+    assert len(longer.trials) > len(plan.trials)  # more time, more trials (past --trials too)
+    # The share comes from the search benchmark's simulated worlds, shipped with the package.
+    expected = plan.expected
+    assert expected is not None and expected == expected_share(2.0)
+    assert 0 < expected.worst <= expected.median <= 1
+    assert "simulated" in expected.describe() and "held-out worlds" in expected.describe()
+    assert expected_share(0.1) is None  # shorter than any budget the benchmark ran
+
+
+def test_plan_with_a_time_budget_prints_the_share_it_expects(tmp_path: Path) -> None:
+    argv = ["optimize", "--hardware", "4090x2", "--backend", "sim", "--plan"]
+    argv += ["--studies-dir", str(tmp_path), "--time-budget", "2h"]
+    result = runner.invoke(app, argv)
+    assert result.exit_code == 0, result.stderr
+    text = " ".join(result.stdout.split())
+    assert "within a 2h00m time budget" in text
+    assert "expected at 2h00m:" in text and "of the optimum" in text and "simulated" in text
+    planned = json.loads(runner.invoke(app, [*argv, "--json"]).stdout)
+    assert planned["time_budget_s"] == 7200 and planned["total_s"] <= 7200
+    assert planned["expected_share"]["source"] == "simulated"
 
 
 @pytest.mark.parametrize(

@@ -223,8 +223,8 @@ class ExpectedShare:
 
     def describe(self) -> str:
         return (
-            f"expected at {format_duration(self.hours * 3600)}: {self.median:.0%} of the optimum "
-            f"(worst world {self.worst:.0%}), simulated: the search benchmark's {self.worlds} "
+            f"expected at {format_duration(self.hours * 3600)}: {self.median:.1%} of the optimum "
+            f"(worst world {self.worst:.1%}), simulated: the search benchmark's {self.worlds} "
             f"held-out worlds on its {self.space} space, {self.seeds} seeds each"
         )
 
