@@ -15,10 +15,19 @@ from typer.testing import CliRunner
 from tuner.cli import app
 from tuner.config.space import SearchSpace, load_space, space_from_dict
 from tuner.errors import ConfigError
-from tuner.search.plan import confirmation_runs, parse_duration, plan_study, prior_cost
+from tuner.search.plan import (
+    confirmation_runs,
+    expected_share,
+    parse_duration,
+    plan_study,
+    prior_cost,
+    simulated_trial_s,
+    start_prior_s,
+)
 from tuner.search.strategy import warm_start_configs
 from tuner.study.optimize import OptimizeRequest, optimize
 from tuner.study.storage import open_storage, study_names
+from tuner.trial.record import TrialRecord
 
 runner = CliRunner()
 
@@ -81,6 +90,34 @@ def test_plan_prints_the_run_and_stores_nothing(tmp_path: Path) -> None:
     )
 
 
+def test_a_plan_within_a_budget_lists_what_fits_and_the_share_the_benchmark_reached() -> None:
+    space = _small_space()
+    plan = plan_study(space, 30, confirm_top=3, confirm_repeats=3, budget_s=7200)
+    assert plan.budget_s == 7200
+    assert len(plan.trials) > 0 and plan.total_s <= 7200
+    longer = plan_study(space, 30, confirm_top=3, confirm_repeats=3, budget_s=4 * 7200)
+    assert len(longer.trials) > len(plan.trials)  # more time, more trials (past --trials too)
+    # The share comes from the search benchmark's simulated worlds, shipped with the package.
+    expected = plan.expected
+    assert expected is not None and expected == expected_share(2.0)
+    assert 0 < expected.worst <= expected.median <= 1
+    assert "simulated" in expected.describe() and "held-out worlds" in expected.describe()
+    assert expected_share(0.1) is None  # shorter than any budget the benchmark ran
+
+
+def test_plan_with_a_time_budget_prints_the_share_it_expects(tmp_path: Path) -> None:
+    argv = ["optimize", "--hardware", "4090x2", "--backend", "sim", "--plan"]
+    argv += ["--studies-dir", str(tmp_path), "--time-budget", "2h"]
+    result = runner.invoke(app, argv)
+    assert result.exit_code == 0, result.stderr
+    text = " ".join(result.stdout.split())
+    assert "within a 2h00m time budget" in text
+    assert "expected at 2h00m:" in text and "of the optimum" in text and "simulated" in text
+    planned = json.loads(runner.invoke(app, [*argv, "--json"]).stdout)
+    assert planned["time_budget_s"] == 7200 and planned["total_s"] <= 7200
+    assert planned["expected_share"]["source"] == "simulated"
+
+
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
@@ -91,7 +128,7 @@ def test_plan_prints_the_run_and_stores_nothing(tmp_path: Path) -> None:
         # A vLLM that exists: a missing one is refused first (tests/reliability).
         (
             ["--time-budget", "10m", "--backend", "process", "--vllm-command", sys.executable],
-            "is shorter than one trial and 12",
+            "is shorter than one trial and 2",
         ),
     ],
 )
@@ -109,21 +146,33 @@ def test_a_budget_that_cannot_work_is_one_line_before_anything_is_stored(
 
 
 def test_the_budget_stops_the_trials_in_time_to_confirm(tmp_path: Path) -> None:
+    space = _small_space()
     request = OptimizeRequest(
         "budget",
-        _small_space(),
+        space,
         "sim",
         200,
         tmp_path,
         confirm_top=1,
         confirm_repeats=1,
-        time_budget_s=15,
+        time_budget_s=3600,
+        rounds=True,
     )
     result = optimize(request)
-    ran = [t for t in result.handle.get_trials() if t.state is TrialState.COMPLETE]
-    assert 1 <= len(ran) < 200  # 200 simulated trials take minutes here
+    ended = (TrialState.COMPLETE, TrialState.PRUNED)
+    ran = [t for t in result.handle.get_trials() if t.state in ended]
+    assert 1 <= len(ran) < 200  # a simulated hour holds a few trials, not 200
     assert result.budget_note is not None
-    assert result.budget_note.startswith(f"time budget 15s: stopped after {len(ran)} trials")
+    # A simulated study spends the simulator's clock: start-ups at their prior, benchmarks at
+    # their simulated durations, warm-ups included; within the hour, with time to confirm.
+    assert result.budget_note.startswith(
+        f"time budget 1h00m of simulated GPU time: stopped after {len(ran)} trials"
+    )
+    records = [r for r in map(TrialRecord.from_trial, ran) if r is not None]
+    spent = sum(simulated_trial_s(r, space.workload.warmup) for r in records)
+    assert 0 < spent < 3600
+    first = records[0]
+    assert simulated_trial_s(first, 1) > start_prior_s(first.server)  # a start-up and a bench
     assert result.confirmed  # the time left went to the confirmation
     assert optuna.load_study(study_name="budget", storage=result.storage).user_attrs["confirmed"]
 

@@ -238,6 +238,66 @@ def test_a_goodput_study_on_real_vllm_climbs_its_rates_on_one_server(
         assert order == ladder
 
 
+@pytest.mark.timeout(600)
+def test_on_real_vllm_a_losing_trial_stops_early_and_is_pruned_after_its_first_pair(
+    tiny_models: TinyModels, tmp_path: Path, server_prefix: tuple[str, ...]
+) -> None:
+    """Rounds and pruning on real vLLM: one server, two trials, only the temperature differs.
+
+    Prompt lookup at K=4 accepts about nine drafts in ten at temperature 0 on the tiny random
+    model and few at temperature 1, so the second trial's first (and only) pair is clearly
+    below the first's after one round: it stops at half the requests, and the trial ends
+    PRUNED with that pair and its interval stored.
+    """
+    raw = _space(tiny_models)
+    raw["search"] = {
+        **raw["search"],
+        "draft": ["ngram"],
+        "num_speculative_tokens": 4,
+        "temperature": {"low": 0.0, "high": 1.0, "step": 1.0},
+    }
+    space = space_from_dict(raw)
+    storage = open_storage(default_storage("tiny-rounds", tmp_path))
+    study, _ = open_study("tiny-rounds", storage, space, make_sampler("random", 0))
+    for temperature in (0.0, 1.0):
+        study.enqueue_trial({"draft": "ngram", "temperature": temperature})
+    options = BackendOptions(
+        study="", vllm_command=server_prefix + vllm_command(), ready_timeout_s=300
+    )
+    request = OptimizeRequest(
+        "tiny-rounds",
+        space,
+        "process",
+        2,
+        tmp_path,
+        backend_options=options,
+        sampler="random",
+        confirm_top=0,
+        rounds=True,
+    )
+    result = optimize(request)
+
+    first, second = optuna.load_study(study_name="tiny-rounds", storage=storage).get_trials()
+    assert first.state is TrialState.COMPLETE and first.user_attrs["restarted"]
+    (incumbent,) = first.user_attrs["levels"]
+    assert (incumbent["requests"], incumbent["stopped"]) == (REQUESTS, "no incumbent")
+    assert second.state is TrialState.PRUNED, second.user_attrs
+    assert not second.user_attrs["restarted"]  # a request-side change: the same server
+    (pair,) = second.user_attrs["levels"]
+    # Stopped early: one round, half the requests, its interval wholly under the incumbent's.
+    assert (pair["requests"], pair["rounds"], pair["stopped"]) == (
+        REQUESTS // 2,
+        1,
+        "below the incumbent",
+    )
+    low, mid, high = pair["tok_s_interval"]
+    assert low <= mid <= high < incumbent["tok_s_interval"][0]
+    assert "cannot reach trial 0" in second.user_attrs["pruned"]
+    assert "1 of 1 pairs measured" in second.user_attrs["pruned"]
+    assert result.recommended is not None and result.recommended.record.number == 0
+    assert _servers_of(tiny_models.target) == []
+
+
 def _log_error(space: SearchSpace, record: TrialRecord, twin: FittedTwin) -> float:
     """|log(predicted / measured)| of a trial's output tok/s: a factor of 2 either way is 0.69."""
     draft = space.draft_model(record.draft) if record.server.draft_model else None

@@ -167,6 +167,16 @@ TimeBudget = Annotated[
         rich_help_panel=BUDGET_PANEL,
     ),
 ]
+Rounds = Annotated[
+    bool,
+    typer.Option(
+        "--rounds/--fixed-count",
+        help="Measure each (level, temperature) pair in rounds until its rank against the best "
+        "trial is clear, and prune a trial that cannot reach it; or every pair at "
+        "workload.requests.",
+        rich_help_panel=BUDGET_PANEL,
+    ),
+]
 
 Backend = Annotated[
     str,

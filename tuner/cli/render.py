@@ -57,7 +57,7 @@ _CAPTION = (
     "mem: --gpu-memory-utilization, batch: --max-num-batched-tokens, temp: tuned or the "
     "workload's (mix: several), {unit}, "
     "acc: draft acceptance, run: vLLM's model runner (V1 is deprecated), new: server "
-    "(re)started, lost N%: requests failed"
+    "(re)started, lost N%: requests failed, pruned: measured until it could not reach the best"
 )
 _UNITS = {
     Objective.THROUGHPUT: "tok/s: traffic-weighted, TTFT: worst p95 ms over the levels",
@@ -147,6 +147,8 @@ def record_row(record: TrialRecord) -> list[str]:
     status = _STATUS[record.status]
     if record.status is TrialStatus.FAILED_REQUESTS and record.failed_share is not None:
         status = f"lost {record.failed_share * 100:.0f}%"
+    if record.pruned is not None:
+        status = "pruned"
     if record.duplicate_of is not None:
         status = f"same as #{record.duplicate_of}"
     return [
@@ -238,12 +240,22 @@ def plan_table(plan: StudyPlan, space: SearchSpace) -> Table:
     """The expected GPU time of a run: each warm-start trial, the sampler's, confirmation."""
     from tuner.search.plan import format_duration as took
 
+    budget = "" if plan.budget_s is None else f" within a {took(plan.budget_s)} time budget"
+    caption = (
+        "benchmarks predicted by the simulator at the full count (rounds and pruning spend "
+        "less), +/- its error on public figures of the kind (?: none); start-ups a prior "
+        f"({took(plan.confirm_cost.start_s)}) until trials measure their own"
+    )
+    if plan.budget_s is not None:
+        caption += ";\n" + (
+            plan.expected.describe()
+            if plan.expected is not None
+            else "no share of the optimum to expect: the search benchmark ran no budget this short"
+        )
     table = Table(
-        title=f"plan: {len(plan.trials)} trials on {space.hardware.label}, "
+        title=f"plan: {len(plan.trials)} trials on {space.hardware.label}{budget}, "
         f"{took(plan.total_s)} of GPU time expected",
-        caption="benchmarks predicted by the simulator, +/- its error on public figures of the "
-        "kind (?: none); start-ups a prior "
-        f"({took(plan.confirm_cost.start_s)}) until trials measure their own",
+        caption=caption,
     )
     for column in ("trials", "config", "start-up", "benchmark", "total"):
         table.add_column(column, justify="left" if column == "config" else "right")

@@ -206,6 +206,7 @@ def optimize_command(
         ),
     ] = 3,
     time_budget: opt.TimeBudget = None,
+    rounds: opt.Rounds = True,
     plan: opt.Plan = False,
     as_json: opt.Json = False,
 ) -> None:
@@ -256,10 +257,11 @@ def optimize_command(
         ray=None if ray is None else RayOptions(ray, parallel),
         prefetch=prefetch,
         time_budget_s=None if time_budget is None else parse_duration(time_budget),
+        rounds=rounds,
     )
     check_request(request)  # argument errors first; without a space it opens no database
     if plan:  # the space given (a resumed study's stored one may differ); nothing is stored
-        planned = plan_study(built, trials, confirm_top, confirm_repeats)
+        planned = plan_study(built, trials, confirm_top, confirm_repeats, request.time_budget_s)
         if as_json:
             print_json(planned.to_dict())
         else:

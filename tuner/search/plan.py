@@ -7,42 +7,61 @@ Before anything is measured, the benchmark is the simulator's prediction for the
 start-up a prior (:data:`START_PRIOR_S` plus the weights at :data:`LOAD_GB_PER_S`): vLLM starts
 a 14-32B model in "tens of seconds to minutes", most of it loading, compiling and capturing
 graphs. Once trials have run, their own wall times replace both: the budget's estimate of the
-next trial is the mean of those this run measured.
+next trial is the mean of those this run measured. A simulated run's budget
+(:class:`SimulatedBudget`) runs on the simulator's clock instead: the start-up prior for each
+server started, each pair's simulated duration with its warm-up, as a GPU would have spent them.
+
+With a budget, the plan keeps the trials that fit in it beside the confirmation, and quotes
+the share of the optimum the search benchmark's held-out worlds reached in that much simulated
+GPU time (:func:`expected_share`, from ``gpu_time_shares.json``, which
+``benchmarks/search_efficiency.py --write`` writes): a figure from simulated worlds, labelled so.
 """
 
 from __future__ import annotations
 
+import itertools
+import json
 import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from importlib import resources
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from tuner.catalog.models import load_model
 from tuner.config.space import SearchSpace
-from tuner.config.trial import TrialConfig, load_draft
+from tuner.config.trial import ServerConfig, TrialConfig, load_draft
 from tuner.config.vllm_args import has_per_batch_size
 from tuner.errors import ConfigError, StartupFailure
 from tuner.search.forecast import predicted_climb, predicted_pairs
 from tuner.search.strategy import warm_start_configs
 from tuner.sim.band import Band, error_band, regime_of, widest
+from tuner.trial.record import TrialRecord
 
 __all__ = [
     "Budget",
+    "ExpectedShare",
+    "SimulatedBudget",
     "StudyPlan",
     "TrialCost",
     "confirmation_runs",
+    "expected_share",
+    "fit_confirmation",
     "format_duration",
     "parse_duration",
     "plan_study",
     "prior_cost",
+    "simulated_trial_s",
+    "start_prior_s",
 ]
 
 # Process start, engine init, torch.compile and CUDA graph capture, before weights: a prior.
 START_PRIOR_S = 75.0
 LOAD_GB_PER_S = 2.0  # weights from a local NVMe or the page cache, per GPU
 _UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0}
+_SHARES_FILE = "gpu_time_shares.json"
 
 
 @dataclass(frozen=True)
@@ -96,6 +115,8 @@ class StudyPlan:
     trials: tuple[tuple[str, TrialCost], ...]  # (what runs, its cost), in order
     confirm_runs: int
     confirm_cost: TrialCost  # of one confirmation run
+    budget_s: float | None = None  # the run's time budget: only the trials that fit are listed
+    expected: ExpectedShare | None = None  # the benchmark's share of the optimum at the budget
 
     @property
     def trials_s(self) -> float:
@@ -124,14 +145,22 @@ class StudyPlan:
             "confirm_runs": self.confirm_runs,
             "confirm_run_s": self.confirm_cost.total_s,
             "total_s": self.total_s,
+            "time_budget_s": self.budget_s,
+            "expected_share": None if self.expected is None else self.expected.to_dict(),
         }
 
 
 def plan_study(
-    space: SearchSpace, trials: int, confirm_top: int, confirm_repeats: int
+    space: SearchSpace,
+    trials: int,
+    confirm_top: int,
+    confirm_repeats: int,
+    budget_s: float | None = None,
 ) -> StudyPlan:
     """The plan of a new study's run: the warm-start configs named, the sampler's trials at
-    their mean cost, a restart wherever the server config changes."""
+    their mean cost, a restart wherever the server config changes; with ``budget_s``, only the
+    trials that fit in it beside the confirmation (each at its full fixed count: a trial
+    measured in rounds, or pruned, costs less), and the share of the optimum expected then."""
     chosen = warm_start_configs(space, trials)
     costs: dict[TrialConfig, TrialCost] = {}
     rows: list[tuple[str, TrialCost]] = []
@@ -153,7 +182,118 @@ def plan_study(
         costs[first] = prior_cost(space, first)
     mean = _mean(list(costs.values()))
     rows += [("a config the sampler picks", mean)] * (trials - len(rows))
-    return StudyPlan(tuple(rows), confirmation_runs(space, confirm_top, confirm_repeats), mean)
+    if budget_s is not None:
+        confirm_top, confirm_repeats = fit_confirmation(
+            space, confirm_top, confirm_repeats, budget_s, mean.total_s
+        )
+    runs = confirmation_runs(space, confirm_top, confirm_repeats)
+    if budget_s is None:
+        return StudyPlan(tuple(rows), runs, mean)
+    if budget_s > sum(c.total_s for _, c in rows) + runs * mean.total_s:  # more: the sampler's
+        extra = budget_s - sum(c.total_s for _, c in rows) - runs * mean.total_s
+        rows += [("a config the sampler picks", mean)] * int(extra // max(mean.total_s, 1.0))
+    fitting: list[tuple[str, TrialCost]] = []
+    spent = runs * mean.total_s
+    for row in rows:
+        if spent + row[1].total_s > budget_s:
+            break
+        fitting.append(row)
+        spent += row[1].total_s
+    return StudyPlan(tuple(fitting), runs, mean, budget_s, expected_share(budget_s / 3600.0))
+
+
+@dataclass(frozen=True)
+class ExpectedShare:
+    """The search benchmark's share of the optimum after some simulated GPU-hours.
+
+    Attributes:
+        hours: the budget asked about.
+        median: the median over the held-out worlds (each a median over seeds).
+        worst: the worst world's median.
+        worlds: how many held-out worlds; seeds: studies per world and strategy.
+        space: the benchmark's space (not the user's: a figure from simulated worlds).
+    """
+
+    hours: float
+    median: float
+    worst: float
+    worlds: int
+    seeds: int
+    space: str
+
+    def describe(self) -> str:
+        return (
+            f"expected at {format_duration(self.hours * 3600)}: {self.median:.1%} of the optimum "
+            f"(worst world {self.worst:.1%}), simulated: the search benchmark's {self.worlds} "
+            f"held-out worlds on its {self.space} space, {self.seeds} seeds each"
+        )
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "hours": self.hours,
+            "median": self.median,
+            "worst": self.worst,
+            "worlds": self.worlds,
+            "seeds": self.seeds,
+            "space": self.space,
+            "source": "simulated",
+        }
+
+
+def expected_share(hours: float) -> ExpectedShare | None:
+    """The benchmark's share at ``hours`` (linear between its budgets, its last one beyond);
+    None below its first budget or where no benchmark run was shipped."""
+    try:
+        text = resources.files("tuner.search").joinpath(_SHARES_FILE).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    data = json.loads(text)
+    points = list(zip(data["hours"], data["median"], data["worst"], strict=True))
+    if not points or hours < points[0][0]:
+        return None
+    median, worst = points[-1][1], points[-1][2]
+    for (h0, m0, w0), (h1, m1, w1) in itertools.pairwise(points):
+        if h0 <= hours <= h1:
+            share = (hours - h0) / (h1 - h0)
+            median, worst = m0 + share * (m1 - m0), w0 + share * (w1 - w0)
+            break
+    return ExpectedShare(hours, median, worst, data["worlds"], data["seeds"], data["space"])
+
+
+def start_prior_s(server: ServerConfig) -> float:
+    """A start-up of ``server`` before any is measured: the engine prior, then the weights."""
+    draft = load_draft(server)
+    weights = load_model(server.model).weight_bytes + (draft.weight_bytes if draft else 0.0)
+    return START_PRIOR_S + weights / server.tensor_parallel_size / (LOAD_GB_PER_S * 1e9)
+
+
+def simulated_trial_s(record: TrialRecord, warmup: int) -> float:
+    """What a simulated trial would have taken a GPU: its start-up prior when it started a
+    server, then each pair's simulated duration and each round's ``warmup`` requests."""
+    spent = start_prior_s(record.server) if record.restarted else 0.0
+    for level in record.levels:
+        duration, requests = float(level.get("duration_s") or 0.0), int(level.get("requests") or 0)
+        slots = min(int(level.get("concurrency") or 1), max(1, requests))
+        rounds = int(level.get("rounds") or 1)
+        spent += duration * (1 + rounds * warmup * slots / max(1, requests))
+    return spent
+
+
+CONFIRM_SHARE = 1 / 3
+"""The most of a time budget confirmation may take: the rest is for the search."""
+
+
+def fit_confirmation(
+    space: SearchSpace, top: int, repeats: int, budget_s: float, run_s: float
+) -> tuple[int, int]:
+    """(top, repeats) for a run within ``budget_s``: fewer repeats, then fewer configs, until
+    the confirmation runs of ``run_s`` each take at most :data:`CONFIRM_SHARE` of the budget
+    (at least one run of one config, whatever it costs)."""
+    while repeats > 1 and confirmation_runs(space, top, repeats) * run_s > budget_s * CONFIRM_SHARE:
+        repeats -= 1
+    while top > 1 and confirmation_runs(space, top, repeats) * run_s > budget_s * CONFIRM_SHARE:
+        top -= 1
+    return top, repeats
 
 
 def confirmation_runs(space: SearchSpace, confirm_top: int, confirm_repeats: int) -> int:
@@ -217,6 +357,7 @@ class Budget:
         self.confirm_runs = confirm_runs
         self.began = time.time() if began is None else began
         self._stopped: tuple[int, float, float] | None = None  # trials run, elapsed, needed
+        self.clock = ""  # how its time is counted, where not by the wall clock
 
     def next_trial_s(self, study: optuna.Study) -> float:
         """A trial with a start-up, as this run measured them (else the prior)."""
@@ -229,14 +370,20 @@ class Budget:
 
     def _ran(self, study: optuna.Study) -> list[FrozenTrial]:
         """The trials this run started (a resumed study holds earlier runs' too)."""
-        done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL))
+        ended = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+        done = study.get_trials(deepcopy=False, states=ended)
         return [t for t in done if t.datetime_start and t.datetime_start.timestamp() >= self.began]
+
+    def elapsed(self, study: optuna.Study) -> float:
+        """The GPU time this run has spent: the wall time since it began."""
+        del study
+        return time.time() - self.began
 
     def allows_another(self, study: optuna.Study) -> bool:
         """Whether one more trial and the confirmation fit in what is left of the budget."""
         per_trial = self.next_trial_s(study)
         needed = per_trial * (1 + self.confirm_runs)
-        elapsed = time.time() - self.began
+        elapsed = self.elapsed(study)
         if elapsed + needed <= self.seconds:
             return True
         self._stopped = (len(self._ran(study)), elapsed, needed)
@@ -248,7 +395,8 @@ class Budget:
             return None
         ran, elapsed, needed = self._stopped
         return (
-            f"time budget {format_duration(self.seconds)}: stopped after {ran} trials at "
+            f"time budget {format_duration(self.seconds)}{self.clock}: stopped after {ran} "
+            "trials at "
             f"{format_duration(elapsed)}, as one more (about {format_duration(needed)} with "
             f"{self.confirm_runs} confirmation runs) would not fit"
         )
@@ -266,6 +414,38 @@ class Budget:
                 f"{self.confirm_runs} confirmation runs (about {format_duration(needed)}): give "
                 "more time, or fewer --confirm-top/--confirm-repeats"
             )
+
+
+class SimulatedBudget(Budget):
+    """A simulated run's budget, on the simulator's clock (:func:`simulated_trial_s`): a
+    simulated trial takes what it takes on this CPU, not what it would take a GPU.
+
+    Args:
+        warmup: the workload's warm-up requests, sent before each pair's every round.
+    """
+
+    def __init__(
+        self,
+        seconds: float,
+        prior: TrialCost,
+        confirm_runs: int,
+        warmup: int,
+        began: float | None = None,
+    ) -> None:
+        super().__init__(seconds, prior, confirm_runs, began)
+        self.warmup = warmup
+        self.clock = " of simulated GPU time"
+
+    def _costs(self, study: optuna.Study) -> list[tuple[bool, float]]:
+        found = (TrialRecord.from_trial(t) for t in self._ran(study))
+        return [(r.restarted, simulated_trial_s(r, self.warmup)) for r in found if r is not None]
+
+    def elapsed(self, study: optuna.Study) -> float:
+        return sum(cost for _, cost in self._costs(study))
+
+    def next_trial_s(self, study: optuna.Study) -> float:
+        started = [cost for restarted, cost in self._costs(study) if restarted]
+        return sum(started) / len(started) if started else self.prior.total_s
 
 
 def format_duration(seconds: float) -> str:

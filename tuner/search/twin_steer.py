@@ -344,9 +344,10 @@ class TwinSampler(optuna.samplers.BaseSampler):
     ) -> None:
         self.inner.after_trial(study, trial, state, values)
         screen = self._space(study)
-        if screen is None or state is not TrialState.COMPLETE:
+        ended = (TrialState.COMPLETE, TrialState.PRUNED)  # a pruned trial measured its first pair
+        if screen is None or state not in ended:
             return
-        done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        done = study.get_trials(deepcopy=False, states=ended)
         seen = [t for t in done if t.number != trial.number] + [trial]
         twin = fit(screen.space.hardware, observations(screen.space, seen), self.start(study))
         study.set_user_attr(TWIN_ATTR, twin.to_json())

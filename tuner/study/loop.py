@@ -5,7 +5,9 @@ exists leaves it RUNNING (a heartbeat would fail it 40 s later, a SQLite study n
 lands in ``tell`` (a sampler's ``after_trial``, the storage write) makes Optuna's own cleanup
 raise UnboundLocalError in its place, a traceback instead of "stopped by SIGTERM". This loop
 asks and tells through Optuna's public ask-and-tell API with SIGINT, SIGTERM and SIGHUP held,
-so a signal lands in the objective or between trials, and the trial it stops ends FAIL.
+so a signal lands in the objective or between trials, and the trial it stops ends FAIL. An
+objective that raises ``optuna.TrialPruned`` (a trial that cannot reach the incumbent) ends
+its trial PRUNED, as in ``Study.optimize``.
 """
 
 from __future__ import annotations
@@ -53,6 +55,10 @@ def optimize(
                 trial = study.ask()
             with _heartbeat(study, trial):
                 values = objective(trial)
+        except optuna.TrialPruned:
+            assert trial is not None  # only the objective prunes
+            with signals_held():
+                study.tell(trial, state=TrialState.PRUNED)
         except BaseException as exc:
             if trial is None:
                 raise

@@ -23,7 +23,13 @@ from tuner.config.runner_report import v1_warning
 from tuner.config.space import SearchSpace
 from tuner.errors import ConfigError
 from tuner.results import Source
-from tuner.search.plan import Budget, TrialCost, confirmation_runs, plan_study
+from tuner.search.plan import (
+    Budget,
+    SimulatedBudget,
+    confirmation_runs,
+    fit_confirmation,
+    plan_study,
+)
 from tuner.search.strategy import warm_start
 from tuner.study.cluster import (
     RayOptions,
@@ -77,6 +83,9 @@ class OptimizeRequest:
     # (measured backends on this host); off where vLLM gets them itself, or needs none.
     prefetch: bool = True
     time_budget_s: float | None = None  # trials stop in time to confirm within it
+    # Pairs in rounds against the incumbent, losing trials pruned (tuner.trial.rounds); one
+    # worker on this host only: other workers measure the fixed count.
+    rounds: bool = False
 
 
 @dataclass(frozen=True)
@@ -182,6 +191,8 @@ def optimize(  # noqa: C901  (the run, one step after another (a StudyRun would 
     if request.ray is not None:  # servers (confirmation's too) run on the cluster's nodes
         build_backend = ray_backend_factory(request.ray, request.backend)
     storage_url = request.storage or default_storage(request.study, request.studies_dir)
+    if request.time_budget_s is not None and request.space is not None:
+        request = _fit_confirmation(request, request.space)
     budget = None
     if request.time_budget_s is not None and request.space is not None:
         budget = _budget(request, request.space, began)  # too short for a trial: nothing stored
@@ -192,6 +203,7 @@ def optimize(  # noqa: C901  (the run, one step after another (a StudyRun would 
         check_cluster(request.ray, request.space.hardware)
     study, space = open_study(request.study, storage, request.space, sampler)
     if request.time_budget_s is not None and budget is None:  # a resume: the stored space
+        request = _fit_confirmation(request, space)
         budget = _budget(request, space, began)
     claim_source(study, request.backend)  # before a resume fetches anything for the wrong kind
     if request.space is None and request.backend == "process" and request.ray is None:
@@ -226,12 +238,17 @@ def optimize(  # noqa: C901  (the run, one step after another (a StudyRun would 
             space,
             backend or build_backend(space, options),
             StudyOptions(
-                request.trials, request.seed, paths.logs, space.ttft_limit_ms, budget=budget
+                request.trials,
+                request.seed,
+                paths.logs,
+                space.ttft_limit_ms,
+                budget=budget,
+                rounds=request.rounds,
             ),
             on_trial,
         )
     else:
-        done = (TrialState.COMPLETE, TrialState.FAIL)
+        done = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
         before = len(study.get_trials(deepcopy=False, states=done))
 
         def tick() -> None:
@@ -286,15 +303,31 @@ def optimize(  # noqa: C901  (the run, one step after another (a StudyRun would 
     )
 
 
+def _fit_confirmation(request: OptimizeRequest, space: SearchSpace) -> OptimizeRequest:
+    """``request`` with as many confirmation runs as fit in a third of its time budget."""
+    assert request.time_budget_s is not None
+    plan = plan_study(space, request.trials, request.confirm_top, request.confirm_repeats)
+    top, repeats = fit_confirmation(
+        space,
+        request.confirm_top,
+        request.confirm_repeats,
+        request.time_budget_s,
+        plan.confirm_cost.total_s,
+    )
+    return replace(request, confirm_top=top, confirm_repeats=repeats)
+
+
 def _budget(request: OptimizeRequest, space: SearchSpace, began: float) -> Budget:
     """The run's time budget, its prior from the plan; refused when one trial cannot fit."""
     assert request.time_budget_s is not None
     runs = confirmation_runs(space, request.confirm_top, request.confirm_repeats)
-    if request.backend == "sim":  # a simulated trial takes what it takes here, not a GPU's time
-        prior = TrialCost(0.0, 0.0)
-    else:
-        plan = plan_study(space, request.trials, request.confirm_top, request.confirm_repeats)
-        prior = plan.confirm_cost
-    budget = Budget(request.time_budget_s, prior, runs, began)
+    plan = plan_study(space, request.trials, request.confirm_top, request.confirm_repeats)
+    prior = plan.confirm_cost
+    budget = (
+        # A simulated trial takes what it takes here, not a GPU's time: the simulator's clock.
+        SimulatedBudget(request.time_budget_s, prior, runs, space.workload.warmup, began)
+        if request.backend == "sim"
+        else Budget(request.time_budget_s, prior, runs, began)
+    )
     budget.check_fits()
     return budget

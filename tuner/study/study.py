@@ -3,7 +3,9 @@
 Storage defaults to ``sqlite:///studies/<name>.db``. The search space is stored with the study
 the first time and read back on resume, so every run (and every worker) tunes the same space.
 Trials that ran out of memory, predicted or observed, are COMPLETE with the ``oom`` constraint
-set; only infrastructure faults (a crash, a hang, nothing measured) end as FAIL.
+set; only infrastructure faults (a crash, a hang, nothing measured) end as FAIL. A trial that
+races the incumbent (:mod:`tuner.study.incumbent`, the default) and cannot reach it ends
+PRUNED, and a sampler's repeat of a pruned config is recorded pruned again without a rerun.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from tuner.errors import ConfigError, LaunchError, MeasurementError, SpectuneErr
 from tuner.results import Source
 from tuner.search.plan import Budget
 from tuner.search.twin_steer import TwinSampler
+from tuner.study.incumbent import race_for
 from tuner.study.loop import optimize
 from tuner.study.paths import StudyPaths
 from tuner.study.storage import (
@@ -275,6 +278,9 @@ class StudyOptions:
     ttft_limit_ms: float
     worker: str = "0"  # recorded with each trial as host/worker
     budget: Budget | None = None  # a time budget: no trial that would leave no time to confirm
+    # Measure in rounds against the incumbent and prune (tuner.trial.rounds); False: every
+    # pair at the workload's fixed count, as plain samplers are usually run.
+    rounds: bool = False
 
 
 # Called after every trial with its record: run, reused ("same as #N") or failed.
@@ -314,10 +320,11 @@ def run_trials(
         if earlier is not None:  # samplers repeat points of a discrete space: don't rerun
             reused = earlier.reused_by(trial.number, worker)
             finish(trial, reused)
-            return reused.objective
+            return _objective(reused)
         context = LaunchContext(study.study_name, trial.number, options.log_dir)
+        race = race_for(study, space, config) if options.rounds and not space.goodput else None
         try:
-            outcome = runner.run(config, context, seed=options.seed * 100_003 + trial.number)
+            outcome = runner.run(config, context, options.seed * 100_003 + trial.number, race)
         except SpectuneError as exc:
             finish(trial, TrialRecord.failed(trial.number, config, exc, backend.source, worker))
             failures_in_a_row[0] += 1
@@ -330,7 +337,7 @@ def run_trials(
         failures_in_a_row[0] = 0
         record = TrialRecord.from_outcome(trial.number, outcome, backend.source, worker)
         finish(trial, record)
-        return record.objective
+        return _objective(record)
 
     budget = options.budget
 
@@ -351,6 +358,13 @@ def run_trials(
                     return
     finally:
         runner.close()
+
+
+def _objective(record: TrialRecord) -> tuple[float, float]:
+    """The values to tell Optuna; a pruned record raises ``TrialPruned`` (stored PRUNED)."""
+    if record.state is TrialState.PRUNED:
+        raise optuna.TrialPruned(record.pruned)
+    return record.objective
 
 
 def record_run(study: optuna.Study, backend: Backend, space: SearchSpace) -> RunFacts:
@@ -387,7 +401,8 @@ def _write(trial: optuna.Trial, record: TrialRecord, keys: tuple[str, ...]) -> N
 
 def _earlier_same_config(study: optuna.Study, trial: optuna.Trial) -> TrialRecord | None:
     wanted = _rounded(trial.params)
-    for done in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+    ended = (TrialState.COMPLETE, TrialState.PRUNED)
+    for done in study.get_trials(deepcopy=False, states=ended):
         if done.number != trial.number and _rounded(done.params) == wanted:
             record = TrialRecord.from_trial(done)
             if record is not None:

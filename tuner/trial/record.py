@@ -12,7 +12,11 @@ studies still open: a missing ``status`` reads as ``ok`` (``failed`` for a FAIL 
 missing ``source`` as ``measured``, a missing ``errors`` constraint as met.
 
 Each measured (concurrency, temperature) pair is one entry of ``levels``: its summary, its
-``temperature`` and ``weight``, its p95 TTFT's order-statistic interval, its failed share.
+``temperature`` and ``weight``, its p95 TTFT's order-statistic interval, its failed share, and
+how much it was measured: its ``requests``, the ``rounds`` they took, its output tok/s with 95 %
+bounds (``tok_s_interval``: low, estimate, high) and why measuring it ``stopped``. A trial that
+could not reach the incumbent is PRUNED, with the pairs it measured and the reason (``pruned``);
+it has no objective values and no constraints, so nothing recommends it.
 """
 
 from __future__ import annotations
@@ -92,6 +96,7 @@ RECORD_ATTRS = (
     "served",
     "steps",
     "runner",
+    "pruned",
 )
 _LOG_TAIL_CHARS = 4000
 
@@ -108,7 +113,7 @@ class TrialRecord:
 
     Attributes:
         number: the Optuna trial number.
-        state: Optuna's state: COMPLETE (OOM trials included), FAIL, or RUNNING/WAITING.
+        state: Optuna's state: COMPLETE (OOM trials included), PRUNED, FAIL, or RUNNING/WAITING.
         server: the server config the trial ran (or would have run).
         temperature: the trial's temperature when the space tunes it; otherwise the workload
             mix's weighted mean (the mix itself is ``temperature_mix``).
@@ -134,6 +139,7 @@ class TrialRecord:
         served: what its server's log says vLLM ran (attention backend, CUDA graphs, KV cache).
         steps: a goodput trial's (request rate, passed) per step measured, lowest rate first.
         runner: the model runner predicted before launch (logged: ``served.model_runner``).
+        pruned: why the trial stopped before its last pair could count (state PRUNED).
     """
 
     number: int
@@ -158,6 +164,7 @@ class TrialRecord:
     served: ServedFacts | None = None
     steps: tuple[tuple[float, bool], ...] = ()
     runner: RunnerForecast | None = None
+    pruned: str | None = None
 
     @classmethod
     def from_outcome(
@@ -165,17 +172,20 @@ class TrialRecord:
     ) -> TrialRecord:
         """The record of a trial that ran (or was predicted out of memory) on ``source``."""
         predicted = outcome.status is TrialStatus.OOM_PREDICTED
+        measures = outcome.measures or (None,) * len(outcome.results)
         levels = tuple(
-            level_summary(r, c) for r, c in zip(outcome.results, outcome.conditions, strict=False)
+            {**level_summary(r, c), **(m.to_json() if m is not None else {})}
+            for r, c, m in zip(outcome.results, outcome.conditions, measures, strict=False)
         )
+        pruned = outcome.pruned
         return cls(
             number=number,
-            state=TrialState.COMPLETE,
+            state=TrialState.PRUNED if pruned else TrialState.COMPLETE,
             server=outcome.config.server,
             temperature=outcome.config.client.temperature,
             status=outcome.status,
             source=Source.PREDICTED if predicted else source,
-            values=outcome.score.values,
+            values=None if pruned else outcome.score.values,
             constraints=outcome.score.keyed(),
             restarted=outcome.restarted,
             memory=asdict(outcome.memory),
@@ -189,6 +199,7 @@ class TrialRecord:
             served=outcome.served,
             steps=outcome.score.steps,
             runner=outcome.runner,
+            pruned=pruned,
         )
 
     @classmethod
@@ -217,12 +228,13 @@ class TrialRecord:
     def reused_by(self, number: int, worker: str | None = None) -> TrialRecord:
         """This record's result, recorded again for trial ``number`` ("same as #N").
 
-        Who ran it, and its logs and failures, stay the original's; nothing restarted.
+        Who ran it, and its logs and failures, stay the original's; nothing restarted. A
+        pruned original's copy is pruned too.
         """
         return replace(
             self,
             number=number,
-            state=TrialState.COMPLETE,
+            state=TrialState.PRUNED if self.pruned else TrialState.COMPLETE,
             restarted=False,
             failure=None,
             log_tail="",
@@ -263,6 +275,8 @@ class TrialRecord:
             attrs["steps"] = [[rate, passed] for rate, passed in self.steps]
         if self.runner is not None:
             attrs["runner"] = self.runner.to_dict()
+        if self.pruned:
+            attrs["pruned"] = self.pruned
         return attrs
 
     @classmethod
@@ -301,6 +315,7 @@ class TrialRecord:
             served=None if served is None else ServedFacts.from_dict(served),
             steps=tuple((float(rate), bool(ok)) for rate, ok in attrs.get("steps") or ()),
             runner=None if runner is None else RunnerForecast.from_dict(runner),
+            pruned=attrs.get("pruned"),
         )
 
     @property

@@ -27,6 +27,8 @@ from tuner.results import Endpoint, TrialResult
 from tuner.sim.memory import MemoryEstimate, estimate_memory
 from tuner.sim.oom_screen import OomScreen, memory_slacks
 from tuner.trial.backends import Backend
+from tuner.trial.race import Race
+from tuner.trial.rounds import PairMeasure
 from tuner.trial.scoring import Limits, Score, TrialStatus, score, score_goodput
 from tuner.trial.traffic import measure_traffic
 
@@ -48,6 +50,8 @@ class TrialOutcome:
     log_path: Path | None = None
     served: ServedFacts | None = None  # what the server's log says it runs
     runner: RunnerForecast | None = None  # the model runner predicted before launch
+    measures: tuple[PairMeasure, ...] = ()  # how much each result was measured, its interval
+    pruned: str | None = None  # why it cannot reach the incumbent (measuring stopped early)
 
     @property
     def status(self) -> TrialStatus:
@@ -94,8 +98,13 @@ class TrialRunner:
         in place of its TTFT limit, where given)."""
         return cls(backend, space.hardware, Limits.of(space, ttft_limit_ms), version=space.version)
 
-    def run(self, config: TrialConfig, context: LaunchContext, seed: int) -> TrialOutcome:
+    def run(
+        self, config: TrialConfig, context: LaunchContext, seed: int, race: Race | None = None
+    ) -> TrialOutcome:
         """Runs one trial; its outcome carries the model runner predicted for its config.
+
+        With ``race``, each pair is measured in rounds and the trial stops once it cannot
+        reach the incumbent (:mod:`tuner.trial.traffic`); without, at the workload's count.
 
         Raises:
             StartupFailure: the server failed for a reason other than memory (a FAIL trial).
@@ -104,9 +113,11 @@ class TrialRunner:
         version = self.version or NEWEST_KNOWN
         mixed = heterogeneous_vocab(config.server, version)
         runner = predict_runner(config.server, version, heterogeneous_vocab=mixed)
-        return replace(self._run(config, context, seed), runner=runner)
+        return replace(self._run(config, context, seed, race), runner=runner)
 
-    def _run(self, config: TrialConfig, context: LaunchContext, seed: int) -> TrialOutcome:
+    def _run(
+        self, config: TrialConfig, context: LaunchContext, seed: int, race: Race | None
+    ) -> TrialOutcome:
         memory = predict_memory(self.hardware, config.server, self.version)
         server = config.server
         room = memory_slacks(
@@ -140,7 +151,7 @@ class TrialRunner:
                 log_tail=failure.log_tail,
             )
         try:
-            traffic = measure_traffic(self.backend, config, seed, self.limits)
+            traffic = measure_traffic(self.backend, config, seed, self.limits, race)
         except StartupFailure as died:  # the server ended mid-benchmark, read like a start-up
             self._stop_server()
             if died.kind is not FailureKind.OOM:
@@ -182,6 +193,8 @@ class TrialRunner:
             log_path=endpoint.log_path,
             conditions=traffic.conditions,
             served=self._served,
+            measures=traffic.measures,
+            pruned=traffic.pruned,
         )
 
     def _unmeasured(self, oom: TrialStatus) -> Score:

@@ -14,6 +14,10 @@ rate (Poisson arrivals, no cap on requests in flight, so the server's own queuei
 TTFT) at every temperature of the mix; the climb stops at the first step that misses a limit,
 then measures once between it and the last step that passed, at their geometric mean.
 (vLLM's ``bench sweep serve_sla`` likewise narrows the rate between measured points.)
+
+A trial that races an incumbent (a :class:`~tuner.trial.race.Race`) measures each pair in rounds
+until its rank is clear (:mod:`tuner.trial.rounds`), and after each pair ends PRUNED once it
+cannot reach the incumbent. A goodput climb and a timed window keep their fixed measurements.
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ from tuner.config.workload import Condition, WorkloadSpec
 from tuner.errors import FailureKind, MeasurementError, StartupFailure
 from tuner.results import TrialResult
 from tuner.trial.backends import Backend
+from tuner.trial.race import Race
+from tuner.trial.rounds import Interval, PairMeasure, Rounds, merged, stop_reason, tok_s_interval
 from tuner.trial.scoring import Limits, failed_share, meets
 
 __all__ = ["Climb", "Traffic", "climb_pairs", "measure_traffic"]
@@ -46,12 +52,16 @@ class Traffic:
         broken: why measuring stopped before the last pair; None when every pair ran.
         unrecorded: requests of a pair that produced no result (the server died in it), all
             counted as failed.
+        measures: how much each pair was measured, with its tok/s interval.
+        pruned: why the trial cannot reach the incumbent; None when it still can.
     """
 
     results: tuple[TrialResult, ...]
     conditions: tuple[Condition, ...]
     broken: str | None = None
     unrecorded: int = 0
+    measures: tuple[PairMeasure, ...] = ()
+    pruned: str | None = None
 
     @property
     def lost_requests(self) -> bool:
@@ -92,9 +102,12 @@ class Climb:
         return max((rate for rate, ok in self.measured if ok), default=0.0)
 
 
-def measure_traffic(backend: Backend, config: TrialConfig, seed: int, limits: Limits) -> Traffic:
+def measure_traffic(
+    backend: Backend, config: TrialConfig, seed: int, limits: Limits, race: Race | None = None
+) -> Traffic:
     """Measures the running server at each pair of ``config``'s workload, or climbs its
-    request-rate steps in a goodput study.
+    request-rate steps in a goodput study; in rounds, pruning on the way, when ``race`` is
+    given (not for a goodput climb or a timed window).
 
     Raises:
         MeasurementError: the first pair produced nothing (an infrastructure fault).
@@ -102,36 +115,104 @@ def measure_traffic(backend: Backend, config: TrialConfig, seed: int, limits: Li
     workload = config.client.workload
     results: list[TrialResult] = []
     done: list[Condition] = []
+    measures: list[PairMeasure] = []
+    adaptive = race is not None and not limits.goodput and workload.duration_s is None
     pairs = climb_pairs(workload, limits, results, done) if limits.goodput else workload.conditions
+    count = len(workload.conditions)
     for index, condition in enumerate(pairs):
         pair_seed = seed * _PAIR_STRIDE + index
-        pair = replace(
-            config,
-            client=replace(
-                config.client,
-                temperature=condition.temperature,
-                workload=replace(
-                    workload,
-                    seed=workload.seed + pair_seed,
-                    request_rate=condition.request_rate or workload.request_rate,
-                ),
-            ),
-        )
         try:
-            result = backend.measure(pair, condition.concurrency, pair_seed)
+            if race is not None and adaptive:
+                incumbent = race.pair(index, count)
+                result, measure = _rounds(
+                    backend, config, condition, pair_seed, count, limits, incumbent
+                )
+            else:
+                pair = _pair_config(
+                    config, condition, pair_seed, workload.requests, workload.warmup
+                )
+                result = backend.measure(pair, condition.concurrency, pair_seed)
+                measure = PairMeasure(
+                    len(result.requests), 1, tok_s_interval(result), "fixed count"
+                )
         except (MeasurementError, StartupFailure) as exc:
             if not results or (isinstance(exc, StartupFailure) and exc.kind is FailureKind.OOM):
                 raise
             return Traffic(
-                tuple(results), tuple(done), f"at {condition.label}: {exc}", workload.requests
+                tuple(results),
+                tuple(done),
+                f"at {condition.label}: {exc}",
+                workload.requests,
+                tuple(measures),
             )
         results.append(result)
         done.append(condition)
+        measures.append(measure)
         if any(STALLED in (q.error or "") for q in result.requests):
-            return Traffic(tuple(results), tuple(done), STALLED)
+            return Traffic(tuple(results), tuple(done), STALLED, measures=tuple(measures))
         if failed_share(results) > limits.max_failed_share:
             break  # the trial cannot count any more: measuring on would cost time only
-    return Traffic(tuple(results), tuple(done))
+        if race is not None and adaptive:
+            measured = [(c, m.interval) for c, m in zip(done, measures, strict=True)]
+            pruned = race.prune_reason(measured, workload.conditions[len(done) :])
+            if pruned is not None:
+                return Traffic(tuple(results), tuple(done), measures=tuple(measures), pruned=pruned)
+    return Traffic(tuple(results), tuple(done), measures=tuple(measures))
+
+
+def _pair_config(
+    config: TrialConfig, condition: Condition, seed: int, requests: int, warmup: int
+) -> TrialConfig:
+    """``config``'s request side at ``condition``: ``requests`` after ``warmup``, seeded."""
+    workload = config.client.workload
+    return replace(
+        config,
+        client=replace(
+            config.client,
+            temperature=condition.temperature,
+            workload=replace(
+                workload,
+                seed=workload.seed + seed,
+                request_rate=condition.request_rate or workload.request_rate,
+                requests=requests,
+                warmup=warmup,
+            ),
+        ),
+    )
+
+
+def _rounds(
+    backend: Backend,
+    config: TrialConfig,
+    condition: Condition,
+    pair_seed: int,
+    count: int,
+    limits: Limits,
+    incumbent: Interval | None,
+) -> tuple[TrialResult, PairMeasure]:
+    """One pair, a round at a time until :func:`stop_reason` says its rank is clear.
+
+    Each round after the first has its own seed (other prompts; a round's seed never meets
+    another pair's), and each sends the workload's warm-up first.
+    """
+    workload = config.client.workload
+    plan = Rounds.of(workload.requests, condition.concurrency)
+    rounds: list[TrialResult] = []
+    while True:
+        sent = sum(len(r.requests) for r in rounds)
+        size = min(plan.size, plan.ceiling - sent)
+        seed = pair_seed + len(rounds) * count
+        pair = _pair_config(config, condition, seed, size, workload.warmup)
+        rounds.append(backend.measure(pair, condition.concurrency, seed))
+        result = merged(rounds)
+        lost = any(STALLED in (q.error or "") for q in result.requests)
+        if lost or failed_share([result]) > limits.max_failed_share:
+            reason: str | None = "failed requests"
+        else:
+            reason = stop_reason(plan, result, incumbent, limits.ttft_ms)
+        if reason is not None:
+            measure = PairMeasure(len(result.requests), len(rounds), tok_s_interval(result), reason)
+            return result, measure
 
 
 def climb_pairs(

@@ -1,0 +1,74 @@
+"""The race a new trial runs (:class:`~tuner.trial.race.Race`): the study's incumbent, and the
+forecast that bounds the pairs a trial has not measured yet.
+
+The incumbent is the best feasible, completed trial whose every pair has a stored tok/s
+interval (studies from before intervals were stored have none: their trials are then measured
+at the fixed count, unpruned). A pair not yet measured is bounded by the shipped simulator's
+noise-free prediction for the trial's config, raised by its regime's error band
+(:func:`tuner.sim.band.error_band`: the largest held-out error of the public figures of that
+kind). Where no public figure bounds that regime, the widest error of any regime stands in
+(:func:`widest_error`, 72 % today), a stated assumption: nobody has measured that kind.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import optuna
+from optuna.trial import TrialState
+
+from tuner.config.space import SearchSpace
+from tuner.config.trial import TrialConfig
+from tuner.config.workload import Condition
+from tuner.errors import StartupFailure
+from tuner.search.forecast import predicted_pairs
+from tuner.sim.band import SPEED_KINDS, error_band, load_errors, regime_of
+from tuner.trial.race import Incumbent, Race
+from tuner.trial.record import TrialRecord, records
+from tuner.trial.rounds import Interval
+
+__all__ = ["incumbent_of", "race_for", "widest_error"]
+
+
+@functools.cache
+def widest_error() -> float:
+    """The largest held-out error of any public speed figure: the band of an unknown regime."""
+    return max(abs(e.held_out) for e in load_errors() if e.kind in SPEED_KINDS)
+
+
+def race_for(study: optuna.Study, space: SearchSpace, config: TrialConfig) -> Race:
+    """What a trial of ``config`` races: the incumbent now, and its pairs' predicted bounds."""
+    server, workload = config.server, config.client.workload
+
+    @functools.cache
+    def ceiling(condition: Condition) -> float | None:
+        band = error_band(regime_of(space.hardware, server, condition.concurrency))
+        error = widest_error() if band.error is None else band.error
+        try:
+            ((_, result),) = predicted_pairs(space, server, workload, [condition])
+        except StartupFailure:  # predicted out of memory, yet it started: no bound
+            return None
+        return result.output_tok_s * (1.0 + error)
+
+    return Race(incumbent_of(study), ceiling)
+
+
+def incumbent_of(study: optuna.Study) -> Incumbent | None:
+    """The study's best feasible completed trial with an interval at every pair; None if none."""
+    best: tuple[float, Incumbent] | None = None
+    for record in records(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))):
+        found, value = _incumbent(record), record.throughput
+        if found is not None and value is not None and (best is None or value > best[0]):
+            best = (value, found)
+    return None if best is None else best[1]
+
+
+def _incumbent(record: TrialRecord) -> Incumbent | None:
+    if not record.feasible or record.throughput is None or not record.levels:
+        return None
+    stored = [level.get("tok_s_interval") for level in record.levels]
+    weights = [level.get("weight") for level in record.levels]
+    if any(s is None for s in stored) or any(w is None for w in weights):
+        return None
+    pairs = tuple(Interval.from_json(s) for s in stored if s is not None)
+    return Incumbent(record.number, pairs, tuple(float(w) for w in weights if w is not None))

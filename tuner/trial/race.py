@@ -1,0 +1,78 @@
+"""What a trial races against, and when it has honestly lost: pruning.
+
+The **incumbent** is the study's best feasible trial so far, with each pair's output tok/s
+interval (:class:`~tuner.trial.rounds.Interval`, stored with its record). After each measured
+pair, a trial's best case over the whole traffic mix is the measured pairs' upper bounds plus,
+for the pairs not measured yet, the prediction's upper bound (the study's forecast with its
+error band, :attr:`Race.ceiling`). When that best case cannot reach the incumbent's worst case
+(its lower bounds, weighted the same way), the trial cannot become the best and measuring it
+on would only cost GPU time: it ends PRUNED, its measured pairs and the reason stored. A pair
+whose prediction has no known error band is unbounded, so a trial is never pruned on a guess.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from tuner.config.workload import Condition
+from tuner.trial.rounds import Interval
+
+__all__ = ["Incumbent", "Race"]
+
+
+@dataclass(frozen=True)
+class Incumbent:
+    """The best feasible trial so far: its number and each pair's interval, in mix order."""
+
+    number: int
+    pairs: tuple[Interval, ...]
+    weights: tuple[float, ...]
+
+    @property
+    def low(self) -> float:
+        """Its worst case over the mix (weighted lower bounds)."""
+        total = sum(self.weights)
+        return sum(w * p.low for w, p in zip(self.weights, self.pairs, strict=True)) / total
+
+
+@dataclass(frozen=True)
+class Race:
+    """A trial's race: the incumbent (None: none yet) and the best case of a pair not yet
+    measured (``ceiling``: its tok/s upper bound, None where unknown)."""
+
+    incumbent: Incumbent | None
+    ceiling: Callable[[Condition], float | None]
+
+    def pair(self, index: int, count: int) -> Interval | None:
+        """The incumbent's interval at pair ``index`` of a mix of ``count`` pairs (None when
+        there is no incumbent or its mix has another shape)."""
+        if self.incumbent is None or len(self.incumbent.pairs) != count:
+            return None
+        return self.incumbent.pairs[index]
+
+    def prune_reason(
+        self, measured: Sequence[tuple[Condition, Interval]], rest: Sequence[Condition]
+    ) -> str | None:
+        """Why the trial cannot win after its ``measured`` pairs, with ``rest`` still to
+        measure; None while it still can (or nothing bounds its best case)."""
+        incumbent = self.incumbent
+        if incumbent is None or not measured:
+            return None
+        best = sum(c.weight * i.high for c, i in measured)
+        for condition in rest:
+            ceiling = self.ceiling(condition)
+            if ceiling is None:
+                return None
+            best += condition.weight * ceiling
+        total = sum(c.weight for c, _ in measured) + sum(c.weight for c in rest)
+        best /= total
+        if not math.isfinite(best) or best >= incumbent.low:
+            return None
+        parts = f"{len(measured)} of {len(measured) + len(rest)} pairs measured"
+        predicted = f", {len(rest)} predicted with their error band" if rest else ""
+        return (
+            f"cannot reach trial {incumbent.number}: at most {best:.1f} tok/s over the mix "
+            f"({parts}{predicted}) < its {incumbent.low:.1f} tok/s at least"
+        )
