@@ -22,7 +22,7 @@ from tuner.trial.record import TrialRecord
 SEARCH = {
     "draft": ["none", "ngram", "Qwen/Qwen2.5-0.5B-Instruct"],
     "num_speculative_tokens": {"low": 1, "high": 8},
-    "max_num_batched_tokens": [2048],
+    "max_num_batched_tokens": [2048, 1024],
 }
 WORKLOAD = {"prompt_set": "code", "concurrency": [1, 4], "requests": 8, "output_tokens": 64}
 
@@ -33,7 +33,7 @@ def _study(tmp_path: Path, rounds: bool) -> optuna.Study:
         study="p",
         space=space,
         backend="sim",
-        trials=8,
+        trials=12,
         studies_dir=tmp_path,
         sampler="random",
         confirm_top=0,
@@ -48,7 +48,9 @@ def test_a_trial_that_cannot_reach_the_incumbent_is_pruned_and_never_recommended
     study = _study(tmp_path, rounds=True)
     pruned = study.get_trials(states=(TrialState.PRUNED,))
     assert pruned, "a losing config of this space is pruned"
-    first = pruned[0]
+    # The one stopped soonest: the first trial of each method runs in full, so it need not be
+    # the first pruned.
+    first = min(pruned, key=lambda t: len(t.user_attrs["levels"]))
     record = TrialRecord.from_trial(first)
     assert record is not None and record.state is TrialState.PRUNED
     # The reason, and what it measured, pair by pair, with how much and what interval.
@@ -67,6 +69,13 @@ def test_a_trial_that_cannot_reach_the_incumbent_is_pruned_and_never_recommended
     assert {r.number for r in pareto_front(study)}.isdisjoint(t.number for t in pruned)
     with pytest.raises(ConfigError, match="did not complete"):
         pick_candidate(study, str(first.number))
+    # Every method tried has a trial measured in full: the report compares the best of each.
+    stored = [TrialRecord.from_trial(t) for t in study.get_trials()]
+    tried = {str(r.server.method) for r in stored if r is not None}
+    full = {
+        str(r.server.method) for r in stored if r is not None and r.state is TrialState.COMPLETE
+    }
+    assert full == tried
     # A sampler that proposes the pruned config again gets it pruned again, not rerun.
     again = [t for t in pruned if t.user_attrs.get("duplicate_of") == first.number]
     assert all(t.state is TrialState.PRUNED for t in again)

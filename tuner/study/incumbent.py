@@ -3,8 +3,9 @@ forecast that bounds the pairs a trial has not measured yet.
 
 The incumbent is the best feasible, completed trial whose every pair has a stored tok/s
 interval (studies from before intervals were stored have none: their trials are then measured
-at the fixed count, unpruned). A pair not yet measured is bounded by the shipped simulator's
-noise-free prediction for the trial's config, raised by its regime's error band
+at the fixed count, unpruned). The first feasible trial of each speculation method races no
+one, so every method has numbers to compare. A pair not yet measured is bounded by the shipped
+simulator's noise-free prediction for the trial's config, raised by its regime's error band
 (:func:`tuner.sim.band.error_band`: the largest held-out error of the public figures of that
 kind). Where no public figure bounds that regime, the widest error of any regime stands in
 (:func:`widest_error`, 72 % today), a stated assumption: nobody has measured that kind.
@@ -50,7 +51,17 @@ def race_for(study: optuna.Study, space: SearchSpace, config: TrialConfig) -> Ra
             return None
         return result.output_tok_s * (1.0 + error)
 
-    return Race(incumbent_of(study), ceiling)
+    # The first trial of each method runs in full: the report answers "what does it beat"
+    # with the best of every method, no speculation first, and a pruned trial has no numbers.
+    rival = incumbent_of(study) if _method_measured(study, config) else None
+    return Race(rival, ceiling)
+
+
+def _method_measured(study: optuna.Study, config: TrialConfig) -> bool:
+    """Whether a feasible trial of ``config``'s speculation method has completed in full."""
+    method = str(config.server.method)
+    done = records(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
+    return any(r.feasible and str(r.server.method) == method for r in done)
 
 
 def incumbent_of(study: optuna.Study) -> Incumbent | None:
