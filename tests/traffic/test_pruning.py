@@ -16,8 +16,9 @@ from optuna.trial import TrialState
 
 from tuner.analysis.picks import pareto_front, pick_candidate, recommend
 from tuner.errors import ConfigError
+from tuner.report.page import write_report
 from tuner.study.optimize import OptimizeRequest, optimize
-from tuner.trial.record import TrialRecord
+from tuner.trial.record import TrialRecord, stored_space
 
 SEARCH = {
     "draft": ["none", "ngram", "Qwen/Qwen2.5-0.5B-Instruct"],
@@ -76,6 +77,11 @@ def test_a_trial_that_cannot_reach_the_incumbent_is_pruned_and_never_recommended
         str(r.server.method) for r in stored if r is not None and r.state is TrialState.COMPLETE
     }
     assert full == tried
+    # The report counts them beside the other ends.
+    space = stored_space(study)
+    assert space is not None
+    page = write_report(study, space, tmp_path / "report").html.read_text()
+    assert f"OOM, {len(pruned)} pruned, 0 failed" in page
     # A sampler that proposes the pruned config again gets it pruned again, not rerun.
     again = [t for t in pruned if t.user_attrs.get("duplicate_of") == first.number]
     assert all(t.state is TrialState.PRUNED for t in again)

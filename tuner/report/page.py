@@ -125,6 +125,7 @@ def _esc(value: object) -> str:
 def _summary(study: optuna.Study, space: SearchSpace, trials: Sequence[Point]) -> str:
     counts = {o: sum(p.outcome is o for p in trials) for o in Outcome}
     failed = sum(t.state is optuna.trial.TrialState.FAIL for t in study.trials)
+    pruned = sum(t.state is optuna.trial.TrialState.PRUNED for t in study.trials)
     sources = ", ".join(sorted({p.source for p in trials})) or "n/a"
     limited = space.stream_gap_limit_ms is not None
     choppy = f"{counts[Outcome.OVER_STREAM]} over the stream-gap limit, " if limited else ""
@@ -152,7 +153,7 @@ def _summary(study: optuna.Study, space: SearchSpace, trials: Sequence[Point]) -
             f"{len(study.trials)}: {counts[Outcome.FEASIBLE]} feasible, "
             f"{counts[Outcome.OVER_TTFT]} over the TTFT limit, {slow}{choppy}"
             f"{counts[Outcome.LOST_REQUESTS]} lost requests, {counts[Outcome.OOM]} OOM, "
-            f"{failed} failed",
+            f"{pruned} pruned, {failed} failed",
         ),
         ("numbers", sources),
     ]

