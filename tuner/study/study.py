@@ -16,7 +16,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 import optuna
 from optuna.storages import fail_stale_trials
@@ -28,6 +27,7 @@ from tuner.errors import ConfigError, LaunchError, MeasurementError, SpectuneErr
 from tuner.results import Source
 from tuner.search.plan import Budget
 from tuner.search.twin_steer import TwinSampler
+from tuner.study.claims import claim_or_reuse
 from tuner.study.incumbent import race_for
 from tuner.study.loop import optimize
 from tuner.study.paths import StudyPaths
@@ -316,8 +316,8 @@ def run_trials(
     def objective(trial: optuna.Trial) -> tuple[float, float]:
         trial.set_user_attr("worker", worker)  # before anything runs: a stale trial says whose
         config = space.suggest(trial)
-        earlier = _earlier_same_config(study, trial)
-        if earlier is not None:  # samplers repeat points of a discrete space: don't rerun
+        earlier = claim_or_reuse(study, trial, HEARTBEAT_INTERVAL_S)
+        if earlier is not None:  # another trial measured this config: don't rerun
             reused = earlier.reused_by(trial.number, worker)
             finish(trial, reused)
             return _objective(reused)
@@ -397,19 +397,3 @@ def _write(trial: optuna.Trial, record: TrialRecord, keys: tuple[str, ...]) -> N
     if record.state is TrialState.COMPLETE:  # the same keys, in the same order, on every trial
         for key, value in stored_constraints(record.constraints, keys).items():
             trial.set_constraint(key, value)
-
-
-def _earlier_same_config(study: optuna.Study, trial: optuna.Trial) -> TrialRecord | None:
-    wanted = _rounded(trial.params)
-    ended = (TrialState.COMPLETE, TrialState.PRUNED)
-    for done in study.get_trials(deepcopy=False, states=ended):
-        if done.number != trial.number and _rounded(done.params) == wanted:
-            record = TrialRecord.from_trial(done)
-            if record is not None:
-                return record
-    return None
-
-
-def _rounded(params: dict[str, Any]) -> dict[str, Any]:
-    """Stepped floats come back as 0.8600000000000001 from TPE and 0.86 from the queue."""
-    return {k: round(v, 6) if isinstance(v, float) else v for k, v in params.items()}

@@ -27,6 +27,7 @@ from tuner.config.trial import TrialConfig
 from tuner.errors import ConfigError, LaunchError, SpectuneError
 from tuner.launch.exit_hooks import signals_held
 from tuner.results import Source
+from tuner.study.claims import ended_same_config
 from tuner.study.cluster.connect import connect
 from tuner.study.cluster.nodes import detect_with_nvml, read_nodes, require_matching
 from tuner.study.cluster.pool import Slot, SlotPool
@@ -36,7 +37,6 @@ from tuner.study.storage import BudgetExhausted, RetryOwnRecord
 from tuner.study.study import (
     MAX_FAILURES_IN_A_ROW,
     OnTrial,
-    _earlier_same_config,
     _write,
 )
 from tuner.trial.backends import BackendOptions
@@ -179,7 +179,7 @@ class _Loop:
         if trial is None:
             return False
         config = self.space.suggest(trial)
-        earlier = _earlier_same_config(self.study, trial)
+        earlier = ended_same_config(self.study, trial)
         if earlier is not None:  # samplers repeat points of a discrete space: don't rerun
             self._finish(trial, earlier.reused_by(trial.number, self.driver))
             return True
