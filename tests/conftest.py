@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import signal
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,6 +33,11 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 # import) keeps that width for good: tests that ask for a wide table set COLUMNS themselves.
 os.environ.pop("COLUMNS", None)
 os.environ["HF_HUB_CACHE"] = tempfile.mkdtemp(prefix="spectune-test-hf-")
+# A shell without job control starts a background command (`.ci/run &`, nohup) with SIGINT
+# ignored, and every process below inherits that: the spectune runs the tests interrupt would
+# never see their Ctrl-C. Tests about signals need the disposition a terminal gives.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def require(condition: bool, what: str) -> None:

@@ -310,7 +310,7 @@ def test_the_dashboard_stops_on_the_first_signal_while_answering(
         stop.set()
         if proc.poll() is None:
             proc.kill()
-            proc.wait()
+            proc.communicate()  # closes its stderr pipe: a test that failed leaks nothing
     for asker in askers:
         asker.join()
     assert proc.returncode == status
@@ -823,7 +823,7 @@ def test_a_signal_at_start_or_mid_measure_fails_the_trial_and_stops_the_server(
     finally:
         if run.poll() is None:
             run.kill()
-            run.wait()
+            run.communicate()  # closes its stderr pipe: a test that failed leaks nothing
     assert run.returncode == status, err
     assert "Traceback" not in err
     storage = f"sqlite:///{tmp_path / 'studies' / 's.db'}"
