@@ -5,7 +5,12 @@ hours of CPU; ``--quick --strategies spectune TPE --max-hours 2`` took 32 minute
 cores; ``--write`` stores the GPU-time shares ``optimize --plan`` quotes)::
 
     .venv/bin/python benchmarks/search_efficiency.py [--seeds 10] [--trials 20] [--quick]
-        [--strategies spectune TPE ...] [--max-hours 4] [--write]
+        [--strategies spectune TPE ...] [--max-hours 4] [--write] [--worlds NAME ...]
+
+    # the same worlds on the shipped traffic mix, per trial only (3 seeds, spectune and TPE,
+    # 10- and 20-trial studies: four worlds took 24 minutes on 2 shared cores, all eight
+    # about 45; --worlds runs a few of them)
+    .venv/bin/python benchmarks/search_efficiency.py --mixed --seeds 3 --strategies spectune TPE
 
 Scoring a strategy on the simulator its prior was built from proves nothing: the prior is the
 truth there. Here each study measures on a **perturbed truth** (``benchmarks/worlds.py``: other
@@ -17,11 +22,19 @@ memory pre-screen and the twin keep the shipped models and learn only from their
 What is measured
     A world's **optimum** is found by exhaustive grid over the space with that world's noise-free
     simulator (on ``benchmarks/held_out_space.yaml``, pinned so the numbers stay put): a point's
-    true value is its predicted output tok/s when it fits the world's memory
-    and meets the TTFT limit, else 0. After n trials a study **reaches** the true value of the
-    config it would recommend then (its best measured trial within the TTFT limit) over the
-    optimum. Medians and the worst over seeds; OOM: launches that ran out of memory over all
-    launches (predicted OOMs launch nothing).
+    true value is its score as a trial is scored, on the space's whole traffic: the weighted
+    predicted output tok/s over its (level, temperature) pairs when it fits the world's memory
+    and meets the TTFT limit at every pair, else 0. After n trials a study **reaches** the true
+    value of the config it would recommend then (its best measured trial within the TTFT limit)
+    over the optimum. Medians and the worst over seeds; OOM: launches that ran out of memory
+    over all launches (predicted OOMs launch nothing).
+
+    **On the shipped traffic mix** (``--mixed``): the same space served to the default space's
+    traffic (1, 8 and 32 requests in flight, 50/30/20 % of the time, at temperatures 0.2 and
+    0.8: ``benchmarks/held_out_mixed_space.yaml``), each world's optimum on that mix. A study
+    told it has 10 trials plans them as such (its warm start enqueues a quarter of its budget),
+    so the columns after 10 come from studies given 10 trials, those after 20 from studies
+    given 20; no clock, no GPU-time table.
 
     **In GPU time** (the second table): every study also runs on the simulator's clock until
     it has spent :data:`HOURS` (the longest) of simulated GPU time: each server start-up costs
