@@ -8,7 +8,7 @@ cores; ``--write`` stores the GPU-time shares ``optimize --plan`` quotes)::
         [--strategies spectune TPE ...] [--max-hours 4] [--write] [--worlds NAME ...]
 
     # the same worlds on the shipped traffic mix, per trial only (3 seeds, spectune and TPE,
-    # 10- and 20-trial studies: four worlds took 24 minutes on 2 shared cores, all eight
+    # 10- and 20-trial studies: four worlds took 17-24 minutes on 2 shared cores, all eight
     # about 45; --worlds runs a few of them)
     .venv/bin/python benchmarks/search_efficiency.py --mixed --seeds 3 --strategies spectune TPE
 
@@ -32,8 +32,8 @@ What is measured
     **On the shipped traffic mix** (``--mixed``): the same space served to the default space's
     traffic (1, 8 and 32 requests in flight, 50/30/20 % of the time, at temperatures 0.2 and
     0.8: ``benchmarks/held_out_mixed_space.yaml``), each world's optimum on that mix. A study
-    told it has 10 trials plans them as such (its warm start enqueues a quarter of its budget),
-    so the columns after 10 come from studies given 10 trials, those after 20 from studies
+    told it has 10 trials plans them as such (its warm start is sized to its budget), so the
+    columns after 10 come from studies given 10 trials, those after 20 from studies
     given 20; no clock, no GPU-time table.
 
     **In GPU time** (the second table): every study also runs on the simulator's clock until
