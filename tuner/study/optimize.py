@@ -37,6 +37,8 @@ def optimize(
         on_notice: with a request only, called with each line to show before the first trial
             (the study resumes, this host's GPUs replace the space's, the space's warnings).
     """
+    if isinstance(request, StudyRun) and (backend is not None or on_notice is not None):
+        raise TypeError("an opened StudyRun holds its backend and notices: pass them to open")
     run = request if isinstance(request, StudyRun) else StudyRun.open(request, backend, on_notice)
     run.prepare()  # the host or the cluster ready: nothing stored yet
     run.start()

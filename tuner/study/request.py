@@ -13,7 +13,7 @@ from tuner.config.bounds import MAX_SEED
 from tuner.config.space import SearchSpace
 from tuner.errors import ConfigError
 from tuner.study.cluster import RayOptions, check_ray_options
-from tuner.study.paths import default_storage
+from tuner.study.paths import check_study_name, default_storage
 from tuner.study.storage import check_writable
 from tuner.study.study import make_sampler
 from tuner.study.workers import check_parallel_storage
@@ -62,9 +62,11 @@ def check_request(request: OptimizeRequest) -> None:
     """Refuses bad arguments before anything runs; reads no storage (``--plan`` calls it).
 
     Raises:
-        ConfigError: no trials or workers, an unknown sampler or backend, several workers on
-            SQLite, or a studies folder that cannot be written.
+        ConfigError: a study name that cannot name a folder, no trials or workers, an
+            unknown sampler or backend, several workers on SQLite, or a studies folder that
+            cannot be written.
     """
+    check_study_name(request.study)  # first: the CLI once refused it as it named the storage
     if request.trials < 1:
         raise ConfigError(f"--trials {request.trials}: ask for at least 1 trial")
     if request.workers < 1:

@@ -13,7 +13,7 @@ import shlex
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import optuna
@@ -95,7 +95,7 @@ class StudyRun:
     budget: Budget | None
     backend: Backend | None = None  # a ready backend (tests, benchmarks)
     on_notice: Notice | None = None
-    _study: optuna.Study | None = None
+    _study: optuna.Study | None = field(default=None, init=False)  # start() stores it
 
     @classmethod
     def open(
