@@ -22,7 +22,7 @@ from tuner.catalog.nvml import NvmlProbe, detect_gpus
 from tuner.cli import app
 from tuner.errors import ConfigError, SpectuneError
 from tuner.study import optimize as optimize_module
-from tuner.study.optimize import OptimizeRequest
+from tuner.study.optimize import StudyRun
 
 RTX_4090 = "NVIDIA GeForce RTX 4090"
 H100 = "NVIDIA H100 80GB HBM3"
@@ -334,17 +334,18 @@ def _vllm_on_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
-def captured(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[OptimizeRequest]:
-    """Stops optimize where it would start the study, keeping the request it got."""
-    requests: list[OptimizeRequest] = []
+def captured(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[StudyRun]:
+    """Stops optimize where it would start the study, keeping the run it got (opened: its
+    space on the GPUs detected here)."""
+    runs: list[StudyRun] = []
     _vllm_on_path(tmp_path, monkeypatch)
 
-    def stop(request: OptimizeRequest, *args: object, **kwargs: object) -> None:
-        requests.append(request)
+    def stop(run: StudyRun, *args: object, **kwargs: object) -> None:
+        runs.append(run)
         raise SpectuneError("stopped before the study")
 
     monkeypatch.setattr(optimize_module, "optimize", stop)  # the command imports it when run
-    return requests
+    return runs
 
 
 @pytest.mark.parametrize(
@@ -358,7 +359,7 @@ def captured(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[OptimizeRe
 )
 def test_optimize_measured_defaults_to_the_detected_gpus(
     host: Callable[[Any], None],
-    captured: list[OptimizeRequest],
+    captured: list[StudyRun],
     tmp_path: Path,
     names: list[str],
     extra: list[str],
@@ -369,9 +370,9 @@ def test_optimize_measured_defaults_to_the_detected_gpus(
     args = ["optimize", "--backend", "process", "--json", "--studies-dir", str(tmp_path), *extra]
     code, _, err = _run(*args)
     assert code == 2 and "stopped before the study" in err
-    (request,) = captured
-    assert request.space is not None and request.space.hardware.spec == spec
-    assert request.space.tensor_parallel_size == request.space.hardware.count
+    (run,) = captured
+    assert run.space.hardware.spec == spec
+    assert run.space.tensor_parallel_size == run.space.hardware.count
     notes = [line for line in err.splitlines() if line.startswith("note:")]
     assert len(notes) == int(note)
     if note:
@@ -379,7 +380,7 @@ def test_optimize_measured_defaults_to_the_detected_gpus(
 
 
 def test_optimize_measured_on_mixed_gpus_says_which_to_pick(
-    host: Callable[[Any], None], captured: list[OptimizeRequest], tmp_path: Path
+    host: Callable[[Any], None], captured: list[StudyRun], tmp_path: Path
 ) -> None:
     host(StandInProbe([RTX_4090, H100]))
     code, _, err = _run("optimize", "--backend", "docker", "--studies-dir", str(tmp_path))
@@ -387,7 +388,7 @@ def test_optimize_measured_on_mixed_gpus_says_which_to_pick(
 
 
 def test_optimize_sim_uses_detected_gpus_silently_and_keeps_an_explicit_hardware(
-    host: Callable[[Any], None], captured: list[OptimizeRequest], tmp_path: Path
+    host: Callable[[Any], None], captured: list[StudyRun], tmp_path: Path
 ) -> None:
     host(StandInProbe([H100]))
     base = ["optimize", "--backend", "sim", "--studies-dir", str(tmp_path)]
@@ -395,4 +396,4 @@ def test_optimize_sim_uses_detected_gpus_silently_and_keeps_an_explicit_hardware
     assert code == 2 and "note" not in err
     _run(*base, "--hardware", "4090x2")
     _run("optimize", "--backend", "process", "--hardware", "4090x2", "--studies-dir", str(tmp_path))
-    assert [r.space.hardware.spec for r in captured if r.space] == ["h100x1", "4090x2", "4090x2"]
+    assert [r.space.hardware.spec for r in captured] == ["h100x1", "4090x2", "4090x2"]

@@ -24,8 +24,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("trial",),
     ("analysis",),
     ("search",),
+    ("export",),  # below study: a run ends by writing its best.yaml (tuner.study.run)
     ("study",),
-    ("export", "report"),
+    ("report",),
     ("cli",),
     ("__main__",),
 )

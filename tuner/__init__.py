@@ -21,6 +21,7 @@ packages and may change::
         tuner.OptimizeRequest(study="demo", space=space, backend="sim", trials=20,
                               studies_dir=Path("studies"))
     )
+    print(result.best_yaml)                # studies/demo/best.yaml, as spectune writes it
     study, space = tuner.open_existing("demo", result.storage)
     best = tuner.recommend(study)          # a Candidate, or None when nothing was feasible
     print(tuner.export(study, space).text)  # vllm serve --config YAML

@@ -17,7 +17,6 @@ import pytest
 from optuna.trial import TrialState
 
 from tuner.config.space import space_from_dict
-from tuner.export.vllm import write_best
 from tuner.launch.docker import LABEL_STUDY
 from tuner.study.optimize import OptimizeRequest, optimize
 from tuner.study.paths import default_storage
@@ -95,8 +94,7 @@ def run_study(
                 prefetch=False,  # the fake server loads no weights
             )
         )
-        if result.recommended is not None:  # what `spectune optimize` then writes
-            write_best(result.handle, space, result.paths)
+        assert (result.best_yaml is None) == (result.recommended is None)  # optimize wrote it
         return optuna.load_study(study_name=study, storage=storage)
 
     return run

@@ -228,8 +228,8 @@ def confirm_command(
     as_json: opt.Json = False,
 ) -> None:
     """Measure the best configs again on fresh servers; export and report use the means."""
-    from tuner.export.vllm import write_best
     from tuner.study.confirm import confirm
+    from tuner.study.run import write_best
     from tuner.study.study import study_backend_options
     from tuner.trial.backends import backend_factory
 

@@ -15,10 +15,9 @@ from rich.text import Text
 
 from tuner.analysis.confirmed import Run
 from tuner.analysis.infeasible import infeasible_reasons
-from tuner.catalog.gpus import Hardware, NoGpu, parse_hardware
-from tuner.catalog.nvml import detect_gpus
+from tuner.catalog.gpus import parse_hardware
 from tuner.cli import options as opt
-from tuner.cli.app import app, console, err_console, handle_errors, print_json, warn
+from tuner.cli.app import app, console, handle_errors, print_json, warn
 from tuner.cli.options import backend_options
 from tuner.cli.render import (
     confirm_run_line,
@@ -33,9 +32,7 @@ from tuner.cli.render import (
 from tuner.config import bounds
 from tuner.config.trial import server_to_dict
 from tuner.config.vllm_version import check_release
-from tuner.errors import ConfigError
 from tuner.results import StartupEvent
-from tuner.study.paths import default_storage
 from tuner.trial.scoring import TrialStatus
 
 # The modules that import Optuna and SQLAlchemy load inside the commands: `spectune --help`
@@ -60,49 +57,6 @@ def _build_space(
         check_release(vllm_version)
         loaded = loaded.with_vllm_version(vllm_version)
     return loaded
-
-
-def _on_this_host(
-    space: SearchSpace,
-    backend: str,
-    gpus: tuple[int, ...] | None,
-    per_trial: int | None,
-    workers: int,
-) -> SearchSpace:
-    """The space on the GPUs NVML sees here, for a run that gives no --hardware.
-
-    Measured backends tune the GPUs they measure on: what is detected wins over what the space
-    declares (one note line says so), and finding none is an error. The simulator keeps the
-    declared rig when nothing here maps to the catalog: simulating GPUs the host lacks is its job.
-    """
-    if gpus == ():  # --gpus none: a CPU-only host, by the user's word; the space's GPUs stand
-        return space
-    measured = backend != "sim"
-    detected = detect_gpus(gpus)
-    if isinstance(detected, NoGpu):
-        if measured:
-            raise ConfigError(detected.message)
-        return space
-    try:
-        host = detected.hardware()
-    except ConfigError:
-        if measured:
-            raise
-        return space
-    # Each of several workers tunes its own slice of the host's GPUs.
-    host = Hardware(host.gpu, per_trial or max(1, host.count // workers))
-    if host == space.hardware:
-        return space
-    if measured:
-        err_console.print(
-            f"note: this host has {host.label} (NVML) but the space declares "
-            f"{space.hardware.label}: tuning {host.spec}; pass --hardware {space.hardware.spec} "
-            "to keep the space's",
-            markup=False,
-            highlight=False,
-            soft_wrap=True,
-        )
-    return space.with_hardware(host)
 
 
 @app.command("optimize")
@@ -215,15 +169,11 @@ def optimize_command(
     # `spectune --help` should not pay for.
     from tuner.search.plan import parse_duration, plan_study
     from tuner.study.cluster import RayOptions
-    from tuner.study.listing import resuming
-    from tuner.study.optimize import OptimizeRequest, check_request, optimize
-    from tuner.study.storage import study_exists
+    from tuner.study.optimize import OptimizeRequest, StudyRun, check_request, optimize
 
     explicit = any(v is not None for v in (space, hardware, slo_ttft_ms, vllm_version))
     built = _build_space(space, hardware, slo_ttft_ms, vllm_version)
     name = study or built.name
-    url = storage or default_storage(name, studies_dir)
-    resume_only = not explicit and study_exists(url, name)
     options = backend_options(
         name,
         seed,
@@ -242,11 +192,11 @@ def optimize_command(
         options = replace(options, on_startup=lambda event: _show_startup(starting, event))
     request = OptimizeRequest(
         name,
-        None,
+        built,
         backend,
         trials,
         studies_dir,
-        storage=url,
+        storage=storage,
         sampler=sampler,
         seed=seed,
         workers=workers,
@@ -258,29 +208,24 @@ def optimize_command(
         prefetch=prefetch,
         time_budget_s=None if time_budget is None else parse_duration(time_budget),
         rounds=rounds,
+        resume_stored=not explicit,  # no space option: a stored study keeps its own
+        detect_hardware=hardware is None and ray is None,  # a Ray cluster's nodes: their own
     )
-    check_request(request)  # argument errors first; without a space it opens no database
     if plan:  # the space given (a resumed study's stored one may differ); nothing is stored
+        check_request(request)
         planned = plan_study(built, trials, confirm_top, confirm_repeats, request.time_budget_s)
         if as_json:
             print_json(planned.to_dict())
         else:
             console.print(plan_table(planned, built))
         return
-    again = resuming(url, name, trials)
-    if again is not None:  # rerunning the same command adds trials: say so before it does
-        err_console.print(again, markup=False, highlight=False)
-    if not resume_only:  # this host's GPUs, before anything is written
-        if hardware is None and ray is None:  # a Ray cluster's nodes are checked on their own
-            built = _on_this_host(built, backend, options.gpus, gpus_per_trial, workers)
-        request = replace(request, space=built)
-        check_request(request)  # the space against the study it may resume, before the table
+    opened = StudyRun.open(request, on_notice=warn)  # every refusal before the live table
     if as_json:
-        result = optimize(request, on_notice=warn)
-        print_json(_optimize_json(result, _write_best(result)))
+        print_json(_optimize_json(optimize(opened)))
         return
     source = "simulated" if backend == "sim" else "measured"
-    table = trial_table(f"study {name}: {source} trials", built.objective)
+    objective = opened.space.objective
+    table = trial_table(f"study {name}: {source} trials", objective)
     progress = Progress(
         TextColumn("trials"),
         BarColumn(),
@@ -291,7 +236,7 @@ def optimize_command(
     task = progress.add_task("trials", total=trials)
 
     def on_confirm(number: int, repeat: int, run: Run) -> None:
-        line = confirm_run_line(number, repeat, run, confirm_repeats, source, built.objective)
+        line = confirm_run_line(number, repeat, run, confirm_repeats, source, objective)
         console.print(line)
 
     def on_tick(finished: int) -> None:  # worker processes report through the database
@@ -304,9 +249,9 @@ def optimize_command(
         progress.advance(task)
 
     with Live(Group(table, starting, progress), console=console, refresh_per_second=4):
-        result = optimize(request, on_trial, on_tick=on_tick, on_confirm=on_confirm, on_notice=warn)
+        result = optimize(opened, on_trial, on_tick=on_tick, on_confirm=on_confirm)
     console.print()
-    _print_optimize(result, _write_best(result))
+    _print_optimize(result)
 
 
 def _show_startup(line: Text, event: StartupEvent) -> None:
@@ -332,15 +277,7 @@ def _record_json(record: TrialRecord, metric: str) -> dict[str, Any]:
     }
 
 
-def _write_best(result: OptimizeResult) -> Path | None:
-    from tuner.export.vllm import write_best
-
-    if result.recommended is None:
-        return None
-    return write_best(result.handle, result.space, result.paths)
-
-
-def _optimize_json(result: OptimizeResult, best_yaml: Path | None) -> dict[str, Any]:
+def _optimize_json(result: OptimizeResult) -> dict[str, Any]:
     from tuner.study.storage import safe_url
 
     metric = result.space.objective.metric
@@ -352,13 +289,13 @@ def _optimize_json(result: OptimizeResult, best_yaml: Path | None) -> dict[str, 
         "recommended": None
         if result.recommended is None
         else _record_json(result.recommended.record, metric),
-        "best_yaml": None if best_yaml is None else str(best_yaml),
+        "best_yaml": None if result.best_yaml is None else str(result.best_yaml),
         "time_budget": result.budget_note,
         "k_table": None if result.k_table is None else result.k_table.to_dict(),
     }
 
 
-def _print_optimize(result: OptimizeResult, best_yaml: Path | None) -> None:
+def _print_optimize(result: OptimizeResult) -> None:
     from tuner.study.storage import safe_url
     from tuner.trial.record import records
 
@@ -385,7 +322,9 @@ def _print_optimize(result: OptimizeResult, best_yaml: Path | None) -> None:
         console.print(f"WARNING: {warning}", markup=False)
     where = safe_url(result.storage)
     console.print(
-        f"Wrote {best_yaml} (vllm serve --config); study in {where}", markup=False, soft_wrap=True
+        f"Wrote {result.best_yaml} (vllm serve --config); study in {where}",
+        markup=False,
+        soft_wrap=True,
     )
     if result.budget_note:
         console.print(result.budget_note, markup=False)

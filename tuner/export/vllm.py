@@ -27,7 +27,6 @@ import datetime as dt
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
@@ -45,7 +44,6 @@ from tuner.export.deploy import PORT, compose_file, docker_run_script
 from tuner.export.formats import FORMATS
 from tuner.export.kubernetes import kubernetes_manifests
 from tuner.results import Source
-from tuner.study.paths import StudyPaths, write_whole
 from tuner.trial.scoring import TrialStatus
 
 if TYPE_CHECKING:
@@ -56,7 +54,6 @@ __all__ = [
     "PICKS",
     "Exported",
     "export",
-    "write_best",
 ]
 
 
@@ -260,10 +257,3 @@ def _json(
         ],
     }
     return json.dumps(data, indent=2) + "\n"
-
-
-def write_best(study: optuna.Study, space: SearchSpace, paths: StudyPaths) -> Path:
-    """Writes the recommended config as ``best.yaml`` in the study's folder; returns its path."""
-    paths.folder.mkdir(parents=True, exist_ok=True)
-    write_whole(paths.best_yaml, export(study, space, "vllm").text)
-    return paths.best_yaml

@@ -19,7 +19,7 @@ from optuna.trial import TrialState
 
 from tuner.analysis.picks import recommend
 from tuner.errors import SpectuneError
-from tuner.study.storage import open_storage, safe_url, study_exists, study_names
+from tuner.study.storage import open_storage, safe_url, study_names
 from tuner.trial.record import BUDGET_ATTR, SOURCE_ATTR, SPACE_ATTR
 
 __all__ = [
@@ -152,10 +152,8 @@ def list_studies(storages: Iterable[str]) -> tuple[list[StudySummary], list[str]
     return found, problems
 
 
-def resuming(storage: str, name: str, adding: int) -> str | None:
-    """The line ``optimize`` prints when it resumes study ``name``; None for a new study."""
-    if not study_exists(storage, name):
-        return None
-    study = optuna.load_study(study_name=name, storage=open_storage(storage))
+def resuming(storage: optuna.storages.BaseStorage, name: str, adding: int) -> str:
+    """The line ``optimize`` prints when it resumes study ``name``, which ``storage`` holds."""
+    study = optuna.load_study(study_name=name, storage=storage)
     ran = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
     return f"resuming study {name} ({len(ran)} trials, adding {adding})"

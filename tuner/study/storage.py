@@ -38,6 +38,7 @@ __all__ = [
     "RetryOwnRecord",
     "check_writable",
     "is_sqlite",
+    "open_if_present",
     "open_storage",
     "safe_url",
     "study_exists",
@@ -232,9 +233,15 @@ def safe_url(url: str) -> str:
 
 def study_exists(url: str, name: str) -> bool:
     """Whether the database at ``url`` holds study ``name``; never creates an SQLite file."""
+    storage = open_if_present(url)
+    return storage is not None and name in study_names(storage)
+
+
+def open_if_present(url: str) -> BudgetedStorage | None:
+    """The storage at ``url``; None for an SQLite file not created yet (nor is it created)."""
     if is_sqlite(url) and not Path(url.split("///", 1)[-1]).exists():
-        return False
-    return name in study_names(open_storage(url))
+        return None
+    return open_storage(url)
 
 
 def study_names(storage: optuna.storages.BaseStorage) -> set[str]:

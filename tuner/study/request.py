@@ -1,0 +1,90 @@
+"""What ``spectune optimize`` is asked to run, and the checks on its arguments alone.
+
+The checks that read the storage or the host (the space against the study it resumes, the
+GPUs, vLLM's program) are the run's: :meth:`tuner.study.run.StudyRun.open`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tuner.config.bounds import MAX_SEED
+from tuner.config.space import SearchSpace
+from tuner.errors import ConfigError
+from tuner.study.cluster import RayOptions, check_ray_options
+from tuner.study.paths import check_study_name, default_storage
+from tuner.study.storage import check_writable
+from tuner.study.study import make_sampler
+from tuner.study.workers import check_parallel_storage
+from tuner.trial.backends import BackendOptions, backend_factory
+
+__all__ = ["OptimizeRequest", "check_request"]
+
+
+@dataclass(frozen=True)
+class OptimizeRequest:
+    study: str
+    space: SearchSpace | None  # None: resume with the stored space
+    backend: str
+    trials: int
+    studies_dir: Path
+    storage: str | None = None
+    sampler: str = "spectune"
+    seed: int = 0
+    workers: int = 1
+    gpus_per_trial: int | None = None  # default: the GPU count of the space's hardware
+    confirm_top: int = 3  # configs measured again on fresh servers before export (0: none)
+    confirm_repeats: int = 3
+    # Backend settings beyond study, seed and GPUs (which optimize fills in per worker).
+    backend_options: BackendOptions = field(default_factory=lambda: BackendOptions(study=""))
+    ray: RayOptions | None = None  # trials on a Ray cluster's nodes instead of this host
+    # Download the space's weights into the host's Hugging Face cache before the first start
+    # (measured backends on this host); off where vLLM gets them itself, or needs none.
+    prefetch: bool = True
+    time_budget_s: float | None = None  # trials stop in time to confirm within it
+    # Pairs in rounds against the incumbent, losing trials pruned (tuner.trial.rounds); one
+    # worker on this host only: other workers measure the fixed count.
+    rounds: bool = False
+    # ``space`` is a default nobody chose (the CLI got no space option): a stored study of
+    # this name resumes with its own space instead.
+    resume_stored: bool = False
+    # The space's hardware is the GPUs NVML sees here (tuner.study.host.on_this_host): the
+    # CLI asks for it when --hardware and --ray are not given.
+    detect_hardware: bool = False
+
+    @property
+    def storage_url(self) -> str:
+        return self.storage or default_storage(self.study, self.studies_dir)
+
+
+def check_request(request: OptimizeRequest) -> None:
+    """Refuses bad arguments before anything runs; reads no storage (``--plan`` calls it).
+
+    Raises:
+        ConfigError: a study name that cannot name a folder, no trials or workers, an
+            unknown sampler or backend, several workers on SQLite, or a studies folder that
+            cannot be written.
+    """
+    check_study_name(request.study)  # first: the CLI once refused it as it named the storage
+    if request.trials < 1:
+        raise ConfigError(f"--trials {request.trials}: ask for at least 1 trial")
+    if request.workers < 1:
+        raise ConfigError(f"--workers {request.workers}: use at least 1 worker")
+    highest = MAX_SEED - request.workers + 1  # worker i samples with seed + i
+    if request.seed > highest:
+        raise ConfigError(
+            f"--seed {request.seed}: with {request.workers} workers the last one's seed passes "
+            f"{MAX_SEED}, the largest Optuna takes; use a seed up to {highest}"
+        )
+    make_sampler(request.sampler, request.seed)
+    backend_factory(request.backend)
+    if request.ray is not None:
+        check_ray_options(request.ray, request.workers)
+    if request.time_budget_s is not None and (request.workers > 1 or request.ray is not None):
+        raise ConfigError(
+            "--time-budget runs trials in one worker on this host: drop --workers or --ray, "
+            "or drop --time-budget"
+        )
+    check_parallel_storage(request.storage_url, request.workers)
+    check_writable(request.studies_dir)  # logs and exports go there whatever the storage

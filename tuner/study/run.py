@@ -1,0 +1,393 @@
+"""One ``spectune optimize``, opened once: its storage, space, study folder, time budget and
+backend settings, and the steps :func:`tuner.study.optimize.optimize` takes on them.
+
+:meth:`StudyRun.open` reads the request, the storage and the host and stores nothing, so the
+CLI opens it before its live table and every refusal comes before the table. The steps after
+it write: :meth:`~StudyRun.start` stores (or resumes) the study, :meth:`~StudyRun.export`
+writes ``best.yaml``.
+"""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import optuna
+from optuna.trial import TrialState
+
+from tuner.analysis.confirmed import Confirmed
+from tuner.analysis.k_table import KTableVerdict
+from tuner.analysis.picks import Candidate, pareto_front, recommend
+from tuner.config.runner_report import v1_warning
+from tuner.config.space import SearchSpace
+from tuner.errors import ConfigError
+from tuner.export.vllm import export
+from tuner.results import Source
+from tuner.search.plan import (
+    Budget,
+    SimulatedBudget,
+    confirmation_runs,
+    fit_confirmation,
+    plan_study,
+)
+from tuner.search.strategy import warm_start
+from tuner.study.cluster import check_cluster, ray_backend_factory, run_on_ray
+from tuner.study.confirm import OnRun, confirm, confirm_k_table
+from tuner.study.host import on_this_host
+from tuner.study.listing import resuming
+from tuner.study.paths import StudyPaths, write_whole
+from tuner.study.prefetch import prefetch_models
+from tuner.study.request import OptimizeRequest, check_request
+from tuner.study.storage import open_if_present, open_storage, study_names
+from tuner.study.study import (
+    OnTrial,
+    StudyOptions,
+    check_resume,
+    claim_source,
+    extend_budget,
+    make_sampler,
+    open_study,
+    run_trials,
+    study_backend_options,
+)
+from tuner.study.twin_calibrate import seed_study
+from tuner.study.workers import WorkerRequest, gpu_slices, spawn_workers
+from tuner.trial.backends import Backend, BackendFactory, BackendOptions, backend_factory
+from tuner.trial.backends.served import ServedBackend
+from tuner.trial.record import TrialRecord, stored_space
+
+__all__ = ["OptimizeResult", "StudyRun", "write_best"]
+
+Notice = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class OptimizeResult:
+    study: str
+    storage: str
+    space: SearchSpace
+    trials: int  # trials in the study now, all runs together
+    pareto: list[TrialRecord]  # the feasible Pareto front, fastest first
+    recommended: Candidate | None  # with its confirmation, when it has one
+    paths: StudyPaths
+    handle: optuna.Study  # the opened study, for exports
+    confirmed: list[Confirmed]  # the re-measured configs, best candidates first
+    k_table: KTableVerdict | None = None  # the per-batch-size K table's own runs, if proposed
+    budget_note: str | None = None  # why the time budget stopped the trials early
+    best_yaml: Path | None = None  # the recommended config, written; None: nothing feasible
+
+
+@dataclass
+class StudyRun:
+    """A study run from its validated request to ``best.yaml``; :meth:`open` builds it."""
+
+    request: OptimizeRequest  # with as many confirmation runs as fit its time budget
+    space: SearchSpace  # the space asked for, or the stored one on a resume
+    resume: bool  # the study exists and keeps its stored space
+    storage: optuna.storages.BaseStorage
+    paths: StudyPaths
+    build_backend: BackendFactory  # the chosen backend, on this host or on a Ray cluster
+    options: BackendOptions  # its settings, the study's own added once it is started
+    budget: Budget | None
+    backend: Backend | None = None  # a ready backend (tests, benchmarks)
+    on_notice: Notice | None = None
+    _study: optuna.Study | None = field(default=None, init=False)  # start() stores it
+
+    @classmethod
+    def open(
+        cls,
+        request: OptimizeRequest,
+        backend: Backend | None = None,
+        on_notice: Notice | None = None,
+    ) -> StudyRun:
+        """Checks the request against its storage and this host; opens the storage once and
+        stores nothing.
+
+        Args:
+            request: what to run.
+            backend: a ready backend to use instead of building one (tests, benchmarks).
+            on_notice: called with each line to show before the trials: that the study
+                resumes, that this host's GPUs replace the space's, the space's warnings.
+
+        Raises:
+            ConfigError: bad arguments (:func:`check_request`), a space the study does not
+                hold, a study of the other kind of numbers, no GPU for a measured backend, no
+                vLLM program, a GPU count the hardware does not have, a time budget too short
+                for one trial.
+        """
+        began = time.time()  # the time budget counts from here
+        check_request(request)
+        url = request.storage_url
+        storage = open_if_present(url)  # a GPU refused below leaves no SQLite file behind
+        exists = storage is not None and request.study in study_names(storage)
+        if exists and on_notice is not None:  # rerunning a command adds trials: say so first
+            assert storage is not None
+            on_notice(resuming(storage, request.study, request.trials))
+        resume = request.space is None or (request.resume_stored and exists)
+        if resume:
+            storage = storage or open_storage(url)
+            space = _stored(request.study, storage)
+        else:
+            space = _asked(request, on_notice)  # this host's GPUs: before any file is made
+            storage = storage or open_storage(url)
+        check_resume(request.study, storage, space, request.backend)
+        if request.backend == "process" and request.ray is None:  # Ray nodes have their own
+            _check_program(request.backend_options.vllm_command)
+        _check_gpus_per_trial(request.gpus_per_trial, space)
+        budget = None
+        if request.time_budget_s is not None:  # too short for a trial: nothing stored
+            request = _fit_confirmation(request, space)
+            budget = _budget(request, space, began)
+        build_backend = backend_factory(request.backend)
+        if request.ray is not None:  # servers (confirmation's too) run on the cluster's nodes
+            build_backend = ray_backend_factory(request.ray, request.backend)
+        return cls(
+            request=request,
+            space=space,
+            resume=resume,
+            storage=storage,
+            paths=StudyPaths.of(request.studies_dir, request.study, url),
+            build_backend=build_backend,
+            options=replace(request.backend_options, study=request.study, seed=request.seed),
+            budget=budget,
+            backend=backend,
+            on_notice=on_notice,
+        )
+
+    @property
+    def study(self) -> optuna.Study:
+        assert self._study is not None, "StudyRun.start stores the study first"
+        return self._study
+
+    def prepare(self) -> None:
+        """What must hold or be on the trials' hosts before the study stores anything or any
+        trial's clock starts: on this host the backend's checks on a probe (an engine that
+        answers, GPUs nobody else holds, the image, pulled if missing), then the weights
+        (:func:`prefetch_models`); on a Ray cluster, nodes with the study's GPUs."""
+        if self.request.ray is not None:
+            if not self.resume:  # a resumed study's nodes were checked when it was created
+                check_cluster(self.request.ray, self.space.hardware)
+            return
+        probe = self.backend or self.build_backend(self.space, self.options)
+        try:
+            if isinstance(probe, ServedBackend):
+                probe.prepare()
+        finally:
+            if self.backend is None:
+                probe.close()
+        if self.request.prefetch and probe.source is Source.MEASURED:
+            prefetch_models(self.space, self.options.on_startup)
+
+    def start(self) -> None:
+        """Stores the study (or resumes it) with what this run adds: its trials, its kind of
+        numbers, the backend settings every later run and worker gets back."""
+        request = self.request
+        sampler = make_sampler(request.sampler, request.seed)
+        stored = None if self.resume else self.space
+        self._study, self.space = open_study(request.study, self.storage, stored, sampler)
+        claim_source(self.study, request.backend)
+        runners = v1_warning(self.space)
+        if self.on_notice is not None and runners:
+            self.on_notice(runners)
+        self.paths.folder.mkdir(parents=True, exist_ok=True)
+        self.options = study_backend_options(self.study, self.options, self.paths)
+        extend_budget(self.study, request.trials)
+
+    def warm_start(self) -> None:
+        """Seeds the spectune sampler's queue before any worker starts, so they all share it."""
+        if self.request.sampler != "spectune":
+            return
+        source = Source.SIMULATED if self.request.backend == "sim" else Source.MEASURED
+        seed_study(self.study, self.request.studies_dir, self.space, source)  # host calibration
+        warm_start(self.study, self.space, self.request.trials)
+
+    def run_trials(
+        self, on_trial: OnTrial | None, on_tick: Callable[[int], None] | None = None
+    ) -> None:
+        """The request's trials: on a Ray cluster, in this process, or in worker processes."""
+        request = self.request
+        if request.ray is not None:
+            run_on_ray(
+                self.study,
+                self.space,
+                request.ray,
+                request.backend,
+                self.options,
+                request.seed,
+                on_trial,
+            )
+        elif request.workers == 1:
+            self._in_process(on_trial)
+        else:
+            self._in_workers(on_tick)
+
+    def _in_process(self, on_trial: OnTrial | None) -> None:
+        request, options = self.request, self.options
+        if request.gpus_per_trial is not None and options.gpus is None:
+            options = replace(options, gpus=gpu_slices(1, request.gpus_per_trial)[0])
+        settings = StudyOptions(
+            request.trials,
+            request.seed,
+            self.paths.logs,
+            self.space.ttft_limit_ms,
+            budget=self.budget,
+            rounds=request.rounds,
+        )
+        backend = self.backend or self.build_backend(self.space, options)
+        run_trials(self.study, self.space, backend, settings, on_trial)
+
+    def _in_workers(self, on_tick: Callable[[int], None] | None) -> None:
+        done = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+        before = len(self.study.get_trials(deepcopy=False, states=done))
+
+        def tick() -> None:  # worker processes report through the database
+            if on_tick:
+                on_tick(len(self.study.get_trials(deepcopy=False, states=done)) - before)
+
+        request = self.request
+        worker = WorkerRequest(
+            request.study,
+            request.storage_url,
+            request.backend,
+            request.studies_dir,
+            self.options,
+            request.sampler,
+            prefetch=False,  # prepare did it, before the study was stored
+        )
+        per_trial = request.gpus_per_trial or self.space.hardware.count
+        spawn_workers(worker, request.workers, per_trial, tick)
+
+    def confirm(self, on_confirm: OnRun | None) -> tuple[list[Confirmed], KTableVerdict | None]:
+        """The best configs measured again on fresh servers, and the K table's own runs."""
+        request = self.request
+        if recommend(self.study) is None or request.confirm_top == 0:  # nothing to confirm
+            return [], None
+        # A fresh backend: run_trials closed its own, and each run needs a fresh server.
+        fresh = self.backend or self.build_backend(self.space, self.options)
+        logs, seed, repeats = self.paths.logs, request.seed, request.confirm_repeats
+        try:
+            confirmed = confirm(
+                self.study,
+                self.space,
+                fresh,
+                request.confirm_top,
+                repeats,
+                log_dir=logs,
+                seed=seed,
+                on_run=on_confirm,
+            )
+            k_table = confirm_k_table(
+                self.study, self.space, fresh, repeats, log_dir=logs, seed=seed
+            )
+        finally:
+            fresh.close()
+        return confirmed, k_table
+
+    def export(self, confirmed: list[Confirmed], k_table: KTableVerdict | None) -> OptimizeResult:
+        """Writes the recommendation (confirmed numbers first) as ``best.yaml``."""
+        recommended = recommend(self.study)
+        best_yaml = None
+        if recommended is not None:
+            best_yaml = write_best(self.study, self.space, self.paths)
+        return OptimizeResult(
+            study=self.request.study,
+            storage=self.request.storage_url,
+            space=self.space,
+            trials=len(self.study.trials),
+            pareto=pareto_front(self.study),
+            recommended=recommended,
+            paths=self.paths,
+            handle=self.study,
+            confirmed=confirmed,
+            k_table=k_table,
+            budget_note=None if self.budget is None else self.budget.note(),
+            best_yaml=best_yaml,
+        )
+
+
+def write_best(study: optuna.Study, space: SearchSpace, paths: StudyPaths) -> Path:
+    """Writes the recommended config as ``best.yaml`` in the study's folder; returns its path."""
+    paths.folder.mkdir(parents=True, exist_ok=True)
+    write_whole(paths.best_yaml, export(study, space, "vllm").text)
+    return paths.best_yaml
+
+
+def _asked(request: OptimizeRequest, on_notice: Notice | None) -> SearchSpace:
+    """The request's space, on this host's GPUs where it asks for them."""
+    assert request.space is not None
+    if not request.detect_hardware:
+        return request.space
+    options = request.backend_options
+    return on_this_host(
+        request.space,
+        request.backend,
+        options.gpus,
+        request.gpus_per_trial,
+        request.workers,
+        on_notice,
+    )
+
+
+def _stored(name: str, storage: optuna.storages.BaseStorage) -> SearchSpace:
+    """The space a resumed study was created with."""
+    if name not in study_names(storage):
+        raise ConfigError(f"study {name!r} does not exist: create it with spectune optimize")
+    space = stored_space(optuna.load_study(study_name=name, storage=storage))
+    if space is None:
+        raise ConfigError(
+            f"study {name!r} holds no search space (spectune did not create it): "
+            "pass --space, or choose another --study"
+        )
+    return space
+
+
+def _check_program(argv: tuple[str, ...]) -> None:
+    """The process backend's vLLM exists, before a study is stored whose every trial would
+    fail to start it."""
+    if argv and shutil.which(argv[0]) is None:
+        raise ConfigError(
+            f"--vllm-command {shlex.join(argv)}: {argv[0]} is no executable program (on PATH "
+            "or as a path); install vLLM, or name it, e.g. --vllm-command /opt/vllm/bin/vllm"
+        )
+
+
+def _check_gpus_per_trial(asked: int | None, space: SearchSpace) -> None:
+    if asked is not None and asked != space.hardware.count:
+        raise ConfigError(
+            f"--gpus-per-trial {asked} does not match the study's hardware "
+            f"{space.hardware.label}: use --gpus-per-trial {space.hardware.count}"
+        )
+
+
+def _fit_confirmation(request: OptimizeRequest, space: SearchSpace) -> OptimizeRequest:
+    """``request`` with as many confirmation runs as fit in a third of its time budget."""
+    assert request.time_budget_s is not None
+    plan = plan_study(space, request.trials, request.confirm_top, request.confirm_repeats)
+    top, repeats = fit_confirmation(
+        space,
+        request.confirm_top,
+        request.confirm_repeats,
+        request.time_budget_s,
+        plan.confirm_cost.total_s,
+    )
+    return replace(request, confirm_top=top, confirm_repeats=repeats)
+
+
+def _budget(request: OptimizeRequest, space: SearchSpace, began: float) -> Budget:
+    """The run's time budget, its prior from the plan; refused when one trial cannot fit."""
+    assert request.time_budget_s is not None
+    runs = confirmation_runs(space, request.confirm_top, request.confirm_repeats)
+    plan = plan_study(space, request.trials, request.confirm_top, request.confirm_repeats)
+    prior = plan.confirm_cost
+    budget = (
+        # A simulated trial takes what it takes here, not a GPU's time: the simulator's clock.
+        SimulatedBudget(request.time_budget_s, prior, runs, space.workload.warmup, began)
+        if request.backend == "sim"
+        else Budget(request.time_budget_s, prior, runs, began)
+    )
+    budget.check_fits()
+    return budget
