@@ -14,7 +14,7 @@ from tuner.config.space import SearchSpace
 from tuner.errors import ConfigError
 from tuner.study.cluster import RayOptions, check_ray_options
 from tuner.study.paths import check_study_name, default_storage
-from tuner.study.storage import check_writable
+from tuner.study.storage import check_storage_url, check_writable
 from tuner.study.study import make_sampler
 from tuner.study.workers import check_parallel_storage
 from tuner.trial.backends import BackendOptions, backend_factory
@@ -63,8 +63,8 @@ def check_request(request: OptimizeRequest) -> None:
 
     Raises:
         ConfigError: a study name that cannot name a folder, no trials or workers, an
-            unknown sampler or backend, several workers on SQLite, or a studies folder that
-            cannot be written.
+            unknown sampler or backend, a malformed storage URL, several workers on SQLite, or
+            a studies folder that cannot be written.
     """
     check_study_name(request.study)  # first: the CLI once refused it as it named the storage
     if request.trials < 1:
@@ -86,5 +86,6 @@ def check_request(request: OptimizeRequest) -> None:
             "--time-budget runs trials in one worker on this host: drop --workers or --ray, "
             "or drop --time-budget"
         )
+    check_storage_url(request.storage_url)  # its form: --plan opens no storage
     check_parallel_storage(request.storage_url, request.workers)
     check_writable(request.studies_dir)  # logs and exports go there whatever the storage

@@ -36,6 +36,7 @@ __all__ = [
     "BudgetExhausted",
     "BudgetedStorage",
     "RetryOwnRecord",
+    "check_storage_url",
     "check_writable",
     "is_sqlite",
     "open_if_present",
@@ -149,18 +150,7 @@ def open_storage(
         ConfigError: the URL is malformed, the driver is unknown, the SQLite folder cannot be
             written, or the server cannot be reached.
     """
-    if _MALFORMED:
-        variable, text = next(iter(_MALFORMED.items()))
-        raise ConfigError(
-            f"{variable}={text!r}: must be a whole number of seconds > 0; fix or unset {variable}"
-        )
-    try:
-        parsed = sqlalchemy.engine.make_url(url)
-    except sqlalchemy.exc.ArgumentError:
-        raise ConfigError(
-            f"invalid storage URL {url!r}: use sqlite:///path/to.db or "
-            "postgresql+psycopg://user:password@host/db"
-        ) from None
+    parsed = check_storage_url(url)
     if parsed.get_backend_name() == "sqlite" and parsed.database:
         check_writable(Path(parsed.database).expanduser().resolve().parent)
     try:
@@ -183,6 +173,26 @@ def open_storage(
             else "check the URL, that the database server runs and accepts this user"
         )
         raise ConfigError(f"cannot open storage {safe_url(url)}: {reason[:200]} ({hint})") from None
+
+
+def check_storage_url(url: str) -> sqlalchemy.engine.URL:
+    """The URL parsed, and the storage's settings from the environment well-formed; opens nothing.
+
+    Raises:
+        ConfigError: a malformed URL or ``SPECTUNE_HEARTBEAT_S``/``SPECTUNE_GRACE_S``.
+    """
+    if _MALFORMED:
+        variable, text = next(iter(_MALFORMED.items()))
+        raise ConfigError(
+            f"{variable}={text!r}: must be a whole number of seconds > 0; fix or unset {variable}"
+        )
+    try:
+        return sqlalchemy.engine.make_url(url)
+    except sqlalchemy.exc.ArgumentError:
+        raise ConfigError(
+            f"invalid storage URL {url!r}: use sqlite:///path/to.db or "
+            "postgresql+psycopg://user:password@host/db"
+        ) from None
 
 
 def _check_intact(storage: BudgetedStorage, url: str) -> None:
