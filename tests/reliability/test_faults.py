@@ -419,10 +419,13 @@ def test_a_killed_workers_server_and_its_child_are_stopped(
     monkeypatch.setenv("SPECTUNE_HEARTBEAT_S", "1")
     monkeypatch.setenv("SPECTUNE_GRACE_S", "4")
     slow = {**SPACE, "workload": {**SPACE["workload"], "output_tokens": 64, "requests": 4}}
+    # Two workers handed one config measure it once (tuner/study/claims.py): give them several.
+    slow["search"] = {**SPACE["search"], "max_num_batched_tokens": [1024, 2048, 4096, 8192]}
     (tmp_path / "space.yaml").write_text(yaml.safe_dump(slow))
     name = f"orphans-{uuid.uuid4().hex[:8]}"
     args = [*_fake_study(tmp_path, name), "--storage", pg_url, "--workers", "2"]
-    parent = subprocess.Popen([SPECTUNE, *args, "--trials", "2"], stderr=subprocess.PIPE, text=True)
+    # Four trials: a worker whose first draw repeats the other's waits for it, then draws again.
+    parent = subprocess.Popen([SPECTUNE, *args, "--trials", "4"], stderr=subprocess.PIPE, text=True)
     try:
         server, owner = _a_server_of_worker(tmp_path / "state", parent.pid, "1")
         assert len(_in_group(server)) >= 2  # the server and the child it spawned
@@ -437,7 +440,7 @@ def test_a_killed_workers_server_and_its_child_are_stopped(
             for pid in _carrying(marker):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGTERM)
-            parent.wait(timeout=60)
+            parent.communicate(timeout=60)  # closes its stderr pipe: nothing leaks
     assert parent.returncode == 2 and "1 of 2 workers failed" in err, err
     storage = optuna.storages.RDBStorage(pg_url)
     try:
