@@ -13,7 +13,7 @@ from tuner.cli import app
 from tuner.errors import ConfigError
 from tuner.study.paths import StudyPaths
 from tuner.study.study import study_backend_options
-from tuner.study.workers import WorkerRequest, worker_argv
+from tuner.study.workers import WorkerRequest, read_worker_request, worker_argv
 from tuner.trial.backends import BackendOptions, parse_docker_env
 
 
@@ -56,13 +56,22 @@ def test_the_study_keeps_values_and_names_never_secret_values(
     assert "wandb-secret-value" not in json.dumps(study.user_attrs)
 
 
-def test_worker_processes_get_the_same_environment(tmp_path: Path) -> None:
+def test_worker_processes_get_the_same_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("WANDB_API_KEY", "wandb-secret-value")
     env, names = parse_docker_env(["NCCL_P2P_DISABLE=1", "WANDB_API_KEY"])
-    options = BackendOptions(study="s", docker_env=env, docker_secrets=names)
-    argv = worker_argv(WorkerRequest("s", "sqlite:///x.db", "docker", tmp_path, options))
+    options = BackendOptions(study="s", docker_env=env, docker_secrets=names, worker="1")
+    request = WorkerRequest("s", "sqlite:///x.db", "docker", tmp_path, options)
 
-    values = [argv[i + 1] for i, a in enumerate(argv) if a == "--docker-env"]
-    assert parse_docker_env(values) == (env, names)
+    record = request.to_json()  # what the parent writes on the child's standard input
+    back = read_worker_request(record)
+
+    assert back == request
+    assert (back.options.docker_env, back.options.docker_secrets) == (env, names)
+    assert b"wandb-secret-value" not in record  # a secret travels by name only
+    # The command line carries no setting: only the label ps shows.
+    assert worker_argv("1")[-3:] == ["child-worker", "--worker-id", "1"]
 
 
 def test_a_secret_value_on_the_command_line_stores_nothing(tmp_path: Path) -> None:

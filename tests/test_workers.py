@@ -2,7 +2,9 @@ import pytest
 
 from tuner.catalog.gpus import parse_hardware
 from tuner.errors import ConfigError
-from tuner.study.workers import check_host_hardware, check_parallel_storage, gpu_slices
+from tuner.study.host import check_host_hardware
+from tuner.study.storage import check_parallel_storage
+from tuner.study.workers import gpu_slices
 
 
 def test_gpu_slices_give_each_worker_its_own_gpus() -> None:

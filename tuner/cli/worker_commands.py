@@ -15,7 +15,7 @@ from tuner.cli.app import app, console, handle_errors
 from tuner.cli.options import backend_options
 from tuner.study.paths import absolute_storage
 
-__all__ = ["worker_command"]
+__all__ = ["child_worker_command", "worker_command"]
 
 
 @app.command("worker")
@@ -70,15 +70,34 @@ def worker_command(
         ),
         worker=worker_id,
     )
-    request = WorkerRequest(
-        study,
-        storage,
-        backend,
-        studies_dir,
-        options,
-        sampler,
-        None if hardware is None else parse_hardware(hardware),
-        prefetch=prefetch,
-    )
-    run_worker(request, detected=gpu_names(options.gpus) if backend != "sim" else None)
+    request = WorkerRequest(study, storage, backend, studies_dir, options, sampler, prefetch)
+    declared = None if hardware is None else parse_hardware(hardware)
+    run_worker(request, declared, gpu_names(options.gpus) if backend != "sim" else None)
     console.print(f"worker {worker_id}: study {study} has used up its trial budget", markup=False)
+
+
+@app.command("child-worker", hidden=True)
+@handle_errors
+def child_worker_command(
+    worker_id: Annotated[
+        str, typer.Option("--worker-id", help="The worker's name in its record (for ps).")
+    ],
+) -> None:
+    """A worker of spectune optimize --workers: its whole record (tuner.study.workers.
+    WorkerRequest, JSON) on standard input, written by the parent."""
+    import sys
+
+    from tuner.errors import ConfigError
+    from tuner.study.workers import read_worker_request, run_worker
+
+    request = read_worker_request(sys.stdin.buffer.read())
+    if request.options.worker != worker_id:
+        raise ConfigError(
+            f"--worker-id {worker_id} but the record on standard input is worker "
+            f"{request.options.worker}'s: hand each child its own record"
+        )
+    gpus = request.options.gpus
+    run_worker(request, detected=gpu_names(gpus) if request.backend != "sim" else None)
+    console.print(
+        f"worker {worker_id}: study {request.study} has used up its trial budget", markup=False
+    )

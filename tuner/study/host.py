@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from tuner.catalog.gpus import Hardware, NoGpu
+from tuner.catalog.gpus import Hardware, NoGpu, find_gpu
 from tuner.catalog.nvml import detect_gpus
 from tuner.config.space import SearchSpace
 from tuner.errors import ConfigError
 
-__all__ = ["on_this_host"]
+__all__ = ["check_host_hardware", "on_this_host"]
 
 
 def on_this_host(
@@ -51,3 +51,25 @@ def on_this_host(
             "to keep the space's"
         )
     return space.with_hardware(host)
+
+
+def check_host_hardware(
+    study: str, wanted: Hardware, declared: Hardware | None, detected: list[str] | None
+) -> None:
+    """Refuses a worker whose GPUs (declared with --hardware, or found by NVML) do not match."""
+    have = declared
+    if detected is not None and have is None:
+        # The study's own GPU first: one described in its space is in no catalog here.
+        models = {wanted.gpu if wanted.gpu.matches(name) else find_gpu(name) for name in detected}
+        gpu = models.pop() if len(models) == 1 else None
+        if gpu is None or gpu != wanted.gpu:
+            raise ConfigError(
+                f"this worker's GPUs are {', '.join(detected) or 'none'} but study {study!r} "
+                f"tunes {wanted.label}: run the worker on matching GPUs (pick them with --gpus)"
+            )
+        have = Hardware(gpu, len(detected)) if len(detected) < wanted.count else wanted
+    if have is not None and have != wanted:
+        raise ConfigError(
+            f"this worker has {have.label} but study {study!r} tunes {wanted.label}: run the "
+            "worker on matching GPUs (pick them with --gpus)"
+        )

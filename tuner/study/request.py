@@ -12,11 +12,10 @@ from pathlib import Path
 from tuner.config.bounds import MAX_SEED
 from tuner.config.space import SearchSpace
 from tuner.errors import ConfigError
-from tuner.study.cluster import RayOptions, check_ray_options
+from tuner.study.cluster.driver import RayOptions, check_ray_options
 from tuner.study.paths import check_study_name, default_storage
-from tuner.study.storage import check_storage_url, check_writable
+from tuner.study.storage import check_parallel_storage, check_storage_url, check_writable
 from tuner.study.study import make_sampler
-from tuner.study.workers import check_parallel_storage
 from tuner.trial.backends import BackendOptions, backend_factory
 
 __all__ = ["OptimizeRequest", "check_request"]

@@ -17,7 +17,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import optuna
-from optuna.trial import TrialState
 
 from tuner.analysis.confirmed import Confirmed
 from tuner.analysis.k_table import KTableVerdict
@@ -35,29 +34,26 @@ from tuner.search.plan import (
     plan_study,
 )
 from tuner.search.strategy import warm_start
-from tuner.study.cluster import check_cluster, ray_backend_factory, run_on_ray
+from tuner.study.cluster.executor import OnRay
 from tuner.study.confirm import OnRun, confirm, confirm_k_table
+from tuner.study.executor import Executor, InProcess, OnTick
 from tuner.study.host import on_this_host
 from tuner.study.listing import resuming
 from tuner.study.paths import StudyPaths, write_whole
-from tuner.study.prefetch import prefetch_models
 from tuner.study.request import OptimizeRequest, check_request
 from tuner.study.storage import open_if_present, open_storage, study_names
 from tuner.study.study import (
     OnTrial,
-    StudyOptions,
     check_resume,
     claim_source,
     extend_budget,
     make_sampler,
     open_study,
-    run_trials,
     study_backend_options,
 )
 from tuner.study.twin_calibrate import seed_study
-from tuner.study.workers import WorkerRequest, gpu_slices, spawn_workers
-from tuner.trial.backends import Backend, BackendFactory, BackendOptions, backend_factory
-from tuner.trial.backends.served import ServedBackend
+from tuner.study.workers import LocalWorkers
+from tuner.trial.backends import Backend, BackendFactory, BackendOptions
 from tuner.trial.record import TrialRecord, stored_space
 
 __all__ = ["OptimizeResult", "StudyRun", "write_best"]
@@ -90,7 +86,8 @@ class StudyRun:
     resume: bool  # the study exists and keeps its stored space
     storage: optuna.storages.BaseStorage
     paths: StudyPaths
-    build_backend: BackendFactory  # the chosen backend, on this host or on a Ray cluster
+    executor: Executor  # where the trials run: this process, worker processes, a Ray cluster
+    build_backend: BackendFactory  # the chosen backend, where the executor runs servers
     options: BackendOptions  # its settings, the study's own added once it is started
     budget: Budget | None
     backend: Backend | None = None  # a ready backend (tests, benchmarks)
@@ -142,16 +139,15 @@ class StudyRun:
         if request.time_budget_s is not None:  # too short for a trial: nothing stored
             request = _fit_confirmation(request, space)
             budget = _budget(request, space, began)
-        build_backend = backend_factory(request.backend)
-        if request.ray is not None:  # servers (confirmation's too) run on the cluster's nodes
-            build_backend = ray_backend_factory(request.ray, request.backend)
+        executor = _executor(request)
         return cls(
             request=request,
             space=space,
             resume=resume,
             storage=storage,
             paths=StudyPaths.of(request.studies_dir, request.study, url),
-            build_backend=build_backend,
+            executor=executor,
+            build_backend=executor.backend_factory(request.backend),
             options=replace(request.backend_options, study=request.study, seed=request.seed),
             budget=budget,
             backend=backend,
@@ -165,22 +161,8 @@ class StudyRun:
 
     def prepare(self) -> None:
         """What must hold or be on the trials' hosts before the study stores anything or any
-        trial's clock starts: on this host the backend's checks on a probe (an engine that
-        answers, GPUs nobody else holds, the image, pulled if missing), then the weights
-        (:func:`prefetch_models`); on a Ray cluster, nodes with the study's GPUs."""
-        if self.request.ray is not None:
-            if not self.resume:  # a resumed study's nodes were checked when it was created
-                check_cluster(self.request.ray, self.space.hardware)
-            return
-        probe = self.backend or self.build_backend(self.space, self.options)
-        try:
-            if isinstance(probe, ServedBackend):
-                probe.prepare()
-        finally:
-            if self.backend is None:
-                probe.close()
-        if self.request.prefetch and probe.source is Source.MEASURED:
-            prefetch_models(self.space, self.options.on_startup)
+        trial's clock starts (the executor's :meth:`~tuner.study.executor.Executor.prepare`)."""
+        self.executor.prepare(self)
 
     def start(self) -> None:
         """Stores the study (or resumes it) with what this run adds: its trials, its kind of
@@ -205,61 +187,9 @@ class StudyRun:
         seed_study(self.study, self.request.studies_dir, self.space, source)  # host calibration
         warm_start(self.study, self.space, self.request.trials)
 
-    def run_trials(
-        self, on_trial: OnTrial | None, on_tick: Callable[[int], None] | None = None
-    ) -> None:
-        """The request's trials: on a Ray cluster, in this process, or in worker processes."""
-        request = self.request
-        if request.ray is not None:
-            run_on_ray(
-                self.study,
-                self.space,
-                request.ray,
-                request.backend,
-                self.options,
-                request.seed,
-                on_trial,
-            )
-        elif request.workers == 1:
-            self._in_process(on_trial)
-        else:
-            self._in_workers(on_tick)
-
-    def _in_process(self, on_trial: OnTrial | None) -> None:
-        request, options = self.request, self.options
-        if request.gpus_per_trial is not None and options.gpus is None:
-            options = replace(options, gpus=gpu_slices(1, request.gpus_per_trial)[0])
-        settings = StudyOptions(
-            request.trials,
-            request.seed,
-            self.paths.logs,
-            self.space.ttft_limit_ms,
-            budget=self.budget,
-            rounds=request.rounds,
-        )
-        backend = self.backend or self.build_backend(self.space, options)
-        run_trials(self.study, self.space, backend, settings, on_trial)
-
-    def _in_workers(self, on_tick: Callable[[int], None] | None) -> None:
-        done = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
-        before = len(self.study.get_trials(deepcopy=False, states=done))
-
-        def tick() -> None:  # worker processes report through the database
-            if on_tick:
-                on_tick(len(self.study.get_trials(deepcopy=False, states=done)) - before)
-
-        request = self.request
-        worker = WorkerRequest(
-            request.study,
-            request.storage_url,
-            request.backend,
-            request.studies_dir,
-            self.options,
-            request.sampler,
-            prefetch=False,  # prepare did it, before the study was stored
-        )
-        per_trial = request.gpus_per_trial or self.space.hardware.count
-        spawn_workers(worker, request.workers, per_trial, tick)
+    def run_trials(self, on_trial: OnTrial | None, on_tick: OnTick | None = None) -> None:
+        """The request's trials, where the executor runs them."""
+        self.executor.run_trials(self, on_trial, on_tick)
 
     def confirm(self, on_confirm: OnRun | None) -> tuple[list[Confirmed], KTableVerdict | None]:
         """The best configs measured again on fresh servers, and the K table's own runs."""
@@ -314,6 +244,15 @@ def write_best(study: optuna.Study, space: SearchSpace, paths: StudyPaths) -> Pa
     paths.folder.mkdir(parents=True, exist_ok=True)
     write_whole(paths.best_yaml, export(study, space, "vllm").text)
     return paths.best_yaml
+
+
+def _executor(request: OptimizeRequest) -> Executor:
+    """Where the trials run, chosen once: a Ray cluster, worker processes, or this process."""
+    if request.ray is not None:  # servers (confirmation's too) run on the cluster's nodes
+        return OnRay(request.ray)
+    if request.workers > 1:
+        return LocalWorkers(request.workers)
+    return InProcess()
 
 
 def _asked(request: OptimizeRequest, on_notice: Notice | None) -> SearchSpace:

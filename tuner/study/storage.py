@@ -36,6 +36,7 @@ __all__ = [
     "BudgetExhausted",
     "BudgetedStorage",
     "RetryOwnRecord",
+    "check_parallel_storage",
     "check_storage_url",
     "check_writable",
     "is_sqlite",
@@ -257,3 +258,12 @@ def open_if_present(url: str) -> BudgetedStorage | None:
 def study_names(storage: optuna.storages.BaseStorage) -> set[str]:
     # Names only: the summaries would read every trial of every study in a shared database.
     return set(optuna.study.get_all_study_names(storage))
+
+
+def check_parallel_storage(storage: str, workers: int) -> None:
+    """SQLite takes one writer and no other hosts: several workers need PostgreSQL."""
+    if workers > 1 and is_sqlite(storage):
+        raise ConfigError(
+            f"--workers {workers} needs PostgreSQL: pass --storage "
+            "postgresql+psycopg://user:password@host/db (SQLite takes one worker)"
+        )

@@ -2,28 +2,39 @@
 
 Every worker opens the same database, reads the search space stored with the study, and runs
 trials until the study's budget is used up (``tuner.study.storage`` enforces it where trials are
-created). ``spawn_workers`` starts N of them on one host, each on its own GPUs; on other hosts
-``spectune worker`` joins the same study.
+created). :class:`LocalWorkers`, the executor of ``--workers N``, starts N of them on this host,
+each on its own GPUs; on other hosts ``spectune worker`` joins the same study.
+
+A child worker gets its settings as one record, :class:`WorkerRequest` as JSON on its standard
+input (the hidden ``spectune child-worker``), never rebuilt from flags: what the parent decided is
+what the child reads, and the storage URL (with its password) shows in no ``ps`` listing.
 """
 
 from __future__ import annotations
 
 import os
-import shlex
 import signal
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from functools import cache
 from pathlib import Path
+from typing import Any
 
-from tuner.catalog.gpus import Hardware, find_gpu
+from optuna.trial import TrialState
+from pydantic import TypeAdapter
+
+from tuner.catalog.gpus import Hardware
 from tuner.errors import ConfigError, SpectuneError
+from tuner.study.executor import OnTick, TrialsRun, prepare_this_host
+from tuner.study.host import check_host_hardware
 from tuner.study.paths import StudyPaths
 from tuner.study.prefetch import prefetch_models
-from tuner.study.storage import is_sqlite
+from tuner.study.storage import check_parallel_storage
 from tuner.study.study import (
+    OnTrial,
     StudyOptions,
     claim_source,
     make_sampler,
@@ -31,13 +42,13 @@ from tuner.study.study import (
     run_trials,
     study_backend_options,
 )
-from tuner.trial.backends import BackendOptions, backend_factory
+from tuner.trial.backends import BackendFactory, BackendOptions, backend_factory
 
 __all__ = [
+    "LocalWorkers",
     "WorkerRequest",
-    "check_host_hardware",
-    "check_parallel_storage",
     "gpu_slices",
+    "read_worker_request",
     "run_worker",
     "spawn_workers",
 ]
@@ -45,21 +56,52 @@ __all__ = [
 
 @dataclass(frozen=True)
 class WorkerRequest:
+    """Everything one worker needs: the record a parent hands its child, whole."""
+
     study: str
     storage: str
     backend: str
     studies_dir: Path
-    options: BackendOptions
+    options: BackendOptions  # this worker's own: its GPUs, name and seed
     sampler: str = "spectune"
-    hardware: Hardware | None = None  # what this host has, when the user says so
     prefetch: bool = True  # the space's weights into this host's cache before the first trial
 
+    def to_json(self) -> bytes:
+        """The record as JSON; the in-process progress callback stays behind."""
+        own = replace(self, options=replace(self.options, on_startup=None))
+        return _adapter().dump_json(own)
 
-def run_worker(request: WorkerRequest, detected: list[str] | None = None) -> None:
+
+@cache
+def _adapter() -> TypeAdapter[Any]:
+    return TypeAdapter(WorkerRequest)
+
+
+def read_worker_request(text: str | bytes) -> WorkerRequest:
+    """The record :meth:`WorkerRequest.to_json` wrote.
+
+    Raises:
+        ConfigError: it is not such a record (not JSON, a field missing or of the wrong type).
+    """
+    try:
+        request: WorkerRequest = _adapter().validate_json(text)
+    except ValueError as exc:  # pydantic's ValidationError is a ValueError
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ConfigError(
+            f"the worker record on standard input is unreadable ({first}): child-worker runs "
+            "the workers spectune optimize --workers starts; join a study with spectune worker"
+        ) from None
+    return request
+
+
+def run_worker(
+    request: WorkerRequest, hardware: Hardware | None = None, detected: list[str] | None = None
+) -> None:
     """Joins ``request.study`` and runs trials until its budget is used up.
 
     Args:
         request: which study, where, and how this worker runs servers.
+        hardware: what this host has, when the user says so (``--hardware``).
         detected: NVML's names of the GPUs this worker may use; None when NVML is unavailable.
 
     Raises:
@@ -68,7 +110,7 @@ def run_worker(request: WorkerRequest, detected: list[str] | None = None) -> Non
     build_backend = backend_factory(request.backend)
     sampler = make_sampler(request.sampler, request.options.seed)
     study, space = open_existing(request.study, request.storage, sampler)
-    check_host_hardware(request.study, space.hardware, request.hardware, detected)
+    check_host_hardware(request.study, space.hardware, hardware, detected)
     if request.prefetch and request.backend != "sim":
         prefetch_models(space, request.options.on_startup)
     claim_source(study, request.backend)
@@ -80,26 +122,39 @@ def run_worker(request: WorkerRequest, detected: list[str] | None = None) -> Non
     run_trials(study, space, build_backend(space, backend_options), options)
 
 
-def check_host_hardware(
-    study: str, wanted: Hardware, declared: Hardware | None, detected: list[str] | None
-) -> None:
-    """Refuses a worker whose GPUs (declared with --hardware, or found by NVML) do not match."""
-    have = declared
-    if detected is not None and have is None:
-        # The study's own GPU first: one described in its space is in no catalog here.
-        models = {wanted.gpu if wanted.gpu.matches(name) else find_gpu(name) for name in detected}
-        gpu = models.pop() if len(models) == 1 else None
-        if gpu is None or gpu != wanted.gpu:
-            raise ConfigError(
-                f"this worker's GPUs are {', '.join(detected) or 'none'} but study {study!r} "
-                f"tunes {wanted.label}: run the worker on matching GPUs (pick them with --gpus)"
-            )
-        have = Hardware(gpu, len(detected)) if len(detected) < wanted.count else wanted
-    if have is not None and have != wanted:
-        raise ConfigError(
-            f"this worker has {have.label} but study {study!r} tunes {wanted.label}: run the "
-            "worker on matching GPUs (pick them with --gpus)"
+class LocalWorkers:
+    """``--workers N``: N worker processes on this host, on one PostgreSQL database."""
+
+    def __init__(self, workers: int) -> None:
+        self.workers = workers
+
+    def backend_factory(self, backend: str) -> BackendFactory:
+        return backend_factory(backend)
+
+    def prepare(self, run: TrialsRun) -> None:
+        prepare_this_host(run, backend_factory(run.request.backend))
+
+    def run_trials(self, run: TrialsRun, on_trial: OnTrial | None, on_tick: OnTick | None) -> None:
+        del on_trial  # the trials end in other processes: on_tick counts them
+        done = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+        before = len(run.study.get_trials(deepcopy=False, states=done))
+
+        def tick() -> None:  # worker processes report through the database
+            if on_tick:
+                on_tick(len(run.study.get_trials(deepcopy=False, states=done)) - before)
+
+        request = run.request
+        worker = WorkerRequest(
+            request.study,
+            request.storage_url,
+            request.backend,
+            request.studies_dir,
+            run.options,
+            request.sampler,
+            prefetch=False,  # prepare did it, before the study was stored
         )
+        per_trial = request.gpus_per_trial or run.space.hardware.count
+        spawn_workers(worker, self.workers, per_trial, tick)
 
 
 def gpu_slices(workers: int, gpus_per_trial: int) -> list[tuple[int, ...]]:
@@ -107,59 +162,10 @@ def gpu_slices(workers: int, gpus_per_trial: int) -> list[tuple[int, ...]]:
     return [tuple(range(i * gpus_per_trial, (i + 1) * gpus_per_trial)) for i in range(workers)]
 
 
-def worker_argv(request: WorkerRequest) -> list[str]:
-    """The ``spectune worker`` command line that runs ``request`` in a child process."""
-    o = request.options
-    argv = [
-        sys.executable,
-        "-m",
-        "tuner",
-        "worker",
-        "--study",
-        request.study,
-        "--backend",
-        request.backend,
-        "--studies-dir",
-        str(request.studies_dir),
-        "--sampler",
-        request.sampler,
-        "--seed",
-        str(o.seed),
-        "--worker-id",
-        o.worker,
-        "--vllm-command",
-        shlex.join(o.vllm_command),
-        "--docker-entrypoint",
-        shlex.join(o.docker_entrypoint),
-        "--ready-timeout",
-        str(o.ready_timeout_s),
-        "--request-timeout",
-        str(o.request_timeout_s),
-    ]
-    if not request.prefetch:
-        argv += ["--no-prefetch"]
-    if o.gpus is not None:
-        argv += ["--gpus", ",".join(str(g) for g in o.gpus)]
-    if o.image:
-        argv += ["--image", o.image]
-    if o.sim_speed:
-        argv += ["--sim-speed", str(o.sim_speed)]
-    for host, container in o.docker_volumes:
-        argv += ["--docker-volume", f"{host}:{container}"]
-    for key, value in o.docker_env:
-        argv += ["--docker-env", f"{key}={value}"]
-    for key in o.docker_secrets:
-        argv += ["--docker-env", key]
-    return argv
-
-
-def check_parallel_storage(storage: str, workers: int) -> None:
-    """SQLite takes one writer and no other hosts: several workers need PostgreSQL."""
-    if workers > 1 and is_sqlite(storage):
-        raise ConfigError(
-            f"--workers {workers} needs PostgreSQL: pass --storage "
-            "postgresql+psycopg://user:password@host/db (SQLite takes one worker)"
-        )
+def worker_argv(worker: str) -> list[str]:
+    """The command line of a child worker; its settings come on standard input. ``--worker-id``
+    is only a label for ``ps`` (the child checks it against its record)."""
+    return [sys.executable, "-m", "tuner", "child-worker", "--worker-id", worker]
 
 
 def spawn_workers(
@@ -190,16 +196,17 @@ def spawn_workers(
             log = logs / f"worker-{index}.log"
             with log.open("wb") as out:
                 child = subprocess.Popen(
-                    worker_argv(replace(base, options=options)),
+                    worker_argv(options.worker),
+                    stdin=subprocess.PIPE,
                     stdout=out,
                     stderr=subprocess.STDOUT,
                     # Own session: a Ctrl-C reaches only this parent, which then stops each
                     # worker with exactly one SIGTERM, so no second signal cuts its cleanup short.
                     start_new_session=True,
-                    # The URL (with its password) goes by environment: argv shows in `ps`.
-                    env={**os.environ, "COLUMNS": "160", "SPECTUNE_STORAGE": base.storage},
+                    env={**os.environ, "COLUMNS": "160"},
                 )
             children.append((child, log))
+            _hand(child, replace(base, options=options))
         while any(child.poll() is None for child, _ in children):
             if on_tick:
                 on_tick()
@@ -228,3 +235,14 @@ def _terminate(children: Sequence[subprocess.Popen[bytes]], timeout_s: float = 9
         except subprocess.TimeoutExpired:
             child.kill()
             child.wait()
+
+
+def _hand(child: subprocess.Popen[bytes], request: WorkerRequest) -> None:
+    """Writes the child's record on its standard input and closes it (the record is small, far
+    below a pipe's buffer, so this never waits on the child)."""
+    assert child.stdin is not None
+    try:
+        child.stdin.write(request.to_json())
+        child.stdin.close()
+    except BrokenPipeError:  # the child died at once: its exit code and log say why
+        pass

@@ -34,7 +34,7 @@ from tuner.errors import (
 )
 from tuner.results import Endpoint, TrialResult
 from tuner.study.cluster.connect import ray_module
-from tuner.study.workers import check_host_hardware
+from tuner.study.host import check_host_hardware
 from tuner.trial.backends import BackendOptions, backend_factory
 from tuner.trial.record import RunFacts, TrialRecord
 from tuner.trial.runner import TrialRunner
