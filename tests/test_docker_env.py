@@ -96,3 +96,16 @@ def test_a_secret_value_on_the_command_line_stores_nothing(tmp_path: Path) -> No
     assert "looks like a secret" in result.output and len(result.output.strip().splitlines()) == 1
     assert "Traceback" not in result.output
     assert not list(tmp_path.glob("*.db"))
+
+
+def test_ray_slots_get_one_record_with_the_same_settings() -> None:
+    from tuner.study.cluster.slot import SlotRequest
+    from tuner.study.handoff import load_record
+
+    env, names = parse_docker_env(["NCCL_P2P_DISABLE=1", "WANDB_API_KEY"])
+    options = BackendOptions(study="s", docker_env=env, docker_secrets=names, image="img:1")
+    request = SlotRequest("docker", options)
+
+    assert load_record(SlotRequest, request.to_json(), "the slot's record") == request
+    with pytest.raises(ConfigError, match="the slot's record holds no SlotRequest record"):
+        load_record(SlotRequest, b'{"backend": "docker"}', "the slot's record")

@@ -19,16 +19,14 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from functools import cache
 from pathlib import Path
-from typing import Any
 
 from optuna.trial import TrialState
-from pydantic import TypeAdapter
 
 from tuner.catalog.gpus import Hardware
-from tuner.errors import ConfigError, SpectuneError
+from tuner.errors import SpectuneError
 from tuner.study.executor import OnTick, TrialsRun, prepare_this_host
+from tuner.study.handoff import dump_record, load_record
 from tuner.study.host import check_host_hardware
 from tuner.study.paths import StudyPaths
 from tuner.study.prefetch import prefetch_models
@@ -68,13 +66,7 @@ class WorkerRequest:
 
     def to_json(self) -> bytes:
         """The record as JSON; the in-process progress callback stays behind."""
-        own = replace(self, options=replace(self.options, on_startup=None))
-        return _adapter().dump_json(own)
-
-
-@cache
-def _adapter() -> TypeAdapter[Any]:
-    return TypeAdapter(WorkerRequest)
+        return dump_record(replace(self, options=replace(self.options, on_startup=None)))
 
 
 def read_worker_request(text: str | bytes) -> WorkerRequest:
@@ -83,15 +75,7 @@ def read_worker_request(text: str | bytes) -> WorkerRequest:
     Raises:
         ConfigError: it is not such a record (not JSON, a field missing or of the wrong type).
     """
-    try:
-        request: WorkerRequest = _adapter().validate_json(text)
-    except ValueError as exc:  # pydantic's ValidationError is a ValueError
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise ConfigError(
-            f"the worker record on standard input is unreadable ({first}): child-worker runs "
-            "the workers spectune optimize --workers starts; join a study with spectune worker"
-        ) from None
-    return request
+    return load_record(WorkerRequest, text, "the child worker's standard input")
 
 
 def run_worker(

@@ -16,7 +16,7 @@ from typing import Any
 from tuner.config.space import SearchSpace
 from tuner.errors import ConfigError
 from tuner.study.cluster.nodes import NodeGpus, node_options, plan_slots
-from tuner.study.cluster.slot import TrialSlot
+from tuner.study.cluster.slot import SlotRequest, TrialSlot
 from tuner.trial.backends import BackendOptions
 
 __all__ = ["Slot", "SlotPool"]
@@ -61,8 +61,7 @@ class SlotPool:
     ) -> None:
         self.ray = ray
         self.space = space
-        self.backend = backend
-        self.options = options
+        self.record = SlotRequest(backend, options).to_json()  # what every slot is handed
         self.nodes = nodes
         self.start_timeout_s = start_timeout_s
         self.slots: list[Slot] = []
@@ -86,7 +85,7 @@ class SlotPool:
         for node_id in planned:
             handle = self._actor.options(
                 num_gpus=self.space.hardware.count, **node_options(self.ray, node_id)
-            ).remote(self.space, self.backend, self.options, self._numbers)
+            ).remote(self.space, self.record, self._numbers)
             made.append(Slot(self._numbers, handle, node_id, hosts[node_id]))
             self._numbers += 1
         ready = self._wait_ready(made)

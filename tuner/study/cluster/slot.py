@@ -34,14 +34,27 @@ from tuner.errors import (
 )
 from tuner.results import Endpoint, TrialResult
 from tuner.study.cluster.connect import ray_module
+from tuner.study.handoff import dump_record, load_record
 from tuner.study.host import check_host_hardware
 from tuner.trial.backends import BackendOptions, backend_factory
 from tuner.trial.record import RunFacts, TrialRecord
 from tuner.trial.runner import TrialRunner
 
-__all__ = ["SlotResult", "TrialSlot", "WireError"]
+__all__ = ["SlotRequest", "SlotResult", "TrialSlot", "WireError"]
 
 _UNWIND_S = 60.0  # how long a cancelled trial may take to stop its server
+
+
+@dataclass(frozen=True)
+class SlotRequest:
+    """How a slot runs servers: the one record the driver hands each slot (as JSON)."""
+
+    backend: str  # docker, process or sim
+    options: BackendOptions  # the GPUs are Ray's and the worker name the slot's
+
+    def to_json(self) -> bytes:
+        """The record as JSON; the driver's progress callback stays behind."""
+        return dump_record(replace(self, options=replace(self.options, on_startup=None)))
 
 
 @dataclass(frozen=True)
@@ -86,17 +99,16 @@ class TrialSlot:
 
     Args:
         space: the study's search space.
-        backend: ``docker``, ``process`` or ``sim``.
-        options: how servers run (the GPUs are Ray's, the worker name is the slot's).
+        record: a :class:`SlotRequest` as JSON: the backend and how it runs servers.
         slot: the slot's number, for container names and the trials' ``worker``.
 
     Raises:
         ConfigError: NVML names GPUs here that are not the study's.
     """
 
-    def __init__(
-        self, space: SearchSpace, backend: str, options: BackendOptions, slot: int
-    ) -> None:
+    def __init__(self, space: SearchSpace, record: bytes, slot: int) -> None:
+        request = load_record(SlotRequest, record, "the slot's record")
+        options = request.options
         self.gpus = tuple(int(g) for g in ray_module().get_gpu_ids())
         self.host = socket.gethostname()
         self.worker = f"{self.host}/ray-{slot}"
@@ -104,7 +116,7 @@ class TrialSlot:
         self.space = space
         self.study = options.study
         own = replace(options, gpus=self.gpus, worker=f"ray-{slot}")
-        self.backend = backend_factory(backend)(space, own)
+        self.backend = backend_factory(request.backend)(space, own)
         self.runner = TrialRunner.for_space(self.backend, space)
         # The driver's studies folder is on another host: logs stay on this node.
         self.log_dir = Path(tempfile.gettempdir()) / "spectune" / options.study / "logs"
