@@ -14,7 +14,7 @@ from tuner.errors import ConfigError
 from tuner.study.paths import StudyPaths
 from tuner.study.study import study_backend_options
 from tuner.study.workers import WorkerRequest, read_worker_request, worker_argv
-from tuner.trial.backends import BackendOptions, parse_docker_env
+from tuner.trial.backends import BackendOptions, DockerSettings, parse_docker_env
 
 
 def test_values_are_kept_and_bare_keys_pass_by_name() -> None:
@@ -45,14 +45,15 @@ def test_the_study_keeps_values_and_names_never_secret_values(
     study = optuna.create_study(study_name="env")
     paths = StudyPaths.of(tmp_path, "env")
     env, names = parse_docker_env(["NCCL_P2P_DISABLE=1", "WANDB_API_KEY"])
-    given = BackendOptions(study="env", docker_env=env, docker_secrets=names)
+    given = BackendOptions(study="env", settings=DockerSettings(env=env, secrets=names))
 
-    first = study_backend_options(study, given, paths)
-    later = study_backend_options(study, BackendOptions(study="env"), paths)  # a resume
+    first = study_backend_options(study, "docker", given, paths).settings_of(DockerSettings)
+    resumed = study_backend_options(study, "docker", BackendOptions(study="env"), paths)
+    later = resumed.settings_of(DockerSettings)
 
     assert first.vllm_cache == later.vllm_cache == tmp_path / "env" / "vllm-cache"
-    assert later.docker_env == (("NCCL_P2P_DISABLE", "1"),)
-    assert later.docker_secrets == ("HF_TOKEN", "WANDB_API_KEY")
+    assert later.env == (("NCCL_P2P_DISABLE", "1"),)
+    assert later.secrets == ("HF_TOKEN", "WANDB_API_KEY")
     assert "wandb-secret-value" not in json.dumps(study.user_attrs)
 
 
@@ -61,14 +62,14 @@ def test_worker_processes_get_the_same_environment(
 ) -> None:
     monkeypatch.setenv("WANDB_API_KEY", "wandb-secret-value")
     env, names = parse_docker_env(["NCCL_P2P_DISABLE=1", "WANDB_API_KEY"])
-    options = BackendOptions(study="s", docker_env=env, docker_secrets=names, worker="1")
+    options = BackendOptions(study="s", worker="1", settings=DockerSettings(env=env, secrets=names))
     request = WorkerRequest("s", "sqlite:///x.db", "docker", tmp_path, options)
 
     record = request.to_json()  # what the parent writes on the child's standard input
     back = read_worker_request(record)
 
     assert back == request
-    assert (back.options.docker_env, back.options.docker_secrets) == (env, names)
+    assert back.options.settings == DockerSettings(env=env, secrets=names)
     assert b"wandb-secret-value" not in record  # a secret travels by name only
     # The command line carries no setting: only the label ps shows.
     assert worker_argv("1")[-3:] == ["child-worker", "--worker-id", "1"]
@@ -103,7 +104,9 @@ def test_ray_slots_get_one_record_with_the_same_settings() -> None:
     from tuner.study.handoff import load_record
 
     env, names = parse_docker_env(["NCCL_P2P_DISABLE=1", "WANDB_API_KEY"])
-    options = BackendOptions(study="s", docker_env=env, docker_secrets=names, image="img:1")
+    options = BackendOptions(
+        study="s", settings=DockerSettings(env=env, secrets=names, image="img:1")
+    )
     request = SlotRequest("docker", options)
 
     assert load_record(SlotRequest, request.to_json(), "the slot's record") == request

@@ -34,7 +34,7 @@ from tuner.launch import engine, images
 from tuner.results import StartupEvent
 from tuner.study.optimize import OptimizeRequest, optimize
 from tuner.study.prefetch import models_to_fetch, prefetch, weight_files
-from tuner.trial.backends import BackendOptions
+from tuner.trial.backends import BackendOptions, ProcessSettings
 
 TOKEN = "hf_test_secret_token_123"
 CONFIG = json.dumps({"model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"]}).encode()
@@ -314,8 +314,9 @@ def test_a_study_fetches_its_weights_before_it_is_stored_and_before_the_first_st
     events: list[StartupEvent] = []
     options = BackendOptions(
         study="",
-        vllm_command=(sys.executable, "-m", "tuner.sim.server"),
-        ready_timeout_s=60,
+        settings=ProcessSettings(
+            vllm_command=(sys.executable, "-m", "tuner.sim.server"), ready_timeout_s=60
+        ),
         on_startup=events.append,
     )
     request = OptimizeRequest(

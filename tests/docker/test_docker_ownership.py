@@ -29,7 +29,7 @@ from tuner.launch.engine import RunOwner
 from tuner.study.optimize import OptimizeRequest, optimize
 from tuner.study.paths import default_storage
 from tuner.study.storage import open_storage, study_names
-from tuner.trial.backends import BackendOptions
+from tuner.trial.backends import BackendOptions, DockerSettings
 
 pytestmark = pytest.mark.docker
 
@@ -170,7 +170,9 @@ def test_another_studys_live_container_on_our_gpus_is_named_before_anything_is_s
         backend="docker",
         trials=2,
         studies_dir=tmp_path,
-        backend_options=BackendOptions(study="", image=test_image, gpus=(1,)),
+        backend_options=BackendOptions(
+            study="", gpus=(1,), settings=DockerSettings(image=test_image)
+        ),
         prefetch=False,
     )
     with pytest.raises(ConfigError) as refused:

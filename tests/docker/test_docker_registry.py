@@ -29,7 +29,7 @@ from tuner.launch.images import PULLING, ensure_image
 from tuner.results import StartupEvent
 from tuner.study.optimize import OptimizeRequest, optimize
 from tuner.study.paths import default_storage
-from tuner.trial.backends import BackendOptions
+from tuner.trial.backends import BackendOptions, DockerSettings
 
 pytestmark = pytest.mark.docker
 
@@ -106,13 +106,15 @@ def test_a_study_pulls_a_missing_image_before_it_stores_anything(
 
     options = BackendOptions(
         study="",
-        image=pushed,
         gpus=(),
-        docker_entrypoint=(PYTHON, "-m", "tuner.sim.server"),
-        docker_volumes=tuple(host_volumes(tmp_path / "container-tmp").items()),
-        docker_env=(("SPECTUNE_SIM_FAULT", "slow-start=2"),),
-        ready_timeout_s=60,
-        request_timeout_s=5,
+        settings=DockerSettings(
+            image=pushed,
+            entrypoint=(PYTHON, "-m", "tuner.sim.server"),
+            volumes=tuple(host_volumes(tmp_path / "container-tmp").items()),
+            env=(("SPECTUNE_SIM_FAULT", "slow-start=2"),),
+            ready_timeout_s=60,
+            request_timeout_s=5,
+        ),
         on_startup=on_startup,
     )
     optimize(

@@ -22,7 +22,7 @@ from tuner.study.optimize import OptimizeRequest, optimize
 from tuner.study.paths import default_storage
 from tuner.study.storage import open_storage
 from tuner.study.study import make_sampler, open_study
-from tuner.trial.backends import BackendOptions
+from tuner.trial.backends import BackendOptions, DockerSettings
 
 pytestmark = pytest.mark.docker
 
@@ -76,12 +76,14 @@ def run_study(
         volumes = host_volumes(tmp_path / "container-tmp")
         options = BackendOptions(
             study="",
-            image=test_image,
             gpus=(),
-            docker_entrypoint=(project_python, "-m", "tuner.sim.server"),
-            docker_volumes=tuple(volumes.items()),
-            ready_timeout_s=60,
-            request_timeout_s=3,
+            settings=DockerSettings(
+                image=test_image,
+                entrypoint=(project_python, "-m", "tuner.sim.server"),
+                volumes=tuple(volumes.items()),
+                ready_timeout_s=60,
+                request_timeout_s=3,
+            ),
         )
         result = optimize(
             OptimizeRequest(

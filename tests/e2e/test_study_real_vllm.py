@@ -54,7 +54,7 @@ from tuner.study.optimize import OptimizeRequest, optimize
 from tuner.study.paths import default_storage
 from tuner.study.storage import open_storage
 from tuner.study.study import make_sampler, open_study
-from tuner.trial.backends import BackendOptions
+from tuner.trial.backends import BackendOptions, ProcessSettings
 from tuner.trial.record import TrialRecord, records
 from tuner.trial.scoring import TrialStatus
 
@@ -143,7 +143,9 @@ def test_a_study_on_real_vllm_measures_every_method_and_its_twin_learns(
             {"draft": method, "num_speculative_tokens": k, "temperature": temperature}
         )
     command = server_prefix + vllm_command()
-    options = BackendOptions(study="", vllm_command=command, ready_timeout_s=300)
+    options = BackendOptions(
+        study="", settings=ProcessSettings(vllm_command=command, ready_timeout_s=300)
+    )
     # No confirmation runs: each would be one more real start (about 30 s on 2 cores); the
     # confirmation path itself is tested on the simulator and the fake server.
     request = OptimizeRequest(
@@ -208,7 +210,8 @@ def test_a_goodput_study_on_real_vllm_climbs_its_rates_on_one_server(
     del raw["search"]["temperature"]
     space = space_from_dict(raw)
     options = BackendOptions(
-        study="", vllm_command=server_prefix + vllm_command(), ready_timeout_s=300
+        study="",
+        settings=ProcessSettings(vllm_command=server_prefix + vllm_command(), ready_timeout_s=300),
     )
     request = OptimizeRequest(
         "tiny-goodput", space, "process", 1, tmp_path, backend_options=options, confirm_top=0
@@ -262,7 +265,8 @@ def test_on_real_vllm_a_losing_trial_stops_early_and_is_pruned_after_its_first_p
     for temperature in (0.0, 1.0):
         study.enqueue_trial({"draft": "ngram", "temperature": temperature})
     options = BackendOptions(
-        study="", vllm_command=server_prefix + vllm_command(), ready_timeout_s=300
+        study="",
+        settings=ProcessSettings(vllm_command=server_prefix + vllm_command(), ready_timeout_s=300),
     )
     request = OptimizeRequest(
         "tiny-rounds",

@@ -11,7 +11,7 @@ import yaml
 
 from tuner.config.space import SearchSpace, load_space
 from tuner.study.optimize import OptimizeRequest
-from tuner.trial.backends import BackendOptions
+from tuner.trial.backends import BackendOptions, ProcessSettings
 
 FAKE_VLLM = (sys.executable, "-m", "tuner.sim.server")
 SMALL_SPACE: dict[str, Any] = {
@@ -60,7 +60,10 @@ def fake_request(tmp_path: Path, space: SearchSpace, trials: int) -> OptimizeReq
         confirm_top=0,
         prefetch=False,  # the fake server loads no weights
         backend_options=BackendOptions(
-            study="", vllm_command=FAKE_VLLM, request_timeout_s=5.0, ready_timeout_s=60.0
+            study="",
+            settings=ProcessSettings(
+                vllm_command=FAKE_VLLM, request_timeout_s=5.0, ready_timeout_s=60.0
+            ),
         ),
     )
 

@@ -20,6 +20,7 @@ __all__ = ["calibrate_command"]
 
 @app.command("calibrate")
 @handle_errors
+@opt.with_backend_flags
 def calibrate_command(
     hardware: opt.Hardware = None,
     gpu_spec: opt.GpuSpecFile = None,
@@ -31,14 +32,7 @@ def calibrate_command(
     studies_dir: opt.StudiesDir = Path("studies"),
     seed: opt.Seed = 0,
     gpus: opt.Gpus = None,
-    vllm_command: opt.VllmCommand = "vllm",
-    image: opt.Image = None,
-    docker_volume: opt.DockerVolume = None,
-    docker_env: opt.DockerEnv = None,
-    docker_entrypoint: opt.DockerEntrypoint = "vllm",
-    sim_speed: opt.SimSpeed = None,
-    ready_timeout: opt.ReadyTimeout = 900.0,
-    request_timeout: opt.RequestTimeout = 120.0,
+    flags: opt.BackendFlags = opt.DECLARED,
     as_json: opt.Json = False,
 ) -> None:
     """Fit the host's twin on a few designed launches; later studies and estimates start from it."""
@@ -53,19 +47,7 @@ def calibrate_command(
     loaded = load_space(space)
     if hardware is not None:
         loaded = loaded.with_hardware(parse_hardware(hardware))
-    options = opt.backend_options(
-        "calibrate",
-        seed,
-        gpus=gpus,
-        vllm_command=vllm_command,
-        image=image,
-        docker_volume=docker_volume,
-        docker_env=docker_env,
-        docker_entrypoint=docker_entrypoint,
-        sim_speed=sim_speed,
-        ready_timeout=ready_timeout,
-        request_timeout=request_timeout,
-    )
+    options = flags.options(backend, "calibrate", seed, gpus)
     built = backend_factory(backend)(loaded, options)
 
     def show(outcome: TrialOutcome) -> None:

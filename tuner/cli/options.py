@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import shlex
+import functools
+import inspect
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, ParamSpec, TypeVar
 
 import typer
 from pydantic import TypeAdapter
@@ -17,6 +18,7 @@ from tuner.config.bounds import check_value
 from tuner.config.local_paths import absolute
 from tuner.errors import ConfigError
 from tuner.study.paths import absolute_storage
+from tuner.trial.backends.settings import FLAGS, Flag, settings_from_flags
 
 if TYPE_CHECKING:  # the backends load the simulator and the search space: not for --help
     from tuner.trial.backends import BackendOptions
@@ -24,31 +26,26 @@ if TYPE_CHECKING:  # the backends load the simulator and the search space: not f
 __all__ = [
     "BACKEND_PANEL",
     "BUDGET_PANEL",
+    "DECLARED",
     "OUTPUT_PANEL",
     "SPACE_PANEL",
     "STUDY_PANEL",
     "Backend",
+    "BackendFlags",
     "BatchTokens",
     "Concurrency",
-    "DockerEntrypoint",
-    "DockerEnv",
-    "DockerVolume",
     "GpuMemoryUtilization",
     "GpuSpecFile",
     "Gpus",
     "Hardware",
-    "Image",
     "InputTokens",
     "Json",
     "MaxModelLen",
     "OutputTokens",
     "Plan",
     "Prefetch",
-    "ReadyTimeout",
-    "RequestTimeout",
     "Sampler",
     "Seed",
-    "SimSpeed",
     "SpecTokens",
     "Storage",
     "StudiesDir",
@@ -56,11 +53,13 @@ __all__ = [
     "Temperature",
     "TimeBudget",
     "Trials",
-    "VllmCommand",
-    "backend_options",
     "bounded",
     "parse_gpus",
+    "with_backend_flags",
 ]
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 # The panels `--help` groups options in (typer's rich_help_panel).
@@ -205,49 +204,6 @@ Seed = Annotated[
         STUDY_PANEL,
     ),
 ]
-VllmCommand = Annotated[
-    str,
-    typer.Option(
-        "--vllm-command",
-        help="process backend: the vLLM executable to run.",
-        rich_help_panel=BACKEND_PANEL,
-    ),
-]
-Image = Annotated[
-    str | None,
-    typer.Option(
-        "--image",
-        help="docker backend: vLLM image (default: the space's vllm.image).",
-        rich_help_panel=BACKEND_PANEL,
-    ),
-]
-DockerVolume = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--docker-volume",
-        help="docker backend: extra HOST:CONTAINER[:ro] mount "
-        "(repeatable), e.g. a local model folder.",
-        rich_help_panel=BACKEND_PANEL,
-    ),
-]
-DockerEnv = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--docker-env",
-        help="docker backend: container environment KEY=VALUE (repeatable, stored with the "
-        "study), e.g. NCCL_P2P_DISABLE=1; a bare KEY passes this shell's value by name "
-        "(secrets: never stored).",
-        rich_help_panel=BACKEND_PANEL,
-    ),
-]
-DockerEntrypoint = Annotated[
-    str,
-    typer.Option(
-        "--docker-entrypoint",
-        help="docker backend: command that runs vLLM.",
-        rich_help_panel=BACKEND_PANEL,
-    ),
-]
 Prefetch = Annotated[
     bool,
     typer.Option(
@@ -258,39 +214,12 @@ Prefetch = Annotated[
         rich_help_panel=BACKEND_PANEL,
     ),
 ]
-SimSpeed = Annotated[
-    float | None,
-    bounded(
-        "--sim-speed",
-        bounds.SimSpeed,
-        "sim backend: simulated seconds per wall second, > 0 (default: no waiting).",
-        BACKEND_PANEL,
-    ),
-]
-ReadyTimeout = Annotated[
-    float,
-    bounded(
-        "--ready-timeout",
-        bounds.Seconds,
-        "Seconds a server may take to become ready (> 0).",
-        BACKEND_PANEL,
-    ),
-]
 Gpus = Annotated[
     str | None,
     typer.Option(
         "--gpus",
         help="GPU indices to use, e.g. 0,1; `none` for a CPU-only host (default: all).",
         rich_help_panel=BACKEND_PANEL,
-    ),
-]
-RequestTimeout = Annotated[
-    float,
-    bounded(
-        "--request-timeout",
-        bounds.Seconds,
-        "Seconds one benchmark request may take (> 0).",
-        BACKEND_PANEL,
     ),
 ]
 Trials = Annotated[
@@ -340,49 +269,65 @@ OutputTokens = Annotated[
 ]
 
 
-def backend_options(  # noqa: PLR0913  (one keyword per backend option the CLI declares)
-    study: str,
-    seed: int,
-    *,
-    gpus: str | None,
-    vllm_command: str,
-    image: str | None,
-    docker_volume: list[str] | None,
-    docker_entrypoint: str,
-    sim_speed: float | None,
-    ready_timeout: float,
-    request_timeout: float,
-    docker_env: list[str] | None = None,
-) -> BackendOptions:
-    """The backend flags shared by optimize, worker and confirm, as BackendOptions."""
-    from tuner.trial.backends import BackendOptions, parse_docker_env, parse_volume
+class BackendFlags:
+    """The backend flags' values as a command got them (:func:`with_backend_flags`)."""
 
-    env, by_name = parse_docker_env(docker_env or ())
-    return BackendOptions(
-        study=study,
-        seed=seed,
-        gpus=None if gpus is None else parse_gpus(gpus),
-        vllm_command=_split("--vllm-command", vllm_command),
-        image=image,
-        docker_entrypoint=_split("--docker-entrypoint", docker_entrypoint),
-        docker_volumes=tuple(parse_volume(v) for v in docker_volume or ()),
-        docker_env=env,
-        docker_secrets=by_name,
-        ready_timeout_s=ready_timeout,
-        request_timeout_s=request_timeout,
-        sim_speed=sim_speed,
+    def __init__(self, given: dict[str, Any]) -> None:
+        self.given = given
+
+    def options(
+        self, backend: str, study: str, seed: int, gpus: str | None = None
+    ) -> BackendOptions:
+        """How ``backend`` runs servers: its own settings from its own flags (the others'
+        flags are not read), on ``--gpus``."""
+        from tuner.trial.backends import BackendOptions
+
+        return BackendOptions(
+            study=study,
+            seed=seed,
+            gpus=None if gpus is None else parse_gpus(gpus),
+            settings=settings_from_flags(backend, self.given),
+        )
+
+
+# The default a command's ``flags`` parameter names: with_backend_flags always replaces it.
+DECLARED = BackendFlags({})
+
+
+def with_backend_flags(command: Callable[P, R]) -> Callable[P, R]:
+    """Declares every backend's flags (:data:`tuner.trial.backends.settings.FLAGS`, each once)
+    on ``command`` in place of its ``flags: BackendFlags`` parameter, and hands it their values
+    as that one parameter; so a flag is declared in one place for every command that runs
+    servers. Typer reads the command's ``__signature__``."""
+    signature = inspect.signature(command, eval_str=True)
+    names = tuple(flag.param for flag in FLAGS)
+    parameters: list[inspect.Parameter] = []
+    for parameter in signature.parameters.values():
+        parameters += [_parameter(f) for f in FLAGS] if parameter.name == "flags" else [parameter]
+
+    @functools.wraps(command)
+    def run(*args: P.args, **kwargs: P.kwargs) -> R:
+        kwargs["flags"] = BackendFlags({name: kwargs.pop(name) for name in names})
+        return command(*args, **kwargs)
+
+    declared = signature.replace(parameters=parameters)
+    run.__signature__ = declared  # type: ignore[attr-defined]
+    run.__annotations__ = {p.name: p.annotation for p in parameters}
+    return run
+
+
+def _parameter(flag: Flag) -> inspect.Parameter:
+    info = (
+        typer.Option(flag.flag, help=flag.help, rich_help_panel=BACKEND_PANEL)
+        if flag.bound is None
+        else bounded(flag.flag, flag.bound, flag.help, BACKEND_PANEL)
     )
-
-
-def _split(flag: str, command: str) -> tuple[str, ...]:
-    """A command line as a shell splits it; ConfigError for one no shell would run."""
-    try:
-        argv = tuple(shlex.split(command))
-    except ValueError as exc:  # an unclosed quote
-        raise ConfigError(f"{flag} {command!r}: {exc}; quote it as a shell would") from None
-    if not argv:
-        raise ConfigError(f"{flag} is empty: name the program that runs vLLM, e.g. {flag} vllm")
-    return argv
+    return inspect.Parameter(
+        flag.param,
+        inspect.Parameter.POSITIONAL_OR_KEYWORD,
+        default=flag.default,
+        annotation=Annotated[flag.kind, info],
+    )
 
 
 def parse_gpus(text: str) -> tuple[int, ...]:

@@ -14,7 +14,6 @@ from tuner.analysis.confirmed import Confirmed, Run
 from tuner.analysis.pick_names import DEFAULT_PICK, PICKS
 from tuner.cli import options as opt
 from tuner.cli.app import app, console, err_console, handle_errors, print_json
-from tuner.cli.options import backend_options
 from tuner.cli.render import confirm_run_line, confirmed_table
 from tuner.config import bounds
 from tuner.errors import ConfigError
@@ -200,6 +199,7 @@ def _check_port(host: str, port: int) -> None:
 
 @app.command("confirm")
 @handle_errors
+@opt.with_backend_flags
 def confirm_command(
     name: Name,
     top: Annotated[int, opt.bounded("--top", bounds.Picks, "Configs to confirm (0: none).")] = 3,
@@ -216,15 +216,8 @@ def confirm_command(
     storage: opt.Storage = None,
     studies_dir: opt.StudiesDir = Path("studies"),
     seed: opt.Seed = 0,
-    vllm_command: opt.VllmCommand = "vllm",
-    image: opt.Image = None,
-    docker_volume: opt.DockerVolume = None,
-    docker_env: opt.DockerEnv = None,
-    docker_entrypoint: opt.DockerEntrypoint = "vllm",
     gpus: opt.Gpus = None,
-    sim_speed: opt.SimSpeed = None,
-    ready_timeout: opt.ReadyTimeout = 900.0,
-    request_timeout: opt.RequestTimeout = 120.0,
+    flags: opt.BackendFlags = opt.DECLARED,
     as_json: opt.Json = False,
 ) -> None:
     """Measure the best configs again on fresh servers; export and report use the means."""
@@ -235,20 +228,8 @@ def confirm_command(
 
     study, space, _, paths = _open(name, storage, studies_dir)
     chosen = backend or _default_backend(study)
-    options = backend_options(
-        name,
-        seed,
-        gpus=gpus,
-        vllm_command=vllm_command,
-        image=image,
-        docker_volume=docker_volume,
-        docker_env=docker_env,
-        docker_entrypoint=docker_entrypoint,
-        sim_speed=sim_speed,
-        ready_timeout=ready_timeout,
-        request_timeout=request_timeout,
-    )
-    runner = backend_factory(chosen)(space, study_backend_options(study, options, paths))
+    options = flags.options(chosen, name, seed, gpus)
+    runner = backend_factory(chosen)(space, study_backend_options(study, chosen, options, paths))
 
     def on_run(number: int, repeat: int, run: Run) -> None:
         if not as_json:

@@ -18,7 +18,6 @@ from tuner.analysis.infeasible import infeasible_reasons
 from tuner.catalog.gpus import parse_hardware
 from tuner.cli import options as opt
 from tuner.cli.app import app, console, handle_errors, print_json, warn
-from tuner.cli.options import backend_options
 from tuner.cli.render import (
     confirm_run_line,
     confirmed_table,
@@ -61,6 +60,7 @@ def _build_space(
 
 @app.command("optimize")
 @handle_errors
+@opt.with_backend_flags
 def optimize_command(
     study: opt.StudyName = None,
     storage: opt.Storage = None,
@@ -132,15 +132,8 @@ def optimize_command(
             rich_help_panel=opt.BACKEND_PANEL,
         ),
     ] = 1,
-    vllm_command: opt.VllmCommand = "vllm",
-    image: opt.Image = None,
-    docker_volume: opt.DockerVolume = None,
-    docker_env: opt.DockerEnv = None,
-    docker_entrypoint: opt.DockerEntrypoint = "vllm",
+    flags: opt.BackendFlags = opt.DECLARED,
     prefetch: opt.Prefetch = True,
-    sim_speed: opt.SimSpeed = None,
-    ready_timeout: opt.ReadyTimeout = 900.0,
-    request_timeout: opt.RequestTimeout = 120.0,
     confirm_top: Annotated[
         int,
         opt.bounded(
@@ -174,19 +167,7 @@ def optimize_command(
     explicit = any(v is not None for v in (space, hardware, slo_ttft_ms, vllm_version))
     built = _build_space(space, hardware, slo_ttft_ms, vllm_version)
     name = study or built.name
-    options = backend_options(
-        name,
-        seed,
-        gpus=gpus,
-        vllm_command=vllm_command,
-        image=image,
-        docker_volume=docker_volume,
-        docker_env=docker_env,
-        docker_entrypoint=docker_entrypoint,
-        sim_speed=sim_speed,
-        ready_timeout=ready_timeout,
-        request_timeout=request_timeout,
-    )
+    options = flags.options(backend, name, seed, gpus)
     starting = Text("", style="dim")  # the live table's line on the server start in progress
     if not as_json:
         options = replace(options, on_startup=lambda event: _show_startup(starting, event))

@@ -12,7 +12,6 @@ from tuner.catalog.gpus import parse_hardware
 from tuner.catalog.nvml import gpu_names
 from tuner.cli import options as opt
 from tuner.cli.app import app, console, handle_errors
-from tuner.cli.options import backend_options
 from tuner.study.paths import absolute_storage
 
 __all__ = ["child_worker_command", "worker_command"]
@@ -20,6 +19,7 @@ __all__ = ["child_worker_command", "worker_command"]
 
 @app.command("worker")
 @handle_errors
+@opt.with_backend_flags
 def worker_command(
     study: Annotated[str, typer.Option("--study", help="The study to join (must exist).")],
     storage: Annotated[
@@ -41,35 +41,13 @@ def worker_command(
     ] = "0",
     sampler: opt.Sampler = "spectune",
     seed: opt.Seed = 0,
-    vllm_command: opt.VllmCommand = "vllm",
-    image: opt.Image = None,
-    docker_volume: opt.DockerVolume = None,
-    docker_env: opt.DockerEnv = None,
-    docker_entrypoint: opt.DockerEntrypoint = "vllm",
+    flags: opt.BackendFlags = opt.DECLARED,
     prefetch: opt.Prefetch = True,
-    sim_speed: opt.SimSpeed = None,
-    ready_timeout: opt.ReadyTimeout = 900.0,
-    request_timeout: opt.RequestTimeout = 120.0,
 ) -> None:
     """Join an existing study from this host and run trials until its budget is used up."""
     from tuner.study.workers import WorkerRequest, run_worker
 
-    options = replace(
-        backend_options(
-            study,
-            seed,
-            gpus=gpus,
-            vllm_command=vllm_command,
-            image=image,
-            docker_volume=docker_volume,
-            docker_env=docker_env,
-            docker_entrypoint=docker_entrypoint,
-            sim_speed=sim_speed,
-            ready_timeout=ready_timeout,
-            request_timeout=request_timeout,
-        ),
-        worker=worker_id,
-    )
+    options = replace(flags.options(backend, study, seed, gpus), worker=worker_id)
     request = WorkerRequest(study, storage, backend, studies_dir, options, sampler, prefetch)
     declared = None if hardware is None else parse_hardware(hardware)
     run_worker(request, declared, gpu_names(options.gpus) if backend != "sim" else None)

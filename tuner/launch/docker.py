@@ -34,6 +34,7 @@ from docker.models.containers import Container
 from tuner.config.trial import LaunchContext, ServerConfig
 from tuner.config.vllm_args import VllmVersion, server_argv, version_from_image
 from tuner.errors import EngineUnavailable, LaunchError
+from tuner.launch.base import READY_TIMEOUT_S
 from tuner.launch.containers import (
     LABEL_GPUS,
     LABEL_RUN,
@@ -116,7 +117,7 @@ class DockerLauncher:
         hf_cache: Path | None = None,
         env_passthrough: Sequence[str] = ("HF_TOKEN",),
         version: VllmVersion | None = None,
-        ready_timeout_s: float = 900.0,
+        ready_timeout_s: float = READY_TIMEOUT_S,
         entrypoint: Sequence[str] = ("vllm",),
         subcommand: Sequence[str] = ("serve",),
         volumes: Mapping[str, str] | None = None,

@@ -44,6 +44,7 @@ from tuner.config.vllm_args import (
     server_argv,
 )
 from tuner.errors import ConfigError, LaunchError, StartupFailure
+from tuner.launch.base import READY_TIMEOUT_S
 from tuner.launch.exit_hooks import run_at_exit
 from tuner.launch.failures import ServerEnd, Stage
 from tuner.launch.guardian import dismiss_guardian, spawn_guardian
@@ -217,7 +218,7 @@ class ProcessLauncher:
         command: Sequence[str] = ("vllm",),
         version: VllmVersion | None = None,
         host: str = "127.0.0.1",
-        ready_timeout_s: float = 600.0,
+        ready_timeout_s: float = READY_TIMEOUT_S,
         env: Mapping[str, str] | None = None,
         stop_timeout_s: float = 20,
         *,

@@ -77,6 +77,12 @@ def check_request(request: OptimizeRequest) -> None:
             f"{MAX_SEED}, the largest Optuna takes; use a seed up to {highest}"
         )
     make_sampler(request.sampler, request.seed)
+    settings = request.backend_options.settings
+    if settings is not None and settings.backend != request.backend:
+        raise ConfigError(
+            f"--backend {request.backend} with {settings.backend} backend settings: build "
+            f"them for --backend {request.backend}, or run --backend {settings.backend}"
+        )
     backend_factory(request.backend)
     if request.ray is not None:
         check_ray_options(request.ray, request.workers)

@@ -53,7 +53,7 @@ from tuner.study.study import (
 )
 from tuner.study.twin_calibrate import seed_study
 from tuner.study.workers import LocalWorkers
-from tuner.trial.backends import Backend, BackendFactory, BackendOptions
+from tuner.trial.backends import Backend, BackendFactory, BackendOptions, ProcessSettings
 from tuner.trial.record import TrialRecord, stored_space
 
 __all__ = ["OptimizeResult", "StudyRun", "write_best"]
@@ -133,7 +133,7 @@ class StudyRun:
             storage = storage or open_storage(url)
         check_resume(request.study, storage, space, request.backend)
         if request.backend == "process" and request.ray is None:  # Ray nodes have their own
-            _check_program(request.backend_options.vllm_command)
+            _check_program(request.backend_options.settings_of(ProcessSettings).vllm_command)
         _check_gpus_per_trial(request.gpus_per_trial, space)
         budget = None
         if request.time_budget_s is not None:  # too short for a trial: nothing stored
@@ -176,7 +176,7 @@ class StudyRun:
         if self.on_notice is not None and runners:
             self.on_notice(runners)
         self.paths.folder.mkdir(parents=True, exist_ok=True)
-        self.options = study_backend_options(self.study, self.options, self.paths)
+        self.options = study_backend_options(self.study, request.backend, self.options, self.paths)
         extend_budget(self.study, request.trials)
 
     def warm_start(self) -> None:

@@ -39,7 +39,7 @@ from tuner.study.storage import (
     study_exists,
     study_names,
 )
-from tuner.trial.backends import Backend, BackendOptions
+from tuner.trial.backends import Backend, BackendOptions, DockerSettings
 from tuner.trial.record import (
     BUDGET_ATTR,
     RUN_ATTR,
@@ -219,26 +219,28 @@ DOCKER_ENV_ATTR = "docker_env"
 
 
 def study_backend_options(
-    study: optuna.Study, options: BackendOptions, paths: StudyPaths
+    study: optuna.Study, backend: str, options: BackendOptions, paths: StudyPaths
 ) -> BackendOptions:
-    """``options`` with what the study keeps for every run and worker: its vLLM cache folder,
-    and the ``--docker-env`` of the run that gave one (stored on first use; later runs and
-    workers that give none get it back). Secrets are stored by name only, never their values.
+    """``options`` with what a docker study keeps for every run and worker: its vLLM cache
+    folder, and the ``--docker-env`` of the run that gave one (stored on first use; later runs
+    and workers that give none get it back). Secrets are stored by name only, never their
+    values. The other backends keep nothing.
     """
-    given = bool(options.docker_env) or options.docker_secrets != BackendOptions.docker_secrets
+    if backend != "docker":
+        return options
+    settings = options.settings_of(DockerSettings)
+    given = bool(settings.env) or settings.secrets != DockerSettings().secrets
     stored = study.user_attrs.get(DOCKER_ENV_ATTR)
     if given:
         study.set_user_attr(
-            DOCKER_ENV_ATTR,
-            {"env": dict(options.docker_env), "by_name": list(options.docker_secrets)},
+            DOCKER_ENV_ATTR, {"env": dict(settings.env), "by_name": list(settings.secrets)}
         )
     elif stored:
-        options = replace(
-            options,
-            docker_env=tuple(stored["env"].items()),
-            docker_secrets=tuple(stored["by_name"]),
+        settings = replace(
+            settings, env=tuple(stored["env"].items()), secrets=tuple(stored["by_name"])
         )
-    return replace(options, vllm_cache=options.vllm_cache or paths.vllm_cache)
+    settings = replace(settings, vllm_cache=settings.vllm_cache or paths.vllm_cache)
+    return replace(options, settings=settings)
 
 
 def extend_budget(study: optuna.Study, trials: int) -> int:

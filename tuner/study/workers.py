@@ -102,7 +102,7 @@ def run_worker(
     options = StudyOptions(
         None, request.options.seed, paths.logs, space.ttft_limit_ms, worker=request.options.worker
     )
-    backend_options = study_backend_options(study, request.options, paths)
+    backend_options = study_backend_options(study, request.backend, request.options, paths)
     run_trials(study, space, build_backend(space, backend_options), options)
 
 

@@ -15,13 +15,21 @@ labelled with its :attr:`Backend.source`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Protocol
+from typing import Annotated, Protocol, TypeVar
+
+from pydantic import Field
 
 from tuner.config.space import SearchSpace
 from tuner.config.trial import LaunchContext, ServerConfig, TrialConfig
 from tuner.config.vllm_args import VllmVersion, parse_version
+from tuner.errors import ConfigError
 from tuner.results import Endpoint, OnStartup, Source, TrialResult
+from tuner.trial.backends.settings import (
+    BackendSettings,
+    DockerSettings,
+    ProcessSettings,
+    SimSettings,
+)
 from tuner.trial.run_facts import RunFacts
 
 __all__ = ["Backend", "BackendOptions", "explicit_version"]
@@ -71,26 +79,37 @@ class Backend(Protocol):
         ...
 
 
+S = TypeVar("S", SimSettings, ProcessSettings, DockerSettings)
+
+
 @dataclass(frozen=True)
 class BackendOptions:
-    """How one worker runs servers; the search space says what they run."""
+    """Where one worker runs servers, and the chosen backend's own settings; the search space
+    says what they run."""
 
     study: str
     seed: int = 0
     gpus: tuple[int, ...] | None = None  # GPU indices this worker may use (None: all)
     worker: str = "0"  # tells one study's workers on a host apart (container names, labels)
-    vllm_command: tuple[str, ...] = ("vllm",)  # process backend
-    image: str | None = None  # docker backend; default: the space's vllm image
-    docker_entrypoint: tuple[str, ...] = ("vllm",)
-    docker_volumes: tuple[tuple[str, str], ...] = ()  # (host path, "container path[:ro]")
-    docker_env: tuple[tuple[str, str], ...] = ()  # non-secret container environment
-    docker_secrets: tuple[str, ...] = ("HF_TOKEN",)  # passed by name from this environment
-    vllm_cache: Path | None = None  # host folder kept as the containers' ~/.cache/vllm
-    ready_timeout_s: float = 900.0
-    request_timeout_s: float = 120.0  # one request; a hung server fails the trial after this
-    sim_speed: float | None = None  # sim: simulated seconds per wall second; None: no waiting
+    # The chosen backend's settings (tuner.trial.backends.settings); None: its defaults.
+    settings: Annotated[BackendSettings | None, Field(discriminator="backend")] = None
     # Where a start reports its phases (the CLI's live table); in-process runs only.
     on_startup: OnStartup | None = field(default=None, compare=False, repr=False)
+
+    def settings_of(self, kind: type[S]) -> S:
+        """The settings, of the backend that builds from them (its defaults if none are set).
+
+        Raises:
+            ConfigError: they are another backend's.
+        """
+        if self.settings is None:
+            return kind()
+        if not isinstance(self.settings, kind):
+            raise ConfigError(
+                f"{self.settings.backend} backend settings given to the {kind().backend} "
+                f"backend: pass --backend {self.settings.backend}, or that backend's flags"
+            )
+        return self.settings
 
 
 def explicit_version(space: SearchSpace) -> VllmVersion | None:

@@ -26,6 +26,7 @@ from tuner.launch.docker import DockerLauncher
 from tuner.results import Endpoint, TrialResult
 from tuner.trial.backends.base import BackendOptions, explicit_version
 from tuner.trial.backends.served import ServedBackend
+from tuner.trial.backends.settings import DockerSettings
 from tuner.trial.run_facts import RunFacts
 
 __all__ = ["DockerBackend"]
@@ -64,20 +65,21 @@ class DockerBackend(ServedBackend):
     @classmethod
     def build(cls, space: SearchSpace, options: BackendOptions) -> DockerBackend:
         """The backend ``--backend docker`` runs: the image on the worker's GPUs."""
+        settings = options.settings_of(DockerSettings)
         launcher = DockerLauncher(
-            options.image or space.vllm_image,
+            settings.image or space.vllm_image,
             study=options.study,
             gpus=options.gpus,
             version=explicit_version(space),
-            ready_timeout_s=options.ready_timeout_s,
-            entrypoint=options.docker_entrypoint,
-            volumes=dict(options.docker_volumes) or None,
-            environment=dict(options.docker_env) or None,
-            env_passthrough=options.docker_secrets,
-            vllm_cache=options.vllm_cache,
+            ready_timeout_s=settings.ready_timeout_s,
+            entrypoint=settings.entrypoint,
+            volumes=dict(settings.volumes) or None,
+            environment=dict(settings.env) or None,
+            env_passthrough=settings.secrets,
+            vllm_cache=settings.vllm_cache,
             on_startup=options.on_startup,
         )
-        return cls(launcher, request_timeout_s=options.request_timeout_s)
+        return cls(launcher, request_timeout_s=settings.request_timeout_s)
 
     def facts(self, space: SearchSpace) -> RunFacts:
         return replace(super().facts(space), image=self.launcher.image)

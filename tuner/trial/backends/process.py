@@ -10,6 +10,7 @@ from tuner.config.space import SearchSpace
 from tuner.launch.process import ProcessLauncher
 from tuner.trial.backends.base import BackendOptions, explicit_version
 from tuner.trial.backends.served import ServedBackend
+from tuner.trial.backends.settings import ProcessSettings
 
 __all__ = ["ProcessBackend"]
 
@@ -25,17 +26,18 @@ class ProcessBackend(ServedBackend):
 
     @classmethod
     def build(cls, space: SearchSpace, options: BackendOptions) -> ProcessBackend:
-        """The backend ``--backend process`` runs: ``options.vllm_command`` on its GPUs."""
+        """The backend ``--backend process`` runs: its vLLM command on the worker's GPUs."""
+        settings = options.settings_of(ProcessSettings)
         env = (
             {}
             if options.gpus is None
             else {"CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in options.gpus)}
         )
         launcher = ProcessLauncher(
-            options.vllm_command,
+            settings.vllm_command,
             version=explicit_version(space),
-            ready_timeout_s=options.ready_timeout_s,
+            ready_timeout_s=settings.ready_timeout_s,
             env=env,
             on_startup=options.on_startup,
         )
-        return cls(launcher, request_timeout_s=options.request_timeout_s)
+        return cls(launcher, request_timeout_s=settings.request_timeout_s)

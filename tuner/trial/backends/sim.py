@@ -33,6 +33,7 @@ from tuner.sim.engine import simulate
 from tuner.sim.memory import estimate_memory
 from tuner.sim.server.args import ConfigValidationError, parse_serve_args
 from tuner.trial.backends.base import BackendOptions
+from tuner.trial.backends.settings import SimSettings
 from tuner.trial.run_facts import RunFacts
 
 __all__ = ["SimBackend"]
@@ -61,7 +62,7 @@ class SimBackend:
     @classmethod
     def build(cls, space: SearchSpace, options: BackendOptions) -> SimBackend:
         """The backend ``--backend sim`` runs: the space's hardware."""
-        return cls(space.hardware, options.seed, options.sim_speed)
+        return cls(space.hardware, options.seed, options.settings_of(SimSettings).speed)
 
     def start(self, server: ServerConfig, context: LaunchContext) -> Endpoint:
         del context  # nothing to name or log
