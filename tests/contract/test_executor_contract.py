@@ -18,6 +18,7 @@ from tuner.config.space import load_space
 from tuner.results import Source
 from tuner.study.executor import InProcess
 from tuner.study.optimize import OptimizeRequest, StudyRun
+from tuner.study.optuna_private import rdb_of
 from tuner.study.workers import LocalWorkers
 from tuner.trial.record import TrialRecord
 
@@ -58,7 +59,12 @@ def _run(name: str, url: str, workers: int, trials: int, folder: Path) -> StudyR
     run.warm_start()
     ticks: list[int] = []
     seen: list[int] = []
-    run.run_trials(lambda record: seen.append(record.number), ticks.append)
+    try:
+        run.run_trials(lambda record: seen.append(record.number), ticks.append)
+    finally:
+        rdb = rdb_of(run.study)
+        if rdb is not None:  # no connection left for a later test to find
+            rdb.engine.dispose()
     told = seen if workers == 1 else ticks[-1:]  # this process hears each, or counts them
     assert told and (len(told) == trials if workers == 1 else told[0] <= trials)
     return run
