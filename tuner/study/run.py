@@ -137,8 +137,7 @@ class StudyRun:
         _check_gpus_per_trial(request.gpus_per_trial, space)
         budget = None
         if request.time_budget_s is not None:  # too short for a trial: nothing stored
-            request = _fit_confirmation(request, space)
-            budget = _budget(request, space, began)
+            request, budget = _time_budget(request, space, began)
         executor = _executor(request)
         return cls(
             request=request,
@@ -302,31 +301,26 @@ def _check_gpus_per_trial(asked: int | None, space: SearchSpace) -> None:
         )
 
 
-def _fit_confirmation(request: OptimizeRequest, space: SearchSpace) -> OptimizeRequest:
-    """``request`` with as many confirmation runs as fit in a third of its time budget."""
-    assert request.time_budget_s is not None
-    plan = plan_study(space, request.trials, request.confirm_top, request.confirm_repeats)
+def _time_budget(
+    request: OptimizeRequest, space: SearchSpace, began: float
+) -> tuple[OptimizeRequest, Budget]:
+    """``request`` with as many confirmation runs as fit in a third of its time budget, and
+    the budget, its prior from the plan; refused when one trial cannot fit."""
+    seconds = request.time_budget_s
+    assert seconds is not None
+    # One plan: a confirmation run's cost does not depend on how many there are.
+    prior = plan_study(space, request.trials, request.confirm_top, request.confirm_repeats)
+    cost = prior.confirm_cost
     top, repeats = fit_confirmation(
-        space,
-        request.confirm_top,
-        request.confirm_repeats,
-        request.time_budget_s,
-        plan.confirm_cost.total_s,
+        space, request.confirm_top, request.confirm_repeats, seconds, cost.total_s
     )
-    return replace(request, confirm_top=top, confirm_repeats=repeats)
-
-
-def _budget(request: OptimizeRequest, space: SearchSpace, began: float) -> Budget:
-    """The run's time budget, its prior from the plan; refused when one trial cannot fit."""
-    assert request.time_budget_s is not None
-    runs = confirmation_runs(space, request.confirm_top, request.confirm_repeats)
-    plan = plan_study(space, request.trials, request.confirm_top, request.confirm_repeats)
-    prior = plan.confirm_cost
+    request = replace(request, confirm_top=top, confirm_repeats=repeats)
+    runs = confirmation_runs(space, top, repeats)
     budget = (
         # A simulated trial takes what it takes here, not a GPU's time: the simulator's clock.
-        SimulatedBudget(request.time_budget_s, prior, runs, space.workload.warmup, began)
+        SimulatedBudget(seconds, cost, runs, space.workload.warmup, began)
         if request.backend == "sim"
-        else Budget(request.time_budget_s, prior, runs, began)
+        else Budget(seconds, cost, runs, began)
     )
     budget.check_fits()
-    return budget
+    return request, budget
