@@ -5,8 +5,8 @@ Client on 127.0.0.1; each worker node runs the shipped fake server through the p
 backend on the GPUs Ray assigned there. Checked: trials run on both nodes at once and the
 budget is exact; a study whose hardware no node has is one line; SIGTERM on the driver leaves
 no server on any node; a node killed mid-trial fails that trial, which is retried on the other
-node, and the budget still holds. Every connection seen goes to 127.0.0.1 or the test's own
-network.
+node, and the budget still holds; a config asked for twice at once runs on one node. Every
+connection seen goes to 127.0.0.1 or the test's own network.
 """
 
 from __future__ import annotations
@@ -161,6 +161,25 @@ def test_a_parallel_study_runs_on_both_nodes_at_once_within_its_budget(
     assert _allowed(cluster, seen) == set()
     for worker in WORKERS:  # the study's servers are gone with it
         assert cluster.processes(worker, "tuner.sim.server serve") == []
+
+
+def test_a_config_handed_to_both_slots_at_once_is_measured_once(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    # One config: the driver asks for two trials at once (two idle slots), both name it.
+    space = _space("one", sim_speed=20, output_tokens=32)
+    space["search"] = {**space["search"], "draft": ["none"]}
+    del space["search"]["temperature"]
+    proc = _driver(cluster, tmp_path, space, 3)
+    _, err = _finish(proc)
+    assert proc.returncode == 0, err[-3000:]
+    trials = _trials(tmp_path, "one")
+    assert [t.state for t in trials] == [TrialState.COMPLETE] * 3
+    (ran,) = [t for t in trials if t.user_attrs.get("duplicate_of") is None]
+    assert [t.user_attrs["restarted"] for t in trials].count(True) == 1  # one server, one node
+    others = [t for t in trials if t is not ran]
+    assert all(t.user_attrs["duplicate_of"] == ran.number for t in others)
+    assert all(t.values == ran.values for t in others)
 
 
 def test_a_study_whose_hardware_no_node_has_is_one_line(cluster: Cluster, tmp_path: Path) -> None:

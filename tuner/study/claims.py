@@ -29,7 +29,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from tuner.trial.record import TrialRecord
 
-__all__ = ["CLAIM_ATTR", "claim_or_reuse", "ended_same_config"]
+__all__ = ["CLAIM_ATTR", "claim_or_reuse", "ended_same_config", "same_params"]
 
 CLAIM_ATTR = "claim"
 _CLAIMING, _LAUNCHED, _DEFERRED = "claiming", "launched", "deferred"
@@ -68,16 +68,20 @@ def claim_or_reuse(study: optuna.Study, trial: optuna.Trial, poll_s: float) -> T
 def ended_same_config(study: optuna.Study, trial: optuna.Trial) -> TrialRecord | None:
     """The record of a trial that ended (COMPLETE or PRUNED) with ``trial``'s config, if any.
 
-    Enough where one process hands out every trial (the Ray driver): none can be running
-    the config unseen.
+    Enough where one process hands out every trial (the Ray driver): it sees what its own
+    slots run, and holds a repeat of a running config back itself.
     """
     ended = study.get_trials(deepcopy=False, states=_ENDED)
     return _ended(_same_config(ended, trial))
 
 
+def same_params(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Whether two trials' parameters name one config."""
+    return _rounded(a) == _rounded(b)
+
+
 def _same_config(trials: list[FrozenTrial], trial: optuna.Trial) -> list[FrozenTrial]:
-    key = _rounded(trial.params)
-    return [t for t in trials if t.number != trial.number and _rounded(t.params) == key]
+    return [t for t in trials if t.number != trial.number and same_params(t.params, trial.params)]
 
 
 def _ended(same: list[FrozenTrial]) -> TrialRecord | None:

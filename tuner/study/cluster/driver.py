@@ -5,6 +5,10 @@ idle and the study's budget allows (:class:`~tuner.study.storage.BudgetedStorage
 past it), so the budget is exact however many run at once; a FAIL does not use it up, so a
 failed trial is replaced, as with several workers.
 
+A trial whose config a slot is running already (samplers repeat points of a discrete space)
+waits for that trial and records its result ("same as #N"), as a worker does
+(:mod:`tuner.study.claims`); if that trial fails, the waiting one runs the config itself.
+
 Faults: a slot whose actor dies (its node was lost, its process killed) fails its trial, which
 Optuna's retry copies once (the stale-trial retry, :class:`~tuner.study.storage.RetryOwnRecord`)
 for the next idle slot, on another node. Ctrl-C or SIGTERM (which the CLI turns into a
@@ -27,7 +31,7 @@ from tuner.config.trial import TrialConfig
 from tuner.errors import ConfigError, LaunchError, SpectuneError
 from tuner.launch.exit_hooks import signals_held
 from tuner.results import Source
-from tuner.study.claims import ended_same_config
+from tuner.study.claims import ended_same_config, same_params
 from tuner.study.cluster.connect import connect
 from tuner.study.cluster.nodes import detect_with_nvml, read_nodes, require_matching
 from tuner.study.cluster.pool import Slot, SlotPool
@@ -135,6 +139,9 @@ class _Loop:
         self.source = Source.SIMULATED if backend == "sim" else Source.MEASURED
         self.keys = constraint_keys(study)  # an older study keeps the keys its trials have
         self.running: dict[Any, _Job] = {}
+        # Trials whose config a running trial measures, by that trial's number.
+        self.waiting: dict[int, list[optuna.Trial]] = {}
+        self.runnable: list[optuna.Trial] = []  # their trial failed: they run it themselves
         self.idle: list[Slot] = []
         self.failures_in_a_row = 0
         self.driver = f"{socket.gethostname()}/ray-driver"  # who recorded a reused result
@@ -183,6 +190,17 @@ class _Loop:
         if earlier is not None:  # samplers repeat points of a discrete space: don't rerun
             self._finish(trial, earlier.reused_by(trial.number, self.driver))
             return True
+        holder = next(
+            (
+                j.trial
+                for j in self.running.values()
+                if j.trial is not trial and same_params(j.trial.params, trial.params)
+            ),
+            None,
+        )
+        if holder is not None:
+            self.waiting.setdefault(holder.number, []).append(trial)
+            return True
         slot = self.idle.pop()
         trial.set_user_attr("worker", slot.worker)  # before it runs: a FAIL says where
         seed = self.seed * 100_003 + trial.number
@@ -191,6 +209,8 @@ class _Loop:
         return True
 
     def _ask(self) -> optuna.Trial | None:
+        if self.runnable:
+            return self.runnable.pop(0)
         try:
             return self.study.ask()
         except BudgetExhausted:
@@ -253,9 +273,16 @@ class _Loop:
                 self.study.tell(trial, state=TrialState.FAIL)
         if self.on_trial is not None:
             self.on_trial(record)
+        for waiter in self.waiting.pop(trial.number, []):
+            if record.state is TrialState.FAIL:
+                self.runnable.append(waiter)
+            else:
+                self._finish(waiter, record.reused_by(waiter.number, self.driver))
 
     def fail_running(self) -> None:
         """Ends the trials that were running when the study was stopped: FAIL, no retry."""
+        self.runnable += [trial for waiters in self.waiting.values() for trial in waiters]
+        self.waiting.clear()
         for job in list(self.running.values()):
             error = LaunchError(f"trial {job.trial.number} was cancelled: the study was stopped")
             number, worker = job.trial.number, job.slot.worker
@@ -263,3 +290,8 @@ class _Loop:
                 job.trial, TrialRecord.failed(number, job.config, error, self.source, worker)
             )
         self.running.clear()
+        for trial in self.runnable:  # asked, but never given a slot
+            error = LaunchError(f"trial {trial.number} was cancelled: the study was stopped")
+            config = self.space.suggest(trial)
+            self._finish(trial, TrialRecord.failed(trial.number, config, error, self.source))
+        self.runnable.clear()
