@@ -306,7 +306,7 @@ def _log_error(space: SearchSpace, record: TrialRecord, twin: FittedTwin) -> flo
         space.target,
         draft,
         record.server,
-        record.temperature,
+        record.trial_temperature,
         space.workload,
         1,
         TwinPhysics(twin.params),
