@@ -170,6 +170,8 @@ def test_old_attributes_still_read() -> None:
     ok = TrialRecord.from_trial(_frozen(OLD_OK))
     assert ok is not None and ok.status is TrialStatus.OK and ok.source is Source.MEASURED
     assert ok.server.method is SpecMethod.DRAFT_MODEL
+    nulls = TrialRecord.from_trial(_frozen({**OLD_OK, "memory": None, "levels": None}))
+    assert nulls is not None and nulls.memory == {} and nulls.levels == ()
     duplicate = TrialRecord.from_trial(_frozen(OLD_DUPLICATE, number=1))
     assert duplicate is not None and duplicate.duplicate_of == 0
     # A failure recorded without its config is no record; the trial itself is still there.

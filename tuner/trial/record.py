@@ -228,10 +228,15 @@ class TrialRecord:
             worker=worker,
         )
 
-    @field_validator("memory", "summary", "levels", "temperature_mix", "steps", mode="before")
+    @field_validator("memory", "summary", mode="before")
     @classmethod
-    def _none_is_empty(cls, value: object) -> object:
+    def _null_mapping(cls, value: object) -> object:
         """Earlier versions may have stored null for a field that had nothing."""
+        return {} if value is None else value
+
+    @field_validator("levels", "temperature_mix", "steps", mode="before")
+    @classmethod
+    def _null_sequence(cls, value: object) -> object:
         return () if value is None else value
 
     @field_serializer("memory", "summary")
@@ -363,13 +368,13 @@ class TrialRecord:
         return None if value is None else float(value)
 
 
-# The trial user attributes a record writes: what a retried trial must not inherit.
 # Each stored field's user attribute key.
 _FIELD_KEYS = {
     name: _STORED_AS.get(name, name)
     for name in TrialRecord.__dataclass_fields__
     if name not in _TRIAL_OWNED
 }
+# The trial user attributes a record writes: what a retried trial must not inherit.
 RECORD_ATTRS = tuple(_FIELD_KEYS.values())
 # The record's stored form: pydantic dumps it to JSON values and validates them back.
 _STORED = TypeAdapter(TrialRecord)
