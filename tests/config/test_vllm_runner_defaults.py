@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import TypeAdapter
 
 from tuner.config.runner_report import v1_warning
 from tuner.config.space import space_from_dict
@@ -191,9 +192,10 @@ def test_an_unreadable_target_is_not_predicted_before_0_29() -> None:
 
 def test_a_forecast_round_trips_through_the_trial_record() -> None:
     forecast = predict_runner(_plain(QWEN3_MOE), parse_version("0.25.0"))
-    assert RunnerForecast.from_dict(json.loads(json.dumps(forecast.to_dict()))) == forecast
+    stored = TypeAdapter(RunnerForecast)  # how TrialRecord writes and reads it
+    assert stored.validate_json(stored.dump_json(forecast)) == forecast
     # A record from before off_by_default existed still reads.
-    assert RunnerForecast.from_dict({"runner": "V1", "reasons": ["x"]}).off_by_default == ""
+    assert stored.validate_python({"runner": "V1", "reasons": ["x"]}).off_by_default == ""
 
 
 def test_the_space_warning_names_the_release_rule() -> None:
