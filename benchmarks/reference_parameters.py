@@ -157,7 +157,7 @@ def _pcie_allreduce() -> Parameter:
     )
 
 
-def _head_logit(method: str, prompt_set: str, prior: float) -> Parameter:
+def _head_logit(method: SpecMethod, prompt_set: str, prior: float) -> Parameter:
     def put(c: Calibrated, v: float) -> Calibrated:
         table = c.acceptance.head_logit
         row = {**table[method], prompt_set: v}
@@ -190,7 +190,7 @@ def _draft_logit(prompt_set: str, prior: float) -> Parameter:
     )
 
 
-def _decay(method: str, prior: float) -> Parameter:
+def _decay(method: SpecMethod, prior: float) -> Parameter:
     def put(c: Calibrated, v: float) -> Calibrated:
         decays = {**c.acceptance.decay, method: v}
         return replace(c, acceptance=replace(c.acceptance, decay=decays))
@@ -317,7 +317,7 @@ def _moe_routing() -> Parameter:
     )
 
 
-def _ceiling(method: str, prior: float) -> Parameter:
+def _ceiling(method: SpecMethod, prior: float) -> Parameter:
     def put(c: Calibrated, v: float) -> Calibrated:
         ceilings = {**c.acceptance.ceiling, method: v}
         return replace(c, acceptance=replace(c.acceptance, ceiling=ceilings))
@@ -358,23 +358,23 @@ PARAMETERS: tuple[Parameter, ...] = (
     _engine(V1, "lookup_per_seq_s", 10e-6, "prompt lookup per sequence"),
     _draft_logit("code", 2.0),
     _draft_logit("creative", 2.0),
-    _head_logit("eagle", "chat", 1.0),
-    _head_logit("eagle", "math", 2.0),
-    _head_logit("eagle3", "chat", 1.0),
-    _head_logit("mtp", "math", 2.0),
-    _head_logit("mtp", "chat", 1.0),
-    _decay("mtp", 0.9),
-    _decay("eagle", 0.95),
-    _decay("eagle3", 0.95),
-    _head_logit("eagle3", "code", 2.5),
-    _head_logit("eagle3", "math", 2.0),
+    _head_logit(SpecMethod.EAGLE, "chat", 1.0),
+    _head_logit(SpecMethod.EAGLE, "math", 2.0),
+    _head_logit(SpecMethod.EAGLE3, "chat", 1.0),
+    _head_logit(SpecMethod.MTP, "math", 2.0),
+    _head_logit(SpecMethod.MTP, "chat", 1.0),
+    _decay(SpecMethod.MTP, 0.9),
+    _decay(SpecMethod.EAGLE, 0.95),
+    _decay(SpecMethod.EAGLE3, 0.95),
+    _head_logit(SpecMethod.EAGLE3, "code", 2.5),
+    _head_logit(SpecMethod.EAGLE3, "math", 2.0),
     _block_logit("chat", 1.0),
-    _decay("dspark", 1.0),
+    _decay(SpecMethod.DSPARK, 1.0),
     _parallel_decay(),
     _sampling_penalty(),
     _block_gain(),
     _runner_saving(),
     _adaptive_cost(),
     _moe_routing(),
-    _ceiling("dspark", 0.9),
+    _ceiling(SpecMethod.DSPARK, 0.9),
 )

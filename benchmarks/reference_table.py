@@ -78,7 +78,7 @@ class Setup:
     model: str
     engine: str
     version: VllmVersion | None
-    method: str
+    method: SpecMethod
     draft: str | None = None
     k: int = 0
     concurrency: int = 1
@@ -206,6 +206,7 @@ def _model(name: str) -> ModelSpec:
 def _setup(data: dict[str, Any]) -> Setup:
     fields = dict(data)
     version = fields.pop("version", None)
+    fields["method"] = SpecMethod.parse(str(fields["method"]))
     return Setup(**fields, version=None if version is None else parse_version(str(version)))
 
 
@@ -244,6 +245,8 @@ def _baseline(changes: dict[str, Any]) -> dict[str, Any]:
     out = dict(changes)
     if out.get("version") is not None:
         out["version"] = parse_version(str(out["version"]))
+    if out.get("method") is not None:
+        out["method"] = SpecMethod.parse(str(out["method"]))
     if out.get("method") == SpecMethod.NONE:
         out.setdefault("draft", None)
         out.setdefault("k", 0)

@@ -127,7 +127,7 @@ def key_of(config: TrialConfig) -> Key:
         server.k,
         round(server.gpu_memory_utilization, 6),
         server.max_num_batched_tokens,
-        round(config.client.temperature, 6),
+        round(config.client.sampling_temperature, 6),
     )
 
 
@@ -167,7 +167,7 @@ def world_truth(args: tuple[str, World]) -> tuple[str, dict[Key, float]]:
                         space.target,
                         draft,
                         server,
-                        condition.temperature,
+                        condition.sampling_temperature,
                         workload,
                         condition.concurrency,
                         physics=world,
@@ -203,7 +203,7 @@ def run_key(
     if blocks - int(blocks * WATERMARK) - longest >= condition.concurrency * longest:
         blocks = -1  # ample: every size from here gives the same run
     bare = replace(server, gpu_memory_utilization=0.0, max_num_batched_tokens=0)
-    return (bare, batch, blocks, condition.temperature, condition.concurrency)
+    return (bare, batch, blocks, condition.sampling_temperature, condition.concurrency)
 
 
 # --- one study -----------------------------------------------------------------------------
@@ -373,7 +373,7 @@ def run_task(task: Task) -> tuple[Task, Trace]:
                     server.k,
                     round(server.gpu_memory_utilization, 6),
                     server.max_num_batched_tokens,
-                    round(record.temperature, 6),
+                    round(record.trial_temperature, 6),
                 )
                 best[:] = [(measured, key, record)]
         trace.chosen_pruned += bool(best) and best[0][2].pruned is not None

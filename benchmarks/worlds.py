@@ -19,6 +19,7 @@ from tuner.config.space import SearchSpace, load_space
 from tuner.config.trial import (
     LaunchContext,
     ServerConfig,
+    SpecMethod,
     SpeculativeConfig,
     TrialConfig,
     load_draft,
@@ -27,7 +28,7 @@ from tuner.config.vllm_version import VllmVersion, parse_version
 from tuner.errors import MeasurementError
 from tuner.launch.failures import startup_failure
 from tuner.results import Endpoint, Source, TrialResult
-from tuner.sim.acceptance import NGRAM, POSITION_DECAY, acceptance_probability
+from tuner.sim.acceptance import POSITION_DECAY, acceptance_probability
 from tuner.sim.engine import simulate
 from tuner.sim.memory import MemoryEstimate, estimate_memory
 from tuner.sim.perfmodel import ForwardPass, PerfModel
@@ -103,7 +104,7 @@ class World:
         self,
         target: ModelSpec,
         draft: ModelSpec | None,
-        method: str,
+        method: SpecMethod,
         prompt_set: str,
         temperature: float,
         k: int,
@@ -113,7 +114,7 @@ class World:
         del speculative  # the held-out worlds' spaces search no drafting options
         alpha = acceptance_probability(target, draft, method, prompt_set, temperature)
         decay = self.draft_decay
-        if method == NGRAM:
+        if method is SpecMethod.NGRAM:
             decay = self.ngram_decay
             logit = math.log(alpha / (1 - alpha)) + self.ngram_logit
             alpha = 1 / (1 + math.exp(-logit))
@@ -213,7 +214,7 @@ class WorldBackend:
             load_model(server.model),
             load_draft(server),
             server,
-            config.client.temperature,
+            config.client.sampling_temperature,
             config.client.workload,
             concurrency,
             seed,

@@ -55,7 +55,7 @@ def _record(number: int, state: TrialState) -> TrialRecord:
         number=number,
         state=state,
         server=SERVER,
-        temperature=0.0,
+        trial_temperature=0.0,
         status=TrialStatus.OK if state is TrialState.COMPLETE else TrialStatus.FAILED,
         source=Source.SIMULATED,
         values=(50.0 + number, 200.0) if state is TrialState.COMPLETE else None,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -19,10 +20,11 @@ from tuner.config.trial import (
     SpecMethod,
     SpeculativeConfig,
     TrialConfig,
+    server_from_dict,
     server_to_dict,
 )
 from tuner.config.vllm_runner import ModelRunner, RunnerForecast
-from tuner.errors import FailureKind, MeasurementError, StartupFailure
+from tuner.errors import ConfigError, FailureKind, MeasurementError, StartupFailure
 from tuner.export.vllm import export
 from tuner.launch.served import ServedFacts
 from tuner.results import Source
@@ -79,7 +81,7 @@ def test_a_record_reads_back_what_it_wrote_with_its_enums() -> None:
         number=0,
         state=TrialState.COMPLETE,
         server=SERVER,
-        temperature=0.2,
+        trial_temperature=0.2,
         status=TrialStatus.OK,
         source=Source.SIMULATED,
         values=(55.0, 230.0),
@@ -119,7 +121,7 @@ def test_oom_failed_and_repeated_records() -> None:
         number=0,
         state=TrialState.FAIL,
         server=SERVER,
-        temperature=0.2,
+        trial_temperature=0.2,
         status=TrialStatus.FAILED,
         source=Source.MEASURED,
         failure="no request succeeded",
@@ -168,11 +170,40 @@ def test_old_attributes_still_read() -> None:
     ok = TrialRecord.from_trial(_frozen(OLD_OK))
     assert ok is not None and ok.status is TrialStatus.OK and ok.source is Source.MEASURED
     assert ok.server.method is SpecMethod.DRAFT_MODEL
+    nulls = TrialRecord.from_trial(_frozen({**OLD_OK, "memory": None, "levels": None}))
+    assert nulls is not None and nulls.memory == {} and nulls.levels == ()
     duplicate = TrialRecord.from_trial(_frozen(OLD_DUPLICATE, number=1))
     assert duplicate is not None and duplicate.duplicate_of == 0
     # A failure recorded without its config is no record; the trial itself is still there.
     assert TrialRecord.from_trial(_frozen(OLD_FAILED, state=TrialState.FAIL)) is None
     assert records([_frozen(OLD_OK), _frozen(OLD_FAILED, state=TrialState.FAIL)]) == [ok]
+
+
+# Every field as main ed48bf2 wrote it (TrialRecord.to_attrs before the record was a pydantic
+# dataclass), read from the file as a study database hands it back.
+STORED_ED48BF2 = Path(__file__).parent / "fixtures" / "trial_attrs_ed48bf2.json"
+
+
+def test_a_record_stored_before_the_pydantic_model_loads_with_every_field() -> None:
+    stored = json.loads(STORED_ED48BF2.read_text())
+    read = TrialRecord.from_trial(_frozen(stored, number=7, values=[812.5, 1450.0]))
+    assert read is not None and read.number == 7 and read.values == (812.5, 1450.0)
+    assert read.status is TrialStatus.OVER_TTFT and read.source is Source.SIMULATED
+    spec = read.server.speculative
+    assert spec is not None and spec.method is SpecMethod.NGRAM
+    assert spec.k_by_batch_size == ((1, 8, 4), (9, 64, 2)) and spec.k_at(32) == 2
+    assert read.server.extra_flags == (("enforce-eager", True),)
+    assert read.memory == {"kv_cache_gib": None, "fits": True} and read.duplicate_of == 3
+    assert read.levels[0]["tok_s_interval"] == [790.0, 812.5, 835.0]
+    assert read.temperature_mix == ((0.5, 1.0),) and read.steps == ((2.0, True), (4.0, False))
+    assert read.served is not None and read.served.warnings == ("w",)
+    assert read.runner == RunnerForecast(ModelRunner.V1, ("speculative method ngram",))
+    assert (read.worker, read.failed_share, read.pruned) == ("gpu-host/1", 0.0, None)
+    # Written again, it is the same record, in the same form (the runner now names an empty
+    # off_by_default rather than leaving it out).
+    rewritten = read.to_attrs()
+    assert rewritten == {**stored, "runner": {**stored["runner"], "off_by_default": ""}}
+    assert TrialRecord.from_trial(_frozen(rewritten, number=7, values=[812.5, 1450.0])) == read
 
 
 def test_a_study_written_by_the_previous_version_opens_and_exports(tmp_path: Path) -> None:
@@ -195,11 +226,19 @@ def test_a_study_written_by_the_previous_version_opens_and_exports(tmp_path: Pat
     assert "draft_model" in exported.text and DRAFT in exported.text
 
 
-def test_spec_method_names_are_members_and_unknown_names_stay_for_the_check() -> None:
-    assert SpeculativeConfig("ngram", 3).method is SpecMethod.NGRAM
-    assert SpeculativeConfig("eagle", 3, "head").method == "eagle"
+def test_spec_method_names_become_members_and_unknown_names_are_refused_there() -> None:
+    stored = server_to_dict(SERVER)
+    for name, member in (("ngram", SpecMethod.NGRAM), ("eagle", SpecMethod.EAGLE)):
+        spec = {"method": name, "num_speculative_tokens": 3, "model": "head"}
+        read = server_from_dict({**stored, "speculative": spec}).speculative
+        assert read is not None and read.method is member
+    medusa = {"method": "medusa", "num_speculative_tokens": 3, "model": "head"}
+    with pytest.raises(ConfigError, match="unknown speculative method 'medusa': use one of"):
+        server_from_dict({**stored, "speculative": medusa})
     assert ServerConfig("m", 1, 512, 0.9, 512).method is SpecMethod.NONE
-    assert ServerConfig("m", 1, 512, 0.9, 512, SpeculativeConfig("ngram", 3)).draft == "ngram"
+    assert (
+        ServerConfig("m", 1, 512, 0.9, 512, SpeculativeConfig(SpecMethod.NGRAM, 3)).draft == "ngram"
+    )
 
 
 def test_the_runner_is_stored_and_the_logged_one_wins() -> None:
@@ -208,7 +247,7 @@ def test_the_runner_is_stored_and_the_logged_one_wins() -> None:
         number=0,
         state=TrialState.COMPLETE,
         server=SERVER,
-        temperature=0.2,
+        trial_temperature=0.2,
         status=TrialStatus.OK,
         source=Source.MEASURED,
         values=(55.0, 230.0),

@@ -71,7 +71,7 @@ def _true_value(space: SearchSpace, config: TrialConfig) -> float:
         space.target,
         load_model(draft_id) if draft_id else None,
         server,
-        config.client.temperature,
+        config.client.sampling_temperature,
         config.client.workload,
         1,
     )
@@ -89,7 +89,7 @@ def test_warm_start_enqueues_configs_that_fit_with_margin(name: str) -> None:
     for params, config in enqueued:
         assert set(params) <= PARAMS
         assert ("num_speculative_tokens" in params) == (params["draft"] != NO_DRAFT)
-        assert ("temperature" in params) == (not isinstance(space.temperature, float))
+        assert ("temperature" in params) == (not isinstance(space.trial_temperature, float))
         server = config.server
         draft_id = server.speculative.model if server.speculative else None
         memory = estimate_memory(
@@ -114,7 +114,7 @@ def test_request_only_variants_follow_the_best_config() -> None:
     warm_start(study, space, budget=40)
     (_, first), (_, second) = _enqueued(study, space)[:2]
     assert first.server == second.server
-    assert first.client.temperature != second.client.temperature
+    assert first.client.sampling_temperature != second.client.sampling_temperature
 
 
 def test_warm_start_leaves_a_resumed_study_and_small_budgets_to_the_sampler() -> None:

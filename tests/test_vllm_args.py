@@ -13,7 +13,13 @@ import yaml
 from testbed import VllmOracle
 
 from tuner.catalog.gpus import find_gpu
-from tuner.config.trial import ServerConfig, SpeculativeConfig
+from tuner.config.trial import (
+    ServerConfig,
+    SpecMethod,
+    SpeculativeConfig,
+    server_from_dict,
+    server_to_dict,
+)
 from tuner.config.vllm_args import (
     NEWEST_KNOWN,
     Dialect,
@@ -43,11 +49,12 @@ BASE = ServerConfig(
 NGRAM = replace(
     BASE,
     speculative=SpeculativeConfig(
-        "ngram", num_speculative_tokens=4, prompt_lookup_max=4, prompt_lookup_min=2
+        SpecMethod.NGRAM, num_speculative_tokens=4, prompt_lookup_max=4, prompt_lookup_min=2
     ),
 )
 DRAFTED = replace(
-    BASE, speculative=SpeculativeConfig("draft_model", num_speculative_tokens=4, model=DRAFT)
+    BASE,
+    speculative=SpeculativeConfig(SpecMethod.DRAFT_MODEL, num_speculative_tokens=4, model=DRAFT),
 )
 COMMON_ARGV = [
     "--tensor-parallel-size",
@@ -296,9 +303,8 @@ def test_use_v2_block_manager_as_extra_flag_is_refused_from_0_10() -> None:
 @pytest.mark.parametrize(
     ("server", "match"),
     [
-        (replace(BASE, speculative=SpeculativeConfig("medusa", 3, model="x")), "unknown"),
-        (replace(BASE, speculative=SpeculativeConfig("draft_model", 3)), "needs a model"),
-        (replace(BASE, speculative=SpeculativeConfig("ngram", 0)), "at least 1"),
+        (replace(BASE, speculative=SpeculativeConfig(SpecMethod.DRAFT_MODEL, 3)), "needs a model"),
+        (replace(BASE, speculative=SpeculativeConfig(SpecMethod.NGRAM, 0)), "at least 1"),
         (replace(BASE, extra_flags=(("bad flag", True),)), "not a vLLM flag name"),
     ],
 )
@@ -307,8 +313,15 @@ def test_unusable_configs_are_refused(server: ServerConfig, match: str) -> None:
         check_supported(server, NEWEST_KNOWN)
 
 
+def test_an_unknown_method_is_refused_where_the_config_is_read() -> None:
+    # A name arrives as a string (a stored config, a flag): it becomes a SpecMethod or is refused.
+    spec = {"method": "medusa", "num_speculative_tokens": 3, "model": "x"}
+    with pytest.raises(ConfigError, match="unknown speculative method 'medusa'"):
+        server_from_dict({**server_to_dict(BASE), "speculative": spec})
+
+
 def test_ngram_needs_a_lookup_window_only_with_the_standalone_flags() -> None:
-    server = replace(BASE, speculative=SpeculativeConfig("ngram", 3))
+    server = replace(BASE, speculative=SpeculativeConfig(SpecMethod.NGRAM, 3))
     with pytest.raises(ConfigError, match="prompt_lookup_max"):
         check_supported(server, parse_version("0.8.1"))
     assert json.loads(_argv(server, "0.8.2")[-1]) == {
@@ -498,7 +511,10 @@ def _spec_json(server: ServerConfig, version: str) -> dict[str, Any]:
 
 def test_draft_of_another_vocabulary_size_gets_use_heterogeneous_vocab() -> None:
     small = replace(
-        BASE, speculative=SpeculativeConfig("draft_model", 4, model="Qwen/Qwen2.5-0.5B-Instruct")
+        BASE,
+        speculative=SpeculativeConfig(
+            SpecMethod.DRAFT_MODEL, 4, model="Qwen/Qwen2.5-0.5B-Instruct"
+        ),
     )
     for version in ("0.25.0", "0.32.0", "latest"):
         assert _spec_json(small, version) == {

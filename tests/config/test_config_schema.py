@@ -87,7 +87,7 @@ def test_a_fixed_value_and_a_range_give_the_dimensions_the_study_tunes(tmp_path:
     space = load_space(str(path))
     assert space.drafts == ("ngram",) and space.num_speculative_tokens == Range(3, 3)
     assert space.gpu_memory_utilization == Range(0.8, 0.9, 0.05)
-    assert space.max_num_batched_tokens == (4096,) and space.temperature == 0.0
+    assert space.max_num_batched_tokens == (4096,) and space.trial_temperature == 0.0
     assert space.tuned_dimensions == ("gpu_memory_utilization",)
     assert load_space().tuned_dimensions == (
         "draft",
@@ -103,7 +103,7 @@ def test_empty_sections_take_the_defaults(tmp_path: Path) -> None:
     space = load_space(str(path))
     assert space.workload == WorkloadSpec()  # the schema's defaults are the dataclass's
     assert space.max_model_len == 8192 and space.ttft_limit_ms == 1000.0
-    assert space.drafts == ("none",) and space.temperature == DEFAULT_TEMPERATURE
+    assert space.drafts == ("none",) and space.trial_temperature == DEFAULT_TEMPERATURE
     assert not space.tunes_temperature and space.max_failed_requests == 0.0
 
 

@@ -34,7 +34,7 @@ def test_a_weighted_profile_and_a_temperature_mix(tmp_path: Path) -> None:
     assert workload.conditions[1] == Condition(1, 0.8, pytest.approx(0.15))  # type: ignore[arg-type]
     assert sum(c.weight for c in workload.conditions) == pytest.approx(1.0)
     assert space.max_failed_requests == 0.05 and not space.tunes_temperature
-    assert space.temperature == pytest.approx(0.38)  # the forecasts' stand-in for the mix
+    assert space.trial_temperature == pytest.approx(0.38)  # the forecasts' stand-in for the mix
 
 
 def test_plain_values_mean_equal_shares(tmp_path: Path) -> None:
@@ -48,7 +48,7 @@ def test_a_tuned_temperature_replaces_the_mix_per_trial(tmp_path: Path) -> None:
     space = _load(tmp_path, "search: {temperature: {low: 0.0, high: 1.0, step: 0.5}}\n")
     assert space.tunes_temperature and "temperature" in space.tuned_dimensions
     client = space.client(0.5)
-    assert client.temperature == 0.5 and client.workload.temperature_mix == ((0.5, 1.0),)
+    assert client.sampling_temperature == 0.5 and client.workload.temperature_mix == ((0.5, 1.0),)
 
 
 def test_an_older_single_search_temperature_is_the_workloads(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from tuner.config.space import SearchSpace, load_space, space_from_dict
-from tuner.config.trial import ServerConfig, SpeculativeConfig
+from tuner.config.trial import ServerConfig, SpecMethod, SpeculativeConfig
 from tuner.config.vllm_args import parse_version, server_argv
 from tuner.config.vllm_features import choice_runners
 from tuner.config.vllm_runner import ModelRunner, predict_runner
@@ -23,7 +23,7 @@ QWEN32 = "Qwen/Qwen2.5-32B-Instruct-AWQ"
 
 
 def _server(method: str, **spec: Any) -> ServerConfig:
-    return ServerConfig(LLAMA, 1, 8192, 0.9, 2048, SpeculativeConfig(method, 3, **spec))
+    return ServerConfig(LLAMA, 1, 8192, 0.9, 2048, SpeculativeConfig(SpecMethod(method), 3, **spec))
 
 
 @pytest.mark.parametrize(

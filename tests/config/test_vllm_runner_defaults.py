@@ -9,10 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import TypeAdapter
 
 from tuner.config.runner_report import v1_warning
 from tuner.config.space import space_from_dict
-from tuner.config.trial import ServerConfig, SpeculativeConfig
+from tuner.config.trial import ServerConfig, SpecMethod, SpeculativeConfig
 from tuner.config.vllm_args import parse_version
 from tuner.config.vllm_runner import ModelRunner, RunnerForecast, predict_runner
 from tuner.config.vllm_runner_defaults import default_v2_target
@@ -27,7 +28,9 @@ EAGLE3 = "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"
 
 
 def _eagle(target: str) -> ServerConfig:
-    return ServerConfig(target, 1, 8192, 0.9, 2048, SpeculativeConfig("eagle3", 3, model=EAGLE3))
+    return ServerConfig(
+        target, 1, 8192, 0.9, 2048, SpeculativeConfig(SpecMethod.EAGLE3, 3, model=EAGLE3)
+    )
 
 
 def _plain(target: str) -> ServerConfig:
@@ -77,7 +80,7 @@ def test_each_release_defaults_its_own_targets_to_v2(
 
 
 def test_a_default_v2_target_still_falls_back_for_an_unsupported_method() -> None:
-    server = ServerConfig(LLAMA, 1, 8192, 0.9, 2048, SpeculativeConfig("ngram", 3))
+    server = ServerConfig(LLAMA, 1, 8192, 0.9, 2048, SpeculativeConfig(SpecMethod.NGRAM, 3))
     forecast = predict_runner(server, parse_version("0.25.0"))
     assert forecast == RunnerForecast(ModelRunner.V1, ("ngram/ngram_gpu speculative decoding",))
     # Off by default comes first: vLLM 0.22 never reaches the unsupported-features list for Llama.
@@ -93,7 +96,7 @@ def test_parallel_drafting_was_refused_for_every_method_before_0_24() -> None:
         8192,
         0.9,
         2048,
-        SpeculativeConfig("eagle3", 3, model=EAGLE3, parallel_drafting=True),
+        SpeculativeConfig(SpecMethod.EAGLE3, 3, model=EAGLE3, parallel_drafting=True),
     )
     assert predict_runner(server, parse_version("0.23.0")).reasons == (
         "parallel drafting for speculative decoding",
@@ -168,7 +171,7 @@ def test_a_dflash_drafter_that_needs_v2_forces_it_on_any_target(tmp_path: Path) 
     full = _folder(tmp_path, "full", {"architectures": ["DFlash2DraftModel"], **_DENSE})
 
     def runner(draft: str, version: str) -> ModelRunner | None:
-        spec = SpeculativeConfig("dflash", 8, model=draft)
+        spec = SpeculativeConfig(SpecMethod.DFLASH, 8, model=draft)
         return predict_runner(
             ServerConfig(moe, 1, 8192, 0.9, 2048, spec), parse_version(version)
         ).runner
@@ -189,9 +192,10 @@ def test_an_unreadable_target_is_not_predicted_before_0_29() -> None:
 
 def test_a_forecast_round_trips_through_the_trial_record() -> None:
     forecast = predict_runner(_plain(QWEN3_MOE), parse_version("0.25.0"))
-    assert RunnerForecast.from_dict(json.loads(json.dumps(forecast.to_dict()))) == forecast
+    stored = TypeAdapter(RunnerForecast)  # how TrialRecord writes and reads it
+    assert stored.validate_json(stored.dump_json(forecast)) == forecast
     # A record from before off_by_default existed still reads.
-    assert RunnerForecast.from_dict({"runner": "V1", "reasons": ["x"]}).off_by_default == ""
+    assert stored.validate_python({"runner": "V1", "reasons": ["x"]}).off_by_default == ""
 
 
 def test_the_space_warning_names_the_release_rule() -> None:

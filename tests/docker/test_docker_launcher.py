@@ -28,6 +28,7 @@ from tuner.config.trial import (
     ClientConfig,
     LaunchContext,
     ServerConfig,
+    SpecMethod,
     SpeculativeConfig,
     TrialConfig,
 )
@@ -69,7 +70,7 @@ def test_runs_the_server_config_in_a_labelled_container_and_removes_it_on_stop(
     hf_cache = tmp_path / "hf"
     hf_cache.mkdir()
     launcher = fake_launcher(hf_cache=hf_cache)
-    draft = SpeculativeConfig("draft_model", 4, model="Qwen/Qwen2.5-0.5B-Instruct")
+    draft = SpeculativeConfig(SpecMethod.DRAFT_MODEL, 4, model="Qwen/Qwen2.5-0.5B-Instruct")
     server = ServerConfig(**{**fake_server.__dict__, "speculative": draft})
 
     endpoint = launcher.start(server, context)

@@ -46,7 +46,6 @@ from optuna.trial import TrialState
 from testbed import TinyModels, vllm_command, vllm_env
 
 from tuner.config.space import SearchSpace, space_from_dict
-from tuner.launch.served import ServedFacts
 from tuner.search.twin_steer import observations, stored_twin
 from tuner.sim.engine import predict
 from tuner.sim.twin.fit import FittedTwin, fit
@@ -210,7 +209,8 @@ def test_a_study_on_real_vllm_measures_every_method_and_its_twin_learns(
     assert logs == [True, False, True, True, True, True]  # the second ran on the first's server
     assert result.recommended is not None
     # What vLLM's CPU build says it ran (it names no attention backend: platforms/cpu.py).
-    served = [ServedFacts.from_dict(t.user_attrs["served"]) for t in done]
+    served = [r.served for r in records(done) if r.served is not None]
+    assert len(served) == len(done)
     assert all(s.device == "cpu" and s.chunked_prefill is not None for s in served)
     assert all(s.kv_cache_tokens and s.kv_cache_tokens >= MAX_MODEL_LEN for s in served)
     twin = stored_twin(optuna.load_study(study_name="tiny", storage=storage))
@@ -345,7 +345,7 @@ def _log_error(space: SearchSpace, record: TrialRecord, twin: FittedTwin) -> flo
         space.target,
         draft,
         record.server,
-        record.temperature,
+        record.trial_temperature,
         space.workload,
         1,
         TwinPhysics(twin.params),

@@ -23,7 +23,7 @@ import pytest
 from testbed.fake_server import SERVER as FAKE_SERVER
 from testbed.processes import is_running, running_in_group
 
-from tuner.config.trial import LaunchContext, ServerConfig, SpeculativeConfig
+from tuner.config.trial import LaunchContext, ServerConfig, SpecMethod, SpeculativeConfig
 from tuner.config.vllm_args import NEWEST_KNOWN, parse_version
 from tuner.errors import ConfigError, FailureKind, LaunchError, StartupFailure
 from tuner.launch import process
@@ -154,7 +154,7 @@ def test_version_is_asked_from_the_command_once() -> None:
 
 
 def test_a_config_the_version_cannot_run_starts_nothing(context: LaunchContext) -> None:
-    drafted = replace(SERVER, speculative=SpeculativeConfig("draft_model", 3, model="d"))
+    drafted = replace(SERVER, speculative=SpeculativeConfig(SpecMethod.DRAFT_MODEL, 3, model="d"))
     launcher = _launcher(version=parse_version("0.12.0"))
     with pytest.raises(ConfigError, match="separate draft model"):
         launcher.start(drafted, context)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pydantic import TypeAdapter
+
 from tuner.errors import FailureKind
 from tuner.launch.failures import classify_failure
 from tuner.launch.served import ServedFacts, read_runner, read_served
@@ -48,7 +50,8 @@ def test_a_gpu_log_states_every_path_and_no_warning() -> None:
         "attention FLASH_ATTN, CUDA graphs FULL_AND_PIECEWISE, chunked prefill on, prefix "
         "caching on, KV cache 412,560 tokens (50.36x max-model-len)"
     )
-    assert ServedFacts.from_dict(facts.to_dict()) == facts
+    stored = TypeAdapter(ServedFacts)  # how the trial record writes and reads it
+    assert stored.validate_json(stored.dump_json(facts)) == facts
 
 
 def test_a_fallback_attention_backend_is_a_warning() -> None:

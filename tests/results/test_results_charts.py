@@ -142,7 +142,7 @@ def _mixed_record(number: int, accept_02: float, accept_08: float) -> TrialRecor
         number=number,
         state=TrialState.COMPLETE,
         server=server,
-        temperature=0.38,  # the mix's mean, which the old chart drew every point at
+        trial_temperature=0.38,  # the mix's mean, which the old chart drew every point at
         status=TrialStatus.OK,
         source=Source.SIMULATED,
         values=(100.0, 200.0),

@@ -32,7 +32,7 @@ RECORD = TrialRecord(
     number=123,
     state=TrialState.COMPLETE,
     server=SERVER,
-    temperature=0.25,
+    trial_temperature=0.25,
     status=TrialStatus.OK,
     source=Source.MEASURED,
     values=(1234.5, 1234.0),
@@ -57,7 +57,9 @@ def test_every_kind_of_row_fits_80_columns_unabridged() -> None:
         replace(RECORD, number=127, state=TrialState.FAIL, status=TrialStatus.FAILED, values=None),
         replace(RECORD, number=128, server=replace(SERVER, speculative=None)),
         replace(
-            RECORD, number=129, server=replace(SERVER, speculative=SpeculativeConfig("ngram", 5))
+            RECORD,
+            number=129,
+            server=replace(SERVER, speculative=SpeculativeConfig(SpecMethod.NGRAM, 5)),
         ),
     ]
     lines = _rendered(rows)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tuner.catalog.models import load_model
+from tuner.config.trial import SpecMethod
 from tuner.sim.acceptance import (
     POSITION_DECAY,
     acceptance_probability,
@@ -25,7 +26,7 @@ def _alpha(
     target: str = "Qwen/Qwen2.5-32B-Instruct-AWQ",
 ) -> float:
     return acceptance_probability(
-        load_model(target), load_model(draft), method, prompt_set, temperature
+        load_model(target), load_model(draft), SpecMethod(method), prompt_set, temperature
     )
 
 
@@ -45,7 +46,7 @@ def test_user_dataset_is_treated_like_chat() -> None:
 
 def test_ngram_depends_strongly_on_the_workload() -> None:
     def ngram(prompt_set: str) -> float:
-        return acceptance_probability(TARGET, None, "ngram", prompt_set, 0.2)
+        return acceptance_probability(TARGET, None, SpecMethod.NGRAM, prompt_set, 0.2)
 
     assert ngram("long-context") > ngram("code") > 4 * ngram("creative")
     assert ngram("code") > 3 * ngram("chat") / 2
@@ -68,19 +69,19 @@ def test_temperature_cuts_acceptance_sharply_above_point_eight() -> None:
 
 def test_mismatched_tokenizer_accepts_almost_nothing() -> None:
     llama = load_model("meta-llama/Llama-3.2-1B-Instruct")
-    assert acceptance_probability(TARGET, llama, "draft_model", "code", 0.0) < 0.05
+    assert acceptance_probability(TARGET, llama, SpecMethod.DRAFT_MODEL, "code", 0.0) < 0.05
 
 
 def test_bad_method_or_missing_draft() -> None:
-    with pytest.raises(ValueError, match="unknown speculative method"):
-        acceptance_probability(TARGET, DRAFT, "medusa", "code", 0.0)
+    with pytest.raises(ValueError, match="'none' drafts nothing"):
+        acceptance_probability(TARGET, DRAFT, SpecMethod.NONE, "code", 0.0)
     with pytest.raises(ValueError, match="needs a draft"):
-        acceptance_probability(TARGET, None, "draft_model", "code", 0.0)
+        acceptance_probability(TARGET, None, SpecMethod.DRAFT_MODEL, "code", 0.0)
 
 
 def test_position_rates_decay_for_drafts_and_stay_flat_for_ngram() -> None:
-    rates = position_rates(0.9, 4, "draft_model")
+    rates = position_rates(0.9, 4, SpecMethod.DRAFT_MODEL)
     assert rates == pytest.approx([0.9 * POSITION_DECAY**i for i in range(4)])
-    assert position_rates(0.4, 3, "ngram") == pytest.approx([0.4, 0.4, 0.4])
+    assert position_rates(0.4, 3, SpecMethod.NGRAM) == pytest.approx([0.4, 0.4, 0.4])
     assert expected_accepted((0.5, 0.5, 0.5)) == pytest.approx((0.5, 0.25, 0.125))
     assert expected_accepted(()) == ()

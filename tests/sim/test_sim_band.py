@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from tuner.catalog.gpus import MemoryKind, parse_hardware
 from tuner.cli import app
 from tuner.config.space import load_space, space_from_dict
-from tuner.config.trial import ServerConfig, SpeculativeConfig
+from tuner.config.trial import ServerConfig, SpecMethod, SpeculativeConfig
 from tuner.config.verification import Verification
 from tuner.config.workload import WorkloadSpec
 from tuner.errors import ConfigError
@@ -163,7 +163,7 @@ def test_the_plan_prices_each_warm_start_trial_with_its_band() -> None:
 
 def test_a_server_is_placed_in_the_regime_of_its_method() -> None:
     def family(method: str, model: str | None = None) -> MethodFamily:
-        spec = SpeculativeConfig(method, 3, model)
+        spec = SpeculativeConfig(SpecMethod(method), 3, model)
         return regime_of(H100, ServerConfig(LLAMA8, 1, 4096, 0.9, 2048, spec), 8).method
 
     assert family("ngram_gpu") is family("suffix") is MethodFamily.LOOKUP

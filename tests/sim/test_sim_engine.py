@@ -8,7 +8,7 @@ import pytest
 
 from tuner.catalog.gpus import parse_hardware
 from tuner.catalog.models import load_model
-from tuner.config.trial import ServerConfig, SpeculativeConfig
+from tuner.config.trial import ServerConfig, SpecMethod, SpeculativeConfig
 from tuner.config.workload import WorkloadSpec
 from tuner.errors import ConfigError, FailureKind, StartupFailure
 from tuner.results import Source, TrialResult
@@ -78,11 +78,13 @@ def test_engine_rejects_requests_longer_than_max_model_len() -> None:
 
 
 def test_engine_rejects_unknown_methods_and_missing_drafts() -> None:
-    eagle = ServerConfig(
-        REFERENCE_TARGET, 2, 8192, 0.92, 2048, SpeculativeConfig("medusa", 4, "some/medusa-head")
+    with pytest.raises(ConfigError, match="unknown speculative method 'medusa'"):
+        SpecMethod.parse("medusa")  # a name no config can carry: refused where it is read
+    nothing = ServerConfig(
+        REFERENCE_TARGET, 2, 8192, 0.92, 2048, SpeculativeConfig(SpecMethod.NONE, 4)
     )
-    with pytest.raises(ConfigError, match="not simulated"):
-        Engine(HARDWARE, TARGET, None, eagle, kv_tokens=16_384)
+    with pytest.raises(ConfigError, match="'none' is not simulated"):
+        Engine(HARDWARE, TARGET, None, nothing, kv_tokens=16_384)
     with pytest.raises(ConfigError, match="no draft model"):
         Engine(HARDWARE, TARGET, None, reference_server(4), kv_tokens=16_384)
 
@@ -163,7 +165,7 @@ def test_servers_that_would_not_start_raise_oom() -> None:
 
 
 def test_ngram_needs_no_draft_and_follows_the_workload() -> None:
-    server = reference_server(3, method="ngram")
+    server = reference_server(3, method=SpecMethod.NGRAM)
     code = predict(HARDWARE, TARGET, None, server, 0.0, WorkloadSpec("code", 384, 128), 1)
     story = predict(HARDWARE, TARGET, None, server, 0.0, WorkloadSpec("creative", 384, 128), 1)
     plain = predict(

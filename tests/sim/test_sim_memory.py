@@ -9,7 +9,7 @@ import pytest
 
 from tuner.catalog.gpus import parse_hardware
 from tuner.catalog.models import load_model
-from tuner.config.trial import ServerConfig
+from tuner.config.trial import ServerConfig, SpecMethod
 from tuner.config.vllm_args import server_argv
 from tuner.config.vllm_version import parse_version
 from tuner.errors import ConfigError
@@ -44,7 +44,7 @@ def test_budget_adds_up() -> None:
 def test_draft_costs_weights_and_kv() -> None:
     alone = estimate_memory(HARDWARE, TARGET, None, reference_server(0))
     drafted = estimate_memory(HARDWARE, TARGET, DRAFT, reference_server(4))
-    ngram = estimate_memory(HARDWARE, TARGET, None, reference_server(4, method="ngram"))
+    ngram = estimate_memory(HARDWARE, TARGET, None, reference_server(4, method=SpecMethod.NGRAM))
     assert alone.draft_gib == 0 and ngram.draft_gib == 0
     assert drafted.draft_gib == pytest.approx(DRAFT.weight_bytes / 2 / 1024**3)
     assert drafted.kv_tokens < alone.kv_tokens

@@ -8,7 +8,7 @@ import pytest
 
 from tuner.catalog.gpus import parse_hardware
 from tuner.catalog.models import load_model
-from tuner.config.trial import ServerConfig, SpeculativeConfig
+from tuner.config.trial import ServerConfig, SpecMethod, SpeculativeConfig
 from tuner.config.vllm_version import parse_version
 from tuner.config.workload import WorkloadSpec
 from tuner.results import TrialResult
@@ -128,7 +128,12 @@ def test_weights_match_field_notes() -> None:
     one = parse_hardware("4090x1")
     target = load_model("Qwen/Qwen2.5-14B-Instruct-AWQ")
     server = ServerConfig(
-        target.hf_id, 1, 8192, 0.92, 2048, SpeculativeConfig("draft_model", 4, REFERENCE_DRAFT)
+        target.hf_id,
+        1,
+        8192,
+        0.92,
+        2048,
+        SpeculativeConfig(SpecMethod.DRAFT_MODEL, 4, REFERENCE_DRAFT),
     )
     estimate = estimate_memory(one, target, DRAFT, server)
     assert 8.8 <= estimate.weights_gib <= 9.4  # "AWQ 4-bit 14B weighs ~9.5 GB"

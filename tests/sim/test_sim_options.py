@@ -9,7 +9,7 @@ import pytest
 
 from tuner.catalog.gpus import parse_hardware
 from tuner.catalog.models import load_model
-from tuner.config.trial import ServerConfig, SpeculativeConfig
+from tuner.config.trial import ServerConfig, SpecMethod, SpeculativeConfig
 from tuner.config.verification import DraftSampling, Verification
 from tuner.config.vllm_version import parse_version
 from tuner.config.workload import WorkloadSpec
@@ -26,7 +26,7 @@ NEW = parse_version("0.32.0")
 
 
 def _server(k: int = 4, **options: Any) -> ServerConfig:
-    spec = SpeculativeConfig("eagle3", k, EAGLE3, **options)
+    spec = SpeculativeConfig(SpecMethod.EAGLE3, k, EAGLE3, **options)
     return ServerConfig(LLAMA8.hf_id, 1, 4096, 0.9, 2048, spec)
 
 
@@ -45,11 +45,13 @@ def test_a_parallel_drafter_runs_one_pass_for_its_k_tokens() -> None:
 
 
 def test_parallel_drafting_accepts_later_positions_less_often() -> None:
-    plain = shipped_rates(LLAMA8, None, "eagle3", "chat", 0.0, 5, speculative=_server().speculative)
+    plain = shipped_rates(
+        LLAMA8, None, SpecMethod.EAGLE3, "chat", 0.0, 5, speculative=_server().speculative
+    )
     parallel = shipped_rates(
         LLAMA8,
         None,
-        "eagle3",
+        SpecMethod.EAGLE3,
         "chat",
         0.0,
         5,
@@ -65,7 +67,9 @@ def test_block_verification_accepts_more_above_temperature_zero_only() -> None:
         rates = [
             sum(
                 expected_accepted(
-                    shipped_rates(LLAMA8, None, "eagle3", "chat", temperature, 3, speculative=s)
+                    shipped_rates(
+                        LLAMA8, None, SpecMethod.EAGLE3, "chat", temperature, 3, speculative=s
+                    )
                 )
             )
             for s in (standard, block)
@@ -81,7 +85,7 @@ def test_sampled_drafts_keep_acceptance_at_temperature_and_take_memory() -> None
         return sum(
             expected_accepted(
                 shipped_rates(
-                    LLAMA8, None, "eagle3", "chat", 1.0, 3, speculative=server.speculative
+                    LLAMA8, None, SpecMethod.EAGLE3, "chat", 1.0, 3, speculative=server.speculative
                 )
             )
         )
@@ -112,7 +116,7 @@ def test_model_runner_v2_saves_step_time_where_vllm_runs_it() -> None:
         return perf.step_overhead_s(1, 0, False)
 
     eagle = _server(k=3)
-    suffix = ServerConfig(LLAMA8.hf_id, 1, 4096, 0.9, 2048, SpeculativeConfig("suffix", 3))
+    suffix = ServerConfig(LLAMA8.hf_id, 1, 4096, 0.9, 2048, SpeculativeConfig(SpecMethod.SUFFIX, 3))
     saving = SHIPPED_STEPS.v2_runner_saving_s
     assert overhead(eagle, "0.28.0") - overhead(eagle, "0.32.0") == pytest.approx(saving)
     # suffix decoding and P-EAGLE land on the V1 runner in 0.32 (vllm_runner.predict_runner)
@@ -123,7 +127,7 @@ def test_model_runner_v2_saves_step_time_where_vllm_runs_it() -> None:
 
 def test_a_block_drafter_is_simulated_with_or_without_its_own_model() -> None:
     v3 = load_model("deepseek-ai/DeepSeek-V3")
-    server = ServerConfig(v3.hf_id, 8, 4096, 0.9, 2048, SpeculativeConfig("dspark", 7))
+    server = ServerConfig(v3.hf_id, 8, 4096, 0.9, 2048, SpeculativeConfig(SpecMethod.DSPARK, 7))
     result = predict(
         parse_hardware("h200x8"),
         v3,

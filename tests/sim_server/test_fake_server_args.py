@@ -12,7 +12,7 @@ import pytest
 import yaml
 from testbed.fake_server import DRAFT, SERVER, TARGET
 
-from tuner.config.trial import LaunchContext, ServerConfig, SpeculativeConfig
+from tuner.config.trial import LaunchContext, ServerConfig, SpecMethod, SpeculativeConfig
 from tuner.config.vllm_args import (
     NEWEST_KNOWN,
     config_file_argv,
@@ -33,7 +33,7 @@ CONFIGS = [
         4096,
         0.92,
         1024,
-        speculative=SpeculativeConfig("draft_model", 4, DRAFT),
+        speculative=SpeculativeConfig(SpecMethod.DRAFT_MODEL, 4, DRAFT),
         quantization="awq_marlin",  # passed: not the checkpoint's own "awq" (vLLM detects that)
         enable_chunked_prefill=False,
         served_model_name="big",
@@ -45,7 +45,7 @@ CONFIGS = [
         8192,
         0.9,
         2048,
-        speculative=SpeculativeConfig("ngram", 3, None, prompt_lookup_max=4),
+        speculative=SpeculativeConfig(SpecMethod.NGRAM, 3, None, prompt_lookup_max=4),
     ),
 ]
 IDS = ["plain", "draft-tp2-no-chunked", "ngram"]
@@ -165,7 +165,9 @@ TABLE = ServerConfig(
     8192,
     0.9,
     2048,
-    speculative=SpeculativeConfig("ngram", 4, None, k_by_batch_size=((1, 4, 4), (5, 64, 0))),
+    speculative=SpeculativeConfig(
+        SpecMethod.NGRAM, 4, None, k_by_batch_size=((1, 4, 4), (5, 64, 0))
+    ),
 )
 
 

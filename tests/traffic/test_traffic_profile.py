@@ -53,7 +53,7 @@ class CountingSim(SimBackend):
         return super().start(server, context)
 
     def measure(self, config: TrialConfig, concurrency: int, seed: int) -> TrialResult:
-        self.measured[-1].append((concurrency, config.client.temperature))
+        self.measured[-1].append((concurrency, config.client.sampling_temperature))
         return super().measure(config, concurrency, seed)
 
 

@@ -23,7 +23,7 @@ import pytest
 from testbed import TinyModels, require_vllm, vllm_command, vllm_env, vllm_venv
 
 from tuner.bench.metrics import parse_prometheus
-from tuner.config.trial import ServerConfig, SpeculativeConfig
+from tuner.config.trial import ServerConfig, SpecMethod, SpeculativeConfig
 from tuner.config.verification import DraftSampling, Verification
 from tuner.config.vllm_args import parse_version, server_argv
 from tuner.errors import FailureKind
@@ -114,7 +114,7 @@ def _speculate(target: str, port: int, temperature: float = 0.0) -> dict[str, fl
 def test_eagle3_head_serves_and_drafts(
     tiny_llama: dict[str, str], tmp_path: Path, vllm_cache_root: Path
 ) -> None:
-    spec = SpeculativeConfig("eagle3", 3, model=tiny_llama["head"])
+    spec = SpeculativeConfig(SpecMethod.EAGLE3, 3, model=tiny_llama["head"])
     process, log = _serve(tiny_llama["target"], spec, tmp_path, vllm_cache_root, 8461)
     try:
         assert _wait_ready(process, 8461), log.read_text()[-3000:]
@@ -132,7 +132,7 @@ def test_eagle3_head_serves_and_drafts(
 def test_suffix_decoding_serves_or_is_refused_as_a_bad_argument(
     tiny_llama: dict[str, str], tmp_path: Path, vllm_cache_root: Path
 ) -> None:
-    spec = SpeculativeConfig("suffix", 8, suffix_decoding_max_tree_depth=24)
+    spec = SpeculativeConfig(SpecMethod.SUFFIX, 8, suffix_decoding_max_tree_depth=24)
     process, log = _serve(tiny_llama["target"], spec, tmp_path, vllm_cache_root, 8462)
     installed = _has_arctic_inference()
     try:
@@ -170,7 +170,7 @@ def test_probabilistic_draft_sampling_serves_with_a_draft_model(
     path (vllm/v1/sample/rejection_sampler.py): that value is accepted and left unused here,
     which is why spectune refuses block wherever a config lands on V1."""
     spec = SpeculativeConfig(
-        "draft_model",
+        SpecMethod.DRAFT_MODEL,
         3,
         model=str(tiny_models.draft),
         draft_sample_method=DraftSampling.PROBABILISTIC,

@@ -78,14 +78,14 @@ def _pair_servers() -> Iterator[tuple[str, ServerConfig, ModelSpec | None, Model
     for target in _TARGETS:
         base = ServerConfig(target.hf_id, 1, 8192, 0.9, 2048)
         for k in K_BOUNDS:
-            ngram = SpeculativeConfig("ngram", k, prompt_lookup_max=4, prompt_lookup_min=1)
+            ngram = SpeculativeConfig(SpecMethod.NGRAM, k, prompt_lookup_max=4, prompt_lookup_min=1)
             yield f"{target.hf_id}+ngram/k{k}", _with(base, ngram), None, target
         for draft in CATALOG:
             try:
                 check_draft(target, draft, JUDGE_VERSION)
             except IncompatibleDraftError:
                 continue
-            spec = SpeculativeConfig("draft_model", K_BOUNDS[-1], model=draft.hf_id)
+            spec = SpeculativeConfig(SpecMethod.DRAFT_MODEL, K_BOUNDS[-1], model=draft.hf_id)
             yield f"{target.hf_id}+{draft.hf_id}", _with(base, spec), draft, target
 
 
@@ -93,14 +93,14 @@ def _method_servers() -> Iterator[tuple[str, ServerConfig]]:
     """Each catalog head with its targets, mtp per MTP target, suffix on one target."""
     for head in HEADS:
         for target_id in head.targets:
-            spec = SpeculativeConfig(head.method, K_BOUNDS[-1], model=head.hf_id)
+            spec = SpeculativeConfig(SpecMethod(head.method), K_BOUNDS[-1], model=head.hf_id)
             yield f"{target_id}+{head.hf_id}", ServerConfig(target_id, 1, 8192, 0.9, 2048, spec)
     for target in _TARGETS:
         if mtp_layers(target.config):
-            spec = SpeculativeConfig("mtp", 2)
+            spec = SpeculativeConfig(SpecMethod.MTP, 2)
             yield f"{target.hf_id}+mtp", ServerConfig(target.hf_id, 1, 8192, 0.9, 2048, spec)
     suffix = SpeculativeConfig(
-        "suffix", 16, suffix_decoding_max_tree_depth=24, suffix_decoding_min_token_prob=0.1
+        SpecMethod.SUFFIX, 16, suffix_decoding_max_tree_depth=24, suffix_decoding_min_token_prob=0.1
     )
     yield "suffix", ServerConfig("meta-llama/Llama-3.1-8B-Instruct", 1, 8192, 0.9, 2048, suffix)
 

@@ -29,7 +29,7 @@ from tuner.catalog.mtp import MTP_MODEL_TYPES
 from tuner.catalog.seed_drafters import DRAFTERS
 from tuner.cli import app
 from tuner.config.space import SearchSpace, builtin_spaces, load_space
-from tuner.config.trial import ServerConfig, SpeculativeConfig
+from tuner.config.trial import ServerConfig, SpecMethod, SpeculativeConfig
 from tuner.config.verification import DraftSampling
 from tuner.config.vllm_args import heterogeneous_vocab, parse_version, server_argv
 from tuner.config.vllm_runner import predict_runner
@@ -59,10 +59,10 @@ def _drafter_servers() -> Iterator[tuple[str, ServerConfig]]:
     for drafter in DRAFTERS:
         for target in drafter.targets:
             width = 15 if drafter.method == "dflash" else 7
-            spec = SpeculativeConfig(drafter.method, width, model=drafter.hf_id)
+            spec = SpeculativeConfig(SpecMethod(drafter.method), width, model=drafter.hf_id)
             yield f"{target}+{drafter.hf_id}", ServerConfig(target, 1, 8192, 0.9, 2048, spec)
     topk = SpeculativeConfig(
-        "dspark", 7, model="deepseek-ai/dspark_qwen3_8b_block7", dspark_draft_topk=64
+        SpecMethod.DSPARK, 7, model="deepseek-ai/dspark_qwen3_8b_block7", dspark_draft_topk=64
     )
     yield "dspark_draft_topk", ServerConfig("Qwen/Qwen3-8B", 1, 8192, 0.9, 2048, topk)
 
@@ -72,15 +72,17 @@ def _refused_servers() -> dict[str, tuple[ServerConfig, str]]:
     head = "amazon/Qwen3-Coder-30B-A3B-Instruct-P-EAGLE"
     coder = "Qwen/Qwen3-Coder-30B-A3B-Instruct-FP8"
     eager = (("enforce-eager", True),)
-    adaptive = SpeculativeConfig("eagle3", 4, model=head, enable_adaptive_verification=True)
+    adaptive = SpeculativeConfig(
+        SpecMethod.EAGLE3, 4, model=head, enable_adaptive_verification=True
+    )
     mixed = SpeculativeConfig(
-        "draft_model",
+        SpecMethod.DRAFT_MODEL,
         4,
         model="Qwen/Qwen2.5-0.5B-Instruct",
         draft_sample_method=DraftSampling.PROBABILISTIC,
     )
     p_eagle = SpeculativeConfig(
-        "eagle3", 4, model=head, parallel_drafting=True, enable_adaptive_verification=True
+        SpecMethod.EAGLE3, 4, model=head, parallel_drafting=True, enable_adaptive_verification=True
     )
     return {
         "adaptive-eager": (

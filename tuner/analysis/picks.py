@@ -205,7 +205,7 @@ def confirmation_order(study: optuna.Study) -> list[TrialRecord]:
     unique: dict[tuple[object, float], TrialRecord] = {}
     for record in sorted(feasible(study), key=lambda r: (-r.objective[0], r.number)):
         # The same server config at the same temperature is one config, however often tried.
-        unique.setdefault((record.server, record.temperature), record)
+        unique.setdefault((record.server, record.trial_temperature), record)
     front = {r.number for r in pareto_front(study)}
     cands = candidates(list(unique.values()), {}, math.inf, front)
     by_number = {r.number: r for r in unique.values()}

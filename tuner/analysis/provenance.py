@@ -258,7 +258,7 @@ def provenance(
         target=record.server.model,
         draft=record.draft,
         k=record.server.k,
-        temperatures=record.temperature_mix or ((record.temperature, 1.0),),
+        temperatures=record.temperature_mix or ((record.trial_temperature, 1.0),),
         temperature_tuned=record.tunes_temperature,
         workload=space.workload.prompt_set,
         prompts=describe_prompt_set(space.workload.prompt_set),

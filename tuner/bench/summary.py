@@ -26,7 +26,7 @@ def level_summary(result: TrialResult, condition: Condition | None = None) -> di
         "failed_share": result.errors / len(result.requests) if result.requests else None,
     }
     if condition is not None:
-        summary.update(temperature=condition.temperature, weight=condition.weight)
+        summary.update(temperature=condition.sampling_temperature, weight=condition.weight)
         if condition.request_rate is not None:  # a goodput step: the rate it offered
             summary["offered_rate"] = condition.request_rate
     return summary

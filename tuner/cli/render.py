@@ -110,11 +110,11 @@ def config_label(server: ServerConfig, temperature: float | None = None) -> str:
 def _temperature_cell(record: TrialRecord) -> str:
     if len(record.temperature_mix) > 1 and not record.tunes_temperature:
         return "mix"
-    return f"{record.temperature:.2f}"
+    return f"{record.trial_temperature:.2f}"
 
 
 def _tuned_temperature(record: TrialRecord) -> float | None:
-    return record.temperature if record.tunes_temperature else None
+    return record.trial_temperature if record.tunes_temperature else None
 
 
 def trial_table(title: str, objective: Objective = Objective.THROUGHPUT) -> Table:

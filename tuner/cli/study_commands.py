@@ -252,7 +252,7 @@ def _record_json(record: TrialRecord, metric: str) -> dict[str, Any]:
         metric: throughput,  # output_tok_s, or goodput_req_s
         "p95_ttft_ms": ttft,
         "status": record.status,
-        "temperature": record.temperature,
+        "temperature": record.trial_temperature,
         "server": server_to_dict(record.server),
         "summary": dict(record.summary),
     }

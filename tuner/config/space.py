@@ -86,9 +86,10 @@ class SearchSpace:
     choices: tuple[SpecChoice, ...]  # the speculation choices, each with its own K and settings
     gpu_memory_utilization: Range
     max_num_batched_tokens: tuple[int, ...]
-    # A Range when the temperature is tuned; otherwise the workload mix's weighted mean, which
-    # forecasts stand in for the mix (every trial is measured at each of its temperatures).
-    temperature: Range | float
+    # The trial's temperature (``search.temperature``): a Range when trials choose it;
+    # otherwise the workload mix's weighted mean, which forecasts stand in for the mix (every
+    # trial is measured at each of its temperatures).
+    trial_temperature: Range | float
     max_model_len: int
     tensor_parallel_size: int
     quantization: str | None
@@ -106,7 +107,7 @@ class SearchSpace:
     @property
     def tunes_temperature(self) -> bool:
         """Whether trials choose the temperature (``search.temperature``), not the workload."""
-        return isinstance(self.temperature, Range)
+        return isinstance(self.trial_temperature, Range)
 
     @property
     def goodput(self) -> bool:
@@ -169,8 +170,8 @@ class SearchSpace:
             "gpu_memory_utilization": self.gpu_memory_utilization.low
             < self.gpu_memory_utilization.high,
             "max_num_batched_tokens": len(set(self.max_num_batched_tokens)) > 1,
-            "temperature": isinstance(self.temperature, Range)
-            and self.temperature.low < self.temperature.high,
+            "temperature": isinstance(self.trial_temperature, Range)
+            and self.trial_temperature.low < self.trial_temperature.high,
         }
         return tuple(name for name, varies in spans.items() if varies)
 
@@ -188,9 +189,9 @@ class SearchSpace:
             trial.suggest_categorical("max_num_batched_tokens", list(self.max_num_batched_tokens))
         )
         temperature = (
-            self.temperature
-            if isinstance(self.temperature, float)
-            else _suggest_float(trial, "temperature", self.temperature)
+            self.trial_temperature
+            if isinstance(self.trial_temperature, float)
+            else _suggest_float(trial, "temperature", self.trial_temperature)
         )
         return self.config(speculative, util, mnbt, temperature)
 
@@ -342,7 +343,7 @@ def _build(raw: Any, origin: str, *, lenient: bool) -> SearchSpace:
         choices=choices,
         gpu_memory_utilization=_range(search.gpu_memory_utilization),
         max_num_batched_tokens=tuple(search.max_num_batched_tokens),
-        temperature=(
+        trial_temperature=(
             workload.mean_temperature
             if not isinstance(search.temperature, TemperatureRange)
             else _range(search.temperature)

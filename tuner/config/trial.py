@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import enum
 import re
 from dataclasses import asdict, dataclass, field, replace
@@ -12,6 +11,7 @@ from typing import Any
 from tuner.catalog.models import ModelSpec, load_model
 from tuner.config.verification import DraftSampling, Verification
 from tuner.config.workload import WorkloadSpec
+from tuner.errors import ConfigError
 
 __all__ = [
     "BLOCK_METHODS",
@@ -69,6 +69,19 @@ class SpecMethod(enum.StrEnum):
     DFLASH = "dflash"  # a block-diffusion drafter: all K tokens in one non-causal pass
     DSPARK = "dspark"  # a block drafter with a Markov head (and optionally a confidence head)
 
+    @classmethod
+    def parse(cls, name: str) -> SpecMethod:
+        """The member named ``name``, as a space, a flag or a stored config spells it.
+
+        Raises:
+            ConfigError: naming the unknown method and the known ones.
+        """
+        try:
+            return cls(name)
+        except ValueError:
+            known = ", ".join(m for m in cls if m is not cls.NONE)
+            raise ConfigError(f"unknown speculative method {name!r}: use one of {known}") from None
+
 
 # Methods that load a model named in ``SpeculativeConfig.model`` (a draft, a head, a drafter).
 MODEL_METHODS = frozenset(
@@ -89,9 +102,9 @@ BLOCK_METHODS = frozenset({SpecMethod.DFLASH, SpecMethod.DSPARK})
 class SpeculativeConfig:
     """vLLM's speculative decoding settings, independent of the flag dialect that spells them."""
 
-    # A SpecMethod for every name spectune knows (strings are converted); another name stays a
-    # str, so that the vLLM-args check refuses it with a message naming it.
-    method: SpecMethod | str
+    # Parsed where the config is made (a name is converted; an unknown one is refused there),
+    # so that everything downstream compares members.
+    method: SpecMethod
     num_speculative_tokens: int
     # The draft, the EAGLE head or the block drafter; None for ngram, suffix, mtp, and for
     # dspark drafting with stages inside the target's own checkpoint (DeepSeek-V4).
@@ -118,8 +131,7 @@ class SpeculativeConfig:
     dspark_draft_topk: int | None = None
 
     def __post_init__(self) -> None:
-        with contextlib.suppress(ValueError):
-            object.__setattr__(self, "method", SpecMethod(self.method))
+        object.__setattr__(self, "method", SpecMethod.parse(self.method))
         # Stored as JSON strings.
         object.__setattr__(
             self, "rejection_sample_method", Verification(self.rejection_sample_method)
@@ -169,7 +181,7 @@ class ServerConfig:
     extra_flags: tuple[tuple[str, FlagValue], ...] = field(default=())
 
     @property
-    def method(self) -> SpecMethod | str:
+    def method(self) -> SpecMethod:
         """How the server speculates; :attr:`SpecMethod.NONE` without speculation."""
         return SpecMethod.NONE if self.speculative is None else self.speculative.method
 
@@ -197,7 +209,10 @@ class ServerConfig:
 class ClientConfig:
     """Request-side settings: changing them never restarts the server."""
 
-    temperature: float
+    # What the requests sample at: the trial's temperature where the space tunes it; with a
+    # workload mix, each condition's own (tuner.trial.traffic sets it per condition), the
+    # mix's weighted mean on the trial's config before it is split.
+    sampling_temperature: float
     workload: WorkloadSpec
 
 
@@ -216,7 +231,7 @@ class TrialConfig:
     client: ClientConfig
 
     def with_temperature(self, temperature: float) -> TrialConfig:
-        return replace(self, client=replace(self.client, temperature=temperature))
+        return replace(self, client=replace(self.client, sampling_temperature=temperature))
 
 
 def server_to_dict(server: ServerConfig) -> dict[str, Any]:

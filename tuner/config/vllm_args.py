@@ -184,14 +184,14 @@ def check_supported(server: ServerConfig, version: VllmVersion) -> None:
             )
         if spec.method in MODEL_METHODS - {SpecMethod.DSPARK} and not spec.model:
             raise ConfigError(f"speculative method {spec.method} needs a model (draft or head)")
-        if spec.method == "draft_model" and dialect(version).draft_model == "refused":
+        if spec.method is SpecMethod.DRAFT_MODEL and dialect(version).draft_model == "refused":
             raise ConfigError(
                 f"vLLM {version} cannot speculate with a separate draft model "
                 f"({spec.model}): its V1 engine dropped draft models from 0.10 until 0.15. "
                 "Use vLLM 0.15 or later (or 0.9.2 or older), or the ngram method"
             )
         if (
-            spec.method == "ngram"
+            spec.method is SpecMethod.NGRAM
             and spec.prompt_lookup_max is None
             and dialect(version).speculative_flags == "standalone"
         ):
@@ -275,7 +275,7 @@ def _speculative_json(server: ServerConfig, version: VllmVersion) -> dict[str, A
     spec = server.speculative
     assert spec is not None
     config: dict[str, Any] = {}
-    if spec.method != "draft_model" or dialect(version).draft_model == "v1":
+    if spec.method is not SpecMethod.DRAFT_MODEL or dialect(version).draft_model == "v1":
         # 0.15+ dispatches on the method; older releases infer draft_model from the model.
         config["method"] = str(spec.method)
     if spec.method in MODEL_METHODS and spec.model:
@@ -308,7 +308,7 @@ def heterogeneous_vocab(server: ServerConfig, version: VllmVersion) -> bool:
     """Whether the draft's vocabulary size differs from the target's, on a version with the flag."""
     if version < _HETEROGENEOUS_VOCAB or server.speculative is None:
         return False
-    if server.speculative.method != "draft_model":
+    if server.speculative.method is not SpecMethod.DRAFT_MODEL:
         return False
     target, draft = _known_model(server.model), _known_model(server.speculative.model)
     return target is not None and draft is not None and needs_heterogeneous_vocab(target, draft)
@@ -354,7 +354,7 @@ def _flag_items(server: ServerConfig, version: VllmVersion) -> _FlagItems:
         if rules.speculative_flags == "json" or spec.method not in _STANDALONE_METHODS:
             items.append(("speculative-config", _speculative_json(server, version)))
         else:
-            draft = "[ngram]" if spec.method == "ngram" else str(spec.model)
+            draft = "[ngram]" if spec.method is SpecMethod.NGRAM else str(spec.model)
             items.append(("speculative-model", draft))
             items.append(("num-speculative-tokens", spec.num_speculative_tokens))
             if spec.prompt_lookup_max is not None:

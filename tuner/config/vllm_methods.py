@@ -178,15 +178,15 @@ def option_keys(spec: SpeculativeConfig) -> dict[str, object]:
     return keys
 
 
-def check_method(method: SpecMethod | str, version: VllmVersion) -> None:
+def check_method(method: SpecMethod, version: VllmVersion) -> None:
     """Refuses a method spectune does not speak, or one that ``version`` predates.
 
     Raises:
         ConfigError: naming the method, the release it needs and the fix.
     """
     known = ", ".join(str(m) for m in METHOD_SUPPORT)
-    if not isinstance(method, SpecMethod) or method not in METHOD_SUPPORT:
-        raise ConfigError(f"unknown speculative method {method!r}: use one of {known}")
+    if method not in METHOD_SUPPORT:  # none; an unknown name never became a SpecMethod
+        raise ConfigError(f"speculative method {str(method)!r} drafts nothing: use one of {known}")
     support = METHOD_SUPPORT[method]
     if version < support.since:
         raise ConfigError(

@@ -87,21 +87,6 @@ class RunnerForecast:
     reasons: tuple[str, ...] = ()
     off_by_default: str = ""
 
-    def to_dict(self) -> dict[str, Any]:
-        data: dict[str, Any] = {"runner": self.runner, "reasons": list(self.reasons)}
-        if self.off_by_default:
-            data["off_by_default"] = self.off_by_default
-        return data
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> RunnerForecast:
-        runner = data.get("runner")
-        return cls(
-            None if runner is None else ModelRunner(runner),
-            tuple(data.get("reasons") or ()),
-            str(data.get("off_by_default") or ""),
-        )
-
     def why(self) -> str:
         """Why the config is off V2, as one phrase ("Model Runner V2 does not yet support ...")."""
         if self.off_by_default:

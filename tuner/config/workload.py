@@ -56,7 +56,9 @@ class Condition:
     """
 
     concurrency: int
-    temperature: float
+    # What its requests sample at: one temperature of the workload's mix, or the trial's own
+    # when the space tunes it.
+    sampling_temperature: float
     weight: float  # level weight x temperature weight; all conditions sum to 1
     request_rate: float | None = None
 
@@ -68,7 +70,7 @@ class Condition:
             if self.request_rate is None
             else f"{self.request_rate:g} requests/s"
         )
-        return f"{load}, temperature {self.temperature:g}"
+        return f"{load}, temperature {self.sampling_temperature:g}"
 
 
 @dataclass(frozen=True)

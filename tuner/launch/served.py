@@ -86,10 +86,6 @@ class ServedFacts:
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "warnings": list(self.warnings)}
 
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ServedFacts:
-        return cls(**{**data, "warnings": tuple(data.get("warnings") or ())})
-
     def describe(self) -> str:
         """One line, e.g. ``attention FLASH_ATTN, CUDA graphs FULL_AND_PIECEWISE, ...``."""
 

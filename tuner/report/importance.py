@@ -107,7 +107,8 @@ def _distribution(
         return CategoricalDistribution(sorted({p.max_num_batched_tokens for p, _ in rows}))
     if name == "K":
         return IntDistribution(0, int(space.num_speculative_tokens.high))
-    domain = space.gpu_memory_utilization if name == "gpu_memory_utilization" else space.temperature
+    memory = name == "gpu_memory_utilization"
+    domain = space.gpu_memory_utilization if memory else space.trial_temperature
     low, high = (domain.low, domain.high) if isinstance(domain, Range) else (domain, domain)
     return FloatDistribution(low, high)
 

@@ -311,7 +311,7 @@ def _twin_section(study: optuna.Study, trials: Sequence[Point]) -> str:
 def _temperature(candidate: Candidate) -> str:
     record = candidate.record
     if record.tunes_temperature or len(record.temperature_mix) < 2:
-        return f"{record.temperature:.2f}"
+        return f"{record.trial_temperature:.2f}"
     return "mix"
 
 

@@ -59,7 +59,7 @@ def per_temperature_section(space: SearchSpace, candidates: Sequence[Candidate])
         return ""
     best: dict[float, Candidate] = {}
     for candidate in candidates:  # best first
-        best.setdefault(round(candidate.record.temperature, 4), candidate)
+        best.setdefault(round(candidate.record.trial_temperature, 4), candidate)
     if not best:
         return ""
     rows = "".join(

@@ -41,7 +41,7 @@ def predicted_pairs(
                 space.target,
                 draft,
                 server,
-                pair.temperature,
+                pair.sampling_temperature,
                 replace(workload, request_rate=pair.request_rate or workload.request_rate),
                 pair.concurrency,
             ),

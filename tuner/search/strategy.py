@@ -268,7 +268,7 @@ class _Screen:
         # temperature so far goes with it.
         temperature: dict[Pair, float] = {}
         for prediction in self._best(list(self.done.values())):
-            temperature.setdefault(prediction.pair, prediction.config.client.temperature)
+            temperature.setdefault(prediction.pair, prediction.config.client.sampling_temperature)
         for pair, settings in self.safe.items():
             if setting in settings:
                 self._predict(pair, *setting, temperature.get(pair, coldest))
@@ -286,7 +286,7 @@ class _Screen:
 
     def _tune_memory(self, top: Prediction) -> tuple[float, int]:
         """Coordinate search over the safe settings: utilization first, then batched tokens."""
-        pair, temperature = top.pair, top.config.client.temperature
+        pair, temperature = top.pair, top.config.client.sampling_temperature
         settings = self.safe[pair]
         mnbt = top.config.server.max_num_batched_tokens
         by_util = self._best(
@@ -349,7 +349,7 @@ class _Screen:
                 goodput, ttft = predicted_goodput(self.space, config.server, serving)
                 return Prediction(params, config, goodput, ttft, ttft, headroom)
             tok_s, ttft = self._traffic(pair, config)
-            tail = self._predict_at(pair, config, config.client.temperature, self.tail)
+            tail = self._predict_at(pair, config, config.client.sampling_temperature, self.tail)
         except StartupFailure:  # cannot happen for a safe setting; skipped, not guessed at
             return None
         return Prediction(params, config, tok_s, ttft, max(ttft, _ttft(tail)), headroom)
@@ -366,7 +366,7 @@ class _Screen:
         ttft = 0.0
         for condition in workload.conditions:
             screened = screened_workload(workload, condition.concurrency)
-            result = self._predict_at(pair, config, condition.temperature, screened)
+            result = self._predict_at(pair, config, condition.sampling_temperature, screened)
             total += condition.weight
             value += condition.weight * result.output_tok_s
             ttft = max(ttft, _ttft(result))
@@ -420,7 +420,7 @@ def _params(
     params: dict[str, Any] = space.choice_params(draft, k)  # the choice, then its own
     params["gpu_memory_utilization"] = util
     params["max_num_batched_tokens"] = mnbt
-    if not isinstance(space.temperature, float):
+    if not isinstance(space.trial_temperature, float):
         params["temperature"] = temperature
     return params
 
@@ -430,9 +430,9 @@ def _ks(space: SearchSpace, draft: str) -> range:
 
 
 def _temperatures(space: SearchSpace) -> tuple[float, ...]:
-    if isinstance(space.temperature, float):
-        return (space.temperature,)
-    return _values(space.temperature)
+    if isinstance(space.trial_temperature, float):
+        return (space.trial_temperature,)
+    return _values(space.trial_temperature)
 
 
 def _values(value: Range) -> tuple[float, ...]:

@@ -86,7 +86,7 @@ def _observation(space: SearchSpace, record: TrialRecord) -> Observation | None:
     workload = space.workload
     base = Observation(
         record.server,
-        record.temperature,
+        record.trial_temperature,
         workload.prompt_set,
         workload.input_tokens,
         workload.output_tokens,
@@ -148,7 +148,7 @@ class TwinScreen:
         for params in grid_params(space):
             pair = (str(params["draft"]), int(params.get("num_speculative_tokens", 0)))
             self.pairs.setdefault(pair, params)
-            self.temperatures.add(float(params.get("temperature", space.temperature)))
+            self.temperatures.add(float(params.get("temperature", space.trial_temperature)))
             setting = (
                 float(params["gpu_memory_utilization"]),
                 int(params["max_num_batched_tokens"]),
@@ -449,7 +449,7 @@ def _traffic_tok_s(space: SearchSpace, params: dict[str, Any]) -> tuple[float, f
                 space.target,
                 draft,
                 config.server,
-                condition.temperature,
+                condition.sampling_temperature,
                 level,
                 condition.concurrency,
             )

@@ -39,7 +39,6 @@ from tuner.errors import ConfigError
 
 __all__ = [
     "DECAY",
-    "NGRAM",
     "POSITION_DECAY",
     "SHIPPED_ACCEPTANCE",
     "SPEC_METHODS",
@@ -54,11 +53,9 @@ __all__ = [
     "verified",
 ]
 
-NGRAM = "ngram"
-DRAFT_MODEL = "draft_model"
 # Proposals copied from the text: prompt lookup (on the CPU or the GPU) and suffix trees.
-_LOOKUPS = frozenset({NGRAM, str(SpecMethod.NGRAM_GPU), str(SpecMethod.SUFFIX)})
-SPEC_METHODS = tuple(str(m) for m in SpecMethod if m is not SpecMethod.NONE)
+_LOOKUPS = frozenset({SpecMethod.NGRAM, SpecMethod.NGRAM_GPU, SpecMethod.SUFFIX})
+SPEC_METHODS = tuple(m for m in SpecMethod if m is not SpecMethod.NONE)
 
 
 @dataclass(frozen=True)
@@ -91,12 +88,12 @@ class AcceptanceConstants:
     """
 
     draft_logit: Mapping[str, float]
-    head_logit: Mapping[str, Mapping[str, float]]
+    head_logit: Mapping[SpecMethod, Mapping[str, float]]
     block_logit: Mapping[str, float]
     ngram_logit: Mapping[str, float]
     suffix_logit: float
-    decay: Mapping[str, float]
-    ceiling: Mapping[str, float]
+    decay: Mapping[SpecMethod, float]
+    ceiling: Mapping[SpecMethod, float]
     parallel_decay: float
     temperature_penalty: float
     probabilistic_penalty: float
@@ -113,15 +110,27 @@ SHIPPED_ACCEPTANCE = AcceptanceConstants(
     # and math sits as far above chat as EAGLE-1's measured pair does.
     draft_logit={"code": 2.87, "long-context": 2.6, "chat": 2.0, "creative": 1.41, "math": 3.2},
     head_logit={
-        "eagle3": {
+        SpecMethod.EAGLE3: {
             "code": 1.66,
             "long-context": 2.47,
             "chat": 1.17,
             "creative": 0.67,
             "math": 2.56,
         },
-        "eagle": {"code": 2.77, "long-context": 1.77, "chat": 0.47, "creative": -0.03, "math": 2.0},
-        "mtp": {"code": 2.95, "long-context": 2.45, "chat": 1.98, "creative": 1.45, "math": 2.45},
+        SpecMethod.EAGLE: {
+            "code": 2.77,
+            "long-context": 1.77,
+            "chat": 0.47,
+            "creative": -0.03,
+            "math": 2.0,
+        },
+        SpecMethod.MTP: {
+            "code": 2.95,
+            "long-context": 2.45,
+            "chat": 1.98,
+            "creative": 1.45,
+            "math": 2.45,
+        },
     },
     # Block drafters: DSpark's first position on SPEED-Bench at T=1 (vllm PR #52992); other sets
     # keep EAGLE-3's offsets from chat.
@@ -132,22 +141,22 @@ SHIPPED_ACCEPTANCE = AcceptanceConstants(
     # lookup on SWE-bench, agentic traffic that repeats itself).
     suffix_logit=0.5,
     decay={
-        DRAFT_MODEL: POSITION_DECAY,
-        NGRAM: 1.0,
-        "suffix": 1.0,
+        SpecMethod.DRAFT_MODEL: POSITION_DECAY,
+        SpecMethod.NGRAM: 1.0,
+        SpecMethod.SUFFIX: 1.0,
         # Fitted: an EAGLE-3 head's later positions, once reached, are accepted as often as
         # the first, EAGLE-1's drift like a draft model's (vLLM issue #20780's acceptance
         # lengths for K=2..7); one MTP layer rerun for later positions drifts fast
         # (GLM-4.5-Air's 0.92 / 0.68 / 0.38).
-        "eagle": 0.960,
-        "eagle3": 0.953,
-        "mtp": 0.789,
+        SpecMethod.EAGLE: 0.960,
+        SpecMethod.EAGLE3: 0.953,
+        SpecMethod.MTP: 0.789,
         # A block drafter's later positions, once reached, are accepted more often than its
         # first (DSpark's per-position counters in vllm PR #52992).
-        "dflash": 1.028,
-        "dspark": 1.028,
+        SpecMethod.DFLASH: 1.028,
+        SpecMethod.DSPARK: 1.028,
     },
-    ceiling={"dflash": 0.884, "dspark": 0.884},
+    ceiling={SpecMethod.DFLASH: 0.884, SpecMethod.DSPARK: 0.884},
     parallel_decay=0.880,
     temperature_penalty=3.5,
     probabilistic_penalty=1.36,
@@ -179,7 +188,7 @@ def _sigmoid(x: float) -> float:
 def acceptance_probability(
     target: ModelSpec,
     draft: ModelSpec | None,
-    method: str,
+    method: SpecMethod,
     prompt_set: str,
     temperature: float,
     constants: AcceptanceConstants = SHIPPED_ACCEPTANCE,
@@ -202,16 +211,16 @@ def acceptance_probability(
         The per-token acceptance probability, in (0, 1).
 
     Raises:
-        ValueError: an unknown method, or a draft-model method without a draft.
+        ValueError: method ``none``, or a draft-model method without a draft.
     """
     per_degree = constants.probabilistic_penalty if probabilistic else constants.temperature_penalty
     penalty = per_degree * max(temperature, 0.0) ** 2
     if method in _LOOKUPS:
         base = _lookup_logit(prompt_set, constants.ngram_logit)
-        suffix = constants.suffix_logit if method == "suffix" else 0.0
+        suffix = constants.suffix_logit if method is SpecMethod.SUFFIX else 0.0
         return _sigmoid(base + suffix - penalty)
     if method not in SPEC_METHODS:
-        raise ValueError(f"unknown speculative method {method!r}; known: {', '.join(SPEC_METHODS)}")
+        raise ValueError(f"speculative method {str(method)!r} drafts nothing to accept")
     drafts = constants.draft_logit
     base = drafts.get(prompt_set, drafts[_DEFAULT_SET])
     if method in BLOCK_METHODS:
@@ -271,7 +280,7 @@ def prompt_repetition(path: str) -> float | None:
 def position_rates(
     alpha: float,
     k: int,
-    method: str,
+    method: SpecMethod,
     constants: AcceptanceConstants = SHIPPED_ACCEPTANCE,
     *,
     parallel: bool = False,
@@ -322,7 +331,7 @@ class Rates(Protocol):
         self,
         target: ModelSpec,
         draft: ModelSpec | None,
-        method: str,
+        method: SpecMethod,
         prompt_set: str,
         temperature: float,
         k: int,
@@ -334,7 +343,7 @@ class Rates(Protocol):
 def shipped_rates(
     target: ModelSpec,
     draft: ModelSpec | None,
-    method: str,
+    method: SpecMethod,
     prompt_set: str,
     temperature: float,
     k: int,

@@ -59,15 +59,15 @@ class Load(enum.StrEnum):
     HIGH = "over 16 requests"
 
 
-def method_family(method: SpecMethod | str) -> MethodFamily:
+def method_family(method: SpecMethod) -> MethodFamily:
     """The family of a method of :class:`SpecMethod` (``none`` included)."""
-    if method == SpecMethod.NONE:
+    if method is SpecMethod.NONE:
         return MethodFamily.NONE
-    if method == SpecMethod.DRAFT_MODEL:
+    if method is SpecMethod.DRAFT_MODEL:
         return MethodFamily.DRAFT
     if method in HEAD_METHODS:
         return MethodFamily.HEAD
-    if method == SpecMethod.MTP:
+    if method is SpecMethod.MTP:
         return MethodFamily.MTP
     if method in BLOCK_METHODS:
         return MethodFamily.BLOCK

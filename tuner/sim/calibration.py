@@ -50,13 +50,13 @@ _V1_DEFAULT = VllmVersion(0, 8, 0)
 _V0_REMOVED = VllmVersion(0, 11, 0)
 
 
-def engine_generation(version: VllmVersion | None, method: SpecMethod | str) -> EngineGeneration:
+def engine_generation(version: VllmVersion | None, method: SpecMethod) -> EngineGeneration:
     """The engine vLLM ``version`` (None: the newest) runs a config of ``method`` on."""
     if version is None:
         return EngineGeneration.V1
     if version < _V1_DEFAULT:
         return EngineGeneration.V0
-    if method == SpecMethod.DRAFT_MODEL and version < _V0_REMOVED:
+    if method is SpecMethod.DRAFT_MODEL and version < _V0_REMOVED:
         return EngineGeneration.V0
     return EngineGeneration.V1
 

@@ -24,7 +24,7 @@ from typing import Protocol
 
 from tuner.catalog.gpus import Hardware
 from tuner.catalog.models import ModelSpec
-from tuner.config.trial import ServerConfig, SpeculativeConfig
+from tuner.config.trial import ServerConfig, SpecMethod, SpeculativeConfig
 from tuner.config.vllm_version import VllmVersion
 from tuner.config.workload import WorkloadSpec
 from tuner.errors import FailureKind, StartupFailure
@@ -73,7 +73,7 @@ class Physics(Protocol):
         self,
         target: ModelSpec,
         draft: ModelSpec | None,
-        method: str,
+        method: SpecMethod,
         prompt_set: str,
         temperature: float,
         k: int,
@@ -117,7 +117,7 @@ class Calibrated:
         self,
         target: ModelSpec,
         draft: ModelSpec | None,
-        method: str,
+        method: SpecMethod,
         prompt_set: str,
         temperature: float,
         k: int,
@@ -295,7 +295,7 @@ def _run(  # noqa: PLR0913  (the simulated step takes each cost term)
     memory = physics.memory(hardware, target, draft, server)
     if not memory.fits:
         raise StartupFailure(FailureKind.OOM, memory.reason, log_tail=memory.reason)
-    uses_draft = server.speculative is not None and server.speculative.method == "draft_model"
+    uses_draft = server.method is SpecMethod.DRAFT_MODEL
     engine = Engine(
         hardware,
         target,

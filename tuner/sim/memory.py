@@ -181,7 +181,7 @@ def _activation_bytes(model: ModelSpec, tp: int, tokens: int, sampler: bool) -> 
 
 def _drafter_bytes(draft: ModelSpec, server: ServerConfig) -> float:
     """Weight bytes the drafter adds: MTP layers share the target's embeddings and LM head."""
-    if server.speculative is not None and server.speculative.method == SpecMethod.MTP:
+    if server.method is SpecMethod.MTP:
         return max(draft.weight_bytes - draft.embedding_params * 2.0, 0.0)
     return draft.weight_bytes
 
@@ -238,7 +238,7 @@ def estimate_memory(
     tp = server.tensor_parallel_size
     _check_parallel(hardware, target, tp)
     draft = drafter(target, draft, server)
-    separate = server.speculative is not None and server.speculative.method == "draft_model"
+    separate = server.method is SpecMethod.DRAFT_MODEL
     rules = memory_rules(version)
     total = hardware.gpu.vram_gib
     budget = server.gpu_memory_utilization * total

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tuner.config.trial import ServerConfig, SpeculativeConfig
+from tuner.config.trial import ServerConfig, SpecMethod, SpeculativeConfig
 from tuner.config.vllm_version import parse_version
 from tuner.config.workload import WorkloadSpec
 
@@ -84,7 +84,7 @@ def reference_server(
     k: int = 4,
     gpu_memory_utilization: float = 0.92,
     max_num_batched_tokens: int = 2048,
-    method: str = "draft_model",
+    method: SpecMethod = SpecMethod.DRAFT_MODEL,
 ) -> ServerConfig:
     """The reference server (TP 2, max-model-len 8192), with the settings a search varies.
 
@@ -92,11 +92,11 @@ def reference_server(
         k: speculative tokens; 0 turns speculation off.
         gpu_memory_utilization: vLLM's memory fraction.
         max_num_batched_tokens: the step's token budget (chunked prefill stays on).
-        method: ``"draft_model"`` (the 0.5B draft) or ``"ngram"``.
+        method: ``draft_model`` (the 0.5B draft) or ``ngram``.
     """
     speculative = None
     if k > 0:
-        draft = REFERENCE_DRAFT if method == "draft_model" else None
+        draft = REFERENCE_DRAFT if method is SpecMethod.DRAFT_MODEL else None
         speculative = SpeculativeConfig(method, k, draft)
     return ServerConfig(
         model=REFERENCE_TARGET,

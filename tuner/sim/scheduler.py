@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 
 from tuner.catalog.gpus import Hardware
 from tuner.catalog.models import ModelSpec
-from tuner.config.trial import ServerConfig
+from tuner.config.trial import ServerConfig, SpecMethod
 from tuner.errors import ConfigError
 from tuner.results import SpecDecodeStats
-from tuner.sim.acceptance import DRAFT_MODEL, SPEC_METHODS, Rates, expected_accepted, shipped_rates
+from tuner.sim.acceptance import SPEC_METHODS, Rates, expected_accepted, shipped_rates
 from tuner.sim.memory import BLOCK_TOKENS, effective_batched_tokens, max_num_seqs
 from tuner.sim.noise import StepNoise
 from tuner.sim.perfmodel import PerfModel, StepShape
@@ -127,17 +127,17 @@ class Engine:
         rates: Rates = shipped_rates,
     ) -> None:
         spec = server.speculative
-        self.method = spec.method if spec is not None else ""
+        self.method = server.method
         self.k = spec.num_speculative_tokens if spec is not None else 0
         if spec is not None and self.method not in SPEC_METHODS:
             raise ConfigError(
-                f"speculative method {self.method!r} is not simulated; use one of "
+                f"speculative method {str(self.method)!r} is not simulated; use one of "
                 f"{', '.join(SPEC_METHODS)}"
             )
-        if self.method == DRAFT_MODEL and draft is None:
+        if self.method is SpecMethod.DRAFT_MODEL and draft is None:
             raise ConfigError(f"{server.draft} drafts for {target.hf_id} but no draft model given")
         self.target = target
-        self.draft = draft if self.method == DRAFT_MODEL else None
+        self.draft = draft if self.method is SpecMethod.DRAFT_MODEL else None
         self.server = server
         self.model = perf or PerfModel(hardware, target, self.draft, server)
         self._rates = rates

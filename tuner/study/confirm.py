@@ -207,7 +207,7 @@ def _claim_log(folder: Path) -> int:
 def _run_once(
     trial: TrialRecord, space: SearchSpace, backend: Backend, context: LaunchContext, seed: int
 ) -> Run:
-    config = TrialConfig(trial.server, space.client(trial.temperature))
+    config = TrialConfig(trial.server, space.client(trial.trial_temperature))
     runner = TrialRunner.for_space(backend, space)
     try:
         outcome = runner.run(config, context, seed)

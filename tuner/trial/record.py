@@ -23,21 +23,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, field, replace
 from typing import TYPE_CHECKING, Any
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
+from pydantic import TypeAdapter, field_serializer, field_validator
+from pydantic.dataclasses import dataclass
 
 from tuner.bench.summary import level_summary
 from tuner.config.space import SearchSpace, space_from_dict
-from tuner.config.trial import (
-    ServerConfig,
-    SpecMethod,
-    TrialConfig,
-    server_from_dict,
-    server_to_dict,
-)
+from tuner.config.trial import ServerConfig, SpecMethod, TrialConfig
 from tuner.config.vllm_runner import RunnerForecast
 from tuner.errors import SpectuneError, StartupFailure
 from tuner.launch.served import ServedFacts
@@ -77,28 +73,13 @@ COUNTED_STATES = (TrialState.COMPLETE, TrialState.RUNNING, TrialState.WAITING, T
 SOURCE_ATTR = "source"
 # The simulator's forecast an enqueued warm-start trial carries (tuner.search.strategy).
 WARM_START_ATTR = "warm_start"
-# The trial user attributes a record writes: what a retried trial must not inherit.
-RECORD_ATTRS = (
-    "server",
-    "temperature",
-    "status",
-    "source",
-    "restarted",
-    "memory",
-    "summary",
-    "levels",
-    "failure",
-    "log_tail",
-    "duplicate_of",
-    "worker",
-    "failed_share",
-    "temperature_mix",
-    "served",
-    "steps",
-    "runner",
-    "pruned",
-)
+# What Optuna keeps of a trial itself; every other field of a record is a user attribute.
+_TRIAL_OWNED = frozenset({"number", "state", "values", "constraints", "params"})
 _LOG_TAIL_CHARS = 4000
+# What to_attrs leaves out (``restarted`` False and a 0.0 temperature are written).
+_EMPTY: tuple[object, ...] = (None, "", {}, [])
+# Fields stored under another name: the key studies have always had.
+_STORED_AS = {"trial_temperature": "temperature"}
 
 
 def stored_space(study: optuna.Study) -> SearchSpace | None:
@@ -111,12 +92,17 @@ def stored_space(study: optuna.Study) -> SearchSpace | None:
 class TrialRecord:
     """One trial as the study stores it: its config, how it ended, and what it measured.
 
+    The model is its own stored form: :meth:`to_attrs` dumps every field but those Optuna
+    keeps itself (number, state, values, constraints, params) as JSON user attributes, and
+    :meth:`from_trial` validates them back, enums and nested configs included.
+
     Attributes:
         number: the Optuna trial number.
         state: Optuna's state: COMPLETE (OOM trials included), PRUNED, FAIL, or RUNNING/WAITING.
         server: the server config the trial ran (or would have run).
-        temperature: the trial's temperature when the space tunes it; otherwise the workload
-            mix's weighted mean (the mix itself is ``temperature_mix``).
+        trial_temperature: the trial's temperature when the space tunes it; otherwise the
+            workload mix's weighted mean (the mix itself is ``temperature_mix``). Stored as
+            ``temperature``.
         status: how it ended (an OOM is COMPLETE with status OOM; a fault is FAILED).
         source: where its numbers came from: measured, simulated, or predicted (OOM predicted).
         values: the objectives Optuna holds, (output tok/s or goodput req/s, p95 TTFT ms);
@@ -145,7 +131,7 @@ class TrialRecord:
     number: int
     state: TrialState
     server: ServerConfig
-    temperature: float
+    trial_temperature: float
     status: TrialStatus
     source: Source
     values: tuple[float, float] | None = None
@@ -182,7 +168,7 @@ class TrialRecord:
             number=number,
             state=TrialState.PRUNED if pruned else TrialState.COMPLETE,
             server=outcome.config.server,
-            temperature=outcome.config.client.temperature,
+            trial_temperature=outcome.config.client.sampling_temperature,
             status=outcome.status,
             source=Source.PREDICTED if predicted else source,
             values=None if pruned else outcome.score.values,
@@ -216,7 +202,7 @@ class TrialRecord:
             number=number,
             state=TrialState.FAIL,
             server=config.server,
-            temperature=config.client.temperature,
+            trial_temperature=config.client.sampling_temperature,
             status=TrialStatus.FAILED,
             source=source,
             failure=str(error),
@@ -242,42 +228,34 @@ class TrialRecord:
             worker=worker,
         )
 
-    def to_attrs(self) -> dict[str, Any]:  # noqa: C901  (one branch per optional field)
-        """The user attributes the study loop writes; absent fields are left out."""
-        attrs: dict[str, Any] = {
-            "server": server_to_dict(self.server),
-            "temperature": self.temperature,
-            "status": self.status.value,
-            "restarted": self.restarted,
-            "source": self.source.value,
-        }
-        if self.memory:
-            attrs["memory"] = _finite(self.memory)
-        if self.summary:
-            attrs["summary"] = _finite(self.summary)
-        if self.levels:
-            attrs["levels"] = [_finite(level) for level in self.levels]
-        if self.failure:
-            attrs["failure"] = self.failure
-        if self.log_tail:
-            attrs["log_tail"] = self.log_tail[-_LOG_TAIL_CHARS:]
-        if self.duplicate_of is not None:
-            attrs["duplicate_of"] = self.duplicate_of
-        if self.worker is not None:
-            attrs["worker"] = self.worker
-        if self.failed_share is not None:
-            attrs["failed_share"] = self.failed_share
-        if self.temperature_mix:
-            attrs["temperature_mix"] = [list(pair) for pair in self.temperature_mix]
-        if self.served is not None:
-            attrs["served"] = self.served.to_dict()
-        if self.steps:
-            attrs["steps"] = [[rate, passed] for rate, passed in self.steps]
-        if self.runner is not None:
-            attrs["runner"] = self.runner.to_dict()
-        if self.pruned:
-            attrs["pruned"] = self.pruned
-        return attrs
+    @field_validator("memory", "summary", mode="before")
+    @classmethod
+    def _null_mapping(cls, value: object) -> object:
+        """Earlier versions may have stored null for a field that had nothing."""
+        return {} if value is None else value
+
+    @field_validator("levels", "temperature_mix", "steps", mode="before")
+    @classmethod
+    def _null_sequence(cls, value: object) -> object:
+        return () if value is None else value
+
+    @field_serializer("memory", "summary")
+    def _finite_mapping(self, data: Mapping[str, Any]) -> dict[str, Any]:
+        return _finite(data)
+
+    @field_serializer("levels")
+    def _finite_levels(self, levels: tuple[Mapping[str, Any], ...]) -> list[dict[str, Any]]:
+        return [_finite(level) for level in levels]
+
+    @field_serializer("log_tail")
+    def _tail(self, tail: str) -> str:
+        return tail[-_LOG_TAIL_CHARS:]
+
+    def to_attrs(self) -> dict[str, Any]:
+        """The user attributes the study loop writes: JSON values; an empty field (nothing
+        measured, no failure, not a repeat) is left out."""
+        attrs = _STORED.dump_python(self, mode="json", exclude=set(_TRIAL_OWNED))
+        return {_STORED_AS.get(k, k): value for k, value in attrs.items() if value not in _EMPTY}
 
     @classmethod
     def from_trial(cls, trial: FrozenTrial) -> TrialRecord | None:
@@ -285,37 +263,21 @@ class TrialRecord:
         attrs = trial.user_attrs
         if "server" not in attrs:
             return None
-        default = TrialStatus.FAILED if trial.state is TrialState.FAIL else TrialStatus.OK
+        status = TrialStatus.FAILED if trial.state is TrialState.FAIL else TrialStatus.OK
         values = trial.values
-        duplicate, share, served, runner = (
-            attrs.get(k) for k in ("duplicate_of", "failed_share", "served", "runner")
-        )
-        return cls(
-            number=trial.number,
-            state=trial.state,
-            server=server_from_dict(attrs["server"]),
-            temperature=float(attrs.get("temperature", 0.0)),
-            status=TrialStatus(attrs.get("status", default.value)),
-            source=Source(attrs.get("source", Source.MEASURED.value)),
-            values=(float(values[0]), float(values[1])) if values and len(values) == 2 else None,
-            constraints={k: float(v) for k, v in trial.constraints.items()},
-            restarted=bool(attrs.get("restarted", False)),
-            memory=dict(attrs.get("memory") or {}),
-            summary=dict(attrs.get("summary") or {}),
-            levels=tuple(dict(level) for level in attrs.get("levels") or ()),
-            failure=attrs.get("failure"),
-            log_tail=str(attrs.get("log_tail", "")),
-            duplicate_of=None if duplicate is None else int(duplicate),
-            worker=attrs.get("worker"),
-            params=dict(trial.params),
-            failed_share=None if share is None else float(share),
-            temperature_mix=tuple(
-                (float(t), float(w)) for t, w in attrs.get("temperature_mix") or ()
-            ),
-            served=None if served is None else ServedFacts.from_dict(served),
-            steps=tuple((float(rate), bool(ok)) for rate, ok in attrs.get("steps") or ()),
-            runner=None if runner is None else RunnerForecast.from_dict(runner),
-            pruned=attrs.get("pruned"),
+        return _STORED.validate_python(
+            {
+                # What studies older than these fields lack (see the module docstring).
+                "trial_temperature": 0.0,
+                "status": status,
+                "source": Source.MEASURED,
+                **{name: attrs[key] for name, key in _FIELD_KEYS.items() if key in attrs},
+                "number": trial.number,
+                "state": trial.state,
+                "values": tuple(values) if values and len(values) == 2 else None,
+                "constraints": dict(trial.constraints),
+                "params": dict(trial.params),
+            }
         )
 
     @property
@@ -404,6 +366,18 @@ class TrialRecord:
         """Accepted over drafted tokens at the first level; None without speculation."""
         value = self.summary.get("acceptance_rate")
         return None if value is None else float(value)
+
+
+# Each stored field's user attribute key.
+_FIELD_KEYS = {
+    name: _STORED_AS.get(name, name)
+    for name in TrialRecord.__dataclass_fields__
+    if name not in _TRIAL_OWNED
+}
+# The trial user attributes a record writes: what a retried trial must not inherit.
+RECORD_ATTRS = tuple(_FIELD_KEYS.values())
+# The record's stored form: pydantic dumps it to JSON values and validates them back.
+_STORED = TypeAdapter(TrialRecord)
 
 
 def records(trials: Iterable[FrozenTrial]) -> list[TrialRecord]:

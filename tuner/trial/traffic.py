@@ -169,7 +169,7 @@ def _pair_config(
         config,
         client=replace(
             config.client,
-            temperature=condition.temperature,
+            sampling_temperature=condition.sampling_temperature,
             workload=replace(
                 workload,
                 seed=workload.seed + seed,

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from tuner.catalog.gpus import Hardware, parse_hardware
-from tuner.config.trial import FlagValue, ServerConfig, SpeculativeConfig
+from tuner.config.trial import FlagValue, ServerConfig, SpecMethod, SpeculativeConfig
 from tuner.config.vllm_args import NEWEST_KNOWN
 from tuner.errors import ConfigError
 from tuner.sim.server.config_file import config_file_argv
@@ -270,9 +270,9 @@ def _speculative(ns: argparse.Namespace) -> SpeculativeConfig | None:
     method = config.get("method")
     if method is None:
         if model in ("[ngram]", "ngram"):
-            method = "ngram"
+            method = SpecMethod.NGRAM
         elif model:
-            method = "draft_model"
+            method = SpecMethod.DRAFT_MODEL
         else:
             raise ConfigValidationError(
                 "SpeculativeConfig", "Either a speculative method or a draft model is required"
@@ -282,10 +282,14 @@ def _speculative(ns: argparse.Namespace) -> SpeculativeConfig | None:
         raise ConfigValidationError(
             "SpeculativeConfig", f"num_speculative_tokens must be a positive integer, got {k!r}"
         )
+    try:
+        parsed = SpecMethod.parse(method)
+    except ConfigError as exc:  # as vLLM's SpeculativeConfig refuses a method it lacks
+        raise ConfigValidationError("SpeculativeConfig", str(exc)) from None
     return SpeculativeConfig(
-        method=str(method),
+        method=parsed,
         num_speculative_tokens=k,
-        model=str(model) if method == "draft_model" and model else None,
+        model=str(model) if parsed is SpecMethod.DRAFT_MODEL and model else None,
         prompt_lookup_max=config.get("prompt_lookup_max"),
         prompt_lookup_min=config.get("prompt_lookup_min"),
         k_by_batch_size=_k_table(config.get("num_speculative_tokens_per_batch_size")),

@@ -15,10 +15,11 @@ import sys
 import time
 
 from tuner.catalog.models import ModelSpec, load_model
+from tuner.config.trial import SpecMethod
 from tuner.config.vllm_args import NEWEST_KNOWN
 from tuner.config.vllm_version import VllmVersion
 from tuner.errors import ConfigError
-from tuner.sim.acceptance import DRAFT_MODEL, SPEC_METHODS
+from tuner.sim.acceptance import SPEC_METHODS
 from tuner.sim.memory import BLOCK_TOKENS, GIB, estimate_memory
 from tuner.sim.perfmodel import draft_tensor_parallel, kv_bytes_per_gpu
 from tuner.sim.scheduler import Engine
@@ -167,7 +168,7 @@ def start_engine(
             f"{', '.join(SPEC_METHODS)}",
         )
     draft = None
-    if spec is not None and spec.method == DRAFT_MODEL:
+    if spec is not None and spec.method is SpecMethod.DRAFT_MODEL:
         if not spec.model:
             raise ConfigValidationError("SpeculativeConfig", "method draft_model needs a model")
         draft = _load(spec.model, "SpeculativeConfig")

@@ -131,7 +131,7 @@ def observe(config: TrialConfig, result: TrialResult | None, oom: bool = False) 
     workload = config.client.workload
     base = Observation(
         config.server,
-        config.client.temperature,
+        config.client.sampling_temperature,
         workload.prompt_set,
         workload.input_tokens,
         workload.output_tokens,
@@ -317,7 +317,7 @@ def _fit_acceptance(
         decay_rows, decay_ys, decay_noise = [], [], []
         for obs in group:
             target, draft = _models(obs.server)
-            method = obs.server.speculative.method if obs.server.speculative else ""
+            method = obs.server.method
             first = min(max(obs.reach[0], 0.5 / obs.drafts), 1 - 0.5 / obs.drafts)
             base = shipped_logit(target, draft, method, prompt_set, obs.temperature)
             rows.append([1.0, obs.temperature**2])

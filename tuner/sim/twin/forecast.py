@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from tuner.catalog.gpus import Hardware
 from tuner.catalog.models import ModelSpec
-from tuner.config.trial import ServerConfig
+from tuner.config.trial import ServerConfig, SpecMethod
 from tuner.sim.engine import API_IN_S, API_OUT_S
 from tuner.sim.memory import effective_batched_tokens
 from tuner.sim.perfmodel import ForwardPass, PerfModel
@@ -72,7 +72,7 @@ def step_parts(
     output_tokens: int,
 ) -> StepParts:
     """Takes one request's steps apart (``draft`` only matters for a draft-model server)."""
-    uses_draft = server.speculative is not None and server.speculative.method == "draft_model"
+    uses_draft = server.method is SpecMethod.DRAFT_MODEL
     perf = PerfModel(hardware, target, draft if uses_draft else None, server)
     k = server.k
     budget = effective_batched_tokens(server)

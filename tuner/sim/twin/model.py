@@ -21,10 +21,9 @@ from typing import Any
 
 from tuner.catalog.gpus import Hardware
 from tuner.catalog.models import ModelSpec
-from tuner.config.trial import ServerConfig, SpeculativeConfig
+from tuner.config.trial import ServerConfig, SpecMethod, SpeculativeConfig
 from tuner.config.vllm_version import VllmVersion
 from tuner.sim.acceptance import (
-    NGRAM,
     POSITION_DECAY,
     SHIPPED_ACCEPTANCE,
     acceptance_probability,
@@ -132,7 +131,7 @@ def _logit(p: float) -> float:
 def shipped_logit(
     target: ModelSpec,
     draft: ModelSpec | None,
-    method: str,
+    method: SpecMethod,
     prompt_set: str,
     temperature: float,
     *,
@@ -145,7 +144,7 @@ def shipped_logit(
     return _logit(alpha)
 
 
-def shipped_decay(method: str) -> float:
+def shipped_decay(method: SpecMethod) -> float:
     return SHIPPED_ACCEPTANCE.decay.get(method, POSITION_DECAY)
 
 
@@ -208,14 +207,15 @@ class TwinPhysics:
         self,
         target: ModelSpec,
         draft: ModelSpec | None,
-        method: str,
+        method: SpecMethod,
         prompt_set: str,
         temperature: float,
         k: int,
         *,
         speculative: SpeculativeConfig | None = None,
     ) -> tuple[float, ...]:
-        key = NGRAM if method == NGRAM else (draft.hf_id if draft else "")
+        # Fitted per method_key: the choice's label, "ngram" or the draft's id.
+        key = str(method) if method is SpecMethod.NGRAM else (draft.hf_id if draft else "")
         shift = self.params.shift(key, prompt_set)
         probabilistic = samples_drafts(speculative)
         logit = shipped_logit(
@@ -257,7 +257,11 @@ def adjust_memory(
     if not inside_gib and not outside_gib:
         return base
     per_token = kv_bytes_per_gpu(target, server.tensor_parallel_size)
-    if draft is not None and server.speculative and server.speculative.method == "draft_model":
+    if (
+        draft is not None
+        and server.speculative
+        and server.speculative.method is SpecMethod.DRAFT_MODEL
+    ):
         per_token += kv_bytes_per_gpu(draft, draft_tensor_parallel(server))
     kv = base.kv_cache_gib - inside_gib
     tokens = math.floor(kv * GIB / per_token / BLOCK_TOKENS) * BLOCK_TOKENS if kv > 0 else 0

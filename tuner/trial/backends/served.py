@@ -67,7 +67,7 @@ class ServedBackend:
         try:
             result = measure_endpoint(
                 self._endpoint,
-                config.client.temperature,
+                config.client.sampling_temperature,
                 config.client.workload,
                 concurrency,
                 request_timeout_s=self.request_timeout_s,

@@ -92,7 +92,7 @@ class SimBackend:
             load_model(server.model),
             load_draft(server),
             server,
-            config.client.temperature,
+            config.client.sampling_temperature,
             config.client.workload,
             concurrency,
             seed,
