@@ -123,7 +123,9 @@ def test_the_twins_proposals_forecast_the_traffic_mix() -> None:
     assert {p.method for p in mixed} == {p.method for p in alone}  # every method still there
 
 
-def _mixed_study(space_file: str, world: World, trials: int, tmp_path: Path, seed: int) -> list[Any]:
+def _mixed_study(
+    space_file: str, world: World, trials: int, tmp_path: Path, seed: int
+) -> list[Any]:
     """(params, status, values) of every trial of a spectune study of ``world``."""
     space = load_space(space_file)
     sampler = TwinSampler(
