@@ -11,12 +11,13 @@ import pytest
 
 from tuner.config.space import load_space
 from tuner.search.forecast import predicted_pairs
-from tuner.search.strategy import warm_start
+from tuner.search.strategy import predicted_configs, warm_start
 from tuner.search.twin_steer import (
     PROPOSED_ATTR,
     TwinSampler,
     TwinScreen,
     _on_traffic,
+    _screen,
     stored_twin,
 )
 from tuner.sim.twin import TwinParams
@@ -120,3 +121,35 @@ def test_the_twins_proposals_forecast_the_traffic_mix() -> None:
     assert mixed[0].output_tok_s == pytest.approx(scored(mixed[0].params), rel=0.01)
     assert scored(mixed[0].params) >= scored(alone[0].params)
     assert {p.method for p in mixed} == {p.method for p in alone}  # every method still there
+
+
+def _mixed_study(
+    space_file: str, world: World, trials: int, tmp_path: Path, seed: int
+) -> list[Any]:
+    """(params, status, values) of every trial of a spectune study of ``world``."""
+    space = load_space(space_file)
+    sampler = TwinSampler(
+        optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True, n_startup_trials=8)
+    )
+    study = open_study("t", optuna.storages.InMemoryStorage(), space, sampler)[0]
+    warm_start(study, space, trials)
+    backend = WorldBackend(space.hardware, world, seed)
+    options = StudyOptions(trials, seed, tmp_path, space.ttft_limit_ms, rounds=True)
+    run_trials(study, space, backend, options)
+    return [(t.params, t.user_attrs.get("status"), t.values) for t in study.trials]
+
+
+@pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
+def test_a_study_does_not_depend_on_the_studies_before_it(tmp_path: Path) -> None:
+    """A user (or a Ray worker, or the held-out benchmark's worker pool) running several studies
+    in one process gets, for the same space, world and seed, the same trials as in a fresh
+    process: the caches the screens keep per space change how fast, never what is chosen."""
+    space_file = str(Path(__file__).parent / "spaces" / "mixed-14b-4090x1.yaml")
+    ngram = World("ngram workload", "", ngram_logit=2.0)
+    predicted_configs.cache_clear()  # as in a fresh process
+    _screen.cache_clear()
+    fresh = _mixed_study(space_file, ngram, 8, tmp_path, seed=0)
+    _mixed_study(space_file, World("draft 2.5x", "", draft_cost=2.5), 8, tmp_path, seed=1)
+    again = _mixed_study(space_file, ngram, 8, tmp_path, seed=0)
+    assert len(fresh) == 8
+    assert again == fresh

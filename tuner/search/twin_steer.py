@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, cast
 
@@ -71,8 +71,7 @@ PROPOSED_ATTR = "twin_proposal"
 # Another method's best is proposed when the twin puts it within this share of the best.
 _CLOSE_SHARE = 0.9
 _FIXED_PARAMS = "fixed_params"  # where Study.enqueue_trial keeps a queued trial's parameters
-# Proposals forecast on a traffic mix: each method's best few, and the best few overall.
-_TRAFFIC_PER_METHOD = 2
+# Proposals forecast on a traffic mix: the best of each (method, K), and the best few overall.
 _TRAFFIC_TOP = 4
 
 
@@ -407,26 +406,45 @@ def _on_traffic(
     screen: TwinScreen, twin: FittedTwin, ranked: list[TwinProposal]
 ) -> list[TwinProposal]:
     """``ranked`` (the closed form's, one request at a time), re-ranked by the twin's forecast
-    of the space's own traffic where it has more than one level: each method's best few and
-    the overall best few, scored as the trial is (every level and temperature weighted). One
-    level: ``ranked`` as it is.
+    of the space's own traffic where it has more than one level, scored as the trial is (every
+    level and temperature weighted), in two stages: the best config of each (method, K) and
+    the overall best few; then every batch size of the best few pairs. One level: ``ranked``
+    as it is.
+
+    Every K of every method, not only the K the closed form puts best: serving one request, a
+    method that accepts more than expected wants the longest draft, while the busy levels of a
+    mix pay for every rejected token and want a shorter one. Every batch size of the best
+    pairs: one request's prompt fits any of them, so the closed form cannot tell them apart,
+    while many requests in flight prefill together.
 
     The twin's closed form serves one request; a config's whole traffic is simulated once per
     space with the shipped physics (:meth:`TwinScreen.traffic_ratio`), and the twin's forecast
-    is scaled by it: a study then pays milliseconds per trial, not a simulation of every
-    level. The twin's corrections are taken to act alike at every level.
+    is scaled by it: a study then pays milliseconds per trial once the space's configs are
+    simulated, not a simulation of every level. The twin's corrections are taken to act alike
+    at every level.
     """
     if len(screen.space.workload.concurrency) < 2 or not ranked:
         return ranked
     chosen: dict[tuple[tuple[str, Any], ...], TwinProposal] = {}
-    per_method: dict[str, int] = {}
+    pairs: set[Pair] = set()
     for proposal in ranked:
-        taken = per_method.get(proposal.method, 0)
-        if taken < _TRAFFIC_PER_METHOD or len(chosen) < _TRAFFIC_TOP:
+        pair = _pair(proposal.params)
+        if pair not in pairs or len(chosen) < _TRAFFIC_TOP:
             chosen.setdefault(_key(proposal.params), proposal)
-            per_method[proposal.method] = taken + 1
+            pairs.add(pair)
+    best_pairs = [_pair(p.params) for p in _scaled(screen, chosen.values())]
+    best_pairs = list(dict.fromkeys(best_pairs))[:_TRAFFIC_TOP]
+    for proposal in ranked:
+        if _pair(proposal.params) in best_pairs:
+            chosen.setdefault(_key(proposal.params), proposal)
+    return _scaled(screen, chosen.values())
+
+
+def _scaled(screen: TwinScreen, proposals: Iterable[TwinProposal]) -> list[TwinProposal]:
+    """``proposals`` forecast on the space's traffic (those that miss a limit left out), best
+    first."""
     scored = []
-    for proposal in chosen.values():
+    for proposal in proposals:
         ratio = screen.traffic_ratio(proposal.params)
         if ratio is not None:
             scored.append(replace(proposal, output_tok_s=proposal.output_tok_s * ratio))
