@@ -33,6 +33,9 @@ class SecondEngine:
         self._proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
+        """Starts it; a no-op while it runs (a second dockerd would leak the first one)."""
+        if self._proc is not None and self._proc.poll() is None:
+            return
         if subprocess.run(["ip", "link", "show", _BRIDGE], capture_output=True).returncode:
             subprocess.run(["ip", "link", "add", _BRIDGE, "type", "bridge"], check=True)
             subprocess.run(["ip", "addr", "add", "10.213.0.1/24", "dev", _BRIDGE], check=True)
@@ -73,6 +76,10 @@ class SecondEngine:
             self._proc.send_signal(signal.SIGTERM)
             self._proc.wait(timeout=90)
             self._proc = None
+
+    def log_tail(self) -> str:
+        """The end of its log: why it could not run a container."""
+        return (self.root / "dockerd.log").read_text(errors="replace")[-3000:]
 
     def client(self) -> docker.DockerClient:
         return docker.DockerClient(base_url=self.url)

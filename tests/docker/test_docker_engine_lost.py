@@ -15,7 +15,6 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import docker
 import optuna
 import pytest
 import yaml
@@ -96,12 +95,15 @@ def spectune(
     return run
 
 
-def _wait_running(client: docker.DockerClient, study: str, run: subprocess.Popen[str]) -> None:
+def _wait_running(engine: SecondEngine, study: str, run: subprocess.Popen[str]) -> None:
     deadline = time.monotonic() + 60
-    while not client.containers.list(filters={"label": f"{LABEL_STUDY}={study}"}):
-        assert run.poll() is None, run.communicate()
-        assert time.monotonic() < deadline, "no container started"
-        time.sleep(0.2)
+    with contextlib.closing(engine.client()) as client:
+        while not client.containers.list(filters={"label": f"{LABEL_STUDY}={study}"}):
+            # The engine's own words too: a CI run once saw it refuse every container's
+            # network endpoint, and the log that said why went with the test's folder.
+            assert run.poll() is None, (run.communicate(), engine.log_tail())
+            assert time.monotonic() < deadline, "no container started"
+            time.sleep(0.2)
 
 
 @pytest.mark.parametrize(
@@ -120,8 +122,7 @@ def test_the_engine_lost_mid_study_is_one_line_a_fail_trial_and_nothing_left(
 ) -> None:
     run = spectune(_space(fault, tokens), engine.url)
     try:
-        with contextlib.closing(engine.client()) as client:
-            _wait_running(client, study, run)
+        _wait_running(engine, study, run)
         time.sleep(settle_s)  # inside start() (the server hangs) or inside the benchmark
         engine.stop()
         _, stderr = run.communicate(timeout=120)
