@@ -32,7 +32,7 @@ def _cases(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Case]:
         backend.close()
     if client is not None:
         for container in client.containers.list(
-            all=True, filters={"label": f"{LABEL_STUDY}={study}"}
+            all=True, ignore_removed=True, filters={"label": f"{LABEL_STUDY}={study}"}
         ):
             container.remove(force=True)
         client.close()

@@ -123,7 +123,9 @@ def docker_case(tmp_path: Path, client: docker.DockerClient, study: str) -> Case
         return DockerBackend(launcher, request_timeout_s=30)
 
     def leftovers() -> list[str]:
-        found = client.containers.list(all=True, filters={"label": f"{LABEL_STUDY}={study}"})
+        found = client.containers.list(
+            ignore_removed=True, all=True, filters={"label": f"{LABEL_STUDY}={study}"}
+        )
         return [c.name or "" for c in found]
 
     return Case("docker", build, leftovers)

@@ -54,7 +54,7 @@ def study(docker_client: docker.DockerClient) -> Iterator[str]:
     name = f"pytest-{uuid.uuid4().hex[:8]}"
     yield name
     for container in docker_client.containers.list(
-        all=True, filters={"label": f"{LABEL_STUDY}={name}"}
+        all=True, ignore_removed=True, filters={"label": f"{LABEL_STUDY}={name}"}
     ):
         container.remove(force=True)
 

@@ -93,7 +93,7 @@ class SecondEngine:
         if self._proc is None:
             self.start()
         client = self.client()
-        for container in client.containers.list(all=True):
+        for container in client.containers.list(ignore_removed=True, all=True):
             container.remove(force=True)
         client.close()
         self.stop()

@@ -66,5 +66,7 @@ def test_a_study_run_from_its_folder_with_the_default_studies_dir_runs_its_trial
     assert (tmp_path / "studies" / study / "vllm-cache").is_dir()  # mounted, so it was made
     logs = sorted(p.name for p in (tmp_path / "studies" / study / "logs").iterdir())
     assert logs == ["trial-0.log", "trial-1.log"]
-    left = docker_client.containers.list(all=True, filters={"label": f"{LABEL_STUDY}={study}"})
+    left = docker_client.containers.list(
+        ignore_removed=True, all=True, filters={"label": f"{LABEL_STUDY}={study}"}
+    )
     assert left == []

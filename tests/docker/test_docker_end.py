@@ -40,7 +40,9 @@ LONG = WorkloadSpec(prompt_set="chat", input_tokens=32, output_tokens=4096, requ
 def _running(client: docker.DockerClient, study: str) -> docker.models.containers.Container:
     deadline = time.monotonic() + 30
     while True:
-        found = client.containers.list(filters={"label": f"{LABEL_STUDY}={study}"})
+        found = client.containers.list(
+            ignore_removed=True, filters={"label": f"{LABEL_STUDY}={study}"}
+        )
         if found:
             return found[0]
         assert time.monotonic() < deadline, "no container started"

@@ -98,7 +98,9 @@ def spectune(
 def _wait_running(engine: SecondEngine, study: str, run: subprocess.Popen[str]) -> None:
     deadline = time.monotonic() + 60
     with contextlib.closing(engine.client()) as client:
-        while not client.containers.list(filters={"label": f"{LABEL_STUDY}={study}"}):
+        while not client.containers.list(
+            ignore_removed=True, filters={"label": f"{LABEL_STUDY}={study}"}
+        ):
             # The engine's own words too: a CI run once saw it refuse every container's
             # network endpoint, and the log that said why went with the test's folder.
             assert run.poll() is None, (run.communicate(), engine.log_tail())
@@ -145,11 +147,18 @@ def test_the_engine_lost_mid_study_is_one_line_a_fail_trial_and_nothing_left(
     assert "lost the Docker Engine" in trial.user_attrs["failure"]
 
     with contextlib.closing(engine.client()) as client:
-        kept = client.containers.list(all=True, filters={"label": f"{LABEL_STUDY}={study}"})
+        kept = client.containers.list(
+            ignore_removed=True, all=True, filters={"label": f"{LABEL_STUDY}={study}"}
+        )
         assert len(kept) == 1  # what the engine kept while it was away...
         next_run = DockerLauncher("unused", study=study, client=client, gpus=())
         assert next_run.cleanup_stale() == [kept[0].name]  # ...the next run removes
-        assert client.containers.list(all=True, filters={"label": f"{LABEL_STUDY}={study}"}) == []
+        assert (
+            client.containers.list(
+                ignore_removed=True, all=True, filters={"label": f"{LABEL_STUDY}={study}"}
+            )
+            == []
+        )
 
 
 def test_an_unreachable_engine_is_one_line_before_anything_is_stored(

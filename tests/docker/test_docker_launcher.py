@@ -55,7 +55,9 @@ SMALL = WorkloadSpec(prompt_set="chat", input_tokens=32, output_tokens=8, reques
 
 
 def _containers(client: docker.DockerClient, study: str) -> list[str]:
-    found = client.containers.list(all=True, filters={"label": f"{LABEL_STUDY}={study}"})
+    found = client.containers.list(
+        ignore_removed=True, all=True, filters={"label": f"{LABEL_STUDY}={study}"}
+    )
     return [c.name or "" for c in found]
 
 
@@ -81,7 +83,9 @@ def test_runs_the_server_config_in_a_labelled_container_and_removes_it_on_stop(
         assert [m["id"] for m in client.get("/v1/models").json()["data"]] == ["tiny"]
         body = {"model": "tiny", "prompt": "def f(x):", "max_tokens": 4, "temperature": 0}
         assert client.post("/v1/completions", json=body).json()["usage"]["completion_tokens"] == 4
-    (container,) = docker_client.containers.list(filters={"label": f"{LABEL_STUDY}={study}"})
+    (container,) = docker_client.containers.list(
+        ignore_removed=True, filters={"label": f"{LABEL_STUDY}={study}"}
+    )
     assert container.name == f"spectune-{study}-t3-{launcher.run_id}"
     assert container.labels == {
         LABEL_STUDY: study,
@@ -126,7 +130,9 @@ def test_hf_token_reaches_the_container_but_no_label_log_or_endpoint(
     launcher = fake_launcher("log-env=HF_TOKEN")  # a server that prints its token
 
     endpoint = launcher.start(fake_server, context)
-    (container,) = docker_client.containers.list(filters={"label": f"{LABEL_STUDY}={study}"})
+    (container,) = docker_client.containers.list(
+        ignore_removed=True, filters={"label": f"{LABEL_STUDY}={study}"}
+    )
     labels = str(container.labels) + str(container.name)
     launcher.stop()
 
@@ -148,7 +154,9 @@ def test_a_missing_hf_cache_is_created_and_mounted(
 ) -> None:
     launcher = fake_launcher()  # hf_cache points at a folder that does not exist yet
     launcher.start(fake_server, context)
-    (container,) = docker_client.containers.list(filters={"label": f"{LABEL_STUDY}={study}"})
+    (container,) = docker_client.containers.list(
+        ignore_removed=True, filters={"label": f"{LABEL_STUDY}={study}"}
+    )
     mounts = {m["Destination"]: m["Source"] for m in container.attrs["Mounts"]}
     assert mounts["/root/.cache/huggingface"] == str(tmp_path / "no-hf-cache")
     assert (tmp_path / "no-hf-cache").is_dir()

@@ -70,7 +70,11 @@ def _dead_owner() -> RunOwner:
 
 
 def _exists(client: docker.DockerClient, container: Container) -> bool:
-    return container.id in {c.id for c in client.containers.list(all=True)}
+    try:
+        client.containers.get(container.id)
+    except docker.errors.NotFound:
+        return False
+    return True
 
 
 def test_two_runs_of_one_study_leave_each_other_alone(
@@ -105,17 +109,28 @@ def test_two_runs_of_one_study_leave_each_other_alone(
     try:
         assert second.stdout is not None
         assert second.stdout.readline().strip() == "READY", second.communicate()
-        running = docker_client.containers.list(filters={"label": f"{LABEL_STUDY}={study}"})
+        running = docker_client.containers.list(
+            ignore_removed=True, filters={"label": f"{LABEL_STUDY}={study}"}
+        )
         assert len(running) == 2  # the second run's start removed nothing of the first's
         third = fake_launcher()  # and a third in this very process neither
         third.start(fake_server, context)
-        assert len(docker_client.containers.list(filters={"label": f"{LABEL_STUDY}={study}"})) == 3
+        assert (
+            len(
+                docker_client.containers.list(
+                    ignore_removed=True, filters={"label": f"{LABEL_STUDY}={study}"}
+                )
+            )
+            == 3
+        )
         third.close()
     finally:
         second.terminate()
         second.communicate(timeout=60)
     assert second.returncode == 143
-    (left,) = docker_client.containers.list(all=True, filters={"label": f"{LABEL_STUDY}={study}"})
+    (left,) = docker_client.containers.list(
+        ignore_removed=True, all=True, filters={"label": f"{LABEL_STUDY}={study}"}
+    )
     assert left.labels[LABEL_RUN] == first.run_id and left.status == "running"
 
 

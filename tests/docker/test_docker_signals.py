@@ -43,7 +43,7 @@ def _study_containers(
     filters: dict[str, Any] = {"label": f"{LABEL_STUDY}={study}"}
     if status:
         filters["status"] = status
-    return client.containers.list(all=True, filters=filters)
+    return client.containers.list(ignore_removed=True, all=True, filters=filters)
 
 
 @pytest.fixture
@@ -118,7 +118,7 @@ def test_a_signal_leaves_no_container_of_the_study(
 
     assert driver.returncode != 0
     assert _study_containers(docker_client, study) == [], stderr
-    alive = {c.id for c in docker_client.containers.list()}
+    alive = {c.id for c in docker_client.containers.list(ignore_removed=True)}
     assert set(bystanders) <= alive
     assert (tmp_path / "logs" / "trial-1.log").exists()  # the log was kept
 
@@ -212,7 +212,9 @@ def _signal_one_run(
     assert "Exception ignored" not in stderr, f"{moment}\n{stderr}"
     assert "Traceback" not in stderr, f"{moment}\n{stderr}"
     with contextlib.closing(docker.from_env()) as client:
-        left = client.containers.list(all=True, filters={"label": f"{LABEL_STUDY}={name}"})
+        left = client.containers.list(
+            ignore_removed=True, all=True, filters={"label": f"{LABEL_STUDY}={name}"}
+        )
     assert left == [], f"{moment}: left {[c.name for c in left]}\n{stderr}"
     storage = default_storage(name, tmp_path)
     if Path(storage.removeprefix("sqlite:///")).exists():
@@ -263,5 +265,5 @@ def test_thirty_signals_at_random_moments_are_never_swallowed(
 
     assert len(delivered) >= SIGNALS, f"only {len(delivered)} runs were still going when signalled"
     assert {s for s, _ in delivered} == {s.name for s in EXIT_STATUS}
-    alive = {c.id for c in docker_client.containers.list()}
+    alive = {c.id for c in docker_client.containers.list(ignore_removed=True)}
     assert set(bystanders) <= alive

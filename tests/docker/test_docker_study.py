@@ -103,7 +103,9 @@ def run_study(
 
 
 def _left(client: docker.DockerClient, study: str) -> list[str | None]:
-    found = client.containers.list(all=True, filters={"label": f"{LABEL_STUDY}={study}"})
+    found = client.containers.list(
+        ignore_removed=True, all=True, filters={"label": f"{LABEL_STUDY}={study}"}
+    )
     return [c.name for c in found]
 
 

@@ -78,7 +78,9 @@ def test_real_vllm_serves_on_the_published_port_and_stops_cleanly(
             completion = client.post("/v1/completions", json=body).json()
             assert completion["usage"]["completion_tokens"] == 8
         vllm_launcher.stop()
-    left = docker_client.containers.list(all=True, filters={"label": f"{LABEL_STUDY}={study}"})
+    left = docker_client.containers.list(
+        ignore_removed=True, all=True, filters={"label": f"{LABEL_STUDY}={study}"}
+    )
     assert left == []
     assert endpoint.log_path is not None
     log = endpoint.log_path.read_text()

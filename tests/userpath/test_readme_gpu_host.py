@@ -160,7 +160,9 @@ def test_the_gpu_host_quick_start_runs_as_written_on_docker_with_real_vllm(
         space = _cpu_host(user, tiny_models, empty_image(client), tmp_path / "host")
         _walk_the_quick_start(user, client, tiny_models, space)
     finally:
-        for left in client.containers.list(all=True, filters={"label": f"{LABEL_STUDY}={STUDY}"}):
+        for left in client.containers.list(
+            ignore_removed=True, all=True, filters={"label": f"{LABEL_STUDY}={STUDY}"}
+        ):
             left.remove(force=True)
         client.close()
 
@@ -200,7 +202,12 @@ def _walk_the_quick_start(
     assert (studies / STUDY / "vllm-cache").is_dir()  # mounted: what issue 23 found broken
     logs = studies / STUDY / "logs"
     assert f"$ {vllm_venv() / 'bin' / 'vllm'} serve" in (logs / "trial-0.log").read_text()
-    assert client.containers.list(all=True, filters={"label": f"{LABEL_STUDY}={STUDY}"}) == []
+    assert (
+        client.containers.list(
+            ignore_removed=True, all=True, filters={"label": f"{LABEL_STUDY}={STUDY}"}
+        )
+        == []
+    )
     assert re.search(rf"│ {STUDY} +│ finished +│ 2 of 2 ", ran["studies"]), ran["studies"]
     html = (studies / STUDY / "report" / "report.html").read_text()
     assert_report_leads_with_the_answer(html, trial, throughput)
