@@ -22,7 +22,7 @@ from tuner.cli.host_faults import describe_host_fault
 from tuner.cli.usage import UsageError, usage_line
 from tuner.config.redact import Redactor
 from tuner.errors import SpectuneError
-from tuner.launch.exit_hooks import Terminated, install_signal_handlers
+from tuner.launch.exit_hooks import Terminated, install_signal_handlers, signal_raised
 
 __all__ = [
     "COMMAND_ORDER",
@@ -69,8 +69,7 @@ class _Commands(typer.core.TyperGroup):
         except Terminated as exc:
             # SIGTERM or SIGHUP outside a command's own handling (while the callback imports
             # Optuna, while options are parsed): typer would take it for Ctrl-C and exit 130.
-            err_console.print(str(exc), markup=False)
-            raise typer.Exit(128 + exc.signum) from None
+            _stopped_outside(exc)
         except typer.BadParameter as exc:
             if _debug["enabled"]:
                 raise
@@ -86,6 +85,11 @@ class _Commands(typer.core.TyperGroup):
             if _debug["enabled"]:
                 raise
             _usage_fail(usage_line(exc))
+        except Exception as exc:
+            stopped = _made_of_signal(exc)
+            if stopped is None:
+                raise
+            _stopped_outside(stopped)
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
         # The app's own flags (``spectune --debgu optimize``) are parsed here, before invoke.
@@ -93,6 +97,17 @@ class _Commands(typer.core.TyperGroup):
             return super().parse_args(ctx, args)
         except UsageError as exc:
             _usage_fail(usage_line(exc))
+
+
+def _made_of_signal(exc: Exception) -> Terminated | None:
+    """The signal behind ``exc`` when a library caught a signal's :class:`Terminated` and raised
+    its own error instead (pydantic does, building a validator); None for any other error."""
+    return None if isinstance(exc, typer.Exit) else signal_raised()
+
+
+def _stopped_outside(exc: Terminated) -> NoReturn:
+    err_console.print(str(exc), markup=False)
+    raise typer.Exit(128 + exc.signum) from None
 
 
 def _usage_fail(line: str) -> NoReturn:
@@ -167,23 +182,28 @@ def handle_errors(command: Callable[P, R]) -> Callable[P, R]:
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
             return command(*args, **kwargs)
-        except SpectuneError as exc:
+        except Exception as exc:
+            stopped = _made_of_signal(exc)
+            if stopped is not None:
+                _terminated(stopped)
             if _debug["enabled"]:
                 raise
-            _fail(str(exc), as_json=bool(kwargs.get("as_json")))
-        except Exception as exc:
-            fault = describe_host_fault(exc)  # a full disk, a database gone: not our bug
-            if fault is None or _debug["enabled"]:
+            message = str(exc) if isinstance(exc, SpectuneError) else describe_host_fault(exc)
+            if message is None:  # neither ours nor a host fault (a full disk): a bug, shown whole
                 raise
-            _fail(fault, as_json=bool(kwargs.get("as_json")))
+            _fail(message, as_json=bool(kwargs.get("as_json")))
         except Terminated as exc:
-            err_console.print(f"{exc}: the running trial failed; the study keeps finished ones")
-            raise typer.Exit(128 + exc.signum) from None
+            _terminated(exc)
         except KeyboardInterrupt:
             err_console.print("interrupted: the study keeps every finished trial")
             raise typer.Exit(130) from None
 
     return wrapper
+
+
+def _terminated(exc: Terminated) -> NoReturn:
+    err_console.print(f"{exc}: the running trial failed; the study keeps finished ones")
+    raise typer.Exit(128 + exc.signum) from None
 
 
 def _fail(message: str, *, as_json: bool) -> NoReturn:

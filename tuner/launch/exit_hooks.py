@@ -38,7 +38,13 @@ import time
 from collections.abc import Callable, Iterator
 from types import FrameType
 
-__all__ = ["Terminated", "install_signal_handlers", "run_at_exit", "signals_held"]
+__all__ = [
+    "Terminated",
+    "install_signal_handlers",
+    "run_at_exit",
+    "signal_raised",
+    "signals_held",
+]
 
 _SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 _REDELIVERY_DELAY_S = 0.01
@@ -57,7 +63,18 @@ class Terminated(SystemExit, KeyboardInterrupt):
 
 def _raise_terminated(signum: int, frame: FrameType | None) -> None:
     del frame
+    _raised.append(signum)
     raise Terminated(signum)
+
+
+def signal_raised() -> Terminated | None:
+    """The first signal whose :class:`Terminated` was raised since the handlers were installed.
+
+    A library may catch the exception a handler raises inside its own code and raise its own
+    error instead (pydantic turns it into a ``SchemaError`` while it builds a validator lazily);
+    the process still ends by that signal, not with a traceback.
+    """
+    return Terminated(_raised[0]) if _raised else None
 
 
 def _redeliver(unraisable: sys.UnraisableHookArgs) -> None:
@@ -80,6 +97,7 @@ def _deliver_again() -> None:
         _thread.interrupt_main(signal.Signals(signum))
 
 
+_raised: list[int] = []
 _pending: queue.SimpleQueue[int] = queue.SimpleQueue()
 _previous_hook = sys.unraisablehook
 _redelivery: threading.Thread | None = None
@@ -98,6 +116,7 @@ def _claim_unraisable() -> None:
 def install_signal_handlers() -> None:
     """Makes SIGTERM and SIGHUP raise :class:`Terminated` (call from the main thread), and
     makes no signal's exception swallowable."""
+    _raised.clear()  # a new command (in-process runs share the module): its own signals only
     for signum in _SIGNALS:
         signal.signal(signum, _raise_terminated)
     _claim_unraisable()
