@@ -30,7 +30,7 @@ Constants live in :mod:`tuner.sim.calibration`, fitted to the public figures tha
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 
@@ -96,6 +96,23 @@ class StepShape:
     first_tokens: int
     graphed: bool
     k: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Weights:
+    """One model's per-pass constants on its GPUs: the step model prices a pass hundreds of
+    thousands of times a study, and these never change within one server config."""
+
+    spec: ModelSpec
+    tp: int
+    kv_bytes: int  # KV-cache bytes a token of context reads on each GPU
+    bandwidth: float  # bytes/s the weights and KV stream at
+    attention_flops: float  # FLOPs per unit of ForwardPass.attention
+    flops_per_token: float
+    flops_per_s: float
+    reduced_bytes: int  # bytes each token's all-reduce payload carries, times (tp - 1)
+    allreduces: int  # all-reduces per pass
+    launch_s: Mapping[bool, float]  # kernel launches of a pass, by graphed
 
 
 def draft_tensor_parallel(server: ServerConfig) -> int:
@@ -227,39 +244,55 @@ class PerfModel:
         self._ar_latency = steps.allreduce_latency_s[gpu.interconnect]
         self._ar_bandwidth = gpu.link_gbs * 1e9 * steps.allreduce_link[gpu.interconnect]
         self._launch = steps.launch_per_layer_s[self.memory]
+        self._target_weights = self._weights(target, self.tp)
+        self._draft_weights = self._weights(self.draft, self.draft_tp) if self.draft else None
 
     @property
     def first_token_s(self) -> float:
         """Speculative set-up before a request's first token streams (0 without speculation)."""
         return self.costs.first_token_s if self.k else 0.0
 
-    def _forward_s(self, model: ModelSpec, tp: int, batch: ForwardPass) -> float:
+    def _forward_s(self, model: _Weights, batch: ForwardPass) -> float:
         if batch.tokens <= 0:
             return 0.0
         # A mixture of experts streams only the experts its tokens are routed to; a sequence's
         # drafted tokens route partly as its first token does.
         drafted = batch.tokens - batch.seqs if batch.graphed else 0
         routed = batch.tokens - drafted * (1.0 - self.steps.moe_draft_routing)
-        kv_bytes = batch.context * kv_bytes_per_gpu(model, tp)
-        bytes_moved = model.weights_read(round(routed)) / tp + kv_bytes
-        bandwidth = self._bandwidth * (self.steps.quantized_bandwidth if model.quantized else 1.0)
-        memory_s = bytes_moved / bandwidth
-        attention_flops = 4.0 * model.layers * model.heads * model.head_dim * batch.attention
-        flops = (batch.tokens * model.flops_per_token + attention_flops) / tp
-        efficiency = self.steps.quantized_compute if model.quantized else self.steps.compute
-        compute_s = flops / (self._flops * efficiency)
+        kv_bytes = batch.context * model.kv_bytes
+        bytes_moved = model.spec.weights_read(round(routed)) / model.tp + kv_bytes
+        memory_s = bytes_moved / model.bandwidth
+        attention_flops = model.attention_flops * batch.attention
+        flops = (batch.tokens * model.flops_per_token + attention_flops) / model.tp
+        compute_s = flops / model.flops_per_s
         comm_s = 0.0
-        if tp > 1:
+        if model.tp > 1:
             # Ring all-reduce: each GPU sends and receives 2(tp-1)/tp of the payload.
-            payload = batch.tokens * model.hidden * _ACT_BYTES * 2 * (tp - 1) / tp
+            payload = batch.tokens * model.reduced_bytes / model.tp
             per_call = self._ar_latency + payload / self._ar_bandwidth
-            comm_s = _ALLREDUCES_PER_LAYER * model.layers * per_call
-        launch_s = model.layers * self._launch[batch.graphed]
-        return max(memory_s, compute_s) + comm_s + launch_s
+            comm_s = model.allreduces * per_call
+        return max(memory_s, compute_s) + comm_s + model.launch_s[batch.graphed]
+
+    def _weights(self, model: ModelSpec, tp: int) -> _Weights:
+        """What a forward pass of ``model`` split over ``tp`` GPUs costs per unit, once."""
+        steps = self.steps
+        efficiency = steps.quantized_compute if model.quantized else steps.compute
+        return _Weights(
+            spec=model,
+            tp=tp,
+            kv_bytes=kv_bytes_per_gpu(model, tp),
+            bandwidth=self._bandwidth * (steps.quantized_bandwidth if model.quantized else 1.0),
+            attention_flops=4.0 * model.layers * model.heads * model.head_dim,
+            flops_per_token=model.flops_per_token,
+            flops_per_s=self._flops * efficiency,
+            reduced_bytes=model.hidden * _ACT_BYTES * 2 * (tp - 1),
+            allreduces=_ALLREDUCES_PER_LAYER * model.layers,
+            launch_s={graphed: model.layers * self._launch[graphed] for graphed in (False, True)},
+        )
 
     def target_pass_s(self, batch: ForwardPass) -> float:
         """Seconds for one forward pass of the target model."""
-        return self._forward_s(self.target, self.tp, batch)
+        return self._forward_s(self._target_weights, batch)
 
     def draft_pass_s(self, batch: ForwardPass) -> float:
         """Seconds for one forward pass of the drafter (0 for lookups and no speculation).
@@ -270,7 +303,7 @@ class PerfModel:
         if self.ngram or self.k == 0 or batch.tokens <= 0:
             return 0.0
         per_seq = self.costs.drafter_per_seq_s * batch.seqs
-        weights = self._forward_s(self.draft, self.draft_tp, batch) if self.draft else 0.0
+        weights = self._forward_s(self._draft_weights, batch) if self._draft_weights else 0.0
         return weights + self._pass_fixed + per_seq
 
     def step_overhead_s(self, seqs: int, verified: int, ngram: bool) -> float:
@@ -333,17 +366,29 @@ class PerfModel:
         if k or not shape.decodes:
             passes = 1 if self.parallel or not shape.decodes else k
             per_pass = k if self.parallel else 1  # positions each decode drafts in a pass
-            for i in range(passes):
-                first = i == 0
-                seconds += self.draft_pass_s(
+            seconds += self.draft_pass_s(
+                ForwardPass(
+                    tokens=per_pass * shape.decodes + pre_tokens,
+                    seqs=seqs,
+                    context=shape.decode_context + pre_context,
+                    attention=shape.decode_context + pre_attention,
+                    graphed=shape.graphed,
+                )
+            )
+            if passes > 1:
+                # Every later pass covers the decodes alone, in the same seconds: priced once,
+                # added pass by pass as before (the sum's rounding stays the same).
+                later = self.draft_pass_s(
                     ForwardPass(
-                        tokens=per_pass * shape.decodes + (pre_tokens if first else 0),
-                        seqs=seqs if first else shape.decodes,
-                        context=shape.decode_context + (pre_context if first else 0),
-                        attention=shape.decode_context + (pre_attention if first else 0),
+                        tokens=per_pass * shape.decodes,
+                        seqs=shape.decodes,
+                        context=shape.decode_context,
+                        attention=shape.decode_context,
                         graphed=shape.graphed,
                     )
                 )
+                for _ in range(passes - 1):
+                    seconds += later
         verified = dec_tokens if k else 0
         seconds += self.step_overhead_s(seqs, verified, self.ngram and k > 0)
         if k and shape.first_tokens:

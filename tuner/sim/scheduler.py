@@ -54,7 +54,7 @@ class StepResult:
 
 # eq=False: the engine means "this very sequence" in every membership test and remove(), and
 # field-by-field comparison made each step quadratic in the batch (7.6 ms at 256 sequences).
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class _Seq:
     rid: int
     prompt: int
@@ -66,10 +66,31 @@ class _Seq:
     generated: int = 0
     blocks: int = 0
     credit: float = 0.0  # expected accepted drafts not yet emitted (noise-free mode)
+    # Kept beside computed and target rather than derived: the engine asks it of every
+    # sequence several times a step, and the screen runs hundreds of thousands of steps.
+    decoding: bool = field(init=False)
+    expected: dict[int, float] = field(init=False, default_factory=dict)  # sum(reach[:k]) by k
 
-    @property
-    def decoding(self) -> bool:
-        return self.computed >= self.target
+    def __post_init__(self) -> None:
+        self.decoding = self.computed >= self.target
+
+    def compute(self, chunk: int) -> None:
+        """Records a prefill chunk as computed."""
+        self.computed += chunk
+        self.decoding = self.computed >= self.target
+
+    def recompute(self) -> None:
+        """Starts the prompt and the output so far over (after a preemption)."""
+        self.computed = 0
+        self.target = self.prompt + self.generated
+        self.decoding = self.computed >= self.target
+
+    def expected_accepted(self, k: int) -> float:
+        """Expected accepted drafts of a step drafting ``k``: the same sum every step."""
+        gain = self.expected.get(k)
+        if gain is None:
+            gain = self.expected[k] = sum(self.reach[:k])
+        return gain
 
     @property
     def context(self) -> int:
@@ -233,18 +254,18 @@ class Engine:
         self.running.remove(seq)
         self.free_blocks += seq.blocks
         seq.blocks = 0
-        seq.computed = 0
-        seq.target = seq.prompt + seq.generated
+        seq.recompute()
         self.waiting.appendleft(seq)
         self.preemptions += 1
 
     def _reserve_decodes(self) -> list[_Seq]:
         """Reserves room for each decoding sequence's next 1+K tokens, preempting if needed."""
         scheduled: list[_Seq] = []
+        lookahead = 1 + self.k
         for seq in [s for s in self.running if s.decoding]:
-            if seq not in self.running:
-                continue  # preempted for an older sequence
-            need = _blocks(seq.context + 1 + self.k) - seq.blocks
+            if not seq.decoding:
+                continue  # preempted for an older sequence (a preempted one recomputes)
+            need = _blocks(seq.prompt + seq.generated + lookahead) - seq.blocks
             while need > self.free_blocks and self.running[-1] is not seq:
                 victim = self.running[-1]
                 if victim in scheduled:
@@ -253,8 +274,9 @@ class Engine:
             if need > self.free_blocks:
                 self._preempt(seq)
                 continue
-            seq.blocks += max(need, 0)
-            self.free_blocks -= max(need, 0)
+            if need > 0:
+                seq.blocks += need
+                self.free_blocks -= need
             scheduled.append(seq)
         return scheduled
 
@@ -325,7 +347,7 @@ class Engine:
         for seq in decodes:
             emitted[seq.rid] = self._emit(seq, k)
         for seq, chunk in chunks:
-            seq.computed += chunk
+            seq.compute(chunk)
             if seq.decoding:
                 seq.generated += 1  # a finished prefill samples one token
                 emitted[seq.rid] = 1
@@ -363,20 +385,23 @@ class Engine:
             c = self._counters
             c.drafts += 1
             c.draft_tokens += k
-            reach = seq.reach[:k]
             if self._rng is None:
-                seq.credit += sum(reach)
+                gain = seq.expected_accepted(k)
+                seq.credit += gain
                 accepted = min(int(seq.credit), k)
                 seq.credit -= accepted
-                c.accepted += sum(reach)
-                for i, p in enumerate(reach):
-                    c.per_position[i] += p
+                c.accepted += gain
+                per_position = c.per_position
+                for i, p in enumerate(seq.reach[:k]):
+                    per_position[i] += p
             else:
+                draw = self._rng.random
+                per_position = c.per_position
                 for i, rate in enumerate(seq.rates[:k]):
-                    if self._rng.random() >= rate:
+                    if draw() >= rate:
                         break
                     accepted += 1
-                    c.per_position[i] += 1
+                    per_position[i] += 1
                 c.accepted += accepted
         tokens = min(1 + accepted, room)
         seq.generated += tokens
@@ -385,7 +410,7 @@ class Engine:
     def _duration(self, decodes: list[_Seq], chunks: list[tuple[_Seq, int]], k: int) -> float:
         shape = StepShape(
             decodes=len(decodes),
-            decode_context=sum(s.context for s in decodes),
+            decode_context=sum(s.prompt + s.generated for s in decodes),  # all decoding
             chunks=tuple((s.computed, c) for s, c in chunks),
             first_tokens=sum(1 for s, c in chunks if s.computed + c >= s.target),
             graphed=self.graphs and not chunks,
