@@ -18,21 +18,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import docker
-from testbed.docker_host import PYTHON, empty_image, host_volumes
+from testbed.docker_host import FAKE_SERVER, empty_image, fake_server_image, host_volumes
 
 from tuner.catalog.gpus import parse_hardware
 from tuner.config.trial import ClientConfig, ServerConfig, TrialConfig
 from tuner.config.vllm_args import NEWEST_KNOWN
 from tuner.config.workload import WorkloadSpec
+from tuner.launch.container_spec import ContainerResources, ContainerTiming
 from tuner.launch.containers import LABEL_STUDY
 from tuner.launch.docker import DockerLauncher
+from tuner.launch.mounts import ContainerFiles
 from tuner.launch.process import ProcessLauncher
 from tuner.trial.backends import Backend
 from tuner.trial.backends.docker import DockerBackend
 from tuner.trial.backends.process import ProcessBackend
 from tuner.trial.backends.sim import SimBackend
 
-SERVER = (PYTHON, "-m", "tuner.sim.server")
 HARDWARE = parse_hardware("4090x1")
 FITS = ServerConfig("Qwen/Qwen2.5-14B-Instruct-AWQ", 1, 8192, 0.9, 2048, served_model_name="qwen")
 TOO_BIG = ServerConfig("Qwen/Qwen2.5-32B-Instruct", 1, 8192, 0.9, 2048, served_model_name="qwen")
@@ -88,7 +89,7 @@ def process_case(tmp_path: Path) -> Case:
 
     def build(faults: tuple[str, ...], ready: float, stop: float) -> Backend:
         launcher = ProcessLauncher(
-            SERVER,
+            FAKE_SERVER,
             version=NEWEST_KNOWN,
             env=_fake_env(faults, marker),
             ready_timeout_s=ready,
@@ -106,19 +107,16 @@ def docker_case(tmp_path: Path, client: docker.DockerClient, study: str) -> Case
 
     def build(faults: tuple[str, ...], ready: float, stop: float) -> Backend:
         launcher = DockerLauncher(
-            image,
+            fake_server_image(image),
             study=study,
             client=client,
-            gpus=(),
-            hf_cache=tmp_path / "no-hf-cache",
-            version=NEWEST_KNOWN,
-            entrypoint=SERVER,
-            subcommand=("serve",),
-            volumes=host_volumes(tmp_path / "container-tmp"),
-            environment=_fake_env(faults, study),
-            ready_timeout_s=ready,
-            stop_timeout_s=stop,
-            poll_s=0.1,
+            resources=ContainerResources(gpus=()),
+            files=ContainerFiles(
+                hf_cache=tmp_path / "no-hf-cache",
+                volumes=host_volumes(tmp_path / "container-tmp"),
+                environment=_fake_env(faults, study),
+            ),
+            timing=ContainerTiming(ready_timeout_s=ready, stop_timeout_s=stop, poll_s=0.1),
         )
         return DockerBackend(launcher, request_timeout_s=30)
 

@@ -17,11 +17,19 @@ from typing import Any
 
 import docker
 import pytest
-from testbed.docker_host import PYTHON, docker_or_skip, empty_image, host_volumes
+from testbed.docker_host import (
+    PYTHON,
+    docker_or_skip,
+    empty_image,
+    fake_server_image,
+    host_volumes,
+)
 
 from tuner.config.trial import LaunchContext, ServerConfig
-from tuner.config.vllm_args import NEWEST_KNOWN
+from tuner.config.vllm_args import NEWEST_KNOWN, VllmVersion
+from tuner.launch.container_spec import ContainerResources, ContainerTiming
 from tuner.launch.docker import LABEL_STUDY, DockerLauncher
+from tuner.launch.mounts import ContainerFiles
 
 LauncherFactory = Callable[..., DockerLauncher]
 
@@ -90,24 +98,27 @@ def host_volumes_fixture() -> Callable[..., dict[str, str]]:
 
 
 def _fake_launcher_kwargs(tmp: Path, *faults: str, **env: str) -> dict[str, Any]:
-    """What a :class:`DockerLauncher` needs to run the fake server in the empty image."""
+    """The records a :class:`DockerLauncher` needs, beside its image, to run the fake server in
+    the empty image (:func:`~testbed.docker_host.fake_server_image`): no GPU, the host mounts,
+    the faults and speed in the environment, short waits."""
     return {
-        "gpus": (),
-        "hf_cache": tmp / "no-hf-cache",
-        "version": NEWEST_KNOWN,
-        "entrypoint": (PYTHON, "-m", "tuner.sim.server"),
-        "subcommand": ("serve",),
-        "volumes": host_volumes(tmp / "container-tmp"),
-        "environment": {"SPECTUNE_SIM_SPEED": "50", "SPECTUNE_SIM_FAULT": ",".join(faults), **env},
-        "ready_timeout_s": 60,
-        "stop_timeout_s": 10,
-        "poll_s": 0.2,
+        "resources": ContainerResources(gpus=()),
+        "files": ContainerFiles(
+            hf_cache=tmp / "no-hf-cache",
+            volumes=host_volumes(tmp / "container-tmp"),
+            environment={
+                "SPECTUNE_SIM_SPEED": "50",
+                "SPECTUNE_SIM_FAULT": ",".join(faults),
+                **env,
+            },
+        ),
+        "timing": ContainerTiming(ready_timeout_s=60, stop_timeout_s=10, poll_s=0.2),
     }
 
 
 @pytest.fixture
 def fake_launcher_kwargs() -> Callable[..., dict[str, Any]]:
-    """``fake_launcher_kwargs(tmp, *faults, **env)``: launcher arguments for the fake server."""
+    """``fake_launcher_kwargs(tmp, *faults, **env)``: the fake server's launcher records."""
     return _fake_launcher_kwargs
 
 
@@ -115,14 +126,22 @@ def fake_launcher_kwargs() -> Callable[..., dict[str, Any]]:
 def fake_launcher(
     docker_client: docker.DockerClient, test_image: str, study: str, tmp_path: Path
 ) -> Iterator[LauncherFactory]:
-    """``make(*faults, image=..., env={...}, **launcher_kwargs)``; all closed after."""
+    """``make(*faults, image=..., version=..., env={...}, **launcher_kwargs)``: the fake server
+    in ``image`` (default the empty test image) spoken to in ``version``; a launcher keyword
+    (``resources=``, ``files=``, ``host_ports=``) replaces the fake's. All closed after."""
     made: list[DockerLauncher] = []
 
-    def make(*faults: str, **overrides: Any) -> DockerLauncher:
-        env = overrides.pop("env", {})
-        image = overrides.pop("image", test_image)
-        kwargs = {**_fake_launcher_kwargs(tmp_path, *faults, **env), **overrides}
-        launcher = DockerLauncher(image, study=study, client=docker_client, **kwargs)
+    def make(
+        *faults: str,
+        image: str = test_image,
+        version: VllmVersion | None = NEWEST_KNOWN,
+        env: dict[str, str] | None = None,
+        **overrides: Any,
+    ) -> DockerLauncher:
+        kwargs = {**_fake_launcher_kwargs(tmp_path, *faults, **(env or {})), **overrides}
+        launcher = DockerLauncher(
+            fake_server_image(image, version), study=study, client=docker_client, **kwargs
+        )
         made.append(launcher)
         return launcher
 

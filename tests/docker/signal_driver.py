@@ -18,7 +18,9 @@ from pathlib import Path
 
 from tuner.config.trial import LaunchContext, ServerConfig
 from tuner.config.vllm_args import NEWEST_KNOWN
+from tuner.launch.container_spec import ContainerResources, ContainerTiming, VllmImage
 from tuner.launch.docker import DockerLauncher
+from tuner.launch.mounts import ContainerFiles
 
 
 def main(spec: dict[str, object]) -> None:
@@ -26,17 +28,19 @@ def main(spec: dict[str, object]) -> None:
     # passes SIGINT on ignored, and Python then never turns it into KeyboardInterrupt.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     launcher = DockerLauncher(
-        str(spec["image"]),
+        VllmImage(
+            str(spec["image"]),
+            entrypoint=tuple(spec["entrypoint"]),  # type: ignore[arg-type]
+            subcommand=tuple(spec["subcommand"]),  # type: ignore[arg-type]
+            version=NEWEST_KNOWN,
+        ),
         study=str(spec["study"]),
-        gpus=(),
-        version=NEWEST_KNOWN,
-        entrypoint=list(spec["entrypoint"]),  # type: ignore[call-overload]
-        subcommand=list(spec["subcommand"]),  # type: ignore[call-overload]
-        volumes=dict(spec["volumes"]),  # type: ignore[call-overload]
-        environment=dict(spec["environment"]),  # type: ignore[call-overload]
-        ready_timeout_s=300,
-        stop_timeout_s=10,
-        poll_s=0.2,
+        resources=ContainerResources(gpus=()),
+        files=ContainerFiles(
+            volumes=dict(spec["volumes"]),  # type: ignore[call-overload]
+            environment=dict(spec["environment"]),  # type: ignore[call-overload]
+        ),
+        timing=ContainerTiming(ready_timeout_s=300, stop_timeout_s=10, poll_s=0.2),
     )
     server = ServerConfig("Qwen/Qwen2.5-14B-Instruct-AWQ", 1, 8192, 0.9, 2048)
     context = LaunchContext(str(spec["study"]), 1, Path(str(spec["log_dir"])))

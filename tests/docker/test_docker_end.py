@@ -23,6 +23,7 @@ from tuner.catalog.gpus import parse_hardware
 from tuner.config.trial import ClientConfig, LaunchContext, ServerConfig, TrialConfig
 from tuner.config.workload import WorkloadSpec
 from tuner.errors import FailureKind, StartupFailure
+from tuner.launch.container_spec import ContainerResources
 from tuner.launch.docker import LABEL_STUDY, DockerLauncher
 from tuner.trial.backends.docker import DockerBackend
 from tuner.trial.runner import TrialRunner
@@ -92,7 +93,8 @@ def test_an_oom_kill_mid_benchmark_is_an_oom_constraint(
     docker_client: docker.DockerClient,
     study: str,
 ) -> None:
-    backend = DockerBackend(fake_launcher(mem_limit="400m", env={"SPECTUNE_SIM_SPEED": "1"}))
+    limited = ContainerResources(gpus=(), mem_limit="400m")
+    backend = DockerBackend(fake_launcher(resources=limited, env={"SPECTUNE_SIM_SPEED": "1"}))
     runner = TrialRunner(backend, parse_hardware("4090x1"), Limits(60_000))
 
     def memory_kill() -> None:

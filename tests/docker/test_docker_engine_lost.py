@@ -22,6 +22,7 @@ from optuna.trial import TrialState
 from second_engine import SecondEngine
 from testbed.docker_host import PYTHON
 
+from tuner.launch.container_spec import ContainerResources, VllmImage
 from tuner.launch.docker import LABEL_STUDY, DockerLauncher
 from tuner.study.paths import default_storage
 from tuner.study.storage import open_storage, study_names
@@ -151,7 +152,12 @@ def test_the_engine_lost_mid_study_is_one_line_a_fail_trial_and_nothing_left(
             ignore_removed=True, all=True, filters={"label": f"{LABEL_STUDY}={study}"}
         )
         assert len(kept) == 1  # what the engine kept while it was away...
-        next_run = DockerLauncher("unused", study=study, client=client, gpus=())
+        next_run = DockerLauncher(
+            VllmImage("unused"),
+            study=study,
+            client=client,
+            resources=ContainerResources(gpus=()),
+        )
         assert next_run.cleanup_stale() == [kept[0].name]  # ...the next run removes
         assert (
             client.containers.list(

@@ -15,7 +15,9 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import docker
 import docker.errors
@@ -35,6 +37,7 @@ from tuner.config.trial import (
 from tuner.config.vllm_args import NEWEST_KNOWN, server_argv
 from tuner.config.workload import WorkloadSpec
 from tuner.errors import ConfigError, FailureKind, StartupFailure
+from tuner.launch.container_spec import ContainerResources, VllmImage
 from tuner.launch.docker import (
     CONTAINER_PORT,
     LABEL_GPUS,
@@ -65,13 +68,15 @@ def test_runs_the_server_config_in_a_labelled_container_and_removes_it_on_stop(
     fake_launcher: LauncherFactory,
     fake_server: ServerConfig,
     context: LaunchContext,
+    fake_launcher_kwargs: Callable[..., dict[str, Any]],
     docker_client: docker.DockerClient,
     study: str,
     tmp_path: Path,
 ) -> None:
     hf_cache = tmp_path / "hf"
     hf_cache.mkdir()
-    launcher = fake_launcher(hf_cache=hf_cache)
+    files = replace(fake_launcher_kwargs(tmp_path)["files"], hf_cache=hf_cache)
+    launcher = fake_launcher(files=files)
     draft = SpeculativeConfig(SpecMethod.DRAFT_MODEL, 4, model="Qwen/Qwen2.5-0.5B-Instruct")
     server = ServerConfig(**{**fake_server.__dict__, "speculative": draft})
 
@@ -169,7 +174,9 @@ def test_a_container_killed_at_its_memory_limit_is_oom(
     docker_client: docker.DockerClient,
     study: str,
 ) -> None:
-    launcher = fake_launcher("alloc-at-start=2048", mem_limit="128m")
+    launcher = fake_launcher(
+        "alloc-at-start=2048", resources=ContainerResources(gpus=(), mem_limit="128m")
+    )
 
     with pytest.raises(StartupFailure) as failure:
         launcher.start(fake_server, context)
@@ -184,7 +191,12 @@ def test_an_image_that_cannot_be_pulled_is_a_config_error_naming_it(
     docker_client: docker.DockerClient, fake_server: ServerConfig, context: LaunchContext
 ) -> None:
     image = "spectune-test-absent:0.8.5"  # Docker Hub is unreachable here, or has no such image
-    launcher = DockerLauncher(image, study=context.study, client=docker_client, gpus=())
+    launcher = DockerLauncher(
+        VllmImage(image),
+        study=context.study,
+        client=docker_client,
+        resources=ContainerResources(gpus=()),
+    )
 
     with pytest.raises(ConfigError, match=re.escape(image)):
         launcher.start(fake_server, context)
@@ -193,7 +205,7 @@ def test_an_image_that_cannot_be_pulled_is_a_config_error_naming_it(
 def test_more_tensor_parallelism_than_allowed_gpus_is_a_config_error(
     fake_launcher: LauncherFactory, fake_server: ServerConfig, context: LaunchContext
 ) -> None:
-    launcher = fake_launcher(gpus=(0,))
+    launcher = fake_launcher(resources=ContainerResources(gpus=(0,)))
     server = ServerConfig(**{**fake_server.__dict__, "tensor_parallel_size": 2})
 
     with pytest.raises(ConfigError, match="tensor-parallel-size 2 needs 2 GPUs"):

@@ -19,6 +19,7 @@ from typing import Any
 import docker
 import pytest
 from docker.models.containers import Container
+from testbed.docker_host import fake_server_image
 
 from tuner.config.space import load_space
 from tuner.config.trial import LaunchContext, ServerConfig
@@ -70,6 +71,7 @@ def _dead_owner() -> RunOwner:
 
 
 def _exists(client: docker.DockerClient, container: Container) -> bool:
+    assert container.id is not None  # docker-py types it optional; a listed container has one
     try:
         client.containers.get(container.id)
     except docker.errors.NotFound:
@@ -90,14 +92,15 @@ def test_two_runs_of_one_study_leave_each_other_alone(
     first = fake_launcher()
     first.start(fake_server, context)
     kwargs = fake_launcher_kwargs(tmp_path)
+    image = fake_server_image(test_image)
     spec = {
-        "image": test_image,
+        "image": image.name,
         "study": study,  # the same study, from another process (another terminal)
         "log_dir": str(tmp_path / "second-logs"),
-        "entrypoint": list(kwargs["entrypoint"]),
-        "subcommand": list(kwargs["subcommand"]),
-        "volumes": kwargs["volumes"],
-        "environment": kwargs["environment"],
+        "entrypoint": image.entrypoint,
+        "subcommand": image.subcommand,
+        "volumes": kwargs["files"].volumes,
+        "environment": kwargs["files"].environment,
     }
     second = subprocess.Popen(
         [sys.executable, str(DRIVER), json.dumps(spec)],

@@ -26,7 +26,7 @@ import pytest
 import yaml
 from docker.models.containers import Container
 from optuna.trial import TrialState
-from testbed.docker_host import PYTHON
+from testbed.docker_host import PYTHON, fake_server_image
 
 from tuner.launch.docker import LABEL_STUDY
 from tuner.study.paths import default_storage
@@ -82,14 +82,15 @@ def test_a_signal_leaves_no_container_of_the_study(
 ) -> None:
     faults = ("slow-start=300",) if phase == "starting" else ()
     kwargs = fake_launcher_kwargs(tmp_path, *faults)
+    image = fake_server_image(test_image)
     spec = {
-        "image": test_image,
+        "image": image.name,
         "study": study,
         "log_dir": str(tmp_path / "logs"),
-        "entrypoint": list(kwargs["entrypoint"]),
-        "subcommand": list(kwargs["subcommand"]),
-        "volumes": kwargs["volumes"],
-        "environment": kwargs["environment"],
+        "entrypoint": image.entrypoint,
+        "subcommand": image.subcommand,
+        "volumes": kwargs["files"].volumes,
+        "environment": kwargs["files"].environment,
     }
     driver = subprocess.Popen(
         [sys.executable, str(DRIVER), json.dumps(spec)],

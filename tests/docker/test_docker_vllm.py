@@ -20,7 +20,9 @@ from testbed import TinyModels, cpu_server_config, vllm_venv
 
 from tuner.config.trial import LaunchContext
 from tuner.config.vllm_args import parse_version
+from tuner.launch.container_spec import ContainerResources, ContainerTiming, VllmImage
 from tuner.launch.docker import LABEL_STUDY, DockerLauncher
+from tuner.launch.mounts import ContainerFiles
 
 pytestmark = [pytest.mark.docker, pytest.mark.vllm]
 
@@ -37,27 +39,30 @@ def vllm_launcher(
     venv = vllm_venv()
     volumes = host_volumes(tmp_path / "container-tmp", venv.resolve(), tiny_models.target.parent)
     return DockerLauncher(
-        test_image,
+        VllmImage(
+            test_image,
+            entrypoint=(str(venv / "bin" / "vllm"),),
+            version=parse_version("0.32.0+cpu"),
+        ),
         study=study,
         client=docker_client,
-        gpus=(),
-        hf_cache=tmp_path / "no-hf-cache",
-        version=parse_version("0.32.0+cpu"),
-        entrypoint=(str(venv / "bin" / "vllm"),),
-        volumes=volumes,
-        environment={
-            "HOME": "/tmp/home",
-            "VLLM_CACHE_ROOT": "/tmp/vllm-cache",
-            "HF_HOME": "/tmp/hf",
-            "HF_HUB_OFFLINE": "1",
-            "TRANSFORMERS_OFFLINE": "1",
-            "TMPDIR": "/tmp",
-            "VLLM_NO_USAGE_STATS": "1",
-            "DO_NOT_TRACK": "1",
-            "VLLM_ENABLE_V1_MULTIPROCESSING": "0",  # see testbed.vllm_env
-        },
-        ready_timeout_s=240,
-        stop_timeout_s=20,
+        resources=ContainerResources(gpus=()),
+        files=ContainerFiles(
+            hf_cache=tmp_path / "no-hf-cache",
+            volumes=volumes,
+            environment={
+                "HOME": "/tmp/home",
+                "VLLM_CACHE_ROOT": "/tmp/vllm-cache",
+                "HF_HOME": "/tmp/hf",
+                "HF_HUB_OFFLINE": "1",
+                "TRANSFORMERS_OFFLINE": "1",
+                "TMPDIR": "/tmp",
+                "VLLM_NO_USAGE_STATS": "1",
+                "DO_NOT_TRACK": "1",
+                "VLLM_ENABLE_V1_MULTIPROCESSING": "0",  # see testbed.vllm_env
+            },
+        ),
+        timing=ContainerTiming(ready_timeout_s=240, stop_timeout_s=20),
     )
 
 

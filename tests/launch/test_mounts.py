@@ -8,8 +8,7 @@ import pytest
 
 from tuner.config.trial import ServerConfig
 from tuner.errors import ConfigError
-from tuner.launch.containers import default_hf_cache
-from tuner.launch.mounts import ContainerFiles
+from tuner.launch.mounts import ContainerFiles, default_hf_cache
 
 
 def test_a_relative_source_is_refused_before_docker_reads_it_as_a_volume_name(

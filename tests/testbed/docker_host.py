@@ -23,11 +23,24 @@ import docker
 import docker.errors
 import pytest
 
-__all__ = ["PYTHON", "REPO", "TEST_IMAGE", "docker_or_skip", "empty_image", "host_volumes"]
+from tuner.config.vllm_args import NEWEST_KNOWN, VllmVersion
+from tuner.launch.container_spec import VllmImage
+
+__all__ = [
+    "FAKE_SERVER",
+    "PYTHON",
+    "REPO",
+    "TEST_IMAGE",
+    "docker_or_skip",
+    "empty_image",
+    "fake_server_image",
+    "host_volumes",
+]
 
 REPO = Path(__file__).resolve().parents[2]
 TEST_IMAGE = "spectune-test-empty"
 PYTHON = sys.executable  # a host path the containers see through the prefix mounts
+FAKE_SERVER = (PYTHON, "-m", "tuner.sim.server")  # the shipped fake server, run as `vllm` is
 
 
 def docker_or_skip() -> docker.DockerClient:
@@ -70,3 +83,9 @@ def host_volumes(tmp: Path, *extra: Path) -> dict[str, str]:
     volumes = {str(p): f"{p}:ro" for p in paths if p.exists()}
     volumes[str(tmp)] = "/tmp:rw"
     return volumes
+
+
+def fake_server_image(name: str, version: VllmVersion | None = NEWEST_KNOWN) -> VllmImage:
+    """The image ``name`` running ``python -m tuner.sim.server serve`` where vLLM would run;
+    ``version``: the dialect it is spoken to in (None: from the tag, else asked of it)."""
+    return VllmImage(name, entrypoint=FAKE_SERVER, subcommand=("serve",), version=version)

@@ -11,7 +11,6 @@ conflict named before any trial. Containers without spectune's labels are never 
 from __future__ import annotations
 
 import logging
-import os
 import re
 import shlex
 from collections.abc import Iterator, Mapping, Sequence
@@ -23,7 +22,6 @@ import docker.errors
 from docker.models.containers import Container
 from docker.types import DeviceRequest
 
-from tuner.config.local_paths import absolute
 from tuner.config.redact import Redactor
 from tuner.config.vllm_args import VllmVersion, parse_version
 from tuner.errors import ConfigError, EngineUnavailable, LaunchError
@@ -38,7 +36,6 @@ __all__ = [
     "Leftovers",
     "clean_leftovers",
     "container_name",
-    "default_hf_cache",
     "device_requests",
     "engine_picks",
     "gpus_label",
@@ -59,11 +56,6 @@ LABEL_TRIAL = "spectune.trial"
 LABEL_RUN = "spectune.run"
 LABEL_GPUS = "spectune.gpus"
 _VERSION_PROBE_TIMEOUT_S = 180  # importing vLLM takes 10-15 s; a cold image disk more
-
-
-def default_hf_cache() -> Path:
-    """The host's Hugging Face cache: ``$HF_HOME`` or ``~/.cache/huggingface``."""
-    return absolute(os.environ.get("HF_HOME") or Path.home() / ".cache" / "huggingface")
 
 
 def container_name(study: str, trial: int, run_id: str) -> str:

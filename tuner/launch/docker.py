@@ -1,10 +1,12 @@
 """Runs each server config in its own ``vllm/vllm-openai`` container, through the docker SDK.
 
-A container gets: the image (its tag also picks the vLLM flag dialect); entrypoint ``vllm serve``
-and the argv of :func:`~tuner.config.vllm_args.server_argv`; the study's GPUs as a device
-request; ``ipc_mode=host`` (multi-GPU runs die with bus errors on a 64 MB ``/dev/shm``); the
-mounts and environment of :class:`~tuner.launch.mounts.ContainerFiles` (secrets read at each
-start, redacted from saved logs); port 8000 published on 127.0.0.1 (a port the engine cannot
+A container gets: the image and command of a :class:`~tuner.launch.container_spec.VllmImage`
+(the tag also picks the vLLM flag dialect; entrypoint ``vllm serve``) and the argv of
+:func:`~tuner.config.vllm_args.server_argv`; the study's GPUs as a device request and the
+limits of a :class:`~tuner.launch.container_spec.ContainerResources` (``ipc_mode=host`` unless
+a ``/dev/shm`` size is given: multi-GPU runs die with bus errors on a 64 MB one); the mounts
+and environment of :class:`~tuner.launch.mounts.ContainerFiles` (secrets read at each start,
+redacted from saved logs); port 8000 published on 127.0.0.1 (a port the engine cannot
 allocate is retried once on another); ``spectune.*`` labels naming study, trial, run, GPUs and
 the owning process; a name ``spectune-<study>-t<trial>-<run>``.
 
@@ -23,7 +25,7 @@ from __future__ import annotations
 import atexit
 import logging
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
 
@@ -34,7 +36,7 @@ from docker.models.containers import Container
 from tuner.config.trial import LaunchContext, ServerConfig
 from tuner.config.vllm_args import VllmVersion, server_argv, version_from_image
 from tuner.errors import EngineUnavailable, LaunchError
-from tuner.launch.base import READY_TIMEOUT_S
+from tuner.launch.container_spec import ContainerResources, ContainerTiming, VllmImage
 from tuner.launch.containers import (
     LABEL_GPUS,
     LABEL_RUN,
@@ -42,7 +44,6 @@ from tuner.launch.containers import (
     LABEL_TRIAL,
     clean_leftovers,
     container_name,
-    default_hf_cache,
     device_requests,
     engine_picks,
     gpus_label,
@@ -57,7 +58,7 @@ from tuner.launch.engine import RunOwner, check_engine, check_engine_stays, engi
 from tuner.launch.exit_hooks import run_at_exit, signals_held
 from tuner.launch.failures import ServerEnd, Stage, end_failure
 from tuner.launch.images import ensure_image
-from tuner.launch.mounts import ContainerFiles
+from tuner.launch.mounts import ContainerFiles, default_hf_cache
 from tuner.launch.readiness import StartupWatch, wait_until_ready
 from tuner.results import Endpoint, OnStartup
 
@@ -83,75 +84,44 @@ class DockerLauncher:
     """Launcher for ``--backend docker``: one vLLM container per server config.
 
     Args:
-        image: the vLLM image, e.g. ``vllm/vllm-openai:v0.8.5``.
+        image: the image and the vLLM command in it (and its flag dialect, if known).
         study: the study name, for labels and names.
+        resources: the GPUs, memory and ``/dev/shm`` each container may use; default all GPUs,
+            no memory limit, the host's IPC namespace.
+        files: the mounts and environment (secrets read at each start); default the host's
+            Hugging Face cache and ``HF_TOKEN`` by name.
+        timing: the ready timeout, the stop grace and the readiness poll.
         client: the docker client; default ``docker.from_env()`` (closed by ``close``).
-        gpus: NVML indices the study may use (a container gets the first TP of them); None
-            for all GPUs, ``()`` for none (CPU).
-        hf_cache: the host's Hugging Face cache (created if missing; :func:`default_hf_cache`).
-        env_passthrough: secrets copied from this process's environment at each start.
-        version: the vLLM flag dialect; default from the tag, else asked of the image once.
-        ready_timeout_s: how long a start may take before it is a ``timeout`` failure.
-        entrypoint: the vLLM command in the image (answering ``--version``).
-        subcommand: between ``entrypoint`` and the argv; ``()`` for a server without one.
-        volumes: extra bind mounts, host path to ``container_path[:ro]``.
-        environment: extra, non-secret container environment.
-        vllm_cache: host folder kept as the containers' ``~/.cache/vllm``; None: none.
-        mem_limit: container memory limit, swap included (e.g. ``"8g"``).
-        shm_size: a ``/dev/shm`` size instead of sharing the host's IPC namespace.
-        stop_timeout_s: grace between SIGTERM and SIGKILL on stop.
-        poll_s: pause between readiness probes.
         host_ports: the host port each creation asks for (default 0: the engine picks).
         on_startup: where a pull's progress and each start's phases (from its log) go.
     """
 
     name = "docker"
 
-    def __init__(  # noqa: PLR0913  (one keyword per docker run setting)
+    def __init__(
         self,
-        image: str,
+        image: VllmImage,
         *,
         study: str,
+        resources: ContainerResources | None = None,
+        files: ContainerFiles | None = None,
+        timing: ContainerTiming | None = None,
         client: docker.DockerClient | None = None,
-        gpus: Sequence[int] | None = None,
-        hf_cache: Path | None = None,
-        env_passthrough: Sequence[str] = ("HF_TOKEN",),
-        version: VllmVersion | None = None,
-        ready_timeout_s: float = READY_TIMEOUT_S,
-        entrypoint: Sequence[str] = ("vllm",),
-        subcommand: Sequence[str] = ("serve",),
-        volumes: Mapping[str, str] | None = None,
-        environment: Mapping[str, str] | None = None,
-        vllm_cache: Path | None = None,
-        mem_limit: str | None = None,
-        shm_size: str | None = None,
-        stop_timeout_s: float = 30.0,
-        poll_s: float = 0.5,
         host_ports: Iterator[int] | None = None,
         on_startup: OnStartup | None = None,
     ) -> None:
         self.image = image
         self.study = study
-        self.gpus = None if gpus is None else tuple(gpus)
-        self.files = ContainerFiles(
-            hf_cache=hf_cache if hf_cache is not None else default_hf_cache(),
-            vllm_cache=vllm_cache,
-            volumes=dict(volumes or {}),
-            environment=dict(environment or {}),
-            secrets=tuple(env_passthrough),
-        )
-        self.ready_timeout_s = ready_timeout_s
-        self.entrypoint = list(entrypoint)
-        self.subcommand = list(subcommand)
-        self.mem_limit = mem_limit
-        self.shm_size = shm_size
-        self.stop_timeout_s = stop_timeout_s
-        self.poll_s = poll_s
+        self.resources = resources if resources is not None else ContainerResources()
+        self.files = files if files is not None else ContainerFiles()  # reads HF_HOME now
+        self.timing = timing if timing is not None else ContainerTiming()
         self.run_id = uuid.uuid4().hex[:8]
         self.owner = RunOwner.current()
         self._host_ports = host_ports or engine_picks()
         self.on_startup = on_startup
-        self._version = version if version is not None else version_from_image(image)
+        self._version = (
+            image.version if image.version is not None else version_from_image(image.name)
+        )
         self._client = client
         self._own_client = client is None
         self._cleaned = False  # dead runs' containers are removed once
@@ -161,13 +131,18 @@ class DockerLauncher:
         self._secrets: tuple[str, ...] = ()
 
     @property
+    def gpus(self) -> tuple[int, ...] | None:
+        """The GPUs this run's containers may use (None: all, ``()``: none)."""
+        return self.resources.gpus
+
+    @property
     def version(self) -> VllmVersion:
         """The dialect spoken: given, from the image tag, or asked of the image once."""
         if self._version is None:
             self._version = probe_version(
                 self._docker(),
-                self.image,
-                self.entrypoint,
+                self.image.name,
+                self.image.entrypoint,
                 labels={LABEL_STUDY: self.study, LABEL_RUN: self.run_id, **self.owner.labels()},
                 environment=self.files.environment,
                 volumes=self.files.volume_specs(),
@@ -186,9 +161,9 @@ class DockerLauncher:
         """
         self.stop()
         client = self._docker()
-        ensure_image(client, self.image, self.on_startup)
+        ensure_image(client, self.image.name, self.on_startup)
         argv = server_argv(server, self.version, host="0.0.0.0", port=CONTAINER_PORT)
-        requests = device_requests(self.gpus, server.tensor_parallel_size)
+        requests = device_requests(self.resources.gpus, server.tensor_parallel_size)
         watch = StartupWatch(self.on_startup)  # a config refused above never started
         if not self._hooked:
             run_at_exit(self.close)
@@ -205,17 +180,18 @@ class DockerLauncher:
                 # Held: the engine finishes a create the client gave up on, after cleanup.
                 with signals_held(), engine_calls(f"creating container {name}"):
                     self._container = client.containers.create(
-                        self.image,
+                        self.image.name,
                         argv,
                         name=name,
-                        entrypoint=[*self.entrypoint, *self.subcommand],
+                        entrypoint=[*self.image.entrypoint, *self.image.subcommand],
                         labels=self._labels(context.trial),
                         environment=environment,
                         device_requests=requests,
-                        ipc_mode=None if self.shm_size else "host",
-                        shm_size=self.shm_size,
-                        mem_limit=self.mem_limit,
-                        memswap_limit=self.mem_limit,  # equal: no swap, over it means killed
+                        ipc_mode=None if self.resources.shm_size else "host",
+                        shm_size=self.resources.shm_size,
+                        mem_limit=self.resources.mem_limit,
+                        # equal: no swap, over it means killed
+                        memswap_limit=self.resources.mem_limit,
                         ports={f"{CONTAINER_PORT}/tcp": ("127.0.0.1", next(self._host_ports))},
                         volumes=self.files.volume_specs(server),
                         detach=True,
@@ -233,7 +209,7 @@ class DockerLauncher:
         except docker.errors.APIError as error:
             self._discard(quiet=True)
             raise LaunchError(
-                f"docker could not run {self.image}: {error.explanation or error}"
+                f"docker could not run {self.image.name}: {error.explanation or error}"
             ) from error
         except BaseException:  # StartupFailure, Ctrl-C, SystemExit from SIGTERM: no orphans
             self._discard(quiet=True)
@@ -256,7 +232,7 @@ class DockerLauncher:
             return
         try:
             with engine_calls(f"stopping container {container.name}"):
-                container.stop(timeout=self.stop_timeout_s)
+                container.stop(timeout=self.timing.stop_timeout_s)
         except docker.errors.APIError as error:  # gone already, or stuck: removed by force
             _log.debug("docker stop %s: %s", container.name, error)
         except EngineUnavailable:
@@ -273,7 +249,7 @@ class DockerLauncher:
 
     def ensure_image(self) -> None:
         """Pulls the image unless this host has it (before a study stores anything)."""
-        ensure_image(self._docker(), self.image, self.on_startup)
+        ensure_image(self._docker(), self.image.name, self.on_startup)
 
     def check_conflicts(self) -> None:
         """The engine answers and no live run holds our GPUs (before a study stores anything)."""
@@ -340,10 +316,10 @@ class DockerLauncher:
         model = server.served_model_name or server.model
         wait_until_ready(
             base_url,
-            timeout_s=self.ready_timeout_s,
+            timeout_s=self.timing.ready_timeout_s,
             exited=self._exit_code,
             log_tail=lambda: self._logs(container),
-            poll_s=self.poll_s,
+            poll_s=self.timing.poll_s,
             model=model,
             oom_killed=self._oom_killed,
             watch=watch,
@@ -382,7 +358,7 @@ class DockerLauncher:
 
     def _save_log(self, container: Container) -> None:
         if self._log_path is not None:
-            save_log(self._log_path, self.image, container, self._logs(container))
+            save_log(self._log_path, self.image.name, container, self._logs(container))
 
     def _discard(self, *, quiet: bool) -> None:
         """Saves the log and removes the container; ``quiet``: another exception is on its way

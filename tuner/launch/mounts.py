@@ -23,12 +23,23 @@ from tuner.config.local_paths import absolute
 from tuner.config.trial import ServerConfig
 from tuner.errors import ConfigError
 
-__all__ = ["CONTAINER_HF_HOME", "CONTAINER_VLLM_CACHE", "ContainerFiles", "refuse_stored_secret"]
+__all__ = [
+    "CONTAINER_HF_HOME",
+    "CONTAINER_VLLM_CACHE",
+    "ContainerFiles",
+    "default_hf_cache",
+    "refuse_stored_secret",
+]
 
 CONTAINER_HF_HOME = "/root/.cache/huggingface"
 CONTAINER_VLLM_CACHE = "/root/.cache/vllm"
 _SECRET = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|CREDENTIAL|PRIVATE", re.IGNORECASE)
 _PASSED_WHEN_SET = ("HF_HUB_OFFLINE",)
+
+
+def default_hf_cache() -> Path:
+    """The host's Hugging Face cache: ``$HF_HOME`` or ``~/.cache/huggingface``."""
+    return absolute(os.environ.get("HF_HOME") or Path.home() / ".cache" / "huggingface")
 
 
 def refuse_stored_secret(key: str) -> None:
@@ -46,14 +57,15 @@ class ContainerFiles:
     """The mounts and environment every container of a run gets.
 
     Attributes:
-        hf_cache: the host's Hugging Face cache folder.
+        hf_cache: the host's Hugging Face cache folder; default :func:`default_hf_cache`, read
+            when the record is made.
         vllm_cache: the study's host folder for vLLM's cache; None keeps none.
         volumes: extra bind mounts, host path to ``container_path[:ro]``.
         environment: non-secret container environment.
         secrets: names read from this process's environment at each start, if set.
     """
 
-    hf_cache: Path
+    hf_cache: Path = field(default_factory=default_hf_cache)
     vllm_cache: Path | None = None
     volumes: dict[str, str] = field(default_factory=dict)
     environment: dict[str, str] = field(default_factory=dict)

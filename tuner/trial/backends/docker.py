@@ -22,7 +22,9 @@ from tuner.catalog.nvml import (
 )
 from tuner.config.space import SearchSpace
 from tuner.config.trial import LaunchContext, ServerConfig, TrialConfig
+from tuner.launch.container_spec import ContainerResources, ContainerTiming, VllmImage
 from tuner.launch.docker import DockerLauncher
+from tuner.launch.mounts import ContainerFiles
 from tuner.results import Endpoint, TrialResult
 from tuner.trial.backends.base import BackendOptions, explicit_version
 from tuner.trial.backends.served import ServedBackend
@@ -67,22 +69,26 @@ class DockerBackend(ServedBackend):
         """The backend ``--backend docker`` runs: the image on the worker's GPUs."""
         settings = options.settings_of(DockerSettings)
         launcher = DockerLauncher(
-            settings.image or space.vllm_image,
+            VllmImage(
+                settings.image or space.vllm_image,
+                entrypoint=settings.entrypoint,
+                version=explicit_version(space),
+            ),
             study=options.study,
-            gpus=options.gpus,
-            version=explicit_version(space),
-            ready_timeout_s=settings.ready_timeout_s,
-            entrypoint=settings.entrypoint,
-            volumes=dict(settings.volumes) or None,
-            environment=dict(settings.env) or None,
-            env_passthrough=settings.secrets,
-            vllm_cache=settings.vllm_cache,
+            resources=ContainerResources(gpus=options.gpus),
+            files=ContainerFiles(
+                volumes=dict(settings.volumes),
+                environment=dict(settings.env),
+                secrets=settings.secrets,
+                vllm_cache=settings.vllm_cache,
+            ),
+            timing=ContainerTiming(ready_timeout_s=settings.ready_timeout_s),
             on_startup=options.on_startup,
         )
         return cls(launcher, request_timeout_s=settings.request_timeout_s)
 
     def facts(self, space: SearchSpace) -> RunFacts:
-        return replace(super().facts(space), image=self.launcher.image)
+        return replace(super().facts(space), image=self.launcher.image.name)
 
     def prepare(self) -> None:
         """The engine answers, no live run holds our GPUs and the image is here (pulled if
