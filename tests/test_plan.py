@@ -245,6 +245,8 @@ def test_a_resumed_study_s_plan_prices_start_ups_by_what_its_family_measured(
     others = [t for t in resumed["trials"] if t["start_from"] == "prior" and t["start_s"] > 0]
     assert others and all(t["start_s"] < 900.0 for t in others)
     assert resumed["total_s"] > new["total_s"] + (900.0 - prior)
+    sampler = resumed["trials"][-1]  # the sampler's trials, at the mean of the configs named
+    assert sampler["start_from"] == "mean of the configs named"
     text = " ".join(runner.invoke(app, resuming).stdout.split())
     assert "start-ups as the study measured them:" in text
     assert f"{first.model} TP{first.tensor_parallel_size} {first.method}" in text

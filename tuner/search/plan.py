@@ -89,6 +89,12 @@ class TrialCost:
     def total_s(self) -> float:
         return self.start_s + self.bench_s
 
+    def start_from(self) -> str:
+        """Where its start-up's price comes from, in words (``--plan --json``)."""
+        if self.start is not None:
+            return self.start.describe()
+        return "reuses the running server" if self.start_s == 0 else "mean of the configs named"
+
 
 def prior_cost(
     space: SearchSpace, config: TrialConfig, startups: StartupPrices | None = None
@@ -141,7 +147,7 @@ class StudyPlan:
                     "start_s": cost.start_s,
                     "bench_s": cost.bench_s,
                     "bench_error_band": None if cost.band is None else cost.band.to_json(),
-                    "start_from": None if cost.start is None else cost.start.describe(),
+                    "start_from": cost.start_from(),
                 }
                 for what, cost in self.trials
             ],
