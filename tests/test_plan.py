@@ -14,7 +14,9 @@ from typer.testing import CliRunner
 
 from tuner.cli import app
 from tuner.config.space import SearchSpace, load_space, space_from_dict
+from tuner.config.trial import ServerConfig
 from tuner.errors import ConfigError
+from tuner.results import Source
 from tuner.search.plan import (
     confirmation_runs,
     expected_share,
@@ -24,10 +26,12 @@ from tuner.search.plan import (
     simulated_trial_s,
     start_prior_s,
 )
+from tuner.search.startup import Family, StartupPrices
 from tuner.search.strategy import warm_start_configs
 from tuner.study.optimize import OptimizeRequest, optimize
 from tuner.study.storage import open_storage, study_names
-from tuner.trial.record import TrialRecord
+from tuner.trial.record import TrialRecord, records
+from tuner.trial.scoring import TrialStatus
 
 runner = CliRunner()
 
@@ -189,3 +193,73 @@ def test_a_space_with_nothing_predicted_feasible_is_still_priced() -> None:
     plan = plan_study(unreachable, 3, confirm_top=1, confirm_repeats=1)
     assert [what for what, _ in plan.trials] == ["a config the sampler picks"] * 3
     assert all(cost.start_s > 0 and cost.bench_s > 0 for _, cost in plan.trials)
+
+
+def _study_with_start_ups(url: str, name: str, server: ServerConfig, seconds: list[float]) -> None:
+    """A study that measured ``seconds`` of start-ups of ``server``'s family, as a GPU host's
+    run stores them (and one trial that reused its server, which took none)."""
+    study = optuna.create_study(study_name=name, storage=url, directions=["maximize", "minimize"])
+    timed: list[float | None] = [*seconds, None]
+    for number, startup_s in enumerate(timed):
+        record = TrialRecord(
+            number=number,
+            state=TrialState.COMPLETE,
+            server=server,
+            trial_temperature=0.0,
+            status=TrialStatus.OK,
+            source=Source.MEASURED,
+            values=(50.0, 200.0),
+            restarted=startup_s is not None,
+            startup_s=startup_s,
+        )
+        study.add_trial(
+            optuna.trial.create_trial(
+                state=TrialState.COMPLETE, values=[50.0, 200.0], user_attrs=record.to_attrs()
+            )
+        )
+
+
+def test_a_resumed_study_s_plan_prices_start_ups_by_what_its_family_measured(
+    tmp_path: Path,
+) -> None:
+    space = load_space(None)  # what the command plans with no space option
+    first = warm_start_configs(space, 10)[0].config.server
+    prior = start_prior_s(first)
+    # Measured far from the prior (a slow disk, a cold cache): 15 minutes, the median of three.
+    assert abs(prior - 900.0) > 600
+    url = f"sqlite:///{tmp_path / 'resumed.db'}"
+    _study_with_start_ups(url, "resumed", first, [600.0, 1500.0, 900.0])
+    argv = ["optimize", "--backend", "sim", "--trials", "10", "--plan"]
+    argv += ["--studies-dir", str(tmp_path), "--confirm-top", "1"]
+    new = json.loads(runner.invoke(app, [*argv, "--json", "--study", "new"]).stdout)
+    resuming = [*argv, "--study", "resumed", "--storage", url]
+    resumed = json.loads(runner.invoke(app, [*resuming, "--json"]).stdout)
+    assert new["trials"][0]["start_s"] == pytest.approx(prior)
+    assert new["trials"][0]["start_from"] == "prior" and new["start_ups"] == []
+    assert resumed["trials"][0]["start_s"] == pytest.approx(900.0)
+    assert resumed["trials"][0]["start_from"] == "measured, median of 3 start-ups"
+    (family,) = resumed["start_ups"]
+    assert family["family"] == Family.of(first)._asdict()
+    assert (family["seconds"], family["from"], family["start_ups"]) == (900.0, "study", 3)
+    # Another family's start-up keeps the prior; the whole plan pays the difference.
+    others = [t for t in resumed["trials"] if t["start_from"] == "prior" and t["start_s"] > 0]
+    assert others and all(t["start_s"] < 900.0 for t in others)
+    assert resumed["total_s"] > new["total_s"] + (900.0 - prior)
+    sampler = resumed["trials"][-1]  # the sampler's trials, at the mean of the configs named
+    assert sampler["start_from"] == "mean of the configs named"
+    text = " ".join(runner.invoke(app, resuming).stdout.split())
+    assert "start-ups as the study measured them:" in text
+    assert f"{first.model} TP{first.tensor_parallel_size} {first.method}" in text
+    assert "15m00s (measured, median of 3 start-ups)" in text
+
+
+def test_a_resumed_time_budget_prices_a_trial_by_its_family_s_start_ups(tmp_path: Path) -> None:
+    space = _small_space()
+    first = warm_start_configs(space, 10)[0].config.server
+    url = f"sqlite:///{tmp_path / 'b.db'}"
+    _study_with_start_ups(url, "b", first, [1800.0])
+    family = StartupPrices.of(records(optuna.load_study(study_name="b", storage=url).trials))
+    plain = plan_study(space, 10, 1, 1, budget_s=4 * 3600)
+    priced = plan_study(space, 10, 1, 1, budget_s=4 * 3600, startups=family)
+    assert priced.trials[0][1].start_s == 1800.0 and plain.trials[0][1].start_s < 1800.0
+    assert len(priced.trials) < len(plain.trials)  # half an hour a start-up: fewer fit

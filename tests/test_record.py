@@ -266,3 +266,27 @@ def test_the_runner_is_stored_and_the_logged_one_wins() -> None:
     del attrs["runner"]
     old = TrialRecord.from_trial(_frozen(attrs))
     assert old is not None and model_runner(old) == "-" and runner_note(old) == "not recorded"
+
+
+def test_a_record_keeps_its_server_s_start_up_seconds() -> None:
+    started = TrialRecord(
+        number=4,
+        state=TrialState.COMPLETE,
+        server=SERVER,
+        trial_temperature=0.0,
+        status=TrialStatus.OK,
+        source=Source.MEASURED,
+        values=(55.0, 230.0),
+        restarted=True,
+        startup_s=212.5,
+    )
+    attrs = started.to_attrs()
+    assert attrs["startup_s"] == 212.5
+    read = TrialRecord.from_trial(_frozen(attrs, number=4))
+    assert read is not None and read.startup_s == 212.5 and read.restarted
+    # A repeat ran on no server of its own: it took no start-up, and stores none.
+    repeat = started.reused_by(5)
+    assert repeat.startup_s is None and "startup_s" not in repeat.to_attrs()
+    # Stored before start-ups were timed: it reads as one that timed none.
+    old = TrialRecord.from_trial(_frozen(json.loads(STORED_ED48BF2.read_text())))
+    assert old is not None and old.startup_s is None

@@ -157,6 +157,13 @@ def test_only_a_server_config_change_restarts(case: Case, context: LaunchContext
 
     assert [first.restarted, warmer.restarted, changed.restarted] == [True, False, True]
     assert backend.starts == [FITS, other.server]
+    # Each start-up is timed where it takes a host's time; a reused server took none, and the
+    # simulator's start has no clock (its wall time is this CPU's, not a GPU host's).
+    timed = [first.startup_s, warmer.startup_s, changed.startup_s]
+    if backend.source is Source.SIMULATED:
+        assert timed == [None, None, None]
+    else:
+        assert timed[1] is None and all(t is not None and t > 0 for t in (timed[0], timed[2]))
     assert {o.status for o in (first, warmer, changed)} == {TrialStatus.OK}
     runner.close()
     assert case.leftovers() == []

@@ -195,6 +195,9 @@ def test_a_study_on_real_vllm_measures_every_method_and_its_twin_learns(
     ]
     assert ran == plan
     assert [t.user_attrs["restarted"] for t in done] == [True, False, True, True, True, True]
+    # Each real start is timed and stored; the reused server's trial took none.
+    timed = [t.user_attrs.get("startup_s") for t in done]
+    assert timed[1] is None and all(s is not None and s > 0 for s in timed[:1] + timed[2:])
     assert _servers_of(tiny_models.target) == []  # (children: the contract suite's fake server)
     assert all(t.user_attrs["source"] == "measured" for t in done)
     assert all(t.user_attrs["status"] == "ok" for t in done)
@@ -318,10 +321,14 @@ def test_on_real_vllm_a_losing_trial_stops_early_and_is_pruned_after_its_first_p
 
     first, second = optuna.load_study(study_name="tiny-rounds", storage=storage).get_trials()
     assert first.state is TrialState.COMPLETE and first.user_attrs["restarted"]
+    # vLLM's start, timed until ready (45.5 s once on 2 shared cores): what --plan prices this
+    # family's next start-up at. More than a second: model loading, not a stub's.
+    assert first.user_attrs["startup_s"] > 1.0
     (incumbent,) = first.user_attrs["levels"]
     assert (incumbent["requests"], incumbent["stopped"]) == (REQUESTS, "no incumbent")
     assert second.state is TrialState.PRUNED, second.user_attrs
     assert not second.user_attrs["restarted"]  # a request-side change: the same server
+    assert "startup_s" not in second.user_attrs
     (pair,) = second.user_attrs["levels"]
     # Stopped early: one round, half the requests, its interval wholly under the incumbent's.
     assert (pair["requests"], pair["rounds"], pair["stopped"]) == (

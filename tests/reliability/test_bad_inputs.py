@@ -298,7 +298,7 @@ _VARIABLE_CASES = [
     ]
 ]
 
-_URL_CASES = [  # export opens the storage (optimize --plan opens none)
+_URL_CASES = [  # export opens the storage (optimize --plan only reads a study stored there)
     (f"url:{url}", Case(("export", "keep", "--studies-dir", "{dir}", "--storage", url), says))
     for url, says in [
         ("nonsense", "invalid storage URL"),

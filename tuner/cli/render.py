@@ -243,8 +243,7 @@ def plan_table(plan: StudyPlan, space: SearchSpace) -> Table:
     budget = "" if plan.budget_s is None else f" within a {took(plan.budget_s)} time budget"
     caption = (
         "benchmarks predicted by the simulator at the full count (rounds and pruning spend "
-        "less), +/- its error on public figures of the kind (?: none); start-ups a prior "
-        f"({took(plan.confirm_cost.start_s)}) until trials measure their own"
+        "less), +/- its error on public figures of the kind (?: none); " + _startups_line(plan)
     )
     if plan.budget_s is not None:
         caption += ";\n" + (
@@ -279,6 +278,22 @@ def plan_table(plan: StudyPlan, space: SearchSpace) -> Table:
         took(plan.confirm_s),
     )
     return table
+
+
+def _startups_line(plan: StudyPlan) -> str:
+    """Where the plan's start-up prices come from: the study's own, family by family, or the
+    prior."""
+    from tuner.search.plan import format_duration as took
+
+    if not plan.startups:
+        return (
+            f"start-ups a prior ({took(plan.confirm_cost.start_s)}) until trials measure their own"
+        )
+    measured = "; ".join(
+        f"{family.describe()} {took(price.seconds)} ({price.describe()})"
+        for family, price in plan.startups
+    )
+    return f"start-ups as the study measured them: {measured}; any other family a prior"
 
 
 def k_table_line(verdict: KTableVerdict) -> str:

@@ -163,6 +163,7 @@ def optimize_command(
     from tuner.search.plan import parse_duration, plan_study
     from tuner.study.cluster import RayOptions
     from tuner.study.optimize import OptimizeRequest, StudyRun, check_request, optimize
+    from tuner.study.run import stored_startups
 
     explicit = any(v is not None for v in (space, hardware, slo_ttft_ms, vllm_version))
     built = _build_space(space, hardware, slo_ttft_ms, vllm_version)
@@ -194,7 +195,10 @@ def optimize_command(
     )
     if plan:  # the space given (a resumed study's stored one may differ); nothing is stored
         check_request(request)
-        planned = plan_study(built, trials, confirm_top, confirm_repeats, request.time_budget_s)
+        startups = stored_startups(request)  # a resumed study's own start-ups, per family
+        planned = plan_study(
+            built, trials, confirm_top, confirm_repeats, request.time_budget_s, startups
+        )
         if as_json:
             print_json(planned.to_dict())
         else:

@@ -14,14 +14,20 @@ from collections.abc import Iterable
 from dataclasses import replace
 
 from tuner.config.space import SearchSpace
-from tuner.config.trial import ServerConfig, load_draft
+from tuner.config.trial import ServerConfig, TrialConfig, load_draft
 from tuner.config.workload import Condition, WorkloadSpec
 from tuner.results import TrialResult
 from tuner.sim.engine import predict
 from tuner.trial.scoring import Limits, score_goodput
 from tuner.trial.traffic import climb_pairs
 
-__all__ = ["predicted_climb", "predicted_goodput", "predicted_pairs"]
+__all__ = [
+    "bench_seconds",
+    "predicted_climb",
+    "predicted_goodput",
+    "predicted_pairs",
+    "predicted_trial",
+]
 
 
 def predicted_pairs(
@@ -80,3 +86,26 @@ def predicted_goodput(
     conditions, results = zip(*predicted_climb(space, server, workload), strict=True)
     goodput, ttft = score_goodput(results, conditions, Limits.of(space)).values
     return goodput, ttft if goodput > 0 else math.inf
+
+
+def predicted_trial(space: SearchSpace, config: TrialConfig) -> list[tuple[Condition, TrialResult]]:
+    """The pairs a trial of ``config`` measures, predicted: its workload's, or its climb.
+
+    Raises:
+        StartupFailure: kind OOM when the server would not start for lack of memory.
+    """
+    server, workload = config.server, config.client.workload
+    if space.goodput:
+        return predicted_climb(space, server, workload)
+    return predicted_pairs(space, server, workload, workload.conditions)
+
+
+def bench_seconds(workload: WorkloadSpec, pairs: Iterable[tuple[Condition, TrialResult]]) -> float:
+    """The seconds a benchmark of ``pairs`` takes, each pair's warm-up requests included."""
+    bench = 0.0
+    for condition, result in pairs:
+        # The warm-up requests take about as long as measured ones, a slot's share each.
+        slots = min(condition.concurrency, workload.requests)
+        per_request = result.duration_s * slots / max(1, workload.requests)
+        bench += result.duration_s + workload.warmup * per_request
+    return bench

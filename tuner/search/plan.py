@@ -4,12 +4,13 @@ A trial costs a server start-up when its server config differs from the one befo
 benchmark at every (level, temperature) pair of the workload; each confirmation run costs both
 (a fresh server), and so does each run of a per-batch-size K table (:func:`confirmation_runs`).
 Before anything is measured, the benchmark is the simulator's prediction for the config and the
-start-up a prior (:data:`START_PRIOR_S` plus the weights at :data:`LOAD_GB_PER_S`): vLLM starts
-a 14-32B model in "tens of seconds to minutes", most of it loading, compiling and capturing
-graphs. Once trials have run, their own wall times replace both: the budget's estimate of the
-next trial is the mean of those this run measured. A simulated run's budget
-(:class:`SimulatedBudget`) runs on the simulator's clock instead: the start-up prior for each
-server started, each pair's simulated duration with its warm-up, as a GPU would have spent them.
+start-up its config family's price (:mod:`tuner.search.startup`): the median of the start-ups
+the study (resumed) stored for the family, else a prior (:data:`START_PRIOR_S` plus the
+weights at :data:`LOAD_GB_PER_S`). Once trials have run, their own wall times replace both:
+the budget's estimate of the next trial is the mean of those this run measured. A simulated
+run's budget (:class:`SimulatedBudget`) runs on the simulator's clock instead: the start-up
+prior for each server started, each pair's simulated duration with its warm-up, as a GPU
+would have spent them (the simulator has no start-up clock of its own).
 
 With a budget, the plan keeps the trials that fit in it beside the confirmation, and quotes
 the share of the optimum the search benchmark's held-out worlds reached in that much simulated
@@ -30,17 +31,26 @@ from importlib import resources
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from tuner.catalog.models import load_model
 from tuner.config.space import SearchSpace
-from tuner.config.trial import ServerConfig, TrialConfig, load_draft
+from tuner.config.trial import TrialConfig
 from tuner.config.vllm_args import has_per_batch_size
 from tuner.errors import ConfigError, StartupFailure
-from tuner.search.forecast import predicted_climb, predicted_pairs
+from tuner.search.forecast import bench_seconds, predicted_trial
+from tuner.search.startup import (
+    LOAD_GB_PER_S,
+    START_PRIOR_S,
+    Family,
+    StartupPrice,
+    StartupPrices,
+    start_prior_s,
+)
 from tuner.search.strategy import warm_start_configs
 from tuner.sim.band import Band, error_band, regime_of, widest
 from tuner.trial.record import TrialRecord
 
 __all__ = [
+    "LOAD_GB_PER_S",
+    "START_PRIOR_S",
     "Budget",
     "ExpectedShare",
     "SimulatedBudget",
@@ -57,9 +67,6 @@ __all__ = [
     "start_prior_s",
 ]
 
-# Process start, engine init, torch.compile and CUDA graph capture, before weights: a prior.
-START_PRIOR_S = 75.0
-LOAD_GB_PER_S = 2.0  # weights from a local NVMe or the page cache, per GPU
 _UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0}
 _SHARES_FILE = "gpu_time_shares.json"
 
@@ -69,43 +76,42 @@ class TrialCost:
     """Seconds one trial takes: its server's start-up (0 when reused) and its benchmark.
 
     ``band`` is how wrong the simulated benchmark may be (the widest error band of the speeds
-    it predicts; None where nothing was predicted).
+    it predicts; None where nothing was predicted); ``start`` where its start-up's price comes
+    from (its family's measured median or the prior; None for a mean of several).
     """
 
     start_s: float
     bench_s: float
     band: Band | None = None
+    start: StartupPrice | None = None
 
     @property
     def total_s(self) -> float:
         return self.start_s + self.bench_s
 
+    def start_from(self) -> str:
+        """Where its start-up's price comes from, in words (``--plan --json``)."""
+        if self.start is not None:
+            return self.start.describe()
+        return "reuses the running server" if self.start_s == 0 else "mean of the configs named"
 
-def prior_cost(space: SearchSpace, config: TrialConfig) -> TrialCost:
-    """The cost of ``config`` before anything is measured: start-up prior, predicted benchmark
-    (in a goodput study, of the steps its climb is predicted to measure)."""
+
+def prior_cost(
+    space: SearchSpace, config: TrialConfig, startups: StartupPrices | None = None
+) -> TrialCost:
+    """The cost of ``config`` before this run measures it: its family's start-up price
+    (``startups``: a resumed study's measured medians; default the prior), the predicted
+    benchmark (in a goodput study, of the steps its climb is predicted to measure)."""
     server = config.server
-    draft = load_draft(server)
-    weights = space.target.weight_bytes + (draft.weight_bytes if draft else 0.0)
-    start = START_PRIOR_S + weights / server.tensor_parallel_size / (LOAD_GB_PER_S * 1e9)
-    workload = config.client.workload
+    price = (startups or StartupPrices()).price(server)
+    start = price.seconds
     try:
-        pairs = (
-            predicted_climb(space, server, workload)
-            if space.goodput
-            else predicted_pairs(space, server, workload, workload.conditions)
-        )
+        pairs = predicted_trial(space, config)
     except StartupFailure:  # out of memory: a start-up that fails, no benchmark
-        return TrialCost(start, 0.0)
-    bench = 0.0
-    bands = []
-    for condition, result in pairs:
-        bands.append(error_band(regime_of(space.hardware, server, condition.concurrency)))
-        # The warm-up requests take about as long as measured ones, a slot's share each.
-        slots = min(condition.concurrency, workload.requests)
-        per_request = result.duration_s * slots / max(1, workload.requests)
-        bench += result.duration_s + workload.warmup * per_request
-    return TrialCost(start, bench, widest(bands))
+        return TrialCost(start, 0.0, start=price)
+    bands = [error_band(regime_of(space.hardware, server, c.concurrency)) for c, _ in pairs]
+    bench = bench_seconds(config.client.workload, pairs)
+    return TrialCost(start, bench, widest(bands), price)
 
 
 @dataclass(frozen=True)
@@ -117,6 +123,8 @@ class StudyPlan:
     confirm_cost: TrialCost  # of one confirmation run
     budget_s: float | None = None  # the run's time budget: only the trials that fit are listed
     expected: ExpectedShare | None = None  # the benchmark's share of the optimum at the budget
+    # The config families whose start-ups are priced by the study's own (the rest: the prior).
+    startups: tuple[tuple[Family, StartupPrice], ...] = ()
 
     @property
     def trials_s(self) -> float:
@@ -139,8 +147,12 @@ class StudyPlan:
                     "start_s": cost.start_s,
                     "bench_s": cost.bench_s,
                     "bench_error_band": None if cost.band is None else cost.band.to_json(),
+                    "start_from": cost.start_from(),
                 }
                 for what, cost in self.trials
+            ],
+            "start_ups": [
+                {"family": family._asdict(), **price.to_dict()} for family, price in self.startups
             ],
             "confirm_runs": self.confirm_runs,
             "confirm_run_s": self.confirm_cost.total_s,
@@ -156,19 +168,23 @@ def plan_study(
     confirm_top: int,
     confirm_repeats: int,
     budget_s: float | None = None,
+    startups: StartupPrices | None = None,
 ) -> StudyPlan:
-    """The plan of a new study's run: the warm-start configs named, the sampler's trials at
-    their mean cost, a restart wherever the server config changes; with ``budget_s``, only the
-    trials that fit in it beside the confirmation (each at its full fixed count: a trial
-    measured in rounds, or pruned, costs less), and the share of the optimum expected then."""
-    chosen = warm_start_configs(space, trials)
+    """The plan of a run: the warm-start configs named, the sampler's trials at their mean
+    cost, a restart wherever the server config changes, each start-up at its family's price
+    (``startups``: the medians a resumed study measured; default the prior); with
+    ``budget_s``, only the trials that fit in it beside the confirmation (each at its full
+    fixed count: a trial measured in rounds, or pruned, costs less), and the share of the
+    optimum expected then."""
+    startups = startups or StartupPrices()
+    chosen = warm_start_configs(space, trials, startups)
     costs: dict[TrialConfig, TrialCost] = {}
     rows: list[tuple[str, TrialCost]] = []
     previous = None
     for prediction in chosen:
         config = prediction.config
         if config not in costs:
-            costs[config] = prior_cost(space, config)
+            costs[config] = prior_cost(space, config, startups)
         cost = costs[config]
         if config.server == previous:
             cost = TrialCost(0.0, cost.bench_s, cost.band)
@@ -179,7 +195,9 @@ def plan_study(
         speculative = space.speculative(draft, space.k_range(draft)[0])
         util = space.gpu_memory_utilization.low
         first = space.config(speculative, util, space.max_num_batched_tokens[0], 0.0)
-        costs[first] = prior_cost(space, first)
+        costs[first] = prior_cost(space, first, startups)
+    found = {Family.of(c.server): startups.price(c.server) for c in costs}
+    priced = tuple((family, price) for family, price in found.items() if price.measured)
     mean = _mean(list(costs.values()))
     rows += [("a config the sampler picks", mean)] * (trials - len(rows))
     if budget_s is not None:
@@ -188,7 +206,7 @@ def plan_study(
         )
     runs = confirmation_runs(space, confirm_top, confirm_repeats)
     if budget_s is None:
-        return StudyPlan(tuple(rows), runs, mean)
+        return StudyPlan(tuple(rows), runs, mean, startups=priced)
     if budget_s > sum(c.total_s for _, c in rows) + runs * mean.total_s:  # more: the sampler's
         extra = budget_s - sum(c.total_s for _, c in rows) - runs * mean.total_s
         rows += [("a config the sampler picks", mean)] * int(extra // max(mean.total_s, 1.0))
@@ -199,7 +217,8 @@ def plan_study(
             break
         fitting.append(row)
         spent += row[1].total_s
-    return StudyPlan(tuple(fitting), runs, mean, budget_s, expected_share(budget_s / 3600.0))
+    expected = expected_share(budget_s / 3600.0)
+    return StudyPlan(tuple(fitting), runs, mean, budget_s, expected, priced)
 
 
 @dataclass(frozen=True)
@@ -258,13 +277,6 @@ def expected_share(hours: float) -> ExpectedShare | None:
             median, worst = m0 + share * (m1 - m0), w0 + share * (w1 - w0)
             break
     return ExpectedShare(hours, median, worst, data["worlds"], data["seeds"], data["space"])
-
-
-def start_prior_s(server: ServerConfig) -> float:
-    """A start-up of ``server`` before any is measured: the engine prior, then the weights."""
-    draft = load_draft(server)
-    weights = load_model(server.model).weight_bytes + (draft.weight_bytes if draft else 0.0)
-    return START_PRIOR_S + weights / server.tensor_parallel_size / (LOAD_GB_PER_S * 1e9)
 
 
 def simulated_trial_s(record: TrialRecord, warmup: int) -> float:

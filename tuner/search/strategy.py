@@ -8,7 +8,10 @@ enqueues a few of them, in this order:
 
 1. the best predicted config;
 2. its request-only variants (other temperatures) predicted nearly as fast, when the count
-   leaves room: they reuse the server the first trial started, so they cost no restart;
+   leaves room: they reuse the server the first trial started, so they cost no restart, and
+   how far below the best one may be is weighed by that: a trial on a new server is charged
+   its config family's start-up (:mod:`tuner.search.startup`) in GPU time, a variant its
+   benchmark alone (:func:`variant_share`);
 3. the best config of every other speculation method (none, ngram, each draft), whatever the
    count, so that a prior wrong about one method costs a trial, not the study;
 4. the best config of each next-best (draft, K) pair, up to the count, ranked by the forecast
@@ -61,8 +64,9 @@ from tuner.config.trial import TrialConfig
 from tuner.config.workload import WorkloadSpec
 from tuner.errors import StartupFailure
 from tuner.results import Source, TrialResult
-from tuner.search.forecast import predicted_goodput
+from tuner.search.forecast import bench_seconds, predicted_goodput, predicted_trial
 from tuner.search.prediction import Pair, Prediction, with_variants
+from tuner.search.startup import StartupPrices
 from tuner.sim.band import Band, error_band, regime_of, widest
 from tuner.sim.engine import INPUT_SPREAD, predict
 from tuner.sim.memory import estimate_memory
@@ -74,6 +78,7 @@ __all__ = [
     "grid_params",
     "predicted_configs",
     "screened_workload",
+    "variant_share",
     "warm_start",
 ]
 
@@ -84,8 +89,12 @@ SAFETY_MARGIN_GIB = 0.75
 WARM_START_MAX = 8
 # The prediction chooses at most this share of a run's trials, so the sampler always explores.
 _WARM_START_SHARE = 0.25
-# Request-only variants of the best config are tried when predicted within this share of it.
+# Request-only variants of the best config are tried when predicted within this share of it,
+# were a variant to cost a trial on a new server; it costs less (variant_share).
 _VARIANT_SHARE = 0.97
+# However cheap a variant: one predicted further below the best is not close (the twin's
+# proposals use the same share, tuner.search.twin_steer's _CLOSE_SHARE).
+_VARIANT_FLOOR = 0.9
 _MAX_VARIANTS = 2
 # The error assumed of a regime with no public figure (the largest measured is about 20 %).
 _UNKNOWN_ERROR = 0.3
@@ -143,12 +152,46 @@ def warm_start(study: optuna.Study, space: SearchSpace, budget: int) -> int:
     return len(chosen)
 
 
-def warm_start_configs(space: SearchSpace, budget: int) -> list[Prediction]:
-    """The configs :func:`warm_start` enqueues for a run of ``budget`` trials, in order."""
+def warm_start_configs(
+    space: SearchSpace, budget: int, startups: StartupPrices | None = None
+) -> list[Prediction]:
+    """The configs :func:`warm_start` enqueues for a run of ``budget`` trials, in order
+    (``startups``: the start-up prices, default the prior's)."""
     count = min(WARM_START_MAX, max(1, math.floor(budget * _WARM_START_SHARE)))
     # Never more than this run spends: a leftover enqueued trial would run past the budget.
     ranked = predicted_configs(space)
-    return with_variants(space, _plan(ranked, count, lambda p: _band(space, p).error))[:budget]
+    share = variant_share(space, ranked, startups or StartupPrices())
+    plan = _plan(ranked, count, lambda p: _band(space, p).error, share)
+    return with_variants(space, plan)[:budget]
+
+
+def variant_share(
+    space: SearchSpace, ranked: tuple[Prediction, ...], startups: StartupPrices
+) -> float:
+    """How close to the best config (``ranked[0]``) a request-only variant must be predicted
+    to be worth a warm-start trial.
+
+    :data:`_VARIANT_SHARE` is the shortfall worth a trial that costs what a trial on a new
+    server costs: its family's start-up, then its benchmark. A variant reuses the best's
+    running server and costs its benchmark alone, so for the same GPU time it may fall
+    (start-up + benchmark) / benchmark times as far short; never below :data:`_VARIANT_FLOOR`.
+    The benchmark is the simulator's prediction of the best config's trial.
+    """
+    if not ranked:
+        return _VARIANT_SHARE
+    best = ranked[0]
+    low, high = _VARIANT_FLOOR * best.throughput, _VARIANT_SHARE * best.throughput
+    if not any(
+        p.config.server == best.config.server and low <= p.throughput < high for p in ranked[1:]
+    ):
+        return _VARIANT_SHARE  # no variant the price could let in: nothing to predict
+    try:
+        bench = bench_seconds(best.config.client.workload, predicted_trial(space, best.config))
+    except StartupFailure:  # a safe config does not run out; nothing to weigh if it did
+        return _VARIANT_SHARE
+    start = startups.price(best.config.server).seconds
+    shortfall = (1 - _VARIANT_SHARE) * (start + bench) / max(bench, 1e-9)
+    return max(_VARIANT_FLOOR, 1 - shortfall)
 
 
 def _band(space: SearchSpace, prediction: Prediction) -> Band:
@@ -175,6 +218,7 @@ def _plan(
     ranked: tuple[Prediction, ...],
     count: int,
     error: Callable[[Prediction], float | None] = lambda _: 0.0,
+    share: float = _VARIANT_SHARE,
 ) -> list[Prediction]:
     """The enqueue order: the best, the best of every other method, its request-only variants,
     then one per next-best pair, the least certain first.
@@ -184,7 +228,8 @@ def _plan(
     by their optimistic forecast, the prediction raised by its regime's measured error
     (``error``; None: no public figure of the kind, :data:`_UNKNOWN_ERROR`): a pair the prior
     may well underrate is worth a trial as much as one it rates a little higher with
-    confidence.
+    confidence. A request-only variant goes in when predicted within ``share`` of the best
+    (:func:`variant_share`).
     """
     if not ranked or count < 1:
         return []
@@ -198,8 +243,7 @@ def _plan(
     variants = [
         p
         for p in ranked[1:]
-        if p.config.server == best.config.server
-        and p.throughput >= _VARIANT_SHARE * best.throughput
+        if p.config.server == best.config.server and p.throughput >= share * best.throughput
     ]
     plan[1:1] = variants[: max(0, min(_MAX_VARIANTS, count - len(plan)))]
     seen = {p.pair for p in plan}

@@ -33,6 +33,7 @@ from tuner.search.plan import (
     fit_confirmation,
     plan_study,
 )
+from tuner.search.startup import StartupPrices
 from tuner.search.strategy import warm_start
 from tuner.study.cluster.executor import OnRay
 from tuner.study.confirm import OnRun, confirm, confirm_k_table
@@ -54,9 +55,9 @@ from tuner.study.study import (
 from tuner.study.twin_calibrate import seed_study
 from tuner.study.workers import LocalWorkers
 from tuner.trial.backends import Backend, BackendFactory, BackendOptions, ProcessSettings
-from tuner.trial.record import TrialRecord, stored_space
+from tuner.trial.record import TrialRecord, records, stored_space
 
-__all__ = ["OptimizeResult", "StudyRun", "write_best"]
+__all__ = ["OptimizeResult", "StudyRun", "stored_startups", "write_best"]
 
 Notice = Callable[[str], None]
 
@@ -137,7 +138,8 @@ class StudyRun:
         _check_gpus_per_trial(request.gpus_per_trial, space)
         budget = None
         if request.time_budget_s is not None:  # too short for a trial: nothing stored
-            request, budget = _time_budget(request, space, began)
+            startups = _startups(storage, request.study) if exists else StartupPrices()
+            request, budget = _time_budget(request, space, began, startups)
         executor = _executor(request)
         return cls(
             request=request,
@@ -301,15 +303,32 @@ def _check_gpus_per_trial(asked: int | None, space: SearchSpace) -> None:
         )
 
 
+def stored_startups(request: OptimizeRequest) -> StartupPrices:
+    """The start-up prices of the study ``request`` would resume: each config family's
+    median of the start-ups it stored (none for a new study: the prior). Creates nothing."""
+    storage = open_if_present(request.storage_url)
+    if storage is None or request.study not in study_names(storage):
+        return StartupPrices()
+    return _startups(storage, request.study)
+
+
+def _startups(storage: optuna.storages.BaseStorage, name: str) -> StartupPrices:
+    study = optuna.load_study(study_name=name, storage=storage)
+    return StartupPrices.of(records(study.get_trials(deepcopy=False)))
+
+
 def _time_budget(
-    request: OptimizeRequest, space: SearchSpace, began: float
+    request: OptimizeRequest, space: SearchSpace, began: float, startups: StartupPrices
 ) -> tuple[OptimizeRequest, Budget]:
     """``request`` with as many confirmation runs as fit in a third of its time budget, and
-    the budget, its prior from the plan; refused when one trial cannot fit."""
+    the budget, its prior from the plan (start-ups at the prices the study measured, where
+    it resumes); refused when one trial cannot fit."""
     seconds = request.time_budget_s
     assert seconds is not None
     # One plan: a confirmation run's cost does not depend on how many there are.
-    prior = plan_study(space, request.trials, request.confirm_top, request.confirm_repeats)
+    prior = plan_study(
+        space, request.trials, request.confirm_top, request.confirm_repeats, startups=startups
+    )
     cost = prior.confirm_cost
     top, repeats = fit_confirmation(
         space, request.confirm_top, request.confirm_repeats, seconds, cost.total_s

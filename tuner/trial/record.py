@@ -110,6 +110,10 @@ class TrialRecord:
         constraints: Optuna's keyed constraints (``oom``, ``ttft_slo``, ``errors``); <= 0 is
             feasible.
         restarted: whether the trial started a server (False when it reused the running one).
+        startup_s: the seconds its server took to start until ready, as the runner timed them
+            (:mod:`tuner.search.startup` prices each config family's start-ups by them); None
+            when it reused the running server, its start failed, or the backend has no
+            start-up clock (the simulator). Labelled by ``source`` like every other figure.
         memory: the pre-screen's memory estimate (the fields of ``MemoryEstimate``, in GiB).
         summary: the first measured pair's :func:`level_summary`; empty when nothing was
             measured.
@@ -137,6 +141,7 @@ class TrialRecord:
     values: tuple[float, float] | None = None
     constraints: Mapping[str, float] = field(default_factory=dict)
     restarted: bool = False
+    startup_s: float | None = None
     memory: Mapping[str, Any] = field(default_factory=dict)
     summary: Mapping[str, Any] = field(default_factory=dict)
     levels: tuple[Mapping[str, Any], ...] = ()
@@ -174,6 +179,7 @@ class TrialRecord:
             values=None if pruned else outcome.score.values,
             constraints=outcome.score.keyed(),
             restarted=outcome.restarted,
+            startup_s=outcome.startup_s,
             memory=asdict(outcome.memory),
             summary=levels[0] if levels else {},
             levels=levels,
@@ -222,6 +228,7 @@ class TrialRecord:
             number=number,
             state=TrialState.PRUNED if self.pruned else TrialState.COMPLETE,
             restarted=False,
+            startup_s=None,
             failure=None,
             log_tail="",
             duplicate_of=self.duplicate_of if self.duplicate_of is not None else self.number,

@@ -10,6 +10,7 @@ changes (temperature, workload) never restart; a server that failed requests is 
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -23,7 +24,7 @@ from tuner.config.vllm_version import NEWEST_KNOWN, VllmVersion
 from tuner.config.workload import Condition
 from tuner.errors import ConfigError, FailureKind, MeasurementError, StartupFailure
 from tuner.launch.served import ServedFacts, read_served
-from tuner.results import Endpoint, TrialResult
+from tuner.results import Endpoint, Source, TrialResult
 from tuner.sim.memory import MemoryEstimate, estimate_memory
 from tuner.sim.oom_screen import OomScreen, memory_slacks
 from tuner.trial.backends import Backend
@@ -44,6 +45,8 @@ class TrialOutcome:
     score: Score
     results: tuple[TrialResult, ...] = ()  # one per measured (level, temperature) pair
     restarted: bool = False
+    # Seconds its server took to start until ready; None: reused, failed or simulated.
+    startup_s: float | None = None
     failure: str | None = None  # why it is not scored: a start-up OOM, failed requests
     conditions: tuple[Condition, ...] = ()  # the pair each result was measured at
     log_tail: str = ""
@@ -132,7 +135,7 @@ class TrialRunner:
                 + (f" ({memory.reason})" if memory.reason else ""),
             )
         try:
-            endpoint, restarted = self._ensure_server(config.server, context)
+            endpoint, restarted, startup_s = self._ensure_server(config.server, context)
             if restarted:
                 self.oom_screen.record(room, oom=False)
         except StartupFailure as failure:
@@ -158,7 +161,13 @@ class TrialRunner:
                 raise
             oom = self._unmeasured(TrialStatus.OOM)
             return TrialOutcome(
-                config, memory, oom, restarted=restarted, failure=str(died), log_tail=died.log_tail
+                config,
+                memory,
+                oom,
+                restarted=restarted,
+                startup_s=startup_s,
+                failure=str(died),
+                log_tail=died.log_tail,
             )
         except MeasurementError:
             self._stop_server()  # the server may be broken: the next trial starts a fresh one
@@ -189,6 +198,7 @@ class TrialRunner:
             scored,
             traffic.results,
             restarted=restarted,
+            startup_s=startup_s,
             failure=scored.reason,
             log_path=endpoint.log_path,
             conditions=traffic.conditions,
@@ -200,17 +210,24 @@ class TrialRunner:
     def _unmeasured(self, oom: TrialStatus) -> Score:
         return score(None, self.limits, oom=oom)
 
-    def _ensure_server(self, server: ServerConfig, context: LaunchContext) -> tuple[Endpoint, bool]:
+    def _ensure_server(
+        self, server: ServerConfig, context: LaunchContext
+    ) -> tuple[Endpoint, bool, float | None]:
+        """The running endpoint for ``server``, whether it was started now, and the seconds
+        its start took (None: reused, or the simulator's start, whose wall time here is this
+        CPU's, not a GPU host's)."""
         if self._endpoint is not None and server == self._running:
-            return self._endpoint, False
+            return self._endpoint, False, None
         self._stop_server()
+        began = time.monotonic()
         endpoint = self.backend.start(server, context)
+        took = None if self.backend.source is Source.SIMULATED else time.monotonic() - began
         self._running, self._endpoint = server, endpoint
         log = endpoint.log_path
         self._served = (
             read_served(log.read_text(errors="replace")) if log and log.exists() else None
         )
-        return endpoint, True
+        return endpoint, True, took
 
     def _stop_server(self) -> None:
         self._running, self._endpoint = None, None
