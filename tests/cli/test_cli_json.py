@@ -75,3 +75,15 @@ def test_an_error_under_json_is_one_json_object_and_exit_code_2(folder: Path) ->
     assert result.exit_code == 2
     error = json.loads(result.stdout)["error"]
     assert error.startswith("no study 'missing' in sqlite:///") and "\n" not in error
+
+
+def test_a_usage_error_under_json_is_json_too() -> None:
+    # A misspelt flag or a value typer cannot convert is refused before the command runs.
+    for path in _offering_json(typer.main.get_command(app)):
+        result = runner.invoke(app, [*path, "--json", "--no-such-flag"])
+        assert result.exit_code == 2, (path, result.output)
+        error = json.loads(result.stdout)["error"]
+        assert "--no-such-flag" in error and error in result.stderr, (path, error)
+    bad_value = runner.invoke(app, ["optimize", "--json", "--trials", "many"])
+    assert bad_value.exit_code == 2
+    assert json.loads(bad_value.stdout)["error"].startswith("Invalid value for '--trials'")

@@ -37,7 +37,7 @@ from tuner.config.trial import (
 from tuner.config.vllm_args import NEWEST_KNOWN, server_argv
 from tuner.config.workload import WorkloadSpec
 from tuner.errors import ConfigError, FailureKind, StartupFailure
-from tuner.launch.container_spec import ContainerResources, VllmImage
+from tuner.launch.container_spec import ContainerResources, ContainerTiming, VllmImage
 from tuner.launch.docker import (
     CONTAINER_PORT,
     LABEL_GPUS,
@@ -120,6 +120,28 @@ def test_runs_the_server_config_in_a_labelled_container_and_removes_it_on_stop(
     log = endpoint.log_path.read_text()
     assert SIMULATED_BANNER in log
     assert "Shutting down (signal received)" in log  # stopped with SIGTERM, not killed
+    assert "ignored SIGTERM" not in log
+
+
+def test_a_server_that_ignores_sigterm_is_killed_after_the_grace_and_its_log_says_so(
+    fake_launcher: LauncherFactory,
+    fake_server: ServerConfig,
+    context: LaunchContext,
+    docker_client: docker.DockerClient,
+    study: str,
+) -> None:
+    launcher = fake_launcher("ignore-sigterm", timing=ContainerTiming(stop_timeout_s=2))
+    endpoint = launcher.start(fake_server, context)
+
+    launcher.stop()
+
+    assert _containers(docker_client, study) == []
+    log = endpoint.log_path.read_text()
+    assert log.rstrip().endswith(
+        f"spectune: container spectune-{study}-t3-{launcher.run_id} ignored SIGTERM for 2 s; "
+        "docker killed it (SIGKILL)"
+    )
+    assert "Shutting down (signal received)" not in log
 
 
 def test_hf_token_reaches_the_container_but_no_label_log_or_endpoint(

@@ -64,6 +64,7 @@ class _Commands(typer.core.TyperGroup):
         return sorted(super().list_commands(ctx), key=lambda name: rank.get(name, len(rank)))
 
     def invoke(self, ctx: Any) -> Any:
+        as_json = "--json" in ctx.args  # a usage error keeps standard output JSON too
         try:
             return super().invoke(ctx)
         except Terminated as exc:
@@ -80,11 +81,11 @@ class _Commands(typer.core.TyperGroup):
                 else f"{variable}={os.environ.get(variable, '')!r}: {exc.message}; fix or "
                 f"unset {variable}"
             )
-            _usage_fail(line)
+            _usage_fail(line, as_json=as_json)
         except UsageError as exc:  # an unknown flag or command, a missing argument
             if _debug["enabled"]:
                 raise
-            _usage_fail(usage_line(exc))
+            _usage_fail(usage_line(exc), as_json=as_json)
         except Exception as exc:
             stopped = _made_of_signal(exc)
             if stopped is None:
@@ -96,7 +97,7 @@ class _Commands(typer.core.TyperGroup):
         try:
             return super().parse_args(ctx, args)
         except UsageError as exc:
-            _usage_fail(usage_line(exc))
+            _usage_fail(usage_line(exc), as_json="--json" in args)
 
 
 def _made_of_signal(exc: Exception) -> Terminated | None:
@@ -110,8 +111,10 @@ def _stopped_outside(exc: Terminated) -> NoReturn:
     raise typer.Exit(128 + exc.signum) from None
 
 
-def _usage_fail(line: str) -> NoReturn:
+def _usage_fail(line: str, *, as_json: bool) -> NoReturn:
     err_console.print(f"error: {line}", markup=False, highlight=False, soft_wrap=True)
+    if as_json:
+        print_json({"error": line})
     raise typer.Exit(2) from None
 
 

@@ -16,12 +16,14 @@ from tuner.config.vllm_args import VllmVersion
 from tuner.launch.failures import ServerEnd
 from tuner.results import Endpoint
 
-__all__ = ["READY_TIMEOUT_S", "Launcher"]
+__all__ = ["LOG_NOTE", "READY_TIMEOUT_S", "Launcher"]
 
 # How long a server may take to become ready before its start is a timeout failure: the one
 # default of every launcher, the backends' settings and ``--ready-timeout``. A cold start
 # (weights from disk, CUDA graphs captured, a torch.compile) takes minutes on a large model.
 READY_TIMEOUT_S = 900.0
+# Starts a line a launcher adds to the server's saved log, e.g. why the server was killed.
+LOG_NOTE = "spectune: "
 
 
 class Launcher(Protocol):

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -36,6 +37,7 @@ from docker.models.containers import Container
 from tuner.config.trial import LaunchContext, ServerConfig
 from tuner.config.vllm_args import VllmVersion, server_argv, version_from_image
 from tuner.errors import EngineUnavailable, LaunchError
+from tuner.launch.base import LOG_NOTE
 from tuner.launch.container_spec import ContainerResources, ContainerTiming, VllmImage
 from tuner.launch.containers import (
     LABEL_GPUS,
@@ -230,15 +232,26 @@ class DockerLauncher:
         container = self._container
         if container is None:
             return
+        grace = self.timing.stop_timeout_s
+        note = None
         try:
             with engine_calls(f"stopping container {container.name}"):
-                container.stop(timeout=self.timing.stop_timeout_s)
+                began = time.monotonic()
+                container.stop(timeout=grace)
+                waited = time.monotonic() - began
+                container.reload()
+            if _killed_after_grace(container, waited, grace):
+                # In the log the trial points to: a server that ignores SIGTERM is a fault to see.
+                note = (
+                    f"{LOG_NOTE}container {container.name} ignored SIGTERM for {grace:g} s; "
+                    "docker killed it (SIGKILL)"
+                )
         except docker.errors.APIError as error:  # gone already, or stuck: removed by force
             _log.debug("docker stop %s: %s", container.name, error)
         except EngineUnavailable:
             self._container = None  # nothing more to ask of it here
             raise
-        self._discard(quiet=False)
+        self._discard(quiet=False, note=note)
 
     def cleanup_stale(self) -> list[str]:
         """Removes what dead runs left (returns their names); refuses a live run's container
@@ -356,18 +369,22 @@ class DockerLauncher:
     def _logs(self, container: Container) -> str:
         return read_log(container, self._secrets)
 
-    def _save_log(self, container: Container) -> None:
+    def _save_log(self, container: Container, note: str | None = None) -> None:
         if self._log_path is not None:
-            save_log(self._log_path, self.image.name, container, self._logs(container))
+            text = self._logs(container)
+            if note is not None:
+                text = f"{text.rstrip()}\n{note}\n"
+            save_log(self._log_path, self.image.name, container, text)
 
-    def _discard(self, *, quiet: bool) -> None:
-        """Saves the log and removes the container; ``quiet``: another exception is on its way
-        up, so a lost engine is only logged (the next run removes the container)."""
+    def _discard(self, *, quiet: bool, note: str | None = None) -> None:
+        """Saves the log (``note`` last) and removes the container; ``quiet``: another
+        exception is on its way up, so a lost engine is only logged (the next run removes the
+        container)."""
         container, self._container = self._container, None
         if container is None:
             return
         try:
-            self._save_log(container)
+            self._save_log(container, note)
         finally:
             try:
                 remove_container(container)
@@ -375,3 +392,10 @@ class DockerLauncher:
                 if not quiet:
                     raise
                 _log.debug("%s", error)
+
+
+def _killed_after_grace(container: Container, waited_s: float, grace_s: float) -> bool:
+    """Whether ``docker stop`` had to kill the container: SIGKILL's status after the whole
+    grace, not the kernel's OOM killer."""
+    state = container.attrs["State"]
+    return state["ExitCode"] == 128 + 9 and not state.get("OOMKilled") and waited_s >= grace_s

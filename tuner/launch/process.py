@@ -44,7 +44,7 @@ from tuner.config.vllm_args import (
     server_argv,
 )
 from tuner.errors import ConfigError, LaunchError, StartupFailure
-from tuner.launch.base import READY_TIMEOUT_S
+from tuner.launch.base import LOG_NOTE, READY_TIMEOUT_S
 from tuner.launch.exit_hooks import run_at_exit
 from tuner.launch.failures import ServerEnd, Stage
 from tuner.launch.guardian import dismiss_guardian, spawn_guardian
@@ -70,7 +70,6 @@ _SWEEP_GRACE_S = 5.0  # how long engine-core/worker children get to follow their
 # Marks the command line the launcher writes atop each log; kept out of classification, where
 # the flags it quotes (a served name, a path) could pass for the server's own words.
 _HEADER = "spectune$ "
-_NOTE = "spectune: "  # a line spectune adds to the server's log, e.g. why it was killed
 
 
 @dataclass(frozen=True)
@@ -169,7 +168,7 @@ def _terminate(child: _Child) -> None:
             signal_group(pgid, signal.SIGKILL)
             # In the log the trial points to: a server that ignores SIGTERM is a fault to see.
             child.pump.note(
-                f"{_NOTE}server {pgid} ignored SIGTERM for {stop_timeout_s:g} s; "
+                f"{LOG_NOTE}server {pgid} ignored SIGTERM for {stop_timeout_s:g} s; "
                 "its process group was killed (SIGKILL)"
             )
             _wait_exit(proc, stop_timeout_s)
