@@ -135,7 +135,7 @@ def test_a_server_that_ignores_sigterm_is_killed_after_the_grace_and_its_log_say
 
     launcher.stop()
 
-    assert _containers(docker_client, study) == []
+    assert _containers(docker_client, study) == [] and endpoint.log_path is not None
     log = endpoint.log_path.read_text()
     assert log.rstrip().endswith(
         f"spectune: container spectune-{study}-t3-{launcher.run_id} ignored SIGTERM for 2 s; "
