@@ -131,7 +131,12 @@ def test_a_stored_copy_keeps_loading_where_a_file_would_be_refused(tmp_path: Pat
     prompts.unlink()  # the study is read on another machine
     space = space_from_dict(raw, origin="study s")
     assert space.workload.prompt_set == str(prompts) and space.drafts == ("none",)
-    assert space.source is raw
+    # Stored again as validated: the unread key is gone, what was read is kept.
+    assert space.source == {
+        "name": "study s",  # named by its origin, as before; stored with the name now
+        "target": raw["target"],
+        "workload": {"prompt_set": str(prompts)},
+    }
     with pytest.raises(ConfigError, match="unknown key 'serch'"):
         parse_space(raw, "my.yaml")
     with pytest.raises(ConfigError, match=r"^study s: search\.temperature = -1"):

@@ -15,7 +15,7 @@ or a mismatched draft stops the study before anything runs.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from importlib.resources import files
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -33,6 +33,7 @@ from tuner.config.local_paths import absolute, absolute_space_paths
 from tuner.config.schema import (
     FractionRange,
     Objective,
+    SpaceModel,
     SpecTokensRange,
     TemperatureRange,
     parse_space,
@@ -97,12 +98,20 @@ class SearchSpace:
     vllm_version: str | None
     ttft_limit_ms: float
     workload: WorkloadSpec
+    # The validated file: the one form the fields here are built from (:func:`_build`), and
+    # what a study stores (:attr:`source`); ``with_*`` edit it and build again.
+    model: SpaceModel = field(compare=False, repr=False)
     extra_flags: tuple[tuple[str, FlagValue], ...] = ()
     max_failed_requests: float = 0.0  # share of measured requests that may fail
     stream_gap_limit_ms: float | None = None  # p99 gap between streamed chunks; None: no limit
     tpot_limit_ms: float | None = None  # p95 time per output token; None: no limit
     objective: Objective = Objective.THROUGHPUT
-    source: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def source(self) -> dict[str, Any]:
+        """The copy of the space a study stores, as JSON: the file's keys as written (with what
+        ``with_*`` changed), validated; :func:`space_from_dict` builds the same space from it."""
+        return self.model.model_dump(mode="json", by_alias=True, exclude_unset=True)
 
     @property
     def tunes_temperature(self) -> bool:
@@ -231,24 +240,26 @@ class SearchSpace:
         """The same space for another vLLM version (its flag dialect), checked now."""
         # A method or draft pair one version runs may be refused by another.
         check_choices(self.choices, self.target, parse_version(version), self.tensor_parallel_size)
-        source = {**self.source, "vllm": {**(self.source.get("vllm") or {}), "version": version}}
-        return replace(self, vllm_version=version, source=source)
+        return self._edited("vllm", {"version": version})
 
     def with_ttft_limit(self, ttft_ms: float) -> SearchSpace:
         """The same space under another TTFT limit (stored with the study like the rest)."""
-        ttft_ms = check_value(_TTFT_LIMIT, ttft_ms, "slo.ttft_ms")
-        source = {**self.source, "slo": {**(self.source.get("slo") or {}), "ttft_ms": ttft_ms}}
-        return replace(self, ttft_limit_ms=float(ttft_ms), source=source)
+        return self._edited("slo", {"ttft_ms": check_value(_TTFT_LIMIT, ttft_ms, "slo.ttft_ms")})
 
     def with_hardware(self, hardware: Hardware) -> SearchSpace:
         """The same space on other GPUs; tensor parallelism follows the GPU count."""
         server = {
-            k: v
-            for k, v in (self.source.get("server") or {}).items()
-            if k != "tensor_parallel_size"
+            k: v for k, v in self.source.get("server", {}).items() if k != "tensor_parallel_size"
         }
-        source = {**self.source, "hardware": hardware.as_source(), "server": server}
-        return replace(self, hardware=hardware, tensor_parallel_size=hardware.count, source=source)
+        return self._edited("hardware", hardware.as_source(), server=server)
+
+    def _edited(self, key: str, value: Any, **sections: Any) -> SearchSpace:
+        """This space with ``key`` of its file set to ``value`` (a section's keys merged into
+        it), built again from the edited file."""
+        raw = self.source
+        if isinstance(value, dict) and isinstance(raw.get(key), dict):
+            value = {**raw[key], **value}
+        return _build({**raw, key: value, **sections}, self.name, lenient=True)
 
 
 def _suggest_float(trial: optuna.Trial, name: str, value: Range) -> float:
@@ -309,7 +320,9 @@ def _build(raw: Any, origin: str, *, lenient: bool) -> SearchSpace:
     else:  # a GPU the catalog lacks, described in the space
         hardware = Hardware(model.hardware.gpu, model.hardware.count)
     if hardware.gpu not in CATALOG:  # stored whole: a resume or a worker needs no --gpu-spec
-        raw = {**raw, "hardware": hardware.as_source()}
+        model = parse_space({**raw, "hardware": hardware.as_source()}, origin, lenient=True)
+    if model.name is None:  # stored named: a resume names it as the file did
+        model = model.model_copy(update={"name": Path(origin).stem})
     target = _named(origin, load_model, model.target)
     search, server = model.search, model.server
     workload = workload_from_space(model, origin, lenient)
@@ -336,8 +349,9 @@ def _build(raw: Any, origin: str, *, lenient: bool) -> SearchSpace:
             ),
             "",
         )
+    assert model.name is not None  # named above
     return SearchSpace(
-        name=model.name or Path(origin).stem,
+        name=model.name,
         hardware=hardware,
         target=target,
         choices=choices,
@@ -360,7 +374,7 @@ def _build(raw: Any, origin: str, *, lenient: bool) -> SearchSpace:
         stream_gap_limit_ms=_optional_float(model.slo.stream_gap_p99_ms),
         tpot_limit_ms=_optional_float(model.slo.tpot_ms),
         objective=model.slo.objective,
-        source=raw,
+        model=model,
     )
 
 
