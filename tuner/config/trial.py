@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import enum
+import functools
 import re
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tuner.catalog.models import ModelSpec, load_model
 from tuner.config.verification import DraftSampling, Verification
 from tuner.config.workload import WorkloadSpec
 from tuner.errors import ConfigError
+
+if TYPE_CHECKING:
+    from pydantic import TypeAdapter
 
 __all__ = [
     "BLOCK_METHODS",
@@ -235,21 +239,23 @@ class TrialConfig:
 
 
 def server_to_dict(server: ServerConfig) -> dict[str, Any]:
-    """Plain data for the study database; :func:`server_from_dict` reverses it."""
-    data = asdict(server)
-    data["extra_flags"] = [list(pair) for pair in server.extra_flags]
+    """Plain JSON data for the study database; :func:`server_from_dict` reverses it."""
+    data: dict[str, Any] = _server_adapter().dump_python(server, mode="json")
     return data
 
 
 def server_from_dict(data: dict[str, Any]) -> ServerConfig:
     spec = data.get("speculative")
-    return ServerConfig(
-        **{
-            **data,
-            "speculative": SpeculativeConfig(**spec) if spec else None,
-            "extra_flags": tuple((str(k), v) for k, v in data.get("extra_flags", [])),
-        }
-    )
+    if spec:  # a method this version lacks is refused by name, as everywhere else
+        data = {**data, "speculative": {**spec, "method": SpecMethod.parse(spec["method"])}}
+    return _server_adapter().validate_python(data)
+
+
+@functools.cache  # built on first use: commands that store nothing never import pydantic here
+def _server_adapter() -> TypeAdapter[ServerConfig]:
+    from pydantic import TypeAdapter
+
+    return TypeAdapter(ServerConfig)
 
 
 def load_draft(server: ServerConfig) -> ModelSpec | None:
