@@ -29,7 +29,7 @@ import numpy.typing as npt
 from reference_parameters import PARAMETERS, Parameter
 from reference_table import Figure, predict_figure
 
-from tuner.sim.engine import Calibrated
+from tuner.sim.virtual_time import Calibrated
 
 __all__ = ["FLOOR", "Fit", "fit", "held_out", "predictions"]
 

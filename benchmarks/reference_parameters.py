@@ -1,6 +1,6 @@
 """The fitted constants of the simulator, as free parameters with priors.
 
-Each :class:`Parameter` reads and writes one constant of :class:`tuner.sim.engine.Calibrated`
+Each :class:`Parameter` reads and writes one constant of :class:`tuner.sim.virtual_time.Calibrated`
 and says which figures it can move (:attr:`Parameter.applies`, which keeps a Jacobian to a few
 dozen simulator runs). Priors are round physics guesses made without the figures; a parameter
 only one source pins returns to its prior when that source is left out of the fit
@@ -20,7 +20,7 @@ from tuner.config.trial import BLOCK_METHODS, SpecMethod
 from tuner.config.verification import DraftSampling, Verification
 from tuner.config.vllm_version import VllmVersion
 from tuner.sim.calibration import EngineGeneration, engine_generation
-from tuner.sim.engine import Calibrated
+from tuner.sim.virtual_time import Calibrated
 
 __all__ = ["PARAMETERS", "Parameter"]
 

@@ -27,8 +27,8 @@ from tuner.config.vllm_version import VllmVersion, parse_version
 from tuner.config.workload import WorkloadSpec
 from tuner.results import TrialResult
 from tuner.sim.band import Regime, method_family, regime_of
-from tuner.sim.engine import Physics, predict
 from tuner.sim.perfmodel import ForwardPass, PerfModel, StepShape
+from tuner.sim.virtual_time import Physics, predict
 
 __all__ = [
     "Figure",

@@ -93,9 +93,9 @@ from tuner.results import Endpoint, TrialResult
 from tuner.search.plan import LOAD_GB_PER_S, START_PRIOR_S, Budget, TrialCost, confirmation_runs
 from tuner.search.strategy import grid_params, warm_start
 from tuner.search.twin_steer import TwinSampler
-from tuner.sim.engine import predict
 from tuner.sim.memory import BLOCK_TOKENS, effective_batched_tokens
 from tuner.sim.scheduler import WATERMARK
+from tuner.sim.virtual_time import predict
 from tuner.study.study import StudyOptions, open_study, run_trials
 from tuner.trial.backends import Backend
 from tuner.trial.record import TrialRecord

@@ -26,7 +26,7 @@ from reference_parameters import PARAMETERS
 from reference_table import Figure, ReferenceTable, load_table
 
 from tuner.sim.band import FigureError
-from tuner.sim.engine import SHIPPED, Calibrated
+from tuner.sim.virtual_time import SHIPPED, Calibrated
 
 __all__ = ["BAR", "ERRORS_FILE", "Report", "main", "report"]
 

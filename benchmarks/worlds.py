@@ -29,10 +29,10 @@ from tuner.errors import MeasurementError
 from tuner.launch.failures import startup_failure
 from tuner.results import Endpoint, Source, TrialResult
 from tuner.sim.acceptance import POSITION_DECAY, acceptance_probability
-from tuner.sim.engine import simulate
 from tuner.sim.memory import MemoryEstimate, estimate_memory
 from tuner.sim.perfmodel import ForwardPass, PerfModel
 from tuner.sim.twin.model import adjust_memory
+from tuner.sim.virtual_time import simulate
 from tuner.trial.run_facts import RunFacts
 
 __all__ = ["WORLDS", "World", "WorldBackend"]

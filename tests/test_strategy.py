@@ -24,8 +24,8 @@ from tuner.search.strategy import (
     warm_start,
     warm_start_configs,
 )
-from tuner.sim.engine import predict
 from tuner.sim.memory import estimate_memory
+from tuner.sim.virtual_time import predict
 from tuner.study.study import StudyOptions, make_sampler, run_trials
 from tuner.trial.backends import BackendOptions, backend_factory
 from tuner.trial.runner import predict_memory

@@ -47,9 +47,9 @@ from testbed import TinyModels, vllm_command, vllm_env
 
 from tuner.config.space import SearchSpace, space_from_dict
 from tuner.search.twin_steer import observations, stored_twin
-from tuner.sim.engine import predict
 from tuner.sim.twin.fit import FittedTwin, fit
 from tuner.sim.twin.model import TwinPhysics
+from tuner.sim.virtual_time import predict
 from tuner.study.optimize import OptimizeRequest, optimize
 from tuner.study.paths import default_storage
 from tuner.study.storage import open_storage

@@ -21,7 +21,7 @@ from tuner.sim.reference import (
     reference_server,
 )
 from tuner.sim.server.args import parse_serve_args
-from tuner.sim.server.startup import StartFailure, start_engine
+from tuner.sim.server.startup import StartFailure, start_scheduler
 
 HARDWARE = parse_hardware(REFERENCE_HARDWARE)
 TARGET = load_model(REFERENCE_TARGET)
@@ -163,7 +163,7 @@ def test_fake_server_starts_exactly_when_the_pre_screen_says_so(version: str) ->
         argv = server_argv(server, vllm, host="127.0.0.1", port=9)
         args = parse_serve_args(["serve", *argv, "--sim-hardware", REFERENCE_HARDWARE], {})
         try:
-            start_engine(args, version=vllm)
+            start_scheduler(args, version=vllm)
             started, why = True, ""
         except StartFailure as failure:
             started, why = False, str(failure)

@@ -12,7 +12,6 @@ from tuner.config.trial import ServerConfig, SpecMethod, SpeculativeConfig
 from tuner.config.vllm_version import parse_version
 from tuner.config.workload import WorkloadSpec
 from tuner.results import TrialResult
-from tuner.sim.engine import predict
 from tuner.sim.memory import estimate_memory
 from tuner.sim.reference import (
     REFERENCE_DRAFT,
@@ -22,6 +21,7 @@ from tuner.sim.reference import (
     REFERENCE_WORKLOADS,
     reference_server,
 )
+from tuner.sim.virtual_time import predict
 
 HARDWARE = parse_hardware(REFERENCE_HARDWARE)
 TARGET = load_model(REFERENCE_TARGET)

@@ -15,9 +15,9 @@ from tuner.config.vllm_version import parse_version
 from tuner.config.workload import WorkloadSpec
 from tuner.sim.acceptance import expected_accepted, shipped_rates
 from tuner.sim.calibration import SHIPPED_STEPS
-from tuner.sim.engine import predict
 from tuner.sim.memory import estimate_memory
 from tuner.sim.perfmodel import ForwardPass, PerfModel, StepShape
+from tuner.sim.virtual_time import predict
 
 H100 = parse_hardware("h100")
 LLAMA8 = load_model("meta-llama/Llama-3.1-8B-Instruct")

@@ -11,7 +11,6 @@ from tuner.catalog.gpus import parse_hardware
 from tuner.catalog.models import load_model
 from tuner.config.workload import WorkloadSpec
 from tuner.results import Source, TrialResult
-from tuner.sim.engine import predict, simulate
 from tuner.sim.reference import (
     REFERENCE_DRAFT,
     REFERENCE_HARDWARE,
@@ -23,6 +22,7 @@ from tuner.sim.reference import (
     ReferenceRow,
     reference_server,
 )
+from tuner.sim.virtual_time import predict, simulate
 
 HARDWARE = parse_hardware(REFERENCE_HARDWARE)
 TARGET = load_model(REFERENCE_TARGET)

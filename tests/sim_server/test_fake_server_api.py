@@ -15,8 +15,8 @@ from tuner.catalog.gpus import parse_hardware
 from tuner.catalog.models import load_model
 from tuner.config.workload import WorkloadSpec
 from tuner.results import Endpoint
-from tuner.sim.engine import predict
 from tuner.sim.reference import reference_server
+from tuner.sim.virtual_time import predict
 
 
 def _stream(base_url: str, body: dict[str, Any], path: str = "/v1/chat/completions") -> list[Any]:

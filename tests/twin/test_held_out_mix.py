@@ -11,7 +11,7 @@ import pytest
 from tuner.catalog.models import load_model
 from tuner.config.space import load_space
 from tuner.search.strategy import grid_params
-from tuner.sim.engine import predict
+from tuner.sim.virtual_time import predict
 from tuner.trial.scoring import Limits, score
 
 sys.path.insert(0, str(Path(__file__).parents[2] / "benchmarks"))

@@ -11,10 +11,10 @@ import pytest
 from tuner.catalog.models import load_model
 from tuner.config.space import load_space
 from tuner.config.trial import ServerConfig, TrialConfig, load_draft
-from tuner.sim.engine import simulate
 from tuner.sim.oom_screen import memory_slacks
 from tuner.sim.twin import AcceptanceShift, TwinParams, TwinPhysics
 from tuner.sim.twin.fit import FittedTwin, Observation, fit, observe
+from tuner.sim.virtual_time import simulate
 
 SPACE = load_space(str(Path(__file__).parents[2] / "benchmarks" / "held_out_space.yaml"))
 DRAFT = "Qwen/Qwen2.5-0.5B-Instruct"

@@ -9,9 +9,9 @@ import pytest
 from tuner.config.space import NO_DRAFT, load_space
 from tuner.errors import StartupFailure
 from tuner.sim.acceptance import expected_accepted
-from tuner.sim.engine import predict
 from tuner.sim.memory import estimate_memory
 from tuner.sim.twin import AcceptanceShift, TwinParams, TwinPhysics, forecast, step_parts
+from tuner.sim.virtual_time import predict
 
 SPACE = load_space(str(Path(__file__).parents[2] / "benchmarks" / "held_out_space.yaml"))
 

@@ -30,7 +30,7 @@ from tuner.config.methods import (
     SuffixMethod,
     Verified,
 )
-from tuner.config.sections import RangeSection
+from tuner.config.schema_base import RangeModel
 from tuner.config.trial import SpecMethod, SpeculativeConfig, choice_label
 from tuner.config.verification import DraftSampling, Verification
 from tuner.errors import ConfigError
@@ -226,8 +226,8 @@ class SpecChoice:
         return asked - set(V1_VALUES) if chosen.get("parallel_drafting") else asked
 
 
-def _range(value: float | RangeSection) -> Range:
-    if isinstance(value, RangeSection):
+def _range(value: float | RangeModel) -> Range:
+    if isinstance(value, RangeModel):
         step = getattr(value, "step", None)
         return Range(float(value.low), float(value.high), None if step is None else float(step))
     return Range(float(value), float(value))
@@ -257,7 +257,7 @@ def _options(model: Verified | NgramMethod) -> tuple[tuple[str, tuple[Option, ..
     return tuple(found)
 
 
-def _k(value: float | RangeSection | None) -> Range:
+def _k(value: float | RangeModel | None) -> Range:
     return UNRESOLVED_K if value is None else _range(value)
 
 

@@ -47,9 +47,8 @@ from tuner.config.bounds import (
     Warmup,
     Weight,
 )
+from tuner.config.schema_base import AS_LIST, CHOICE, NON_EMPTY, RangeModel, StrictModel
 from tuner.config.schema_errors import A_RANGE, ONE_VALUE
-from tuner.config.sections import AS_LIST, CHOICE, NON_EMPTY, RangeSection
-from tuner.config.sections import Section as _Base
 from tuner.config.verification import DraftSampling, Verification
 
 __all__ = [
@@ -74,18 +73,19 @@ __all__ = [
 ]
 
 
-class Section(_Base, BaseModel):
-    """A strict YAML mapping; BaseModel named again so linters see a pydantic model."""
+class _StrictModel(StrictModel, BaseModel):
+    """:class:`StrictModel`, BaseModel named here: ruff sees a pydantic model (no RUF012) only
+    through a base defined in the same file."""
 
 
-class SpecTokensRange(RangeSection):
+class SpecTokensRange(RangeModel):
     """Speculative tokens K, every integer from low to high."""
 
     low: SpecTokens
     high: SpecTokens
 
 
-class FractionRange(RangeSection):
+class FractionRange(RangeModel):
     """A share of GPU memory from low to high, optionally in steps."""
 
     low: Fraction
@@ -93,7 +93,7 @@ class FractionRange(RangeSection):
     step: Step | None = None
 
 
-class TemperatureRange(RangeSection):
+class TemperatureRange(RangeModel):
     """Sampling temperatures from low to high, optionally in steps."""
 
     low: Temperature
@@ -101,14 +101,14 @@ class TemperatureRange(RangeSection):
     step: Step | None = None
 
 
-class CountRange(RangeSection):
+class CountRange(RangeModel):
     """Every integer from low to high."""
 
     low: Count
     high: Count
 
 
-class ShareRange(RangeSection):
+class ShareRange(RangeModel):
     """A probability from low to high, optionally in steps."""
 
     low: Share
@@ -116,7 +116,7 @@ class ShareRange(RangeSection):
     step: Step | None = None
 
 
-class FactorRange(RangeSection):
+class FactorRange(RangeModel):
     """A positive factor from low to high, optionally in steps."""
 
     low: Weight
@@ -187,21 +187,21 @@ DraftSamplings = Annotated[
 Switches = Annotated[list[bool], AS_LIST, NON_EMPTY, Field(examples=[[False, True]])]
 
 
-def _low(value: float | RangeSection) -> float:
-    return value.low if isinstance(value, RangeSection) else value
+def _low(value: float | RangeModel) -> float:
+    return value.low if isinstance(value, RangeModel) else value
 
 
-def _high(value: float | RangeSection) -> float:
-    return value.high if isinstance(value, RangeSection) else value
+def _high(value: float | RangeModel) -> float:
+    return value.high if isinstance(value, RangeModel) else value
 
 
-class NoMethod(Section):
+class NoMethod(_StrictModel):
     """No speculation: the target decodes alone."""
 
     method: Literal["none"]
 
 
-class NgramMethod(Section):
+class NgramMethod(_StrictModel):
     """Prompt lookup: drafts what followed the last matching n-gram of the prompt (``ngram``
     on the CPU between steps, ``ngram_gpu`` on the GPU inside the step)."""
 
@@ -227,7 +227,7 @@ class NgramMethod(Section):
         return self
 
 
-class SuffixMethod(Section):
+class SuffixMethod(_StrictModel):
     """Suffix decoding (arctic-inference): suffix trees over the prompt and earlier outputs."""
 
     method: Literal["suffix"]
@@ -243,7 +243,7 @@ class SuffixMethod(Section):
     """Earlier requests kept in the global tree (0: prompt trees only)."""
 
 
-class Verified(Section):
+class Verified(_StrictModel):
     """The verification settings of a model-based drafter, each one value or a list to search."""
 
     rejection_sample_method: Verifications = [Verification.STANDARD]
@@ -331,7 +331,7 @@ Methods = Annotated[
 ]
 
 
-class SearchModel(Section):
+class SearchModel(_StrictModel):
     """``search``: the tuned dimensions; a single value fixes one."""
 
     methods: Methods | None = None

@@ -64,12 +64,12 @@ from tuner.config.methods import (
     TemperatureRange,
 )
 from tuner.config.prompt_sets import PROMPT_SETS, missing_package
+from tuner.config.schema_base import AS_LIST as _AS_LIST
+from tuner.config.schema_base import NON_EMPTY as _NON_EMPTY
+from tuner.config.schema_base import StrictModel
+from tuner.config.schema_base import context_flag as _context
 from tuner.config.schema_errors import GPU_NAME, GPU_SPEC, ONE_RATE, RATE_STEPS
 from tuner.config.schema_errors import one_line as _one_line
-from tuner.config.sections import AS_LIST as _AS_LIST
-from tuner.config.sections import NON_EMPTY as _NON_EMPTY
-from tuner.config.sections import Section
-from tuner.config.sections import context_flag as _context
 from tuner.errors import ConfigError
 
 __all__ = [
@@ -150,11 +150,12 @@ class Objective(enum.StrEnum):
         return f"{'goodput' if self is Objective.GOODPUT else 'output'} {self.unit}"
 
 
-class _Section(Section, BaseModel):
-    """A :class:`Section`; BaseModel named again so linters see a pydantic model."""
+class _StrictModel(StrictModel, BaseModel):
+    """:class:`StrictModel`, BaseModel named here: ruff sees a pydantic model (no RUF012) only
+    through a base defined in the same file."""
 
 
-class TemperatureShare(_Section):
+class TemperatureShare(_StrictModel):
     """One temperature the user's product sends, and its share of the traffic."""
 
     value: Temperature = Field(examples=[0.2])
@@ -162,7 +163,7 @@ class TemperatureShare(_Section):
     """Its share of the traffic (weights are normalised to sum to 1)."""
 
 
-class LoadLevel(_Section):
+class LoadLevel(_StrictModel):
     """One concurrency level of the traffic profile, and its share of the time."""
 
     level: Concurrency = Field(examples=[8])
@@ -223,7 +224,7 @@ RateOrSteps = Annotated[
 ]
 
 
-class ServerModel(_Section):
+class ServerModel(_StrictModel):
     """``server``: vLLM settings fixed for the whole study."""
 
     max_model_len: ContextLength = 8192
@@ -236,7 +237,7 @@ class ServerModel(_Section):
     """Further vLLM flags, flag: value (no secrets: the space is stored with the study)."""
 
 
-class VllmModel(_Section):
+class VllmModel(_StrictModel):
     """``vllm``: which vLLM runs the trials."""
 
     image: Name = "vllm/vllm-openai:latest"
@@ -245,7 +246,7 @@ class VllmModel(_Section):
     """vLLM version whose flags to speak, when the image tag does not say."""
 
 
-class SloModel(_Section):
+class SloModel(_StrictModel):
     """``slo``: what a study maximises and the service-level objective a trial must meet."""
 
     objective: Objective = Objective.THROUGHPUT
@@ -260,7 +261,7 @@ class SloModel(_Section):
     """p99 gap between streamed chunks in ms, at every level; unset: no limit on smoothness."""
 
 
-class WorkloadModel(_Section):
+class WorkloadModel(_StrictModel):
     """``workload``: the traffic each trial serves, at every (concurrency, temperature) pair."""
 
     prompt_set: PromptSet = "code"
@@ -298,7 +299,7 @@ class _WorkloadRecord(WorkloadModel):
     Python's ``random``, which takes any integer."""
 
 
-class HardwareModel(_Section):
+class HardwareModel(_StrictModel):
     """``hardware`` as a GPU the catalog lacks: its description (the keys of a catalog entry,
     ``spectune hardware --json``) and how many serve the model."""
 
@@ -316,7 +317,7 @@ Hardware = Annotated[
 ]
 
 
-class SpaceModel(_Section):
+class SpaceModel(_StrictModel):
     """A spectune search space: fixed settings plus the tuned ``search`` dimensions."""
 
     name: Name | None = None

@@ -17,7 +17,7 @@ from tuner.config.space import SearchSpace
 from tuner.config.trial import ServerConfig, TrialConfig, load_draft
 from tuner.config.workload import Condition, WorkloadSpec
 from tuner.results import TrialResult
-from tuner.sim.engine import predict
+from tuner.sim.virtual_time import predict
 from tuner.trial.scoring import Limits, score_goodput
 from tuner.trial.traffic import climb_pairs
 

@@ -2,9 +2,9 @@
 
 On real GPUs every trial costs minutes (a server start-up, then a benchmark), so the first trials
 matter most. Before any trial runs, :func:`warm_start` asks the simulator's noise-free model
-(:func:`tuner.sim.engine.predict`: the catalog's models, or local model directories read through
-:func:`tuner.catalog.models.load_model`, on the space's hardware) where the best configs lie, and
-enqueues a few of them, in this order:
+(:func:`tuner.sim.virtual_time.predict`: the catalog's models, or local model directories read
+through :func:`tuner.catalog.models.load_model`, on the space's hardware) where the best configs
+lie, and enqueues a few of them, in this order:
 
 1. the best predicted config;
 2. its request-only variants (other temperatures) predicted nearly as fast, when the count
@@ -68,8 +68,8 @@ from tuner.search.forecast import bench_seconds, predicted_goodput, predicted_tr
 from tuner.search.prediction import Pair, Prediction, with_variants
 from tuner.search.startup import StartupPrices
 from tuner.sim.band import Band, error_band, regime_of, widest
-from tuner.sim.engine import INPUT_SPREAD, predict
 from tuner.sim.memory import estimate_memory
+from tuner.sim.virtual_time import INPUT_SPREAD, predict
 from tuner.trial.record import WARM_START_ATTR
 
 __all__ = [

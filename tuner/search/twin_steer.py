@@ -38,11 +38,11 @@ from tuner.config.trial import TrialConfig
 from tuner.errors import StartupFailure
 from tuner.search.strategy import grid_params, screened_workload
 from tuner.sim.acceptance import expected_accepted
-from tuner.sim.engine import INPUT_SPREAD, predict
 from tuner.sim.oom_screen import memory_slacks
 from tuner.sim.twin.fit import FittedTwin, Observation, fit
 from tuner.sim.twin.forecast import StepParts, forecast, step_parts
 from tuner.sim.twin.model import TwinPhysics
+from tuner.sim.virtual_time import INPUT_SPREAD, predict
 from tuner.trial.record import (
     BUDGET_ATTR,
     COUNTED_STATES,

@@ -325,7 +325,7 @@ def samples_drafts(speculative: SpeculativeConfig | None) -> bool:
 # (target, draft, method, prompt set, temperature, K) -> conditional acceptance of each position;
 # ``speculative=`` adds the server's drafting and verification options. The simulator takes one
 # of these, so a study's fitted twin (or a benchmark's perturbed truth) can replace the shipped
-# acceptance model without touching the engine.
+# acceptance model without touching the scheduler.
 class Rates(Protocol):
     def __call__(
         self,

@@ -31,8 +31,8 @@ from tuner.config.workload import WorkloadSpec
 from tuner.errors import ConfigError
 from tuner.results import TrialResult
 from tuner.sim.band import Band, error_band, regime_of
-from tuner.sim.engine import SHIPPED, Physics, predict
 from tuner.sim.memory import MemoryEstimate, estimate_memory
+from tuner.sim.virtual_time import SHIPPED, Physics, predict
 
 __all__ = ["Estimate", "estimate", "speculation_choice"]
 

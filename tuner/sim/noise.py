@@ -1,7 +1,7 @@
 """The measurement noise of a seeded simulated run (noise-free predictions have none).
 
 A real benchmark's step times vary: a per-run speed factor (clocks, temperature), per-step
-jitter, and rare host hiccups (garbage collection, a busy CPU). The engine draws them from the
+jitter, and rare host hiccups (garbage collection, a busy CPU). The scheduler draws them from the
 run's own random stream, so one seed gives one run, to the last digit.
 """
 

@@ -79,7 +79,7 @@ class ForwardPass:
 
 @dataclass(frozen=True)
 class StepShape:
-    """What one engine step schedules, as the step-time model needs it.
+    """What one step schedules, as the step-time model needs it.
 
     Attributes:
         decodes: decoding sequences (each verifies 1+K tokens under speculation).
@@ -147,7 +147,7 @@ def mtp_module(target: ModelSpec) -> ModelSpec:
 def drafter(target: ModelSpec, draft: ModelSpec | None, server: ServerConfig) -> ModelSpec | None:
     """What proposes the tokens: the draft model, the EAGLE head, the MTP layers, or None.
 
-    A head the caller did not load (the engine passes a draft only for ``draft_model``) is
+    A head the caller did not load (the scheduler passes a draft only for ``draft_model``) is
     loaded here by its id.
     """
     spec = server.speculative
@@ -341,7 +341,7 @@ class PerfModel:
         return best
 
     def step_s(self, shape: StepShape) -> float:
-        """Seconds one engine step of this shape takes, noise-free.
+        """Seconds one step of this shape takes, noise-free.
 
         The target runs one pass over every decode's 1+K tokens and every prefill chunk; a draft
         model runs K passes over the decodes, its first pass also covering the prefill chunks

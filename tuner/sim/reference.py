@@ -4,7 +4,7 @@ The field notes give the server setup but not the prompts; the workloads below f
 code-completion prompt of 384 tokens and a creative-writing prompt a little shorter (368) make
 the target-only TTFTs of 180 and 175 ms; 256 output tokens per request, one request in flight.
 The notes were taken on vLLM 0.7.2 (:data:`REFERENCE_VERSION`), whose V0 engine the simulator
-costs apart from today's. ``tests/sim`` asserts that :func:`tuner.sim.engine.predict`
+costs apart from today's. ``tests/sim`` asserts that :func:`tuner.sim.virtual_time.predict`
 reproduces every row within 10 %; ``benchmarks/reference_figures.yaml`` holds the same rows
 among the other public figures.
 """

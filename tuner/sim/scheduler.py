@@ -1,13 +1,13 @@
-"""A vLLM-like engine that advances one scheduler step at a time.
+"""A vLLM-like scheduler that advances one step at a time.
 
-Each :meth:`Engine.step` does what one iteration of vLLM's engine loop does: reserve KV-cache
+Each :meth:`Scheduler.step` does what one iteration of vLLM's EngineCore loop does: reserve KV-cache
 blocks for the running sequences (preempting the newest ones by recomputation when the cache is
 full), fill the step's token budget with decode tokens and prefill chunks, run the forward passes,
 and emit tokens. With speculation a decode is K draft passes plus one target pass verifying K+1
 tokens, and a sequence emits the accepted drafts plus one token from the target.
 
-The engine knows no clock: a step returns its duration, and the caller moves time on, virtually
-(:func:`tuner.sim.engine.simulate`) or by sleeping (a real-time fake server).
+The scheduler knows no clock: a step returns its duration, and the caller moves time on, virtually
+(:func:`tuner.sim.virtual_time.simulate`) or by sleeping (a real-time fake server).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from tuner.sim.memory import BLOCK_TOKENS, effective_batched_tokens, max_num_seq
 from tuner.sim.noise import StepNoise
 from tuner.sim.perfmodel import PerfModel, StepShape
 
-__all__ = ["Engine", "StepResult"]
+__all__ = ["Scheduler", "StepResult"]
 
 # The first step after start-up compiles kernels and warms allocators: why benchmarks warm up.
 COLD_START_S = 0.25
@@ -37,10 +37,10 @@ WATERMARK = 0.01
 
 @dataclass(frozen=True)
 class StepResult:
-    """What one engine step did.
+    """What one scheduler step did.
 
     Attributes:
-        duration_s: how long the step took on the GPUs plus the engine's own overhead.
+        duration_s: how long the step took on the GPUs plus the server's own overhead.
         emitted: tokens each request (by id) received in this step; speculation can give several.
         finished: ids of requests that completed in this step.
         kv_usage: share of KV-cache blocks in use during the step (0..1).
@@ -52,7 +52,7 @@ class StepResult:
     kv_usage: float
 
 
-# eq=False: the engine means "this very sequence" in every membership test and remove(), and
+# eq=False: the scheduler means "this very sequence" in every membership test and remove(), and
 # field-by-field comparison made each step quadratic in the batch (7.6 ms at 256 sequences).
 @dataclass(eq=False, slots=True)
 class _Seq:
@@ -66,7 +66,7 @@ class _Seq:
     generated: int = 0
     blocks: int = 0
     credit: float = 0.0  # expected accepted drafts not yet emitted (noise-free mode)
-    # Kept beside computed and target rather than derived: the engine asks it of every
+    # Kept beside computed and target rather than derived: the scheduler asks it of every
     # sequence several times a step, and the screen runs hundreds of thousands of steps.
     decoding: bool = field(init=False)
     expected: dict[int, float] = field(init=False, default_factory=dict)  # sum(reach[:k]) by k
@@ -117,8 +117,8 @@ def _flag(server: ServerConfig, name: str) -> int | None:
     return None
 
 
-class Engine:
-    """Schedules requests over the GPUs step by step, like vLLM's engine core.
+class Scheduler:
+    """Schedules requests over the GPUs step by step, like vLLM's EngineCore.
 
     Args:
         hardware: the GPUs.
@@ -221,7 +221,7 @@ class Engine:
         self.waiting.append(seq)
 
     def abort_request(self, rid: int) -> bool:
-        """Drops a request whose client went away; returns whether the engine held it."""
+        """Drops a request whose client went away; returns whether the scheduler held it."""
         for seq in self.waiting:
             if seq.rid == rid:
                 self.waiting.remove(seq)
@@ -318,7 +318,7 @@ class Engine:
     # -- one step ---------------------------------------------------------------------------
 
     def step(self) -> StepResult:
-        """Runs one engine iteration and returns what it took and what it emitted.
+        """Runs one scheduler iteration and returns what it took and what it emitted.
 
         Raises:
             RuntimeError: a request can never be scheduled (its prompt exceeds the KV cache).
@@ -339,7 +339,7 @@ class Engine:
                 chunks = self._schedule_prefills(budget, whole=False)
         if not decodes and not chunks:
             if self.has_work:
-                raise RuntimeError("no request fits in the KV cache; the engine cannot progress")
+                raise RuntimeError("no request fits in the KV cache; the scheduler cannot progress")
             return StepResult(0.0, {}, (), self.kv_usage)
         usage = self.kv_usage
         duration = self._duration(decodes, chunks, k)

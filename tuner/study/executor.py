@@ -80,7 +80,7 @@ class Executor(Protocol):
 
 
 def prepare_this_host(run: TrialsRun, build: BackendFactory) -> None:
-    """On this host: the backend's checks on a probe (an engine that answers, GPUs nobody else
+    """On this host: the backend's checks on a probe (a Docker Engine that answers, GPUs nobody else
     holds, the image, pulled if missing), then the weights (:func:`prefetch_models`)."""
     probe = run.backend or build(run.space, run.options)
     try:

@@ -25,12 +25,12 @@ from optuna.trial import TrialState
 from tuner.launch.exit_hooks import signals_held
 from tuner.study.optuna_private import rdb_of, trial_id
 
-__all__ = ["optimize"]
+__all__ = ["ask_tell_loop"]
 
 Objective = Callable[[optuna.Trial], Sequence[float]]
 
 
-def optimize(
+def ask_tell_loop(
     study: optuna.Study,
     objective: Objective,
     trials: int | None,
@@ -45,7 +45,7 @@ def optimize(
     """
     done = 0
     while (trials is None or done < trials) and not stop():
-        fail_stale_trials(study)  # a dead worker's trial is failed and retried, as optimize does
+        fail_stale_trials(study)  # a dead worker's trial fails and is retried, as in Study.optimize
         trial = None
         try:
             # A signal held here arrives as the block ends: with the trial asked for, inside try.

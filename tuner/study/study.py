@@ -29,7 +29,7 @@ from tuner.search.plan import Budget
 from tuner.search.twin_steer import TwinSampler
 from tuner.study.claims import claim_or_reuse
 from tuner.study.incumbent import race_for
-from tuner.study.loop import optimize
+from tuner.study.loop import ask_tell_loop
 from tuner.study.paths import StudyPaths
 from tuner.study.storage import (
     HEARTBEAT_INTERVAL_S,
@@ -347,7 +347,7 @@ def run_trials(
         while True:
             try:
                 # A config error (no image, bad flag) stops the study; one trial's fault does not.
-                optimize(
+                ask_tell_loop(
                     study,
                     objective,
                     options.trials,

@@ -35,9 +35,9 @@ from tuner.config.trial import LaunchContext, TrialConfig
 from tuner.errors import ConfigError
 from tuner.results import Source
 from tuner.search.twin_steer import PRIOR_ATTR, TwinScreen, stored_twin
-from tuner.sim.engine import SHIPPED, Physics
 from tuner.sim.twin.fit import FittedTwin, Observation, fit, observe
 from tuner.sim.twin.model import TwinPhysics
+from tuner.sim.virtual_time import SHIPPED, Physics
 from tuner.study.paths import default_storage
 from tuner.study.storage import open_storage, safe_url, study_exists
 from tuner.trial.backends import Backend

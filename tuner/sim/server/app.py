@@ -1,4 +1,4 @@
-"""The fake server's HTTP side and engine loop (its process: :mod:`tuner.sim.server.run`).
+"""The fake server's HTTP side and step loop (its process: :mod:`tuner.sim.server.run`).
 
 ``python -m tuner.sim.server [serve] MODEL [vLLM flags]`` takes vLLM's own flags (see
 :mod:`tuner.sim.server.args`), sizes memory with :func:`~tuner.sim.memory.estimate_memory` and
@@ -9,7 +9,7 @@ serves ``/health``, ``/v1/models``, ``/metrics`` (vLLM V1 names) and streaming o
 failure path can be exercised in seconds with ``--sim-fault`` (:mod:`~tuner.sim.server.faults`);
 the stream faults are applied here.
 
-Timing: one engine task drives the :class:`~tuner.sim.scheduler.Engine`. Each ``step()`` returns
+Timing: one step task drives the :class:`~tuner.sim.scheduler.Scheduler`. Each ``step()`` returns
 the simulated duration of one vLLM iteration; the task sleeps until the step's end on a real-time
 clock running ``--sim-speed`` times faster than simulated time (a deadline, so the server's own
 overhead does not add up), then sends each request the tokens it got in that step as one SSE
@@ -18,7 +18,7 @@ arrive while a step runs join the next step, as in vLLM. ``--sim-speed inf`` nev
 instead waits for slow readers, so the client is the bottleneck (load generator benchmarks).
 
 SIGTERM or SIGINT stop it within milliseconds with exit status 0 (SIGTERM not with the
-``ignore-sigterm`` fault); the requests in flight are cut, as a dying engine leaves them.
+``ignore-sigterm`` fault); the requests in flight are cut, as a dying vLLM leaves them.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from typing import Any
 from aiohttp import web
 
 from tuner.config.vllm_args import NEWEST_KNOWN
-from tuner.sim.scheduler import Engine, StepResult
+from tuner.sim.scheduler import Scheduler, StepResult
 from tuner.sim.server.args import ServeArgs
 from tuner.sim.server.live import Ending, Live, stream_faults
 from tuner.sim.server.metrics import CONTENT_TYPE, ServerCounters, ServerMetrics
@@ -78,19 +78,19 @@ async def _fastapi_errors(request: web.Request, handler: _Handler) -> web.Stream
 
 
 class FakeServer:
-    """The HTTP server and the engine loop behind it.
+    """The HTTP server and the step loop behind it.
 
     Args:
         args: the parsed command line.
-        engine: the engine built by :func:`start_engine`.
+        scheduler: the scheduler built by :func:`start_scheduler`.
     """
 
-    def __init__(self, args: ServeArgs, engine: Engine) -> None:
+    def __init__(self, args: ServeArgs, scheduler: Scheduler) -> None:
         self.args = args
-        self.engine = engine
+        self.scheduler = scheduler
         self.faults = args.sim.faults
         self.counters = ServerCounters()
-        self.metrics = ServerMetrics(args.served_names[0], engine, self.counters)
+        self.metrics = ServerMetrics(args.served_names[0], scheduler, self.counters)
         self.live: dict[int, Live] = {}
         self._ids = itertools.count()
         self._completions = 0  # completion requests seen, for http-500-every
@@ -121,13 +121,13 @@ class FakeServer:
             f"Starting vLLM API server 0 on http://{self.args.host or '0.0.0.0'}:{self.args.port}",
         )
         log("INFO", "Application startup complete.")
-        engine_task = asyncio.create_task(self._engine_loop())
+        step_task = asyncio.create_task(self._step_loop())
         await self._stop.wait()
         log("INFO", "Shutting down (signal received)")
-        engine_task.cancel()
-        await asyncio.gather(engine_task, return_exceptions=True)
+        step_task.cancel()
+        await asyncio.gather(step_task, return_exceptions=True)
         for live in list(self.live.values()):
-            self._abort(live, Ending.CUT)  # no engine, no answers
+            self._abort(live, Ending.CUT)  # no scheduler, no answers
         await runner.cleanup()
         return 0
 
@@ -191,7 +191,7 @@ class FakeServer:
         return _json(200, listing)
 
     def _admit(self, body: bytes, chat: bool) -> tuple[int, CompletionParams]:
-        """Validates a completion request and queues it in the engine.
+        """Validates a completion request and queues it in the scheduler.
 
         Raises:
             RequestError: what vLLM answers instead (400, 404; 500 for the injected fault).
@@ -211,7 +211,7 @@ class FakeServer:
         max_tokens = params.max_tokens or max(1, limit - params.prompt_tokens)
         rid = next(self._ids)
         try:
-            self.engine.add_request(
+            self.scheduler.add_request(
                 rid, params.prompt_tokens, max_tokens, params.temperature, params.prompt_set
             )
         except ValueError as exc:  # longer than max_model_len
@@ -246,12 +246,12 @@ class FakeServer:
             return response
         return _json(200, completion_body(params, request_id, model, live.sent))
 
-    # -- the engine -------------------------------------------------------------------------
+    # -- the step loop ----------------------------------------------------------------------
 
-    async def _engine_loop(self) -> None:
+    async def _step_loop(self) -> None:
         try:
             await self._step_forever()
-        except Exception as exc:  # a dead engine must not leave a server that only hangs
+        except Exception as exc:  # a dead scheduler must not leave a server that only hangs
             crash(f"{type(exc).__name__}: {exc}")
 
     async def _step_forever(self) -> None:
@@ -259,12 +259,12 @@ class FakeServer:
         speed = self.args.sim.speed
         clock = loop.time()
         while True:
-            if self._hung or not self.engine.has_work:
+            if self._hung or not self.scheduler.has_work:
                 self._wake.clear()
                 await self._wake.wait()
-                clock = loop.time()  # an idle engine starts the next step at once
+                clock = loop.time()  # an idle scheduler starts the next step at once
                 continue
-            result = self.engine.step()
+            result = self.scheduler.step()
             if not math.isinf(speed):
                 clock += result.duration_s / speed
                 await asyncio.sleep(max(0.0, clock - loop.time()))
@@ -320,9 +320,9 @@ class FakeServer:
             self._abort(live, Ending.CUT)  # mid-stream
 
     def _abort(self, live: Live, ending: Ending) -> None:
-        """Drops ``live`` from the engine; its answer ends as ``ending`` says."""
+        """Drops ``live`` from the scheduler; its answer ends as ``ending`` says."""
         self.live.pop(live.rid, None)
-        self.engine.abort_request(live.rid)
+        self.scheduler.abort_request(live.rid)
         live.end(ending)
 
     async def _wait_for_readers(self) -> None:
@@ -340,4 +340,4 @@ class FakeServer:
             )
         if hang is not None and sent >= hang and not self._hung:
             self._hung = True
-            log("WARNING", f"simulated fault --sim-fault hang-after={hang}: the engine hangs")
+            log("WARNING", f"simulated fault --sim-fault hang-after={hang}: the scheduler hangs")

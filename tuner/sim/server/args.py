@@ -116,7 +116,7 @@ class SimOptions:
         hardware: the simulated GPUs (``--sim-hardware 4090x2``).
         faults: what to break.
         speed: simulated seconds per real second; ``math.inf`` never pauses.
-        seed: seeds the engine's acceptance sampling and timing noise.
+        seed: seeds the scheduler's acceptance sampling and timing noise.
     """
 
     hardware: Hardware = field(default_factory=lambda: parse_hardware(DEFAULT_HARDWARE))

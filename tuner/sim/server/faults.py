@@ -10,8 +10,8 @@ fault                         what happens
 ``alloc-at-start=MIB``        allocates (and touches) MIB MiB during start-up, then serves;
                               under a memory limit, the limit kills it
 ``slow-start=S``              S real seconds pass before the server listens
-``crash-after=N``             the engine dies after N tokens: log, connections drop, exit 1
-``hang``                      the engine never steps: requests are accepted, get no tokens
+``crash-after=N``             the server dies after N tokens: log, connections drop, exit 1
+``hang``                      the scheduler never steps: requests are accepted, get no tokens
 ``hang-after=N``              the same from the N-th token on; ``/health`` still answers
 ``http-500-every=N``          every N-th completion request gets HTTP 500, vLLM's error JSON
 ``malformed-sse[-every=N]``   every (N-th) stream has a broken ``data:`` line after its first
@@ -88,9 +88,9 @@ class Faults:
         sigkill_at_start: die by SIGKILL during start-up.
         alloc_at_start_mib: MiB to allocate and touch during start-up.
         slow_start_s: real seconds to wait before listening (readiness timeouts).
-        crash_after: the engine dies (process exits 1, connections drop) once it has emitted
+        crash_after: the server dies (process exits 1, connections drop) once it has emitted
             this many tokens.
-        hang_after: the engine stops stepping once it has emitted this many tokens (0: before
+        hang_after: the scheduler stops stepping once it has emitted this many tokens (0: before
             the first); requests are accepted and then get no tokens.
         http_500_every: every N-th completion request is answered with HTTP 500.
         malformed_sse_every: every N-th stream carries a broken ``data:`` line after its first

@@ -1,10 +1,10 @@
-"""A request the fake server's engine works on, how its answer reaches the client, and which
+"""A request the fake server's scheduler works on, how its answer reaches the client, and which
 stream faults hit it.
 
-The engine loop never waits on a client: it queues a stream's SSE events in the request's
+The step loop never waits on a client: it queues a stream's SSE events in the request's
 outbox, and the request's own handler writes them out (:meth:`Live.answer`), one HTTP chunk
 per event, as vLLM's server sends them. A slow reader so holds up only itself, as in vLLM;
-under ``--sim-speed inf`` the engine waits for the readers that fell behind
+under ``--sim-speed inf`` the scheduler waits for the readers that fell behind
 (:meth:`Live.catch_up`), so that the client is the bottleneck.
 """
 
@@ -21,7 +21,7 @@ from tuner.sim.server.openai import CompletionParams, StreamFormat
 
 __all__ = ["Ending", "Live", "stream_faults"]
 
-# A reader this far behind (bytes queued) holds up the engine under --sim-speed inf.
+# A reader this far behind (bytes queued) holds up the scheduler under --sim-speed inf.
 _BACKLOG_BYTES = 256 * 1024
 
 
@@ -36,10 +36,10 @@ class Ending(enum.Enum):
 
 @dataclass(eq=False)
 class Live:
-    """A request the engine is working on, and where its tokens go.
+    """A request the scheduler is working on, and where its tokens go.
 
     Attributes:
-        rid: the engine's request id.
+        rid: the scheduler's request id.
         params: the request.
         request_id: the id the answer carries (``chatcmpl-...``, ``cmpl-...``).
         request: the HTTP request, to tell whether its client is still there.
@@ -94,7 +94,7 @@ class Live:
 
         Returns:
             How the answer ended; a client that went away while being written to ends it as
-            ``CUT`` (the engine finds it gone at its next step and drops the request).
+            ``CUT`` (the scheduler finds it gone at its next step and drops the request).
         """
         try:
             if response is not None:
@@ -116,7 +116,7 @@ class Live:
             return Ending.CUT
         finally:
             self._answering = False
-            self._caught_up.set()  # nobody writes any more: the engine must not wait for it
+            self._caught_up.set()  # nobody writes any more: the scheduler must not wait for it
 
 
 def stream_faults(faults: Faults, stream: int) -> frozenset[str]:

@@ -1,6 +1,6 @@
 """The fake server's ``/metrics``: vLLM V1's names and labels, written by ``prometheus_client``.
 
-The numbers live in the engine and in :class:`ServerCounters`; :class:`ServerMetrics`, the one
+The numbers live in the scheduler and in :class:`ServerCounters`; :class:`ServerMetrics`, the one
 collector in a registry of the server's own, reads them at each scrape, and ``prometheus_client``
 writes them as it does for vLLM: every sample carries ``engine`` and ``model_name`` labels, a
 counter shows as ``..._total`` with a ``..._created`` start time beside it, and the
@@ -20,7 +20,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from tuner.sim.scheduler import Engine
+from tuner.sim.scheduler import Scheduler
 
 __all__ = ["CONTENT_TYPE", "ServerCounters", "ServerMetrics"]
 
@@ -31,7 +31,7 @@ _LABELS = ("engine", "model_name")
 
 @dataclass
 class ServerCounters:
-    """What the server counts besides the engine's own state.
+    """What the server counts besides the scheduler's own state.
 
     Attributes:
         prompt_tokens: prompt tokens of the requests admitted.
@@ -47,18 +47,18 @@ class ServerCounters:
 
 
 class ServerMetrics(Collector):
-    """The server's metric families, read from the engine and the counters at each scrape.
+    """The server's metric families, read from the scheduler and the counters at each scrape.
 
     Args:
         model_name: the first served model name (vLLM's ``model_name`` label).
-        engine: the simulated engine (running and waiting requests, KV usage, preemptions,
+        scheduler: the simulated scheduler (running and waiting requests, KV usage, preemptions,
             speculative counters).
         counters: the server's token and request counters.
     """
 
-    def __init__(self, model_name: str, engine: Engine, counters: ServerCounters) -> None:
+    def __init__(self, model_name: str, scheduler: Scheduler, counters: ServerCounters) -> None:
         self._labels = ["0", model_name]
-        self._engine = engine
+        self._scheduler = scheduler
         self._counters = counters
         self._created = time.time()
         self._registry = CollectorRegistry(auto_describe=False)
@@ -70,26 +70,26 @@ class ServerMetrics(Collector):
 
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         """The families of one scrape, in the order vLLM lists them."""
-        engine, counters = self._engine, self._counters
+        scheduler, counters = self._scheduler, self._counters
         yield self._gauge(
             "vllm:num_requests_running",
             "Number of requests in model execution batches.",
-            len(engine.running),
+            len(scheduler.running),
         )
         yield self._gauge(
             "vllm:num_requests_waiting",
             "Number of requests waiting to be processed.",
-            len(engine.waiting),
+            len(scheduler.waiting),
         )
         yield self._gauge(
             "vllm:kv_cache_usage_perc",
             "KV-cache usage. 1 means 100 percent usage.",
-            engine.kv_usage,
+            scheduler.kv_usage,
         )
         yield self._counter(
             "vllm:num_preemptions",
             "Cumulative number of preemption from the engine.",
-            engine.preemptions,
+            scheduler.preemptions,
         )
         yield self._counter(
             "vllm:prompt_tokens", "Number of prefill tokens processed.", counters.prompt_tokens
@@ -114,7 +114,7 @@ class ServerMetrics(Collector):
         )
 
     def _spec_decode(self) -> Iterator[CounterMetricFamily]:
-        spec = self._engine.spec_stats()
+        spec = self._scheduler.spec_stats()
         if spec is None:
             return
         yield self._counter(

@@ -1,7 +1,7 @@
 """The fake server as a process: ``main`` parses the flags, plays the start-up, then serves.
 
 Start-up goes like vLLM's: the banner, ignored flags, the memory check of
-:func:`~tuner.sim.server.startup.start_engine` (vLLM's messages and exit status 1 when the config
+:func:`~tuner.sim.server.startup.start_scheduler` (vLLM's messages and exit status 1 when the config
 does not fit or is invalid), then :class:`~tuner.sim.server.app.FakeServer`. The process-level
 faults of :mod:`tuner.sim.server.faults` (start-up crashes, memory, SIGTERM, a child process, a
 logged secret) are played here, in the order a real server would meet them.
@@ -26,9 +26,9 @@ from tuner.sim.server.startup import (
     SIMULATED_BANNER,
     StartFailure,
     log,
-    print_engine_failure,
+    print_startup_failure,
     print_validation_failure,
-    start_engine,
+    start_scheduler,
 )
 
 __all__ = ["main"]
@@ -131,15 +131,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         _compile_cache(argv)
         if sim.faults.slow_start_s:
             _slow_start(sim.faults.slow_start_s)
-        engine = start_engine(args)
+        scheduler = start_scheduler(args)
     except ConfigValidationError as exc:
         print_validation_failure(exc.config_class, str(exc))
         return 1
     except StartFailure as exc:
-        print_engine_failure(str(exc))
+        print_startup_failure(str(exc))
         return 1
     # The HTTP stack (aiohttp, prometheus_client: about a second of imports on a busy core)
     # loads once start-up has passed, so a failed start-up reports as fast as before.
     from tuner.sim.server.app import FakeServer
 
-    return asyncio.run(FakeServer(args, engine).serve())
+    return asyncio.run(FakeServer(args, scheduler).serve())

@@ -1,9 +1,9 @@
 """Start-up and death of the fake server, in vLLM's words.
 
-:func:`start_engine` does what vLLM's start-up does before it listens: resolve the model and the
+:func:`start_scheduler` does what vLLM's start-up does before it listens: resolve the model and the
 draft (an unknown one is a config validation error), check the parallel size, and size memory with
 :func:`~tuner.sim.memory.estimate_memory`. A config that does not fit raises
-:class:`StartFailure` carrying vLLM's root-cause line; :func:`print_engine_failure` prints it
+:class:`StartFailure` carrying vLLM's root-cause line; :func:`print_startup_failure` prints it
 with the engine core's and the API server's tracebacks, which ``tuner.launch.failures`` classifies
 as ``oom`` like real vLLM logs. Log lines use vLLM's ``LEVEL MM-DD HH:MM:SS [file] message`` form.
 """
@@ -22,7 +22,7 @@ from tuner.errors import ConfigError
 from tuner.sim.acceptance import SPEC_METHODS
 from tuner.sim.memory import BLOCK_TOKENS, GIB, estimate_memory
 from tuner.sim.perfmodel import draft_tensor_parallel, kv_bytes_per_gpu
-from tuner.sim.scheduler import Engine
+from tuner.sim.scheduler import Scheduler
 from tuner.sim.server.args import ConfigValidationError, ServeArgs
 
 __all__ = [
@@ -30,9 +30,9 @@ __all__ = [
     "StartFailure",
     "crash",
     "log",
-    "print_engine_failure",
+    "print_startup_failure",
     "print_validation_failure",
-    "start_engine",
+    "start_scheduler",
 ]
 
 SIMULATED_BANNER = "SIMULATED vLLM server (spectune tuner.sim.server): no GPU, no model weights"
@@ -50,14 +50,14 @@ class StartFailure(Exception):
     """The simulated engine core cannot start; ``str()`` is the root-cause line vLLM prints."""
 
 
-def print_engine_failure(root_cause: str) -> None:
+def print_startup_failure(root_cause: str) -> None:
     """vLLM's start-up failure: the engine core's traceback, then the API server's."""
     stamp = time.strftime("%m-%d %H:%M:%S")
     prefix = f"(EngineCore pid={os.getpid()}) ERROR {stamp} [core.py:1510] "
     for line in (
         "EngineCore failed to start.",
         "Traceback (most recent call last):",
-        '  File "tuner/sim/server.py", in start_engine (simulated vLLM start-up)',
+        '  File "tuner/sim/server.py", in start_scheduler (simulated vLLM start-up)',
         root_cause,
     ):
         print(prefix + line, file=sys.stderr)
@@ -144,10 +144,10 @@ def _kv_cache(
     return tokens, explicit / GIB
 
 
-def start_engine(
+def start_scheduler(
     args: ServeArgs, *, version: VllmVersion | None = None, free_gib: float | None = None
-) -> Engine:
-    """Loads the model specs, checks memory like vLLM ``version``'s start-up, builds the engine.
+) -> Scheduler:
+    """Loads the model specs, checks memory like vLLM ``version``'s start-up, builds the scheduler.
 
     Args:
         args: the parsed command line.
@@ -172,7 +172,7 @@ def start_engine(
         if not spec.model:
             raise ConfigValidationError("SpeculativeConfig", "method draft_model needs a model")
         draft = _load(spec.model, "SpeculativeConfig")
-    _log_engine_config(args)
+    _log_served_config(args)
     kv_tokens, kv_gib = _kv_cache(args, target, draft, version, free_gib)
     log("INFO", f"Available KV cache memory: {kv_gib:.2f} GiB (simulated)")
     log(
@@ -180,10 +180,12 @@ def start_engine(
         f"GPU KV cache size: {kv_tokens:,} tokens, Maximum concurrency for "
         f"{server.max_model_len:,} tokens per request: {kv_tokens / server.max_model_len:.2f}x",
     )
-    return Engine(args.sim.hardware, target, draft, server, kv_tokens=kv_tokens, seed=args.sim.seed)
+    return Scheduler(
+        args.sim.hardware, target, draft, server, kv_tokens=kv_tokens, seed=args.sim.seed
+    )
 
 
-def _log_engine_config(args: ServeArgs) -> None:
+def _log_served_config(args: ServeArgs) -> None:
     """The lines vLLM 0.32 logs about the paths it chose (read by :mod:`tuner.launch.served`)."""
     server = args.server
     eager = dict(server.extra_flags).get("enforce-eager") is True
@@ -218,7 +220,7 @@ def crash(root_cause: str) -> None:
     for line in (
         "EngineCore encountered a fatal error.",
         "Traceback (most recent call last):",
-        '  File "tuner/sim/server.py", in _engine_loop (simulated engine core)',
+        '  File "tuner/sim/server.py", in _step_loop (simulated engine core)',
         root_cause,
     ):
         print(prefix + line, file=sys.stderr)

@@ -35,7 +35,6 @@ from tuner.catalog.gpus import Hardware
 from tuner.catalog.models import ModelSpec, load_model
 from tuner.config.trial import ServerConfig, TrialConfig, server_from_dict, server_to_dict
 from tuner.results import TrialResult
-from tuner.sim.engine import API_IN_S, API_OUT_S
 from tuner.sim.memory import MemoryEstimate, estimate_memory
 from tuner.sim.oom_screen import INSIDE, OUTSIDE, Slacks, memory_slacks, oom_side
 from tuner.sim.twin.forecast import step_parts
@@ -47,6 +46,7 @@ from tuner.sim.twin.model import (
     shipped_decay,
     shipped_logit,
 )
+from tuner.sim.virtual_time import API_IN_S, API_OUT_S
 
 __all__ = [
     "BASE_MARGIN_GIB",

@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from tuner.catalog.gpus import Hardware
 from tuner.catalog.models import ModelSpec
 from tuner.config.trial import ServerConfig, SpecMethod
-from tuner.sim.engine import API_IN_S, API_OUT_S
 from tuner.sim.memory import effective_batched_tokens
 from tuner.sim.perfmodel import ForwardPass, PerfModel
 from tuner.sim.twin.model import TwinParams
+from tuner.sim.virtual_time import API_IN_S, API_OUT_S
 
 __all__ = ["Forecast", "StepParts", "decode_step_s", "decode_steps", "forecast", "step_parts"]
 

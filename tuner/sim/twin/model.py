@@ -8,7 +8,7 @@ penalty, one of the per-position decay); and how much memory a start-up needs ou
 budget and inside it beyond the memory model. All corrections at their neutral value give the
 shipped simulator exactly.
 
-:class:`TwinPhysics` turns the corrections into a :class:`tuner.sim.engine.Physics`, so
+:class:`TwinPhysics` turns the corrections into a :class:`tuner.sim.virtual_time.Physics`, so
 ``simulate``/``predict`` run the twin; :mod:`tuner.sim.twin.forecast` is its fast closed form
 for one request at a time, which the study's re-screen uses.
 """
@@ -189,7 +189,7 @@ class _TwinPerf(PerfModel):
 
 @dataclass(frozen=True)
 class TwinPhysics:
-    """The twin as the simulator's :class:`~tuner.sim.engine.Physics`."""
+    """The twin as the simulator's :class:`~tuner.sim.virtual_time.Physics`."""
 
     params: TwinParams
 

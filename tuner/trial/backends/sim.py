@@ -9,9 +9,9 @@ Nothing runs. ``start`` judges a server config the way a real start-up would fai
   like the fragmentation and library workspaces that make a real start-up fail near the
   limit, so a config the pre-screen accepts can still run out of memory here.
 
-Failures are classified by the same code as real vLLM logs. ``measure`` runs the engine
-(:func:`tuner.sim.engine.simulate`) on the started config; with ``speed`` set it also takes
-(scaled) real time, like a real study.
+Failures are classified by the same code as real vLLM logs. ``measure`` runs the benchmark
+in virtual time (:func:`tuner.sim.virtual_time.simulate`) on the started config; with ``speed``
+set it also takes (scaled) real time, like a real study.
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ from tuner.config.vllm_args import NEWEST_KNOWN, server_argv
 from tuner.errors import MeasurementError
 from tuner.launch.failures import startup_failure
 from tuner.results import Endpoint, Source, TrialResult
-from tuner.sim.engine import simulate
 from tuner.sim.memory import estimate_memory
 from tuner.sim.server.args import ConfigValidationError, parse_serve_args
+from tuner.sim.virtual_time import simulate
 from tuner.trial.backends.base import BackendOptions
 from tuner.trial.backends.settings import SimSettings
 from tuner.trial.run_facts import RunFacts

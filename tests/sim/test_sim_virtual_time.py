@@ -1,4 +1,4 @@
-"""The stepping engine and the virtual-time benchmark built on it."""
+"""The stepping scheduler and the virtual-time benchmark built on it."""
 
 from __future__ import annotations
 
@@ -12,13 +12,13 @@ from tuner.config.trial import ServerConfig, SpecMethod, SpeculativeConfig
 from tuner.config.workload import WorkloadSpec
 from tuner.errors import ConfigError, FailureKind, StartupFailure
 from tuner.results import Source, TrialResult
-from tuner.sim.engine import Engine, predict, simulate
 from tuner.sim.reference import (
     REFERENCE_DRAFT,
     REFERENCE_HARDWARE,
     REFERENCE_TARGET,
     reference_server,
 )
+from tuner.sim.virtual_time import Scheduler, predict, simulate
 
 HARDWARE = parse_hardware(REFERENCE_HARDWARE)
 TARGET = load_model(REFERENCE_TARGET)
@@ -38,14 +38,14 @@ def _in_flight_max(result: TrialResult) -> int:
     return peak
 
 
-def test_engine_steps_a_request_to_completion() -> None:
-    engine = Engine(HARDWARE, TARGET, DRAFT, reference_server(4), kv_tokens=16_384, seed=None)
-    engine.add_request(7, 300, 40, 0.0, "code")
-    assert engine.has_work
+def test_scheduler_steps_a_request_to_completion() -> None:
+    scheduler = Scheduler(HARDWARE, TARGET, DRAFT, reference_server(4), kv_tokens=16_384, seed=None)
+    scheduler.add_request(7, 300, 40, 0.0, "code")
+    assert scheduler.has_work
     emitted, steps = 0, 0
     finished: list[int] = []
-    while engine.has_work:
-        step = engine.step()
+    while scheduler.has_work:
+        step = scheduler.step()
         assert step.duration_s > 0
         assert 0 < step.kv_usage <= 1
         emitted += step.emitted.get(7, 0)
@@ -55,38 +55,38 @@ def test_engine_steps_a_request_to_completion() -> None:
             assert step.emitted == {7: 1}  # the prefill samples the first token
     assert emitted == 40 and finished == [7]
     assert steps < 20  # several tokens per step under speculation
-    stats = engine.spec_stats()
+    stats = scheduler.spec_stats()
     assert stats is not None and stats.draft_tokens == 4 * stats.drafts
     assert sum(stats.accepted_per_position) == pytest.approx(stats.accepted_tokens)
-    assert engine.kv_usage == 0.0
+    assert scheduler.kv_usage == 0.0
 
 
-def test_engine_abort_frees_blocks() -> None:
-    engine = Engine(HARDWARE, TARGET, None, reference_server(0), kv_tokens=16_384)
-    engine.add_request(1, 1000, 100, 0.0, "chat")
-    engine.step()
-    assert engine.kv_usage > 0
-    assert engine.abort_request(1)
-    assert not engine.abort_request(1)
-    assert not engine.has_work and engine.kv_usage == 0.0
+def test_scheduler_abort_frees_blocks() -> None:
+    scheduler = Scheduler(HARDWARE, TARGET, None, reference_server(0), kv_tokens=16_384)
+    scheduler.add_request(1, 1000, 100, 0.0, "chat")
+    scheduler.step()
+    assert scheduler.kv_usage > 0
+    assert scheduler.abort_request(1)
+    assert not scheduler.abort_request(1)
+    assert not scheduler.has_work and scheduler.kv_usage == 0.0
 
 
-def test_engine_rejects_requests_longer_than_max_model_len() -> None:
-    engine = Engine(HARDWARE, TARGET, None, reference_server(0), kv_tokens=16_384)
+def test_scheduler_rejects_requests_longer_than_max_model_len() -> None:
+    scheduler = Scheduler(HARDWARE, TARGET, None, reference_server(0), kv_tokens=16_384)
     with pytest.raises(ValueError, match="maximum context length is 8192"):
-        engine.add_request(1, 8000, 500, 0.0, "chat")
+        scheduler.add_request(1, 8000, 500, 0.0, "chat")
 
 
-def test_engine_rejects_unknown_methods_and_missing_drafts() -> None:
+def test_scheduler_rejects_unknown_methods_and_missing_drafts() -> None:
     with pytest.raises(ConfigError, match="unknown speculative method 'medusa'"):
         SpecMethod.parse("medusa")  # a name no config can carry: refused where it is read
     nothing = ServerConfig(
         REFERENCE_TARGET, 2, 8192, 0.92, 2048, SpeculativeConfig(SpecMethod.NONE, 4)
     )
     with pytest.raises(ConfigError, match="'none' is not simulated"):
-        Engine(HARDWARE, TARGET, None, nothing, kv_tokens=16_384)
+        Scheduler(HARDWARE, TARGET, None, nothing, kv_tokens=16_384)
     with pytest.raises(ConfigError, match="no draft model"):
-        Engine(HARDWARE, TARGET, None, reference_server(4), kv_tokens=16_384)
+        Scheduler(HARDWARE, TARGET, None, reference_server(4), kv_tokens=16_384)
 
 
 def test_simulated_records_look_like_measured_ones() -> None:
@@ -194,15 +194,15 @@ def test_a_per_batch_size_table_drafts_only_in_the_batches_it_names() -> None:
         k_by_batch_size=((1, 2, 4), (3, 64, 0)),
     )
     server = ServerConfig(**{**fixed.__dict__, "speculative": table})
-    engine = Engine(HARDWARE, TARGET, DRAFT, server, kv_tokens=65_536, seed=None)
+    scheduler = Scheduler(HARDWARE, TARGET, DRAFT, server, kv_tokens=65_536, seed=None)
     for rid, length in enumerate((8, 16, 48, 96)):  # they finish one after another
-        engine.add_request(rid, 64, length, 0.0, "code")
+        scheduler.add_request(rid, 64, length, 0.0, "code")
     drafted_at: list[int] = []
-    while engine.has_work:
-        running = len(engine.running)
-        before = engine.spec_stats()
-        engine.step()
-        after = engine.spec_stats()
+    while scheduler.has_work:
+        running = len(scheduler.running)
+        before = scheduler.spec_stats()
+        scheduler.step()
+        after = scheduler.spec_stats()
         assert before is not None and after is not None
         if after.drafts > before.drafts:
             drafted_at.append(running)

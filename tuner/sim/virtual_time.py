@@ -1,17 +1,17 @@
 """Benchmark runs in virtual time: the simulator's answer to the load generator.
 
 :func:`simulate` plays the benchmark a real trial runs (warm-up requests, then the measured ones,
-closed loop or Poisson arrivals) against the :class:`~tuner.sim.scheduler.Engine`, moving a
+closed loop or Poisson arrivals) against the :class:`~tuner.sim.scheduler.Scheduler`, moving a
 virtual clock by each step's duration, so a 30-trial study takes seconds. It returns the same
 :class:`~tuner.results.TrialResult` as a measured run, with per-request timelines, speculative
 counters (deltas over the measured window, as from /metrics), peak KV usage and preemptions.
-:func:`predict` runs the same engine without noise, every draft accepting its expected share.
+:func:`predict` runs the same scheduler without noise, every draft accepting its expected share.
 
 Both take a :class:`Physics`: the step-time, acceptance and memory models the run obeys. The
 default is the shipped one (:class:`Calibrated` with the shipped constants); a study's fitted
 twin (:mod:`tuner.sim.twin`), the reference benchmark's refit or a benchmark's perturbed truth
-passes its own. Both also take the vLLM version that serves (None: the newest): its engine
-generation sets the per-step costs.
+passes its own. Both also take the vLLM version that serves (None: the newest): its vLLM
+engine generation (V0 or V1) sets the per-step costs.
 """
 
 from __future__ import annotations
@@ -33,21 +33,21 @@ from tuner.sim.acceptance import SHIPPED_ACCEPTANCE, AcceptanceConstants, shippe
 from tuner.sim.calibration import SHIPPED_STEPS, StepConstants
 from tuner.sim.memory import MemoryEstimate, estimate_memory
 from tuner.sim.perfmodel import PerfModel
-from tuner.sim.scheduler import Engine, StepResult
+from tuner.sim.scheduler import Scheduler, StepResult
 
 __all__ = [
     "API_IN_S",
     "API_OUT_S",
     "SHIPPED",
     "Calibrated",
-    "Engine",
     "Physics",
+    "Scheduler",
     "StepResult",
     "predict",
     "simulate",
 ]
 
-# Client to engine: HTTP, chat template, tokenization. Engine to client: detokenize, SSE frame.
+# Client to scheduler: HTTP, chat template, tokenization. Back: detokenize, SSE frame.
 API_IN_S = 0.004
 API_OUT_S = 0.002
 API_JITTER_S = 0.002  # seeded runs: the network and the API server's event loop vary
@@ -172,23 +172,23 @@ class _Request:
 
 
 class _Run:
-    """The client side: sends requests, tracks the virtual clock, drives the engine."""
+    """The client side: sends requests, tracks the virtual clock, drives the scheduler."""
 
     def __init__(
         self,
-        engine: Engine,
+        scheduler: Scheduler,
         workload: WorkloadSpec,
         temperature: float,
         concurrency: int,
         rng: random.Random | None,
     ) -> None:
-        self.engine = engine
+        self.scheduler = scheduler
         self.workload = workload
         self.temperature = temperature
         self.concurrency = max(1, concurrency)
         self.rng = rng
         self.now = 0.0
-        self.sent = 0  # requests sent so far: the next request's engine id
+        self.sent = 0  # requests sent so far: the next request's id in the scheduler
         self.peak_kv = 0.0
 
     def _prompt_tokens(self) -> int:
@@ -235,7 +235,7 @@ class _Run:
                 arrived, index = heapq.heappop(arrivals)
                 request = batch[index]
                 try:
-                    self.engine.add_request(
+                    self.scheduler.add_request(
                         first_id + index,
                         request.prompt,
                         self.workload.output_tokens,
@@ -245,7 +245,7 @@ class _Run:
                 except ValueError as exc:  # the API server answers HTTP 400 at once
                     request.error = str(exc)
                     finish(index, arrived + self._latency(API_OUT_S))
-            if self.engine.has_work:
+            if self.scheduler.has_work:
                 self._step(batch, first_id, finish)
             elif arrivals:
                 self.now = max(self.now, arrivals[0][0])
@@ -255,7 +255,7 @@ class _Run:
     def _step(
         self, batch: list[_Request], first_id: int, finish: Callable[[int, float], None]
     ) -> None:
-        result = self.engine.step()
+        result = self.scheduler.step()
         self.now += result.duration_s
         self.peak_kv = max(self.peak_kv, result.kv_usage)
         for rid, tokens in result.emitted.items():
@@ -296,7 +296,7 @@ def _run(  # noqa: PLR0913  (the simulated step takes each cost term)
     if not memory.fits:
         raise StartupFailure(FailureKind.OOM, memory.reason, log_tail=memory.reason)
     uses_draft = server.method is SpecMethod.DRAFT_MODEL
-    engine = Engine(
+    scheduler = Scheduler(
         hardware,
         target,
         draft,
@@ -307,10 +307,10 @@ def _run(  # noqa: PLR0913  (the simulated step takes each cost term)
         rates=physics.position_rates,
     )
     rng = random.Random(f"client-{seed}") if seed is not None else None
-    run = _Run(engine, workload, temperature, concurrency, rng)
+    run = _Run(scheduler, workload, temperature, concurrency, rng)
     if workload.warmup > 0:
         run.phase(workload.warmup, None)
-    before, preempted = engine.spec_stats(), engine.preemptions
+    before, preempted = scheduler.spec_stats(), scheduler.preemptions
     run.peak_kv = 0.0
     measured = run.phase(workload.requests, workload.request_rate)
     ends = [r.end for r in measured if r.end is not None]
@@ -320,9 +320,9 @@ def _run(  # noqa: PLR0913  (the simulated step takes each cost term)
         concurrency=concurrency,
         duration_s=max(ends, default=start) - start,
         requests=tuple(r.record() for r in measured),
-        spec_decode=_delta(engine.spec_stats(), before),
+        spec_decode=_delta(scheduler.spec_stats(), before),
         kv_cache_usage=run.peak_kv,
-        preemptions=float(engine.preemptions - preempted),
+        preemptions=float(scheduler.preemptions - preempted),
         peak_memory_gib=(round(memory.peak_gib, 3),) * server.tensor_parallel_size,
     )
 
@@ -353,7 +353,7 @@ def simulate(  # noqa: PLR0913  (the simulated step takes each cost term)
         concurrency: requests in flight.
         seed: the same seed gives the same result, to the last digit.
         physics: the models the run obeys (default: the shipped ones).
-        version: the vLLM release serving (None: the newest); it picks the engine's costs.
+        version: the vLLM release serving (None: the newest); it picks vLLM's V0 or V1 step costs.
 
     Returns:
         A ``Source.SIMULATED`` result over the measured requests (warm-up excluded).

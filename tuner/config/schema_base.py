@@ -1,7 +1,7 @@
 """The building blocks of the search-space schema: a strict YAML mapping and a ``low``/``high``
 range, shared by :mod:`tuner.config.schema` and :mod:`tuner.config.methods`.
 
-A :class:`Section` takes ``null`` as empty, refuses unknown keys naming the nearest known one
+A :class:`StrictModel` takes ``null`` as empty, refuses unknown keys naming the nearest known one
 (unless validated with ``context={"lenient": True}``, for stored copies), and names a missing
 required key with an example; :mod:`tuner.config.schema_errors` turns these into one line.
 """
@@ -25,7 +25,7 @@ from pydantic_core import PydanticCustomError
 
 from tuner.config.schema_errors import A_RANGE, ONE_VALUE
 
-__all__ = ["AS_LIST", "CHOICE", "NON_EMPTY", "RangeSection", "Section", "context_flag"]
+__all__ = ["AS_LIST", "CHOICE", "NON_EMPTY", "RangeModel", "StrictModel", "context_flag"]
 
 T = TypeVar("T")
 
@@ -45,7 +45,7 @@ def context_flag(info: ValidationInfo, key: str) -> bool:
     return bool(isinstance(info.context, Mapping) and info.context.get(key))
 
 
-class Section(BaseModel):
+class StrictModel(BaseModel):
     """A YAML mapping: ``null`` is empty, unknown keys fail naming the nearest known one."""
 
     model_config = ConfigDict(
@@ -79,14 +79,14 @@ class Section(BaseModel):
         return data
 
 
-class RangeSection(Section):
+class RangeModel(StrictModel):
     """``{low: .., high: ..}``; subclasses bound both ends."""
 
     low: float
     high: float
 
     @model_validator(mode="after")
-    def _ordered(self) -> RangeSection:
+    def _ordered(self) -> RangeModel:
         if self.low > self.high:
             raise PydanticCustomError(
                 "order",
