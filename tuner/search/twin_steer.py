@@ -81,7 +81,7 @@ _TRAFFIC_TOP = 4
 # The study attribute that keeps the configs predicted from counters and not measured.
 PREDICTED_ONLY_ATTR = "twin_predicted_only"
 # How a forecast whose acceptance was read off a measured K's counters says so.
-COUNTERS_SOURCE = "per-position counters of a measured K (not measured at this K)"
+COUNTERS_SOURCE = "per-position counters measured at this K or above (this config not measured)"
 
 
 def stored_twin(study: optuna.Study) -> FittedTwin | None:
