@@ -164,6 +164,24 @@ def test_the_twin_predicts_a_lower_k_from_the_counters_not_its_fitted_decay() ->
     assert high is not None and high > counted_ranks[2].output_tok_s
 
 
+def test_on_a_temperature_mix_every_temperature_must_be_counted() -> None:
+    space = load_space(str(Path(__file__).parents[2] / "benchmarks" / "held_out_mixed_space.yaml"))
+    assert space.workload.temperature_mix == ((0.2, 0.7), (0.8, 0.3))
+    screen = TwinScreen(space)
+    cold = PositionCounts.measured(1000, [900, 800, 700])
+    hot = PositionCounts.measured(1000, [500, 200, 100])
+    only_cold = FittedTwin(counters={(DRAFT, "code", 0.2): cold})
+    assert screen.measured(only_cold, (DRAFT, 2), space.workload.mean_temperature) is None
+    both = FittedTwin(counters={(DRAFT, "code", 0.2): cold, (DRAFT, "code", 0.8): hot})
+    found = screen.measured(both, (DRAFT, 2), space.workload.mean_temperature)
+    assert found is not None
+    assert found.mid == pytest.approx(0.7 * 1.7 + 0.3 * 0.7)
+    assert found.high == pytest.approx(
+        0.7 * cold.accepted_at(2).high + 0.3 * hot.accepted_at(2).high
+    )
+    assert screen.measured(both, (DRAFT, 4), space.workload.mean_temperature) is None  # K above 3
+
+
 def _incumbent(low: float) -> optuna.trial.FrozenTrial:
     """A completed, feasible no-speculation trial whose tok/s is at least ``low``."""
     config = SPACE.config(None, 0.86, 2048, 0.2)
