@@ -242,6 +242,8 @@ class TrialResult:
             "acceptance_per_position": list(self.spec_decode.per_position_rate)
             if self.spec_decode
             else [],
+            # The steps the rates count: their sample size (tuner.sim.twin.counters).
+            "spec_drafts": self.spec_decode.drafts if self.spec_decode else None,
             "kv_cache_usage": self.kv_cache_usage,
             "preemptions": self.preemptions,
             "peak_memory_gib": list(self.peak_memory_gib),

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, cast
 
@@ -38,11 +38,14 @@ from tuner.config.trial import TrialConfig
 from tuner.errors import StartupFailure
 from tuner.search.strategy import grid_params, screened_workload
 from tuner.sim.acceptance import expected_accepted
+from tuner.sim.band import error_band, regime_of, widest
 from tuner.sim.oom_screen import memory_slacks
+from tuner.sim.twin.counters import AcceptedTokens, PositionCounts, reusable
 from tuner.sim.twin.fit import FittedTwin, Observation, fit
 from tuner.sim.twin.forecast import StepParts, forecast, step_parts
 from tuner.sim.twin.model import TwinPhysics
 from tuner.sim.virtual_time import INPUT_SPREAD, predict
+from tuner.trial.race import Incumbent, incumbent_among
 from tuner.trial.record import (
     BUDGET_ATTR,
     COUNTED_STATES,
@@ -54,6 +57,8 @@ from tuner.trial.record import (
 from tuner.trial.scoring import TrialStatus
 
 __all__ = [
+    "COUNTERS_SOURCE",
+    "PREDICTED_ONLY_ATTR",
     "PRIOR_ATTR",
     "TWIN_ATTR",
     "TwinProposal",
@@ -73,6 +78,10 @@ _CLOSE_SHARE = 0.9
 _FIXED_PARAMS = "fixed_params"  # where Study.enqueue_trial keeps a queued trial's parameters
 # Proposals forecast on a traffic mix: the best of each (method, K), and the best few overall.
 _TRAFFIC_TOP = 4
+# The study attribute that keeps the configs predicted from counters and not measured.
+PREDICTED_ONLY_ATTR = "twin_predicted_only"
+# How a forecast whose acceptance was read off a measured K's counters says so.
+COUNTERS_SOURCE = "per-position counters measured at this K or above (this config not measured)"
 
 
 def stored_twin(study: optuna.Study) -> FittedTwin | None:
@@ -107,7 +116,26 @@ def _observation(space: SearchSpace, record: TrialRecord) -> Observation | None:
         reach=tuple(float(r) for r in summary.get("acceptance_per_position") or ()),
         drafts=float(summary.get("output_tokens", 0)) / float(length) if length else 0.0,
         peak_gib=max(float(p) for p in peaks) if peaks else None,
+        counts=tuple(_counts(level, record.trial_temperature) for level in record.levels),
     )
+
+
+def _counts(level: Mapping[str, Any], temperature: float) -> tuple[float, PositionCounts]:
+    """One measured pair's per-position counters, as ``(temperature, counts)``.
+
+    Records stored before ``spec_drafts`` was kept give the steps back from the tokens: each
+    request's first token comes from its prefill, every step after emits one token plus the
+    accepted drafts (the mean acceptance length).
+    """
+    rates = [float(r) for r in level.get("acceptance_per_position") or ()]
+    drafts = level.get("spec_drafts")
+    if drafts is None:
+        length = level.get("mean_acceptance_length")
+        ok = int(level.get("requests", 0)) - int(level.get("errors", 0))
+        tokens = float(level.get("output_tokens", 0)) - ok
+        drafts = tokens / float(length) if length and tokens > 0 else 0.0
+    counts = PositionCounts.measured(float(drafts), [r * float(drafts) for r in rates])
+    return float(level.get("temperature", temperature)), counts
 
 
 def observations(space: SearchSpace, trials: Sequence[FrozenTrial]) -> list[Observation]:
@@ -118,12 +146,25 @@ def observations(space: SearchSpace, trials: Sequence[FrozenTrial]) -> list[Obse
 
 @dataclass(frozen=True)
 class TwinProposal:
-    """A config the fitted twin predicts, as :meth:`SearchSpace.suggest` names its parameters."""
+    """A config the fitted twin predicts, as :meth:`SearchSpace.suggest` names its parameters.
+
+    Attributes:
+        params: its parameters.
+        output_tok_s: the twin's forecast.
+        ttft_ms: the twin's forecast of its TTFT.
+        headroom_gib: memory it has to spare under the twin.
+        accepted: its acceptance read off the counters of its drafter measured at a K at or
+            above its own (:mod:`tuner.sim.twin.counters`); None where the fit predicts it.
+        high_tok_s: with ``accepted``, the forecast at the counters' upper bound (the
+            step-time model's band not yet added: :func:`_ceiling`).
+    """
 
     params: dict[str, Any]
     output_tok_s: float
     ttft_ms: float
     headroom_gib: float
+    accepted: AcceptedTokens | None = None
+    high_tok_s: float | None = None
 
     @property
     def method(self) -> str:
@@ -215,14 +256,10 @@ class TwinScreen:
                 if best is None or self.headroom(twin, pair, s) > self.headroom(twin, pair, best):
                     by_mnbt[s[1]] = s
             for temperature in sorted(self.temperatures):
-                accepted = self._accepted(physics, pair, temperature)
+                accepted, measured = self._accepted(twin, physics, pair, temperature)
                 for mnbt, setting in by_mnbt.items():
-                    mean = forecast(
-                        self.parts(pair, mnbt, space.workload.input_tokens),
-                        twin.params,
-                        accepted,
-                        output,
-                    )
+                    parts = self.parts(pair, mnbt, space.workload.input_tokens)
+                    mean = forecast(parts, twin.params, accepted, output)
                     tail = forecast(
                         self.parts(pair, mnbt, self.tail_prompt), twin.params, accepted, output
                     )
@@ -235,13 +272,26 @@ class TwinScreen:
                         tail.ttft_ms,
                         -room,
                     )
-                    out.append((key, TwinProposal(params, mean.output_tok_s, mean.ttft_ms, room)))
+                    high = None
+                    if measured is not None:
+                        high = forecast(parts, twin.params, measured.high, output).output_tok_s
+                    proposal = TwinProposal(
+                        params, mean.output_tok_s, mean.ttft_ms, room, measured, high
+                    )
+                    out.append((key, proposal))
         out.sort(key=lambda item: item[0])
         return [p for key, p in out if not key[0]]
 
-    def _accepted(self, physics: TwinPhysics, pair: Pair, temperature: float) -> float:
+    def _accepted(
+        self, twin: FittedTwin, physics: TwinPhysics, pair: Pair, temperature: float
+    ) -> tuple[float, AcceptedTokens | None]:
+        """Expected accepted tokens per step: from the counters where they reach this K,
+        else from the fitted acceptance (and then None beside it)."""
         if pair[0] == NO_DRAFT:
-            return 0.0
+            return 0.0, None
+        measured = self.measured(twin, pair, temperature)
+        if measured is not None:
+            return measured.mid, measured
         spec = self.space.speculative(*pair)
         assert spec is not None
         rates = physics.position_rates(
@@ -252,7 +302,30 @@ class TwinScreen:
             temperature,
             pair[1],
         )
-        return sum(expected_accepted(rates))
+        return sum(expected_accepted(rates)), None
+
+    def measured(self, twin: FittedTwin, pair: Pair, temperature: float) -> AcceptedTokens | None:
+        """Accepted tokens per step of ``pair`` read off the study's counters, where its
+        drafter was measured at this K or above at every temperature the trial would serve
+        (the trial's own when the space tunes it, else the workload's mix, weighted); None
+        where it was not, or where its counters do not carry to a lower K."""
+        if not reusable(self.space.speculative(*pair)):
+            return None
+        workload = self.space.workload
+        mix = ((temperature, 1.0),) if self.space.tunes_temperature else workload.temperature_mix
+        found = []
+        for t, weight in mix:
+            counted = twin.measured_accepted(pair[0], workload.prompt_set, t, pair[1])
+            if counted is None:
+                return None
+            found.append((weight, counted))
+        total = sum(w for w, _ in found)
+        return AcceptedTokens(
+            pair[1],
+            sum(w * a.mid for w, a in found) / total,
+            sum(w * a.low for w, a in found) / total,
+            sum(w * a.high for w, a in found) / total,
+        )
 
     def _params(self, pair: Pair, setting: Setting, temperature: float) -> dict[str, Any]:
         params = dict(self.pairs[pair])
@@ -387,19 +460,79 @@ def _propose(
     candidates = [ranked[0]] + [
         p for p in per_method.values() if p.output_tok_s >= _CLOSE_SHARE * best
     ]
+    complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    incumbent = incumbent_among(records(complete))
     for proposal in candidates:
-        if _key(proposal.params) not in known:
-            study.enqueue_trial(
-                proposal.params,
-                user_attrs={
-                    PROPOSED_ATTR: {
-                        "output_tok_s": round(proposal.output_tok_s, 3),
-                        "ttft_ms": round(proposal.ttft_ms, 3),
-                        "trials_fitted": twin.observations,
-                    }
-                },
-            )
-            return
+        if _key(proposal.params) in known:
+            continue
+        ceiling = _ceiling(screen, proposal)
+        forecast_attrs = {
+            "output_tok_s": round(proposal.output_tok_s, 3),
+            "ttft_ms": round(proposal.ttft_ms, 3),
+            "trials_fitted": twin.observations,
+        }
+        if proposal.accepted is not None:
+            forecast_attrs.update(_counted(proposal, ceiling))
+        if incumbent is not None and ceiling is not None and ceiling < incumbent.low:
+            _not_measured(study, proposal, forecast_attrs, incumbent)
+            continue
+        study.enqueue_trial(proposal.params, user_attrs={PROPOSED_ATTR: forecast_attrs})
+        return
+
+
+def _counted(proposal: TwinProposal, ceiling: float | None) -> dict[str, Any]:
+    """How a proposal predicted from counters says so where it is stored."""
+    accepted = proposal.accepted
+    assert accepted is not None
+    return {
+        "acceptance": COUNTERS_SOURCE,
+        "accepted_per_step": [
+            round(accepted.low, 4),
+            round(accepted.mid, 4),
+            round(accepted.high, 4),
+        ],
+        "high_tok_s": None if ceiling is None else round(ceiling, 3),
+    }
+
+
+def _not_measured(
+    study: optuna.Study, proposal: TwinProposal, forecast_attrs: dict[str, Any], rival: Incumbent
+) -> None:
+    """Stores (study attribute :data:`PREDICTED_ONLY_ATTR`) a config predicted from counters
+    that cannot reach the incumbent, so it is not measured: what was predicted, and why."""
+    entry = {
+        **forecast_attrs,
+        "params": proposal.params,
+        "source": "predicted",
+        "reason": (
+            f"cannot reach trial {rival.number}: at most {forecast_attrs['high_tok_s']:.1f} "
+            f"tok/s (acceptance from counters, step times +/- their band) < its "
+            f"{rival.low:.1f} tok/s at least"
+        ),
+    }
+    stored = dict(study.user_attrs.get(PREDICTED_ONLY_ATTR) or {})
+    stored[repr(_key(proposal.params))] = entry
+    study.set_user_attr(PREDICTED_ONLY_ATTR, stored)
+
+
+def _ceiling(screen: TwinScreen, proposal: TwinProposal) -> float | None:
+    """A config's best case, where its acceptance is read off counters: the forecast at the
+    counters' upper bound, raised by the step-time model's error band (the largest held-out
+    error of the public figures of its regime, the widest over the workload's levels:
+    :mod:`tuner.sim.band`). None: not from counters, or no figure bounds its regime (then it
+    cannot be ruled out)."""
+    if proposal.high_tok_s is None:
+        return None
+    params = proposal.params
+    setting = (float(params["gpu_memory_utilization"]), int(params["max_num_batched_tokens"]))
+    temperature = float(params.get("temperature", screen.space.trial_temperature))
+    server = screen.config(_pair(params), setting, temperature).server
+    hardware = screen.space.hardware
+    levels = screen.space.workload.concurrency
+    band = widest(error_band(regime_of(hardware, server, c)) for c in levels)
+    if band is None or band.error is None:
+        return None
+    return proposal.high_tok_s * (1.0 + band.error)
 
 
 def _on_traffic(
@@ -447,7 +580,10 @@ def _scaled(screen: TwinScreen, proposals: Iterable[TwinProposal]) -> list[TwinP
     for proposal in proposals:
         ratio = screen.traffic_ratio(proposal.params)
         if ratio is not None:
-            scored.append(replace(proposal, output_tok_s=proposal.output_tok_s * ratio))
+            high = None if proposal.high_tok_s is None else proposal.high_tok_s * ratio
+            scored.append(
+                replace(proposal, output_tok_s=proposal.output_tok_s * ratio, high_tok_s=high)
+            )
     return sorted(scored, key=lambda p: -p.output_tok_s)
 
 

@@ -24,9 +24,8 @@ from tuner.config.workload import Condition
 from tuner.errors import StartupFailure
 from tuner.search.forecast import predicted_pairs
 from tuner.sim.band import SPEED_KINDS, error_band, load_errors, regime_of
-from tuner.trial.race import Incumbent, Race
-from tuner.trial.record import TrialRecord, records
-from tuner.trial.rounds import Interval
+from tuner.trial.race import Incumbent, Race, incumbent_among
+from tuner.trial.record import records
 
 __all__ = ["incumbent_of", "race_for", "widest_error"]
 
@@ -66,20 +65,4 @@ def _method_measured(study: optuna.Study, config: TrialConfig) -> bool:
 
 def incumbent_of(study: optuna.Study) -> Incumbent | None:
     """The study's best feasible completed trial with an interval at every pair; None if none."""
-    best: tuple[float, Incumbent] | None = None
-    for record in records(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))):
-        found, value = _incumbent(record), record.throughput
-        if found is not None and value is not None and (best is None or value > best[0]):
-            best = (value, found)
-    return None if best is None else best[1]
-
-
-def _incumbent(record: TrialRecord) -> Incumbent | None:
-    if not record.feasible or record.throughput is None or not record.levels:
-        return None
-    stored = [level.get("tok_s_interval") for level in record.levels]
-    weights = [level.get("weight") for level in record.levels]
-    if any(s is None for s in stored) or any(w is None for w in weights):
-        return None
-    pairs = tuple(Interval.from_json(s) for s in stored if s is not None)
-    return Incumbent(record.number, pairs, tuple(float(w) for w in weights if w is not None))
+    return incumbent_among(records(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))))

@@ -13,13 +13,14 @@ whose prediction has no known error band is unbounded, so a trial is never prune
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 from tuner.config.workload import Condition
 from tuner.trial.rounds import Interval
 
-__all__ = ["Incumbent", "Race"]
+__all__ = ["Incumbent", "Race", "incumbent_among"]
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,44 @@ class Incumbent:
         """Its worst case over the mix (weighted lower bounds)."""
         total = sum(self.weights)
         return sum(w * p.low for w, p in zip(self.weights, self.pairs, strict=True)) / total
+
+
+class _Record(Protocol):
+    """What the incumbent is chosen by (a :class:`~tuner.trial.record.TrialRecord`, which
+    imports the runner, and the runner this module)."""
+
+    @property
+    def number(self) -> int: ...
+
+    @property
+    def feasible(self) -> bool: ...
+
+    @property
+    def throughput(self) -> float | None: ...
+
+    @property
+    def levels(self) -> tuple[Mapping[str, Any], ...]: ...
+
+
+def incumbent_among(found: Iterable[_Record]) -> Incumbent | None:
+    """The best feasible completed record with an interval at every pair; None if none."""
+    best: tuple[float, Incumbent] | None = None
+    for record in found:
+        incumbent, value = _incumbent(record), record.throughput
+        if incumbent is not None and value is not None and (best is None or value > best[0]):
+            best = (value, incumbent)
+    return None if best is None else best[1]
+
+
+def _incumbent(record: _Record) -> Incumbent | None:
+    if not record.feasible or record.throughput is None or not record.levels:
+        return None
+    stored = [level.get("tok_s_interval") for level in record.levels]
+    weights = [level.get("weight") for level in record.levels]
+    if any(s is None for s in stored) or any(w is None for w in weights):
+        return None
+    pairs = tuple(Interval.from_json(s) for s in stored if s is not None)
+    return Incumbent(record.number, pairs, tuple(float(w) for w in weights if w is not None))
 
 
 @dataclass(frozen=True)

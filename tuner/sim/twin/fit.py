@@ -37,6 +37,7 @@ from tuner.config.trial import ServerConfig, TrialConfig, server_from_dict, serv
 from tuner.results import TrialResult
 from tuner.sim.memory import MemoryEstimate, estimate_memory
 from tuner.sim.oom_screen import INSIDE, OUTSIDE, Slacks, memory_slacks, oom_side
+from tuner.sim.twin.counters import AcceptedTokens, PositionCounts, reusable
 from tuner.sim.twin.forecast import step_parts
 from tuner.sim.twin.model import (
     TIME_FACTORS,
@@ -55,6 +56,7 @@ __all__ = [
     "fit",
     "headroom_gib",
     "observe",
+    "pooled_counters",
     "slacks",
 ]
 
@@ -99,6 +101,8 @@ class Observation:
         drafts: verification steps counted (the acceptance's sample size).
         peak_gib: the largest per-GPU memory NVML saw, if it was read.
         failure: what a start-up that ran out of memory said (its last lines).
+        counts: vLLM's per-position counters of every measured pair, as
+            ``(temperature, counts)``: the acceptance at every lower K of the same drafter.
     """
 
     server: ServerConfig
@@ -114,16 +118,24 @@ class Observation:
     drafts: float = 0.0
     peak_gib: float | None = None
     failure: str = ""
+    counts: tuple[tuple[float, PositionCounts], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         data = {k: v for k, v in vars(self).items() if k != "server"}
         data["reach"] = list(self.reach)
+        data["counts"] = [[t, c.to_json()] for t, c in self.counts]
         return {"server": server_to_dict(self.server), **data}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Observation:
-        rest = {k: v for k, v in data.items() if k not in ("server", "reach")}
-        return cls(server_from_dict(data["server"]), reach=tuple(data.get("reach", ())), **rest)
+        rest = {k: v for k, v in data.items() if k not in ("server", "reach", "counts")}
+        counts = tuple((float(t), PositionCounts.from_json(c)) for t, c in data.get("counts", ()))
+        return cls(
+            server_from_dict(data["server"]),
+            reach=tuple(data.get("reach", ())),
+            counts=counts,
+            **rest,
+        )
 
 
 def observe(config: TrialConfig, result: TrialResult | None, oom: bool = False) -> Observation:
@@ -149,6 +161,11 @@ def observe(config: TrialConfig, result: TrialResult | None, oom: bool = False) 
         reach=spec.per_position_rate if spec else (),
         drafts=spec.drafts if spec else 0.0,
         peak_gib=max(result.peak_memory_gib) if result.peak_memory_gib else None,
+        counts=(
+            ((base.temperature, PositionCounts.measured(spec.drafts, spec.accepted_per_position)),)
+            if spec and spec.drafts and spec.accepted_per_position
+            else ()
+        ),
     )
 
 
@@ -162,15 +179,27 @@ class FittedTwin:
             acceptance shift (``"<method>|<prompt set>|logit"`` and so on).
         margin_gib: memory a config must keep to spare, under the twin, to be proposed.
         observations: how many trials the fit saw.
+        counters: the study's own per-position acceptance counters, pooled per
+            ``(drafter, prompt set, temperature)`` (drafters whose counters carry to a lower K
+            only: :func:`~tuner.sim.twin.counters.reusable`); a prior's are not carried.
     """
 
     params: TwinParams = field(default_factory=TwinParams)
     sd: dict[str, float] = field(default_factory=dict)
     margin_gib: float = BASE_MARGIN_GIB + _MARGIN_SIGMAS * _OUTSIDE_SD
     observations: int = 0
+    counters: dict[tuple[str, str, float], PositionCounts] = field(default_factory=dict)
 
     def prior_sd(self, name: str, default: float) -> float:
         return self.sd.get(name, default)
+
+    def measured_accepted(
+        self, draft: str, prompt_set: str, temperature: float, k: int
+    ) -> AcceptedTokens | None:
+        """Accepted tokens per step at ``k`` read off the counters of ``draft`` measured at
+        some K >= ``k`` on ``prompt_set`` at ``temperature``; None where none was."""
+        found = self.counters.get((draft, prompt_set, round(temperature, 4)))
+        return None if found is None or found.k < k or k < 1 else found.accepted_at(k)
 
     def intervals(self) -> list[tuple[str, float, float, float]]:
         """Each step-time factor and the memory outside vLLM's budget (``outside_gib``) as
@@ -198,6 +227,10 @@ class FittedTwin:
             "sd": dict(self.sd),
             "margin_gib": self.margin_gib,
             "observations": self.observations,
+            "counters": [
+                {"draft": d, "prompt_set": p, "temperature": t, **c.to_json()}
+                for (d, p, t), c in self.counters.items()
+            ],
         }
 
     @classmethod
@@ -207,6 +240,12 @@ class FittedTwin:
             {str(k): float(v) for k, v in data.get("sd", {}).items()},
             float(data["margin_gib"]),
             int(data.get("observations", 0)),
+            {
+                (str(c["draft"]), str(c["prompt_set"]), float(c["temperature"])): (
+                    PositionCounts.from_json(c)
+                )
+                for c in data.get("counters", [])
+            },
         )
 
 
@@ -261,7 +300,27 @@ def fit(hardware: Hardware, observations: Sequence[Observation], prior: FittedTw
     shifts = _fit_acceptance(observations, prior, sd)
     outside, inside, margin = _fit_memory(hardware, observations, prior, sd)
     params = TwinParams(**times, acceptance=shifts, outside_gib=outside, inside_gib=inside)
-    return FittedTwin(params, sd, margin, len(observations))
+    return FittedTwin(params, sd, margin, len(observations), pooled_counters(observations))
+
+
+def pooled_counters(
+    observations: Sequence[Observation],
+) -> dict[tuple[str, str, float], PositionCounts]:
+    """Every measured pair's counters, pooled per (drafter, prompt set, temperature).
+
+    Only the study's own measurements: counters describe the prompts they were counted on.
+    """
+    out: dict[tuple[str, str, float], PositionCounts] = {}
+    for obs in observations:
+        spec, draft = obs.server.speculative, obs.server.draft
+        if obs.oom or draft is None or not reusable(spec):
+            continue
+        for temperature, counts in obs.counts:
+            if not counts.k or max(counts.drafts) <= 0:  # nothing was drafted in that window
+                continue
+            key = (draft, obs.prompt_set, round(temperature, 4))
+            out[key] = out[key] + counts if key in out else counts
+    return out
 
 
 def _fit_times(
