@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import signal
 import sys
 import warnings
 from collections.abc import Callable
@@ -87,10 +88,10 @@ class _Commands(typer.core.TyperGroup):
                 raise
             _usage_fail(usage_line(exc), as_json=as_json)
         except Exception as exc:
-            stopped = _made_of_signal(exc)
-            if stopped is None:
+            signum = _made_of_signal(exc)
+            if signum is None:
                 raise
-            _stopped_outside(stopped)
+            _stopped_outside(Terminated(signum))
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
         # The app's own flags (``spectune --debgu optimize``) are parsed here, before invoke.
@@ -100,9 +101,9 @@ class _Commands(typer.core.TyperGroup):
             _usage_fail(usage_line(exc), as_json="--json" in args)
 
 
-def _made_of_signal(exc: Exception) -> Terminated | None:
-    """The signal behind ``exc`` when a library caught a signal's :class:`Terminated` and raised
-    its own error instead (pydantic does, building a validator); None for any other error."""
+def _made_of_signal(exc: Exception) -> int | None:
+    """The signal behind ``exc`` when a library caught a signal's exception and raised its own
+    error instead (pydantic does, building a validator); None for any other error."""
     return None if isinstance(exc, typer.Exit) else signal_raised()
 
 
@@ -186,9 +187,11 @@ def handle_errors(command: Callable[P, R]) -> Callable[P, R]:
         try:
             return command(*args, **kwargs)
         except Exception as exc:
-            stopped = _made_of_signal(exc)
-            if stopped is not None:
-                _terminated(stopped)
+            signum = _made_of_signal(exc)
+            if signum == signal.SIGINT:
+                _interrupted()
+            if signum is not None:
+                _terminated(Terminated(signum))
             if _debug["enabled"]:
                 raise
             message = str(exc) if isinstance(exc, SpectuneError) else describe_host_fault(exc)
@@ -198,10 +201,14 @@ def handle_errors(command: Callable[P, R]) -> Callable[P, R]:
         except Terminated as exc:
             _terminated(exc)
         except KeyboardInterrupt:
-            err_console.print("interrupted: the study keeps every finished trial")
-            raise typer.Exit(130) from None
+            _interrupted()
 
     return wrapper
+
+
+def _interrupted() -> NoReturn:
+    err_console.print("interrupted: the study keeps every finished trial")
+    raise typer.Exit(130) from None
 
 
 def _terminated(exc: Terminated) -> NoReturn:

@@ -67,14 +67,20 @@ def _raise_terminated(signum: int, frame: FrameType | None) -> None:
     raise Terminated(signum)
 
 
-def signal_raised() -> Terminated | None:
-    """The first signal whose :class:`Terminated` was raised since the handlers were installed.
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    _raised.append(signum)
+    signal.default_int_handler(signum, frame)  # Python's own Ctrl-C: KeyboardInterrupt
+
+
+def signal_raised() -> int | None:
+    """The first signal whose exception (:class:`Terminated`, or Ctrl-C's
+    ``KeyboardInterrupt``) a handler raised since the handlers were installed.
 
     A library may catch the exception a handler raises inside its own code and raise its own
     error instead (pydantic turns it into a ``SchemaError`` while it builds a validator lazily);
     the process still ends by that signal, not with a traceback.
     """
-    return Terminated(_raised[0]) if _raised else None
+    return _raised[0] if _raised else None
 
 
 def _redeliver(unraisable: sys.UnraisableHookArgs) -> None:
@@ -114,9 +120,12 @@ def _claim_unraisable() -> None:
 
 
 def install_signal_handlers() -> None:
-    """Makes SIGTERM and SIGHUP raise :class:`Terminated` (call from the main thread), and
-    makes no signal's exception swallowable."""
+    """Makes SIGTERM and SIGHUP raise :class:`Terminated` (call from the main thread), notes
+    each raised (Ctrl-C's too: :func:`signal_raised`), and makes no signal's exception
+    swallowable."""
     _raised.clear()  # a new command (in-process runs share the module): its own signals only
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not when ignored
+        signal.signal(signal.SIGINT, _interrupt)
     for signum in _SIGNALS:
         signal.signal(signum, _raise_terminated)
     _claim_unraisable()
