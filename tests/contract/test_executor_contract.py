@@ -40,7 +40,9 @@ def storage(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, int]:
     return pg_url, 2
 
 
-def _run(name: str, url: str, workers: int, trials: int, folder: Path) -> StudyRun:
+def _run(
+    name: str, url: str, workers: int, trials: int, folder: Path, rounds: bool = False
+) -> StudyRun:
     request = OptimizeRequest(
         study=name,
         space=load_space(SPACE),
@@ -52,6 +54,7 @@ def _run(name: str, url: str, workers: int, trials: int, folder: Path) -> StudyR
         workers=workers,
         confirm_top=0,
         resume_stored=True,  # the second run goes on with the stored study
+        rounds=rounds,
     )
     run = StudyRun.open(request)
     run.prepare()
@@ -93,3 +96,24 @@ def test_every_trial_ends_within_the_budget_with_its_record(
     assert all(r is not None and r.worker for r in records)  # each says who ran it
     if workers > 1:  # the work really was shared
         assert len({r.worker for r in records if r is not None}) >= 2
+
+
+def test_every_executor_measures_in_rounds_when_the_run_says_so(
+    storage: tuple[str, int], tmp_path: Path
+) -> None:
+    # Workers once measured the fixed count whatever the run said: each pair's record names
+    # why it stopped, and "fixed count" is what a pair measured without rounds says.
+    url, workers = storage
+    name = f"rounds-{uuid.uuid4().hex[:8]}"
+    _run(name, url, workers, 4, tmp_path, rounds=True)
+
+    opened = optuna.storages.RDBStorage(url)
+    try:
+        trials = optuna.load_study(study_name=name, storage=opened).get_trials()
+    finally:
+        opened.engine.dispose()
+    records = [TrialRecord.from_trial(t) for t in trials if t.state in ENDED]
+    measured = [r for r in records if r is not None and r.duplicate_of is None]
+    assert measured
+    stopped = {level["stopped"] for r in measured for level in r.levels}
+    assert stopped and "fixed count" not in stopped

@@ -2,11 +2,11 @@
 
 The driver is a real ``spectune optimize`` process on this host, reaching the cluster with Ray
 Client on 127.0.0.1; each worker node runs the shipped fake server through the process
-backend on the GPUs Ray assigned there. Checked: trials run on both nodes at once and the
-budget is exact; a study whose hardware no node has is one line; SIGTERM on the driver leaves
-no server on any node; a node killed mid-trial fails that trial, which is retried on the other
-node, and the budget still holds; a config asked for twice at once runs on one node. Every
-connection seen goes to 127.0.0.1 or the test's own network.
+backend on the GPUs Ray assigned there. Checked: trials run on both nodes at once, each pair
+measured in rounds, and the budget is exact; a study whose hardware no node has is one line;
+SIGTERM on the driver leaves no server on any node; a node killed mid-trial fails that trial,
+which is retried on the other node, and the budget still holds; a config asked for twice at
+once runs on one node. Every connection seen goes to 127.0.0.1 or the test's own network.
 """
 
 from __future__ import annotations
@@ -147,7 +147,10 @@ def test_a_parallel_study_runs_on_both_nodes_at_once_within_its_budget(
     assert proc.returncode == 0, err[-3000:]
     assert json.loads(out)["trials"] == 4
     trials = _trials(tmp_path, "both")
-    assert [t.state for t in trials] == [TrialState.COMPLETE] * 4  # the budget, exactly
+    ended = (TrialState.COMPLETE, TrialState.PRUNED)  # measured in rounds, as on one host
+    assert len(trials) == 4 and all(t.state in ended for t in trials)  # the budget, exactly
+    levels = [level for t in trials for level in t.user_attrs["levels"]]
+    assert levels and all(level["stopped"] != "fixed count" for level in levels)
     ran = {_host(t) for t in trials if t.user_attrs.get("duplicate_of") is None}
     assert ran == {cluster.host(w) for w in WORKERS}
     assert busy_at_once  # a server on each node at the same moment

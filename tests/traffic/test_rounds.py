@@ -7,12 +7,14 @@ around the pair's own fixed-count measurement, so the test knows which way the r
 from __future__ import annotations
 
 import math
+import pickle
 from pathlib import Path
 
 import pytest
 from conftest import small_space
 
 from tuner.config.trial import LaunchContext, TrialConfig
+from tuner.config.workload import Condition
 from tuner.results import RequestRecord, Source, TrialResult
 from tuner.trial import rounds as rounds_module
 from tuner.trial.backends.sim import SimBackend
@@ -115,6 +117,34 @@ def test_a_trial_that_cannot_reach_the_incumbent_is_pruned_after_its_first_pair(
     measured = measure_traffic(backend, config, 3, limits, unbounded)
     assert len(measured.conditions) == 4
     assert measured.pruned is not None and "4 of 4 pairs measured" in measured.pruned
+
+
+def test_a_settled_race_travels_to_another_process_and_prunes_alike(tmp_path: Path) -> None:
+    # A Ray slot gets the race as a pickled record: the ceilings computed by the driver, the
+    # forecast left behind.
+    backend, config, limits = _started(tmp_path, concurrency=[1, 4], temperature=[0.2, 0.8])
+    best = max(r.output_tok_s for r in measure_traffic(backend, config, 3, limits).results)
+    interval = Interval(20 * best, 21 * best, 22 * best)
+    asked: list[Condition] = []
+
+    def ceiling(condition: Condition) -> float:
+        asked.append(condition)
+        return 2 * best
+
+    race = Race(Incumbent(4, (interval,) * 4, (0.25,) * 4), ceiling)
+    conditions = config.client.workload.conditions
+    settled = pickle.loads(pickle.dumps(race.settled(conditions)))
+    assert asked == list(conditions)  # every ceiling computed once, before it travels
+    here = measure_traffic(backend, config, 3, limits, race)
+    there = measure_traffic(backend, config, 3, limits, settled)
+    assert there.pruned == here.pruned and there.pruned is not None
+    assert len(there.conditions) == len(here.conditions) == 1
+    # A condition the driver did not settle has no ceiling: it never prunes on a guess.
+    assert settled.ceiling(Condition(64, 0.2, 1.0)) is None
+    # Without an incumbent nothing is computed and nothing prunes.
+    asked.clear()
+    alone = Race(None, ceiling).settled(conditions)
+    assert asked == [] and alone.prune_reason([(conditions[0], interval)], conditions[1:]) is None
 
 
 def _result(latencies: list[float], ttft: float = 0.01) -> TrialResult:

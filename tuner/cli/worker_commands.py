@@ -43,12 +43,15 @@ def worker_command(
     seed: opt.Seed = 0,
     flags: opt.BackendFlags = opt.DECLARED,
     prefetch: opt.Prefetch = True,
+    rounds: opt.Rounds = True,
 ) -> None:
     """Join an existing study from this host and run trials until its budget is used up."""
     from tuner.study.workers import WorkerRequest, run_worker
 
     options = replace(flags.options(backend, study, seed, gpus), worker=worker_id)
-    request = WorkerRequest(study, storage, backend, studies_dir, options, sampler, prefetch)
+    request = WorkerRequest(
+        study, storage, backend, studies_dir, options, sampler, prefetch, rounds
+    )
     declared = None if hardware is None else parse_hardware(hardware)
     run_worker(request, declared, gpu_names(options.gpus) if backend != "sim" else None)
     console.print(f"worker {worker_id}: study {study} has used up its trial budget", markup=False)

@@ -63,6 +63,7 @@ class WorkerRequest:
     options: BackendOptions  # this worker's own: its GPUs, name and seed
     sampler: str = "spectune"
     prefetch: bool = True  # the space's weights into this host's cache before the first trial
+    rounds: bool = False  # each pair in rounds against the incumbent (tuner.trial.rounds)
 
     def to_json(self) -> bytes:
         """The record as JSON; the in-process progress callback stays behind."""
@@ -100,7 +101,12 @@ def run_worker(
     claim_source(study, request.backend)
     paths = StudyPaths.of(request.studies_dir, request.study, request.storage)
     options = StudyOptions(
-        None, request.options.seed, paths.logs, space.ttft_limit_ms, worker=request.options.worker
+        None,
+        request.options.seed,
+        paths.logs,
+        space.ttft_limit_ms,
+        worker=request.options.worker,
+        rounds=request.rounds,
     )
     backend_options = study_backend_options(study, request.backend, request.options, paths)
     run_trials(study, space, build_backend(space, backend_options), options)
@@ -136,6 +142,7 @@ class LocalWorkers:
             run.options,
             request.sampler,
             prefetch=False,  # prepare did it, before the study was stored
+            rounds=request.rounds,
         )
         per_trial = request.gpus_per_trial or run.space.hardware.count
         spawn_workers(worker, self.workers, per_trial, tick)

@@ -84,6 +84,15 @@ class Race:
     incumbent: Incumbent | None
     ceiling: Callable[[Condition], float | None]
 
+    def settled(self, conditions: Iterable[Condition]) -> Race:
+        """This race with the ceilings of ``conditions`` computed now: a plain record that a
+        trial run in another process (a Ray slot) can take, with no forecast behind it. A
+        condition not among them has no ceiling, so it never prunes."""
+        if self.incumbent is None:  # nothing to prune against: no ceiling is ever asked
+            return Race(None, _unbounded)
+        ceilings = {condition: self.ceiling(condition) for condition in conditions}
+        return Race(self.incumbent, ceilings.get)
+
     def pair(self, index: int, count: int) -> Interval | None:
         """The incumbent's interval at pair ``index`` of a mix of ``count`` pairs (None when
         there is no incumbent or its mix has another shape)."""
@@ -115,3 +124,8 @@ class Race:
             f"cannot reach trial {incumbent.number}: at most {best:.1f} tok/s over the mix "
             f"({parts}{predicted}) < its {incumbent.low:.1f} tok/s at least"
         )
+
+
+def _unbounded(condition: Condition) -> float | None:
+    del condition
+    return None

@@ -36,6 +36,7 @@ from tuner.study.cluster.connect import connect
 from tuner.study.cluster.nodes import detect_with_nvml, read_nodes, require_matching
 from tuner.study.cluster.pool import Slot, SlotPool
 from tuner.study.cluster.slot import SlotResult
+from tuner.study.incumbent import race_for
 from tuner.study.optuna_private import rdb_of, trial_id
 from tuner.study.storage import BudgetExhausted, RetryOwnRecord
 from tuner.study.study import (
@@ -95,8 +96,10 @@ def run_on_ray(
     options: BackendOptions,
     seed: int,
     on_trial: OnTrial | None = None,
+    rounds: bool = False,
 ) -> None:
-    """Runs trials on the cluster until the study's budget is used up.
+    """Runs trials on the cluster until the study's budget is used up; with ``rounds``, each
+    pair in rounds against the incumbent, a losing trial pruned (as on one host).
 
     Raises:
         ConfigError: Ray is missing, the cluster cannot be reached, no node has the study's
@@ -108,7 +111,7 @@ def run_on_ray(
     nodes = read_nodes(ray.nodes(), detect_with_nvml(ray))
     matching = require_matching(nodes, space.hardware, ray_options.address)
     pool = SlotPool(ray, space, backend, options, matching, ray_options.start_timeout_s)
-    loop = _Loop(ray, study, space, pool, seed, on_trial, backend)
+    loop = _Loop(ray, study, space, pool, seed, on_trial, backend, rounds)
     try:
         loop.run(ray_options.parallel)
     except BaseException:
@@ -129,6 +132,7 @@ class _Loop:
         seed: int,
         on_trial: OnTrial | None,
         backend: str,
+        rounds: bool,
     ) -> None:
         self.ray = ray
         self.study = study
@@ -136,6 +140,7 @@ class _Loop:
         self.pool = pool
         self.seed = seed
         self.on_trial = on_trial
+        self.rounds = rounds and not space.goodput  # a goodput climb decides its own steps
         self.source = Source.SIMULATED if backend == "sim" else Source.MEASURED
         self.keys = constraint_keys(study)  # an older study keeps the keys its trials have
         self.running: dict[Any, _Job] = {}
@@ -204,7 +209,12 @@ class _Loop:
         slot = self.idle.pop()
         trial.set_user_attr("worker", slot.worker)  # before it runs: a FAIL says where
         seed = self.seed * 100_003 + trial.number
-        ref = slot.handle.run.remote(trial.number, config, seed)
+        race = None
+        if self.rounds:  # the incumbent is read here, where the study is
+            race = race_for(self.study, self.space, config).settled(
+                config.client.workload.conditions
+            )
+        ref = slot.handle.run.remote(trial.number, config, seed, race)
         self.running[ref] = _Job(trial, config, slot)
         return True
 
@@ -269,8 +279,8 @@ class _Loop:
             _write(trial, record, self.keys)
             if record.state is TrialState.COMPLETE:
                 self.study.tell(trial, list(record.objective))
-            else:
-                self.study.tell(trial, state=TrialState.FAIL)
+            else:  # PRUNED or FAIL: Optuna's samplers read which
+                self.study.tell(trial, state=record.state)
         if self.on_trial is not None:
             self.on_trial(record)
         for waiter in self.waiting.pop(trial.number, []):

@@ -30,5 +30,12 @@ class OnRay:
         del on_tick  # the driver hears each trial: on_trial says it
         request = run.request
         run_on_ray(
-            run.study, run.space, self.options, request.backend, run.options, request.seed, on_trial
+            run.study,
+            run.space,
+            self.options,
+            request.backend,
+            run.options,
+            request.seed,
+            on_trial,
+            rounds=request.rounds,
         )

@@ -37,6 +37,7 @@ from tuner.study.cluster.connect import ray_module
 from tuner.study.handoff import dump_record, load_record
 from tuner.study.host import check_host_hardware
 from tuner.trial.backends import BackendOptions, backend_factory
+from tuner.trial.race import Race
 from tuner.trial.record import RunFacts, TrialRecord
 from tuner.trial.runner import TrialRunner
 
@@ -130,14 +131,17 @@ class TrialSlot:
         """This node's host name and the GPU indices Ray assigned (answers once ready)."""
         return self.host, self.gpus
 
-    def run(self, number: int, config: TrialConfig, seed: int) -> SlotResult:
-        """Runs trial ``number``; a cancelled trial comes back FAIL."""
+    def run(
+        self, number: int, config: TrialConfig, seed: int, race: Race | None = None
+    ) -> SlotResult:
+        """Runs trial ``number`` (in rounds against ``race``'s incumbent when given, settled
+        by the driver); a cancelled trial comes back FAIL."""
         self._done.clear()
         try:
             try:
                 with self._guard:
                     self._active = threading.get_ident()
-                return self._run(number, config, seed)
+                return self._run(number, config, seed, race)
             finally:
                 with self._guard:
                     self._active = None
@@ -147,10 +151,10 @@ class TrialSlot:
         finally:
             self._done.set()
 
-    def _run(self, number: int, config: TrialConfig, seed: int) -> SlotResult:
+    def _run(self, number: int, config: TrialConfig, seed: int, race: Race | None) -> SlotResult:
         context = LaunchContext(self.study, number, self.log_dir)
         try:
-            outcome = self.runner.run(config, context, seed)
+            outcome = self.runner.run(config, context, seed, race)
         except (LaunchError, MeasurementError) as exc:
             return SlotResult(self._failed(number, config, exc))
         except SpectuneError as exc:  # a config error: the study stops, as on one host
