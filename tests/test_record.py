@@ -13,6 +13,7 @@ from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState
 
 from tuner.analysis.trials import level_tok_s
+from tuner.bench.summary import level_summary
 from tuner.config.space import load_space
 from tuner.config.trial import (
     ClientConfig,
@@ -24,10 +25,11 @@ from tuner.config.trial import (
     server_to_dict,
 )
 from tuner.config.vllm_runner import ModelRunner, RunnerForecast
+from tuner.config.workload import Condition
 from tuner.errors import ConfigError, FailureKind, MeasurementError, StartupFailure
 from tuner.export.vllm import export
 from tuner.launch.served import ServedFacts
-from tuner.results import Source
+from tuner.results import RequestRecord, Source, TrialResult
 from tuner.trial.model_runner import model_runner, runner_note
 from tuner.trial.record import (
     RECORD_ATTRS,
@@ -103,7 +105,27 @@ def test_a_record_reads_back_what_it_wrote_with_its_enums() -> None:
     assert read.server.speculative.method is SpecMethod.DRAFT_MODEL
     assert (read.throughput, read.p95_ttft_ms, read.acceptance_rate) == (55.0, 230.0, 0.7)
     assert read.feasible and read.measured and not read.oom and read.draft == DRAFT
-    assert level_tok_s(read) == ((1, 55.0),) and read.worker == "host/0"
+    assert level_tok_s(read.levels, read.steps) == ((1, 55.0),) and read.worker == "host/0"
+
+
+def _pair(tokens: int, concurrency: int, temperature: float, weight: float) -> dict[str, Any]:
+    """One measured pair as a record stores it: one request of ``tokens`` in one second."""
+    request = RequestRecord(0.0, first_token=0.1, end=1.0, completion_tokens=tokens)
+    result = TrialResult(Source.MEASURED, concurrency, 1.0, (request,))
+    return level_summary(result, Condition(concurrency, temperature, weight))
+
+
+def test_level_throughput_weighs_each_levels_temperatures() -> None:
+    cold = _pair(100, 1, 0.0, 0.35)  # 100 tok/s at concurrency 1
+    hot = _pair(50, 1, 1.0, 0.15)  # 50 tok/s at concurrency 1
+    busy = _pair(300, 8, 0.0, 0.5)
+    levels = level_tok_s([cold, hot, busy])
+    # approx in place of the floats: == compares within its tolerance.
+    assert levels == (  # type: ignore[comparison-overlap]
+        (1, pytest.approx(0.7 * 100 + 0.3 * 50)),
+        (8, pytest.approx(300.0)),
+    )
+    assert level_tok_s([cold, hot, busy], steps=((2.0, True),)) == ()  # goodput: rates
 
 
 def test_oom_failed_and_repeated_records() -> None:

@@ -6,7 +6,6 @@ from tuner.trial.scoring import (
     LEGACY_CONSTRAINT_KEYS,
     Limits,
     TrialStatus,
-    level_tok_s,
     pessimistic_ttft_ms,
     score,
     stored_constraints,
@@ -109,18 +108,6 @@ def test_the_traffic_is_scored_on_its_weighted_throughput_and_its_worst_ttft() -
     assert s.status is TrialStatus.OVER_TTFT
     with pytest.raises(ValueError, match="2 weights for 1 results"):
         score([quiet], Limits(300), weights=[0.5, 0.5])
-
-
-def test_level_throughput_weighs_each_levels_temperatures() -> None:
-    cold = _result([0.1], tokens=100, duration=1.0)  # 100 tok/s at concurrency 1
-    hot = _result([0.1], tokens=50, duration=1.0)  # 50 tok/s at concurrency 1
-    busy = _result([0.1], tokens=300, duration=1.0, concurrency=8)
-    levels = level_tok_s([cold, hot, busy], [0.35, 0.15, 0.5])
-    # approx in place of the floats: == compares within its tolerance.
-    assert levels == (  # type: ignore[comparison-overlap]
-        (1, pytest.approx(0.7 * 100 + 0.3 * 50)),
-        (8, pytest.approx(300.0)),
-    )
 
 
 def test_an_older_study_keeps_two_keys_and_a_lost_trial_stays_infeasible() -> None:

@@ -45,7 +45,7 @@ def _record(number: int, server: ServerConfig, startup_s: float | None) -> Trial
 
 
 def test_a_family_is_its_target_tp_size_and_method() -> None:
-    assert Family.of(DRAFT) == Family(TARGET, 2, "draft_model")
+    assert Family.of(DRAFT) == Family(TARGET, 2, SpecMethod.DRAFT_MODEL)
     # K, memory settings and the batch size leave the family as it is; TP and method do not.
     same = replace(DRAFT, gpu_memory_utilization=0.8, max_num_batched_tokens=1024)
     assert Family.of(same) == Family.of(DRAFT)

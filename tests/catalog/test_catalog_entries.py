@@ -95,7 +95,9 @@ def test_a_broken_entry_is_one_line_naming_it(text: str, message: str) -> None:
 
 def test_a_head_names_its_method_and_targets() -> None:
     head = _QWEN.replace("family: demo", "method: medusa\n  targets: [Org/Target]")
-    with pytest.raises(ConfigError, match=r"entry 1 \(Org/Base-7B\): method: Input should be"):
+    with pytest.raises(
+        ConfigError, match=r"entry 1 \(Org/Base-7B\): method: Input should be 'eagle' or 'eagle3'$"
+    ):
         parse_entries(head.replace("  params: 7_000_000_000\n", ""), "heads.yaml", HeadEntry)
     no_targets = head.replace("medusa", "eagle3").replace("[Org/Target]", "[]")
     with pytest.raises(ConfigError, match="targets"):

@@ -116,6 +116,12 @@ def test_each_choice_asks_only_for_its_own_parameters() -> None:
             "cannot speculate with method eagle3",
         ),
         ({"methods": ["suffix"]}, LLAMA, "0.10.0", "cannot speculate with method suffix"),
+        (  # the methods are enum members: the message still lists them as the user writes them
+            {"methods": [{"method": "eagle4", "model": EAGLE3}]},
+            LLAMA,
+            "0.32.0",
+            r"methods\[0\] = .*'eagle4'.* expected tags: 'none', 'ngram', 'ngram_gpu', 'suffix'",
+        ),
     ],
 )
 def test_a_wrong_pairing_is_one_line_when_the_space_loads(

@@ -20,7 +20,7 @@ import pytest
 from results_support import StudyCopy
 from typer.testing import CliRunner
 
-from tuner.analysis.estimates import Estimate
+from tuner.analysis.estimates import Measured
 from tuner.analysis.recommendation import Recommendation, recommendation
 from tuner.cli import app
 from tuner.export.vllm import export
@@ -55,7 +55,7 @@ def _close(printed: str, value: float, digits: int) -> bool:
     return abs(float(printed) - value) <= 0.5 * 10.0**-digits + 1e-9
 
 
-def _estimate(text: str, estimate: Estimate, digits: int) -> None:
+def _estimate(text: str, estimate: Measured, digits: int) -> None:
     """``text`` starts with ``estimate`` as every page prints it: value, and ± half width."""
     found = re.match(rf"{NUMBER}(?: ± {NUMBER})?", text)
     assert found is not None, text

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from results_support import StudyCopy, ink, run_chromium
 
-from tuner.analysis.estimates import Estimate
+from tuner.analysis.estimates import Measured
 from tuner.analysis.recommendation import recommendation
 from tuner.bench.percentiles import quantile_interval
 from tuner.export.vllm import export
@@ -87,7 +87,7 @@ def test_few_requests_bound_a_p95_from_below_only() -> None:
     # 32 requests: the order statistics give a lower bound on a p95 but no upper one.
     low, high = quantile_interval([float(i) for i in range(32)], 95)
     assert high is None and low is not None
-    estimate = Estimate.of_percentile(30.0, (low, high, 32))
+    estimate = Measured.of_percentile(30.0, (low, high, 32))
     assert estimate.text(0, " ms") == (
         f"30 ms (95 % lower bound {low:.0f} ms from 32 requests, too few for an upper bound)"
     )

@@ -151,7 +151,7 @@ def test_a_simulated_goodput_study_climbs_every_config_on_one_server(tmp_path: P
         missed = [rate for rate, ok in record.steps if not ok] or [math.inf]
         assert all(rate < min(missed) for rate in passed)  # it climbed, then stopped
         assert len(missed) <= 2 and sorted(rates) == rates
-        assert level_tok_s(record) == ()  # steps are rates, not concurrency levels
+        assert level_tok_s(record.levels, record.steps) == ()  # steps are rates, not levels
     chosen = recommend(result.handle)
     assert chosen is not None and chosen.throughput > 0
     text = export(result.handle, result.space, "vllm").text

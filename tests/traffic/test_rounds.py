@@ -19,7 +19,7 @@ from tuner.results import RequestRecord, Source, TrialResult
 from tuner.trial import rounds as rounds_module
 from tuner.trial.backends.sim import SimBackend
 from tuner.trial.race import Incumbent, Race
-from tuner.trial.rounds import Interval, Rounds, merged, stop_reason, tok_s_interval
+from tuner.trial.rounds import PairInterval, Rounds, merged, stop_reason, tok_s_interval
 from tuner.trial.scoring import Limits
 from tuner.trial.traffic import measure_traffic
 
@@ -37,7 +37,7 @@ def _started(tmp_path: Path, **workload: object) -> tuple[SimBackend, TrialConfi
 def _race(tok_s: float, share: float, pairs: int = 1) -> Race:
     """An incumbent at ``tok_s`` +/- ``share`` at each of ``pairs`` equal pairs; nothing
     bounds a pair not measured yet."""
-    interval = Interval(tok_s * (1 - share), tok_s, tok_s * (1 + share))
+    interval = PairInterval(tok_s * (1 - share), tok_s, tok_s * (1 + share))
     return Race(Incumbent(7, (interval,) * pairs, (1.0,) * pairs), lambda _: None)
 
 
@@ -105,7 +105,7 @@ def test_a_trial_that_cannot_reach_the_incumbent_is_pruned_after_its_first_pair(
     backend, config, limits = _started(tmp_path, concurrency=[1, 4], temperature=[0.2, 0.8])
     fixed = measure_traffic(backend, config, 3, limits)
     best = max(r.output_tok_s for r in fixed.results)
-    interval = Interval(20 * best, 21 * best, 22 * best)
+    interval = PairInterval(20 * best, 21 * best, 22 * best)
     race = Race(Incumbent(4, (interval,) * 4, (0.25,) * 4), lambda _: 2 * best)
     traffic = measure_traffic(backend, config, 3, limits, race)
     assert len(traffic.conditions) == 1
@@ -124,7 +124,7 @@ def test_a_settled_race_travels_to_another_process_and_prunes_alike(tmp_path: Pa
     # forecast left behind.
     backend, config, limits = _started(tmp_path, concurrency=[1, 4], temperature=[0.2, 0.8])
     best = max(r.output_tok_s for r in measure_traffic(backend, config, 3, limits).results)
-    interval = Interval(20 * best, 21 * best, 22 * best)
+    interval = PairInterval(20 * best, 21 * best, 22 * best)
     asked: list[Condition] = []
 
     def ceiling(condition: Condition) -> float:
@@ -157,15 +157,15 @@ def _result(latencies: list[float], ttft: float = 0.01) -> TrialResult:
 
 def test_the_rules_in_order_of_requests() -> None:
     plan = Rounds(size=10, early=20, floor=40, ceiling=80)
-    clear_below = Interval(1000.0, 1010.0, 1020.0)
+    clear_below = PairInterval(1000.0, 1010.0, 1020.0)
     steady = [1.0, 1.01, 0.99] * 5  # 15 requests: under the early floor, nothing stops
     assert stop_reason(plan, _result(steady), clear_below, 500.0) is None
     steady = [1.0, 1.01, 0.99] * 10  # 30: clearly below the incumbent stops
     assert stop_reason(plan, _result(steady), clear_below, 500.0) == "below the incumbent"
-    clear_above = Interval(1.0, 2.0, 3.0)  # 30 requests: a winner waits for the p95 floor
+    clear_above = PairInterval(1.0, 2.0, 3.0)  # 30 requests: a winner waits for the p95 floor
     assert stop_reason(plan, _result(steady), clear_above, 500.0) is None
     assert stop_reason(plan, _result(steady * 2), clear_above, 500.0) == "above the incumbent"
-    close = Interval(50.0, 100.0, 150.0)  # overlaps every estimate below (about 100 tok/s)
+    close = PairInterval(50.0, 100.0, 150.0)  # overlaps every estimate below (about 100 tok/s)
     assert stop_reason(plan, _result(steady * 2), close, 500.0) == "tight"
     assert stop_reason(plan, _result(steady * 2), None, 500.0) == "no incumbent"
     noisy = [0.2, 3.0, 1.0, 5.0] * 10  # 40 requests, too spread to be tight

@@ -25,7 +25,7 @@ from testbed import VllmOracle, write_hf_cache
 from tuner.catalog.heads import HEADS, is_head
 from tuner.catalog.models import CATALOG, ModelSpec, check_draft, needs_heterogeneous_vocab
 from tuner.catalog.mtp import mtp_layers
-from tuner.config.space import NO_DRAFT, SearchSpace, builtin_spaces, load_space
+from tuner.config.space import SearchSpace, builtin_spaces, load_space
 from tuner.config.trial import ServerConfig, SpecMethod, SpeculativeConfig
 from tuner.config.vllm_args import (
     VllmVersion,
@@ -93,7 +93,7 @@ def _method_servers() -> Iterator[tuple[str, ServerConfig]]:
     """Each catalog head with its targets, mtp per MTP target, suffix on one target."""
     for head in HEADS:
         for target_id in head.targets:
-            spec = SpeculativeConfig(SpecMethod(head.method), K_BOUNDS[-1], model=head.hf_id)
+            spec = SpeculativeConfig(head.method, K_BOUNDS[-1], model=head.hf_id)
             yield f"{target_id}+{head.hf_id}", ServerConfig(target_id, 1, 8192, 0.9, 2048, spec)
     for target in _TARGETS:
         if mtp_layers(target.config):
@@ -176,7 +176,7 @@ def test_vllm_accepts_every_config_of_every_shipped_space(verdicts: dict[str, An
             assert mine, choice.label
             for label in mine:
                 spec = verdicts[label]["speculative"]
-                if choice.method == NO_DRAFT:
+                if choice.method is SpecMethod.NONE:
                     assert spec is None
                     continue
                 assert spec["method"] == str(choice.method)

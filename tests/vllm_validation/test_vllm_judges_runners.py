@@ -58,8 +58,8 @@ def _drafter_servers() -> Iterator[tuple[str, ServerConfig]]:
     """Each catalog block drafter with each of its targets, at its trained width."""
     for drafter in DRAFTERS:
         for target in drafter.targets:
-            width = 15 if drafter.method == "dflash" else 7
-            spec = SpeculativeConfig(SpecMethod(drafter.method), width, model=drafter.hf_id)
+            width = 15 if drafter.method is SpecMethod.DFLASH else 7
+            spec = SpeculativeConfig(drafter.method, width, model=drafter.hf_id)
             yield f"{target}+{drafter.hf_id}", ServerConfig(target, 1, 8192, 0.9, 2048, spec)
     topk = SpeculativeConfig(
         SpecMethod.DSPARK, 7, model="deepseek-ai/dspark_qwen3_8b_block7", dspark_draft_topk=64

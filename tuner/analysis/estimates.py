@@ -4,7 +4,7 @@ measurement, and what stands behind it.
 An estimate and its bounds must come from one measurement. The report, the export and the CLI
 once took a confirmation run's p95 TTFT and set it beside the order-statistic bounds of the
 trial it confirmed ("p95 TTFT 82.9 ms, 95 % lower bound 90.6 ms"), and called a config
-confirmed by one run "one run, not confirmed". Here an :class:`Estimate` refuses bounds that
+confirmed by one run "one run, not confirmed". Here a :class:`Measured` refuses bounds that
 do not hold its value, and :class:`Numbers` is built only from one source: the confirmation
 record where there is one (its mean and Student-t interval, or its single run with that run's
 own bounds), else the trial's single measurement.
@@ -28,7 +28,7 @@ from tuner.analysis.confirmed import Confirmed, Interval
 from tuner.results import Source
 from tuner.trial.record import TrialRecord
 
-__all__ = ["Bounds", "Estimate", "Numbers", "numbers_of", "scored_ttft_bounds"]
+__all__ = ["Bounds", "Measured", "Numbers", "numbers_of", "scored_ttft_bounds"]
 
 # Order-statistic bounds and the value they bound come from the same samples but are scaled
 # to milliseconds in different orders: allow for the last bits of a float.
@@ -44,8 +44,9 @@ class Bounds(enum.StrEnum):
 
 
 @dataclass(frozen=True)
-class Estimate:
-    """A number and, where known, its 95 % bounds.
+class Measured:
+    """A measured number and, where known, its 95 % bounds (the simulator's prediction of a
+    run is :class:`tuner.sim.estimate.Estimate`, the public ``tuner.Estimate``).
 
     ``n`` counts runs (``CI95``, ``NONE``) or requests (``ORDER_STATISTIC``).
 
@@ -67,7 +68,7 @@ class Estimate:
             raise ValueError(f"upper bound {self.high} below its estimate {self.value}")
 
     @classmethod
-    def of_interval(cls, interval: Interval) -> Estimate:
+    def of_interval(cls, interval: Interval) -> Measured:
         """A mean over runs with its Student-t interval (none for one run)."""
         if interval.half_width is None:
             return cls(interval.mean, n=interval.n)
@@ -76,7 +77,7 @@ class Estimate:
     @classmethod
     def of_percentile(
         cls, value: float, bounds: tuple[float | None, float | None, int] | None
-    ) -> Estimate:
+    ) -> Measured:
         """One run's percentile with its order-statistic bounds (none where not recorded)."""
         if bounds is None:
             return cls(value)
@@ -113,8 +114,8 @@ class Numbers:
     """What a candidate measured, from one source: its confirmation or its own trial."""
 
     source: Source
-    throughput: Estimate  # the study's first objective: output tok/s, or goodput req/s
-    p95_ttft_ms: Estimate
+    throughput: Measured  # the study's first objective: output tok/s, or goodput req/s
+    p95_ttft_ms: Measured
     acceptance_rate: float | None
     runs: int  # measurements behind the numbers
     confirmed: bool  # measured again on fresh servers (the confirmation record says so)
@@ -181,8 +182,8 @@ def numbers_of(record: TrialRecord, confirmed: Confirmed | None) -> Numbers:
     if confirmed is None or confirmed.throughput is None or confirmed.p95_ttft_ms is None:
         return Numbers(
             source=record.source,
-            throughput=Estimate(record.objective[0]),
-            p95_ttft_ms=Estimate.of_percentile(
+            throughput=Measured(record.objective[0]),
+            p95_ttft_ms=Measured.of_percentile(
                 record.objective[1], scored_ttft_bounds(record.levels, record.steps)
             ),
             acceptance_rate=record.acceptance_rate,
@@ -193,12 +194,12 @@ def numbers_of(record: TrialRecord, confirmed: Confirmed | None) -> Numbers:
     rates = [r.acceptance_rate for r in measured if r.acceptance_rate is not None]
     ttft = confirmed.p95_ttft_ms
     if len(measured) == 1:  # one run has no interval, but its own requests bound its p95
-        ttft_estimate = Estimate.of_percentile(ttft.mean, measured[0].p95_ttft_bounds)
+        ttft_estimate = Measured.of_percentile(ttft.mean, measured[0].p95_ttft_bounds)
     else:
-        ttft_estimate = Estimate.of_interval(ttft)
+        ttft_estimate = Measured.of_interval(ttft)
     return Numbers(
         source=confirmed.source,
-        throughput=Estimate.of_interval(confirmed.throughput),
+        throughput=Measured.of_interval(confirmed.throughput),
         p95_ttft_ms=ttft_estimate,
         acceptance_rate=sum(rates) / len(rates) if rates else None,
         runs=len(measured),

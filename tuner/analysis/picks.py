@@ -32,6 +32,7 @@ from tuner.analysis.confirmed import Confirmed, load_confirmed
 from tuner.analysis.estimates import Numbers, numbers_of
 from tuner.analysis.infeasible import infeasible_reasons
 from tuner.analysis.pick_names import DEFAULT_PICK, PICKS
+from tuner.config.trial import SpecMethod
 from tuner.errors import ConfigError
 from tuner.trial.record import TrialRecord, records, stored_space
 
@@ -152,13 +153,13 @@ def best_per_method(study: optuna.Study) -> list[Candidate]:
     space = stored_space(study)
     limit = space.ttft_limit_ms if space else math.inf
     confirmed = load_confirmed(study)
-    best: dict[str, Candidate] = {}
+    best: dict[SpecMethod, Candidate] = {}
     for record in feasible(study):
         run = confirmed.get(record.number)
         if run is not None and not run.feasible(limit):
             continue
         found = Candidate(record, run)
-        method = str(record.server.method)
+        method = record.server.method
         held = best.get(method)
         if held is None or (found.throughput, -found.p95_ttft_ms) > (
             held.throughput,

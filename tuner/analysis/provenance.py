@@ -15,7 +15,7 @@ import datetime as dt
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from tuner.analysis.estimates import Bounds, Estimate, Numbers
+from tuner.analysis.estimates import Bounds, Measured, Numbers
 from tuner.analysis.picks import Candidate
 from tuner.config.prompt_sets import describe_prompt_set
 from tuner.config.schema import Objective
@@ -225,7 +225,7 @@ def _percent(share: float | None) -> str:
     return "not recorded" if share is None else f"{share * 100:.1f} %"
 
 
-def _ci(estimate: Estimate) -> tuple[float, float] | None:
+def _ci(estimate: Measured) -> tuple[float, float] | None:
     if estimate.bounds is not Bounds.CI95 or estimate.low is None or estimate.high is None:
         return None
     return estimate.low, estimate.high

@@ -47,7 +47,7 @@ __all__ = [
 class Rival:
     """The best config of another method, and how the recommendation compares with it."""
 
-    method: str
+    method: SpecMethod
     candidate: Candidate
     ratio: float | None  # the recommendation's first objective over this one's; None at 0
 
@@ -63,9 +63,9 @@ class Recommendation:
     space: SearchSpace  # in the dialect of the vLLM that ran (see dialect_space)
 
     @property
-    def method(self) -> str:
+    def method(self) -> SpecMethod:
         """The recommended config's speculation method (``none`` without speculation)."""
-        return str(self.candidate.record.server.method)
+        return self.candidate.record.server.method
 
     def serve_argv(self, config_path: str = "best.yaml") -> list[str]:
         """``vllm serve`` and its arguments for the exported config file at ``config_path``."""
@@ -129,12 +129,12 @@ def recommendation(
 
 
 def _rivals(study: optuna.Study, chosen: Candidate) -> tuple[Rival, ...]:
-    own = str(chosen.record.server.method)
-    others = [c for c in best_per_method(study) if str(c.record.server.method) != own]
+    own = chosen.record.server.method
+    others = [c for c in best_per_method(study) if c.record.server.method is not own]
     others.sort(key=lambda c: c.record.server.method != SpecMethod.NONE)  # stable: fastest next
     return tuple(
         Rival(
-            str(c.record.server.method),
+            c.record.server.method,
             c,
             chosen.throughput / c.throughput if c.throughput > 0 else None,
         )

@@ -9,8 +9,9 @@ pessimistic values they report to Optuna are for the sampler, not for people.
 from __future__ import annotations
 
 import enum
-from collections.abc import Collection
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import optuna
 from optuna.trial import TrialState
@@ -104,7 +105,7 @@ def point(record: TrialRecord, front: Collection[int] = ()) -> Point | None:
         throughput=record.throughput,
         p95_ttft_ms=record.p95_ttft_ms,
         acceptance_rate=record.acceptance_rate,
-        levels=level_tok_s(record),
+        levels=level_tok_s(record.levels, record.steps),
         oom_predicted=record.status is TrialStatus.OOM_PREDICTED,
         on_front=record.number in front,
         duplicate_of=record.duplicate_of,
@@ -112,14 +113,19 @@ def point(record: TrialRecord, front: Collection[int] = ()) -> Point | None:
     )
 
 
-def level_tok_s(record: TrialRecord) -> tuple[tuple[int, float], ...]:
-    """(concurrency, output tok/s) per measured level of ``record``, its temperatures weighted
-    by their share, levels first measured first; none for a goodput trial (its steps are
-    rates)."""
-    if record.steps:
+def level_tok_s(
+    levels: Sequence[Mapping[str, Any]], steps: Sequence[tuple[float, bool]] = ()
+) -> tuple[tuple[int, float], ...]:
+    """(concurrency, output tok/s) per measured level, its temperatures weighted by their
+    share, levels first measured first; none for a goodput run (its ``steps`` are rates).
+
+    ``levels`` are measured pairs as :func:`tuner.bench.summary.level_summary` writes them: a
+    trial record's, or a confirmation run's before it is stored.
+    """
+    if steps:
         return ()
     sums: dict[int, list[float]] = {}
-    for level in record.levels:
+    for level in levels:
         if level.get("output_tok_s") is None:
             continue
         weight = float(level.get("weight") or 1.0)  # within a level: the temperature share

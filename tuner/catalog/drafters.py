@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from tuner.catalog.spec_method import SpecMethod
 from tuner.errors import IncompatibleDraftError
 
 __all__ = [
@@ -61,14 +62,14 @@ def _dspark_value(config: Mapping[str, Any], name: str) -> Any:
     return config.get(name)
 
 
-def block_kind(config: Mapping[str, Any], hf_id: str = "") -> str | None:
+def block_kind(config: Mapping[str, Any], hf_id: str = "") -> SpecMethod | None:
     """``dflash``, ``dspark`` or None, as vLLM 0.32 detects the method from a drafter: its
     architecture, else ``dflash``/``dspark`` in its name."""
     archs, name = _archs(config), hf_id.lower()
     if archs & _DFLASH or "dflash" in name:
-        return "dflash"
+        return SpecMethod.DFLASH
     if archs & _DSPARK or "dspark" in name:
-        return "dspark"
+        return SpecMethod.DSPARK
     return None
 
 
@@ -85,14 +86,14 @@ def block_size(config: Mapping[str, Any]) -> int | None:
     return None
 
 
-def k_limit(kind: str, config: Mapping[str, Any]) -> int | None:
+def k_limit(kind: SpecMethod, config: Mapping[str, Any]) -> int | None:
     """The most tokens the drafter proposes per step: DFlash fills ``block_size - 1`` masks
     after the bonus token (the speculators converter sets ``speculative_tokens = block_size -
     1``); DSpark's width is its ``block_size`` (vLLM's default K for it). None: unknown."""
     size = block_size(config)
     if size is None:
         return None
-    return size - 1 if kind == "dflash" else size
+    return size - 1 if kind is SpecMethod.DFLASH else size
 
 
 def mask_token_id(config: Mapping[str, Any]) -> int | None:
@@ -144,7 +145,7 @@ def check_block_drafter(
     target_config: Mapping[str, Any],
     drafter_id: str,
     config: Mapping[str, Any],
-    method: str,
+    method: SpecMethod,
     k_high: int,
 ) -> None:
     """Refuses a block drafter vLLM 0.32 would refuse, or one that cannot serve this target.
@@ -153,14 +154,14 @@ def check_block_drafter(
         IncompatibleDraftError: one line naming the drafter, the rule and the fix.
     """
     kind = block_kind(config, drafter_id)
-    if kind != method:
+    if kind is not method:
         found = f"a {kind} drafter" if kind else f"no block drafter ({sorted(_archs(config))})"
         raise _refuse(drafter_id, f"is {found}, not {method}: list it under its own method")
     limit = k_limit(kind, config)
     if limit is None:
         raise _refuse(drafter_id, "its config.json has no block_size: K cannot be tied to it")
     if k_high > limit:
-        trained = "block_size - 1" if kind == "dflash" else "block_size"
+        trained = "block_size - 1" if kind is SpecMethod.DFLASH else "block_size"
         raise _refuse(
             drafter_id,
             f"K {k_high} is above the {limit} tokens it was trained to draft ({trained}, "
@@ -189,7 +190,7 @@ def check_block_drafter(
             f"reads target layers {layers} but {target_id} has {deepest}: it was trained for "
             "another target",
         )
-    if kind == "dspark" and _is_omni(target_config):
+    if kind is SpecMethod.DSPARK and _is_omni(target_config):
         _check_omni(drafter_id, config, k_high, limit)
 
 

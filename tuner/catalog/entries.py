@@ -18,6 +18,7 @@ from typing import Any, Literal, TypeVar
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from tuner.catalog.spec_method import SpecMethod
 from tuner.errors import ConfigError
 
 __all__ = [
@@ -85,13 +86,13 @@ class _Speculator(_Entry):
 class HeadEntry(_Speculator):
     """One published EAGLE / EAGLE-3 head and the targets it was trained for."""
 
-    method: Literal["eagle", "eagle3"]
+    method: Literal[SpecMethod.EAGLE, SpecMethod.EAGLE3]
 
 
 class DrafterEntry(_Speculator):
     """One published block drafter (DFlash, DSpark) and the targets it was trained for."""
 
-    method: Literal["dflash", "dspark"]
+    method: Literal[SpecMethod.DFLASH, SpecMethod.DSPARK]
 
 
 class MtpFamily(BaseModel):

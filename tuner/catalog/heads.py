@@ -20,6 +20,7 @@ from typing import Any
 
 from tuner.catalog.drafters import block_kind
 from tuner.catalog.entries import HeadEntry, head_entries
+from tuner.catalog.spec_method import SpecMethod
 from tuner.errors import IncompatibleDraftError
 
 __all__ = [
@@ -42,7 +43,7 @@ def is_head(config: Mapping[str, Any], hf_id: str = "") -> bool:
     return head_kind(config, hf_id) is not None
 
 
-def head_kind(config: Mapping[str, Any], hf_id: str = "") -> str | None:
+def head_kind(config: Mapping[str, Any], hf_id: str = "") -> SpecMethod | None:
     """``eagle3``, ``eagle`` or None.
 
     From the architectures, then from the id as vLLM 0.32 detects a method
@@ -54,9 +55,9 @@ def head_kind(config: Mapping[str, Any], hf_id: str = "") -> str | None:
     archs = " ".join(str(a) for a in config.get("architectures") or ()).lower()
     name = hf_id.lower()
     if "eagle3" in archs or "draft_vocab_size" in config or "eagle3" in name:
-        return "eagle3"
+        return SpecMethod.EAGLE3
     if "eagle" in archs or config.get("model_type") == "eagle" or "eagle-" in name:
-        return "eagle"
+        return SpecMethod.EAGLE
     return None
 
 
@@ -80,7 +81,7 @@ def head_params(config: Mapping[str, Any]) -> float:
     head_dim = int(config.get("head_dim") or hidden // heads)
     layers = int(config.get("num_hidden_layers") or 1)
     inter = int(config["intermediate_size"])
-    eagle3 = head_kind(config) == "eagle3"  # EAGLE-3 configs say so themselves
+    eagle3 = head_kind(config) is SpecMethod.EAGLE3  # EAGLE-3 configs say so themselves
     eagle_config = config.get("eagle_config")
     aux = not (
         isinstance(eagle_config, Mapping) and eagle_config.get("use_aux_hidden_state") is False
@@ -108,7 +109,7 @@ def check_head(
     target_config: Mapping[str, Any],
     head_id: str,
     head_config: Mapping[str, Any],
-    method: str,
+    method: SpecMethod,
 ) -> None:
     """Refuses a head that cannot speculate for this target with ``method``.
 
@@ -127,7 +128,7 @@ def check_head(
             f"{list(head_config.get('architectures') or [])}): use it as method draft_model, "
             "or name an EAGLE/EAGLE-3 head"
         )
-    if kind != method:
+    if kind is not method:
         raise IncompatibleDraftError(
             f"{head_id} is an {kind} head, not {method}: list it under method {kind}"
         )

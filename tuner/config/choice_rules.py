@@ -47,10 +47,10 @@ def _resolved(choice: SpecChoice, target: ModelSpec) -> SpecChoice:
             f"not {target.hf_id}: pick a drafter of {target.hf_id}"
             + (f" (e.g. {offer[0].hf_id})" if offer else "")
         )
-    limit = k_limit(str(choice.method), drafter.config) or 0
+    limit = k_limit(choice.method, drafter.config) or 0
     k = Range(limit, limit) if choice.k == UNRESOLVED_K else choice.k
     check_block_drafter(
-        target.hf_id, target.config, drafter.hf_id, drafter.config, str(choice.method), int(k.high)
+        target.hf_id, target.config, drafter.hf_id, drafter.config, choice.method, int(k.high)
     )
     return replace(choice, k=k)
 

@@ -267,7 +267,7 @@ def _from_methods(search: SearchModel) -> Iterator[SpecChoice]:
             yield SpecChoice(SpecMethod.NONE)
         elif isinstance(entry, NgramMethod):
             k, settings = _range(entry.num_speculative_tokens), _settings(entry)
-            yield SpecChoice(SpecMethod(entry.method), None, k, settings, _options(entry))
+            yield SpecChoice(entry.method, None, k, settings, _options(entry))
         elif isinstance(entry, SuffixMethod):
             k, settings = _range(entry.num_speculative_tokens), _settings(entry)
             yield SpecChoice(SpecMethod.SUFFIX, None, k, settings)
@@ -282,11 +282,11 @@ def _from_methods(search: SearchModel) -> Iterator[SpecChoice]:
             )
             drafters: list[str | None] = list(entry.model) if entry.model else [None]
             for drafter in drafters:
-                yield SpecChoice(SpecMethod(entry.method), drafter, k, settings, options)
+                yield SpecChoice(entry.method, drafter, k, settings, options)
         else:
             k, options = _range(entry.num_speculative_tokens), _options(entry)
             for model in entry.model:
-                yield SpecChoice(SpecMethod(entry.method), model, k, (), options)
+                yield SpecChoice(entry.method, model, k, (), options)
 
 
 def _from_drafts(search: SearchModel) -> Iterator[SpecChoice]:
@@ -298,7 +298,9 @@ def _from_drafts(search: SearchModel) -> Iterator[SpecChoice]:
             fixed = tuple((name, Range(v, v)) for name, v in _EARLIER_NGRAM)
             yield SpecChoice(SpecMethod.NGRAM, None, k, fixed)
         elif draft == SpecMethod.SUFFIX:  # vLLM's own suffix settings
-            yield SpecChoice(SpecMethod.SUFFIX, None, k, _settings(SuffixMethod(method="suffix")))
+            yield SpecChoice(
+                SpecMethod.SUFFIX, None, k, _settings(SuffixMethod(method=SpecMethod.SUFFIX))
+            )
         elif draft == SpecMethod.MTP:
             yield SpecChoice(SpecMethod.MTP, None, k)
         else:

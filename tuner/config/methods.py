@@ -34,6 +34,7 @@ from pydantic import BaseModel, BeforeValidator, Field, Tag, model_validator
 from pydantic_core import PydanticCustomError
 
 from tuner.catalog.mtp import MTP_MODEL_TYPES
+from tuner.catalog.spec_method import SpecMethod
 from tuner.config.bounds import (
     BatchTokens,
     Count,
@@ -198,14 +199,14 @@ def _high(value: float | RangeModel) -> float:
 class NoMethod(_StrictModel):
     """No speculation: the target decodes alone."""
 
-    method: Literal["none"]
+    method: Literal[SpecMethod.NONE]
 
 
 class NgramMethod(_StrictModel):
     """Prompt lookup: drafts what followed the last matching n-gram of the prompt (``ngram``
     on the CPU between steps, ``ngram_gpu`` on the GPU inside the step)."""
 
-    method: Literal["ngram", "ngram_gpu"]
+    method: Literal[SpecMethod.NGRAM, SpecMethod.NGRAM_GPU]
     num_speculative_tokens: KChoice = SpecTokensRange(low=1, high=8)
     """K, tokens proposed per step."""
     prompt_lookup_min: CountChoice = 1
@@ -230,7 +231,7 @@ class NgramMethod(_StrictModel):
 class SuffixMethod(_StrictModel):
     """Suffix decoding (arctic-inference): suffix trees over the prompt and earlier outputs."""
 
-    method: Literal["suffix"]
+    method: Literal[SpecMethod.SUFFIX]
     num_speculative_tokens: KChoice = SpecTokensRange(low=4, high=24)
     """The most tokens proposed per step (the tree decides how many, up to this)."""
     suffix_decoding_max_tree_depth: CountChoice = 24
@@ -257,7 +258,7 @@ class Verified(_StrictModel):
 class DraftMethod(Verified):
     """A separate, smaller model of the target's vocabulary."""
 
-    method: Literal["draft_model"]
+    method: Literal[SpecMethod.DRAFT_MODEL]
     model: Models = Field(examples=["Qwen/Qwen2.5-0.5B-Instruct"])
     """One draft or a list (each is a choice of its own)."""
     num_speculative_tokens: KChoice = SpecTokensRange(low=1, high=8)
@@ -266,7 +267,7 @@ class DraftMethod(Verified):
 class HeadMethod(Verified):
     """An EAGLE (``eagle``) or EAGLE-3 (``eagle3``) head trained for this target."""
 
-    method: Literal["eagle", "eagle3"]
+    method: Literal[SpecMethod.EAGLE, SpecMethod.EAGLE3]
     model: Models = Field(examples=["yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"])
     """One head or a list (each is a choice of its own)."""
     num_speculative_tokens: KChoice = SpecTokensRange(low=1, high=6)
@@ -277,7 +278,7 @@ class HeadMethod(Verified):
 class BlockMethod(Verified):
     """A block drafter (``dflash``, ``dspark``) trained for this target: K tokens in one pass."""
 
-    method: Literal["dflash", "dspark"]
+    method: Literal[SpecMethod.DFLASH, SpecMethod.DSPARK]
     model: Models | None = Field(default=None, examples=["z-lab/Qwen3-8B-DFlash-b16"])
     """One drafter or a list; dspark without one drafts with stages inside the target's own
     checkpoint (DeepSeek-V4)."""
@@ -288,7 +289,7 @@ class BlockMethod(Verified):
 
     @model_validator(mode="after")
     def _topk_is_dsparks(self) -> BlockMethod:
-        if self.dspark_draft_topk is not None and self.method != "dspark":
+        if self.dspark_draft_topk is not None and self.method is not SpecMethod.DSPARK:
             raise PydanticCustomError(
                 "topk", "dspark_draft_topk belongs to method dspark (vLLM refuses it otherwise)"
             )
@@ -299,7 +300,7 @@ class MtpMethod(Verified):
     """The target's own multi-token-prediction layers (DeepSeek-V3/R1, GLM-4.5/5, Qwen3-Next,
     Qwen3.5, MiMo, ...: every model type vLLM 0.32 maps to ``mtp``)."""
 
-    method: Literal["mtp"]
+    method: Literal[SpecMethod.MTP]
     num_speculative_tokens: KChoice = SpecTokensRange(low=1, high=3)
 
 
@@ -309,7 +310,7 @@ def _named(value: object) -> object:
     named = [{"method": item} if isinstance(item, str) else item for item in items]
     for item in named:
         method = item.get("method") if isinstance(item, dict) else None
-        if method in MTP_MODEL_TYPES and method != "mtp":
+        if method in MTP_MODEL_TYPES and method != SpecMethod.MTP:
             raise PydanticCustomError(
                 "mtp_name",
                 "method {name}: vLLM 0.32 runs every per-model MTP name as mtp (and warns that "

@@ -67,13 +67,13 @@ def _fix(reason: str, target: ModelSpec) -> str:
         same = _same_vocabulary(target)
         if same:
             offers[0] += f" (e.g. {same})"
-        heads = [h.hf_id for h in heads_for(target.hf_id) if h.method == "eagle3"]
+        heads = [h.hf_id for h in heads_for(target.hf_id) if h.method is SpecMethod.EAGLE3]
         offers.append(
             f"the EAGLE-3 head {heads[0]}"
             if heads
             else f"an EAGLE-3 head (none in the catalog for {target.hf_id})"
         )
-        blocks = [d.hf_id for d in drafters_for(target.hf_id) if d.method == "dflash"]
+        blocks = [d.hf_id for d in drafters_for(target.hf_id) if d.method is SpecMethod.DFLASH]
         offers.append(
             f"the DFlash drafter {blocks[0]}"
             if blocks

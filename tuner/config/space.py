@@ -42,6 +42,7 @@ from tuner.config.trial import (
     ClientConfig,
     FlagValue,
     ServerConfig,
+    SpecMethod,
     SpeculativeConfig,
     TrialConfig,
     is_secret_flag,
@@ -71,8 +72,9 @@ __all__ = [
     "load_space",
 ]
 
-NO_DRAFT = "none"
-NGRAM = "ngram"
+# The ``draft`` labels of the two choices without a model (:func:`choice_label`).
+NO_DRAFT = str(SpecMethod.NONE)
+NGRAM = str(SpecMethod.NGRAM)
 DEFAULT_SPACE = "default"
 _TTFT_LIMIT = TypeAdapter(Milliseconds)
 
@@ -138,7 +140,7 @@ class SearchSpace:
     @property
     def num_speculative_tokens(self) -> Range:
         """K's range over every choice (each choice has its own: :meth:`k_range`)."""
-        ranges = [c.k for c in self.choices if c.method != NO_DRAFT] or [Range(1, 1)]
+        ranges = [c.k for c in self.choices if c.method is not SpecMethod.NONE] or [Range(1, 1)]
         return Range(min(r.low for r in ranges), max(r.high for r in ranges))
 
     def choice(self, draft: str) -> SpecChoice:
@@ -158,7 +160,7 @@ class SearchSpace:
     def k_range(self, draft: str) -> range:
         """The K values of one choice (just 0 for ``none``)."""
         choice = self.choice(draft)
-        if choice.method == NO_DRAFT:
+        if choice.method is SpecMethod.NONE:
             return range(0, 1)
         return range(int(choice.k.low), int(choice.k.high) + 1)
 

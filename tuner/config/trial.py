@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import enum
 import functools
 import re
 from dataclasses import dataclass, field, replace
@@ -10,9 +9,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tuner.catalog.models import ModelSpec, load_model
+from tuner.catalog.spec_method import SpecMethod
 from tuner.config.verification import DraftSampling, Verification
 from tuner.config.workload import WorkloadSpec
-from tuner.errors import ConfigError
 
 if TYPE_CHECKING:
     from pydantic import TypeAdapter
@@ -57,34 +56,6 @@ def is_secret_flag(name: str) -> bool:
     return _SECRET_FLAG.search(flag) is not None or (
         len(flag) >= 2 and any(known.startswith(flag) for known in _CREDENTIAL_FLAGS)
     )
-
-
-class SpecMethod(enum.StrEnum):
-    """A speculation method, named as vLLM's ``speculative_config`` names it."""
-
-    NONE = "none"  # no speculation: a ServerConfig without a SpeculativeConfig
-    NGRAM = "ngram"  # prompt lookup: copies what followed the last n-gram in the prompt
-    NGRAM_GPU = "ngram_gpu"  # the same lookup, run on the GPU inside the step
-    SUFFIX = "suffix"  # suffix trees over the prompt and earlier outputs (arctic-inference)
-    DRAFT_MODEL = "draft_model"  # a separate, smaller model of the target's vocabulary
-    EAGLE = "eagle"  # an EAGLE head fed the target's hidden states
-    EAGLE3 = "eagle3"  # an EAGLE-3 head (three target layers' hidden states, own vocabulary)
-    MTP = "mtp"  # the target's own multi-token-prediction layers
-    DFLASH = "dflash"  # a block-diffusion drafter: all K tokens in one non-causal pass
-    DSPARK = "dspark"  # a block drafter with a Markov head (and optionally a confidence head)
-
-    @classmethod
-    def parse(cls, name: str) -> SpecMethod:
-        """The member named ``name``, as a space, a flag or a stored config spells it.
-
-        Raises:
-            ConfigError: naming the unknown method and the known ones.
-        """
-        try:
-            return cls(name)
-        except ValueError:
-            known = ", ".join(m for m in cls if m is not cls.NONE)
-            raise ConfigError(f"unknown speculative method {name!r}: use one of {known}") from None
 
 
 # Methods that load a model named in ``SpeculativeConfig.model`` (a draft, a head, a drafter).

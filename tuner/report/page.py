@@ -18,7 +18,7 @@ from pathlib import Path
 import optuna
 
 from tuner.analysis.confirmed import load_confirmed
-from tuner.analysis.estimates import Bounds, Estimate, Numbers
+from tuner.analysis.estimates import Bounds, Measured, Numbers
 from tuner.analysis.levels import LevelChoice, best_by_draft
 from tuner.analysis.picks import PICKS, Candidate, best_per_method, choose, ranked
 from tuner.analysis.recommendation import Recommendation, recommendation
@@ -242,7 +242,7 @@ def _measured_cells(c: Candidate, objective: Objective) -> tuple[str, str, str, 
     )
 
 
-def _estimate(estimate: Estimate, digits: int, numbers: Numbers) -> str:
+def _estimate(estimate: Measured, digits: int, numbers: Numbers) -> str:
     value = f"{estimate.value:.{digits}f}"
     if estimate.bounds is Bounds.CI95 and estimate.low is not None and estimate.high is not None:
         half = (estimate.high - estimate.low) / 2

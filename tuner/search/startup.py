@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from tuner.catalog.models import load_model
-from tuner.config.trial import ServerConfig, load_draft
+from tuner.config.trial import ServerConfig, SpecMethod, load_draft
 from tuner.results import Source
 from tuner.trial.record import TrialRecord
 
@@ -45,11 +45,11 @@ class Family(NamedTuple):
 
     model: str
     tensor_parallel_size: int
-    method: str
+    method: SpecMethod
 
     @classmethod
     def of(cls, server: ServerConfig) -> Family:
-        return cls(server.model, server.tensor_parallel_size, str(server.method))
+        return cls(server.model, server.tensor_parallel_size, server.method)
 
     def describe(self) -> str:
         return f"{self.model} TP{self.tensor_parallel_size} {self.method}"

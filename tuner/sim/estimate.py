@@ -54,15 +54,15 @@ class Estimate:
     band: Band
 
 
-def _method_of(draft: str) -> str:
+def _method_of(draft: str) -> SpecMethod:
     """The method a ``--draft`` names on its own: none, ngram, or what its config.json is."""
-    if draft in (NO_DRAFT, NGRAM, SpecMethod.SUFFIX, SpecMethod.MTP):
-        return draft
+    if draft in (SpecMethod.NONE, SpecMethod.NGRAM, SpecMethod.SUFFIX, SpecMethod.MTP):
+        return SpecMethod(draft)
     model = load_model(draft)
     return (
         head_kind(model.config, model.hf_id)
         or block_kind(model.config, model.hf_id)
-        or (SpecMethod.DRAFT_MODEL)
+        or SpecMethod.DRAFT_MODEL
     )
 
 

@@ -31,6 +31,7 @@ from tuner.analysis.confirmed import CONFIRMED_ATTR, Confirmed, Run
 from tuner.analysis.estimates import scored_ttft_bounds
 from tuner.analysis.k_table import K_TABLE_ATTR, KTableVerdict, planned_table, with_table
 from tuner.analysis.picks import DEFAULT_PICK, confirmation_order, pick_candidate
+from tuner.analysis.trials import level_tok_s
 from tuner.bench.summary import level_summary
 from tuner.config.space import SearchSpace
 from tuner.config.trial import LaunchContext, TrialConfig
@@ -39,7 +40,7 @@ from tuner.study.study import record_run
 from tuner.trial.backends import Backend
 from tuner.trial.record import TrialRecord
 from tuner.trial.runner import TrialOutcome, TrialRunner
-from tuner.trial.scoring import TrialStatus, level_tok_s
+from tuner.trial.scoring import TrialStatus
 
 __all__ = ["OnRun", "confirm", "confirm_k_table"]
 
@@ -231,8 +232,6 @@ def _run_from(outcome: TrialOutcome) -> Run:
         throughput=outcome.score.values[0] if measured else None,
         p95_ttft_ms=outcome.score.values[1] if measured else None,
         acceptance_rate=primary.acceptance_rate,
-        levels=()  # a goodput run's steps are rates, not levels
-        if outcome.score.steps
-        else level_tok_s(outcome.results, [c.weight for c in outcome.conditions]),
+        levels=level_tok_s(pairs, outcome.score.steps),
         p95_ttft_bounds=scored_ttft_bounds(pairs, outcome.score.steps) if measured else None,
     )

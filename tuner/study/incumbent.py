@@ -58,9 +58,9 @@ def race_for(study: optuna.Study, space: SearchSpace, config: TrialConfig) -> Ra
 
 def _method_measured(study: optuna.Study, config: TrialConfig) -> bool:
     """Whether a feasible trial of ``config``'s speculation method has completed in full."""
-    method = str(config.server.method)
+    method = config.server.method
     done = records(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
-    return any(r.feasible and str(r.server.method) == method for r in done)
+    return any(r.feasible and r.server.method is method for r in done)
 
 
 def incumbent_of(study: optuna.Study) -> Incumbent | None:

@@ -1,7 +1,7 @@
 """What a trial races against, and when it has honestly lost: pruning.
 
 The **incumbent** is the study's best feasible trial so far, with each pair's output tok/s
-interval (:class:`~tuner.trial.rounds.Interval`, stored with its record). After each measured
+interval (:class:`~tuner.trial.rounds.PairInterval`, stored with its record). After each measured
 pair, a trial's best case over the whole traffic mix is the measured pairs' upper bounds plus,
 for the pairs not measured yet, the prediction's upper bound (the study's forecast with its
 error band, :attr:`Race.ceiling`). When that best case cannot reach the incumbent's worst case
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from tuner.config.workload import Condition
-from tuner.trial.rounds import Interval
+from tuner.trial.rounds import PairInterval
 
 __all__ = ["Incumbent", "Race", "incumbent_among"]
 
@@ -28,7 +28,7 @@ class Incumbent:
     """The best feasible trial so far: its number and each pair's interval, in mix order."""
 
     number: int
-    pairs: tuple[Interval, ...]
+    pairs: tuple[PairInterval, ...]
     weights: tuple[float, ...]
 
     @property
@@ -72,7 +72,7 @@ def _incumbent(record: _Record) -> Incumbent | None:
     weights = [level.get("weight") for level in record.levels]
     if any(s is None for s in stored) or any(w is None for w in weights):
         return None
-    pairs = tuple(Interval.from_json(s) for s in stored if s is not None)
+    pairs = tuple(PairInterval.from_json(s) for s in stored if s is not None)
     return Incumbent(record.number, pairs, tuple(float(w) for w in weights if w is not None))
 
 
@@ -93,7 +93,7 @@ class Race:
         ceilings = {condition: self.ceiling(condition) for condition in conditions}
         return Race(self.incumbent, ceilings.get)
 
-    def pair(self, index: int, count: int) -> Interval | None:
+    def pair(self, index: int, count: int) -> PairInterval | None:
         """The incumbent's interval at pair ``index`` of a mix of ``count`` pairs (None when
         there is no incumbent or its mix has another shape)."""
         if self.incumbent is None or len(self.incumbent.pairs) != count:
@@ -101,7 +101,7 @@ class Race:
         return self.incumbent.pairs[index]
 
     def prune_reason(
-        self, measured: Sequence[tuple[Condition, Interval]], rest: Sequence[Condition]
+        self, measured: Sequence[tuple[Condition, PairInterval]], rest: Sequence[Condition]
     ) -> str | None:
         """Why the trial cannot win after its ``measured`` pairs, with ``rest`` still to
         measure; None while it still can (or nothing bounds its best case)."""

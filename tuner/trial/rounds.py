@@ -3,7 +3,7 @@
 A fixed count spends as much on a pair that is clearly losing as on one whose rank is close.
 Here a pair is measured a round at a time (:class:`Rounds`: half the workload's ``requests``,
 at least two requests per slot so each round fills its level), and after each
-round its output tok/s gets an :class:`Interval`. The pair stops (:func:`stop_reason`):
+round its output tok/s gets a :class:`PairInterval`. The pair stops (:func:`stop_reason`):
 
 - at the **ceiling**, twice the workload's ``requests``, however close the decision;
 - once its interval lies wholly **below the incumbent's** pair (the best feasible trial so far,
@@ -34,7 +34,7 @@ from tuner.results import SpecDecodeStats, TrialResult
 __all__ = [
     "MIN_REQUESTS_FOR_INTERVAL",
     "WIDTH_SHARE",
-    "Interval",
+    "PairInterval",
     "PairMeasure",
     "Rounds",
     "merged",
@@ -49,8 +49,9 @@ _Z = 1.959964  # the standard normal's 97.5 % point
 
 
 @dataclass(frozen=True)
-class Interval:
-    """An estimate of output tok/s with its 95 % bounds (``high`` may be inf)."""
+class PairInterval:
+    """One pair's output tok/s, estimated from its own requests, with its 95 % bounds (``high``
+    may be inf)."""
 
     low: float
     mid: float
@@ -67,7 +68,7 @@ class Interval:
         return [self.low, self.mid, self.high if math.isfinite(self.high) else None]
 
     @classmethod
-    def from_json(cls, data: Sequence[float | None]) -> Interval:
+    def from_json(cls, data: Sequence[float | None]) -> PairInterval:
         low, mid, high = data
         return cls(float(low or 0.0), float(mid or 0.0), math.inf if high is None else float(high))
 
@@ -102,7 +103,7 @@ class PairMeasure:
 
     requests: int
     rounds: int
-    interval: Interval
+    interval: PairInterval
     stopped: str
 
     def to_json(self) -> dict[str, object]:
@@ -113,20 +114,20 @@ class PairMeasure:
         }
 
 
-def tok_s_interval(result: TrialResult) -> Interval:
+def tok_s_interval(result: TrialResult) -> PairInterval:
     """``result``'s output tok/s with 95 % bounds from its requests' spread."""
     done = [r for r in result.succeeded if r.e2e_latency and r.completion_tokens]
     mid = result.output_tok_s
     n = len(done)
     if n < MIN_REQUESTS_FOR_INTERVAL or mid <= 0:
-        return Interval(0.0, mid, math.inf)
+        return PairInterval(0.0, mid, math.inf)
     tokens = [float(r.completion_tokens or 0) for r in done]
     times = [float(r.e2e_latency or 0.0) for r in done]
     ratio = sum(tokens) / sum(times)
     spread = sum((y - ratio * x) ** 2 for y, x in zip(tokens, times, strict=True)) / (n - 1)
     mean_time = sum(times) / n
     share = _t_quantile(n - 1) * math.sqrt(spread / n) / mean_time / ratio
-    return Interval(max(0.0, mid * (1 - share)), mid, mid * (1 + share))
+    return PairInterval(max(0.0, mid * (1 - share)), mid, mid * (1 + share))
 
 
 def _t_quantile(df: int) -> float:
@@ -143,7 +144,7 @@ def _t_quantile(df: int) -> float:
 def stop_reason(
     rounds: Rounds,
     result: TrialResult,
-    incumbent: Interval | None,
+    incumbent: PairInterval | None,
     ttft_limit_ms: float,
 ) -> str | None:
     """Why measuring the pair (all rounds so far, merged in ``result``) may stop; None to go

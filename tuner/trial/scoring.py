@@ -57,7 +57,6 @@ __all__ = [
     "Score",
     "TrialStatus",
     "failed_share",
-    "level_tok_s",
     "meets",
     "pessimistic_ttft_ms",
     "score",
@@ -341,18 +340,6 @@ def _worst_over(
         return None
     found = [v for v in map(value, measured) if v is not None]
     return max(found, default=0.0) - limit
-
-
-def level_tok_s(
-    results: Sequence[TrialResult], weights: Sequence[float]
-) -> tuple[tuple[int, float], ...]:
-    """(concurrency, output tok/s) per level, its temperatures weighted by their shares."""
-    sums: dict[int, list[float]] = {}
-    for result, weight in zip(results, weights, strict=True):
-        total = sums.setdefault(result.concurrency, [0.0, 0.0])
-        total[0] += weight * result.output_tok_s
-        total[1] += weight
-    return tuple((level, tok_s / weight) for level, (tok_s, weight) in sums.items() if weight)
 
 
 def stored_constraints(constraints: Mapping[str, float], keys: Sequence[str]) -> dict[str, float]:

@@ -33,7 +33,14 @@ from tuner.errors import FailureKind, MeasurementError, StartupFailure
 from tuner.results import TrialResult
 from tuner.trial.backends import Backend
 from tuner.trial.race import Race
-from tuner.trial.rounds import Interval, PairMeasure, Rounds, merged, stop_reason, tok_s_interval
+from tuner.trial.rounds import (
+    PairInterval,
+    PairMeasure,
+    Rounds,
+    merged,
+    stop_reason,
+    tok_s_interval,
+)
 from tuner.trial.scoring import Limits, failed_share, meets
 
 __all__ = ["Climb", "Traffic", "climb_pairs", "measure_traffic"]
@@ -188,7 +195,7 @@ def _rounds(
     pair_seed: int,
     count: int,
     limits: Limits,
-    incumbent: Interval | None,
+    incumbent: PairInterval | None,
 ) -> tuple[TrialResult, PairMeasure]:
     """One pair, a round at a time until :func:`stop_reason` says its rank is clear.
 
