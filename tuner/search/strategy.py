@@ -37,7 +37,7 @@ whatever backend runs; the predictions only choose the first trials. After them 
 constraint-aware multivariate TPE of ``--sampler tpe`` learns from what was measured; starting
 it next to the predicted optimum, at a safe memory setting, keeps its proposals away from the
 memory limit. In a goodput study the prediction is the climb the trial would make
-(:func:`tuner.search.forecast.predicted_climb`), and configs are ranked by the goodput it finds.
+(:func:`tuner.search.forecast.predicted_goodput`), and configs are ranked by the goodput it finds.
 
 The screen's grid, memory filter and order are :mod:`tuner.search.screen`'s, which the twin's
 screen shares. Predicting every point of the default space (11 000 configs) would take minutes,
