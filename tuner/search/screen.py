@@ -58,7 +58,8 @@ class Screen:
         space: the space screened.
         pairs: every (draft, K) pair, in the space's order of drafts, K ascending.
         settings: every memory setting, utilization ascending, then the space's batch sizes
-            in its order; every pair is screened at each.
+            in its order (the twin's screen walks them in an order of its own); every pair is
+            screened at each.
         temperatures: every temperature, ascending (the space's own where it fixes one).
         tail_prompt: the longest prompt the simulator sends, in tokens.
     """

@@ -175,6 +175,11 @@ class TwinScreen(Screen):
 
     def __init__(self, space: SearchSpace) -> None:
         super().__init__(space)
+        # The twin walks the settings in the order a set of them iterates, as it always has:
+        # that order breaks its ties (one request's prompt fits every batch size, and the
+        # memory to spare often does not depend on it), so its proposals, guards and the
+        # calibration design stay what they were.
+        self.settings = tuple(set(self.settings))
         self._parts: dict[tuple[Pair, int, int], StepParts] = {}
         # Shipped (outside slack, KV slack) of each setting, negative where it falls short.
         self._slack: dict[tuple[Pair, Setting], tuple[float, float]] = {}
