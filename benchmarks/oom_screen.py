@@ -40,7 +40,8 @@ from worlds import World, WorldBackend
 from tuner.catalog.models import load_model
 from tuner.config.space import SearchSpace, load_space
 from tuner.config.trial import ServerConfig, load_draft
-from tuner.search.strategy import grid_params, warm_start
+from tuner.search.screen import grid_params
+from tuner.search.strategy import warm_start
 from tuner.search.twin_steer import TwinSampler
 from tuner.sim.band import method_family
 from tuner.sim.memory import estimate_memory

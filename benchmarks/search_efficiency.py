@@ -91,7 +91,8 @@ from tuner.config.workload import Condition, WorkloadSpec
 from tuner.errors import StartupFailure
 from tuner.results import Endpoint, TrialResult
 from tuner.search.plan import LOAD_GB_PER_S, START_PRIOR_S, Budget, TrialCost, confirmation_runs
-from tuner.search.strategy import grid_params, warm_start
+from tuner.search.screen import grid_params
+from tuner.search.strategy import warm_start
 from tuner.search.twin_steer import TwinSampler
 from tuner.sim.memory import BLOCK_TOKENS, effective_batched_tokens
 from tuner.sim.scheduler import WATERMARK

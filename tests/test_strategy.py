@@ -14,11 +14,11 @@ from tuner.catalog.models import load_model
 from tuner.config.space import NO_DRAFT, SearchSpace, load_space
 from tuner.config.trial import TrialConfig
 from tuner.search.forecast import bench_seconds, predicted_pairs, predicted_trial
+from tuner.search.screen import grid_params
 from tuner.search.startup import Family, StartupPrices, start_prior_s
 from tuner.search.strategy import (
     SAFETY_MARGIN_GIB,
     _plan,  # the enqueue order, on a screen with its closest variants left out
-    grid_params,
     predicted_configs,
     variant_share,
     warm_start,

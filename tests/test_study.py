@@ -16,7 +16,7 @@ from tuner.config.trial import LaunchContext, ServerConfig, TrialConfig
 from tuner.errors import ConfigError, FailureKind, StartupFailure
 from tuner.launch.exit_hooks import Terminated
 from tuner.results import Endpoint, TrialResult
-from tuner.search.strategy import grid_params
+from tuner.search.screen import grid_params
 from tuner.study.optimize import OptimizeRequest, optimize
 from tuner.study.storage import RetryOwnRecord, open_storage
 from tuner.study.study import StudyOptions, open_study, run_trials

@@ -26,9 +26,10 @@ from tuner.config.space import SearchSpace, load_space
 from tuner.config.workload import Condition
 from tuner.export.vllm import export
 from tuner.results import RequestRecord, Source, TrialResult
+from tuner.search.forecast import predicted_trial
 from tuner.study.optimize import OptimizeRequest, optimize
 from tuner.trial.record import TrialRecord, records
-from tuner.trial.scoring import Limits, TrialStatus, score_goodput
+from tuner.trial.scoring import Limits, TrialStatus, meets, score_goodput
 from tuner.trial.traffic import Climb
 
 GOODPUT: dict[str, Any] = {
@@ -159,6 +160,24 @@ def test_a_simulated_goodput_study_climbs_every_config_on_one_server(tmp_path: P
     assert "request rates climbed 1, 4, 16, 64, 256 per s" in text
     assert "send temperature" not in text and "--temperature" not in text  # no advice
     assert "temperatures 0.2 (70 %), 0.8 (30 %) as requests send them" in text
+
+
+def test_the_forecast_of_a_goodput_trial_climbs_as_the_trial_does(tmp_path: Path) -> None:
+    # The warm start and the plan price a goodput trial on the steps its climb would measure:
+    # each step at every temperature, lowest first, up to the first miss, then once between.
+    steps = (1.0, 4.0, 16.0, 64.0, 256.0)
+    workload = {"request_rate": list(steps), "requests": 20}  # enough to queue at 64/s
+    space = _space(tmp_path, slo={"tpot_ms": 30}, workload=workload)
+    config = space.config(None, 0.9, 2048, 0.2)
+    predicted = predicted_trial(space, config)
+    rates = list(dict.fromkeys(c.request_rate or 0.0 for c, _ in predicted))
+    assert 0.0 not in rates  # every pair offers a rate
+    limits = Limits.of(space)
+    passed = [r for r in rates if meets([x for c, x in predicted if c.request_rate == r], limits)]
+    assert passed and len(passed) < len(rates)  # it climbed, then missed
+    assert rates == _climb(steps, max(passed))
+    temperatures = [(c.request_rate, c.sampling_temperature) for c, _ in predicted]
+    assert temperatures == [(r, t) for r in rates for t in (0.2, 0.8)]
 
 
 def _measured_order(record: TrialRecord) -> list[float]:

@@ -19,6 +19,7 @@ from tuner.config.space import SearchSpace
 from tuner.config.trial import LaunchContext, ServerConfig, TrialConfig
 from tuner.export.vllm import export
 from tuner.results import Endpoint, TrialResult
+from tuner.search.forecast import predicted_trial
 from tuner.study.optimize import OptimizeRequest, optimize
 from tuner.trial.backends.sim import SimBackend
 from tuner.trial.record import records
@@ -100,6 +101,18 @@ def test_every_pair_is_measured_on_one_server_start_and_scored_on_the_mix(
         assert record.throughput == pytest.approx(weighted)  # the traffic-weighted score
         assert record.p95_ttft_ms == pytest.approx(max(lv["ttft_p95_ms"] for lv in record.levels))
         assert record.temperature_mix == ((0.2, 0.7), (0.8, 0.3))
+
+
+def test_the_forecast_of_a_trial_takes_the_pairs_a_trial_measures(tmp_path: Path) -> None:
+    # The warm start and the plan price a trial on the pairs it will measure (the test above:
+    # every (level, temperature), level by level), with the shares it is scored by.
+    space = _space(tmp_path)
+    config = space.config(space.speculative("Qwen/Qwen2.5-0.5B-Instruct", 4), 0.9, 2048, 0.2)
+    predicted = predicted_trial(space, config)
+    assert [(c.concurrency, c.sampling_temperature) for c, _ in predicted] == PAIRS
+    assert [r.concurrency for _, r in predicted] == [c for c, _ in PAIRS]
+    weights = [c.weight for c, _ in predicted]
+    assert weights == pytest.approx([0.35, 0.15, 0.21, 0.09, 0.14, 0.06])
 
 
 @pytest.mark.parametrize("fmt", ["vllm", "json", "compose"])

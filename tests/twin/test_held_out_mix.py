@@ -10,7 +10,7 @@ import pytest
 
 from tuner.catalog.models import load_model
 from tuner.config.space import load_space
-from tuner.search.strategy import grid_params
+from tuner.search.screen import grid_params
 from tuner.sim.virtual_time import predict
 from tuner.trial.scoring import Limits, score
 

@@ -1,10 +1,11 @@
 """What the simulator predicts a trial measures: what ``--plan`` prices and a goodput warm start
 ranks.
 
-A trial measures the pairs of its workload (:func:`predicted_pairs`), or in a goodput study
-climbs its request-rate steps (:mod:`tuner.trial.traffic`: each step at every temperature, up
-until one misses a limit, then once between; :func:`predicted_climb`). Here each pair is the
-simulator's noise-free prediction instead of a measurement.
+A trial measures the pairs of its workload, or in a goodput study climbs its request-rate steps
+(each step at every temperature, up until one misses a limit, then once between): the pairs of
+:func:`tuner.trial.traffic.trial_pairs`, which :func:`predicted_traffic` takes too. Here each
+pair is the simulator's noise-free prediction (:func:`predicted_pairs`) instead of a
+measurement.
 """
 
 from __future__ import annotations
@@ -19,13 +20,13 @@ from tuner.config.workload import Condition, WorkloadSpec
 from tuner.results import TrialResult
 from tuner.sim.virtual_time import predict
 from tuner.trial.scoring import Limits, score_goodput
-from tuner.trial.traffic import climb_pairs
+from tuner.trial.traffic import trial_pairs
 
 __all__ = [
     "bench_seconds",
-    "predicted_climb",
     "predicted_goodput",
     "predicted_pairs",
+    "predicted_traffic",
     "predicted_trial",
 ]
 
@@ -56,18 +57,19 @@ def predicted_pairs(
     ]
 
 
-def predicted_climb(
+def predicted_traffic(
     space: SearchSpace, server: ServerConfig, workload: WorkloadSpec
 ) -> list[tuple[Condition, TrialResult]]:
-    """The goodput climb a trial of ``server`` would make (:mod:`tuner.trial.traffic`), each
-    pair predicted noise-free by the simulator.
+    """The pairs a trial of ``server`` would measure on ``workload``
+    (:func:`~tuner.trial.traffic.trial_pairs`: its workload's, or in a goodput study its
+    climb), each predicted noise-free by the simulator.
 
     Raises:
         StartupFailure: kind OOM when the server would not start for lack of memory.
     """
     results: list[TrialResult] = []
     done: list[Condition] = []
-    for pair in climb_pairs(workload, Limits.of(space), results, done):
+    for pair in trial_pairs(workload, Limits.of(space), results, done):
         ((_, result),) = predicted_pairs(space, server, workload, [pair])
         results.append(result)
         done.append(pair)
@@ -77,27 +79,24 @@ def predicted_climb(
 def predicted_goodput(
     space: SearchSpace, server: ServerConfig, workload: WorkloadSpec
 ) -> tuple[float, float]:
-    """(goodput, p95 TTFT at its step) of :func:`predicted_climb`; TTFT inf when no step
-    passed.
+    """(goodput, p95 TTFT at its step) of a goodput study's climb (:func:`predicted_traffic`);
+    TTFT inf when no step passed.
 
     Raises:
         StartupFailure: kind OOM when the server would not start for lack of memory.
     """
-    conditions, results = zip(*predicted_climb(space, server, workload), strict=True)
+    conditions, results = zip(*predicted_traffic(space, server, workload), strict=True)
     goodput, ttft = score_goodput(results, conditions, Limits.of(space)).values
     return goodput, ttft if goodput > 0 else math.inf
 
 
 def predicted_trial(space: SearchSpace, config: TrialConfig) -> list[tuple[Condition, TrialResult]]:
-    """The pairs a trial of ``config`` measures, predicted: its workload's, or its climb.
+    """The pairs a trial of ``config`` measures, predicted (:func:`predicted_traffic`).
 
     Raises:
         StartupFailure: kind OOM when the server would not start for lack of memory.
     """
-    server, workload = config.server, config.client.workload
-    if space.goodput:
-        return predicted_climb(space, server, workload)
-    return predicted_pairs(space, server, workload, workload.conditions)
+    return predicted_traffic(space, config.server, config.client.workload)
 
 
 def bench_seconds(workload: WorkloadSpec, pairs: Iterable[tuple[Condition, TrialResult]]) -> float:

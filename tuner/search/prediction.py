@@ -7,12 +7,11 @@ from typing import Any
 
 from tuner.config.space import SearchSpace
 from tuner.config.trial import TrialConfig
+from tuner.search.screen import Pair
 
-__all__ = ["Pair", "Prediction", "with_variants"]
+__all__ = ["Prediction", "with_variants"]
 
 _SHARED = ("gpu_memory_utilization", "max_num_batched_tokens", "temperature")
-
-Pair = tuple[str, int]  # (draft, K); K is 0 without speculation
 
 
 @dataclass(frozen=True)

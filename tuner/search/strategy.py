@@ -37,14 +37,15 @@ whatever backend runs; the predictions only choose the first trials. After them 
 constraint-aware multivariate TPE of ``--sampler tpe`` learns from what was measured; starting
 it next to the predicted optimum, at a safe memory setting, keeps its proposals away from the
 memory limit. In a goodput study the prediction is the climb the trial would make
-(:func:`tuner.search.forecast.predicted_climb`), and configs are ranked by the goodput it finds.
+(:func:`tuner.search.forecast.predicted_goodput`), and configs are ranked by the goodput it finds.
 
-Predicting every point of the default space (11 000 configs) would take minutes, so the screen
-is staged, each stage around the best of the one before: every (draft, K) pair at its most
-generous safe memory setting and the lowest temperature; every temperature for the best few
-pairs; every utilization, then every batched-token size, for the best config; every pair at the
-memory setting found; every temperature at the best server config. A hundred-odd predictions
-take seconds, nothing next to one server start-up. Nothing is enqueued when no config is
+The screen's grid, memory filter and order are :mod:`tuner.search.screen`'s, which the twin's
+screen shares. Predicting every point of the default space (11 000 configs) would take minutes,
+so this one is staged, each stage around the best of the one before: every (draft, K) pair at
+its most generous safe memory setting and the lowest temperature; every temperature for the
+best few pairs; every utilization, then every batched-token size, for the best config; every
+pair at the memory setting found; every temperature at the best server config. A hundred-odd
+predictions take seconds, nothing next to one server start-up. Nothing is enqueued when no config is
 predicted to meet the TTFT limit: the sampler then explores on its own.
 """
 
@@ -52,32 +53,29 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
 
 import optuna
 
 from tuner.catalog.models import ModelSpec
-from tuner.config.space import Range, SearchSpace
+from tuner.config.space import SearchSpace
 from tuner.config.trial import TrialConfig
-from tuner.config.workload import WorkloadSpec
 from tuner.errors import StartupFailure
 from tuner.results import Source, TrialResult
 from tuner.search.forecast import bench_seconds, predicted_goodput, predicted_trial
-from tuner.search.prediction import Pair, Prediction, with_variants
+from tuner.search.prediction import Prediction, with_variants
+from tuner.search.screen import Pair, Screen, Setting, screened_traffic, screened_workload
 from tuner.search.startup import StartupPrices
 from tuner.sim.band import Band, error_band, regime_of, widest
 from tuner.sim.memory import estimate_memory
-from tuner.sim.virtual_time import INPUT_SPREAD, predict
+from tuner.sim.virtual_time import predict
 from tuner.trial.record import WARM_START_ATTR
 
 __all__ = [
     "SAFETY_MARGIN_GIB",
     "Prediction",
-    "grid_params",
     "predicted_configs",
-    "screened_workload",
     "variant_share",
     "warm_start",
 ]
@@ -100,24 +98,8 @@ _MAX_VARIANTS = 2
 _UNKNOWN_ERROR = 0.3
 # Candidates carried from one screening stage to the next.
 _SHORTLIST = 4
-# A float range without a step is screened at this many equal intervals.
-_FLOAT_INTERVALS = 10
 # Halvings of the interval when finding how much memory a config has to spare (~1 MiB).
 _BISECTIONS = 15
-
-
-def grid_params(space: SearchSpace) -> Iterator[dict[str, Any]]:
-    """Every point of the discretised space, named as :meth:`SearchSpace.suggest` names them.
-
-    Float ranges are taken at their step (or at 10 equal intervals when they have none); K is
-    left out where there is no draft, and the temperature where the space fixes it.
-    """
-    for draft in space.drafts:
-        for k in _ks(space, draft):
-            for util in _values(space.gpu_memory_utilization):
-                for mnbt in space.max_num_batched_tokens:
-                    for temperature in _temperatures(space):
-                        yield _params(space, draft, k, util, mnbt, temperature)
 
 
 def warm_start(study: optuna.Study, space: SearchSpace, budget: int) -> int:
@@ -211,7 +193,7 @@ def predicted_configs(space: SearchSpace) -> tuple[Prediction, ...]:
     limit are returned: those that also meet it for the longest prompts first, then by
     predicted throughput, TTFT for the longest prompts, and memory to spare.
     """
-    return tuple(p for p in _Screen(space).run() if p.p95_ttft_ms <= space.ttft_limit_ms)
+    return tuple(p for p in _StagedScreen(space).run() if p.p95_ttft_ms <= space.ttft_limit_ms)
 
 
 def _plan(
@@ -262,35 +244,26 @@ def _plan(
     return plan
 
 
-class _Screen:
-    """The staged screen: each stage predicts around the best candidates of the one before."""
+class _StagedScreen(Screen):
+    """The warm start's screen, under the shipped simulator: each stage predicts around the
+    best candidates of the one before."""
 
     def __init__(self, space: SearchSpace) -> None:
-        self.space = space
-        self.temperatures = _temperatures(space)
-        self.lightest = min(space.workload.concurrency)
-        # p95 TTFT is set by the longest prompts, while a noise-free prediction sends prompts of
-        # the mean length; the screen also predicts prompts as long as the simulator's longest,
-        # at the lightest level (busier levels queue: their p95 is the queue's).
+        super().__init__(space)
+        # p95 TTFT is set by the longest prompts; busier levels queue (their p95 is the
+        # queue's), so the tail prompt is predicted at the lightest level.
         self.tail = replace(
-            screened_workload(space.workload, self.lightest),
-            input_tokens=round(space.workload.input_tokens * (1 + INPUT_SPREAD)),
+            screened_workload(space.workload, min(space.workload.concurrency)),
+            input_tokens=self.tail_prompt,
         )
         self.drafts: dict[str, ModelSpec | None] = {d: space.draft_model(d) for d in space.drafts}
-        self.done: dict[tuple[Pair, float, int, float], Prediction | None] = {}
-        # Memory to spare (GiB) of every memory setting (utilization, batched tokens) that fits
-        # each pair with the safety margin.
-        self.safe: dict[Pair, dict[tuple[float, int], float]] = {}
-        for draft in space.drafts:
-            for k in _ks(space, draft):
-                headroom = {
-                    (util, mnbt): self._headroom((draft, k), util, mnbt)
-                    for util in _values(space.gpu_memory_utilization)
-                    for mnbt in space.max_num_batched_tokens
-                }
-                safe = {s: h for s, h in headroom.items() if h >= SAFETY_MARGIN_GIB}
-                if safe:
-                    self.safe[(draft, k)] = safe
+        self.done: dict[tuple[Pair, Setting, float], Prediction | None] = {}
+        # Memory to spare (GiB) of every memory setting that fits each pair with the margin.
+        self.safe: dict[Pair, dict[Setting, float]] = {}
+        for pair in self.pairs:
+            safe = self.safe_settings(functools.partial(self._headroom, pair), SAFETY_MARGIN_GIB)
+            if safe:
+                self.safe[pair] = safe
 
     def run(self) -> list[Prediction]:
         """Runs the stages; returns every prediction made, best first."""
@@ -298,10 +271,10 @@ class _Screen:
         # the most generous safe setting (most KV cache, largest prefill chunks) likewise.
         coldest = min(self.temperatures)
         reference = {pair: max(settings) for pair, settings in self.safe.items()}
-        stage1 = [self._predict(pair, *reference[pair], coldest) for pair in self.safe]
+        stage1 = [self._predict(pair, reference[pair], coldest) for pair in self.safe]
         pairs = [p.pair for p in self._best(stage1)[:_SHORTLIST]]
         stage2 = [
-            self._predict(pair, *reference[pair], t) for pair in pairs for t in self.temperatures
+            self._predict(pair, reference[pair], t) for pair in pairs for t in self.temperatures
         ]
         ranked = self._best(stage2)
         if not ranked:
@@ -315,26 +288,26 @@ class _Screen:
             temperature.setdefault(prediction.pair, prediction.config.client.sampling_temperature)
         for pair, settings in self.safe.items():
             if setting in settings:
-                self._predict(pair, *setting, temperature.get(pair, coldest))
+                self._predict(pair, setting, temperature.get(pair, coldest))
         # Request-only variants of the best config: candidates that reuse its server.
         best = self._best(list(self.done.values()))[0]
         server = best.config.server
         for t in self.temperatures:
             self._predict(
-                best.pair, server.gpu_memory_utilization, server.max_num_batched_tokens, t
+                best.pair, (server.gpu_memory_utilization, server.max_num_batched_tokens), t
             )
         return self._best(list(self.done.values()))
 
     def _best(self, predictions: list[Prediction | None]) -> list[Prediction]:
-        return _best(predictions, self.space.ttft_limit_ms)
+        return self.best_first((p for p in predictions if p is not None), _forecast)
 
-    def _tune_memory(self, top: Prediction) -> tuple[float, int]:
+    def _tune_memory(self, top: Prediction) -> Setting:
         """Coordinate search over the safe settings: utilization first, then batched tokens."""
         pair, temperature = top.pair, top.config.client.sampling_temperature
         settings = self.safe[pair]
         mnbt = top.config.server.max_num_batched_tokens
         by_util = self._best(
-            [self._predict(pair, u, m, temperature) for u, m in settings if m == mnbt]
+            [self._predict(pair, s, temperature) for s in settings if s[1] == mnbt]
         )
         util = (
             by_util[0].config.server.gpu_memory_utilization
@@ -342,18 +315,18 @@ class _Screen:
             else top.params["gpu_memory_utilization"]
         )
         by_mnbt = self._best(
-            [self._predict(pair, u, m, temperature) for u, m in settings if u == util]
+            [self._predict(pair, s, temperature) for s in settings if s[0] == util]
         )
         best = by_mnbt[0] if by_mnbt else top
         return best.params["gpu_memory_utilization"], best.config.server.max_num_batched_tokens
 
-    def _headroom(self, pair: Pair, util: float, mnbt: int) -> float:
+    def _headroom(self, pair: Pair, setting: Setting) -> float:
         """GiB a start-up may use beyond the memory model before it fails (< 0: it fails).
 
         The least of two slacks: memory outside vLLM's budget (found by bisection on the
         model's hidden-overhead input), and KV cache beyond one ``max-model-len`` request.
         """
-        server = self._config(pair, util, mnbt, self.temperatures[0]).server
+        server = self.config(pair, setting, self.temperatures[0]).server
         draft = self.drafts[pair[0]]
 
         def fits(extra_gib: float) -> bool:
@@ -371,29 +344,31 @@ class _Screen:
         kv_slack = memory.kv_cache_gib * (1 - server.max_model_len / memory.kv_tokens)
         return min(low, kv_slack)
 
-    def _config(self, pair: Pair, util: float, mnbt: int, temperature: float) -> TrialConfig:
-        draft, k = pair
-        return self.space.config(self.space.speculative(draft, k), util, mnbt, temperature)
-
-    def _predict(self, pair: Pair, util: float, mnbt: int, temperature: float) -> Prediction | None:
-        key = (pair, util, mnbt, temperature)
+    def _predict(self, pair: Pair, setting: Setting, temperature: float) -> Prediction | None:
+        key = (pair, setting, temperature)
         if key not in self.done:
-            self.done[key] = self._forecast(pair, util, mnbt, temperature)
+            self.done[key] = self._forecast(pair, setting, temperature)
         return self.done[key]
 
-    def _forecast(
-        self, pair: Pair, util: float, mnbt: int, temperature: float
-    ) -> Prediction | None:
-        config = self._config(pair, util, mnbt, temperature)
-        params = _params(self.space, pair[0], pair[1], util, mnbt, temperature)
-        headroom = self.safe[pair][(util, mnbt)]
+    def _forecast(self, pair: Pair, setting: Setting, temperature: float) -> Prediction | None:
+        config = self.config(pair, setting, temperature)
+        params = self.params(pair, setting, temperature)
+        headroom = self.safe[pair][setting]
         try:
             if self.space.goodput:  # one temperature stands in for the mix
                 serving = self.space.workload.serving(temperature)
                 goodput, ttft = predicted_goodput(self.space, config.server, serving)
                 return Prediction(params, config, goodput, ttft, ttft, headroom)
             tok_s, ttft = self._traffic(pair, config)
-            tail = self._predict_at(pair, config, config.client.sampling_temperature, self.tail)
+            tail = predict(
+                self.space.hardware,
+                self.space.target,
+                self.drafts[pair[0]],
+                config.server,
+                config.client.sampling_temperature,
+                self.tail,
+                self.tail.concurrency[0],
+            )
         except StartupFailure:  # cannot happen for a safe setting; skipped, not guessed at
             return None
         return Prediction(params, config, tok_s, ttft, max(ttft, _ttft(tail)), headroom)
@@ -405,38 +380,13 @@ class _Screen:
         Serving one request at a time favours long drafts and tight memory that 32 requests
         in flight punish; forecasting the mix the trial is scored on picks what it measures.
         """
-        workload = config.client.workload
         total = value = 0.0
         ttft = 0.0
-        for condition in workload.conditions:
-            screened = screened_workload(workload, condition.concurrency)
-            result = self._predict_at(pair, config, condition.sampling_temperature, screened)
+        for condition, result in screened_traffic(self.space, config, self.drafts[pair[0]]):
             total += condition.weight
             value += condition.weight * result.output_tok_s
             ttft = max(ttft, _ttft(result))
         return value / total, ttft
-
-    def _predict_at(
-        self, pair: Pair, config: TrialConfig, temperature: float, workload: WorkloadSpec
-    ) -> TrialResult:
-        """The noise-free result of ``config`` serving ``workload`` at its first level."""
-        server, draft = config.server, self.drafts[pair[0]]
-        level = workload.concurrency[0]
-        space = self.space
-        return predict(space.hardware, space.target, draft, server, temperature, workload, level)
-
-
-def screened_workload(workload: WorkloadSpec, concurrency: int) -> WorkloadSpec:
-    """The workload the screen predicts at one level (``concurrency`` first). Without noise,
-    one request at a time in a closed loop, every request after the warm-up runs the same
-    steps: two give the throughput and p95 TTFT of forty (a one-request space screens in 3 s,
-    not 25 s); with more in flight, two waves of requests stand for more. Paced traffic (a
-    goodput climb too) is predicted whole: its queues depend on how many requests arrive."""
-    level = replace(workload, concurrency=(concurrency,), concurrency_weights=())
-    if workload.request_rate is not None or workload.rate_steps:
-        return level
-    # More requests in flight: two waves give the throughput and p95 TTFT of more within 1 %.
-    return replace(level, requests=min(workload.requests, 2 * concurrency))
 
 
 def _ttft(result: TrialResult) -> float:
@@ -444,45 +394,11 @@ def _ttft(result: TrialResult) -> float:
     return math.inf if ttft is None else ttft
 
 
-def _best(predictions: list[Prediction | None], ttft_limit_ms: float) -> list[Prediction]:
-    """Best first: within the TTFT limit (for long prompts too), faster, sooner, safer."""
-    return sorted(
-        (p for p in predictions if p is not None),
-        key=lambda p: (
-            p.p95_ttft_ms > ttft_limit_ms,
-            p.tail_ttft_ms > ttft_limit_ms,
-            -p.throughput,
-            p.tail_ttft_ms,
-            -p.headroom_gib,
-        ),
+def _forecast(prediction: Prediction) -> tuple[float, float, float, float]:
+    """What :meth:`Screen.best_first` ranks a prediction by."""
+    return (
+        prediction.throughput,
+        prediction.p95_ttft_ms,
+        prediction.tail_ttft_ms,
+        prediction.headroom_gib,
     )
-
-
-def _params(
-    space: SearchSpace, draft: str, k: int, util: float, mnbt: int, temperature: float
-) -> dict[str, Any]:
-    params: dict[str, Any] = space.choice_params(draft, k)  # the choice, then its own
-    params["gpu_memory_utilization"] = util
-    params["max_num_batched_tokens"] = mnbt
-    if not isinstance(space.trial_temperature, float):
-        params["temperature"] = temperature
-    return params
-
-
-def _ks(space: SearchSpace, draft: str) -> range:
-    return space.k_range(draft)  # each choice has its own K range (0 alone for none)
-
-
-def _temperatures(space: SearchSpace) -> tuple[float, ...]:
-    if isinstance(space.trial_temperature, float):
-        return (space.trial_temperature,)
-    return _values(space.trial_temperature)
-
-
-def _values(value: Range) -> tuple[float, ...]:
-    """The points Optuna's ``suggest_float`` can return for ``value``, rounded as it checks them."""
-    if value.high <= value.low:
-        return (value.low,)
-    step = value.step or (value.high - value.low) / _FLOAT_INTERVALS
-    count = math.floor((value.high - value.low) / step + 1e-9)
-    return tuple(round(value.low + i * step, 10) for i in range(count + 1))

@@ -4,10 +4,11 @@
 1. refits the twin (:func:`tuner.sim.twin.fit.fit`) to every trial measured so far, from the
    host's calibration when there is one (else the shipped simulator), and stores it as the
    study's ``twin`` attribute (plain JSON, read back by :func:`stored_twin`);
-2. re-screens the space with the fitted twin (:class:`TwinScreen`, closed form, milliseconds)
-   and enqueues its predicted best config, or else the best config of the next speculation
-   method (none, ngram, each draft) predicted close to it, when not measured yet: one proposal
-   waits at a time, so TPE chooses the trials the twin has no new idea for;
+2. re-screens the space with the fitted twin (:class:`TwinScreen`, closed form, milliseconds,
+   on the grid the warm start screens too: :mod:`tuner.search.screen`) and enqueues its
+   predicted best config, or else the best config of the next speculation method (none,
+   ngram, each draft) predicted close to it, when not measured yet: one proposal waits at a
+   time, so TPE chooses the trials the twin has no new idea for;
 3. keeps TPE's own proposals inside the memory the trials measured: a utilization or batch
    size the twin predicts to leave less than its fitted margin is moved to the nearest one
    that does (the margin comes from NVML's peaks and the start-ups that ran out of memory,
@@ -34,9 +35,8 @@ from optuna.distributions import BaseDistribution
 from optuna.trial import FrozenTrial, TrialState
 
 from tuner.config.space import NO_DRAFT, SearchSpace
-from tuner.config.trial import TrialConfig
 from tuner.errors import StartupFailure
-from tuner.search.strategy import grid_params, screened_workload
+from tuner.search.screen import Pair, Screen, Setting, screened_traffic
 from tuner.sim.acceptance import expected_accepted
 from tuner.sim.band import error_band, regime_of, widest
 from tuner.sim.oom_screen import memory_slacks
@@ -44,7 +44,6 @@ from tuner.sim.twin.counters import AcceptedTokens, PositionCounts, reusable
 from tuner.sim.twin.fit import FittedTwin, Observation, fit
 from tuner.sim.twin.forecast import StepParts, forecast, step_parts
 from tuner.sim.twin.model import TwinPhysics
-from tuner.sim.virtual_time import INPUT_SPREAD, predict
 from tuner.trial.race import Incumbent, incumbent_among
 from tuner.trial.record import (
     BUDGET_ATTR,
@@ -171,43 +170,26 @@ class TwinProposal:
         return str(self.params["draft"])
 
 
-Pair = tuple[str, int]
-Setting = tuple[float, int]  # (utilization, batched tokens)
-
-
-class TwinScreen:
+class TwinScreen(Screen):
     """Every point of a space under a fitted twin, from parts computed once per space."""
 
     def __init__(self, space: SearchSpace) -> None:
-        self.space = space
-        w = space.workload
-        self.tail_prompt = round(w.input_tokens * (1 + INPUT_SPREAD))
-        self.pairs: dict[Pair, dict[str, Any]] = {}
-        self.temperatures: set[float] = set()
-        self.settings: dict[Pair, set[Setting]] = {}
-        for params in grid_params(space):
-            pair = (str(params["draft"]), int(params.get("num_speculative_tokens", 0)))
-            self.pairs.setdefault(pair, params)
-            self.temperatures.add(float(params.get("temperature", space.trial_temperature)))
-            setting = (
-                float(params["gpu_memory_utilization"]),
-                int(params["max_num_batched_tokens"]),
-            )
-            self.settings.setdefault(pair, set()).add(setting)
+        super().__init__(space)
+        # The twin walks the settings in the order a set of them iterates, as it always has:
+        # that order breaks its ties (one request's prompt fits every batch size, and the
+        # memory to spare often does not depend on it), so its proposals, guards and the
+        # calibration design stay what they were.
+        self.settings = tuple(set(self.settings))
         self._parts: dict[tuple[Pair, int, int], StepParts] = {}
         # Shipped (outside slack, KV slack) of each setting, negative where it falls short.
         self._slack: dict[tuple[Pair, Setting], tuple[float, float]] = {}
         # Each config's traffic over one request, simulated once (None: misses a limit).
         self._ratio: dict[tuple[tuple[str, Any], ...], float | None] = {}
 
-    def config(self, pair: Pair, setting: Setting, temperature: float) -> TrialConfig:
-        spec = self.space.speculative(pair[0], pair[1])
-        return self.space.config(spec, setting[0], setting[1], temperature)
-
     def parts(self, pair: Pair, mnbt: int, prompt: int) -> StepParts:
         key = (pair, mnbt, prompt)
         if key not in self._parts:
-            server = self.config(pair, (max(self.settings[pair])[0], mnbt), 0.0).server
+            server = self.config(pair, (max(self.settings)[0], mnbt), 0.0).server
             space, draft = self.space, self.space.draft_model(pair[0])
             self._parts[key] = step_parts(
                 space.hardware, space.target, draft, server, prompt, space.workload.output_tokens
@@ -238,49 +220,44 @@ class TwinScreen:
         return self._ratio[key]
 
     def safe(self, twin: FittedTwin, pair: Pair, setting: Setting) -> bool:
+        """Whether ``setting`` leaves ``pair`` the twin's margin to spare."""
         return self.headroom(twin, pair, setting) >= twin.margin_gib
+
+    def safe_settings_of(self, twin: FittedTwin, pair: Pair) -> dict[Setting, float]:
+        """The settings of the grid that leave ``pair`` the twin's margin, with the GiB to
+        spare (:meth:`Screen.safe_settings` under the twin's memory)."""
+        return self.safe_settings(functools.partial(self.headroom, twin, pair), twin.margin_gib)
 
     def rank(self, twin: FittedTwin) -> list[TwinProposal]:
         """The best config of every (pair, temperature) under the twin, best first."""
         space, physics = self.space, TwinPhysics(twin.params)
         output = space.workload.output_tokens
-        limit = space.ttft_limit_ms
-        out: list[tuple[tuple[Any, ...], TwinProposal]] = []
-        for pair, settings in self.settings.items():
-            safe = [s for s in settings if self.safe(twin, pair, s)]
-            if not safe:
-                continue
-            by_mnbt: dict[int, Setting] = {}
-            for s in safe:  # per batch size, the utilization with the most memory to spare
-                best = by_mnbt.get(s[1])
-                if best is None or self.headroom(twin, pair, s) > self.headroom(twin, pair, best):
-                    by_mnbt[s[1]] = s
-            for temperature in sorted(self.temperatures):
+        out: list[tuple[TwinProposal, float]] = []  # each with its tail prompt's TTFT
+        for pair in self.pairs:
+            safe = self.safe_settings_of(twin, pair)
+            by_mnbt: dict[int, tuple[Setting, float]] = {}
+            for setting, room in safe.items():  # per batch size, the most memory to spare
+                best = by_mnbt.get(setting[1])
+                if best is None or room > best[1]:
+                    by_mnbt[setting[1]] = (setting, room)
+            for temperature in self.temperatures:
                 accepted, measured = self._accepted(twin, physics, pair, temperature)
-                for mnbt, setting in by_mnbt.items():
+                for mnbt, (setting, room) in by_mnbt.items():
                     parts = self.parts(pair, mnbt, space.workload.input_tokens)
                     mean = forecast(parts, twin.params, accepted, output)
                     tail = forecast(
                         self.parts(pair, mnbt, self.tail_prompt), twin.params, accepted, output
                     )
-                    room = self.headroom(twin, pair, setting)
-                    params = self._params(pair, setting, temperature)
-                    key = (
-                        mean.ttft_ms > limit,
-                        tail.ttft_ms > limit,
-                        -mean.output_tok_s,
-                        tail.ttft_ms,
-                        -room,
-                    )
+                    params = self.params(pair, setting, temperature)
                     high = None
                     if measured is not None:
                         high = forecast(parts, twin.params, measured.high, output).output_tok_s
                     proposal = TwinProposal(
                         params, mean.output_tok_s, mean.ttft_ms, room, measured, high
                     )
-                    out.append((key, proposal))
-        out.sort(key=lambda item: item[0])
-        return [p for key, p in out if not key[0]]
+                    out.append((proposal, tail.ttft_ms))
+        ranked = self.best_first(out, _forecast)
+        return [p for p, _ in ranked if p.ttft_ms <= space.ttft_limit_ms]
 
     def _accepted(
         self, twin: FittedTwin, physics: TwinPhysics, pair: Pair, temperature: float
@@ -326,13 +303,6 @@ class TwinScreen:
             sum(w * a.low for w, a in found) / total,
             sum(w * a.high for w, a in found) / total,
         )
-
-    def _params(self, pair: Pair, setting: Setting, temperature: float) -> dict[str, Any]:
-        params = dict(self.pairs[pair])
-        params["gpu_memory_utilization"], params["max_num_batched_tokens"] = setting
-        if "temperature" in params:
-            params["temperature"] = temperature
-        return params
 
 
 class TwinSampler(optuna.samplers.BaseSampler):
@@ -433,6 +403,12 @@ class TwinSampler(optuna.samplers.BaseSampler):
 @functools.lru_cache(maxsize=8)  # one per space: benchmarks run many studies of one space
 def _screen(space: SearchSpace) -> TwinScreen:
     return TwinScreen(space)
+
+
+def _forecast(ranked: tuple[TwinProposal, float]) -> tuple[float, float, float, float]:
+    """What :meth:`Screen.best_first` ranks a proposal by (with its tail prompt's TTFT)."""
+    proposal, tail_ttft_ms = ranked
+    return proposal.output_tok_s, proposal.ttft_ms, tail_ttft_ms, proposal.headroom_gib
 
 
 def _key(params: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
@@ -592,30 +568,19 @@ def _traffic_tok_s(space: SearchSpace, params: dict[str, Any]) -> tuple[float, f
     shipped physics; None: over the TTFT limit at some level, or out of memory."""
     config = space.suggest(cast(optuna.Trial, optuna.trial.FixedTrial(params)))
     draft = space.draft_model(str(params["draft"]))
-    workload = config.client.workload
     total = value = 0.0
     alone = None
-    for condition in workload.conditions:
-        level = screened_workload(workload, condition.concurrency)
-        try:
-            result = predict(
-                space.hardware,
-                space.target,
-                draft,
-                config.server,
-                condition.sampling_temperature,
-                level,
-                condition.concurrency,
-            )
-        except StartupFailure:
-            return None
-        ttft = result.ttft_ms(95)
-        if ttft is None or ttft > space.ttft_limit_ms:
-            return None
-        total += condition.weight
-        value += condition.weight * result.output_tok_s
-        if condition.concurrency == 1 and alone is None:
-            alone = result.output_tok_s
+    try:
+        for condition, result in screened_traffic(space, config, draft):
+            ttft = result.ttft_ms(95)
+            if ttft is None or ttft > space.ttft_limit_ms:
+                return None
+            total += condition.weight
+            value += condition.weight * result.output_tok_s
+            if condition.concurrency == 1 and alone is None:
+                alone = result.output_tok_s
+    except StartupFailure:
+        return None
     if not total or not alone:
         return None
     return value / total, alone
@@ -649,15 +614,14 @@ def _safe_params(screen: TwinScreen, twin: FittedTwin, params: dict[str, Any]) -
     pair = _pair(guarded)
     util = guarded.get("gpu_memory_utilization")
     mnbt = guarded.get("max_num_batched_tokens")
-    settings = screen.settings.get(pair)
-    if not settings or util is None or mnbt is None:
+    if pair not in screen.pairs or util is None or mnbt is None:
         return guarded
     if screen.safe(twin, pair, (float(util), int(mnbt))):
         return guarded
     others = [
         p
-        for p, found in screen.settings.items()
-        if p[0] == pair[0] and p != pair and any(screen.safe(twin, p, s) for s in found)
+        for p in screen.pairs
+        if p[0] == pair[0] and p != pair and screen.safe_settings_of(twin, p)
     ]
     if not others:
         return guarded
@@ -673,12 +637,11 @@ def _pair(params: dict[str, Any]) -> Pair:
 def _guard(screen: TwinScreen, twin: FittedTwin, params: dict[str, Any]) -> dict[str, Any]:
     """``params`` with the utilization (then batch size) nearest to it that the twin deems safe."""
     pair = _pair(params)
-    settings = screen.settings.get(pair)
     util, mnbt = params.get("gpu_memory_utilization"), params.get("max_num_batched_tokens")
-    if not settings or util is None:
+    if pair not in screen.pairs or util is None:
         return params
     util = float(util)
-    safe = [s for s in settings if screen.safe(twin, pair, s)]
+    safe = list(screen.safe_settings_of(twin, pair))
     if mnbt is not None:
         if (round(util, 6), int(mnbt)) in {(round(u, 6), m) for u, m in safe}:
             return params

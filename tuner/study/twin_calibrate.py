@@ -108,8 +108,7 @@ def calibration_plan(space: SearchSpace) -> list[TrialConfig]:
     k_low = int(space.num_speculative_tokens.low)
     k_high = int(space.num_speculative_tokens.high)
     k_mid = max(k_low, min(k_high, 4))
-    temperatures = sorted(screen.temperatures)
-    cold, hot = temperatures[0], temperatures[-1]
+    cold, hot = screen.temperatures[0], screen.temperatures[-1]
     drafts = [d for d in space.drafts if d not in (NO_DRAFT, NGRAM)]
     models = {d: space.draft_model(d) for d in drafts}
     drafts.sort(key=lambda d: models[d].params if models[d] else 0)  # type: ignore[union-attr]
@@ -126,10 +125,9 @@ def calibration_plan(space: SearchSpace) -> list[TrialConfig]:
     plan = []
     for draft, k, temperature in runs:
         pair = (draft, k)
-        settings = screen.settings.get(pair)
-        if not settings:
+        if pair not in screen.pairs:
             continue
-        setting = max(settings, key=lambda s: screen.headroom(prior, pair, s))
+        setting = max(screen.settings, key=lambda s: screen.headroom(prior, pair, s))
         plan.append(screen.config(pair, setting, temperature))
     return plan
 

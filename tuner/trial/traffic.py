@@ -23,7 +23,7 @@ cannot reach the incumbent. A goodput climb and a timed window keep their fixed 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 
 from tuner.bench.loadgen import STALLED
@@ -43,7 +43,7 @@ from tuner.trial.rounds import (
 )
 from tuner.trial.scoring import Limits, failed_share, meets
 
-__all__ = ["Climb", "Traffic", "climb_pairs", "measure_traffic"]
+__all__ = ["Climb", "Traffic", "climb_pairs", "measure_traffic", "trial_pairs"]
 
 # Seeds of a trial's pairs are this far apart: a trial's seeds never meet the next trial's.
 _PAIR_STRIDE = 7919
@@ -124,7 +124,7 @@ def measure_traffic(
     done: list[Condition] = []
     measures: list[PairMeasure] = []
     adaptive = race is not None and not limits.goodput and workload.duration_s is None
-    pairs = climb_pairs(workload, limits, results, done) if limits.goodput else workload.conditions
+    pairs = trial_pairs(workload, limits, results, done)
     count = len(workload.conditions)
     for index, condition in enumerate(pairs):
         pair_seed = seed * _PAIR_STRIDE + index
@@ -220,6 +220,17 @@ def _rounds(
         if reason is not None:
             measure = PairMeasure(len(result.requests), len(rounds), tok_s_interval(result), reason)
             return result, measure
+
+
+def trial_pairs(
+    workload: WorkloadSpec, limits: Limits, results: list[TrialResult], done: list[Condition]
+) -> Iterable[Condition]:
+    """The pairs a trial measures, in order: its workload's (every level, each at every
+    temperature, with its share), or in a goodput study its climb (:func:`climb_pairs`;
+    ``results`` and ``done`` are the caller's, filled in as it measures or predicts). A trial
+    and the simulator's forecast of it (:mod:`tuner.search.forecast`) both take their pairs
+    from here."""
+    return climb_pairs(workload, limits, results, done) if limits.goodput else workload.conditions
 
 
 def climb_pairs(
