@@ -1,0 +1,52 @@
+"""The held-out benchmark's GPU-time table (benchmarks/search_efficiency.py): a study whose clock
+ran out before its trial count (the default space's trials take a quarter GPU-hour each) is
+read at the trials it ran, and a confirmation longer than the budget shows as such."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parents[2] / "benchmarks"))
+from search_efficiency import Trace, summarise_time
+
+HOUR = 3600.0
+
+
+def _clock_ran_out() -> Trace:
+    """Three trials in 2.1 GPU-hours, padded to a 5-trial study as ``run_task`` pads it; the
+    best's confirmation takes 2.5 hours (the default space: 12 fresh runs of six pairs)."""
+    trace = Trace(
+        shares=[0.8, 0.96, 1.0],
+        clock=[0.3 * HOUR, 1.2 * HOUR, 2.1 * HOUR],
+        confirm=[2.5 * HOUR] * 3,
+        pruned=1,
+    )
+    trace.shares += [1.0, 1.0]
+    return trace
+
+
+def test_a_padded_trace_is_read_at_the_trials_it_ran() -> None:
+    trace = _clock_ran_out()
+    assert trace.trials == 3
+    # Confirmation alone outlasts 2 hours: nothing is recommended within them.
+    assert trace.reached_in(2 * HOUR) == 0.0
+    # 0.3 h of trials + 2.5 h of confirmation fit in 3 hours; 1.2 h + 2.5 h do not.
+    assert trace.reached_in(3 * HOUR) == 0.8
+    assert trace.reached_in(4 * HOUR) == 0.96
+    # Without confirmation: the best after the last trial ending within the budget.
+    assert trace.reached_in(2 * HOUR, confirmed=False) == 0.96
+    assert trace.reached_in(0.1 * HOUR, confirmed=False) == 0.0
+    assert trace.confirm_in(2 * HOUR) == 2.5 * HOUR
+
+
+def test_the_time_row_counts_trials_run_not_padding() -> None:
+    row = summarise_time([_clock_ran_out()], [0.5, 1.0, 2.0, 4.0])
+    assert row.shares == (0.0, 0.0, 0.0, 0.96)
+    assert row.trials_2h == 2
+    assert row.unconfirmed_2h == 0.96
+    assert row.confirm_2h == pytest.approx(2.5)
+    assert row.pruned == pytest.approx(1 / 3)  # one of three trials run, not of five
+    assert row.chosen_pruned == 0
