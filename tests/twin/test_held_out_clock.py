@@ -1,6 +1,6 @@
 """The held-out benchmark's GPU-time table (benchmarks/search_efficiency.py): a study whose clock
 ran out before its trial count (the default space's trials take a quarter GPU-hour each) is
-read at the trials it ran, and a confirmation longer than the budget shows as such."""
+read at the trials it ran, and is read again with the confirmation runs a time budget keeps."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parents[2] / "benchmarks"))
-from search_efficiency import Trace, summarise_time
+from search_efficiency import Trace, budget_runs, summarise_time
+
+from tuner.config.space import load_space
 
 HOUR = 3600.0
 
@@ -23,6 +25,8 @@ def _clock_ran_out() -> Trace:
         clock=[0.3 * HOUR, 1.2 * HOUR, 2.1 * HOUR],
         confirm=[2.5 * HOUR] * 3,
         pruned=1,
+        confirm_runs=12,
+        budget_runs=2,
     )
     trace.shares += [1.0, 1.0]
     return trace
@@ -36,9 +40,9 @@ def test_a_padded_trace_is_read_at_the_trials_it_ran() -> None:
     # 0.3 h of trials + 2.5 h of confirmation fit in 3 hours; 1.2 h + 2.5 h do not.
     assert trace.reached_in(3 * HOUR) == 0.8
     assert trace.reached_in(4 * HOUR) == 0.96
-    # Without confirmation: the best after the last trial ending within the budget.
-    assert trace.reached_in(2 * HOUR, confirmed=False) == 0.96
-    assert trace.reached_in(0.1 * HOUR, confirmed=False) == 0.0
+    # Two of the twelve runs take 2.5 / 6 hours: 1.2 h + 0.42 h fit in 2 hours, 2.1 h do not.
+    assert trace.reached_in(2 * HOUR, runs=2) == 0.96
+    assert trace.reached_in(0.5 * HOUR, runs=2) == 0.0
     assert trace.confirm_in(2 * HOUR) == 2.5 * HOUR
 
 
@@ -46,7 +50,15 @@ def test_the_time_row_counts_trials_run_not_padding() -> None:
     row = summarise_time([_clock_ran_out()], [0.5, 1.0, 2.0, 4.0])
     assert row.shares == (0.0, 0.0, 0.0, 0.96)
     assert row.trials_2h == 2
-    assert row.unconfirmed_2h == 0.96
+    assert row.budget_2h == 0.96
     assert row.confirm_2h == pytest.approx(2.5)
     assert row.pruned == pytest.approx(1 / 3)  # one of three trials run, not of five
     assert row.chosen_pruned == 0
+
+
+def test_a_two_hour_budget_keeps_fewer_runs_on_the_default_space() -> None:
+    """optimize --time-budget 2h keeps confirmation within a third of the budget: on the default
+    space (six pairs of 40 requests on two 4090s) one config once, and the K table's run."""
+    space = load_space("default")
+    assert budget_runs(space, 30, 2 * HOUR) == 2
+    assert budget_runs(space, 30, 100 * HOUR) == 12  # the default's 3 configs (+ table) x 3
