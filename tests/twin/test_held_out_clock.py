@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from types import SimpleNamespace
+from typing import cast
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parents[2] / "benchmarks"))
-from search_efficiency import Trace, budget_runs, summarise_time
+from search_efficiency import Trace, budget_runs, stopped_early, summarise_time
 
 from tuner.config.space import load_space
+from tuner.trial.record import TrialRecord
 
 HOUR = 3600.0
 
@@ -62,3 +65,17 @@ def test_a_two_hour_budget_keeps_fewer_runs_on_the_default_space() -> None:
     space = load_space("default")
     assert budget_runs(space, 30, 2 * HOUR) == 2
     assert budget_runs(space, 30, 100 * HOUR) == 12  # the default's 3 configs (+ table) x 3
+
+
+def _record(pruned: str | None, *requests: int | None) -> TrialRecord:
+    levels = [{"requests": n} for n in requests]
+    return cast(TrialRecord, SimpleNamespace(pruned=pruned, levels=levels))
+
+
+def test_a_pair_stopped_under_the_count_counts_as_stopped_early() -> None:
+    """The GPU-time check: no pruned trial, nor one with a pair under the workload's count (a
+    losing pair's early stop), may be the recommended one; the ceiling's 80 is not early."""
+    assert not stopped_early(_record(None, 40, 80, 40), 40)
+    assert not stopped_early(_record(None, None), 40)  # a fixed-count record names no count
+    assert stopped_early(_record(None, 40, 20), 40)
+    assert stopped_early(_record("cannot reach trial 3", 40), 40)
