@@ -10,9 +10,9 @@ mypy
 NO_MKDOCS_2_WARNING=1 mkdocs build --strict --quiet  # the variable: no end-of-life notice
 
 # The tests, folder by folder: each has its own conftest.py and helpers that pytest puts on
-# sys.path. A folder that is a package (tests/twin, tests/testbed) is imported as one, so only
+# sys.path. A folder that is a package (tests/sim/twin, tests/testbed) is imported as one, so only
 # tests/ goes on the path for it, not the folder itself (its scripts' sibling imports stay
-# unresolved, as pytest never imports them). benchmarks/ is on the path too: tests/twin imports
+# unresolved, as pytest never imports them). benchmarks/ is on the path too: tests/sim/twin imports
 # worlds from there.
 status=0
 mypy --strict tests/*.py benchmarks/*.py || status=1

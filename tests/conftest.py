@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy
-from testbed import (
+
+from tests.testbed import (
     TinyModels,
     VllmOracle,
     build_tiny_models,
@@ -23,7 +24,6 @@ from testbed import (
     vllm_command,
     vllm_env,
 )
-
 from tuner.config.vllm_args import VllmVersion, detect_version
 
 # Models outside the built-in catalog are looked up through huggingface_hub: tests never reach
