@@ -26,6 +26,10 @@ from tests.testbed import (
 )
 from tuner.config.vllm_args import VllmVersion, detect_version
 
+# The result tests' simulated study and headless Chromium: their tests are spread over
+# tests/analysis, cli, export, report and study, so the fixtures live beside their helpers.
+pytest_plugins = ["tests.testbed.results_fixtures"]
+
 # Models outside the built-in catalog are looked up through huggingface_hub: tests never reach
 # the network, and see only the Hugging Face caches they lay out themselves.
 os.environ["HF_HUB_OFFLINE"] = "1"

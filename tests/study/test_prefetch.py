@@ -1,5 +1,6 @@
 """Weights before the clock: ``prefetch`` against a local stand-in for the Hugging Face Hub
-(:mod:`tests.testbed.fake_hub`), with the real ``huggingface_hub`` client and a fresh cache each test.
+(:mod:`tests.testbed.fake_hub`), with the real ``huggingface_hub`` client and a fresh cache each
+test.
 
 huggingface_hub copies some settings into ``huggingface_hub.constants`` when it is imported:
 ``HF_HUB_OFFLINE`` (its HTTP session refuses every request when true), ``ENDPOINT`` with its
