@@ -1,4 +1,4 @@
-"""Fixtures for the traffic tests: small spaces served by the shipped fake server."""
+"""Helpers of the traffic tests: small spaces, and studies whose server is the shipped fake one."""
 
 from __future__ import annotations
 
@@ -6,7 +6,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
 from tuner.config.space import SearchSpace, load_space
@@ -66,10 +65,3 @@ def fake_request(tmp_path: Path, space: SearchSpace, trials: int) -> OptimizeReq
             ),
         ),
     )
-
-
-@pytest.fixture
-def fast_fake_server(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The fake server in fast real time, with no faults unless a test sets some."""
-    monkeypatch.setenv("SPECTUNE_SIM_SPEED", "50")
-    monkeypatch.delenv("SPECTUNE_SIM_FAULT", raising=False)
