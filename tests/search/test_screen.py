@@ -14,11 +14,11 @@ from tuner.search.screen import Screen, Setting, screened_traffic
 from tuner.search.strategy import _StagedScreen
 from tuner.search.twin_steer import TwinScreen
 
-_ROOT = Path(__file__).parents[1]
+_ROOT = Path(__file__).parents[2]
 # Searches the temperature, and K only where there is a draft.
 SPACE_32B = load_space(str(_ROOT / "benchmarks" / "held_out_space.yaml"))
 # Scored on a mix of 1, 8 and 32 requests in flight.
-SPACE_MIXED = load_space(str(_ROOT / "tests" / "twin" / "spaces" / "mixed-14b-4090x1.yaml"))
+SPACE_MIXED = load_space(str(_ROOT / "tests" / "sim" / "twin" / "spaces" / "mixed-14b-4090x1.yaml"))
 
 
 def test_every_point_is_the_config_its_params_suggest() -> None:
