@@ -9,7 +9,7 @@ simulator's prediction and error, and the error when the figure's own source is 
 fit (``reference_fit.held_out``). Then the errors per regime (GPU class x method family x
 load), the sources whose parameters no other source pins, and the figures read but not used.
 ``--write`` stores the errors where ``spectune estimate`` and ``--plan`` read their error bands
-(:mod:`tuner.sim.band`); ``tests/sim/test_sim_reference_table.py`` checks the stored file
+(:mod:`tuner.sim.band`); ``tests/sim/test_reference_table.py`` checks the stored file
 against a fresh run.
 """
 

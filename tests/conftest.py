@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy
-from testbed import (
+
+from tests.testbed import (
     TinyModels,
     VllmOracle,
     build_tiny_models,
@@ -23,8 +24,11 @@ from testbed import (
     vllm_command,
     vllm_env,
 )
-
 from tuner.config.vllm_args import VllmVersion, detect_version
+
+# The result tests' simulated study and headless Chromium: their tests are spread over
+# tests/analysis, cli, export, report and study, so the fixtures live beside their helpers.
+pytest_plugins = ["tests.testbed.results_fixtures"]
 
 # Models outside the built-in catalog are looked up through huggingface_hub: tests never reach
 # the network, and see only the Hugging Face caches they lay out themselves.

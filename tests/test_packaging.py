@@ -7,9 +7,8 @@ import tomllib
 import zipfile
 from pathlib import Path
 
-from testbed.install import build_release
-
 import tuner
+from tests.testbed.install import build_release
 
 ROOT = Path(__file__).resolve().parents[1]
 VERSION = tuner.__version__

@@ -35,10 +35,10 @@ NOWHERE = {
 @pytest.mark.parametrize(
     ("tier", "path", "hide"),
     [
-        ("ray", "tests/ray/test_ray_cluster.py", "ray"),
-        ("docker", "tests/docker/test_docker_launcher.py", ""),
+        ("ray", "tests/study/cluster/test_cluster.py", "ray"),
+        ("docker", "tests/launch/docker/test_launcher.py", ""),
         ("vllm", "tests/e2e/test_study_real_vllm.py", ""),
-        ("postgres", "tests/distributed/test_workers_postgres.py", ""),
+        ("postgres", "tests/study/test_workers_postgres.py", ""),
     ],
 )
 def test_a_tier_without_its_component_skips(tier: str, path: str, hide: str) -> None:

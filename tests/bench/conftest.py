@@ -12,7 +12,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from testbed.fake_server import SPEC, RunningServer, StartServer, start_fake_server
+
+from tests.testbed.fake_server import SPEC, RunningServer, StartServer, start_fake_server
 
 MODEL = "test-model"  # the tests spell it out: conftest is not importable by name
 SPEED = "20"  # a 16-token request takes some 20 ms: long enough to overlap, short to wait for

@@ -1,7 +1,8 @@
 """The model runner each config lands on, and the options each release and runner honour.
 
 The predictions are vLLM's rules as read in its releases (tuner/config/vllm_runner.py); the
-validation tier (tests/vllm_validation) holds them against vLLM 0.32's own choice.
+validation tier (tests/config/test_vllm_judges_runners.py) holds them against vLLM 0.32's own
+choice.
 """
 
 from __future__ import annotations

@@ -26,8 +26,8 @@ the shipped model's 1.41 and 1.50. So the test keeps its verdict, fitted below s
 gets the time it needs.
 
 What is tested elsewhere on real vLLM, so not started again here: the exported best.yaml under
-``vllm serve --config`` and ``spectune bench`` on it (tests/results/test_results_vllm.py), vLLM
-without speculation in a container (tests/docker/test_docker_vllm.py); a KV cache too small is
+``vllm serve --config`` and ``spectune bench`` on it (tests/export/test_vllm.py), vLLM
+without speculation in a container (tests/launch/docker/test_vllm.py); a KV cache too small is
 classified from the real build's own log (tests/launch/test_failures.py).
 """
 
@@ -43,8 +43,8 @@ from typing import Any
 import optuna
 import pytest
 from optuna.trial import TrialState
-from testbed import TinyModels, vllm_command, vllm_env
 
+from tests.testbed import TinyModels, vllm_command, vllm_env
 from tuner.config.space import SearchSpace, space_from_dict
 from tuner.search.twin_steer import observations, stored_twin
 from tuner.sim.twin.fit import FittedTwin, fit

@@ -1,6 +1,6 @@
 """Fixtures for the launcher tests: a private state folder, and real vLLM on the CPU.
 
-The tests drive the shipped fake server (``testbed.fake_server.SERVER``), steered with
+The tests drive the shipped fake server (``tests.testbed.fake_server.SERVER``), steered with
 ``--sim-fault`` through ``SPECTUNE_SIM_FAULT``.
 """
 

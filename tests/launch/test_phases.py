@@ -11,8 +11,8 @@ import itertools
 from pathlib import Path
 
 import pytest
-from testbed.fake_server import SERVER as FAKE_SERVER
 
+from tests.testbed.fake_server import SERVER as FAKE_SERVER
 from tuner.config.trial import LaunchContext, ServerConfig
 from tuner.config.vllm_args import NEWEST_KNOWN
 from tuner.launch.process import ProcessLauncher

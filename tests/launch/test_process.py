@@ -1,7 +1,7 @@
 """The process launcher's own mechanics, against the shipped fake server.
 
 What every backend must do (start, classify start-up failures, stop, leave nothing) is the
-backend contract (tests/contract); here: process groups, the log, port clashes, config files,
+backend contract (tests/trial/backends); here: process groups, the log, port clashes, config files,
 signals and SIGKILL of spectune itself.
 """
 
@@ -20,9 +20,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-from testbed.fake_server import SERVER as FAKE_SERVER
-from testbed.processes import is_running, running_in_group
 
+from tests.testbed.fake_server import SERVER as FAKE_SERVER
+from tests.testbed.processes import is_running, running_in_group
 from tuner.config.trial import LaunchContext, ServerConfig, SpecMethod, SpeculativeConfig
 from tuner.config.vllm_args import NEWEST_KNOWN, parse_version
 from tuner.errors import ConfigError, FailureKind, LaunchError, StartupFailure

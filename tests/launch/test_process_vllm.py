@@ -2,7 +2,7 @@
 
 Every method a study runs (none, ngram, a draft model) starts and is measured through the
 process backend in the real-vLLM study (tests/e2e/); vLLM's own KV-cache OOM text is classified
-on real vLLM in a container (tests/docker/test_docker_vllm.py).
+on real vLLM in a container (tests/launch/docker/test_vllm.py).
 """
 
 from __future__ import annotations

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from testbed.processes import is_running
 
+from tests.testbed.processes import is_running
 from tuner.launch.runfiles import RunFile, remove_leftovers, start_ticks
 
 

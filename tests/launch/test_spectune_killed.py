@@ -21,7 +21,8 @@ from pathlib import Path
 import httpx
 import optuna
 import pytest
-from testbed.processes import is_running, running_in_group
+
+from tests.testbed.processes import is_running, running_in_group
 
 SPECTUNE = str(Path(sys.executable).with_name("spectune"))
 FAKE_VLLM = f"{sys.executable} -m tuner.sim.server"

@@ -20,7 +20,7 @@ from tuner.sim.oom_screen import (
 )
 from tuner.sim.twin.fit import slacks
 
-SPACE = load_space(str(Path(__file__).parents[1] / "twin" / "spaces" / "eagle3-8b-4090x1.yaml"))
+SPACE = load_space(str(Path(__file__).parent / "twin" / "spaces" / "eagle3-8b-4090x1.yaml"))
 EAGLE3 = "eagle3:yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"
 DRAFT = "meta-llama/Llama-3.2-1B-Instruct"
 

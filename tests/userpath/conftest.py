@@ -1,8 +1,8 @@
 """The user-path tier (marker ``userpath``): README's commands run as written.
 
 spectune is installed as README says (``pip install .`` from a copy of this checkout, into a
-venv of its own: :mod:`testbed.install`), and every command runs in a fresh, empty folder as the
-current directory, so the default relative ``--studies-dir studies`` is what a user gets.
+venv of its own: :mod:`tests.testbed.install`), and every command runs in a fresh, empty folder as
+the current directory, so the default relative ``--studies-dir studies`` is what a user gets.
 """
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from testbed.install import install_checkout
-from userpath_support import User
+
+from tests.testbed.install import install_checkout
+from tests.userpath.userpath_support import User
 
 
 @pytest.fixture(scope="session")

@@ -31,11 +31,11 @@ import docker
 import httpx
 import pytest
 import yaml
-from readme_blocks import tagged_block
-from testbed import CPU_MAX_MODEL_LEN, TinyModels, vllm_venv
-from testbed.docker_host import docker_or_skip, empty_image, host_volumes
-from userpath_support import User, recommended
 
+from tests.testbed import CPU_MAX_MODEL_LEN, TinyModels, vllm_venv
+from tests.testbed.docker_host import docker_or_skip, empty_image, host_volumes
+from tests.userpath.readme_blocks import tagged_block
+from tests.userpath.userpath_support import User, recommended
 from tuner.export.vllm import FORMATS
 from tuner.launch.docker import LABEL_STUDY
 

@@ -6,8 +6,9 @@ import json
 
 import pytest
 import yaml
-from readme_blocks import tagged_block
-from userpath_support import User, recommended
+
+from tests.userpath.readme_blocks import tagged_block
+from tests.userpath.userpath_support import User, recommended
 
 pytestmark = pytest.mark.userpath
 

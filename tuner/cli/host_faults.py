@@ -24,7 +24,7 @@ _DISK_FULL_WORDS = ("database or disk is full", "no space left on device")
 def describe_host_fault(exc: BaseException) -> str | None:
     """The one line for a host fault somewhere in ``exc``'s chain; None for anything else."""
     # Looked up, not imported: a command that never loaded SQLAlchemy met none of its errors,
-    # and commands without a study start without it (tests/cli/test_cli_startup.py).
+    # and commands without a study start without it (tests/cli/test_startup.py).
     sqlalchemy_errors = sys.modules.get("sqlalchemy.exc")
     database_error = getattr(sqlalchemy_errors, "OperationalError", None)
     for link in _chain(exc):

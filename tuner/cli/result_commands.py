@@ -23,7 +23,7 @@ from tuner.results import Source
 from tuner.study.paths import StudyPaths, default_storage, write_whole
 
 # Optuna, SQLAlchemy and the modules that import them load inside each command: `spectune
-# --help` and the commands without a study need none of them (tests/cli/test_cli_startup.py).
+# --help` and the commands without a study need none of them (tests/cli/test_startup.py).
 if TYPE_CHECKING:
     import optuna
 

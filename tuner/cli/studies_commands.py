@@ -26,7 +26,7 @@ def studies_command(
 ) -> None:
     """List the studies in the studies folder (or --storage): trials, state, best config."""
     # Here, not at the top: they import Optuna and SQLAlchemy, which `spectune --help` and the
-    # commands without a study never need (tests/cli/test_cli_startup.py).
+    # commands without a study never need (tests/cli/test_startup.py).
     from tuner.study.listing import folder_storages, list_studies
     from tuner.study.storage import safe_url
 

@@ -35,7 +35,7 @@ from tuner.results import StartupEvent
 from tuner.trial.scoring import TrialStatus
 
 # The modules that import Optuna and SQLAlchemy load inside the commands: `spectune --help`
-# and the commands without a study need neither (tests/cli/test_cli_startup.py).
+# and the commands without a study need neither (tests/cli/test_startup.py).
 if TYPE_CHECKING:
     from tuner.config.space import SearchSpace
     from tuner.study.optimize import OptimizeResult

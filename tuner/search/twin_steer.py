@@ -594,7 +594,7 @@ def _replan(screen: TwinScreen, twin: FittedTwin, trial: FrozenTrial) -> None:
 
     Optuna's ``Trial`` reads an enqueued trial's parameters from the ``fixed_params`` system
     attribute of the very ``FrozenTrial`` it hands the sampler's ``before_trial``, after that
-    call (``tests/test_optuna_private.py`` checks it), so changing them here is what the
+    call (``tests/study/test_optuna_private.py`` checks it), so changing them here is what the
     objective sees.
     """
     if WARM_START_ATTR not in trial.user_attrs and PROPOSED_ATTR not in trial.user_attrs:

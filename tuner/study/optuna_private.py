@@ -1,4 +1,5 @@
-"""Every use of Optuna's private API, in one module; ``tests/test_optuna_private.py`` checks each.
+"""Every use of Optuna's private API, in one module; ``tests/study/test_optuna_private.py``
+checks each.
 
 spectune needs a few things Optuna 5's public API does not offer:
 

@@ -1,0 +1,123 @@
+"""The fit recovers what a perturbed simulator measured, with intervals that shrink with data."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from tuner.catalog.models import load_model
+from tuner.config.space import load_space
+from tuner.config.trial import ServerConfig, TrialConfig, load_draft
+from tuner.sim.oom_screen import memory_slacks
+from tuner.sim.twin import AcceptanceShift, TwinParams, TwinPhysics
+from tuner.sim.twin.fit import FittedTwin, Observation, fit, observe
+from tuner.sim.virtual_time import simulate
+
+SPACE = load_space(str(Path(__file__).parents[3] / "benchmarks" / "held_out_space.yaml"))
+DRAFT = "Qwen/Qwen2.5-0.5B-Instruct"
+SMALL = "Qwen/Qwen2.5-0.5B-Instruct"
+TRUTH = TwinParams(
+    decode=1.25,
+    draft=2.0,
+    overhead=1.0,
+    prefill=1.5,
+    acceptance={(SMALL, "code"): AcceptanceShift(logit=-0.6, log_decay=-0.08)},
+    outside_gib=0.6,
+)
+
+
+def _measure(draft: str, k: int, temperature: float, seed: int) -> Observation:
+    config: TrialConfig = SPACE.config(SPACE.speculative(draft, k), 0.86, 2048, temperature)
+    result = simulate(
+        SPACE.hardware,
+        SPACE.target,
+        SPACE.draft_model(draft),
+        config.server,
+        temperature,
+        SPACE.workload,
+        1,
+        seed,
+        TwinPhysics(TRUTH),
+    )
+    return observe(config, result)
+
+
+def _trials() -> list[Observation]:
+    plan = [("none", 0, 0.0), (SMALL, 2, 0.0), (SMALL, 6, 0.5), ("ngram", 4, 0.2), (SMALL, 4, 0.0)]
+    return [_measure(d, k, t, seed) for seed, (d, k, t) in enumerate(plan)]
+
+
+def test_fit_recovers_the_hidden_corrections() -> None:
+    twin = fit(SPACE.hardware, _trials(), FittedTwin())
+    p = twin.params
+    assert p.decode == pytest.approx(TRUTH.decode, rel=0.1)
+    assert p.draft == pytest.approx(TRUTH.draft, rel=0.15)
+    assert p.prefill == pytest.approx(TRUTH.prefill, rel=0.1)
+    shift = p.shift(SMALL, "code")
+    assert shift.logit == pytest.approx(-0.6, abs=0.25)
+    assert shift.log_decay == pytest.approx(-0.08, abs=0.04)
+    assert p.outside_gib == pytest.approx(0.6, abs=0.05)
+    # Fitted values come with intervals, narrower than the prior's.
+    assert twin.sd["draft"] < 0.7 and twin.sd["outside_gib"] < 0.125
+    assert twin.observations == 5
+
+
+def test_no_data_keeps_the_prior_and_its_margin() -> None:
+    twin = fit(SPACE.hardware, [], FittedTwin())
+    assert twin.params == TwinParams()
+    assert twin.margin_gib == pytest.approx(0.75)
+
+
+_SHORT_OUTSIDE = "ValueError: Free memory on device cuda:0 (21.28/23.99 GiB) on startup is less"
+
+
+def _headroom(twin: FittedTwin, server: ServerConfig) -> float:
+    """GiB to spare under ``twin``, as the twin's screen reckons it."""
+    target, draft = load_model(server.model), load_draft(server)
+    outside, inside = memory_slacks(SPACE.hardware, target, draft, server)
+    return min(outside - twin.params.outside_gib, inside - twin.params.inside_gib)
+
+
+def _oom(server: ServerConfig) -> Observation:
+    return Observation(server, 0.2, "code", 512, 256, 1, oom=True, failure=_SHORT_OUTSIDE)
+
+
+def test_an_oom_moves_the_memory_boundary_for_every_method() -> None:
+    none = SPACE.config(None, 0.86, 2048, 0.2).server  # well inside the model's memory
+    head = SPACE.config(SPACE.speculative(DRAFT, 4), 0.86, 4096, 0.2).server
+    prior = FittedTwin()
+    assert _headroom(prior, none) >= prior.margin_gib
+    assert _headroom(prior, head) >= prior.margin_gib
+    twin = fit(SPACE.hardware, [_oom(none)], prior)
+    # The config that ran out, and one of another method with as little to spare outside
+    # vLLM's budget, are no longer given the margin.
+    assert _headroom(twin, none) < twin.margin_gib
+    assert _headroom(twin, head) < twin.margin_gib
+    assert twin.params.inside_gib == prior.params.inside_gib  # the message named the outside
+
+
+def test_each_further_oom_doubles_the_step_and_a_start_up_that_ran_caps_it() -> None:
+    servers = [SPACE.config(None, u, 2048, 0.2).server for u in (0.90, 0.86, 0.82)]
+    one = fit(SPACE.hardware, [_oom(servers[0])], FittedTwin())
+    two = fit(SPACE.hardware, [_oom(servers[0]), _oom(servers[1])], FittedTwin())
+    step_one = one.params.outside_gib - (_headroom(FittedTwin(), servers[0]) - one.margin_gib)
+    step_two = two.params.outside_gib - (_headroom(FittedTwin(), servers[1]) - two.margin_gib)
+    assert step_two == pytest.approx(2 * step_one)
+    ran = Observation(servers[2], 0.2, "code", 512, 256, 1)
+    capped = fit(SPACE.hardware, [_oom(servers[0]), _oom(servers[1]), ran], FittedTwin())
+    assert _headroom(capped, servers[2]) >= capped.margin_gib - 1e-6  # what ran stays safe
+    assert _headroom(capped, servers[1]) < capped.margin_gib
+
+
+def test_fitted_twin_and_observations_round_trip_through_json() -> None:
+    observations = _trials()
+    twin = fit(SPACE.hardware, observations, FittedTwin())
+    text = json.dumps(twin.to_json())
+    back = FittedTwin.from_json(json.loads(text))
+    assert back.params.draft == pytest.approx(twin.params.draft)
+    assert back.sd == twin.sd and math.isclose(back.margin_gib, twin.margin_gib)
+    first = observations[1]
+    assert Observation.from_json(json.loads(json.dumps(first.to_json()))) == first
