@@ -238,7 +238,8 @@ def test_a_node_lost_mid_trial_is_retried_on_the_other_and_the_budget_holds(
     assert proc.returncode == 0, err[-3000:]
     trials = _trials(tmp_path, "lost")
     failed = [t for t in trials if t.state is TrialState.FAIL]
-    complete = [t for t in trials if t.state is TrialState.COMPLETE]
+    ended = (TrialState.COMPLETE, TrialState.PRUNED)  # measured in rounds: some pruned
+    complete = [t for t in trials if t.state in ended]
     assert len(complete) == 4 and len(failed) == 1  # the budget holds; nothing else failed
     (lost,) = failed
     assert _host(lost) == cluster.host("w1")
