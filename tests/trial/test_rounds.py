@@ -181,3 +181,23 @@ def test_the_interval_narrows_with_requests_and_merging_keeps_every_request() ->
     assert many.output_tok_s == pytest.approx(few.output_tok_s)
     assert tok_s_interval(many).half_share < tok_s_interval(few).half_share
     assert tok_s_interval(_result([1.0, 1.0])).high == math.inf  # too few to bound
+
+
+def test_a_pair_that_loses_its_race_is_topped_up_when_its_trial_may_win_the_mix(
+    tmp_path: Path,
+) -> None:
+    """One pair clearly below the incumbent's, the other far above: the first stops at the
+    early floor, but the trial is not pruned, so it goes back and measures that pair to the
+    p95 floor before it may count as a candidate."""
+    backend, config, limits = _started(tmp_path, temperature=[0.2, 0.8])
+    fixed = measure_traffic(backend, config, 3, limits).results
+    ahead = PairInterval(1.49 * fixed[0].output_tok_s, 1.5 * fixed[0].output_tok_s, math.inf)
+    behind = PairInterval(0.0, fixed[1].output_tok_s / 10, fixed[1].output_tok_s / 9)
+    race = Race(Incumbent(5, (ahead, behind), (0.5, 0.5)), lambda _: None)
+    traffic = measure_traffic(backend, config, 3, limits, race)
+    assert traffic.pruned is None
+    first, second = traffic.measures
+    assert first.stopped == "below the incumbent, topped up to the p95 floor"
+    assert (first.requests, first.rounds) == (8, 2) == (len(traffic.results[0].requests), 2)
+    assert first.interval.high < ahead.low
+    assert (second.stopped, second.requests) == ("above the incumbent", 8)

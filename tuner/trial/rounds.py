@@ -7,7 +7,9 @@ round its output tok/s gets a :class:`PairInterval`. The pair stops (:func:`stop
 
 - at the **ceiling**, twice the workload's ``requests``, however close the decision;
 - once its interval lies wholly **below the incumbent's** pair (the best feasible trial so far,
-  the pair at the same position of the mix), after the **early floor**, half the requests;
+  the pair at the same position of the mix), after the **early floor**, half the requests (a
+  trial that still wins the mix tops such a pair up to the p95 floor later:
+  :mod:`tuner.trial.traffic`);
 - once its p95 TTFT's order-statistic lower bound (:func:`tuner.bench.percentiles.
   quantile_interval`) is over the limit: the trial is infeasible, whatever its speed;
 - otherwise not before the **p95 floor**, the workload's ``requests``: a pair that may win is
@@ -32,7 +34,9 @@ from tuner.bench.percentiles import quantile_interval
 from tuner.results import SpecDecodeStats, TrialResult
 
 __all__ = [
+    "BELOW_INCUMBENT",
     "MIN_REQUESTS_FOR_INTERVAL",
+    "TOPPED_UP",
     "WIDTH_SHARE",
     "PairInterval",
     "PairMeasure",
@@ -45,6 +49,10 @@ __all__ = [
 WIDTH_SHARE = 0.10
 """A pair whose interval's half-width is within this share of its estimate is tight enough."""
 MIN_REQUESTS_FOR_INTERVAL = 3
+BELOW_INCUMBENT = "below the incumbent"
+"""Why a losing pair stopped at the early floor."""
+TOPPED_UP = "below the incumbent, topped up to the p95 floor"
+"""Why a pair that lost its own race was measured on: its trial may still win the mix."""
 _Z = 1.959964  # the standard normal's 97.5 % point
 
 
@@ -160,7 +168,7 @@ def stop_reason(
     if low_p95 is not None and low_p95 > ttft_limit_ms:
         return "p95 TTFT over the limit"
     if incumbent is not None and interval.high < incumbent.low:
-        return "below the incumbent"
+        return BELOW_INCUMBENT
     if n < rounds.floor:
         return None
     if incumbent is None:

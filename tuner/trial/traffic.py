@@ -17,14 +17,19 @@ then measures once between it and the last step that passed, at their geometric 
 
 A trial that races an incumbent (a :class:`~tuner.trial.race.Race`) measures each pair in rounds
 until its rank is clear (:mod:`tuner.trial.rounds`), and after each pair ends PRUNED once it
-cannot reach the incumbent. A goodput climb and a timed window keep their fixed measurements.
+cannot reach the incumbent. A pair that loses its own race stops at half the count, yet the
+trial may still win the mix on its other pairs: a trial not pruned after its last pair goes
+back to each pair it stopped below the incumbent and tops it up to the p95 floor (the server
+is the same; the temperature is request-side). So a trial that
+completes, and may be recommended, rests on the full count at every pair whose TTFT and
+requests it meets. A goodput climb and a timed window keep their fixed measurements.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from tuner.bench.loadgen import STALLED
 from tuner.config.trial import TrialConfig
@@ -34,6 +39,8 @@ from tuner.results import TrialResult
 from tuner.trial.backends import Backend
 from tuner.trial.race import Race
 from tuner.trial.rounds import (
+    BELOW_INCUMBENT,
+    TOPPED_UP,
     PairInterval,
     PairMeasure,
     Rounds,
@@ -124,16 +131,17 @@ def measure_traffic(
     done: list[Condition] = []
     measures: list[PairMeasure] = []
     adaptive = race is not None and not limits.goodput and workload.duration_s is None
+    stopped_below: dict[int, _PairRounds] = {}
     pairs = trial_pairs(workload, limits, results, done)
     count = len(workload.conditions)
     for index, condition in enumerate(pairs):
         pair_seed = seed * _PAIR_STRIDE + index
         try:
             if race is not None and adaptive:
-                incumbent = race.pair(index, count)
-                result, measure = _rounds(
-                    backend, config, condition, pair_seed, count, limits, incumbent
-                )
+                rounds = _PairRounds(backend, config, condition, pair_seed, count)
+                result, measure = rounds.until_clear(limits, race.pair(index, count))
+                if measure.stopped == BELOW_INCUMBENT:
+                    stopped_below[index] = rounds
             else:
                 pair = _pair_config(
                     config, condition, pair_seed, workload.requests, workload.warmup
@@ -143,15 +151,9 @@ def measure_traffic(
                     len(result.requests), 1, tok_s_interval(result), "fixed count"
                 )
         except (MeasurementError, StartupFailure) as exc:
-            if not results or (isinstance(exc, StartupFailure) and exc.kind is FailureKind.OOM):
-                raise
-            return Traffic(
-                tuple(results),
-                tuple(done),
-                f"at {condition.label}: {exc}",
-                workload.requests,
-                tuple(measures),
-            )
+            _raise_if_fault(exc, results)
+            broken = f"at {condition.label}: {exc}"
+            return Traffic(tuple(results), tuple(done), broken, workload.requests, tuple(measures))
         results.append(result)
         done.append(condition)
         measures.append(measure)
@@ -164,7 +166,46 @@ def measure_traffic(
             pruned = race.prune_reason(measured, workload.conditions[len(done) :])
             if pruned is not None:
                 return Traffic(tuple(results), tuple(done), measures=tuple(measures), pruned=pruned)
-    return Traffic(tuple(results), tuple(done), measures=tuple(measures))
+    traffic = Traffic(tuple(results), tuple(done), measures=tuple(measures))
+    if not stopped_below or failed_share(results) > limits.max_failed_share:
+        return traffic
+    return _topped_up(traffic, stopped_below, limits)
+
+
+def _topped_up(traffic: Traffic, stopped_below: dict[int, _PairRounds], limits: Limits) -> Traffic:
+    """``traffic`` with each pair in ``stopped_below`` measured on to the p95 floor. It is not
+    judged again: measured in full, a trial that loses the mix completes with its numbers,
+    which tell the sampler more than a PRUNED state."""
+    results, measures = list(traffic.results), list(traffic.measures)
+    for index, rounds in stopped_below.items():
+        try:
+            result = rounds.until(rounds.plan.floor)
+        except (MeasurementError, StartupFailure) as exc:
+            _raise_if_fault(exc, results)
+            broken = f"at {rounds.condition.label}, topping up: {exc}"
+            return replace(
+                traffic,
+                results=tuple(results),
+                measures=tuple(measures),
+                broken=broken,
+                unrecorded=rounds.plan.size,
+            )
+        results[index] = result
+        measures[index] = rounds.measure(result, TOPPED_UP)
+        if any(STALLED in (q.error or "") for q in result.requests):
+            return replace(
+                traffic, results=tuple(results), measures=tuple(measures), broken=STALLED
+            )
+        if failed_share(results) > limits.max_failed_share:
+            break
+    return replace(traffic, results=tuple(results), measures=tuple(measures))
+
+
+def _raise_if_fault(exc: MeasurementError | StartupFailure, results: list[TrialResult]) -> None:
+    """Re-raises ``exc`` when it is the trial's fault rather than this config breaking the
+    server under load: nothing was served yet, or the server ran out of memory."""
+    if not results or (isinstance(exc, StartupFailure) and exc.kind is FailureKind.OOM):
+        raise exc
 
 
 def _pair_config(
@@ -188,38 +229,59 @@ def _pair_config(
     )
 
 
-def _rounds(
-    backend: Backend,
-    config: TrialConfig,
-    condition: Condition,
-    pair_seed: int,
-    count: int,
-    limits: Limits,
-    incumbent: PairInterval | None,
-) -> tuple[TrialResult, PairMeasure]:
-    """One pair, a round at a time until :func:`stop_reason` says its rank is clear.
+@dataclass
+class _PairRounds:
+    """One pair measured a round at a time on the running server.
 
     Each round after the first has its own seed (other prompts; a round's seed never meets
     another pair's), and each sends the workload's warm-up first.
     """
-    workload = config.client.workload
-    plan = Rounds.of(workload.requests, condition.concurrency)
-    rounds: list[TrialResult] = []
-    while True:
-        sent = sum(len(r.requests) for r in rounds)
-        size = min(plan.size, plan.ceiling - sent)
-        seed = pair_seed + len(rounds) * count
-        pair = _pair_config(config, condition, seed, size, workload.warmup)
-        rounds.append(backend.measure(pair, condition.concurrency, seed))
-        result = merged(rounds)
-        lost = any(STALLED in (q.error or "") for q in result.requests)
-        if lost or failed_share([result]) > limits.max_failed_share:
-            reason: str | None = "failed requests"
-        else:
-            reason = stop_reason(plan, result, incumbent, limits.ttft_ms)
-        if reason is not None:
-            measure = PairMeasure(len(result.requests), len(rounds), tok_s_interval(result), reason)
-            return result, measure
+
+    backend: Backend
+    config: TrialConfig
+    condition: Condition
+    pair_seed: int
+    count: int
+    rounds: list[TrialResult] = field(default_factory=list)
+
+    @property
+    def plan(self) -> Rounds:
+        return Rounds.of(self.config.client.workload.requests, self.condition.concurrency)
+
+    def until_clear(
+        self, limits: Limits, incumbent: PairInterval | None
+    ) -> tuple[TrialResult, PairMeasure]:
+        """Rounds until :func:`stop_reason` says the pair's rank is clear."""
+        while True:
+            result = self._round(self.plan.ceiling)
+            lost = any(STALLED in (q.error or "") for q in result.requests)
+            if lost or failed_share([result]) > limits.max_failed_share:
+                reason: str | None = "failed requests"
+            else:
+                reason = stop_reason(self.plan, result, incumbent, limits.ttft_ms)
+            if reason is not None:
+                return result, self.measure(result, reason)
+
+    def until(self, requests: int) -> TrialResult:
+        """Rounds until the pair has ``requests`` measured (none when it has)."""
+        result = merged(self.rounds)
+        while len(result.requests) < requests:
+            result = self._round(requests)
+        return result
+
+    def measure(self, result: TrialResult, stopped: str) -> PairMeasure:
+        return PairMeasure(len(result.requests), len(self.rounds), tok_s_interval(result), stopped)
+
+    def _round(self, upto: int) -> TrialResult:
+        """One more round, never past ``upto`` requests in all; every round so far, merged."""
+        sent = sum(len(r.requests) for r in self.rounds)
+        size = min(self.plan.size, upto - sent)
+        seed = self.pair_seed + len(self.rounds) * self.count
+        pair = _pair_config(
+            self.config, self.condition, seed, size, self.config.client.workload.warmup
+        )
+        self.rounds.append(self.backend.measure(pair, self.condition.concurrency, seed))
+        return merged(self.rounds)
 
 
 def trial_pairs(
