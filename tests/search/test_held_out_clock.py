@@ -1,6 +1,7 @@
 """The held-out benchmark's GPU-time table (benchmarks/search_efficiency.py): a study whose clock
 ran out before its trial count (the default space's trials take a quarter GPU-hour each) is
-read at the trials it ran, and is read again with the confirmation runs a time budget keeps."""
+read at the trials it ran, with the confirmation runs each time budget keeps, and again with
+optimize's default confirmation."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ def _clock_ran_out() -> Trace:
         confirm=[2.5 * HOUR] * 3,
         pruned=1,
         confirm_runs=12,
-        budget_runs=2,
+        budget_runs={0.5: 1, 1.0: 2, 2.0: 2, 4.0: 4},
     )
     trace.shares += [1.0, 1.0]
     return trace
@@ -51,9 +52,11 @@ def test_a_padded_trace_is_read_at_the_trials_it_ran() -> None:
 
 def test_the_time_row_counts_trials_run_not_padding() -> None:
     row = summarise_time([_clock_ran_out()], [0.5, 1.0, 2.0, 4.0])
-    assert row.shares == (0.0, 0.0, 0.0, 0.96)
+    # Each budget's own runs (one run: 2.5 / 12 hours): 0.3 h + 0.21 h miss half an hour,
+    # 0.3 h + 0.42 h fit in one, 1.2 h + 0.42 h in two, 2.1 h + 0.83 h in four.
+    assert row.shares == (0.0, 0.8, 0.96, 1.0)
     assert row.trials_2h == 2
-    assert row.budget_2h == 0.96
+    assert row.default_2h == 0.0  # the default's twelve runs alone outlast 2 hours
     assert row.confirm_2h == pytest.approx(2.5)
     assert row.pruned == pytest.approx(1 / 3)  # one of three trials run, not of five
     assert row.chosen_pruned == 0
