@@ -49,11 +49,11 @@ def test_the_memory_filter_keeps_the_margin_in_grid_order() -> None:
     def headroom(setting: Setting) -> float:  # more memory to spare at a lower utilization
         return 1.0 - setting[0]
 
-    safe = screen.safe_settings(headroom, 0.1)
+    safe = screen.settings_leaving(headroom, 0.1)
     assert safe
     assert list(safe) == [s for s in screen.settings if 1.0 - s[0] >= 0.1]
     assert all(room == pytest.approx(1.0 - s[0]) for s, room in safe.items())
-    assert screen.safe_settings(headroom, 1.0) == {}
+    assert screen.settings_leaving(headroom, 1.0) == {}
 
 
 def test_best_first_puts_the_ttft_limit_before_speed() -> None:

@@ -98,7 +98,7 @@ class Screen:
             params["temperature"] = temperature
         return params
 
-    def safe_settings(
+    def settings_leaving(
         self, headroom: Callable[[Setting], float], margin_gib: float
     ) -> dict[Setting, float]:
         """The settings whose ``headroom`` (GiB to spare under the screen's memory physics)

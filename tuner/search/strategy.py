@@ -261,7 +261,7 @@ class _StagedScreen(Screen):
         # Memory to spare (GiB) of every memory setting that fits each pair with the margin.
         self.safe: dict[Pair, dict[Setting, float]] = {}
         for pair in self.pairs:
-            safe = self.safe_settings(functools.partial(self._headroom, pair), SAFETY_MARGIN_GIB)
+            safe = self.settings_leaving(functools.partial(self._headroom, pair), SAFETY_MARGIN_GIB)
             if safe:
                 self.safe[pair] = safe
 

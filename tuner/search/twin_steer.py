@@ -223,10 +223,10 @@ class TwinScreen(Screen):
         """Whether ``setting`` leaves ``pair`` the twin's margin to spare."""
         return self.headroom(twin, pair, setting) >= twin.margin_gib
 
-    def safe_settings_of(self, twin: FittedTwin, pair: Pair) -> dict[Setting, float]:
+    def safe_settings(self, twin: FittedTwin, pair: Pair) -> dict[Setting, float]:
         """The settings of the grid that leave ``pair`` the twin's margin, with the GiB to
-        spare (:meth:`Screen.safe_settings` under the twin's memory)."""
-        return self.safe_settings(functools.partial(self.headroom, twin, pair), twin.margin_gib)
+        spare (:meth:`Screen.settings_leaving` under the twin's memory)."""
+        return self.settings_leaving(functools.partial(self.headroom, twin, pair), twin.margin_gib)
 
     def rank(self, twin: FittedTwin) -> list[TwinProposal]:
         """The best config of every (pair, temperature) under the twin, best first."""
@@ -234,7 +234,7 @@ class TwinScreen(Screen):
         output = space.workload.output_tokens
         out: list[tuple[TwinProposal, float]] = []  # each with its tail prompt's TTFT
         for pair in self.pairs:
-            safe = self.safe_settings_of(twin, pair)
+            safe = self.safe_settings(twin, pair)
             by_mnbt: dict[int, tuple[Setting, float]] = {}
             for setting, room in safe.items():  # per batch size, the most memory to spare
                 best = by_mnbt.get(setting[1])
@@ -619,9 +619,7 @@ def _safe_params(screen: TwinScreen, twin: FittedTwin, params: dict[str, Any]) -
     if screen.safe(twin, pair, (float(util), int(mnbt))):
         return guarded
     others = [
-        p
-        for p in screen.pairs
-        if p[0] == pair[0] and p != pair and screen.safe_settings_of(twin, p)
+        p for p in screen.pairs if p[0] == pair[0] and p != pair and screen.safe_settings(twin, p)
     ]
     if not others:
         return guarded
@@ -641,7 +639,7 @@ def _guard(screen: TwinScreen, twin: FittedTwin, params: dict[str, Any]) -> dict
     if pair not in screen.pairs or util is None:
         return params
     util = float(util)
-    safe = list(screen.safe_settings_of(twin, pair))
+    safe = list(screen.safe_settings(twin, pair))
     if mnbt is not None:
         if (round(util, 6), int(mnbt)) in {(round(u, 6), m) for u, m in safe}:
             return params

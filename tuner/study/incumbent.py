@@ -36,8 +36,14 @@ def widest_error() -> float:
     return max(abs(e.held_out) for e in load_errors() if e.kind in SPEED_KINDS)
 
 
-def race_for(study: optuna.Study, space: SearchSpace, config: TrialConfig) -> Race:
-    """What a trial of ``config`` races: the incumbent now, and its pairs' predicted bounds."""
+def race_for(
+    study: optuna.Study, space: SearchSpace, config: TrialConfig, rounds: bool
+) -> Race | None:
+    """What a trial of ``config`` races: the incumbent now, and its pairs' predicted bounds;
+    None where it is measured at the fixed count: ``rounds`` off, or a goodput study (its
+    climb decides its own steps)."""
+    if not rounds or space.goodput:
+        return None
     server, workload = config.server, config.client.workload
 
     @functools.cache

@@ -324,7 +324,7 @@ def run_trials(
             finish(trial, reused)
             return _objective(reused)
         context = LaunchContext(study.study_name, trial.number, options.log_dir)
-        race = race_for(study, space, config) if options.rounds and not space.goodput else None
+        race = race_for(study, space, config, options.rounds)
         try:
             outcome = runner.run(config, context, options.seed * 100_003 + trial.number, race)
         except SpectuneError as exc:

@@ -140,7 +140,7 @@ class _Loop:
         self.pool = pool
         self.seed = seed
         self.on_trial = on_trial
-        self.rounds = rounds and not space.goodput  # a goodput climb decides its own steps
+        self.rounds = rounds
         self.source = Source.SIMULATED if backend == "sim" else Source.MEASURED
         self.keys = constraint_keys(study)  # an older study keeps the keys its trials have
         self.running: dict[Any, _Job] = {}
@@ -209,12 +209,9 @@ class _Loop:
         slot = self.idle.pop()
         trial.set_user_attr("worker", slot.worker)  # before it runs: a FAIL says where
         seed = self.seed * 100_003 + trial.number
-        race = None
-        if self.rounds:  # the incumbent is read here, where the study is
-            race = race_for(self.study, self.space, config).settled(
-                config.client.workload.conditions
-            )
-        ref = slot.handle.run.remote(trial.number, config, seed, race)
+        race = race_for(self.study, self.space, config, self.rounds)  # here, where the study is
+        settled = None if race is None else race.settled(config.client.workload.conditions)
+        ref = slot.handle.run.remote(trial.number, config, seed, settled)
         self.running[ref] = _Job(trial, config, slot)
         return True
 
