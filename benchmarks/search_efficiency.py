@@ -8,7 +8,8 @@ cores; ``--write`` stores the GPU-time shares ``optimize --plan`` quotes)::
         [--strategies spectune TPE ...] [--max-hours 4] [--write] [--worlds NAME ...]
 
     # the GPU-time table on the shipped default space (six pairs of 40 requests per trial: 3
-    # seeds, spectune and TPE, to 2 GPU-hours took 12 minutes on 2 shared cores)
+    # seeds, spectune and TPE, to 2 GPU-hours took 34 minutes on 2 cores beside a CI run);
+    # with --write, the shares optimize --plan quotes
     .venv/bin/python benchmarks/search_efficiency.py --space default --seeds 3 \
         --strategies spectune TPE --max-hours 2
 
