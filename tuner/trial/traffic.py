@@ -20,9 +20,9 @@ until its rank is clear (:mod:`tuner.trial.rounds`), and after each pair ends PR
 cannot reach the incumbent. A pair that loses its own race stops at half the count, yet the
 trial may still win the mix on its other pairs: a trial not pruned after its last pair goes
 back to each pair it stopped below the incumbent and tops it up to the p95 floor (the server
-is the same; the temperature is request-side). So a trial that
-completes, and may be recommended, rests on the full count at every pair whose TTFT and
-requests it meets. A goodput climb and a timed window keep their fixed measurements.
+is the same; the temperature is request-side). So a trial that completes, and may be
+recommended, rests on the full count at every pair whose TTFT and requests it meets. A
+goodput climb and a timed window keep their fixed measurements.
 """
 
 from __future__ import annotations
@@ -157,7 +157,7 @@ def measure_traffic(
         results.append(result)
         done.append(condition)
         measures.append(measure)
-        if any(STALLED in (q.error or "") for q in result.requests):
+        if _stalled(result):
             return Traffic(tuple(results), tuple(done), STALLED, measures=tuple(measures))
         if failed_share(results) > limits.max_failed_share:
             break  # the trial cannot count any more: measuring on would cost time only
@@ -192,13 +192,18 @@ def _topped_up(traffic: Traffic, stopped_below: dict[int, _PairRounds], limits: 
             )
         results[index] = result
         measures[index] = rounds.measure(result, TOPPED_UP)
-        if any(STALLED in (q.error or "") for q in result.requests):
+        if _stalled(result):
             return replace(
                 traffic, results=tuple(results), measures=tuple(measures), broken=STALLED
             )
         if failed_share(results) > limits.max_failed_share:
             break
     return replace(traffic, results=tuple(results), measures=tuple(measures))
+
+
+def _stalled(result: TrialResult) -> bool:
+    """Whether a request of ``result`` timed out without a token: the server stopped answering."""
+    return any(STALLED in (q.error or "") for q in result.requests)
 
 
 def _raise_if_fault(exc: MeasurementError | StartupFailure, results: list[TrialResult]) -> None:
@@ -254,7 +259,7 @@ class _PairRounds:
         """Rounds until :func:`stop_reason` says the pair's rank is clear."""
         while True:
             result = self._round(self.plan.ceiling)
-            lost = any(STALLED in (q.error or "") for q in result.requests)
+            lost = _stalled(result)
             if lost or failed_share([result]) > limits.max_failed_share:
                 reason: str | None = "failed requests"
             else:
