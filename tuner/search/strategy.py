@@ -13,7 +13,11 @@ lie, and enqueues a few of them, in this order:
    its config family's start-up (:mod:`tuner.search.startup`) in GPU time, a variant its
    benchmark alone (:func:`variant_share`);
 3. the best config of every other speculation method (none, ngram, each draft), whatever the
-   count, so that a prior wrong about one method costs a trial, not the study;
+   count, so that a prior wrong about one method costs a trial, not the study; each other
+   kind of speculation (no speculation, prompt lookup, suffix decoding, a draft model, ...)
+   before another drafter of a kind already in, since a prior wrong about one drafter (a
+   draft model's passes cost more here, these prompts repeat less) is likely wrong about its
+   kind, and by the second trial the search should have tested it somewhere else;
 4. the best config of each next-best (draft, K) pair, up to the count, ranked by the forecast
    raised by its regime's measured error (:mod:`tuner.sim.band`): early trials go where the
    prior is least certain as well as where it is best;
@@ -202,8 +206,9 @@ def _plan(
     error: Callable[[Prediction], float | None] = lambda _: 0.0,
     share: float = _VARIANT_SHARE,
 ) -> list[Prediction]:
-    """The enqueue order: the best, the best of every other method, its request-only variants,
-    then one per next-best pair, the least certain first.
+    """The enqueue order: the best, its request-only variants, the best of every other method
+    (each other kind of speculation before other drafters of a kind already in), then one per
+    next-best pair, the least certain first.
 
     Every method (none, ngram, each draft) gets its best config in, whatever the count: a prior
     wrong about one method then costs a trial, not the study. The pairs after them are taken
@@ -218,6 +223,15 @@ def _plan(
     best = ranked[0]
     plan = [best]
     methods = {best.pair[0]}
+    kinds = {best.config.server.method}
+    # Another kind of speculation first, then another drafter of a kind already in: a prior
+    # wrong about a draft model's passes, or about how often these prompts repeat, is wrong
+    # about its whole kind, and the next trial should test the prior somewhere else.
+    for prediction in ranked:
+        if prediction.config.server.method not in kinds:
+            kinds.add(prediction.config.server.method)
+            methods.add(prediction.pair[0])
+            plan.append(prediction)
     for prediction in ranked:
         if prediction.pair[0] not in methods:
             methods.add(prediction.pair[0])
