@@ -105,8 +105,8 @@ from tuner.search.plan import (
     LOAD_GB_PER_S,
     START_PRIOR_S,
     Budget,
+    Confirmation,
     TrialCost,
-    confirmation_runs,
     fit_confirmation,
     plan_study,
 )
@@ -125,7 +125,7 @@ STRATEGIES = ("spectune", "spectune, fixed count", "spectune, no twin", "TPE", "
 ROUNDS = ("spectune", "spectune, no twin")  # the strategies measuring in rounds, pruning
 HOURS = (0.5, 1.0, 2.0, 4.0)  # the GPU-time table's columns
 MAX_TRIALS = 400  # a study on the clock stops here if it has not spent HOURS[-1] by then
-CONFIRM_TOP, CONFIRM_REPEATS = 3, 3  # optimize's defaults
+DEFAULT_CONFIRMATION = Confirmation(top=3, repeats=3)  # optimize's defaults
 BAR_20, BAR_10, BAR_TPE_POINTS, BAR_OOM = 0.97, 0.98, 0.01, 0.05
 BAR_HOURS, BAR_AT_HOURS = 0.97, 2.0
 TABLE_FILE = Path("/tmp/readme/twin-table.txt")
@@ -326,16 +326,15 @@ def confirm_s(space: SearchSpace, record: TrialRecord) -> float:
         for level in record.levels
         if level.get("requests")
     )
-    runs = confirmation_runs(space, CONFIRM_TOP, CONFIRM_REPEATS)
+    runs = DEFAULT_CONFIRMATION.runs(space)
     return runs * (start_s(record.server) + bench)
 
 
 def budget_runs(space: SearchSpace, trials: int, seconds: float) -> int:
     """The confirmation runs ``optimize --time-budget`` keeps for ``seconds``: as many of the
     default's as fit in a third of it at the plan's prior cost of one (``tuner.study.run``)."""
-    run_s = plan_study(space, trials, CONFIRM_TOP, CONFIRM_REPEATS).confirm_cost.total_s
-    top, repeats = fit_confirmation(space, CONFIRM_TOP, CONFIRM_REPEATS, seconds, run_s)
-    return confirmation_runs(space, top, repeats)
+    run_s = plan_study(space, trials, DEFAULT_CONFIRMATION).confirm_cost.total_s
+    return fit_confirmation(space, DEFAULT_CONFIRMATION, seconds, run_s).runs(space)
 
 
 class ClockBudget(Budget):
@@ -444,7 +443,7 @@ def run_task(task: Task) -> tuple[Task, Trace]:
         budget=budget,
         rounds=task.strategy in ROUNDS,
     )
-    trace.confirm_runs = confirmation_runs(space, CONFIRM_TOP, CONFIRM_REPEATS)
+    trace.confirm_runs = DEFAULT_CONFIRMATION.runs(space)
     trace.budget_runs = {h: budget_runs(space, task.trials, h * 3600.0) for h in HOURS}
     run_trials(study, space, cast(Backend, backend), options, on_trial)
     while len(trace.shares) < task.trials:  # the clock ran out first: the best stays the best

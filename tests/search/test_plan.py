@@ -18,8 +18,9 @@ from tuner.config.trial import ServerConfig
 from tuner.errors import ConfigError
 from tuner.results import Source
 from tuner.search.plan import (
-    confirmation_runs,
+    Confirmation,
     expected_share,
+    fit_confirmation,
     parse_duration,
     plan_study,
     prior_cost,
@@ -51,7 +52,7 @@ def test_durations_read_as_people_write_them(text: str, seconds: float) -> None:
 
 def test_the_plan_prices_the_warm_start_trials_then_the_sampler_s_then_confirmation() -> None:
     space = _small_space()
-    plan = plan_study(space, 12, confirm_top=2, confirm_repeats=3)
+    plan = plan_study(space, 12, Confirmation(2, 3))
     warm = warm_start_configs(space, 12)
     # Two configs three times each, then the per-batch-size K table three times: the default
     # space measures three levels on vLLM 0.32, so the study may propose one.
@@ -67,14 +68,28 @@ def test_the_plan_prices_the_warm_start_trials_then_the_sampler_s_then_confirmat
 
 def test_only_a_space_that_can_propose_a_k_table_reserves_its_runs() -> None:
     space = _small_space()
-    assert confirmation_runs(space, 2, 3) == 9
-    assert confirmation_runs(space, 0, 3) == 0  # no confirmation: the table is never run
+    assert Confirmation(2, 3).runs(space) == 9
+    assert Confirmation(0, 3).runs(space) == 0  # no confirmation: the table is never run
     one_level = space_from_dict(
         {**space.source, "workload": {**space.source["workload"], "concurrency": [1]}}
     )
-    assert confirmation_runs(one_level, 2, 3) == 6
+    assert Confirmation(2, 3).runs(one_level) == 6
     old = replace(space, vllm_version="0.23.0")  # no num_speculative_tokens_per_batch_size yet
-    assert confirmation_runs(old, 2, 3) == 6
+    assert Confirmation(2, 3).runs(old) == 6
+
+
+def test_a_budget_cuts_repeats_then_configs_then_the_k_table() -> None:
+    space = _small_space()  # three levels on vLLM 0.32: a K table is possible
+    wanted, run_s = Confirmation(3, 3), 600.0
+
+    def fitted(runs_in_a_third: float) -> Confirmation:
+        return fit_confirmation(space, wanted, 3 * runs_in_a_third * run_s, run_s)
+
+    assert fitted(12) == wanted  # (3 configs + the table) x 3 repeats
+    assert fitted(4) == Confirmation(3, 1)
+    assert fitted(2) == Confirmation(1, 1)  # the best once, and its K table once
+    assert fitted(1) == Confirmation(1, 1, k_table=False)
+    assert fitted(0.5).runs(space) == 1  # at least one run of the best, whatever it costs
 
 
 def test_plan_prints_the_run_and_stores_nothing(tmp_path: Path) -> None:
@@ -96,10 +111,10 @@ def test_plan_prints_the_run_and_stores_nothing(tmp_path: Path) -> None:
 
 def test_a_plan_within_a_budget_lists_what_fits_and_the_share_the_benchmark_reached() -> None:
     space = _small_space()
-    plan = plan_study(space, 30, confirm_top=3, confirm_repeats=3, budget_s=7200)
+    plan = plan_study(space, 30, Confirmation(3, 3), budget_s=7200)
     assert plan.budget_s == 7200
     assert len(plan.trials) > 0 and plan.total_s <= 7200
-    longer = plan_study(space, 30, confirm_top=3, confirm_repeats=3, budget_s=4 * 7200)
+    longer = plan_study(space, 30, Confirmation(3, 3), budget_s=4 * 7200)
     assert len(longer.trials) > len(plan.trials)  # more time, more trials (past --trials too)
     # The share comes from the search benchmark's simulated worlds, shipped with the package.
     expected = plan.expected
@@ -127,12 +142,13 @@ def test_plan_with_a_time_budget_prints_the_share_it_expects(tmp_path: Path) -> 
     [
         (["--time-budget", "soon"], "--time-budget 'soon': give a duration such as 2h"),
         (["--time-budget", "0m"], "--time-budget '0m': give a duration longer than 0"),
-        # One trial on a GPU is a start-up and a benchmark of minutes, then nine confirmations
-        # and three runs of the K table the default space's three levels may propose.
+        # One trial on a GPU is a start-up and a benchmark of minutes, then as much of the
+        # confirmation as a third of the budget holds: one run of the best config (the K
+        # table the default space's three levels may propose goes first).
         # A vLLM that exists: a missing one is refused first (tests/reliability).
         (
             ["--time-budget", "10m", "--backend", "process", "--vllm-command", sys.executable],
-            "is shorter than one trial and 2",
+            "is shorter than one trial and 1 confirmation run (about",
         ),
     ],
 )
@@ -181,6 +197,20 @@ def test_the_budget_stops_the_trials_in_time_to_confirm(tmp_path: Path) -> None:
     assert optuna.load_study(study_name="budget", storage=result.storage).user_attrs["confirmed"]
 
 
+def test_a_budget_too_short_for_the_k_table_confirms_the_best_alone(tmp_path: Path) -> None:
+    space = _small_space()
+    wanted = Confirmation(1, 1)
+    run_s = plan_study(space, 20, wanted).confirm_cost.total_s
+    # 20 minutes: a third holds one run of the best config, not the K table's run beside it.
+    assert fit_confirmation(space, wanted, 1200, run_s) == Confirmation(1, 1, k_table=False)
+    request = OptimizeRequest(
+        "short", space, "sim", 20, tmp_path, confirm_top=1, confirm_repeats=1, time_budget_s=1200
+    )
+    result = optimize(request)
+    assert result.confirmed and result.k_table is None
+    assert not list(tmp_path.rglob("k-table-*"))  # no run of a table was started
+
+
 def test_a_budget_with_several_workers_is_refused() -> None:
     request = OptimizeRequest("x", None, "sim", 5, Path("."), workers=2, time_budget_s=60)
     with pytest.raises(ConfigError, match="--time-budget runs trials in one worker"):
@@ -190,7 +220,7 @@ def test_a_budget_with_several_workers_is_refused() -> None:
 def test_a_space_with_nothing_predicted_feasible_is_still_priced() -> None:
     raw = _small_space().source
     unreachable = space_from_dict({**raw, "slo": {"ttft_ms": 1}})  # no config meets 1 ms
-    plan = plan_study(unreachable, 3, confirm_top=1, confirm_repeats=1)
+    plan = plan_study(unreachable, 3, Confirmation(1, 1))
     assert [what for what, _ in plan.trials] == ["a config the sampler picks"] * 3
     assert all(cost.start_s > 0 and cost.bench_s > 0 for _, cost in plan.trials)
 
@@ -259,7 +289,7 @@ def test_a_resumed_time_budget_prices_a_trial_by_its_family_s_start_ups(tmp_path
     url = f"sqlite:///{tmp_path / 'b.db'}"
     _study_with_start_ups(url, "b", first, [1800.0])
     family = StartupPrices.of(records(optuna.load_study(study_name="b", storage=url).trials))
-    plain = plan_study(space, 10, 1, 1, budget_s=4 * 3600)
-    priced = plan_study(space, 10, 1, 1, budget_s=4 * 3600, startups=family)
+    plain = plan_study(space, 10, Confirmation(1, 1), budget_s=4 * 3600)
+    priced = plan_study(space, 10, Confirmation(1, 1), budget_s=4 * 3600, startups=family)
     assert priced.trials[0][1].start_s == 1800.0 and plain.trials[0][1].start_s < 1800.0
     assert len(priced.trials) < len(plain.trials)  # half an hour a start-up: fewer fit

@@ -15,7 +15,7 @@ from tuner.config.trial import ServerConfig, SpecMethod, SpeculativeConfig
 from tuner.config.verification import Verification
 from tuner.config.workload import WorkloadSpec
 from tuner.errors import ConfigError
-from tuner.search.plan import plan_study
+from tuner.search.plan import Confirmation, plan_study
 from tuner.sim.band import (
     SPEED_KINDS,
     Band,
@@ -154,7 +154,7 @@ def test_the_command_prints_and_stores_the_band() -> None:
 def test_the_plan_prices_each_warm_start_trial_with_its_band() -> None:
     raw = load_space(None).source
     space = space_from_dict({**raw, "workload": {**raw["workload"], "requests": 8}})
-    plan = plan_study(space, 8, confirm_top=1, confirm_repeats=1)
+    plan = plan_study(space, 8, Confirmation(1, 1))
     warm = [cost for what, cost in plan.trials if not what.startswith("a config the sampler")]
     assert warm and all(cost.band is not None for cost in warm)
     rows = plan.to_dict()["trials"]

@@ -272,7 +272,9 @@ def plan_table(plan: StudyPlan, space: SearchSpace) -> Table:
     confirm = plan.confirm_cost
     table.add_row(
         f"+{plan.confirm_runs}",
-        "confirmation runs (the K table's too), each on a fresh server",
+        "confirmation runs (the K table's too), each on a fresh server"
+        if plan.k_table
+        else "confirmation runs, each on a fresh server (no time left for a K table)",
         took(plan.confirm_runs * confirm.start_s),
         took(plan.confirm_runs * confirm.bench_s),
         took(plan.confirm_s),

@@ -196,9 +196,7 @@ def optimize_command(
     if plan:  # the space given (a resumed study's stored one may differ); nothing is stored
         check_request(request)
         startups = stored_startups(request)  # a resumed study's own start-ups, per family
-        planned = plan_study(
-            built, trials, confirm_top, confirm_repeats, request.time_budget_s, startups
-        )
+        planned = plan_study(built, trials, request.confirmation, request.time_budget_s, startups)
         if as_json:
             print_json(planned.to_dict())
         else:

@@ -25,7 +25,7 @@ import json
 import re
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import resources
 
 import optuna
@@ -52,11 +52,11 @@ __all__ = [
     "LOAD_GB_PER_S",
     "START_PRIOR_S",
     "Budget",
+    "Confirmation",
     "ExpectedShare",
     "SimulatedBudget",
     "StudyPlan",
     "TrialCost",
-    "confirmation_runs",
     "expected_share",
     "fit_confirmation",
     "format_duration",
@@ -125,6 +125,7 @@ class StudyPlan:
     expected: ExpectedShare | None = None  # the benchmark's share of the optimum at the budget
     # The config families whose start-ups are priced by the study's own (the rest: the prior).
     startups: tuple[tuple[Family, StartupPrice], ...] = ()
+    k_table: bool = True  # False: the budget leaves no time for the K table's runs
 
     @property
     def trials_s(self) -> float:
@@ -165,8 +166,7 @@ class StudyPlan:
 def plan_study(
     space: SearchSpace,
     trials: int,
-    confirm_top: int,
-    confirm_repeats: int,
+    confirmation: Confirmation,
     budget_s: float | None = None,
     startups: StartupPrices | None = None,
 ) -> StudyPlan:
@@ -174,8 +174,8 @@ def plan_study(
     cost, a restart wherever the server config changes, each start-up at its family's price
     (``startups``: the medians a resumed study measured; default the prior); with
     ``budget_s``, only the trials that fit in it beside the confirmation (each at its full
-    fixed count: a trial measured in rounds, or pruned, costs less), and the share of the
-    optimum expected then."""
+    fixed count: a trial measured in rounds, or pruned, costs less) and as much of
+    ``confirmation`` as fits a third of it, and the share of the optimum expected then."""
     startups = startups or StartupPrices()
     chosen = warm_start_configs(space, trials, startups)
     costs: dict[TrialConfig, TrialCost] = {}
@@ -201,10 +201,8 @@ def plan_study(
     mean = _mean(list(costs.values()))
     rows += [("a config the sampler picks", mean)] * (trials - len(rows))
     if budget_s is not None:
-        confirm_top, confirm_repeats = fit_confirmation(
-            space, confirm_top, confirm_repeats, budget_s, mean.total_s
-        )
-    runs = confirmation_runs(space, confirm_top, confirm_repeats)
+        confirmation = fit_confirmation(space, confirmation, budget_s, mean.total_s)
+    runs = confirmation.runs(space)
     if budget_s is None:
         return StudyPlan(tuple(rows), runs, mean, startups=priced)
     if budget_s > sum(c.total_s for _, c in rows) + runs * mean.total_s:  # more: the sampler's
@@ -218,7 +216,7 @@ def plan_study(
         fitting.append(row)
         spent += row[1].total_s
     expected = expected_share(budget_s / 3600.0)
-    return StudyPlan(tuple(fitting), runs, mean, budget_s, expected, priced)
+    return StudyPlan(tuple(fitting), runs, mean, budget_s, expected, priced, confirmation.k_table)
 
 
 @dataclass(frozen=True)
@@ -295,26 +293,50 @@ CONFIRM_SHARE = 1 / 3
 """The most of a time budget confirmation may take: the rest is for the search."""
 
 
+@dataclass(frozen=True)
+class Confirmation:
+    """What is measured again on fresh servers after the trials.
+
+    Attributes:
+        top: the best configs confirmed (0: none).
+        repeats: fresh-server runs of each.
+        k_table: whether the per-batch-size K table gets as many runs of its own, where the
+            space can propose one (several levels, vLLM 0.24+).
+    """
+
+    top: int
+    repeats: int
+    k_table: bool = True
+
+    def runs(self, space: SearchSpace) -> int:
+        """Fresh-server runs after the trials."""
+        if self.top < 1:
+            return 0
+        table = self.k_table and len(space.workload.concurrency) > 1
+        table = table and has_per_batch_size(space.version)
+        return (self.top + (1 if table else 0)) * self.repeats
+
+
 def fit_confirmation(
-    space: SearchSpace, top: int, repeats: int, budget_s: float, run_s: float
-) -> tuple[int, int]:
-    """(top, repeats) for a run within ``budget_s``: fewer repeats, then fewer configs, until
-    the confirmation runs of ``run_s`` each take at most :data:`CONFIRM_SHARE` of the budget
-    (at least one run of one config, whatever it costs)."""
-    while repeats > 1 and confirmation_runs(space, top, repeats) * run_s > budget_s * CONFIRM_SHARE:
-        repeats -= 1
-    while top > 1 and confirmation_runs(space, top, repeats) * run_s > budget_s * CONFIRM_SHARE:
-        top -= 1
-    return top, repeats
+    space: SearchSpace, wanted: Confirmation, budget_s: float, run_s: float
+) -> Confirmation:
+    """``wanted`` cut down to a run within ``budget_s``: fewer repeats, then fewer configs,
+    then no K table, until the confirmation runs of ``run_s`` each take at most
+    :data:`CONFIRM_SHARE` of the budget (at least one run of one config, whatever it costs).
+    The K table goes last: a third of the budget that holds one run of the best config and
+    one of its table keeps both, but the table is an extra, not the confirmation itself."""
+    fitted = wanted
 
+    def over() -> bool:
+        return fitted.runs(space) * run_s > budget_s * CONFIRM_SHARE
 
-def confirmation_runs(space: SearchSpace, confirm_top: int, confirm_repeats: int) -> int:
-    """Fresh-server runs after the trials: the top configs' repeats, and as many for the
-    per-batch-size K table where the space can propose one (several levels, vLLM 0.24+)."""
-    if confirm_top < 1:
-        return 0
-    table = len(space.workload.concurrency) > 1 and has_per_batch_size(space.version)
-    return (confirm_top + (1 if table else 0)) * confirm_repeats
+    while fitted.repeats > 1 and over():
+        fitted = replace(fitted, repeats=fitted.repeats - 1)
+    while fitted.top > 1 and over():
+        fitted = replace(fitted, top=fitted.top - 1)
+    if fitted.k_table and over():
+        fitted = replace(fitted, k_table=False)
+    return fitted
 
 
 def _describe(config: TrialConfig) -> str:
@@ -410,7 +432,7 @@ class Budget:
             f"time budget {format_duration(self.seconds)}{self.clock}: stopped after {ran} "
             "trials at "
             f"{format_duration(elapsed)}, as one more (about {format_duration(needed)} with "
-            f"{self.confirm_runs} confirmation runs) would not fit"
+            f"{_runs(self.confirm_runs)}) would not fit"
         )
 
     def check_fits(self) -> None:
@@ -423,9 +445,13 @@ class Budget:
         if needed > self.seconds:
             raise ConfigError(
                 f"--time-budget {format_duration(self.seconds)} is shorter than one trial and "
-                f"{self.confirm_runs} confirmation runs (about {format_duration(needed)}): give "
+                f"{_runs(self.confirm_runs)} (about {format_duration(needed)}): give "
                 "more time, or fewer --confirm-top/--confirm-repeats"
             )
+
+
+def _runs(count: int) -> str:
+    return f"{count} confirmation run" + ("" if count == 1 else "s")
 
 
 class SimulatedBudget(Budget):

@@ -12,6 +12,7 @@ from pathlib import Path
 from tuner.config.bounds import MAX_SEED
 from tuner.config.space import SearchSpace
 from tuner.errors import ConfigError
+from tuner.search.plan import Confirmation
 from tuner.study.cluster.driver import RayOptions, check_ray_options
 from tuner.study.paths import check_study_name, default_storage
 from tuner.study.storage import check_parallel_storage, check_storage_url, check_writable
@@ -35,6 +36,7 @@ class OptimizeRequest:
     gpus_per_trial: int | None = None  # default: the GPU count of the space's hardware
     confirm_top: int = 3  # configs measured again on fresh servers before export (0: none)
     confirm_repeats: int = 3
+    confirm_k_table: bool = True  # the K table's own runs too (False: a budget left no time)
     # Backend settings beyond study, seed and GPUs (which optimize fills in per worker).
     backend_options: BackendOptions = field(default_factory=lambda: BackendOptions(study=""))
     ray: RayOptions | None = None  # trials on a Ray cluster's nodes instead of this host
@@ -51,6 +53,10 @@ class OptimizeRequest:
     # The space's hardware is the GPUs NVML sees here (tuner.study.host.on_this_host): the
     # CLI asks for it when --hardware and --ray are not given.
     detect_hardware: bool = False
+
+    @property
+    def confirmation(self) -> Confirmation:
+        return Confirmation(self.confirm_top, self.confirm_repeats, self.confirm_k_table)
 
     @property
     def storage_url(self) -> str:

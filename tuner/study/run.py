@@ -29,7 +29,6 @@ from tuner.results import Source
 from tuner.search.plan import (
     Budget,
     SimulatedBudget,
-    confirmation_runs,
     fit_confirmation,
     plan_study,
 )
@@ -211,8 +210,10 @@ class StudyRun:
                 seed=seed,
                 on_run=on_confirm,
             )
-            k_table = confirm_k_table(
-                self.study, self.space, fresh, repeats, log_dir=logs, seed=seed
+            k_table = (
+                confirm_k_table(self.study, self.space, fresh, repeats, log_dir=logs, seed=seed)
+                if request.confirm_k_table
+                else None
             )
         finally:
             fresh.close()
@@ -326,15 +327,16 @@ def _time_budget(
     seconds = request.time_budget_s
     assert seconds is not None
     # One plan: a confirmation run's cost does not depend on how many there are.
-    prior = plan_study(
-        space, request.trials, request.confirm_top, request.confirm_repeats, startups=startups
-    )
+    prior = plan_study(space, request.trials, request.confirmation, startups=startups)
     cost = prior.confirm_cost
-    top, repeats = fit_confirmation(
-        space, request.confirm_top, request.confirm_repeats, seconds, cost.total_s
+    fitted = fit_confirmation(space, request.confirmation, seconds, cost.total_s)
+    request = replace(
+        request,
+        confirm_top=fitted.top,
+        confirm_repeats=fitted.repeats,
+        confirm_k_table=fitted.k_table,
     )
-    request = replace(request, confirm_top=top, confirm_repeats=repeats)
-    runs = confirmation_runs(space, top, repeats)
+    runs = fitted.runs(space)
     budget = (
         # A simulated trial takes what it takes here, not a GPU's time: the simulator's clock.
         SimulatedBudget(seconds, cost, runs, space.workload.warmup, began)
