@@ -56,6 +56,7 @@ from tuner.trial.record import (
 from tuner.trial.scoring import TrialStatus
 
 __all__ = [
+    "CONTINUED_SOURCE",
     "COUNTERS_SOURCE",
     "PREDICTED_ONLY_ATTR",
     "PRIOR_ATTR",
@@ -81,6 +82,10 @@ _TRAFFIC_TOP = 4
 PREDICTED_ONLY_ATTR = "twin_predicted_only"
 # How a forecast whose acceptance was read off a measured K's counters says so.
 COUNTERS_SOURCE = "per-position counters measured at this K or above (this config not measured)"
+CONTINUED_SOURCE = (
+    "per-position counters measured at K={counted}, continued past it at its last position's "
+    "rate (this config not measured)"
+)
 
 
 def stored_twin(study: optuna.Study) -> FittedTwin | None:
@@ -152,8 +157,9 @@ class TwinProposal:
         output_tok_s: the twin's forecast.
         ttft_ms: the twin's forecast of its TTFT.
         headroom_gib: memory it has to spare under the twin.
-        accepted: its acceptance read off the counters of its drafter measured at a K at or
-            above its own (:mod:`tuner.sim.twin.counters`); None where the fit predicts it.
+        accepted: its acceptance read off the counters of its drafter measured at some K
+            (continued past the highest K counted: :mod:`tuner.sim.twin.counters`); None where
+            the fit predicts it.
         high_tok_s: with ``accepted``, the forecast at the counters' upper bound (the
             step-time model's band not yet added: :func:`_ceiling`).
     """
@@ -283,9 +289,9 @@ class TwinScreen(Screen):
 
     def measured(self, twin: FittedTwin, pair: Pair, temperature: float) -> AcceptedTokens | None:
         """Accepted tokens per step of ``pair`` read off the study's counters, where its
-        drafter was measured at this K or above at every temperature the trial would serve
-        (the trial's own when the space tunes it, else the workload's mix, weighted); None
-        where it was not, or where its counters do not carry to a lower K."""
+        drafter was measured at every temperature the trial would serve (the trial's own when
+        the space tunes it, else the workload's mix, weighted), continued past the highest K
+        counted; None where it was not, or where its counters do not carry to another K."""
         if not reusable(self.space.speculative(*pair)):
             return None
         workload = self.space.workload
@@ -302,6 +308,7 @@ class TwinScreen(Screen):
             sum(w * a.mid for w, a in found) / total,
             sum(w * a.low for w, a in found) / total,
             sum(w * a.high for w, a in found) / total,
+            min(a.counted for _, a in found),
         )
 
 
@@ -461,7 +468,11 @@ def _counted(proposal: TwinProposal, ceiling: float | None) -> dict[str, Any]:
     accepted = proposal.accepted
     assert accepted is not None
     return {
-        "acceptance": COUNTERS_SOURCE,
+        "acceptance": (
+            CONTINUED_SOURCE.format(counted=accepted.counted)
+            if accepted.continued
+            else COUNTERS_SOURCE
+        ),
         "accepted_per_step": [
             round(accepted.low, 4),
             round(accepted.mid, 4),

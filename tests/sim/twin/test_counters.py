@@ -50,8 +50,7 @@ def test_counters_give_each_lower_k_exactly() -> None:
     # Wilson's 95 % interval of 8 in 10, as tabulated (0.490, 0.943).
     assert wilson(8, 10) == pytest.approx((0.4902, 0.9433), abs=1e-4)
     assert two.low == pytest.approx(wilson(800, 1000)[0] + wilson(600, 1000)[0])
-    with pytest.raises(ValueError, match="K=5"):
-        counts.accepted_at(5)
+    assert not two.continued and two.counted == 2
     # A trial at K=2 pools into positions 1-2 only.
     pooled = counts + PositionCounts.measured(500, [450, 300])
     assert pooled.drafts == (1500.0, 1500.0, 1000.0, 1000.0)
@@ -179,7 +178,47 @@ def test_on_a_temperature_mix_every_temperature_must_be_counted() -> None:
     assert found.high == pytest.approx(
         0.7 * cold.accepted_at(2).high + 0.3 * hot.accepted_at(2).high
     )
-    assert screen.measured(both, (DRAFT, 4), space.workload.mean_temperature) is None  # K above 3
+    above = screen.measured(both, (DRAFT, 4), space.workload.mean_temperature)
+    assert above is not None and above.continued and above.counted == 3
+    assert above.mid == pytest.approx(0.7 * cold.accepted_at(4).mid + 0.3 * hot.accepted_at(4).mid)
+
+
+def test_a_k_above_the_counters_continues_their_last_rate_within_bounds() -> None:
+    counts = PositionCounts.measured(1000, [800, 600, 420, 250])
+    six = counts.accepted_at(6)
+    assert six.continued and six.counted == 4
+    # Position 4 kept 250 of the 420 steps that kept position 3: each further position keeps
+    # that share again.
+    rate = 250 / 420
+    assert six.mid == pytest.approx(2.07 + 0.25 * rate + 0.25 * rate**2)
+    four = counts.accepted_at(4)
+    # At least what K=4 keeps (nothing past it); at most position 4's reach at each extra one.
+    assert six.low == pytest.approx(four.low)
+    assert six.high == pytest.approx(four.high + 2 * wilson(250, 1000)[1])
+    assert six.low < four.mid < six.mid < six.high
+    # One position counted: its own reach is the rate.
+    assert PositionCounts.measured(100, [50]).accepted_at(3).mid == pytest.approx(
+        0.5 + 0.25 + 0.125
+    )
+    with pytest.raises(ValueError, match="K=0"):
+        counts.accepted_at(0)
+
+
+def test_a_k_above_the_counters_is_bounded_in_a_seeded_simulation() -> None:
+    """Drafts whose conditional rate keeps falling past the counted K=4: K=6 continued at
+    position 4's rate is a little high, within a few percent, and inside its bounds."""
+    rng = np.random.default_rng(11)
+    conditional = np.array([0.85, 0.8, 0.75, 0.7, 0.65, 0.6])
+    truth = np.cumprod(conditional).sum()
+    steps, runs = 500, 300
+    covered, errors = 0, []
+    for _ in range(runs):
+        kept = np.cumprod(rng.random((steps, 4)) < conditional[:4], axis=1)
+        found = PositionCounts.measured(steps, kept.sum(axis=0).tolist()).accepted_at(6)
+        covered += found.low <= truth <= found.high
+        errors.append(found.mid / truth - 1)
+    assert covered == runs
+    assert 0 < float(np.median(errors)) < 0.05
 
 
 def _incumbent(low: float) -> optuna.trial.FrozenTrial:

@@ -13,6 +13,14 @@ reaches, read off the counters with no model in between. Only the mix of context
 starts from differs between K and K' (steps end at other places), a second-order effect the
 counters cannot see. Drafters whose proposal depends on K are left out (:func:`reusable`).
 
+Above the highest K counted there are no counters, only a bound and a guess. Reach never rises
+with the position, so K' > K keeps at most the highest reach counted at each extra position
+(the upper bound), and at least nothing there (the lower bound). The estimate continues the last
+counted position's rate, the share of steps keeping position K among those keeping K - 1: the
+constant-rate acceptance of Leviathan et al. (2023), applied past the counters only. A fitted
+acceptance model knows less here: one that is wrong about this drafter on these prompts is wrong
+at K' by as much as at K, which the counters show and it cannot.
+
 Each reach is a binomial proportion; its 95 % interval is **Wilson's score interval** (it
 stays inside [0, 1] and covers close to its nominal level at the small counts and rates near
 1 speculative decoding gives). The positions share their drafts, so their errors are
@@ -78,12 +86,21 @@ def wilson(successes: float, trials: float, z: float = WILSON_Z) -> tuple[float,
 
 @dataclass(frozen=True)
 class AcceptedTokens:
-    """Expected accepted draft tokens per verification step at ``k``, with 95 % bounds."""
+    """Expected accepted draft tokens per verification step at ``k``, with 95 % bounds.
+
+    ``counted``: the positions read off counters; below ``k``, the rest were continued past
+    them (:meth:`PositionCounts.accepted_at`).
+    """
 
     k: int
     mid: float
     low: float
     high: float
+    counted: int
+
+    @property
+    def continued(self) -> bool:
+        return self.counted < self.k
 
 
 @dataclass(frozen=True)
@@ -137,17 +154,26 @@ class PositionCounts:
         return tuple(out)
 
     def accepted_at(self, k: int) -> AcceptedTokens:
-        """Expected accepted tokens per step at ``k`` <= :attr:`k`: the sum of the first ``k``
-        reaches, its bounds the sums of theirs."""
-        if not 0 < k <= self.k:
-            raise ValueError(f"K={k} is not within the counted positions 1..{self.k}")
-        first = self.reach()[:k]
-        return AcceptedTokens(
-            k,
-            sum(r[0] for r in first),
-            sum(r[1] for r in first),
-            sum(r[2] for r in first),
-        )
+        """Expected accepted tokens per step at ``k``: within the counted positions, the sum of
+        the first ``k`` reaches, its bounds the sums of theirs; above them, continued at the
+        last position's rate, bounded by its reach (see the module's docstring)."""
+        if k < 1:
+            raise ValueError(f"K={k} has no drafted position")
+        if not self.k:
+            raise ValueError(f"K={k}: no position was counted")
+        reach = self.reach()
+        first = reach[:k]
+        mid = sum(r[0] for r in first)
+        low = sum(r[1] for r in first)
+        high = sum(r[2] for r in first)
+        extra = k - self.k
+        if extra > 0:
+            last = reach[-1][0]
+            before = reach[-2][0] if self.k > 1 else 1.0
+            rate = min(last / before, 1.0) if before > 0 else 0.0
+            mid += sum(last * rate**j for j in range(1, extra + 1))
+            high += extra * reach[-1][2]
+        return AcceptedTokens(k, mid, low, high, min(k, self.k))
 
     def to_json(self) -> dict[str, Any]:
         return {"drafts": list(self.drafts), "accepted": list(self.accepted)}

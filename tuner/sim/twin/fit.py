@@ -196,10 +196,11 @@ class FittedTwin:
     def measured_accepted(
         self, draft: str, prompt_set: str, temperature: float, k: int
     ) -> AcceptedTokens | None:
-        """Accepted tokens per step at ``k`` read off the counters of ``draft`` measured at
-        some K >= ``k`` on ``prompt_set`` at ``temperature``; None where none was."""
+        """Accepted tokens per step at ``k`` read off the counters of ``draft`` measured on
+        ``prompt_set`` at ``temperature`` (continued past the highest K counted, where ``k``
+        is above it); None where none was."""
         found = self.counters.get((draft, prompt_set, round(temperature, 4)))
-        return None if found is None or found.k < k or k < 1 else found.accepted_at(k)
+        return None if found is None or k < 1 else found.accepted_at(k)
 
     def intervals(self) -> list[tuple[str, float, float, float]]:
         """Each step-time factor and the memory outside vLLM's budget (``outside_gib``) as
