@@ -13,7 +13,14 @@ from typing import cast
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parents[2] / "benchmarks"))
-from search_efficiency import Trace, budget_runs, stopped_early, summarise_time
+from search_efficiency import (
+    TimeRow,
+    Trace,
+    budget_runs,
+    stopped_early,
+    summarise_time,
+    time_verdict,
+)
 
 from tuner.config.space import load_space
 from tuner.trial.record import TrialRecord
@@ -68,6 +75,29 @@ def test_a_two_hour_budget_keeps_fewer_runs_on_the_default_space() -> None:
     space = load_space("default")
     assert budget_runs(space, 30, 2 * HOUR) == 2
     assert budget_runs(space, 30, 100 * HOUR) == 12  # the default's 3 configs (+ table) x 3
+    # An hour's third holds one run of the best, not the K table's run beside it.
+    assert budget_runs(space, 30, 1 * HOUR) == 1
+
+
+def test_the_aim_holds_spectune_to_tpe_at_every_budget_up_to_two_hours() -> None:
+    def row(*shares: float) -> TimeRow:
+        return TimeRow(shares, 8, 0.0, 2.5, 0.2, 0)
+
+    hours = [0.5, 1.0, 2.0, 4.0]
+    met, _, _ = time_verdict(
+        "w", {"spectune": row(0, 0.99, 1.0, 1.0), "TPE": row(0, 0.9, 0.95, 1)}, hours
+    )
+    assert met
+    # Ahead at 2 hours, behind at one: not met, and the line names the hour.
+    met, _, why = time_verdict(
+        "w", {"spectune": row(0, 0.78, 1.0, 1.0), "TPE": row(0, 0.97, 0.97, 0.97)}, hours
+    )
+    assert not met and why == "w: vs TPE 97.0 % after 1 h"
+    # Behind after 4 hours only: past the bar's 2 hours, not judged.
+    met, _, _ = time_verdict(
+        "w", {"spectune": row(0, 0.99, 1.0, 0.98), "TPE": row(0, 0.9, 0.95, 1)}, hours
+    )
+    assert met
 
 
 def _record(pruned: str | None, *requests: int | None) -> TrialRecord:
