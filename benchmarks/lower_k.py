@@ -4,7 +4,8 @@ Runs spectune's study (warm start, then TPE steered by the twin) on held-out wor
 (``benchmarks/worlds.py``: simulated, the twin knows only the shipped simulator) and, for every
 config the twin proposed and the study then measured, compares the twin's forecast with the
 measurement, split by the forecast's acceptance: read off per-position counters of the same
-drafter measured at that K or above (``tuner.sim.twin.counters``), or the fitted model. It also
+drafter measured at that K or above (``tuner.sim.twin.counters``), continued from counters
+measured at a lower K, or the fitted model. It also
 counts the configs the twin predicted from counters and left unmeasured (they could not reach
 the incumbent with their band).
 
@@ -28,6 +29,7 @@ from worlds import SHIPPED, WORLDS, WorldBackend
 from tuner.config.space import load_space
 from tuner.search.strategy import warm_start
 from tuner.search.twin_steer import (
+    CONTINUED_SOURCE,
     COUNTERS_SOURCE,
     PREDICTED_ONLY_ATTR,
     PROPOSED_ATTR,
@@ -36,6 +38,7 @@ from tuner.search.twin_steer import (
 from tuner.study.study import StudyOptions, open_study, run_trials
 
 SPACE = load_space(str(Path(__file__).parent / "held_out_space.yaml"))
+_SOURCES = ("counters", "continued", "fit")
 
 
 def _study(world_name: str, seed: int, trials: int) -> optuna.Study:
@@ -52,12 +55,17 @@ def _study(world_name: str, seed: int, trials: int) -> optuna.Study:
 
 def _errors(study: optuna.Study) -> dict[str, list[float]]:
     """Relative forecast errors (forecast / measured - 1) of the measured proposals."""
-    out: dict[str, list[float]] = {"counters": [], "fit": []}
+    out: dict[str, list[float]] = {source: [] for source in _SOURCES}
     for trial in study.trials:
         proposed = trial.user_attrs.get(PROPOSED_ATTR)
         if not proposed or not trial.values or trial.values[0] <= 0:
             continue
-        source = "counters" if proposed.get("acceptance") == COUNTERS_SOURCE else "fit"
+        acceptance = str(proposed.get("acceptance", ""))
+        source = "fit"
+        if acceptance == COUNTERS_SOURCE:
+            source = "counters"
+        elif acceptance.startswith(CONTINUED_SOURCE.split("{", 1)[0]):
+            source = "continued"
         out[source].append(float(proposed["output_tok_s"]) / trial.values[0] - 1.0)
     return out
 
@@ -86,12 +94,15 @@ def main() -> None:
     print("# trials on held-out-4090x2 (simulated worlds; the twin knows the shipped simulator)")
     print("# cells: proposals measured: median / worst |forecast / measured - 1|")
     print()
-    print("| world | acceptance from counters | acceptance fitted | predicted, not measured |")
-    print("|---|---|---|---|")
-    every: dict[str, list[float]] = {"counters": [], "fit": []}
+    print(
+        "| world | acceptance from counters | continued past the counters | acceptance fitted "
+        "| predicted, not measured |"
+    )
+    print("|---|---|---|---|---|")
+    every: dict[str, list[float]] = {source: [] for source in _SOURCES}
     skipped_total = 0
     for world in args.worlds:
-        found: dict[str, list[float]] = {"counters": [], "fit": []}
+        found: dict[str, list[float]] = {source: [] for source in _SOURCES}
         skipped = 0
         for seed in range(args.seeds):
             study = _study(world, seed, args.trials)
@@ -101,8 +112,10 @@ def main() -> None:
         for source, errors in found.items():
             every[source] += errors
         skipped_total += skipped
-        print(f"| {world} | {_cell(found['counters'])} | {_cell(found['fit'])} | {skipped} |")
-    print(f"| all | {_cell(every['counters'])} | {_cell(every['fit'])} | {skipped_total} |")
+        cells = " | ".join(_cell(found[source]) for source in _SOURCES)
+        print(f"| {world} | {cells} | {skipped} |")
+    cells = " | ".join(_cell(every[source]) for source in _SOURCES)
+    print(f"| all | {cells} | {skipped_total} |")
 
 
 if __name__ == "__main__":
