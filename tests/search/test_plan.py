@@ -104,6 +104,7 @@ def test_plan_prints_the_run_and_stores_nothing(tmp_path: Path) -> None:
     as_json = runner.invoke(app, [*argv, "--json"])
     planned = json.loads(as_json.stdout)
     assert len(planned["trials"]) == 10 and planned["confirm_runs"] == 6
+    assert planned["confirm_k_table"] is True  # no budget: the table's runs are in the six
     assert planned["total_s"] == pytest.approx(
         sum(t["start_s"] + t["bench_s"] for t in planned["trials"]) + 6 * planned["confirm_run_s"]
     )

@@ -156,6 +156,7 @@ class StudyPlan:
                 {"family": family._asdict(), **price.to_dict()} for family, price in self.startups
             ],
             "confirm_runs": self.confirm_runs,
+            "confirm_k_table": self.k_table,
             "confirm_run_s": self.confirm_cost.total_s,
             "total_s": self.total_s,
             "time_budget_s": self.budget_s,
