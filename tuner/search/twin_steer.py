@@ -83,8 +83,8 @@ PREDICTED_ONLY_ATTR = "twin_predicted_only"
 # How a forecast whose acceptance was read off a measured K's counters says so.
 COUNTERS_SOURCE = "per-position counters measured at this K or above (this config not measured)"
 CONTINUED_SOURCE = (
-    "per-position counters measured at K={counted}, continued past it at its last position's "
-    "rate (this config not measured)"
+    "per-position counters measured at K={counted}, continued past it from its last position's "
+    "rate at the fitted decay (this config not measured)"
 )
 
 
@@ -291,14 +291,20 @@ class TwinScreen(Screen):
         """Accepted tokens per step of ``pair`` read off the study's counters, where its
         drafter was measured at every temperature the trial would serve (the trial's own when
         the space tunes it, else the workload's mix, weighted), continued past the highest K
-        counted; None where it was not, or where its counters do not carry to another K."""
-        if not reusable(self.space.speculative(*pair)):
+        counted at the twin's fitted decay; None where it was not, or where its counters do
+        not carry to another K."""
+        spec = self.space.speculative(*pair)
+        if not reusable(spec):
             return None
+        assert spec is not None
         workload = self.space.workload
         mix = ((temperature, 1.0),) if self.space.tunes_temperature else workload.temperature_mix
+        decay = TwinPhysics(twin.params).decay(
+            self.space.draft_model(pair[0]), spec.method, workload.prompt_set
+        )
         found = []
         for t, weight in mix:
-            counted = twin.measured_accepted(pair[0], workload.prompt_set, t, pair[1])
+            counted = twin.measured_accepted(pair[0], workload.prompt_set, t, pair[1], decay)
             if counted is None:
                 return None
             found.append((weight, counted))

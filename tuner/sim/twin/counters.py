@@ -14,12 +14,13 @@ starts from differs between K and K' (steps end at other places), a second-order
 counters cannot see. Drafters whose proposal depends on K are left out (:func:`reusable`).
 
 Above the highest K counted there are no counters, only a bound and a guess. Reach never rises
-with the position, so K' > K keeps at most the highest reach counted at each extra position
-(the upper bound), and at least nothing there (the lower bound). The estimate continues the last
-counted position's rate, the share of steps keeping position K among those keeping K - 1: the
-constant-rate acceptance of Leviathan et al. (2023), applied past the counters only. A fitted
-acceptance model knows less here: one that is wrong about this drafter on these prompts is wrong
-at K' by as much as at K, which the counters show and it cannot.
+with the position, so K' > K keeps at most the last counted reach at each extra position (the
+upper bound), and at least nothing there (the lower bound). The estimate continues from the last
+counted position's conditional rate, the share of steps keeping position K among those keeping
+K - 1, falling by the drafter's per-position decay at each position past it (the twin's
+acceptance model: conditional rates ``alpha * decay**i``, its decay fitted to the counters).
+The counters set the level the fitted model gets wrong, on these prompts at this temperature;
+the model only says how fast it falls from there.
 
 Each reach is a binomial proportion; its 95 % interval is **Wilson's score interval** (it
 stays inside [0, 1] and covers close to its nominal level at the small counts and rates near
@@ -153,10 +154,11 @@ class PositionCounts:
             out.append((taken / shown if shown else 0.0, low, high))
         return tuple(out)
 
-    def accepted_at(self, k: int) -> AcceptedTokens:
+    def accepted_at(self, k: int, decay: float = 1.0) -> AcceptedTokens:
         """Expected accepted tokens per step at ``k``: within the counted positions, the sum of
-        the first ``k`` reaches, its bounds the sums of theirs; above them, continued at the
-        last position's rate, bounded by its reach (see the module's docstring)."""
+        the first ``k`` reaches, its bounds the sums of theirs; above them, continued from the
+        last position's conditional rate, falling by ``decay`` a position, bounded by its
+        reach (see the module's docstring)."""
         if k < 1:
             raise ValueError(f"K={k} has no drafted position")
         if not self.k:
@@ -168,10 +170,13 @@ class PositionCounts:
         high = sum(r[2] for r in first)
         extra = k - self.k
         if extra > 0:
-            last = reach[-1][0]
+            kept = reach[-1][0]
             before = reach[-2][0] if self.k > 1 else 1.0
-            rate = min(last / before, 1.0) if before > 0 else 0.0
-            mid += sum(last * rate**j for j in range(1, extra + 1))
+            rate = min(kept / before, 1.0) if before > 0 else 0.0
+            for _ in range(extra):
+                rate = min(rate * decay, 1.0)
+                kept *= rate
+                mid += kept
             high += extra * reach[-1][2]
         return AcceptedTokens(k, mid, low, high, min(k, self.k))
 

@@ -194,13 +194,13 @@ class FittedTwin:
         return self.sd.get(name, default)
 
     def measured_accepted(
-        self, draft: str, prompt_set: str, temperature: float, k: int
+        self, draft: str, prompt_set: str, temperature: float, k: int, decay: float = 1.0
     ) -> AcceptedTokens | None:
         """Accepted tokens per step at ``k`` read off the counters of ``draft`` measured on
         ``prompt_set`` at ``temperature`` (continued past the highest K counted, where ``k``
-        is above it); None where none was."""
+        is above it, falling by ``decay`` a position); None where none was."""
         found = self.counters.get((draft, prompt_set, round(temperature, 4)))
-        return None if found is None or k < 1 else found.accepted_at(k)
+        return None if found is None or k < 1 else found.accepted_at(k, decay)
 
     def intervals(self) -> list[tuple[str, float, float, float]]:
         """Each step-time factor and the memory outside vLLM's budget (``outside_gib``) as

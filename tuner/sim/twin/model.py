@@ -187,6 +187,11 @@ class _TwinPerf(PerfModel):
         return seconds
 
 
+def _shift_key(draft: ModelSpec | None, method: SpecMethod) -> str:
+    """The key of a drafter's fitted shift (:func:`method_key`, from its method and draft)."""
+    return str(method) if method is SpecMethod.NGRAM else (draft.hf_id if draft else "")
+
+
 @dataclass(frozen=True)
 class TwinPhysics:
     """The twin as the simulator's :class:`~tuner.sim.virtual_time.Physics`."""
@@ -214,19 +219,23 @@ class TwinPhysics:
         *,
         speculative: SpeculativeConfig | None = None,
     ) -> tuple[float, ...]:
-        # Fitted per method_key: the choice's label, "ngram" or the draft's id.
-        key = str(method) if method is SpecMethod.NGRAM else (draft.hf_id if draft else "")
-        shift = self.params.shift(key, prompt_set)
+        shift = self.params.shift(_shift_key(draft, method), prompt_set)
         probabilistic = samples_drafts(speculative)
         logit = shipped_logit(
             target, draft, method, prompt_set, temperature, probabilistic=probabilistic
         )
         alpha = 1 / (1 + math.exp(-(logit + shift.logit + shift.temperature * temperature**2)))
-        decay = shipped_decay(method) * math.exp(shift.log_decay)
+        decay = self.decay(draft, method, prompt_set)
         if speculative is not None and speculative.parallel_drafting:
             decay *= SHIPPED_ACCEPTANCE.parallel_decay
         rates = tuple(min(alpha * decay**i, 1.0) for i in range(k))
         return verified(rates, speculative, temperature)
+
+    def decay(self, draft: ModelSpec | None, method: SpecMethod, prompt_set: str) -> float:
+        """The fitted factor by which each drafted position's conditional acceptance falls
+        below the one before (one after another, not in parallel)."""
+        shift = self.params.shift(_shift_key(draft, method), prompt_set)
+        return shipped_decay(method) * math.exp(shift.log_decay)
 
     def memory(
         self,
