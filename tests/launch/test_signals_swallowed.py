@@ -19,6 +19,7 @@ import pytest
 from tuner.launch.exit_hooks import Terminated, signals_held
 
 DRIVER = Path(__file__).with_name("churn_driver.py")
+LOOP_DRIVER = Path(__file__).with_name("loop_driver.py")
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -42,6 +43,29 @@ def test_signals_inside_callbacks_are_not_swallowed() -> None:
         assert "Exception ignored" not in err
         expected = -signal.SIGINT if signum is signal.SIGINT else 128 + signum
         assert driver.returncode == expected, err
+
+
+def test_a_signal_that_cuts_an_event_loop_short_ends_the_run_without_a_traceback() -> None:
+    """CI once saw a SIGHUP mid-measure end with asyncio's "Exception ignored in:
+    BaseEventLoop.__del__" traceback; the driver reproduces it about once in twenty signals."""
+    chance = random.Random(29)
+    for _ in range(30):
+        signum = chance.choice([signal.SIGTERM, signal.SIGHUP])
+        driver = subprocess.Popen(
+            [sys.executable, str(LOOP_DRIVER)],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert driver.stdout is not None
+        assert driver.stdout.readline().strip() == "READY"
+        time.sleep(chance.uniform(0.02, 0.3))
+        driver.send_signal(signum)
+        out, err = driver.communicate(timeout=30)
+        assert "SURVIVED" not in out, err
+        assert "Traceback" not in err and "Exception ignored" not in err, err
+        assert driver.returncode == 128 + signum, err
 
 
 def test_a_held_signal_lets_the_block_finish_then_arrives() -> None:

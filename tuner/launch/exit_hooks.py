@@ -13,7 +13,9 @@ or a ``__del__``, where Python only prints "Exception ignored in ..." and carrie
 study would run to its end, or be SIGKILLed by ``docker stop`` with its containers orphaned).
 The :data:`sys.unraisablehook` installed here catches exactly those (a ``Terminated`` or a
 Ctrl-C's ``KeyboardInterrupt``) and delivers the signal to the main thread again, to be
-handled at the next bytecode outside the callback; anything else goes to the previous hook.
+handled at the next bytecode outside the callback; once a signal has been raised it also drops
+the failure of a ``__del__`` (the signal may have left its object half built or half closed);
+anything else goes to the previous hook.
 
 :func:`signals_held` keeps the three signals out of an engine call whose interruption would lose
 a resource: a container create cut short still completes in the engine, after the cleanup
@@ -92,8 +94,18 @@ def _redeliver(unraisable: sys.UnraisableHookArgs) -> None:
     error = unraisable.exc_value
     if isinstance(error, KeyboardInterrupt):  # Terminated included
         _pending.put(error.signum if isinstance(error, Terminated) else signal.SIGINT)
-    else:
+    elif not (_raised and _in_destructor(unraisable)):
         _previous_hook(unraisable)
+
+
+def _in_destructor(unraisable: sys.UnraisableHookArgs) -> bool:
+    """Whether a ``__del__`` failed. Once a signal's exception has been raised, it may have cut
+    an object's constructor or ``close`` short, and the object's ``__del__`` then fails on
+    what was never made or is half closed (asyncio's event loop does, when a signal lands
+    while a measurement builds or closes one: an attribute never set, a self-pipe already
+    gone). The process is stopping by that signal; such a traceback says nothing its own
+    line does not."""
+    return getattr(unraisable.object, "__name__", None) == "__del__"
 
 
 def _deliver_again() -> None:
