@@ -6,24 +6,28 @@ Every other trial restarts the server and reads the spec-decode counters from vL
 /metrics; no server is left once the study ends; what vLLM says it ran is read from its log.
 (This is also the backend contract's case on real vLLM.)
 
-It is also the twin's proof on real data (issue 14): the twin fitted on the first three trials
-predicts the throughput of the last three better than the unfitted model does. On this CPU the
-shipped model is wrong where a GPU model would be: prompt lookup on the tiny random model
-accepts about nine drafts in ten at temperature 0 (the shipped prior, fitted to real LLMs, far
-fewer), and the draft's pass costs more than a GPU's would; the fit learns both from vLLM's
-per-position counters and the measured step times. In four runs here the fitted twin's mean
-log error was 0.12-0.45, the shipped model's 0.77-1.06 (a factor of 2.2-2.9). The fit is not
-perfect: having seen the draft at one K only, it cannot tell the draft's cost per pass from its
-cost per step, and it missed the draft at K=3 by up to a factor of 1.9, where the shipped
-model was within 1.4 by chance.
+It is also the twin's proof on real data (issue 14), in two parts, judged on the last three
+trials with the twin fitted on the first three:
+- **Acceptance**: the fitted twin predicts the accepted tokens per draft step better than the
+  shipped model. Prompt lookup on the tiny random model accepts about nine drafts in ten at
+  temperature 0, the tiny draft model nearly all (the shipped prior, fitted to real LLMs, far
+  fewer); the fit reads that from vLLM's per-position counters, which do not depend on how
+  fast the host is.
+- **Speed**: the fitted twin's tok/s is within a factor of 2 of what was measured (mean log
+  error under log 2). It learns this host's step times; a start-up of the same config here
+  runs up to 1.5x faster or slower than the one before (ngram at K=3 measured 2.99 ms a step
+  where K=2 took 4.53 in one run on an idle machine).
+The speed verdict used to be "fitted closer than shipped", as for acceptance. On slow cores
+that held with room to spare (fitted 0.12-0.63, shipped 0.77-1.5 in six runs), but the
+shipped model forecasts a 4090, not this CPU, and on faster cores it lands close by chance:
+in two CI runs (2026-12-04) its mean log error was 0.14 and 0.18 (in the second within 2
+and 8 % on two of the three trials), and one start-up's drift put the fitted twin behind it
+(0.24 and 0.23). Which of two
+models is nearer a host neither was built for is not a property of the twin.
 
-The proof held in every run that finished; what failed was the clock. Four runs on 2 cores
-shared with four other engineers' suites (issue 23) took 556, 559, 593 and 627 s, five server
-starts of 60-90 s each under that load; pytest's 600 s limit stopped the last mid-measurement.
-Load also moves what is measured (the draft at K=3: 44 and 81 tok/s in two runs), yet the
-fitted twin stayed ahead in both runs judged to the end: mean log error 0.21 and 0.63 against
-the shipped model's 1.41 and 1.50. So the test keeps its verdict, fitted below shipped, and
-gets the time it needs.
+Four runs on 2 cores shared with four other engineers' suites (issue 23) took 556-627 s, five
+server starts of 60-90 s each under that load, hence the long timeout; on an idle CI machine
+of 2026-12 it takes about 110 s.
 
 What is tested elsewhere on real vLLM, so not started again here: the exported best.yaml under
 ``vllm serve --config`` and ``spectune bench`` on it (tests/export/test_vllm.py), vLLM
@@ -47,6 +51,7 @@ from optuna.trial import TrialState
 from tests.testbed import TinyModels, vllm_command, vllm_env
 from tuner.config.space import SearchSpace, space_from_dict
 from tuner.search.twin_steer import observations, stored_twin
+from tuner.sim.acceptance import expected_accepted
 from tuner.sim.twin.fit import FittedTwin, fit
 from tuner.sim.twin.model import TwinPhysics
 from tuner.sim.virtual_time import predict
@@ -220,15 +225,19 @@ def test_a_study_on_real_vllm_measures_every_method_and_its_twin_learns(
     assert twin is not None and twin.observations == len(plan)  # refitted after every trial
 
     # The proof: the twin fitted on the first trials, as the study fitted it after them,
-    # against the shipped model, on the throughput the later trials measured.
+    # against the shipped model, on what the later trials measured.
     fitted = fit(space.hardware, observations(space, done[:FITTED_ON]), FittedTwin())
     later = records(done)[FITTED_ON:]
-    errors = {
-        name: [_log_error(space, record, twin) for record in later]
-        for name, twin in (("shipped", FittedTwin()), ("fitted", fitted))
-    }
-    mean = {name: sum(e) / len(e) for name, e in errors.items()}
-    assert mean["fitted"] < mean["shipped"], errors
+    twins = (("shipped", FittedTwin()), ("fitted", fitted))
+    # What the counters say does not depend on how fast this host is: the fit reads it.
+    accepted = {name: [_accepted_error(space, r, twin) for r in later] for name, twin in twins}
+    mean = {name: sum(e) / len(e) for name, e in accepted.items()}
+    assert mean["fitted"] < mean["shipped"], accepted
+    # Speed does: the fitted twin's tok/s lands within a factor of 2 of this host's, whose
+    # speed moves by up to 1.5x from one start to the next (the shipped model, a 4090's, may
+    # land anywhere: 1.4 to 2.9 times off on slow cores, within 10 % on fast ones).
+    speed = [_log_error(space, record, fitted) for record in later]
+    assert sum(speed) / len(speed) < math.log(2), speed
 
 
 def test_a_goodput_study_on_real_vllm_climbs_its_rates_on_one_server(
@@ -342,6 +351,26 @@ def test_on_real_vllm_a_losing_trial_stops_early_and_is_pruned_after_its_first_p
     assert "1 of 1 pairs measured" in second.user_attrs["pruned"]
     assert result.recommended is not None and result.recommended.record.number == 0
     assert _servers_of(tiny_models.target) == []
+
+
+def _accepted_error(space: SearchSpace, record: TrialRecord, twin: FittedTwin) -> float:
+    """|log(predicted / measured)| of a trial's accepted tokens per draft step (the sum of its
+    per-position acceptance, as vLLM's counters give it)."""
+    spec = record.server.speculative
+    assert spec is not None
+    draft = space.draft_model(record.draft) if record.server.draft_model else None
+    rates = TwinPhysics(twin.params).position_rates(
+        space.target,
+        draft,
+        spec.method,
+        space.workload.prompt_set,
+        record.trial_temperature,
+        record.server.k,
+        speculative=spec,
+    )
+    measured = sum(record.summary["acceptance_per_position"])
+    assert measured > 0  # greedy on code prompts: every later trial accepts drafts
+    return abs(math.log(sum(expected_accepted(rates)) / measured))
 
 
 def _log_error(space: SearchSpace, record: TrialRecord, twin: FittedTwin) -> float:
