@@ -11,9 +11,12 @@ from tuner.config.trial import ServerConfig, SpecMethod, SpeculativeConfig
 from tuner.results import Source
 from tuner.search.startup import (
     LOAD_GB_PER_S,
+    REUSE_FLOOR,
+    REUSE_SHARE,
     START_PRIOR_S,
     Family,
     StartupPrices,
+    reuse_share,
     start_prior_s,
 )
 from tuner.trial.record import TrialRecord
@@ -82,3 +85,12 @@ def test_a_study_without_timed_start_ups_is_priced_by_the_prior() -> None:
     prices = StartupPrices.of(simulated)
     assert prices.medians() == {}
     assert prices.price(DRAFT).seconds == pytest.approx(start_prior_s(DRAFT))
+
+
+def test_a_change_that_reuses_the_server_may_fall_further_short_the_dearer_a_start_up() -> None:
+    # No start-up to save: the share a trial on a new server must reach.
+    assert reuse_share(0.0, 300.0) == pytest.approx(REUSE_SHARE)
+    # A start-up as long as the benchmark: twice the shortfall for the same GPU time.
+    assert reuse_share(300.0, 300.0) == pytest.approx(1 - 2 * (1 - REUSE_SHARE))
+    assert reuse_share(600.0, 300.0) < reuse_share(300.0, 300.0)
+    assert reuse_share(3600.0, 60.0) == REUSE_FLOOR  # never further than the floor

@@ -28,16 +28,24 @@ from tuner.trial.record import TrialRecord
 
 __all__ = [
     "LOAD_GB_PER_S",
+    "REUSE_FLOOR",
+    "REUSE_SHARE",
     "START_PRIOR_S",
     "Family",
     "StartupPrice",
     "StartupPrices",
+    "reuse_share",
     "start_prior_s",
 ]
 
 # Process start, engine init, torch.compile and CUDA graph capture, before weights: a prior.
 START_PRIOR_S = 75.0
 LOAD_GB_PER_S = 2.0  # weights from a local NVMe or the page cache, per GPU
+# A config predicted within this share of the best is worth a trial that costs what the
+# best's would: a start-up, then a benchmark.
+REUSE_SHARE = 0.97
+# However cheap its trial: a config predicted further below the best is not close.
+REUSE_FLOOR = 0.9
 
 
 class Family(NamedTuple):
@@ -60,6 +68,19 @@ def start_prior_s(server: ServerConfig) -> float:
     draft = load_draft(server)
     weights = load_model(server.model).weight_bytes + (draft.weight_bytes if draft else 0.0)
     return START_PRIOR_S + weights / server.tensor_parallel_size / (LOAD_GB_PER_S * 1e9)
+
+
+def reuse_share(start_s: float, bench_s: float) -> float:
+    """How close to the best config a request-only change of the running server must be
+    predicted to be worth its trial instead of the best's on a new server.
+
+    :data:`REUSE_SHARE` is the shortfall worth a trial that costs a start-up (``start_s``)
+    and a benchmark (``bench_s``); a config that reuses the running server costs its
+    benchmark alone, so for the same GPU time it may fall (start-up + benchmark) / benchmark
+    times as far short; never below :data:`REUSE_FLOOR`.
+    """
+    shortfall = (1 - REUSE_SHARE) * (start_s + bench_s) / max(bench_s, 1e-9)
+    return max(REUSE_FLOOR, 1 - shortfall)
 
 
 @dataclass(frozen=True)

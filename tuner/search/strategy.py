@@ -70,7 +70,7 @@ from tuner.results import Source, TrialResult
 from tuner.search.forecast import bench_seconds, predicted_goodput, predicted_trial
 from tuner.search.prediction import Prediction, with_variants
 from tuner.search.screen import Pair, Screen, Setting, screened_traffic, screened_workload
-from tuner.search.startup import StartupPrices
+from tuner.search.startup import REUSE_FLOOR, REUSE_SHARE, StartupPrices, reuse_share
 from tuner.sim.band import Band, error_band, regime_of, widest
 from tuner.sim.memory import estimate_memory
 from tuner.sim.virtual_time import predict
@@ -91,12 +91,6 @@ SAFETY_MARGIN_GIB = 0.75
 WARM_START_MAX = 8
 # The prediction chooses at most this share of a run's trials, so the sampler always explores.
 _WARM_START_SHARE = 0.25
-# Request-only variants of the best config are tried when predicted within this share of it,
-# were a variant to cost a trial on a new server; it costs less (variant_share).
-_VARIANT_SHARE = 0.97
-# However cheap a variant: one predicted further below the best is not close (the twin's
-# proposals use the same share, tuner.search.twin_steer's _CLOSE_SHARE).
-_VARIANT_FLOOR = 0.9
 _MAX_VARIANTS = 2
 # The error assumed of a regime with no public figure (the largest measured is about 20 %).
 _UNKNOWN_ERROR = 0.3
@@ -157,27 +151,23 @@ def variant_share(
     """How close to the best config (``ranked[0]``) a request-only variant must be predicted
     to be worth a warm-start trial.
 
-    :data:`_VARIANT_SHARE` is the shortfall worth a trial that costs what a trial on a new
-    server costs: its family's start-up, then its benchmark. A variant reuses the best's
-    running server and costs its benchmark alone, so for the same GPU time it may fall
-    (start-up + benchmark) / benchmark times as far short; never below :data:`_VARIANT_FLOOR`.
-    The benchmark is the simulator's prediction of the best config's trial.
+    A variant reuses the best's running server, so it is weighed by
+    :func:`tuner.search.startup.reuse_share`: the best's family's start-up against the
+    simulator's prediction of the best config's benchmark.
     """
     if not ranked:
-        return _VARIANT_SHARE
+        return REUSE_SHARE
     best = ranked[0]
-    low, high = _VARIANT_FLOOR * best.throughput, _VARIANT_SHARE * best.throughput
+    low, high = REUSE_FLOOR * best.throughput, REUSE_SHARE * best.throughput
     if not any(
         p.config.server == best.config.server and low <= p.throughput < high for p in ranked[1:]
     ):
-        return _VARIANT_SHARE  # no variant the price could let in: nothing to predict
+        return REUSE_SHARE  # no variant the price could let in: nothing to predict
     try:
         bench = bench_seconds(best.config.client.workload, predicted_trial(space, best.config))
     except StartupFailure:  # a safe config does not run out; nothing to weigh if it did
-        return _VARIANT_SHARE
-    start = startups.price(best.config.server).seconds
-    shortfall = (1 - _VARIANT_SHARE) * (start + bench) / max(bench, 1e-9)
-    return max(_VARIANT_FLOOR, 1 - shortfall)
+        return REUSE_SHARE
+    return reuse_share(startups.price(best.config.server).seconds, bench)
 
 
 def _band(space: SearchSpace, prediction: Prediction) -> Band:
@@ -204,7 +194,7 @@ def _plan(
     ranked: tuple[Prediction, ...],
     count: int,
     error: Callable[[Prediction], float | None] = lambda _: 0.0,
-    share: float = _VARIANT_SHARE,
+    share: float = REUSE_SHARE,
 ) -> list[Prediction]:
     """The enqueue order: the best, its request-only variants, the best of every other method
     (each other kind of speculation before other drafters of a kind already in), then one per

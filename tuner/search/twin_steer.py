@@ -8,7 +8,10 @@
    on the grid the warm start screens too: :mod:`tuner.search.screen`) and enqueues its
    predicted best config, or else the best config of the next speculation method (none,
    ngram, each draft) predicted close to it, when not measured yet: one proposal waits at a
-   time, so TPE chooses the trials the twin has no new idea for;
+   time, so TPE chooses the trials the twin has no new idea for. Where that config needs a
+   new server, a request-only change of the running one (another temperature) forecast
+   close enough for the start-up it saves goes first, once per server: start-ups are priced
+   per config family as the study timed them (:mod:`tuner.search.startup`);
 3. keeps TPE's own proposals inside the memory the trials measured: a utilization or batch
    size the twin predicts to leave less than its fitted margin is moved to the nearest one
    that does (the margin comes from NVML's peaks and the start-ups that ran out of memory,
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import functools
 import math
+import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, cast
@@ -35,8 +39,10 @@ from optuna.distributions import BaseDistribution
 from optuna.trial import FrozenTrial, TrialState
 
 from tuner.config.space import NO_DRAFT, SearchSpace
+from tuner.config.trial import ServerConfig, TrialConfig
 from tuner.errors import StartupFailure
 from tuner.search.screen import Pair, Screen, Setting, screened_traffic
+from tuner.search.startup import REUSE_FLOOR, StartupPrice, StartupPrices, reuse_share
 from tuner.sim.acceptance import expected_accepted
 from tuner.sim.band import error_band, regime_of, widest
 from tuner.sim.oom_screen import memory_slacks
@@ -60,6 +66,7 @@ __all__ = [
     "COUNTERS_SOURCE",
     "PREDICTED_ONLY_ATTR",
     "PRIOR_ATTR",
+    "REUSES_KEY",
     "TWIN_ATTR",
     "TwinProposal",
     "TwinSampler",
@@ -74,7 +81,9 @@ PRIOR_ATTR = "twin_prior"
 # The user attribute a trial the twin proposed carries (its forecast).
 PROPOSED_ATTR = "twin_proposal"
 # Another method's best is proposed when the twin puts it within this share of the best.
-_CLOSE_SHARE = 0.9
+_CLOSE_SHARE = REUSE_FLOOR
+# Where a proposal stores the trial whose running server it reuses instead of a new one.
+REUSES_KEY = "reuses_server_of"
 _FIXED_PARAMS = "fixed_params"  # where Study.enqueue_trial keeps a queued trial's parameters
 # Proposals forecast on a traffic mix: the best of each (method, K), and the best few overall.
 _TRAFFIC_TOP = 4
@@ -431,7 +440,9 @@ def _key(params: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
 def _propose(
     study: optuna.Study, screen: TwinScreen, twin: FittedTwin, done: Sequence[FrozenTrial]
 ) -> None:
-    """Enqueues the twin's best config not measured yet, unless a proposal already waits."""
+    """Enqueues the twin's best config not measured yet, unless a proposal already waits;
+    first, once per server, a request-only change of the running server forecast close
+    enough to it for the start-up it saves (:func:`_reusing`)."""
     waiting = study.get_trials(deepcopy=False, states=(TrialState.WAITING, TrialState.RUNNING))
     if any(PROPOSED_ATTR in t.user_attrs for t in waiting):
         return
@@ -441,7 +452,7 @@ def _propose(
     ranked = _on_traffic(screen, twin, screen.rank(twin))
     if not ranked:
         return
-    known = {_key(t.params) for t in [*done, *waiting]}
+    known = {_key(_params(t)) for t in [*done, *waiting]}
     best = ranked[0].output_tok_s
     per_method: dict[str, TwinProposal] = {}
     for proposal in ranked:
@@ -451,22 +462,113 @@ def _propose(
     ]
     complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
     incumbent = incumbent_among(records(complete))
-    for proposal in candidates:
-        if _key(proposal.params) in known:
-            continue
+    # What runs just before a proposal: the last config queued (Optuna takes its queue in
+    # order), else the trial just told.
+    queued = [t for t in waiting if t.state is TrialState.WAITING]
+    before = max(queued, key=lambda t: t.number) if queued else done[-1]
+
+    def worth(proposal: TwinProposal) -> dict[str, Any] | None:
+        """Its forecast attributes; None (stored as predicted only) where it cannot win."""
         ceiling = _ceiling(screen, proposal)
-        forecast_attrs = {
+        attrs = {
             "output_tok_s": round(proposal.output_tok_s, 3),
             "ttft_ms": round(proposal.ttft_ms, 3),
             "trials_fitted": twin.observations,
         }
         if proposal.accepted is not None:
-            forecast_attrs.update(_counted(proposal, ceiling))
+            attrs.update(_counted(proposal, ceiling))
         if incumbent is not None and ceiling is not None and ceiling < incumbent.low:
-            _not_measured(study, proposal, forecast_attrs, incumbent)
+            _not_measured(study, proposal, attrs, incumbent)
+            return None
+        return attrs
+
+    for proposal in candidates:
+        if _key(proposal.params) in known:
             continue
-        study.enqueue_trial(proposal.params, user_attrs={PROPOSED_ATTR: forecast_attrs})
+        attrs = worth(proposal)
+        if attrs is None:
+            continue
+        reuse = _reusing(screen, proposal, ranked, known, before, done)
+        variant_attrs = None if reuse is None else worth(reuse[0])
+        if reuse is not None and variant_attrs is not None:
+            variant, start = reuse
+            attrs = {
+                **variant_attrs,
+                REUSES_KEY: before.number,
+                "instead_of": {
+                    "params": proposal.params,
+                    "output_tok_s": round(proposal.output_tok_s, 3),
+                    "startup_s": round(start.seconds, 1),
+                    "startup_from": start.describe(),
+                },
+            }
+            proposal = variant
+        study.enqueue_trial(proposal.params, user_attrs={PROPOSED_ATTR: attrs})
         return
+
+
+def _reusing(
+    screen: TwinScreen,
+    chosen: TwinProposal,
+    ranked: Sequence[TwinProposal],
+    known: set[tuple[tuple[str, Any], ...]],
+    before: FrozenTrial,
+    done: Sequence[FrozenTrial],
+) -> tuple[TwinProposal, StartupPrice] | None:
+    """What to propose instead of ``chosen`` where ``chosen`` needs a new server: a
+    request-only change (another temperature) of the server ``before`` runs (the trial just
+    told, or the last one queued), forecast close enough to ``chosen`` for the start-up it
+    saves; with that start-up's price. None: ``chosen`` goes next.
+
+    Close enough is :func:`tuner.search.startup.reuse_share` of ``chosen``'s family's
+    start-up as this study timed it (else the prior) and the median benchmark of its trials.
+
+    One such change per server: after it, ``chosen`` is proposed, so a study does not keep
+    to the running server while its variants come close and never test the twin's best.
+    """
+    if REUSES_KEY in (before.user_attrs.get(PROPOSED_ATTR) or {}):
+        return None
+    space = screen.space
+    params = _params(before)
+    if "draft" not in params:
+        return None
+    running = _server(space, params)
+    needed = _server(space, chosen.params)
+    if needed == running:
+        return None
+    told = records(done)
+    benches = [b for b in (_bench_s(r) for r in told) if b > 0]
+    if not benches:
+        return None
+    start = StartupPrices.of(told).price(needed)
+    share = reuse_share(start.seconds, statistics.median(benches))
+    for proposal in ranked:  # best first
+        if proposal.output_tok_s < share * chosen.output_tok_s:
+            return None
+        if _key(proposal.params) not in known and _server(space, proposal.params) == running:
+            return proposal, start
+    return None
+
+
+def _params(trial: FrozenTrial) -> dict[str, Any]:
+    """A trial's parameters; a queued one's are those it was enqueued with (Optuna sets
+    ``params`` only as it runs)."""
+    fixed = trial.system_attrs.get(_FIXED_PARAMS)
+    return trial.params or (fixed if isinstance(fixed, dict) else {})
+
+
+def _bench_s(record: TrialRecord) -> float:
+    """The seconds a trial's pairs were measured (its start-up and warm-ups left out)."""
+    return sum(float(level.get("duration_s") or 0.0) for level in record.levels)
+
+
+def _config(space: SearchSpace, params: dict[str, Any]) -> TrialConfig:
+    return space.suggest(cast(optuna.Trial, optuna.trial.FixedTrial(params)))
+
+
+def _server(space: SearchSpace, params: dict[str, Any]) -> ServerConfig:
+    """The server a trial of ``params`` runs (the runner restarts when it differs)."""
+    return _config(space, params).server
 
 
 def _counted(proposal: TwinProposal, ceiling: float | None) -> dict[str, Any]:
@@ -583,7 +685,7 @@ def _scaled(screen: TwinScreen, proposals: Iterable[TwinProposal]) -> list[TwinP
 def _traffic_tok_s(space: SearchSpace, params: dict[str, Any]) -> tuple[float, float] | None:
     """(traffic-weighted tok/s, tok/s at one request) of ``params``, noise-free with the
     shipped physics; None: over the TTFT limit at some level, or out of memory."""
-    config = space.suggest(cast(optuna.Trial, optuna.trial.FixedTrial(params)))
+    config = _config(space, params)
     draft = space.draft_model(str(params["draft"]))
     total = value = 0.0
     alone = None
