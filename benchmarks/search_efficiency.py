@@ -47,14 +47,20 @@ What is measured
     the plan's start-up prior (``tuner.search.plan``: engine start plus the weights at its load
     rate; the simulator starts nothing, so this prior is its clock), a failed start-up too; each
     benchmark its simulated duration plus the warm-up requests' share. After t hours a study
-    reaches what it would recommend at the last trial that leaves time, within t, for the
-    confirmation runs of its best config that ``optimize --time-budget t`` keeps (the default
-    3 configs x 3 fresh runs, and 3 more for the K table on a space with several levels, each a
-    start-up and the config's fixed-count benchmark; fewer where those would take more than a
-    third of t: ``fit_confirmation``): what a user who types ``--time-budget`` pays, and what
-    ``optimize --plan`` quotes (``--write``). A pruned trial is never the best. Beside it, the
-    share after 2 hours with ``optimize``'s default confirmation (no budget) and what that
-    takes: on the default space its 12 runs alone take about 2.5 GPU-hours on two 4090s.
+    reaches what ``optimize --time-budget t`` would recommend: the budget's own rule replayed
+    on the study's clock (``Trace.budget_trials``: another trial while it and the confirmation
+    runs the budget keeps still fit, each priced at the mean trial that started a server; the
+    default 3 configs x 3 fresh runs, and 3 more for the K table on a space with several
+    levels, cut to what fits in a third of t: ``fit_confirmation``), then what it recommends:
+    the runs that fit in the time left (``Trace.budget_end``) measure its top configs again
+    in the world, each on a fresh server, and its pick ranks them on those runs
+    (``tuner.study.confirm``, ``tuner.analysis.picks``: ``recommended``), so a config
+    measured once luckily fast loses its place as it does in ``optimize``; where the trials
+    overran and no run fits, its best as measured (the run ends on time). What a user who
+    types ``--time-budget`` pays, and what ``optimize --plan`` quotes (``--write``). A pruned trial is never the best. Beside it, the share after 2
+    hours with ``optimize``'s default confirmation (no budget: at the last trial that leaves
+    time for it) and what that takes: on the default space its 12 runs alone take about 2.5
+    GPU-hours on two 4090s.
 
 Strategies (all through spectune's runner: memory pre-screen, server reuse)
     - ``spectune``: the default: warm start from the shipped simulator, then TPE steered by the
@@ -95,6 +101,7 @@ from optuna.trial import FrozenTrial
 sys.path.insert(0, str(Path(__file__).parent))
 from worlds import SHIPPED, WORLDS, World, WorldBackend
 
+from tuner.analysis.picks import recommend
 from tuner.catalog.models import load_model
 from tuner.config.space import SearchSpace, load_space
 from tuner.config.trial import LaunchContext, ServerConfig, TrialConfig, load_draft
@@ -107,6 +114,8 @@ from tuner.search.plan import (
     Budget,
     Confirmation,
     TrialCost,
+    another_fits,
+    cut_confirmation,
     fit_confirmation,
     plan_study,
 )
@@ -116,6 +125,7 @@ from tuner.search.twin_steer import TwinSampler
 from tuner.sim.memory import BLOCK_TOKENS, effective_batched_tokens
 from tuner.sim.scheduler import WATERMARK
 from tuner.sim.virtual_time import predict
+from tuner.study.confirm import confirm
 from tuner.study.study import StudyOptions, open_study, run_trials
 from tuner.trial.backends import Backend
 from tuner.trial.record import TrialRecord
@@ -140,14 +150,14 @@ _LOG_DIR = Path("/tmp/spectune-bench")
 Key = tuple[str, int, float, int, float]  # (draft, K, utilization, batched tokens, temperature)
 
 
-def key_of(config: TrialConfig) -> Key:
-    server = config.server
+def key_of(server: ServerConfig, temperature: float) -> Key:
+    """A config's grid point, as a world's truth is keyed."""
     return (
         server.draft or "none",
         server.k,
         round(server.gpu_memory_utilization, 6),
         server.max_num_batched_tokens,
-        round(config.client.sampling_temperature, 6),
+        round(temperature, 6),
     )
 
 
@@ -174,7 +184,7 @@ def world_truth(args: tuple[str, World]) -> tuple[str, dict[Key, float]]:
         draft = space.draft_model(str(params["draft"]))
         memory = world.memory(hardware, space.target, draft, server)
         if not memory.fits:
-            truth[key_of(config)] = 0.0
+            truth[key_of(config.server, config.client.sampling_temperature)] = 0.0
             continue
         workload = config.client.workload
         results: list[TrialResult] = []
@@ -199,10 +209,12 @@ def world_truth(args: tuple[str, World]) -> tuple[str, dict[Key, float]]:
                 break
             results.append(result)
         if len(results) < len(workload.conditions):
-            truth[key_of(config)] = 0.0
+            truth[key_of(config.server, config.client.sampling_temperature)] = 0.0
             continue
         scored = score(results, limits, weights=[c.weight for c in workload.conditions])
-        truth[key_of(config)] = scored.values[0] if scored.feasible else 0.0
+        truth[key_of(config.server, config.client.sampling_temperature)] = (
+            scored.values[0] if scored.feasible else 0.0
+        )
     return world.name, truth
 
 
@@ -235,9 +247,13 @@ class Trace:
     launches: int = 0
     ooms: int = 0
     clock: list[float] = field(default_factory=list)  # simulated GPU seconds after each trial
+    restarted: list[bool] = field(default_factory=list)  # whether each trial started a server
+    numbers: list[int] = field(default_factory=list)  # each trial's number in its study
     confirm: list[float] = field(default_factory=list)  # the best's confirmation then
     confirm_runs: int = 1  # the fresh runs ``confirm`` counts (optimize's default)
-    budget_runs: dict[float, int] = field(default_factory=dict)  # --time-budget's, per hours
+    # The share of what optimize --time-budget recommends after each of HOURS, confirmed.
+    budget_shares: dict[float, float] = field(default_factory=dict)
+    prior_s: float = 0.0  # the plan's price of a trial with a start-up, before one is measured
     pruned: int = 0
     chosen_pruned: int = 0  # times a pruned or early-stopped trial was the best (must stay 0)
 
@@ -249,16 +265,39 @@ class Trace:
         """Trials run: ``shares`` goes on past them when the clock ran out before ``trials``."""
         return len(self.clock)
 
-    def reached_in(self, seconds: float, runs: int | None = None) -> float:
-        """The share of the optimum recommended within ``seconds`` of GPU time, confirmation
-        included: at the last trial that leaves time for it. ``runs``: that many confirmation
-        runs instead of optimize's default (each at the best config's cost)."""
-        share_of = 1.0 if runs is None else runs / self.confirm_runs
+    def budget_end(self, seconds: float, runs: int) -> tuple[int, int]:
+        """Where ``optimize --time-budget`` keeping ``runs`` confirmation runs ends, replayed on
+        this study's clock: (its trials, the confirmation runs that fit in what they left).
+        :class:`~tuner.search.plan.Budget`'s rule: another trial while it and the runs fit,
+        each priced at the mean trial that started a server (else the plan's prior); then as
+        many runs as fit at that price (none: the run ends on time, unconfirmed). Where the
+        last trial overran the budget, the trials that ended within it and no run (an
+        interrupted study)."""
+        trials = 0
+        started: list[float] = []
+
+        def per_trial() -> float:
+            return statistics.fmean(started) if started else self.prior_s
+
+        def spent(n: int) -> float:
+            return self.clock[n - 1] if n else 0.0
+
+        while trials < len(self.clock) and another_fits(seconds, spent(trials), per_trial(), runs):
+            if self.restarted[trials]:
+                started.append(self.clock[trials] - spent(trials))
+            trials += 1
+        if not trials or spent(trials) > seconds:
+            return sum(s <= seconds for s in self.clock[:trials]), 0
+        return trials, min(runs, int((seconds - spent(trials)) // per_trial()))
+
+    def reached_unbudgeted(self, seconds: float) -> float:
+        """The share within ``seconds`` with ``optimize``'s default confirmation and no
+        budget: at the last trial that leaves time for it, at the best config's cost."""
         ran = self.shares[: self.trials]
         fits = [
             share
             for share, spent, confirm in zip(ran, self.clock, self.confirm, strict=True)
-            if spent + confirm * share_of <= seconds
+            if spent + confirm <= seconds
         ]
         return fits[-1] if fits else 0.0
 
@@ -330,11 +369,11 @@ def confirm_s(space: SearchSpace, record: TrialRecord) -> float:
     return runs * (start_s(record.server) + bench)
 
 
-def budget_runs(space: SearchSpace, trials: int, seconds: float) -> int:
-    """The confirmation runs ``optimize --time-budget`` keeps for ``seconds``: as many of the
-    default's as fit in a third of it at the plan's prior cost of one (``tuner.study.run``)."""
-    run_s = plan_study(space, trials, DEFAULT_CONFIRMATION).confirm_cost.total_s
-    return fit_confirmation(space, DEFAULT_CONFIRMATION, seconds, run_s).runs(space)
+def budget_confirmation(space: SearchSpace, run_s: float, seconds: float) -> Confirmation:
+    """The confirmation ``optimize --time-budget`` keeps for ``seconds``: as much of the
+    default's as fits in a third of it at the plan's prior cost of a run, ``run_s``
+    (``tuner.study.run``)."""
+    return fit_confirmation(space, DEFAULT_CONFIRMATION, seconds, run_s)
 
 
 class ClockBudget(Budget):
@@ -416,18 +455,12 @@ def run_task(task: Task) -> tuple[Task, Trace]:
         if record.feasible and record.values is not None:
             measured = record.values[0]
             if not best or measured > best[0][0]:
-                server = record.server
-                key = (
-                    server.draft or "none",
-                    server.k,
-                    round(server.gpu_memory_utilization, 6),
-                    server.max_num_batched_tokens,
-                    round(record.trial_temperature, 6),
-                )
-                best[:] = [(measured, key, record)]
+                best[:] = [(measured, key_of(record.server, record.trial_temperature), record)]
         trace.chosen_pruned += bool(best) and stopped_early(best[0][2], space.workload.requests)
         trace.shares.append(truth[best[0][1]] / optimum if best else 0.0)
         trace.clock.append(backend.spent_s)
+        trace.restarted.append(record.restarted)
+        trace.numbers.append(record.number)
         trace.confirm.append(confirm_s(space, best[0][2]) if best else 0.0)
 
     storage = optuna.storages.InMemoryStorage()
@@ -444,11 +477,58 @@ def run_task(task: Task) -> tuple[Task, Trace]:
         rounds=task.strategy in ROUNDS,
     )
     trace.confirm_runs = DEFAULT_CONFIRMATION.runs(space)
-    trace.budget_runs = {h: budget_runs(space, task.trials, h * 3600.0) for h in HOURS}
+    trace.prior_s = plan_study(space, task.trials, DEFAULT_CONFIRMATION).confirm_cost.total_s
     run_trials(study, space, cast(Backend, backend), options, on_trial)
     while len(trace.shares) < task.trials:  # the clock ran out first: the best stays the best
         trace.shares.append(trace.shares[-1] if trace.shares else 0.0)
+    for hours in HOURS if task.hours is None else [h for h in HOURS if h <= task.hours]:
+        seconds = hours * 3600.0
+        wanted = budget_confirmation(space, trace.prior_s, seconds)
+        trials, runs = trace.budget_end(seconds, wanted.runs(space))
+        kept = cut_confirmation(space, wanted, runs)
+        chosen = recommended(study, space, backend.inner, trace.numbers[:trials], kept, task.seed)
+        trace.budget_shares[hours] = (
+            0.0
+            if chosen is None
+            else truth[key_of(chosen.server, chosen.trial_temperature)] / optimum
+        )
+        trace.chosen_pruned += chosen is not None and stopped_early(chosen, space.workload.requests)
     return task, trace
+
+
+def recommended(
+    study: optuna.Study,
+    space: SearchSpace,
+    backend: WorldBackend,
+    numbers: Sequence[int],
+    confirmation: Confirmation,
+    seed: int,
+) -> TrialRecord | None:
+    """What ``optimize`` recommends after the trials ``numbers`` of ``study`` and
+    ``confirmation``: its own confirmation (``tuner.study.confirm``: the top configs run again
+    on fresh servers of the world) and pick (``tuner.analysis.picks``: confirmed numbers
+    first) on a copy of the study holding those trials only."""
+    if not numbers:
+        return None
+    chosen = set(numbers)
+    copy = optuna.create_study(
+        storage=optuna.storages.InMemoryStorage(), directions=study.directions
+    )
+    for key, value in study.user_attrs.items():
+        copy.set_user_attr(key, value)
+    copy.add_trials([t for t in study.get_trials(deepcopy=False) if t.number in chosen])
+    if confirmation.top:
+        confirm(
+            copy,
+            space,
+            backend,
+            confirmation.top,
+            confirmation.repeats,
+            log_dir=_LOG_DIR,
+            seed=seed,
+        )
+    pick = recommend(copy)
+    return None if pick is None else pick.record
 
 
 # --- the report ----------------------------------------------------------------------------
@@ -509,12 +589,9 @@ def summarise_time(traces: Sequence[Trace], hours: Sequence[float]) -> TimeRow:
     trials = sum(t.trials for t in traces)
     two = BAR_AT_HOURS * 3600.0
     return TimeRow(
-        tuple(
-            statistics.median(t.reached_in(h * 3600.0, t.budget_runs[h]) for t in traces)
-            for h in hours
-        ),
+        tuple(statistics.median(t.budget_shares[h] for t in traces) for h in hours),
         statistics.median(sum(c <= two for c in t.clock) for t in traces),
-        statistics.median(t.reached_in(two) for t in traces),
+        statistics.median(t.reached_unbudgeted(two) for t in traces),
         statistics.median(t.confirm_in(two) for t in traces) / 3600.0,
         sum(t.pruned for t in traces) / trials if trials else 0.0,
         sum(t.chosen_pruned for t in traces),

@@ -19,6 +19,9 @@ from tuner.errors import ConfigError
 from tuner.results import Source
 from tuner.search.plan import (
     Confirmation,
+    SimulatedBudget,
+    TrialCost,
+    cut_confirmation,
     expected_share,
     fit_confirmation,
     parse_duration,
@@ -30,6 +33,7 @@ from tuner.search.plan import (
 from tuner.search.startup import Family, StartupPrices
 from tuner.search.strategy import warm_start_configs
 from tuner.study.optimize import OptimizeRequest, optimize
+from tuner.study.run import StudyRun
 from tuner.study.storage import open_storage, study_names
 from tuner.trial.record import TrialRecord, records
 from tuner.trial.scoring import TrialStatus
@@ -90,6 +94,9 @@ def test_a_budget_cuts_repeats_then_configs_then_the_k_table() -> None:
     assert fitted(2) == Confirmation(1, 1)  # the best once, and its K table once
     assert fitted(1) == Confirmation(1, 1, k_table=False)
     assert fitted(0.5).runs(space) == 1  # at least one run of the best, whatever it costs
+    # What the trials left is cut the same way, down to nothing.
+    assert cut_confirmation(space, wanted, 4) == Confirmation(3, 1)
+    assert cut_confirmation(space, wanted, 0).runs(space) == 0
 
 
 def test_plan_prints_the_run_and_stores_nothing(tmp_path: Path) -> None:
@@ -196,6 +203,29 @@ def test_the_budget_stops_the_trials_in_time_to_confirm(tmp_path: Path) -> None:
     assert simulated_trial_s(first, 1) > start_prior_s(first.server)  # a start-up and a bench
     assert result.confirmed  # the time left went to the confirmation
     assert optuna.load_study(study_name="budget", storage=result.storage).user_attrs["confirmed"]
+
+
+def test_trials_that_overran_the_plan_end_the_run_on_time_unconfirmed(tmp_path: Path) -> None:
+    space = _small_space()
+    seconds = 400.0
+    request = OptimizeRequest(
+        "late", space, "sim", 20, tmp_path, confirm_top=1, confirm_repeats=1, rounds=True
+    )
+    run = StudyRun.open(request)
+    # A budget whose plan priced a trial at 2 s, as a plan can be wrong about a world slower
+    # than the simulator's (a plan this wrong is refused when opened, hence set here): the
+    # first trial, minutes of simulated GPU time, overruns it.
+    run.budget = SimulatedBudget(seconds, TrialCost(1.0, 1.0), 1, space.workload.warmup)
+    result = optimize(run)
+    (first,) = records(result.handle.get_trials())  # one more would not fit: the trials stop
+    spent = simulated_trial_s(first, space.workload.warmup)
+    assert seconds / 2 < spent < seconds  # so what is left holds no run like it
+    assert result.confirmed == [] and not list(tmp_path.rglob("confirm-*"))
+    assert result.recommended is not None and not result.recommended.numbers.confirmed
+    assert result.best_yaml is not None and result.best_yaml.exists()
+    note = result.budget_note
+    assert note is not None and note.startswith("time budget 6m40s of simulated GPU time")
+    assert note.endswith(": the recommendation is one run, not confirmed")
 
 
 def test_a_budget_too_short_for_the_k_table_confirms_the_best_alone(tmp_path: Path) -> None:

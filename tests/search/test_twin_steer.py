@@ -126,6 +126,9 @@ def test_a_close_temperature_on_the_running_server_is_proposed_before_a_new_serv
     proposed = [t for t in trials if PROPOSED_ATTR in t.user_attrs]
     for trial in proposed:
         assert all(trial.params != t.params for t in trials[: trial.number])
+        # Each forecast says how wrong it may be, as the warm start's do.
+        band = trial.user_attrs[PROPOSED_ATTR]["error_band"]
+        assert band.startswith(("+/- ", "no public figure for ")), band
 
 
 def test_screen_respects_the_fitted_margin() -> None:

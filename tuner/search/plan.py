@@ -57,6 +57,8 @@ __all__ = [
     "SimulatedBudget",
     "StudyPlan",
     "TrialCost",
+    "another_fits",
+    "cut_confirmation",
     "expected_share",
     "fit_confirmation",
     "format_duration",
@@ -321,21 +323,25 @@ class Confirmation:
 def fit_confirmation(
     space: SearchSpace, wanted: Confirmation, budget_s: float, run_s: float
 ) -> Confirmation:
-    """``wanted`` cut down to a run within ``budget_s``: fewer repeats, then fewer configs,
-    then no K table, until the confirmation runs of ``run_s`` each take at most
-    :data:`CONFIRM_SHARE` of the budget (at least one run of one config, whatever it costs).
+    """``wanted`` cut down so its confirmation runs of ``run_s`` each take at most
+    :data:`CONFIRM_SHARE` of ``budget_s`` (at least one run of one config, whatever it costs):
+    :func:`cut_confirmation`."""
+    return cut_confirmation(space, wanted, max(1, int(budget_s * CONFIRM_SHARE // run_s)))
+
+
+def cut_confirmation(space: SearchSpace, wanted: Confirmation, runs: int) -> Confirmation:
+    """``wanted`` cut down to at most ``runs`` fresh-server runs: fewer repeats, then fewer
+    configs, then no K table; no confirmation at all (``top`` 0) when ``runs`` is 0.
     The K table goes last: a third of the budget that holds one run of the best config and
     one of its table keeps both, but the table is an extra, not the confirmation itself."""
+    if runs < 1:
+        return replace(wanted, top=0)
     fitted = wanted
-
-    def over() -> bool:
-        return fitted.runs(space) * run_s > budget_s * CONFIRM_SHARE
-
-    while fitted.repeats > 1 and over():
+    while fitted.repeats > 1 and fitted.runs(space) > runs:
         fitted = replace(fitted, repeats=fitted.repeats - 1)
-    while fitted.top > 1 and over():
+    while fitted.top > 1 and fitted.runs(space) > runs:
         fitted = replace(fitted, top=fitted.top - 1)
-    if fitted.k_table and over():
+    if fitted.k_table and fitted.runs(space) > runs:
         fitted = replace(fitted, k_table=False)
     return fitted
 
@@ -374,6 +380,12 @@ def parse_duration(text: str) -> float:
     return seconds
 
 
+def another_fits(seconds: float, elapsed: float, per_trial: float, confirm_runs: int) -> bool:
+    """Whether a budget of ``seconds`` that has spent ``elapsed`` holds one more trial and
+    ``confirm_runs`` confirmation runs, each priced at ``per_trial``."""
+    return elapsed + per_trial * (1 + confirm_runs) <= seconds
+
+
 class Budget:
     """A run's time budget: another trial only while it, then confirmation, fit in what is left.
 
@@ -392,6 +404,7 @@ class Budget:
         self.confirm_runs = confirm_runs
         self.began = time.time() if began is None else began
         self._stopped: tuple[int, float, float] | None = None  # trials run, elapsed, needed
+        self._cut: tuple[int, int, float, float] | None = None  # runs wanted, kept, left, each
         self.clock = ""  # how its time is counted, where not by the wall clock
 
     def next_trial_s(self, study: optuna.Study) -> float:
@@ -417,24 +430,50 @@ class Budget:
     def allows_another(self, study: optuna.Study) -> bool:
         """Whether one more trial and the confirmation fit in what is left of the budget."""
         per_trial = self.next_trial_s(study)
-        needed = per_trial * (1 + self.confirm_runs)
         elapsed = self.elapsed(study)
-        if elapsed + needed <= self.seconds:
+        if another_fits(self.seconds, elapsed, per_trial, self.confirm_runs):
             return True
-        self._stopped = (len(self._ran(study)), elapsed, needed)
+        self._stopped = (len(self._ran(study)), elapsed, per_trial * (1 + self.confirm_runs))
         return False
 
+    def confirmation_left(
+        self, study: optuna.Study, space: SearchSpace, wanted: Confirmation
+    ) -> Confirmation:
+        """``wanted`` cut to the runs that fit in what the trials left of the budget, each a
+        trial with a start-up (:meth:`next_trial_s`); none where not even one fits. The trials
+        stopped with time for ``wanted``, but a trial can overrun its forecast, and a budget
+        is a promise: the run ends on time, its recommendation unconfirmed if need be."""
+        each = self.next_trial_s(study)
+        left = self.seconds - self.elapsed(study)
+        fitted = cut_confirmation(space, wanted, max(0, int(left // each)))
+        if fitted != wanted:
+            self._cut = (wanted.runs(space), fitted.runs(space), left, each)
+        return fitted
+
     def note(self) -> str | None:
-        """Why the trials stopped early; None when the budget never stopped them."""
-        if self._stopped is None:
-            return None
-        ran, elapsed, needed = self._stopped
-        return (
-            f"time budget {format_duration(self.seconds)}{self.clock}: stopped after {ran} "
-            "trials at "
-            f"{format_duration(elapsed)}, as one more (about {format_duration(needed)} with "
-            f"{_runs(self.confirm_runs)}) would not fit"
-        )
+        """Why the trials stopped early and the confirmation was cut; None when the budget
+        did neither."""
+        parts = []
+        if self._stopped is not None:
+            ran, elapsed, needed = self._stopped
+            parts.append(
+                f"time budget {format_duration(self.seconds)}{self.clock}: stopped after {ran} "
+                f"trials at {format_duration(elapsed)}, as one more (about "
+                f"{format_duration(needed)} with {_runs(self.confirm_runs)}) would not fit"
+            )
+        if self._cut is not None:
+            wanted, kept, left, each = self._cut
+            what = (
+                "the recommendation is one run, not confirmed"
+                if kept == 0
+                else f"kept {_runs(kept)} of {wanted}"
+            )
+            head = "" if parts else f"time budget {format_duration(self.seconds)}{self.clock}: "
+            parts.append(
+                f"{head}{format_duration(max(0.0, left))} left, a confirmation run about "
+                f"{format_duration(each)}: {what}"
+            )
+        return "; ".join(parts) or None
 
     def check_fits(self) -> None:
         """Refuses a budget too short for even one trial and the confirmation.

@@ -44,7 +44,7 @@ from tuner.errors import StartupFailure
 from tuner.search.screen import Pair, Screen, Setting, screened_traffic
 from tuner.search.startup import REUSE_FLOOR, StartupPrice, StartupPrices, reuse_share
 from tuner.sim.acceptance import expected_accepted
-from tuner.sim.band import error_band, regime_of, widest
+from tuner.sim.band import Band, error_band, regime_of, widest
 from tuner.sim.oom_screen import memory_slacks
 from tuner.sim.twin.counters import AcceptedTokens, PositionCounts, reusable
 from tuner.sim.twin.fit import FittedTwin, Observation, fit
@@ -473,6 +473,7 @@ def _propose(
         attrs = {
             "output_tok_s": round(proposal.output_tok_s, 3),
             "ttft_ms": round(proposal.ttft_ms, 3),
+            "error_band": _band(screen, proposal).describe(),
             "trials_fitted": twin.observations,
         }
         if proposal.accepted is not None:
@@ -618,6 +619,15 @@ def _ceiling(screen: TwinScreen, proposal: TwinProposal) -> float | None:
     cannot be ruled out)."""
     if proposal.high_tok_s is None:
         return None
+    band = _band(screen, proposal)
+    if band.error is None:
+        return None
+    return proposal.high_tok_s * (1.0 + band.error)
+
+
+def _band(screen: TwinScreen, proposal: TwinProposal) -> Band:
+    """The step-time model's error band for ``proposal``'s config: the least certain over the
+    workload's levels (:mod:`tuner.sim.band`), as the warm start's forecasts carry."""
     params = proposal.params
     setting = (float(params["gpu_memory_utilization"]), int(params["max_num_batched_tokens"]))
     temperature = float(params.get("temperature", screen.space.trial_temperature))
@@ -625,9 +635,8 @@ def _ceiling(screen: TwinScreen, proposal: TwinProposal) -> float | None:
     hardware = screen.space.hardware
     levels = screen.space.workload.concurrency
     band = widest(error_band(regime_of(hardware, server, c)) for c in levels)
-    if band is None or band.error is None:
-        return None
-    return proposal.high_tok_s * (1.0 + band.error)
+    assert band is not None  # a workload has at least one level
+    return band
 
 
 def _on_traffic(

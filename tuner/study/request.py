@@ -6,7 +6,7 @@ GPUs, vLLM's program) are the run's: :meth:`tuner.study.run.StudyRun.open`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from tuner.config.bounds import MAX_SEED
@@ -57,6 +57,15 @@ class OptimizeRequest:
     @property
     def confirmation(self) -> Confirmation:
         return Confirmation(self.confirm_top, self.confirm_repeats, self.confirm_k_table)
+
+    def confirming(self, confirmation: Confirmation) -> OptimizeRequest:
+        """This request with ``confirmation`` instead of its own (a time budget cuts it)."""
+        return replace(
+            self,
+            confirm_top=confirmation.top,
+            confirm_repeats=confirmation.repeats,
+            confirm_k_table=confirmation.k_table,
+        )
 
     @property
     def storage_url(self) -> str:

@@ -194,7 +194,12 @@ class StudyRun:
     def confirm(self, on_confirm: OnRun | None) -> tuple[list[Confirmed], KTableVerdict | None]:
         """The best configs measured again on fresh servers, and the K table's own runs."""
         request = self.request
-        if recommend(self.study) is None or request.confirm_top == 0:  # nothing to confirm
+        if recommend(self.study) is None:  # nothing to confirm
+            return [], None
+        if self.budget is not None:  # the trials may have overrun: only what still fits
+            left = self.budget.confirmation_left(self.study, self.space, request.confirmation)
+            request = request.confirming(left)
+        if request.confirm_top == 0:
             return [], None
         # A fresh backend: run_trials closed its own, and each run needs a fresh server.
         fresh = self.backend or self.build_backend(self.space, self.options)
@@ -330,12 +335,7 @@ def _time_budget(
     prior = plan_study(space, request.trials, request.confirmation, startups=startups)
     cost = prior.confirm_cost
     fitted = fit_confirmation(space, request.confirmation, seconds, cost.total_s)
-    request = replace(
-        request,
-        confirm_top=fitted.top,
-        confirm_repeats=fitted.repeats,
-        confirm_k_table=fitted.k_table,
-    )
+    request = request.confirming(fitted)
     runs = fitted.runs(space)
     budget = (
         # A simulated trial takes what it takes here, not a GPU's time: the simulator's clock.
