@@ -1,16 +1,17 @@
 """How well the default strategy finds the best config on worlds it has never seen.
 
 Run it (the whole table, 6 strategies x 10 seeds, each study to 4 simulated GPU-hours, takes
-hours of CPU; ``--quick --strategies spectune TPE --max-hours 2`` took 32 minutes on 2 shared
-cores; ``--write`` stores the GPU-time shares ``optimize --plan`` quotes)::
+hours of CPU; ``--strategies spectune TPE --jobs 2`` took 30 minutes on 2 idle cores, 10
+minutes with ``--max-hours 2``; ``--write`` stores the GPU-time shares ``optimize --plan``
+quotes)::
 
     .venv/bin/python benchmarks/search_efficiency.py [--seeds 10] [--trials 20] [--quick]
         [--strategies spectune TPE ...] [--max-hours 4] [--write] [--worlds NAME ...]
 
-    # the GPU-time table on the shipped default space (six pairs of 40 requests per trial: 3
-    # seeds, spectune and TPE, to 2 GPU-hours took 34 minutes on 2 cores beside a CI run);
-    # with --write, the shares optimize --plan quotes
-    .venv/bin/python benchmarks/search_efficiency.py --space default --seeds 3 \
+    # the GPU-time table on the shipped default space (six pairs of 40 requests per trial: 10
+    # seeds, spectune and TPE, to 2 GPU-hours took 12-14 minutes on 2 idle cores with
+    # --jobs 2); with --write, the shares optimize --plan quotes
+    .venv/bin/python benchmarks/search_efficiency.py --space default --seeds 10 \
         --strategies spectune TPE --max-hours 2
 
     # the same worlds on the shipped traffic mix, per trial only (3 seeds, spectune and TPE,
