@@ -120,6 +120,7 @@ from tuner.search.plan import (
     cut_confirmation,
     fit_confirmation,
     plan_study,
+    runs_that_fit,
 )
 from tuner.search.screen import grid_params
 from tuner.search.strategy import warm_start
@@ -183,10 +184,11 @@ def world_truth(args: tuple[str, World]) -> tuple[str, dict[Key, float]]:
     for params in grid_params(space):
         config = config_of(space, params)
         server = config.server
+        key = key_of(config.server, config.client.sampling_temperature)
         draft = space.draft_model(str(params["draft"]))
         memory = world.memory(hardware, space.target, draft, server)
         if not memory.fits:
-            truth[key_of(config.server, config.client.sampling_temperature)] = 0.0
+            truth[key] = 0.0
             continue
         workload = config.client.workload
         results: list[TrialResult] = []
@@ -211,12 +213,10 @@ def world_truth(args: tuple[str, World]) -> tuple[str, dict[Key, float]]:
                 break
             results.append(result)
         if len(results) < len(workload.conditions):
-            truth[key_of(config.server, config.client.sampling_temperature)] = 0.0
+            truth[key] = 0.0
             continue
         scored = score(results, limits, weights=[c.weight for c in workload.conditions])
-        truth[key_of(config.server, config.client.sampling_temperature)] = (
-            scored.values[0] if scored.feasible else 0.0
-        )
+        truth[key] = scored.values[0] if scored.feasible else 0.0
     return world.name, truth
 
 
@@ -252,7 +252,6 @@ class Trace:
     restarted: list[bool] = field(default_factory=list)  # whether each trial started a server
     numbers: list[int] = field(default_factory=list)  # each trial's number in its study
     confirm: list[float] = field(default_factory=list)  # the best's confirmation then
-    confirm_runs: int = 1  # the fresh runs ``confirm`` counts (optimize's default)
     # The share of what optimize --time-budget recommends after each of HOURS, confirmed.
     budget_shares: dict[float, float] = field(default_factory=dict)
     prior_s: float = 0.0  # the plan's price of a trial with a start-up, before one is measured
@@ -290,7 +289,7 @@ class Trace:
             trials += 1
         if not trials or spent(trials) > seconds:
             return sum(s <= seconds for s in self.clock[:trials]), 0
-        return trials, min(runs, int((seconds - spent(trials)) // per_trial()))
+        return trials, min(runs, runs_that_fit(seconds - spent(trials), per_trial()))
 
     def reached_unbudgeted(self, seconds: float) -> float:
         """The share within ``seconds`` with ``optimize``'s default confirmation and no
@@ -478,7 +477,6 @@ def run_task(task: Task) -> tuple[Task, Trace]:
         budget=budget,
         rounds=task.strategy in ROUNDS,
     )
-    trace.confirm_runs = DEFAULT_CONFIRMATION.runs(space)
     trace.prior_s = plan_study(space, task.trials, DEFAULT_CONFIRMATION).confirm_cost.total_s
     run_trials(study, space, cast(Backend, backend), options, on_trial)
     while len(trace.shares) < task.trials:  # the clock ran out first: the best stays the best

@@ -48,7 +48,6 @@ def _clock_ran_out() -> Trace:
         restarted=[True, True, True],
         confirm=[2.5 * HOUR] * 3,
         pruned=1,
-        confirm_runs=12,
         prior_s=0.25 * HOUR,
     )
     trace.shares += [1.0, 1.0]

@@ -65,6 +65,7 @@ __all__ = [
     "parse_duration",
     "plan_study",
     "prior_cost",
+    "runs_that_fit",
     "simulated_trial_s",
     "start_prior_s",
 ]
@@ -386,6 +387,11 @@ def another_fits(seconds: float, elapsed: float, per_trial: float, confirm_runs:
     return elapsed + per_trial * (1 + confirm_runs) <= seconds
 
 
+def runs_that_fit(left_s: float, run_s: float) -> int:
+    """Confirmation runs of ``run_s`` each that fit in ``left_s`` (none once nothing is left)."""
+    return max(0, int(left_s // run_s))
+
+
 class Budget:
     """A run's time budget: another trial only while it, then confirmation, fit in what is left.
 
@@ -445,7 +451,7 @@ class Budget:
         is a promise: the run ends on time, its recommendation unconfirmed if need be."""
         each = self.next_trial_s(study)
         left = self.seconds - self.elapsed(study)
-        fitted = cut_confirmation(space, wanted, max(0, int(left // each)))
+        fitted = cut_confirmation(space, wanted, runs_that_fit(left, each))
         if fitted != wanted:
             self._cut = (wanted.runs(space), fitted.runs(space), left, each)
         return fitted
