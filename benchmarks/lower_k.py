@@ -49,7 +49,7 @@ def _study(world_name: str, seed: int, trials: int) -> optuna.Study:
     study = open_study("lower-k", optuna.storages.InMemoryStorage(), SPACE, sampler)[0]
     warm_start(study, SPACE, trials)
     options = StudyOptions(trials, seed, Path(tempfile.mkdtemp()), SPACE.ttft_limit_ms)
-    run_trials(study, SPACE, WorldBackend(SPACE.hardware, world, seed), options)
+    run_trials(study, SPACE, WorldBackend(SPACE.hardware, world, seed, SPACE.version), options)
     return study
 
 

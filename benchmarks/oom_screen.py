@@ -109,11 +109,11 @@ def skipped(space: SearchSpace, world: World) -> Skipped:
             continue
         seen.add(server)
         target, draft = load_model(server.model), load_draft(server)
-        if not world.memory(hardware, target, draft, server).fits:
+        if not world.memory(hardware, target, draft, server, version=space.version).fits:
             continue
         family = _family(server)
         found.start[family] += 1
-        if not estimate_memory(space.hardware, target, draft, server).fits:
+        if not estimate_memory(space.hardware, target, draft, server, version=space.version).fits:
             found.old[family] += 1
             slacks = memory_slacks(space.hardware, target, draft, server)
             found.new[family] += not screen.launches(slacks)
@@ -149,7 +149,7 @@ def study(space: SearchSpace, world: World, seed: int, trials: int) -> Launches:
     )
     opened = open_study("oom", optuna.storages.InMemoryStorage(), space, sampler)[0]
     warm_start(opened, space, trials)
-    backend = WorldBackend(space.hardware, world, seed)
+    backend = WorldBackend(space.hardware, world, seed, space.version)
     options = StudyOptions(trials, seed, _LOG_DIR, space.ttft_limit_ms)
     run_trials(opened, space, backend, options, on_trial)
     return found

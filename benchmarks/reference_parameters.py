@@ -16,7 +16,8 @@ from dataclasses import dataclass, replace
 from reference_table import Figure, FigureKind
 
 from tuner.catalog.gpus import Interconnect, MemoryKind
-from tuner.config.trial import BLOCK_METHODS, SpecMethod
+from tuner.config.methods import MethodFamily, method_of
+from tuner.config.trial import SpecMethod
 from tuner.config.verification import DraftSampling, Verification
 from tuner.config.vllm_version import VllmVersion
 from tuner.sim.calibration import EngineGeneration, engine_generation
@@ -98,7 +99,11 @@ def _engine(gen: EngineGeneration, field: str, prior: float, what: str) -> Param
         if field == "draft_pass_s":
             return method == SpecMethod.DRAFT_MODEL
         if field == "head_pass_s":
-            return method in (SpecMethod.EAGLE, SpecMethod.EAGLE3, SpecMethod.MTP, *BLOCK_METHODS)
+            return method_of(method).family in (
+                MethodFamily.HEAD,
+                MethodFamily.MTP,
+                MethodFamily.BLOCK,
+            )
         if field == "drafter_per_seq_s":
             return method not in (SpecMethod.NONE, SpecMethod.NGRAM, SpecMethod.SUFFIX)
         if field == "lookup_per_seq_s":
@@ -216,7 +221,10 @@ def _block_logit(prompt_set: str, prior: float) -> Parameter:
         1.5,
         lambda c: c.acceptance.block_logit[prompt_set],
         put,
-        lambda f: f.setup.method in BLOCK_METHODS and f.setup.prompt_set == prompt_set,
+        lambda f: (
+            method_of(f.setup.method).family is MethodFamily.BLOCK
+            and f.setup.prompt_set == prompt_set
+        ),
         logit=True,
     )
 

@@ -21,7 +21,8 @@ import yaml
 
 from tuner.catalog.gpus import Hardware, parse_hardware
 from tuner.catalog.models import ModelSpec, load_model
-from tuner.config.trial import MODEL_METHODS, ServerConfig, SpecMethod, SpeculativeConfig
+from tuner.config.methods import method_of
+from tuner.config.trial import ServerConfig, SpecMethod, SpeculativeConfig
 from tuner.config.verification import DraftSampling, Verification
 from tuner.config.vllm_version import VllmVersion, parse_version
 from tuner.config.workload import WorkloadSpec
@@ -110,7 +111,7 @@ class Setup:
     def server(self) -> ServerConfig:
         speculative = None
         if self.method != SpecMethod.NONE:
-            model = self.draft if self.method in MODEL_METHODS else None
+            model = self.draft if method_of(self.method).takes_model else None
             if model is not None:  # a catalog id, or this folder's model as an absolute path
                 model = _model(model).hf_id
             lookup = self.method in (SpecMethod.NGRAM, SpecMethod.NGRAM_GPU)

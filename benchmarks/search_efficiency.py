@@ -186,7 +186,7 @@ def world_truth(args: tuple[str, World]) -> tuple[str, dict[Key, float]]:
         server = config.server
         key = key_of(config.server, config.client.sampling_temperature)
         draft = space.draft_model(str(params["draft"]))
-        memory = world.memory(hardware, space.target, draft, server)
+        memory = world.memory(hardware, space.target, draft, server, version=space.version)
         if not memory.fits:
             truth[key] = 0.0
             continue
@@ -205,6 +205,7 @@ def world_truth(args: tuple[str, World]) -> tuple[str, dict[Key, float]]:
                         workload,
                         condition.concurrency,
                         physics=world,
+                        version=space.version,
                     )
                 except StartupFailure:
                     runs[run] = None
@@ -447,7 +448,7 @@ def run_task(task: Task) -> tuple[Task, Trace]:
     optimum = max(truth.values())
     trace = Trace()
     best: list[tuple[float, Key, TrialRecord]] = []
-    backend = ClockedBackend(WorldBackend(space.hardware, task.world, task.seed))
+    backend = ClockedBackend(WorldBackend(space.hardware, task.world, task.seed, space.version))
 
     def on_trial(record: TrialRecord) -> None:
         trace.launches += record.restarted

@@ -127,8 +127,10 @@ class World:
         draft: ModelSpec | None,
         server: ServerConfig,
         jitter_gib: float = 0.0,
+        *,
+        version: VllmVersion | None = None,
     ) -> MemoryEstimate:
-        version = parse_version(self.memory_rules) if self.memory_rules else None
+        version = parse_version(self.memory_rules) if self.memory_rules else version
         extra = jitter_gib + self.outside_gib
         base = estimate_memory(hardware, target, draft, server, extra, version=version)
         return adjust_memory(base, target, draft, server, self.inside_gib, self.outside_gib)
@@ -187,10 +189,13 @@ class WorldBackend:
     name = "sim"
     source = Source.SIMULATED
 
-    def __init__(self, label: Hardware, world: World, seed: int) -> None:
+    def __init__(
+        self, label: Hardware, world: World, seed: int, version: VllmVersion | None
+    ) -> None:
         self.hardware = world.hardware(label)
         self.world = world
         self.seed = seed
+        self.version = version
         self._server: ServerConfig | None = None
 
     def start(self, server: ServerConfig, context: LaunchContext) -> Endpoint:
@@ -198,7 +203,9 @@ class WorldBackend:
         self._server = None
         target, draft = load_model(server.model), load_draft(server)
         jitter = random.Random(f"{self.seed}:{server!r}").uniform(0.0, _MAX_JITTER_GIB)
-        memory = self.world.memory(self.hardware, target, draft, server, jitter)
+        memory = self.world.memory(
+            self.hardware, target, draft, server, jitter, version=self.version
+        )
         if not memory.fits:
             log = f"ERROR [simulated] {memory.reason}\nRuntimeError: Engine core init failed.\n"
             raise startup_failure(1, log)
@@ -219,6 +226,7 @@ class WorldBackend:
             concurrency,
             seed,
             physics=self.world,
+            version=self.version,
         )
 
     def stop(self) -> None:

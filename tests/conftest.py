@@ -37,6 +37,10 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 # import) keeps that width for good: tests that ask for a wide table set COLUMNS themselves.
 os.environ.pop("COLUMNS", None)
 os.environ["HF_HUB_CACHE"] = tempfile.mkdtemp(prefix="spectune-test-hf-")
+# The fake vLLM server (``python -m tuner.sim.server``) imitates the release the real tier
+# runs, vLLM 0.32's CPU build, and which the test spaces pin: a process backend asks it for its
+# version. A test about another release passes --sim-vllm-version itself.
+os.environ["SPECTUNE_SIM_VLLM_VERSION"] = "0.32.0"
 # A shell without job control starts a background command (`.ci/run &`, nohup) with SIGINT
 # ignored, and every process below inherits that: the spectune runs the tests interrupt would
 # never see their Ctrl-C. Tests about signals need the disposition a terminal gives.

@@ -94,6 +94,13 @@ class RequestRecord:
 
     ``chunk_times`` holds the arrival of every streamed chunk that carried text; with speculative
     decoding one chunk can carry several tokens, so token counts come from the server's ``usage``.
+
+    ``server_ttft_s`` and ``server_queue_s`` are durations the server itself reported in its
+    response's ``metrics`` object (vLLM started with ``--enable-per-request-metrics``; 0.32.0
+    to 0.34.0 were read to send it): its ``time_to_first_token_ms`` and ``queue_time_ms`` in
+    seconds. They sit beside the client's timeline, never replace it, and are None where the
+    release sends no ``metrics``. vLLM's TTFT counts from when the request was first scheduled,
+    so it leaves out the queue time, which the client's :attr:`ttft` includes (with the network).
     """
 
     start: float
@@ -103,6 +110,8 @@ class RequestRecord:
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     error: str | None = None
+    server_ttft_s: float | None = None
+    server_queue_s: float | None = None
 
     @property
     def ok(self) -> bool:
@@ -191,6 +200,20 @@ class TrialResult:
 
     def ttft_ms(self, q: float) -> float | None:
         value = percentile([r.ttft for r in self.succeeded if r.ttft is not None], q)
+        return None if value is None else value * 1000.0
+
+    def server_ttft_ms(self, q: float) -> float | None:
+        """The ``q`` percentile of the TTFT the server reported; None where it reported none."""
+        value = percentile(
+            [r.server_ttft_s for r in self.succeeded if r.server_ttft_s is not None], q
+        )
+        return None if value is None else value * 1000.0
+
+    def server_queue_ms(self, q: float) -> float | None:
+        """The ``q`` percentile of the queue time the server reported; None where it sent none."""
+        value = percentile(
+            [r.server_queue_s for r in self.succeeded if r.server_queue_s is not None], q
+        )
         return None if value is None else value * 1000.0
 
     def itl_ms(self, q: float) -> float | None:

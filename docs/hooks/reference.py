@@ -7,7 +7,9 @@ A page asks for a generated part with a marker on a line of its own:
 - ``<!-- generated: space-schema -->``: every key of the search space, from the pydantic model's
   JSON Schema, and that schema in full;
 - ``<!-- generated: docstring MODULE -->``: a module's docstring as written (the version tables
-  live in ``tuner/config/vllm_*.py``, where the rules are coded and cited).
+  live in ``tuner/config/vllm_*.py``, where the rules are coded and cited);
+- ``<!-- generated: methods -->``: one row per speculation method from its record in
+  ``tuner/config/methods/``, then each method module's docstring (its releases and sources).
 
 ``tests/docs/`` loads this file by its path and checks the CLI and schema parts cover
 everything.
@@ -189,15 +191,43 @@ def docstring_markdown(module: str) -> str:
     return f"From `{module.replace('.', '/')}.py`:\n\n```text\n{text.strip()}\n```"
 
 
+def methods_markdown() -> str:
+    """The method registry as a table, then each method module's own story."""
+    from tuner.config.methods import speculating
+
+    rows = [
+        "| method | family | first release | Model Runner V2 from | own `--speculative-config` "
+        "keys | module |",
+        "|---|---|---|---|---|---|",
+    ]
+    modules: list[str] = []
+    for method in speculating():
+        module = type(method).__module__  # each method's record is a class of its module
+        keys = ", ".join(f"`{key}`" for key in method.keys) or "-"
+        rows.append(
+            f"| `{method.name}` | {method.family} | {method.since} | {method.v2_since} | {keys} "
+            f"| `{module.replace('.', '/')}.py` |"
+        )
+        if module not in modules:
+            modules.append(module)
+    parts = ["\n".join(rows)]
+    parts += [docstring_markdown(module) for module in modules]
+    return "\n\n".join(parts)
+
+
 def generated(kind: str, argument: str | None) -> str:
     """The Markdown a marker stands for."""
+    if kind == "methods":
+        return methods_markdown()
     if kind == "cli":
         return cli_markdown()
     if kind == "space-schema":
         return space_schema_markdown()
     if kind == "docstring" and argument:
         return docstring_markdown(argument)
-    raise ValueError(f"unknown generated part {kind!r}: cli, space-schema or docstring MODULE")
+    raise ValueError(
+        f"unknown generated part {kind!r}: cli, space-schema, methods or docstring MODULE"
+    )
 
 
 def on_page_markdown(markdown: str, **_: Any) -> str:

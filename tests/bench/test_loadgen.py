@@ -11,11 +11,13 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.testbed.fake_server import RunningServer
-from tuner.bench.loadgen import Api, build_payload, run_load
+from tests.testbed.fake_server import RunningServer, StartServer
+from tuner.bench.loadgen import Api, _Stream, build_payload, run_load
+from tuner.bench.summary import level_summary
 from tuner.bench.transport import AiohttpTransport
+from tuner.config.prompts import ChatMessage
 from tuner.config.workload import PromptRequest
-from tuner.results import RequestRecord
+from tuner.results import RequestRecord, Source, TrialResult
 
 MODEL = "test-model"
 
@@ -83,6 +85,66 @@ def test_payload_streams_with_usage_and_forces_length() -> None:
     assert chat["ignore_eos"] is True and chat["max_tokens"] == 3 and chat["temperature"] == 0.3
     assert completion["prompt"] == "hello 0" and "ignore_eos" not in completion
     assert chat["model"] == completion["model"] == "m"
+
+
+def test_the_chat_template_is_the_servers_and_the_prompt_goes_unchanged() -> None:
+    """Where the template is applied, on every release: chat sends the workload's turns as
+    ``messages`` for the server to template; completions sends the prompt text as it is."""
+    turns = (ChatMessage("system", "Be brief."), ChatMessage("user", "<|im_start|>hi  \n"))
+    request = PromptRequest.from_messages(turns, 8)
+    chat = build_payload("m", request, api="chat", temperature=0, ignore_eos=False)
+    completion = build_payload("m", request, api="completions", temperature=0, ignore_eos=False)
+    assert chat["messages"] == [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "<|im_start|>hi  \n"},
+    ]
+    assert "prompt" not in chat and "messages" not in completion
+    assert completion["prompt"] == request.prompt == "Be brief.\n\n<|im_start|>hi  \n"
+    # Nothing asks the server to change how it templates or tokenizes, either.
+    for payload in (chat, completion):
+        assert not {"chat_template", "chat_template_kwargs", "add_generation_prompt"} & set(payload)
+        assert "add_special_tokens" not in payload
+
+
+def test_the_servers_own_metrics_are_read_from_the_usage_chunk() -> None:
+    stream = _Stream()
+    stream.feed('data: {"choices":[{"index":0,"delta":{"content":"hi"}}]}', 1.0)
+    usage = '"usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}'
+    metrics = '"metrics":{"time_to_first_token_ms":12.5,"queue_time_ms":250,"mean_itl_ms":3}'
+    stream.feed(f'data: {{"choices":[],{usage},{metrics}}}', 1.1)
+    record = stream.record(0.0, 1.2, None)
+    assert record.server_ttft_s == pytest.approx(0.0125)
+    assert record.server_queue_s == pytest.approx(0.25)
+    assert record.ttft == 1.0  # the client's own, beside it
+    for sent in ('{"queue_time_ms":null}', '"fast"', '{"queue_time_ms":true}', "null"):
+        quiet = _Stream()
+        quiet.feed(f'data: {{"choices":[],{usage},"metrics":{sent}}}', 1.0)
+        assert quiet.record(0.0, 1.0, None).server_queue_s is None
+        assert quiet.record(0.0, 1.0, None).server_ttft_s is None
+
+
+def test_server_ttft_and_queue_recorded_where_the_release_sends_them(
+    start_server: StartServer, server: RunningServer
+) -> None:
+    new = start_server("--sim-vllm-version", "0.34.0", "--enable-per-request-metrics")
+    old = start_server("--sim-vllm-version", "0.32.0")  # the metrics' flag not given
+    for api in ("chat", "completions"):
+        records, duration = load(new.base_url, prompts(6, max_tokens=16), api=api, concurrency=3)
+        for record in records:
+            assert record.ok, record.error
+            assert record.server_ttft_s is not None and record.server_queue_s is not None
+            assert record.server_ttft_s > 0 and record.server_queue_s >= 0
+            assert record.ttft is not None and record.server_ttft_s <= record.ttft
+        summary = level_summary(TrialResult(Source.MEASURED, 3, duration, tuple(records)))
+        assert summary["server_ttft_p50_ms"] > 0 and summary["server_queue_p95_ms"] >= 0
+        assert summary["server_ttft_p50_ms"] <= summary["ttft_p50_ms"]
+        for base_url in (old.base_url, server.base_url):  # neither sends metrics
+            records, duration = load(base_url, prompts(2, max_tokens=8), api=api)
+            assert all(
+                r.ok and r.server_ttft_s is None and r.server_queue_s is None for r in records
+            )
+            summary = level_summary(TrialResult(Source.MEASURED, 1, duration, tuple(records)))
+            assert summary["server_ttft_p95_ms"] is None and summary["server_queue_p50_ms"] is None
 
 
 def test_closed_loop_keeps_exactly_n_in_flight(server: RunningServer) -> None:

@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from tuner.catalog.models import CATALOG, check_draft, load_model, spec_from_config
+from tuner.catalog.models import CATALOG, load_model, spec_from_config
+from tuner.config.methods.draft_model import check_pair
 from tuner.config.vllm_args import parse_version
 from tuner.errors import ConfigError, IncompatibleDraftError
 
@@ -124,6 +125,8 @@ def test_missing_shape_number_names_the_model() -> None:
         ("0.24.1", "Target and draft model should have the same vocabulary size"),
         ("0.25.0", None),
         ("0.32.0", None),
+        ("0.33.0", None),
+        ("0.34.0", "0.34 removed use_heterogeneous_vocab"),
     ],
 )
 def test_vocabulary_sizes_per_version(version: str, outcome: str | None) -> None:
@@ -131,16 +134,17 @@ def test_vocabulary_sizes_per_version(version: str, outcome: str | None) -> None
     target = load_model("Qwen/Qwen2.5-32B-Instruct-AWQ")
     draft = load_model("Qwen/Qwen2.5-0.5B-Instruct")
     same_size = load_model("Qwen/Qwen2.5-7B-Instruct")
-    check_draft(target, same_size, parse_version(version))
+    check_pair(target, same_size, parse_version(version))
     if outcome is None:
-        check_draft(target, draft, parse_version(version))
+        check_pair(target, draft, parse_version(version))
         return
     with pytest.raises(IncompatibleDraftError) as info:
-        check_draft(target, draft, parse_version(version))
+        check_pair(target, draft, parse_version(version))
     message = str(info.value)
     assert outcome in message and "\n" not in message
     assert "151936" in message and "152064" in message
-    assert "use vLLM 0.25 or later, or a draft with 152064 rows" in message
+    fix = "an image up to vLLM 0.33" if version == "0.34.0" else "use vLLM 0.25 or later"
+    assert fix in message and "or a draft with 152064 rows" in message
 
 
 def test_a_mixture_of_experts_streams_only_the_routed_experts() -> None:

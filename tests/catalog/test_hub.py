@@ -14,6 +14,7 @@ import pytest
 from tests.testbed import write_hf_cache
 from tuner.catalog import models
 from tuner.catalog.models import CATALOG, check_draft, load_model
+from tuner.config.methods.draft_model import check_pair
 from tuner.config.vllm_args import parse_version
 from tuner.errors import ConfigError, IncompatibleDraftError
 
@@ -59,7 +60,7 @@ def test_a_hub_id_is_read_from_the_cache(hub: Path) -> None:
 
 def test_tokenizers_decide_compatibility_of_hub_models(hub: Path) -> None:
     target = load_model("me/qwen3-8b-finetune")
-    check_draft(target, load_model("me/qwen3-draft"), parse_version("0.32.0"))
+    check_pair(target, load_model("me/qwen3-draft"), parse_version("0.32.0"))
     with pytest.raises(IncompatibleDraftError, match="tokenizer"):
         check_draft(target, load_model("me/other-tokenizer"))
 

@@ -79,8 +79,9 @@ def test_a_prompt_set_is_a_builtin_name_or_an_existing_file(tmp_path: Path) -> N
 
 def test_a_fixed_value_and_a_range_give_the_dimensions_the_study_tunes(tmp_path: Path) -> None:
     path = tmp_path / "fixed.yaml"
-    path.write_text(
-        TARGET + "search:\n  draft: ngram\n  num_speculative_tokens: 3\n"
+    path.write_text(  # 0.32: the memory range as written (0.34 leaves the flag unset)
+        TARGET + "vllm: {image: 'vllm/vllm-openai:v0.32.0'}\n"
+        "search:\n  draft: ngram\n  num_speculative_tokens: 3\n"
         "  gpu_memory_utilization: {low: 0.8, high: 0.9, step: 0.05}\n"
         "  max_num_batched_tokens: 4096\n  temperature: 0\n"
     )

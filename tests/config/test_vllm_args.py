@@ -13,6 +13,7 @@ import yaml
 
 from tests.testbed import VllmOracle
 from tuner.catalog.gpus import find_gpu
+from tuner.config.methods import method_of
 from tuner.config.trial import (
     ServerConfig,
     SpecMethod,
@@ -351,8 +352,8 @@ def test_config_file_argv_passes_the_model_only_when_the_file_cannot() -> None:
         ("0.8.5.post1", (0, 8, 5)),
         ("0.11.0rc2", (0, 11, 0)),
         (" 0.9\n", (0, 9, 0)),
-        ("latest", (0, 33, 0)),
-        ("nightly", (0, 33, 0)),
+        ("latest", (0, 34, 0)),
+        ("nightly", (0, 34, 0)),
     ],
 )
 def test_parse_version(text: str, expected: tuple[int, int, int]) -> None:
@@ -398,11 +399,22 @@ def test_version_from_image(image: str, expected: str | None) -> None:
 
 def test_dialect_table() -> None:
     table = {v: dialect(parse_version(v)) for v in ("0.6.6", "0.8.2", "0.8.5", "0.12.0", "0.16.0")}
-    assert table["0.6.6"] == Dialect("standalone", "v0", True, False, False, False)
-    assert table["0.8.2"] == Dialect("json", "v0", False, False, False, False)
-    assert table["0.8.5"] == Dialect("json", "v0", False, True, False, True)
-    assert table["0.12.0"] == Dialect("json", "refused", False, True, False, True)
-    assert table["0.16.0"] == Dialect("json", "v1", False, True, True, True)
+    assert table["0.6.6"] == Dialect("standalone", True, False, False, False)
+    assert table["0.8.2"] == Dialect("json", False, False, False, False)
+    assert table["0.8.5"] == Dialect("json", False, True, False, True)
+    assert table["0.12.0"] == Dialect("json", False, True, False, True)
+    assert table["0.16.0"] == Dialect("json", False, True, True, True)
+
+
+def test_a_draft_model_is_named_as_a_method_from_0_15_and_refused_between() -> None:
+    # The draft-model rule moved into its method's module (tuner/config/methods/draft_model.py).
+    draft = method_of(SpecMethod.DRAFT_MODEL)
+    assert not draft.writes_name(parse_version("0.9.2"))
+    assert draft.refusal(parse_version("0.9.2")) is None
+    refusal = str(draft.refusal(parse_version("0.12.0")))
+    assert "dropped draft models from 0.10 until 0.15" in refusal
+    assert draft.writes_name(parse_version("0.15.0"))
+    assert draft.refusal(parse_version("0.15.0")) is None
 
 
 def _script(tmp_path: Path, body: str) -> tuple[str, ...]:
@@ -516,15 +528,17 @@ def test_draft_of_another_vocabulary_size_gets_use_heterogeneous_vocab() -> None
             SpecMethod.DRAFT_MODEL, 4, model="Qwen/Qwen2.5-0.5B-Instruct"
         ),
     )
-    for version in ("0.25.0", "0.32.0", "latest"):
+    for version in ("0.25.0", "0.32.0", "0.33.0"):
         assert _spec_json(small, version) == {
             "method": "draft_model",
             "model": "Qwen/Qwen2.5-0.5B-Instruct",
             "num_speculative_tokens": 4,
             "use_heterogeneous_vocab": True,
         }
-    # 0.15-0.24 have no such field (check_draft refuses the pair when the space loads).
+    # 0.15-0.24 and 0.34 have no such field (the draft-model method refuses the pair when the
+    # space loads).
     assert "use_heterogeneous_vocab" not in _spec_json(small, "0.24.0")
+    assert "use_heterogeneous_vocab" not in _spec_json(small, "latest")
     assert "use_heterogeneous_vocab" not in _spec_json(DRAFTED, "0.32.0")  # same size
     assert "use_heterogeneous_vocab" not in _spec_json(NGRAM, "0.32.0")
     unknown = replace(small, model="/nowhere/model")  # vLLM alone can tell

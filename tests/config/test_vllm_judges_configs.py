@@ -23,8 +23,9 @@ import yaml
 
 from tests.testbed import VllmOracle, write_hf_cache
 from tuner.catalog.heads import HEADS, is_head
-from tuner.catalog.models import CATALOG, ModelSpec, check_draft, needs_heterogeneous_vocab
+from tuner.catalog.models import CATALOG, ModelSpec, needs_heterogeneous_vocab
 from tuner.catalog.mtp import mtp_layers
+from tuner.config.methods.draft_model import check_pair
 from tuner.config.space import SearchSpace, builtin_spaces, load_space
 from tuner.config.trial import ServerConfig, SpecMethod, SpeculativeConfig
 from tuner.config.vllm_args import (
@@ -82,7 +83,7 @@ def _pair_servers() -> Iterator[tuple[str, ServerConfig, ModelSpec | None, Model
             yield f"{target.hf_id}+ngram/k{k}", _with(base, ngram), None, target
         for draft in CATALOG:
             try:
-                check_draft(target, draft, JUDGE_VERSION)
+                check_pair(target, draft, JUDGE_VERSION)
             except IncompatibleDraftError:
                 continue
             spec = SpeculativeConfig(SpecMethod.DRAFT_MODEL, K_BOUNDS[-1], model=draft.hf_id)

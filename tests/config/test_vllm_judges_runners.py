@@ -102,7 +102,7 @@ def _refused_servers() -> dict[str, tuple[ServerConfig, str]]:
 
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The best.yaml of a short simulated study on the shipped 2026 space."""
+    """The best.yaml of a short simulated study on the shipped 2026 space (its 0.32 copy)."""
     folder = tmp_path_factory.mktemp("studies")
     result = CliRunner().invoke(
         app,
@@ -111,7 +111,7 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> Path:
             "--backend",
             "sim",
             "--space",
-            "qwen3-coder-30b-fp8-4090x2-2026",
+            "qwen3-coder-30b-fp8-4090x2-2026-vllm032",  # the release the oracle runs
             "--trials",
             "8",
             "--confirm-top",

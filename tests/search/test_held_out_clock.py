@@ -167,7 +167,7 @@ def test_the_budget_s_pick_is_optimize_s_confirmed_pick_not_the_luckiest_trial(
                 "temperature": 0.0,
             }
         )
-    world = WorldBackend(space.hardware, SHIPPED, seed=0)
+    world = WorldBackend(space.hardware, SHIPPED, 0, space.version)
     run_trials(ran, space, world, StudyOptions(2, 0, tmp_path, space.ttft_limit_ms))
     measured_fast, measured_slow = ran.get_trials()
     assert measured_fast.values[0] > measured_slow.values[0] * 1.2  # truly apart, noise aside

@@ -67,7 +67,8 @@ def test_truth_is_the_trials_score_on_every_pair(tmp_path: Path) -> None:
         config = config_of(space, params)
         key = key_of(config.server, config.client.sampling_temperature)
         draft = space.draft_model(str(params["draft"]))
-        if not TIGHT.memory(hardware, space.target, draft, config.server).fits:
+        memory = TIGHT.memory(hardware, space.target, draft, config.server, version=space.version)
+        if not memory.fits:
             assert truth[key] == 0.0
             continue
         workload = config.client.workload
@@ -81,6 +82,7 @@ def test_truth_is_the_trials_score_on_every_pair(tmp_path: Path) -> None:
                 workload,
                 c.concurrency,
                 physics=TIGHT,
+                version=space.version,
             )
             for c in workload.conditions
         ]

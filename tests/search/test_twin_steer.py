@@ -38,7 +38,7 @@ def _study(world: World, trials: int, tmp_path: Path, seed: int = 0) -> optuna.S
     )
     study = open_study("t", optuna.storages.InMemoryStorage(), SPACE, sampler)[0]
     warm_start(study, SPACE, trials)
-    backend = WorldBackend(SPACE.hardware, world, seed)
+    backend = WorldBackend(SPACE.hardware, world, seed, SPACE.version)
     run_trials(study, SPACE, backend, StudyOptions(trials, seed, tmp_path, SPACE.ttft_limit_ms))
     return study
 
@@ -85,7 +85,7 @@ def test_the_queue_is_replanned_after_an_oom(tmp_path: Path, seed: int) -> None:
     study = open_study("t", optuna.storages.InMemoryStorage(), space, sampler)[0]
     queued = warm_start(study, space, 10)
     planned = [t.system_attrs["fixed_params"] for t in study.get_trials()]
-    backend = WorldBackend(space.hardware, world, seed)
+    backend = WorldBackend(space.hardware, world, seed, space.version)
     run_trials(study, space, backend, StudyOptions(10, seed, tmp_path, space.ttft_limit_ms))
     statuses = [t.user_attrs.get("status") for t in study.trials[:10]]
     assert statuses.count("OOM") <= 2, statuses  # not one launch per queued config
@@ -175,7 +175,7 @@ def _mixed_study(
     )
     study = open_study("t", optuna.storages.InMemoryStorage(), space, sampler)[0]
     warm_start(study, space, trials)
-    backend = WorldBackend(space.hardware, world, seed)
+    backend = WorldBackend(space.hardware, world, seed, space.version)
     options = StudyOptions(trials, seed, tmp_path, space.ttft_limit_ms, rounds=True)
     run_trials(study, space, backend, options)
     return [(t.params, t.user_attrs.get("status"), t.values) for t in study.trials]

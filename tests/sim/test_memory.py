@@ -62,13 +62,15 @@ def test_batched_tokens_cost_activation_memory() -> None:
 
 def test_jitter_can_break_a_borderline_config_at_launch() -> None:
     server = reference_server(4, 0.95)
-    assert estimate_memory(HARDWARE, TARGET, DRAFT, server).fits
-    late = estimate_memory(HARDWARE, TARGET, DRAFT, server, jitter_gib=0.6)
+    assert estimate_memory(HARDWARE, TARGET, DRAFT, server, version=NEW).fits
+    late = estimate_memory(HARDWARE, TARGET, DRAFT, server, jitter_gib=0.6, version=NEW)
     assert not late.fits
     assert "Free memory on device cuda:0" in late.reason  # 0.21+: checked at start-up
     old = estimate_memory(HARDWARE, TARGET, DRAFT, server, jitter_gib=0.3, version=OLD)
     assert not old.fits and "CUDA out of memory" in old.reason  # 0.6-0.20: graph capture
-    assert estimate_memory(HARDWARE, TARGET, DRAFT, reference_server(4), jitter_gib=0.3).fits
+    assert estimate_memory(
+        HARDWARE, TARGET, DRAFT, reference_server(4), jitter_gib=0.3, version=NEW
+    ).fits
 
 
 def test_0_96_follows_each_versions_rules() -> None:
@@ -92,8 +94,8 @@ def test_0_96_follows_each_versions_rules() -> None:
 def test_nvml_free_memory_counts_other_processes() -> None:
     server = reference_server(4, 0.92)
     total = HARDWARE.gpu.vram_gib
-    assert estimate_memory(HARDWARE, TARGET, DRAFT, server, free_gib=total).fits
-    crowded = estimate_memory(HARDWARE, TARGET, DRAFT, server, free_gib=total - 2.0)
+    assert estimate_memory(HARDWARE, TARGET, DRAFT, server, free_gib=total, version=NEW).fits
+    crowded = estimate_memory(HARDWARE, TARGET, DRAFT, server, free_gib=total - 2.0, version=NEW)
     assert not crowded.fits and "on startup is less than desired" in crowded.reason
     # Before 0.21 the budget is taken regardless; the other process's memory then lies outside.
     old = estimate_memory(HARDWARE, TARGET, DRAFT, server, free_gib=total - 2.0, version=OLD)
@@ -114,7 +116,8 @@ def test_memory_rules_name_their_versions() -> None:
     assert memory_rules(parse_version("0.20.2")).versions == "0.6-0.20"
     rules = memory_rules(parse_version("0.21.0"))
     assert rules.graphs_in_budget and rules.free_memory_check and not rules.nccl_in_budget
-    assert memory_rules(None) == memory_rules(parse_version("0.32.0"))
+    assert memory_rules(parse_version("0.33.0")) == rules  # 0.34 measures instead
+    assert memory_rules(None) == memory_rules(parse_version("0.34.0"))
 
 
 def test_weights_that_do_not_fit_at_all() -> None:

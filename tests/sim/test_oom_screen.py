@@ -30,13 +30,17 @@ def _server(method: str, k: int, util: float, mnbt: int = 2048) -> ServerConfig:
 
 
 def _slacks(server: ServerConfig) -> tuple[float, float]:
-    return memory_slacks(SPACE.hardware, load_model(server.model), load_draft(server), server)
+    return memory_slacks(
+        SPACE.hardware, load_model(server.model), load_draft(server), server, SPACE.version
+    )
 
 
 def test_slacks_agree_with_the_model_where_it_fits_and_go_negative_where_it_does_not() -> None:
     for util in (0.80, 0.88, 0.96):
         server = _server(EAGLE3, 3, util)
-        memory = estimate_memory(SPACE.hardware, SPACE.target, load_draft(server), server)
+        memory = estimate_memory(
+            SPACE.hardware, SPACE.target, load_draft(server), server, version=SPACE.version
+        )
         found = _slacks(server)
         if memory.fits:
             # The KV side differs by the last block's rounding only.
@@ -48,7 +52,12 @@ def test_slacks_agree_with_the_model_where_it_fits_and_go_negative_where_it_does
     _, inside = _slacks(short)
     assert inside < 0
     relieved = estimate_memory(
-        SPACE.hardware, SPACE.target, load_draft(short), short, inside_gib=inside - 0.01
+        SPACE.hardware,
+        SPACE.target,
+        load_draft(short),
+        short,
+        inside_gib=inside - 0.01,
+        version=SPACE.version,
     )
     assert relieved.fits
 
@@ -84,9 +93,9 @@ def test_contradicted_evidence_is_read_towards_trying() -> None:
 
 def test_the_side_of_the_budget_comes_from_vllms_message() -> None:
     outside = _server("none", 0, 0.96)
-    free = estimate_memory(SPACE.hardware, SPACE.target, None, outside, 2.0)
+    free = estimate_memory(SPACE.hardware, SPACE.target, None, outside, 2.0, version=SPACE.version)
     assert not free.fits and oom_side(free.reason) == OUTSIDE
     kv = _server(DRAFT, 3, 0.80)
-    short = estimate_memory(SPACE.hardware, SPACE.target, load_draft(kv), kv)
+    short = estimate_memory(SPACE.hardware, SPACE.target, load_draft(kv), kv, version=SPACE.version)
     assert not short.fits and oom_side(short.reason) == INSIDE
     assert oom_side("torch.OutOfMemoryError: CUDA out of memory.") is None

@@ -24,7 +24,7 @@ from tuner.trial.backends import Backend, BackendOptions, backend_factory
 from tuner.trial.record import BUDGET_ATTR, TrialRecord
 from tuner.trial.run_facts import RunFacts
 from tuner.trial.runner import TrialRunner
-from tuner.trial.scoring import CONSTRAINT_KEYS, Limits, TrialStatus
+from tuner.trial.scoring import CONSTRAINT_KEYS, TrialStatus
 
 
 def _request(tmp_path: Path, trials: int = 6, **kw: Any) -> OptimizeRequest:
@@ -74,7 +74,7 @@ def test_predicted_oom_launches_nothing_and_request_changes_reuse_the_server(
         return original(server, context)
 
     backend.start = counting_start  # type: ignore[method-assign]
-    runner = TrialRunner(backend, space.hardware, Limits.of(space))
+    runner = TrialRunner.for_space(backend, space)
     ctx = LaunchContext("s", 0, tmp_path)
     too_big = space.config(space.speculative("Qwen/Qwen2.5-0.5B-Instruct", 4), 0.98, 2048, 0.2)
     # Short by less than the memory model's error: launched once, and it runs out of memory;

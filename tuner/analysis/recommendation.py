@@ -25,6 +25,7 @@ from tuner.analysis.picks import (
     pick_candidate,
     recommend,
 )
+from tuner.config.methods import MethodFamily
 from tuner.config.space import SearchSpace
 from tuner.config.trial import ServerConfig, SpecMethod
 from tuner.config.vllm_args import config_file_argv, server_yaml
@@ -79,19 +80,19 @@ def short_label(server: ServerConfig) -> str:
     if server.speculative is None:
         return "no speculation"
     name = (server.draft or "").rstrip("/").rsplit("/", 1)[-1]
-    what = f"{name} draft" if server.method is SpecMethod.DRAFT_MODEL else name
+    what = f"{name} draft" if server.family is MethodFamily.DRAFT else name
     return f"{what}, K={server.k}"
 
 
 def config_line(server: ServerConfig) -> str:
     """Every tuned server setting on one line, as the headline and the dashboard print it."""
     spec = "no speculation"
-    if server.method is SpecMethod.DRAFT_MODEL:
+    if server.family is MethodFamily.DRAFT:
         spec = f"draft {server.draft}, K={server.k}"
     elif server.speculative is not None:  # ngram, suffix, a head: the choice names it
         spec = f"{server.draft}, K={server.k}"
     return (
-        f"{spec} · gpu-memory-utilization {server.gpu_memory_utilization:.2f} · "
+        f"{spec} · gpu-memory-utilization {server.memory_label} · "
         f"max-num-batched-tokens {server.max_num_batched_tokens}"
     )
 

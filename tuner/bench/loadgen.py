@@ -16,6 +16,18 @@ Per request the stream's raw timeline is kept (:class:`~tuner.results.RequestRec
 the arrival of every chunk that carried text, the end. TTFT, gaps between chunks and TPOT are
 derived from it. Token counts come only from the ``usage`` object the server sends last
 (``stream_options.include_usage``): with speculative decoding one chunk can carry several tokens.
+Where the server reports its own view of the request (vLLM started with
+``--enable-per-request-metrics`` puts a ``metrics`` object on that last usage chunk; 0.32.0 to
+0.34.0 were read to do so), its
+``time_to_first_token_ms`` and ``queue_time_ms`` are kept beside the client's timeline
+(``server_ttft_s``, ``server_queue_s``); other releases leave them None.
+
+The prompts go out the same way whatever the release: ``api="chat"`` (the default) posts the
+workload's ``messages`` to ``/v1/chat/completions`` and the server applies the model's chat
+template; ``api="completions"`` posts the prompt text unchanged to ``/v1/completions``, with no
+template at all. spectune never renders a chat template on the client, so unlike
+``vllm bench serve`` (which stopped doing so for chat backends in 0.34) nothing here changes
+between releases.
 
 A failing request (HTTP error, timeout, refused connection, malformed SSE, a dropped stream)
 becomes a record with a short ``error``; nothing is raised through the benchmark.
@@ -32,6 +44,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import random
 import time
 from collections.abc import Coroutine, Sequence
@@ -244,6 +257,8 @@ class _Stream:
     chunk_times: list[float] = field(default_factory=list)
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
+    server_ttft_s: float | None = None
+    server_queue_s: float | None = None
     done: bool = False
 
     def feed(self, line: str, now: float) -> None:
@@ -266,6 +281,10 @@ class _Stream:
         if isinstance(usage, dict):
             self.prompt_tokens = _int_or_none(usage.get("prompt_tokens"))
             self.completion_tokens = _int_or_none(usage.get("completion_tokens"))
+        metrics = event.get("metrics")
+        if isinstance(metrics, dict):  # --enable-per-request-metrics: on the usage chunk, ms
+            self.server_ttft_s = _seconds_or_none(metrics.get("time_to_first_token_ms"))
+            self.server_queue_s = _seconds_or_none(metrics.get("queue_time_ms"))
         if any(_choice_text(choice) for choice in event.get("choices") or ()):
             self.chunk_times.append(now)
             if self.first_token is None:
@@ -280,6 +299,8 @@ class _Stream:
             prompt_tokens=self.prompt_tokens,
             completion_tokens=self.completion_tokens,
             error=error,
+            server_ttft_s=self.server_ttft_s,
+            server_queue_s=self.server_queue_s,
         )
 
 
@@ -299,6 +320,13 @@ def _choice_text(choice: Any) -> str:
 
 def _int_or_none(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _seconds_or_none(milliseconds: Any) -> float | None:
+    """A duration the server sent in ms, in seconds; None for anything but a finite number."""
+    if not isinstance(milliseconds, int | float) or isinstance(milliseconds, bool):
+        return None
+    return milliseconds / 1000.0 if math.isfinite(milliseconds) else None
 
 
 def _error_message(body: Any) -> str:

@@ -17,6 +17,11 @@ def level_summary(result: TrialResult, condition: Condition | None = None) -> di
     ``ttft_p95_interval_ms`` holds order-statistic bounds (95 % confidence) on the p95 TTFT;
     a side is None where the requests were too few to bound it. TPOT is per token (from
     ``usage``), ITL per streamed chunk (under speculation one chunk carries several tokens).
+
+    ``server_ttft_p*_ms`` and ``server_queue_p*_ms`` are percentiles of what the server itself
+    reported per request (vLLM's response ``metrics``, sent when it was started with
+    ``--enable-per-request-metrics``), stored beside the client's ``ttft_p*_ms``; None where the
+    server sent none. The server's TTFT leaves out the queue time; the client's includes it.
     """
     ttfts = [r.ttft * 1000.0 for r in result.succeeded if r.ttft is not None]
     summary = {
@@ -24,6 +29,8 @@ def level_summary(result: TrialResult, condition: Condition | None = None) -> di
         "ttft_p95_interval_ms": list(quantile_interval(ttfts, 95)),
         "tpot_p95_ms": result.tpot_ms(95),
         "failed_share": result.errors / len(result.requests) if result.requests else None,
+        **{f"server_ttft_p{q}_ms": result.server_ttft_ms(q) for q in (50, 95)},
+        **{f"server_queue_p{q}_ms": result.server_queue_ms(q) for q in (50, 95)},
     }
     if condition is not None:
         summary.update(temperature=condition.sampling_temperature, weight=condition.weight)

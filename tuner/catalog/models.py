@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from tuner.catalog.drafters import block_kind, drafter_params
 from tuner.catalog.files import is_file
@@ -32,7 +32,6 @@ from tuner.errors import ConfigError, IncompatibleDraftError
 
 __all__ = [
     "CATALOG",
-    "HETEROGENEOUS_VOCAB_SINCE",
     "ModelSpec",
     "check_draft",
     "load_model",
@@ -250,22 +249,6 @@ def load_model(name: str) -> ModelSpec:
     )
 
 
-class Release(Protocol):
-    """A vLLM version (``tuner.config.vllm_args.VllmVersion`` fits; this layer sits below it)."""
-
-    @property
-    def major(self) -> int: ...
-    @property
-    def minor(self) -> int: ...
-    @property
-    def patch(self) -> int: ...
-
-
-_V1_DRAFTS = (0, 10, 0)  # from here the V1 engine's SpeculativeConfig does the check
-HETEROGENEOUS_VOCAB_SINCE = (0, 25, 0)
-"""``SpeculativeConfig.use_heterogeneous_vocab`` exists from this vLLM release on (BRIEF.md)."""
-
-
 def needs_heterogeneous_vocab(target: ModelSpec, draft: ModelSpec) -> bool:
     """Whether vLLM sees different vocabulary sizes (``config.json``'s ``vocab_size``).
 
@@ -275,23 +258,11 @@ def needs_heterogeneous_vocab(target: ModelSpec, draft: ModelSpec) -> bool:
     return target.vocab != draft.vocab
 
 
-def _release(version: Release) -> tuple[int, int, int]:
-    return (version.major, version.minor, version.patch)
-
-
-def check_draft(target: ModelSpec, draft: ModelSpec, version: Release | None = None) -> None:
-    """Rejects a draft that cannot speculate for ``target`` on vLLM ``version``.
-
-    Rules (``version`` None means the newest):
-
-    - the tokenizers must be the same, or the draft proposes ids that mean other tokens;
-    - the draft must be smaller than the target;
-    - vocabulary sizes (embedding rows) may differ only from vLLM 0.25, where spectune sets
-      ``use_heterogeneous_vocab``. 0.15-0.24's ``SpeculativeConfig`` raises "Target and draft
-      model should have the same vocabulary size" with no opt-out (read in 0.32's
-      ``vllm/config/speculative.py``; the earlier releases' rule is BRIEF.md's), and the V0
-      engine (up to 0.9) asserts equal sizes (``vllm/spec_decode/spec_decode_worker.py``
-      ``SpecDecodeWorker._vocab_size``, read in vLLM's repository history).
+def check_draft(target: ModelSpec, draft: ModelSpec) -> None:
+    """Rejects a draft that cannot speculate for ``target`` on any vLLM release: the
+    tokenizers must be the same (or the draft proposes ids that mean other tokens) and the
+    draft smaller than the target. Which releases take different vocabulary sizes is the
+    draft-model method's rule (:mod:`tuner.config.methods.draft_model`).
 
     Raises:
         IncompatibleDraftError: one line naming the pair, the reason and the fix.
@@ -318,26 +289,3 @@ def check_draft(target: ModelSpec, draft: ModelSpec, version: Release | None = N
             f"draft {draft.hf_id} ({draft.params / 1e9:.1f}B) is not smaller than target "
             f"{target.hf_id} ({target.params / 1e9:.1f}B): pick a smaller draft"
         )
-    if not needs_heterogeneous_vocab(target, draft):
-        return
-    if version is None or _release(version) >= HETEROGENEOUS_VOCAB_SINCE:
-        return
-    same = [
-        m.hf_id
-        for m in CATALOG
-        if m.tokenizer_family == target.tokenizer_family
-        and m.vocab == target.vocab
-        and m.params < target.params
-        and not m.quantized
-    ]
-    hint = f", or a draft with {target.vocab} rows ({same[0]})" if same else ""
-    why = (
-        "its V0 engine asserts equal sizes (SpecDecodeWorker._vocab_size)"
-        if _release(version) < _V1_DRAFTS
-        else '"Target and draft model should have the same vocabulary size"'
-    )
-    raise IncompatibleDraftError(
-        f"draft {draft.hf_id} has {draft.vocab} vocabulary rows but target {target.hf_id} has "
-        f"{target.vocab}, and vLLM {version} refuses that pair ({why}; use_heterogeneous_vocab "
-        f"came in 0.25): use vLLM 0.25 or later{hint}"
-    )

@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING
 from rich.table import Table
 
 from tuner.analysis.confirmed import Confirmed, Interval, Run
+from tuner.config.methods import MethodFamily
 from tuner.config.schema import Objective
-from tuner.config.trial import MODEL_METHODS, ServerConfig, SpecMethod
+from tuner.config.trial import ServerConfig, SpecMethod
 from tuner.trial.model_runner import model_runner
 from tuner.trial.scoring import TrialStatus
 
@@ -88,9 +89,9 @@ def draft_label(server: ServerConfig) -> str:
     ``dflash``): their long ids would not fit."""
     name = _draft_name(server)
     spec = server.speculative
-    if spec is not None and spec.method in MODEL_METHODS - {SpecMethod.DRAFT_MODEL}:
+    if spec is not None and server.family in (MethodFamily.HEAD, MethodFamily.BLOCK):
         return ("p-" if spec.parallel_drafting else "") + str(spec.method)
-    if server.method is not SpecMethod.DRAFT_MODEL:
+    if server.family is not MethodFamily.DRAFT:
         return name
     size = _SIZE.search(name)
     return size.group(1) if size else name
@@ -102,7 +103,7 @@ def config_label(server: ServerConfig, temperature: float | None = None) -> str:
     k = f" K={server.k}" if server.speculative else ""
     temp = "" if temperature is None else f" temp={temperature:.2f}"
     return (
-        f"draft={_draft_name(server)}{k} gpu-mem={server.gpu_memory_utilization:.2f} "
+        f"draft={_draft_name(server)}{k} gpu-mem={server.memory_label} "
         f"batched={server.max_num_batched_tokens}{temp}"
     )
 
@@ -155,7 +156,7 @@ def record_row(record: TrialRecord) -> list[str]:
         str(record.number),
         draft_label(server),
         str(server.k) if server.speculative else "-",
-        f"{server.gpu_memory_utilization:.2f}",
+        server.memory_label,
         str(server.max_num_batched_tokens),
         _temperature_cell(record),
         _number(record.throughput, 2 if record.steps else 1),

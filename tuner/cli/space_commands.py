@@ -25,6 +25,7 @@ def check_command(
     # Here, not at the top: `spectune --help` loads every command module (benchmarks/startup.py).
     from tuner.config.prompt_sets import describe_prompt_set
     from tuner.config.runner_report import space_runners, v1_warning
+    from tuner.config.running_cap import cap_warning
     from tuner.config.space import load_space
 
     loaded = load_space(space)
@@ -39,7 +40,8 @@ def check_command(
     lines = [f"model runner on vLLM {loaded.version} (predicted from vLLM's rules):"]
     lines += [f"  {row.label:<{width}}  {row.forecast.describe()}" for row in rows]
     warning = v1_warning(loaded)
-    for line in [*lines, *([warning] if warning else [])]:
+    notes = [note for note in (loaded.memory_note, warning, cap_warning(loaded)) if note]
+    for line in [*lines, *notes]:
         console.print(line, markup=False, highlight=False, soft_wrap=True)
 
 

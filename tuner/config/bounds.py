@@ -35,6 +35,7 @@ __all__ = [
     "Draft",
     "FlagValue",
     "Fraction",
+    "Gibibytes",
     "GpuCount",
     "Milliseconds",
     "ModelId",
@@ -130,6 +131,8 @@ MAX_GPUS = 64
 """GPUs one server (or one host's workers) spans: more than any single host holds."""
 MAX_SECONDS = 7 * 24 * 3600
 """Timeouts and windows: a week; longer is no limit at all."""
+MAX_GIB = 1024
+"""GPU memory in GiB: more than any one GPU holds."""
 MAX_SEED = 2**32 - 1
 """Seeds: numpy and Optuna's samplers take unsigned 32-bit seeds."""
 MAX_NAME = 4096
@@ -144,6 +147,11 @@ _NAME_WHY = "PATH_MAX, the longest path Linux opens"
 # Bounded scalars. vLLM's SamplingParams refuses temperatures outside [0, 2].
 Fraction = Annotated[
     float, Field(gt=0, le=1, allow_inf_nan=False), _Rule("a number > 0 and <= 1", 0.92)
+]
+Gibibytes = Annotated[
+    float,
+    Field(ge=0, le=MAX_GIB, allow_inf_nan=False),
+    _Rule("a number of GiB >= 0", 2.0, MAX_GIB, "more memory than any GPU holds"),
 ]
 SpecTokens = Annotated[
     int, Field(ge=1, le=MAX_SPEC_TOKENS), _Rule("an integer >= 1", 4, MAX_SPEC_TOKENS, _K_WHY)

@@ -4,8 +4,8 @@
 target, MTP needs the target's MTP layers, a draft must pass vLLM's vocabulary rules, a block
 drafter its checkpoint rules (:mod:`tuner.catalog.drafters`), and each method, key and value
 must exist in the release and run on the model runner the config lands on
-(:mod:`tuner.config.vllm_features`); adaptive verification needs CUDA graphs
-(:func:`check_graphs`). It returns the choices with a block drafter's unset K
+(:mod:`tuner.config.vllm_features`); adaptive verification needs CUDA graphs, no LoRA and
+no pipeline stages (:func:`check_adaptive`). It returns the choices with a block drafter's unset K
 resolved to the width the drafter was trained for. Every refusal is one line.
 """
 
@@ -13,46 +13,17 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from tuner.catalog.drafters import check_block_drafter, check_parallel_head, check_topk, k_limit
-from tuner.catalog.heads import check_head
-from tuner.catalog.models import ModelSpec, Release, check_draft, load_model
-from tuner.catalog.mtp import check_mtp
-from tuner.catalog.seed_drafters import DRAFTERS, drafters_for
-from tuner.config.choices import UNRESOLVED_K, Range, SpecChoice
-from tuner.config.trial import BLOCK_METHODS, HEAD_METHODS, FlagValue, SpecMethod
+from tuner.catalog.drafters import check_parallel_head, check_topk
+from tuner.catalog.models import ModelSpec, load_model
+from tuner.config.choices import SpecChoice
+from tuner.config.methods import method_of
+from tuner.config.trial import FlagValue
 from tuner.config.vllm_features import check_options
 from tuner.config.vllm_methods import check_method
 from tuner.config.vllm_version import VllmVersion
-from tuner.errors import ConfigError, IncompatibleDraftError
+from tuner.errors import ConfigError
 
-__all__ = ["check_choices", "check_graphs"]
-
-
-def _resolved(choice: SpecChoice, target: ModelSpec) -> SpecChoice:
-    """A block drafter's choice, its rules checked and its K resolved when the space left it
-    unset."""
-    if choice.model is None:  # dspark on stages inside the target's checkpoint
-        if choice.k == UNRESOLVED_K:
-            raise ConfigError(
-                f"dspark without a drafter model has no block_size to take K from: set "
-                f"num_speculative_tokens (or name a DSpark drafter for {target.hf_id})"
-            )
-        return choice
-    drafter = load_model(choice.model)
-    known = next((d for d in DRAFTERS if d.hf_id.lower() == drafter.hf_id.lower()), None)
-    if known is not None and target.hf_id.lower() not in (t.lower() for t in known.targets):
-        offer = drafters_for(target.hf_id)
-        raise IncompatibleDraftError(
-            f"{choice.method} drafter {drafter.hf_id} was trained for {', '.join(known.targets)}, "
-            f"not {target.hf_id}: pick a drafter of {target.hf_id}"
-            + (f" (e.g. {offer[0].hf_id})" if offer else "")
-        )
-    limit = k_limit(choice.method, drafter.config) or 0
-    k = Range(limit, limit) if choice.k == UNRESOLVED_K else choice.k
-    check_block_drafter(
-        target.hf_id, target.config, drafter.hf_id, drafter.config, choice.method, int(k.high)
-    )
-    return replace(choice, k=k)
+__all__ = ["check_adaptive", "check_choices"]
 
 
 def _check_settings(choice: SpecChoice, tensor_parallel: int) -> None:
@@ -80,47 +51,54 @@ def check_choices(
     Raises:
         ConfigError: the first choice at fault (an :class:`IncompatibleDraftError` for pairs).
     """
-    release: Release | None = version
     fitted: list[SpecChoice] = []
     for choice in choices:
-        if choice.method == SpecMethod.NONE:
+        if not method_of(choice.method).speculates:
             fitted.append(choice)
             continue
         if version is not None:
-            check_method(choice.method, version)
-        if choice.method == SpecMethod.DRAFT_MODEL:
-            check_draft(target, load_model(str(choice.model)), release)
-        elif choice.method in HEAD_METHODS:
-            head = load_model(str(choice.model))
-            check_head(target.hf_id, target.config, head.hf_id, head.config, choice.method)
-        elif choice.method == SpecMethod.MTP:
-            check_mtp(target.hf_id, target.config)
-        elif choice.method in BLOCK_METHODS:
-            choice = _resolved(choice, target)
-        _check_settings(choice, tensor_parallel)
+            check_method(choice.method, version, choice.model)
+        k = method_of(choice.method).check(target, choice.model, choice.k, version)
+        choice = replace(choice, k=k)
         if version is not None:
             check_options(choice, target, version)
+        _check_settings(choice, tensor_parallel)
         fitted.append(choice)
     return tuple(fitted)
 
 
-def check_graphs(
+# What adaptive verification cannot run with, flag by flag: vLLM's refusal and what turns it on
+# (VllmConfig._validate_adaptive_verification, vllm/config/vllm.py:3271-3314 in 0.34.0).
+_ADAPTIVE_REFUSALS = (
+    ("enforce-eager", "requires full CUDA graphs, which enforce-eager turns off"),
+    ("enable-lora", "is not currently compatible with LoRA"),
+    ("pipeline-parallel-size", "is not currently compatible with pipeline parallelism"),
+)
+
+
+def _set(value: object, flag: str) -> bool:
+    """Whether an extra flag's value turns the feature on (a pipeline of more than one stage)."""
+    if flag == "pipeline-parallel-size":
+        return str(value).isdigit() and int(str(value)) > 1
+    return value is not False
+
+
+def check_adaptive(
     choices: tuple[SpecChoice, ...], extra_flags: tuple[tuple[str, FlagValue], ...]
 ) -> None:
-    """Adaptive verification replays full CUDA graphs, which ``--enforce-eager`` turns off:
-    vLLM refuses the pair ("Adaptive verification requires full CUDA graphs",
-    ``VllmConfig._validate_adaptive_verification``).
+    """Refuses adaptive verification beside a flag vLLM refuses it with: ``--enforce-eager``
+    (no full CUDA graphs), ``--enable-lora``, a pipeline of more than one stage.
 
     Raises:
-        ConfigError: naming the choice and the fix.
+        ConfigError: naming the choice, vLLM's rule and the fix.
     """
-    eager = any(
-        name.lstrip("-").replace("_", "-") == "enforce-eager" and value is not False
-        for name, value in extra_flags
-    )
     adaptive = next((c for c in choices if True in c.allowed("enable_adaptive_verification")), None)
-    if eager and adaptive is not None:
-        raise ConfigError(
-            f"{adaptive.label}: adaptive verification requires full CUDA graphs and "
-            "server.extra_flags sets enforce-eager (vLLM refuses the pair): drop one of them"
-        )
+    if adaptive is None:
+        return
+    flags = {name.lstrip("-").replace("_", "-"): value for name, value in extra_flags}
+    for flag, why in _ADAPTIVE_REFUSALS:
+        if flag in flags and _set(flags[flag], flag):
+            raise ConfigError(
+                f"{adaptive.label}: adaptive verification {why} and server.extra_flags sets "
+                f"{flag} (vLLM refuses the pair): drop one of them"
+            )

@@ -21,16 +21,11 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from tuner.config.methods import (
-    BlockMethod,
-    MtpMethod,
-    NgramMethod,
-    NoMethod,
-    SearchModel,
-    SuffixMethod,
-    Verified,
-)
+from tuner.config.methods import UNRESOLVED_K, Range, method_of
+from tuner.config.methods.fields import SectionModel
+from tuner.config.methods.suffix import SuffixMethod
 from tuner.config.schema_base import RangeModel
+from tuner.config.search_section import SearchModel
 from tuner.config.trial import SpecMethod, SpeculativeConfig, choice_label
 from tuner.config.verification import DraftSampling, Verification
 from tuner.errors import ConfigError
@@ -38,6 +33,7 @@ from tuner.errors import ConfigError
 __all__ = ["OPTION_ORDER", "Option", "Range", "SpecChoice", "choices_from_search"]
 
 K_PARAM = "num_speculative_tokens"
+_DEFAULT_K = Range(1, 8)
 # Settings that are integers (the rest are floats); the order is the order they are asked for.
 _INTEGER_SETTINGS = frozenset(
     {
@@ -81,19 +77,6 @@ _EARLIER_NGRAM = (("prompt_lookup_min", 1.0), ("prompt_lookup_max", 4.0))
 
 
 @dataclass(frozen=True)
-class Range:
-    """A numeric interval; ``step`` discretises it (ints always step by 1)."""
-
-    low: float
-    high: float
-    step: float | None = None
-
-
-# A block drafter's K when the space leaves it unset: resolved from the drafter's block size.
-UNRESOLVED_K = Range(0, 0)
-
-
-@dataclass(frozen=True)
 class SpecChoice:
     """One speculation choice: a method, its model (draft, head, drafter), K's range, its
     numeric settings and its options.
@@ -109,7 +92,7 @@ class SpecChoice:
 
     method: SpecMethod
     model: str | None = None
-    k: Range = Range(1, 8)
+    k: Range = _DEFAULT_K
     settings: tuple[tuple[str, Range], ...] = ()
     options: tuple[tuple[str, tuple[Option, ...]], ...] = ()
 
@@ -233,7 +216,7 @@ def _range(value: float | RangeModel) -> Range:
     return Range(float(value), float(value))
 
 
-def _settings(model: NgramMethod | SuffixMethod | BlockMethod) -> tuple[tuple[str, Range], ...]:
+def _settings(model: SectionModel) -> tuple[tuple[str, Range], ...]:
     names = [
         n
         for n in type(model).model_fields
@@ -242,7 +225,7 @@ def _settings(model: NgramMethod | SuffixMethod | BlockMethod) -> tuple[tuple[st
     return tuple((name, _range(getattr(model, name))) for name in names)
 
 
-def _options(model: Verified | NgramMethod) -> tuple[tuple[str, tuple[Option, ...]], ...]:
+def _options(model: SectionModel) -> tuple[tuple[str, tuple[Option, ...]], ...]:
     """The model's options, each value once, in :data:`OPTION_ORDER` and the enums' order."""
     found = []
     for name in OPTION_ORDER:
@@ -263,30 +246,13 @@ def _k(value: float | RangeModel | None) -> Range:
 
 def _from_methods(search: SearchModel) -> Iterator[SpecChoice]:
     for entry in search.methods or ():
-        if isinstance(entry, NoMethod):
-            yield SpecChoice(SpecMethod.NONE)
-        elif isinstance(entry, NgramMethod):
-            k, settings = _range(entry.num_speculative_tokens), _settings(entry)
-            yield SpecChoice(entry.method, None, k, settings, _options(entry))
-        elif isinstance(entry, SuffixMethod):
-            k, settings = _range(entry.num_speculative_tokens), _settings(entry)
-            yield SpecChoice(SpecMethod.SUFFIX, None, k, settings)
-        elif isinstance(entry, MtpMethod):
-            k = _range(entry.num_speculative_tokens)
-            yield SpecChoice(SpecMethod.MTP, None, k, (), _options(entry))
-        elif isinstance(entry, BlockMethod):
-            k, settings, options = (
-                _k(entry.num_speculative_tokens),
-                _settings(entry),
-                _options(entry),
-            )
-            drafters: list[str | None] = list(entry.model) if entry.model else [None]
-            for drafter in drafters:
-                yield SpecChoice(entry.method, drafter, k, settings, options)
-        else:
-            k, options = _range(entry.num_speculative_tokens), _options(entry)
-            for model in entry.model:
-                yield SpecChoice(entry.method, model, k, (), options)
+        if not method_of(entry.method).speculates:
+            yield SpecChoice(entry.method)
+            continue
+        k = _k(getattr(entry, K_PARAM))
+        settings, options = _settings(entry), _options(entry)
+        for model in entry.models():
+            yield SpecChoice(entry.method, model, k, settings, options)
 
 
 def _from_drafts(search: SearchModel) -> Iterator[SpecChoice]:

@@ -8,7 +8,7 @@
     ├── WorkloadModel      workload: prompt_set, token counts, the traffic (concurrency levels and
     │                      temperatures, each with a weight), requests, warm-up, ...
     └── SearchModel        search: the tuned dimensions, speculation methods first
-                           (:mod:`tuner.config.methods`)
+                           (:mod:`tuner.config.search_section`)
 
 Unknown keys are refused with the nearest known one, so a typo never runs silently.
 :func:`parse_space` turns the first problem into one line naming the file, the key path, the
@@ -42,6 +42,7 @@ from tuner.config.bounds import (
     Concurrency,
     ContextLength,
     FlagValue,
+    Gibibytes,
     GpuCount,
     Milliseconds,
     ModelId,
@@ -57,12 +58,7 @@ from tuner.config.bounds import (
     Warmup,
     Weight,
 )
-from tuner.config.methods import (
-    FractionRange,
-    SearchModel,
-    SpecTokensRange,
-    TemperatureRange,
-)
+from tuner.config.methods.fields import SpecTokensRange
 from tuner.config.prompt_sets import PROMPT_SETS, missing_package
 from tuner.config.schema_base import AS_LIST as _AS_LIST
 from tuner.config.schema_base import NON_EMPTY as _NON_EMPTY
@@ -70,6 +66,7 @@ from tuner.config.schema_base import StrictModel
 from tuner.config.schema_base import context_flag as _context
 from tuner.config.schema_errors import GPU_NAME, GPU_SPEC, ONE_RATE, RATE_STEPS
 from tuner.config.schema_errors import one_line as _one_line
+from tuner.config.search_section import FractionRange, SearchModel, TemperatureRange
 from tuner.errors import ConfigError
 
 __all__ = [
@@ -235,6 +232,11 @@ class ServerModel(_StrictModel):
     """Passed as --quantization (vLLM also detects it from the model)."""
     extra_flags: dict[str, FlagValue] = {}
     """Further vLLM flags, flag: value (no secrets: the space is stored with the study)."""
+    memory_headroom_gib: Gibibytes | None = None
+    """GPU memory per GPU to leave for processes outside vLLM that allocate after it starts (a
+    desktop, a notebook). On vLLM 0.34+ it is the one reason to cap gpu_memory_utilization
+    below 1.0: unset, the study leaves the flag unset (the KV cache is sized from memory
+    measured free) and searches.gpu_memory_utilization's caps are not tried."""
 
 
 class VllmModel(_StrictModel):

@@ -1,5 +1,6 @@
 """The building blocks of the search-space schema: a strict YAML mapping and a ``low``/``high``
-range, shared by :mod:`tuner.config.schema` and :mod:`tuner.config.methods`.
+range, shared by :mod:`tuner.config.schema` and :mod:`tuner.config.methods`
+(each method's section).
 
 A :class:`StrictModel` takes ``null`` as empty, refuses unknown keys naming the nearest known one
 (unless validated with ``context={"lenient": True}``, for stored copies), and names a missing

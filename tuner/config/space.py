@@ -14,7 +14,7 @@ or a mismatched draft stops the study before anything runs.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from importlib.resources import files
 from pathlib import Path
@@ -26,7 +26,7 @@ from pydantic import TypeAdapter
 from tuner.catalog.gpus import CATALOG, Hardware, parse_hardware
 from tuner.catalog.models import ModelSpec, load_model
 from tuner.config.bounds import Milliseconds, check_value
-from tuner.config.choice_rules import check_choices, check_graphs
+from tuner.config.choice_rules import check_adaptive, check_choices
 from tuner.config.choices import Option, Range, SpecChoice, choices_from_search
 from tuner.config.context import check_lengths
 from tuner.config.local_paths import absolute, absolute_space_paths
@@ -49,8 +49,11 @@ from tuner.config.trial import (
 )
 from tuner.config.vllm_args import (
     NEWEST_KNOWN,
+    UNSET_MEMORY_SHARE,
     VllmVersion,
     check_extra_flags,
+    measured_kv_cache,
+    memory_range,
     parse_version,
     version_from_image,
 )
@@ -114,6 +117,25 @@ class SearchSpace:
         """The copy of the space a study stores, as JSON: the file's keys as written (with what
         ``with_*`` changed), validated; :func:`space_from_dict` builds the same space from it."""
         return self.model.model_dump(mode="json", by_alias=True, exclude_unset=True)
+
+    @property
+    def memory_note(self) -> str | None:
+        """What the memory dimension means on a release that sizes the KV cache from measured
+        memory (0.34+); None before, where the space's range is searched as written."""
+        if not measured_kv_cache(self.version):
+            return None
+        share = self.gpu_memory_utilization
+        if share.low >= UNSET_MEMORY_SHARE:
+            return (
+                f"gpu_memory_utilization: left unset on vLLM {self.version}, which sizes the KV "
+                "cache from the memory it measures free; set server.memory_headroom_gib to "
+                "leave GPU memory for processes that allocate after vLLM starts"
+            )
+        return (
+            f"gpu_memory_utilization: {share.low:.2f} to {share.high:.2f}, leaving "
+            f"{self.model.server.memory_headroom_gib:g} GiB per GPU to other processes "
+            "(server.memory_headroom_gib)"
+        )
 
     @property
     def tunes_temperature(self) -> bool:
@@ -255,6 +277,36 @@ class SearchSpace:
         }
         return self._edited("hardware", hardware.as_source(), server=server)
 
+    def without_choices(self, labels: Collection[str]) -> SearchSpace:
+        """The same space without the speculation choices labelled ``labels`` (a model is
+        taken out of its entry's list; an entry left with none goes).
+
+        Raises:
+            ConfigError: no choice would be left.
+        """
+        if all(choice.label in labels for choice in self.choices):
+            raise ConfigError(
+                f"{self.name}: every speculation choice would be taken out ({', '.join(labels)})"
+            )
+        gone = {(str(c.method), c.model) for c in self.choices if c.label in labels}
+        search = dict(self.source.get("search", {}))
+        if "methods" in search:
+            kept: list[Any] = []
+            for entry in search["methods"]:
+                named = {"method": entry} if isinstance(entry, str) else dict(entry)
+                method, models = str(named["method"]), named.get("model")
+                if models is None:
+                    if (method, None) not in gone:
+                        kept.append(entry)
+                    continue
+                left = [m for m in _as_list(models) if (method, m) not in gone]
+                if left:
+                    kept.append({**named, "model": left})
+            search["methods"] = kept
+        else:  # the earlier form: a method's name, or a draft model's id
+            search["draft"] = [d for d in _as_list(search.get("draft", [])) if str(d) not in labels]
+        return self._edited("search", search)
+
     def _edited(self, key: str, value: Any, **sections: Any) -> SearchSpace:
         """This space with ``key`` of its file set to ``value`` (a section's keys merged into
         it), built again from the edited file."""
@@ -262,6 +314,10 @@ class SearchSpace:
         if isinstance(value, dict) and isinstance(raw.get(key), dict):
             value = {**raw[key], **value}
         return _build({**raw, key: value, **sections}, self.name, lenient=True)
+
+
+def _as_list(value: Any) -> list[Any]:
+    return list(value) if isinstance(value, list | tuple) else [value]
 
 
 def _suggest_float(trial: optuna.Trial, name: str, value: Range) -> float:
@@ -341,7 +397,7 @@ def _build(raw: Any, origin: str, *, lenient: bool) -> SearchSpace:
         "",
     )
     extra_flags = tuple(server.extra_flags.items())
-    _named(origin, lambda _: check_graphs(choices, extra_flags), "")
+    _named(origin, lambda _: check_adaptive(choices, extra_flags), "")
     if not lenient:  # a stored study ran with what it stored
         lengths = ("server.max_model_len", "workload.input_tokens", "workload.output_tokens")
         _named(
@@ -357,7 +413,12 @@ def _build(raw: Any, origin: str, *, lenient: bool) -> SearchSpace:
         hardware=hardware,
         target=target,
         choices=choices,
-        gpu_memory_utilization=_range(search.gpu_memory_utilization),
+        gpu_memory_utilization=memory_range(
+            _range(search.gpu_memory_utilization),
+            release,
+            server.memory_headroom_gib,
+            hardware.gpu.vram_gib,
+        ),
         max_num_batched_tokens=tuple(search.max_num_batched_tokens),
         trial_temperature=(
             workload.mean_temperature

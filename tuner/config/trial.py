@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from tuner.catalog.models import ModelSpec, load_model
 from tuner.catalog.spec_method import SpecMethod
+from tuner.config.methods import MethodFamily, method_of
 from tuner.config.verification import DraftSampling, Verification
 from tuner.config.workload import WorkloadSpec
 
@@ -17,9 +18,6 @@ if TYPE_CHECKING:
     from pydantic import TypeAdapter
 
 __all__ = [
-    "BLOCK_METHODS",
-    "HEAD_METHODS",
-    "MODEL_METHODS",
     "ClientConfig",
     "FlagValue",
     "LaunchContext",
@@ -56,21 +54,6 @@ def is_secret_flag(name: str) -> bool:
     return _SECRET_FLAG.search(flag) is not None or (
         len(flag) >= 2 and any(known.startswith(flag) for known in _CREDENTIAL_FLAGS)
     )
-
-
-# Methods that load a model named in ``SpeculativeConfig.model`` (a draft, a head, a drafter).
-MODEL_METHODS = frozenset(
-    {
-        SpecMethod.DRAFT_MODEL,
-        SpecMethod.EAGLE,
-        SpecMethod.EAGLE3,
-        SpecMethod.DFLASH,
-        SpecMethod.DSPARK,
-    }
-)
-HEAD_METHODS = frozenset({SpecMethod.EAGLE, SpecMethod.EAGLE3})
-# Drafters that propose their K tokens in one pass (vLLM sets parallel_drafting for them).
-BLOCK_METHODS = frozenset({SpecMethod.DFLASH, SpecMethod.DSPARK})
 
 
 @dataclass(frozen=True)
@@ -132,9 +115,10 @@ def choice_label(spec: SpeculativeConfig | None) -> str:
     ``dflash:DRAFTER``)."""
     if spec is None:
         return str(SpecMethod.NONE)
-    if spec.method is SpecMethod.DRAFT_MODEL:
+    method = method_of(spec.method)
+    if method.family is MethodFamily.DRAFT:
         return str(spec.model)
-    if spec.method in MODEL_METHODS and spec.model:
+    if method.takes_model and spec.model:
         return f"{spec.method}:{spec.model}"
     return str(spec.method)
 
@@ -161,6 +145,19 @@ class ServerConfig:
         return SpecMethod.NONE if self.speculative is None else self.speculative.method
 
     @property
+    def memory_label(self) -> str:
+        """``--gpu-memory-utilization`` as a table prints it: ``unset`` for 1.0, which spectune
+        proposes only where vLLM sizes the KV cache from measured memory (0.34+) and then leaves
+        the flag out (:func:`tuner.config.vllm_args.writes_memory_share`)."""
+        share = self.gpu_memory_utilization
+        return "unset" if share >= 1.0 else f"{share:.2f}"
+
+    @property
+    def family(self) -> MethodFamily:
+        """How the server speculates, by cost structure (a draft model, a head, ...)."""
+        return method_of(self.method).family
+
+    @property
     def draft(self) -> str | None:
         """How the server speculates, as a search space's choice names it: the draft model id,
         ``eagle3:HEAD`` for a head (``dflash:DRAFTER`` for a block drafter), the method's name
@@ -173,7 +170,7 @@ class ServerConfig:
         """The draft model's, head's or block drafter's id or path; None for ngram, suffix,
         mtp or none."""
         spec = self.speculative
-        return spec.model if spec is not None and spec.method in MODEL_METHODS else None
+        return spec.model if spec is not None and method_of(spec.method).takes_model else None
 
     @property
     def k(self) -> int:

@@ -43,14 +43,11 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from tuner.catalog.gpus import GpuSpec
-from tuner.catalog.models import (
-    HETEROGENEOUS_VOCAB_SINCE,
-    ModelSpec,
-    load_model,
-    needs_heterogeneous_vocab,
-)
-from tuner.config.trial import MODEL_METHODS, FlagValue, ServerConfig, SpecMethod
-from tuner.config.vllm_methods import check_speculative, json_keys, option_keys
+from tuner.catalog.models import ModelSpec, load_model, needs_heterogeneous_vocab
+from tuner.config.methods import MethodFamily, Range, method_of
+from tuner.config.methods.draft_model import mixed_vocab_flag
+from tuner.config.trial import FlagValue, ServerConfig
+from tuner.config.vllm_methods import check_speculative, option_keys
 from tuner.config.vllm_version import (
     NEWEST_KNOWN,
     OLDEST_SUPPORTED,
@@ -62,8 +59,10 @@ from tuner.config.vllm_version import (
 from tuner.errors import ConfigError
 
 __all__ = [
+    "EXTENSIBLE_KV_CACHE_SINCE",
     "NEWEST_KNOWN",
     "PER_BATCH_SIZE_SINCE",
+    "UNSET_MEMORY_SHARE",
     "Dialect",
     "VllmVersion",
     "check_supported",
@@ -72,25 +71,29 @@ __all__ = [
     "dialect",
     "has_per_batch_size",
     "heterogeneous_vocab",
+    "measured_kv_cache",
+    "memory_range",
     "parse_version",
     "sampled_value_refusal",
     "server_argv",
     "server_yaml",
     "version_from_image",
+    "writes_memory_share",
 ]
 
 
+EXTENSIBLE_KV_CACHE_SINCE = VllmVersion(0, 34, 0)
+# gpu_memory_utilization left unset, as the extensible KV cache resolves it.
+UNSET_MEMORY_SHARE = 1.0
 _V0_7 = VllmVersion(0, 7, 0)
 _V0_8_2 = VllmVersion(0, 8, 2)
 _V0_8_4 = VllmVersion(0, 8, 4)
 _V0_8_5 = VllmVersion(0, 8, 5)
 _V0_10 = VllmVersion(0, 10, 0)
-_V0_15 = VllmVersion(0, 15, 0)
 _V0_16 = VllmVersion(0, 16, 0)
 # The first release whose speculative config has num_speculative_tokens_per_batch_size (vLLM's
 # config/speculative.py and v1/spec_decode/dynamic/utils.py, PR #32374).
 PER_BATCH_SIZE_SINCE = VllmVersion(0, 24, 0)
-_HETEROGENEOUS_VOCAB = VllmVersion(*HETEROGENEOUS_VOCAB_SINCE)
 
 
 @dataclass(frozen=True)
@@ -98,7 +101,6 @@ class Dialect:
     """How one vLLM version spells a server config (see the module docstring for the table)."""
 
     speculative_flags: Literal["standalone", "json"]
-    draft_model: Literal["v0", "refused", "v1"]
     v2_block_manager: bool  # add --use-v2-block-manager when speculating (0.6.x)
     negative_booleans: bool  # --no-FLAG exists (0.8.5+); before, --enable-chunked-prefill False
     yaml_nested: bool  # --config turns a nested mapping into JSON (0.16+)
@@ -112,15 +114,8 @@ def has_per_batch_size(version: VllmVersion) -> bool:
 
 def dialect(version: VllmVersion) -> Dialect:
     """The flag dialect of ``version`` (the newest known one for any later release)."""
-    if version >= _V0_15:
-        draft: Literal["v0", "refused", "v1"] = "v1"
-    elif version >= _V0_10:
-        draft = "refused"
-    else:
-        draft = "v0"
     return Dialect(
         speculative_flags="json" if version >= _V0_8_2 else "standalone",
-        draft_model=draft,
         v2_block_manager=version < _V0_7,
         negative_booleans=version >= _V0_8_5,
         yaml_nested=version >= _V0_16,
@@ -150,13 +145,45 @@ _MODELED_FLAGS = frozenset(
         "ngram-prompt-lookup-min",
     }
 )
-_STANDALONE_METHODS = (SpecMethod.DRAFT_MODEL, SpecMethod.NGRAM)
 _FLAG_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 
 
 def _flag_name(name: str) -> str:
     """``--enforce_eager`` and ``enforce-eager`` both mean ``enforce-eager``."""
     return name.lstrip("-").replace("_", "-").lower()
+
+
+def measured_kv_cache(version: VllmVersion) -> bool:
+    """Whether ``version`` sizes the KV cache from memory measured free after warm-up (the
+    extensible KV cache, on by default on CUDA from 0.34: ``enable_extensible_kv_cache`` in
+    ``vllm/config/cache.py``), so that ``gpu_memory_utilization`` unset means all of it."""
+    return version >= EXTENSIBLE_KV_CACHE_SINCE
+
+
+def writes_memory_share(server: ServerConfig, version: VllmVersion) -> bool:
+    """Whether ``--gpu-memory-utilization`` is written: not where the config leaves it at the
+    release's own default (1.0 with the extensible KV cache, ``resolved_gpu_memory_utilization``
+    in ``vllm/config/cache.py``), which vLLM asks users to leave unset."""
+    return not (measured_kv_cache(version) and server.gpu_memory_utilization >= UNSET_MEMORY_SHARE)
+
+
+def memory_range(
+    written: Range, version: VllmVersion | None, headroom_gib: float | None, total_gib: float
+) -> Range:
+    """The ``gpu_memory_utilization`` values a study searches on ``version``.
+
+    Up to 0.33 the space's range as written. From 0.34 the flag stays unset (1.0: the KV cache
+    is sized from measured memory) unless memory must be left for processes that allocate
+    after vLLM starts (``server.memory_headroom_gib``); then the space's range, capped to
+    leave that headroom.
+    """
+    if version is None or not measured_kv_cache(version):
+        return written
+    if not headroom_gib:
+        return Range(UNSET_MEMORY_SHARE, UNSET_MEMORY_SHARE)
+    cap = round(1.0 - headroom_gib / total_gib, 4)
+    high = min(written.high, cap)
+    return Range(min(written.low, high), high, written.step)
 
 
 def check_supported(server: ServerConfig, version: VllmVersion) -> None:
@@ -182,18 +209,15 @@ def check_supported(server: ServerConfig, version: VllmVersion) -> None:
                 f"vLLM {version} cannot switch K by batch size "
                 f"(num_speculative_tokens_per_batch_size needs {PER_BATCH_SIZE_SINCE}+)"
             )
-        if spec.method in MODEL_METHODS - {SpecMethod.DSPARK} and not spec.model:
+        method = method_of(spec.method)
+        if method.needs_model and not spec.model:
             raise ConfigError(f"speculative method {spec.method} needs a model (draft or head)")
-        if spec.method is SpecMethod.DRAFT_MODEL and dialect(version).draft_model == "refused":
-            raise ConfigError(
-                f"vLLM {version} cannot speculate with a separate draft model "
-                f"({spec.model}): its V1 engine dropped draft models from 0.10 until 0.15. "
-                "Use vLLM 0.15 or later (or 0.9.2 or older), or the ngram method"
-            )
+        standalone = dialect(version).speculative_flags == "standalone"
         if (
-            spec.method is SpecMethod.NGRAM
+            standalone
+            and method.standalone_model(spec.model) is not None
+            and "prompt_lookup_max" in method.keys
             and spec.prompt_lookup_max is None
-            and dialect(version).speculative_flags == "standalone"
         ):
             raise ConfigError(
                 f"ngram speculation on vLLM {version} needs prompt_lookup_max "
@@ -275,18 +299,17 @@ def _speculative_json(server: ServerConfig, version: VllmVersion) -> dict[str, A
     spec = server.speculative
     assert spec is not None
     config: dict[str, Any] = {}
-    if spec.method is not SpecMethod.DRAFT_MODEL or dialect(version).draft_model == "v1":
-        # 0.15+ dispatches on the method; older releases infer draft_model from the model.
+    method = method_of(spec.method)
+    if method.writes_name(version):
         config["method"] = str(spec.method)
-    if spec.method in MODEL_METHODS and spec.model:
+    if method.takes_model and spec.model:
         config["model"] = spec.model
     config["num_speculative_tokens"] = spec.num_speculative_tokens
     if spec.k_by_batch_size:
         config["num_speculative_tokens_per_batch_size"] = [list(e) for e in spec.k_by_batch_size]
     if heterogeneous_vocab(server, version):
         config["use_heterogeneous_vocab"] = True
-    method = SpecMethod(spec.method)
-    for key in json_keys(method):  # the method's own settings, where set
+    for key in method.keys_for(version):  # the method's own settings, where set
         value = getattr(spec, key, None)
         if value is not None and key not in config:
             config[key] = value
@@ -306,9 +329,9 @@ def _known_model(name: str | None) -> ModelSpec | None:
 
 def heterogeneous_vocab(server: ServerConfig, version: VllmVersion) -> bool:
     """Whether the draft's vocabulary size differs from the target's, on a version with the flag."""
-    if version < _HETEROGENEOUS_VOCAB or server.speculative is None:
+    if not mixed_vocab_flag(version) or server.speculative is None:
         return False
-    if server.speculative.method is not SpecMethod.DRAFT_MODEL:
+    if method_of(server.speculative.method).family is not MethodFamily.DRAFT:
         return False
     target, draft = _known_model(server.model), _known_model(server.speculative.model)
     return target is not None and draft is not None and needs_heterogeneous_vocab(target, draft)
@@ -334,9 +357,10 @@ def _flag_items(server: ServerConfig, version: VllmVersion) -> _FlagItems:
     items: _FlagItems = [
         ("tensor-parallel-size", server.tensor_parallel_size),
         ("max-model-len", server.max_model_len),
-        ("gpu-memory-utilization", server.gpu_memory_utilization),
         ("max-num-batched-tokens", server.max_num_batched_tokens),
     ]
+    if writes_memory_share(server, version):
+        items.insert(2, ("gpu-memory-utilization", server.gpu_memory_utilization))
     quantization = _explicit_quantization(server)
     if quantization:
         items.append(("quantization", quantization))
@@ -349,24 +373,33 @@ def _flag_items(server: ServerConfig, version: VllmVersion) -> _FlagItems:
         items.append(("no-enable-chunked-prefill", True))
     else:
         items.append(("enable-chunked-prefill", "False"))
-    spec = server.speculative
-    if spec is not None:
-        if rules.speculative_flags == "json" or spec.method not in _STANDALONE_METHODS:
-            items.append(("speculative-config", _speculative_json(server, version)))
-        else:
-            draft = "[ngram]" if spec.method is SpecMethod.NGRAM else str(spec.model)
-            items.append(("speculative-model", draft))
-            items.append(("num-speculative-tokens", spec.num_speculative_tokens))
-            if spec.prompt_lookup_max is not None:
-                items.append(("ngram-prompt-lookup-max", spec.prompt_lookup_max))
-            if spec.prompt_lookup_min is not None:
-                items.append(("ngram-prompt-lookup-min", spec.prompt_lookup_min))
-        if rules.v2_block_manager:
-            items.append(("use-v2-block-manager", True))
+    items += _speculative_items(server, version)
     for name, value in server.extra_flags:
         # False means "leave the flag off": a store_true flag has no --no- form to ask for.
         if value is not False:
             items.append((_flag_name(name), value))
+    return items
+
+
+def _speculative_items(server: ServerConfig, version: VllmVersion) -> _FlagItems:
+    """The speculation flags in ``version``'s dialect (none without speculation)."""
+    spec = server.speculative
+    if spec is None:
+        return []
+    rules = dialect(version)
+    items: _FlagItems = []
+    draft = method_of(spec.method).standalone_model(spec.model)
+    if rules.speculative_flags == "json" or draft is None:
+        items.append(("speculative-config", _speculative_json(server, version)))
+    else:
+        items.append(("speculative-model", draft))
+        items.append(("num-speculative-tokens", spec.num_speculative_tokens))
+        if spec.prompt_lookup_max is not None:
+            items.append(("ngram-prompt-lookup-max", spec.prompt_lookup_max))
+        if spec.prompt_lookup_min is not None:
+            items.append(("ngram-prompt-lookup-min", spec.prompt_lookup_min))
+    if rules.v2_block_manager:
+        items.append(("use-v2-block-manager", True))
     return items
 
 

@@ -41,7 +41,8 @@ from __future__ import annotations
 
 from tuner.catalog.models import ModelSpec
 from tuner.config.choices import V1_VALUES, SpecChoice
-from tuner.config.trial import ServerConfig, SpecMethod
+from tuner.config.methods import method_of
+from tuner.config.trial import ServerConfig
 from tuner.config.vllm_args import heterogeneous_vocab
 from tuner.config.vllm_methods import OPTION_SUPPORT
 from tuner.config.vllm_runner import ModelRunner, RunnerForecast, predict_runner
@@ -77,6 +78,15 @@ def _refusal(choice: SpecChoice, text: str) -> ConfigError:
 
 
 def _check_versions(choice: SpecChoice, version: VllmVersion) -> None:
+    method = method_of(choice.method)
+    searched: list[tuple[str, object]] = [
+        (name, value) for name, values in choice.options for value in values
+    ]
+    searched += [(name, v) for name, r in choice.settings for v in {r.low, r.high}]
+    for name, value in searched:
+        refusal = method.option_refusal(name, value, version)
+        if refusal is not None:
+            raise _refusal(choice, refusal)
     for option in OPTION_SUPPORT:
         if option.value is None:  # a numeric setting
             wanted = option.name in dict(choice.settings)
@@ -91,7 +101,7 @@ def _check_versions(choice: SpecChoice, version: VllmVersion) -> None:
                 f"use vLLM {option.since} or later, or drop it",
             )
     adaptive = True in choice.allowed("enable_adaptive_verification")
-    if adaptive and version < _ADAPTIVE_EVERY_DRAFTER and choice.method != SpecMethod.DSPARK:
+    if adaptive and version < method_of(choice.method).adaptive_since:
         raise _refusal(
             choice,
             f'vLLM {version} runs adaptive verification with DSpark only ("Adaptive '

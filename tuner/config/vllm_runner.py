@@ -27,6 +27,12 @@ before 0.12    everything: there is no V2 (``vllm/v1/worker/gpu/`` is absent in 
 0.31           V1 for ngram, ngram_gpu, suffix, parallel drafting (EAGLE)
 0.32           V1 for suffix, parallel drafting (EAGLE), heterogeneous-vocabulary drafts
 0.33           the same as 0.32 (medusa and mlp_speculator are gone)
+0.34           V2 for every config: the V1 model runner and ``VLLM_USE_V2_MODEL_RUNNER`` are gone
+               (``vllm/v1/worker/`` holds no ``gpu_model_runner.py``); suffix decoding runs
+               natively on V2 (``vllm/v1/worker/gpu/spec_decode/suffix/``), and what kept a
+               config on V1 before either cannot start (parallel drafting on an EAGLE head,
+               ``vllm/config/speculative.py:1689``; a draft of another vocabulary size,
+               ``:1725``) or is gone (medusa, mlp_speculator)
 =============  =================================================================================
 
 V2 also needs Triton, which every CUDA build ships: a CPU build (the test bed here) logs
@@ -43,7 +49,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from tuner.catalog.models import load_model
-from tuner.config.trial import BLOCK_METHODS, ServerConfig, SpecMethod
+from tuner.config.methods import method_of
+from tuner.config.methods.base import V1_REMOVED, V2_EXISTS
+from tuner.config.trial import ServerConfig
 from tuner.config.vllm_runner_defaults import (
     DEFAULT_V2_SINCE,
     EVERY_TARGET_V2_SINCE,
@@ -54,13 +62,7 @@ from tuner.errors import ConfigError
 
 __all__ = ["ModelRunner", "RunnerForecast", "predict_runner"]
 
-_V2_EXISTS = VllmVersion(0, 12, 0)  # vllm/v1/worker/gpu/ and VLLM_USE_V2_MODEL_RUNNER appear
 _V0_24 = VllmVersion(0, 24, 0)
-_V0_25 = VllmVersion(0, 25, 0)
-_V0_26 = VllmVersion(0, 26, 0)
-_V0_28 = VllmVersion(0, 28, 0)
-_V0_30 = VllmVersion(0, 30, 0)
-_V0_31 = VllmVersion(0, 31, 0)
 _V0_32 = VllmVersion(0, 32, 0)
 
 
@@ -102,26 +104,6 @@ class RunnerForecast:
         return f"V1 ({self.why()})"
 
 
-def _v1_methods(version: VllmVersion) -> frozenset[SpecMethod]:
-    """The methods the release's V2 runner does not run."""
-    if version >= _V0_32:
-        return frozenset({SpecMethod.SUFFIX})
-    if version >= _V0_31:
-        return frozenset({SpecMethod.NGRAM, SpecMethod.NGRAM_GPU, SpecMethod.SUFFIX})
-    v2 = {SpecMethod.EAGLE, SpecMethod.EAGLE3, SpecMethod.MTP}
-    if version >= _V0_24:
-        v2.add(SpecMethod.DFLASH)
-    if version >= _V0_25:
-        v2.add(SpecMethod.DSPARK)
-    return frozenset(set(SpecMethod) - v2 - {SpecMethod.NONE})
-
-
-def _method_reason(method: SpecMethod, version: VllmVersion) -> str:
-    if method in (SpecMethod.NGRAM, SpecMethod.NGRAM_GPU) and version < _V0_30:
-        return "ngram/ngram_gpu speculative decoding"
-    return f"speculative method '{method}'"
-
-
 def _config_of(name: str | None) -> Mapping[str, Any] | None:
     """The model's ``config.json`` when spectune can read it (catalog, folder, reachable Hub)."""
     if not name:
@@ -133,25 +115,13 @@ def _config_of(name: str | None) -> Mapping[str, Any] | None:
 
 
 def _forced_v2(server: ServerConfig, version: VllmVersion) -> bool:
-    """Drafters vLLM runs on V2 whatever the target (``VllmConfig.use_v2_model_runner``, 0.25+):
-    DSpark (V1 cannot run it); from 0.26 a DFlash drafter mixing sliding-window and full
-    attention (V2 only has several KV-cache groups); in 0.28 a DFlash2 drafter (V1 would run
-    it as DFlash1). From 0.29 every target tries V2 first, so these no longer force anything
-    the unsupported-features list would refuse."""
+    """Drafters vLLM runs on V2 whatever the target (``VllmConfig.use_v2_model_runner``,
+    0.25-0.28; the method's module says which)."""
     spec = server.speculative
-    if spec is None or not _V0_25 <= version < EVERY_TARGET_V2_SINCE:
+    if spec is None:
         return False
-    if spec.method == SpecMethod.DSPARK:
-        return True
-    if spec.method != SpecMethod.DFLASH or version < _V0_26:
-        return False
-    draft = _config_of(spec.model) or {}
-    layer_types = list(draft.get("layer_types") or ())
-    sliding = sum(t == "sliding_attention" for t in layer_types)
-    if 0 < sliding < len(layer_types):
-        return True
-    architectures = draft.get("architectures") or ()
-    return version == _V0_28 and "DFlash2DraftModel" in architectures
+    method = method_of(spec.method)
+    return method.forces_v2(version, (_config_of(spec.model) or {}) if method.takes_model else {})
 
 
 def _unsupported(
@@ -161,13 +131,14 @@ def _unsupported(
     spec = server.speculative
     if spec is None:
         return ()
-    method = SpecMethod(spec.method)
+    method = method_of(spec.method)
     reasons: list[str] = []
-    if method in _v1_methods(version):
-        reasons.append(_method_reason(method, version))
+    own = method.v1_reason(version)
+    if own is not None:
+        reasons.append(own)
     if spec.parallel_drafting and version < _V0_24:  # any method: there was no DFlash exemption
         reasons.append("parallel drafting for speculative decoding")
-    elif spec.parallel_drafting and method not in BLOCK_METHODS:
+    elif spec.parallel_drafting and not method.one_pass:
         reasons.append("parallel drafting for EAGLE speculative decoding")
     if heterogeneous_vocab and version >= _V0_32:
         reasons.append("heterogeneous-vocabulary draft models")
@@ -209,7 +180,9 @@ def predict_runner(
         heterogeneous_vocab: whether the config's draft needs ``use_heterogeneous_vocab``
             (:func:`tuner.config.vllm_args.heterogeneous_vocab`).
     """
-    if version < _V2_EXISTS:
+    if version >= V1_REMOVED:
+        return RunnerForecast(ModelRunner.V2)
+    if version < V2_EXISTS:
         return RunnerForecast(
             ModelRunner.V1,
             off_by_default=f"vLLM {version} has no Model Runner V2, which came in 0.12",

@@ -33,7 +33,7 @@ class VllmVersion:
         return self.text or f"{self.major}.{self.minor}.{self.patch}"
 
 
-NEWEST_KNOWN = VllmVersion(0, 33, 0)
+NEWEST_KNOWN = VllmVersion(0, 34, 0)
 """The newest release whose dialect was checked; ``latest``/``nightly`` mean this one."""
 
 OLDEST_SUPPORTED = VllmVersion(0, 6, 0)

@@ -26,7 +26,7 @@ import atexit
 import logging
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
 
@@ -61,6 +61,7 @@ from tuner.launch.exit_hooks import run_at_exit, signals_held
 from tuner.launch.failures import ServerEnd, Stage, end_failure
 from tuner.launch.images import ensure_image
 from tuner.launch.mounts import ContainerFiles, default_hf_cache
+from tuner.launch.preflight import Candidate, Preflight, image_python, preflight
 from tuner.launch.readiness import StartupWatch, wait_until_ready
 from tuner.results import Endpoint, OnStartup
 
@@ -150,6 +151,30 @@ class DockerLauncher:
                 volumes=self.files.volume_specs(),
             )
         return self._version
+
+    def judge(self, candidates: Sequence[Candidate], gpus: int) -> Preflight:
+        """Asks the vLLM inside the image to judge ``candidates`` (the pre-flight), with the
+        models' ``config.json`` from this host's cache and no GPU; the image is pulled first
+        where missing.
+
+        Raises:
+            ConfigError: the image cannot be pulled, or holds no Python with vLLM.
+            LaunchError: the judge crashed or took too long.
+            EngineUnavailable: the engine went away.
+        """
+        client = self._docker()
+        ensure_image(client, self.image.name, self.on_startup)
+        return preflight(
+            client,
+            self.image,
+            candidates,
+            hf_cache=self.files.hf_cache,
+            python=image_python(self.image.entrypoint),
+            gpus=gpus,
+            volumes=self.files.volumes,
+            environment=self.files.environment,
+            labels={LABEL_STUDY: self.study, LABEL_RUN: self.run_id},
+        )
 
     def start(self, server: ServerConfig, context: LaunchContext) -> Endpoint:
         """Runs ``server`` in a new container (stopping the previous one) and waits until ready.

@@ -194,7 +194,7 @@ def _best_table(
         rows.append(
             f"<tr data-trial='{c.number}'><td>{c.number}</td>"
             f"<td class='l'>{_esc(c.record.draft)}</td><td>{server.k or '-'}</td>"
-            f"<td>{server.gpu_memory_utilization:.2f}</td><td>{server.max_num_batched_tokens}</td>"
+            f"<td>{server.memory_label}</td><td>{server.max_num_batched_tokens}</td>"
             f"<td>{_temperature(c)}</td>{tok_s}{ttft}{accept}{_runner(c)}{source}"
             f"<td class='l'>{tags}</td></tr>"
         )

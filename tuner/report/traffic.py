@@ -64,7 +64,7 @@ def per_temperature_section(space: SearchSpace, candidates: Sequence[Candidate])
         return ""
     rows = "".join(
         f"<tr><td>{t:g}</td><td>{c.number}</td><td class='l'>{html.escape(c.record.draft)}</td>"
-        f"<td>{c.record.server.k or '-'}</td><td>{c.record.server.gpu_memory_utilization:.2f}</td>"
+        f"<td>{c.record.server.k or '-'}</td><td>{c.record.server.memory_label}</td>"
         f"<td>{c.record.server.max_num_batched_tokens}</td><td>{c.throughput:.{space.objective.digits}f}</td></tr>"
         for t, c in sorted(best.items())
     )

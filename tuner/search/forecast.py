@@ -51,6 +51,7 @@ def predicted_pairs(
                 pair.sampling_temperature,
                 replace(workload, request_rate=pair.request_rate or workload.request_rate),
                 pair.concurrency,
+                version=space.version,
             ),
         )
         for pair in pairs

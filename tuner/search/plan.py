@@ -350,10 +350,7 @@ def cut_confirmation(space: SearchSpace, wanted: Confirmation, runs: int) -> Con
 def _describe(config: TrialConfig) -> str:
     server = config.server
     spec = f"{server.draft} K={server.k}" if server.speculative else "no speculation"
-    return (
-        f"{spec}, gpu-mem {server.gpu_memory_utilization:.2f}, batched "
-        f"{server.max_num_batched_tokens}"
-    )
+    return f"{spec}, gpu-mem {server.memory_label}, batched {server.max_num_batched_tokens}"
 
 
 def _mean(costs: Sequence[TrialCost]) -> TrialCost:

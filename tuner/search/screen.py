@@ -167,6 +167,7 @@ def screened_traffic(
             condition.sampling_temperature,
             screened_workload(workload, condition.concurrency),
             condition.concurrency,
+            version=space.version,
         )
         yield condition, result
 

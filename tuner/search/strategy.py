@@ -335,10 +335,17 @@ class _StagedScreen(Screen):
 
         def fits(extra_gib: float) -> bool:
             return estimate_memory(
-                self.space.hardware, self.space.target, draft, server, jitter_gib=extra_gib
+                self.space.hardware,
+                self.space.target,
+                draft,
+                server,
+                jitter_gib=extra_gib,
+                version=self.space.version,
             ).fits
 
-        memory = estimate_memory(self.space.hardware, self.space.target, draft, server)
+        memory = estimate_memory(
+            self.space.hardware, self.space.target, draft, server, version=self.space.version
+        )
         if not memory.fits:
             return -1.0
         low, high = 0.0, memory.gpu_total_gib
@@ -372,6 +379,7 @@ class _StagedScreen(Screen):
                 config.client.sampling_temperature,
                 self.tail,
                 self.tail.concurrency[0],
+                version=self.space.version,
             )
         except StartupFailure:  # cannot happen for a safe setting; skipped, not guessed at
             return None

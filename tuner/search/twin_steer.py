@@ -207,7 +207,13 @@ class TwinScreen(Screen):
             server = self.config(pair, (max(self.settings)[0], mnbt), 0.0).server
             space, draft = self.space, self.space.draft_model(pair[0])
             self._parts[key] = step_parts(
-                space.hardware, space.target, draft, server, prompt, space.workload.output_tokens
+                space.hardware,
+                space.target,
+                draft,
+                server,
+                prompt,
+                space.workload.output_tokens,
+                space.version,
             )
         return self._parts[key]
 
@@ -220,7 +226,7 @@ class TwinScreen(Screen):
             # Signed: a config the shipped model puts short may fit a twin that learned the
             # GPUs hold less than modelled.
             self._slack[key] = memory_slacks(
-                space.hardware, space.target, space.draft_model(pair[0]), server
+                space.hardware, space.target, space.draft_model(pair[0]), server, space.version
             )
         slack = self._slack[key]
         return min(slack[0] - twin.params.outside_gib, slack[1] - twin.params.inside_gib)
@@ -413,7 +419,8 @@ class TwinSampler(optuna.samplers.BaseSampler):
             return
         done = study.get_trials(deepcopy=False, states=ended)
         seen = [t for t in done if t.number != trial.number] + [trial]
-        twin = fit(screen.space.hardware, observations(screen.space, seen), self.start(study))
+        space = screen.space
+        twin = fit(space.hardware, observations(space, seen), self.start(study), space.version)
         study.set_user_attr(TWIN_ATTR, twin.to_json())
         if self.steer and screen.space.workload.scored_alone:  # the closed form's first level
             _propose(study, screen, twin, seen)

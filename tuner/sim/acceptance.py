@@ -32,8 +32,9 @@ from pathlib import Path
 from typing import Protocol
 
 from tuner.catalog.models import ModelSpec
+from tuner.config.methods import MethodFamily, method_of, speculating
 from tuner.config.prompts import load_prompt_file
-from tuner.config.trial import BLOCK_METHODS, SpecMethod, SpeculativeConfig
+from tuner.config.trial import SpecMethod, SpeculativeConfig
 from tuner.config.verification import DraftSampling, Verification
 from tuner.errors import ConfigError
 
@@ -53,9 +54,7 @@ __all__ = [
     "verified",
 ]
 
-# Proposals copied from the text: prompt lookup (on the CPU or the GPU) and suffix trees.
-_LOOKUPS = frozenset({SpecMethod.NGRAM, SpecMethod.NGRAM_GPU, SpecMethod.SUFFIX})
-SPEC_METHODS = tuple(m for m in SpecMethod if m is not SpecMethod.NONE)
+SPEC_METHODS = tuple(m.name for m in speculating())
 
 
 @dataclass(frozen=True)
@@ -100,7 +99,8 @@ class AcceptanceConstants:
     block_verification_gain: float
 
 
-# Conditional acceptance falls by this factor per position for draft models.
+# Conditional acceptance falls by this factor per position for a method without a decay of its
+# own (a draft model's, tuner/config/methods/draft_model.py).
 POSITION_DECAY = 0.95
 SHIPPED_ACCEPTANCE = AcceptanceConstants(
     # Fitted on benchmarks/reference_figures.yaml where a figure measures the cell (the draft
@@ -109,29 +109,8 @@ SHIPPED_ACCEPTANCE = AcceptanceConstants(
     # long-context above, creative below: code repeats identifiers, answers quote the context),
     # and math sits as far above chat as EAGLE-1's measured pair does.
     draft_logit={"code": 2.87, "long-context": 2.6, "chat": 2.0, "creative": 1.41, "math": 3.2},
-    head_logit={
-        SpecMethod.EAGLE3: {
-            "code": 1.66,
-            "long-context": 2.47,
-            "chat": 1.17,
-            "creative": 0.67,
-            "math": 2.56,
-        },
-        SpecMethod.EAGLE: {
-            "code": 2.77,
-            "long-context": 1.77,
-            "chat": 0.47,
-            "creative": -0.03,
-            "math": 2.0,
-        },
-        SpecMethod.MTP: {
-            "code": 2.95,
-            "long-context": 2.45,
-            "chat": 1.98,
-            "creative": 1.45,
-            "math": 2.45,
-        },
-    },
+    # Heads and MTP layers: each method's own prior (tuner/config/methods/).
+    head_logit={m.name: m.prior.logit for m in speculating() if m.prior.logit},
     # Block drafters: DSpark's first position on SPEED-Bench at T=1 (vllm PR #52992); other sets
     # keep EAGLE-3's offsets from chat.
     block_logit={"code": 3.56, "long-context": 2.56, "chat": 2.25, "creative": 1.75, "math": 3.16},
@@ -140,23 +119,8 @@ SHIPPED_ACCEPTANCE = AcceptanceConstants(
     # Suffix trees also match earlier requests' outputs (ArcticInference: 1.4-3.9x over prompt
     # lookup on SWE-bench, agentic traffic that repeats itself).
     suffix_logit=0.5,
-    decay={
-        SpecMethod.DRAFT_MODEL: POSITION_DECAY,
-        SpecMethod.NGRAM: 1.0,
-        SpecMethod.SUFFIX: 1.0,
-        # Fitted: an EAGLE-3 head's later positions, once reached, are accepted as often as
-        # the first, EAGLE-1's drift like a draft model's (vLLM issue #20780's acceptance
-        # lengths for K=2..7); one MTP layer rerun for later positions drifts fast
-        # (GLM-4.5-Air's 0.92 / 0.68 / 0.38).
-        SpecMethod.EAGLE: 0.960,
-        SpecMethod.EAGLE3: 0.953,
-        SpecMethod.MTP: 0.789,
-        # A block drafter's later positions, once reached, are accepted more often than its
-        # first (DSpark's per-position counters in vllm PR #52992).
-        SpecMethod.DFLASH: 1.028,
-        SpecMethod.DSPARK: 1.028,
-    },
-    ceiling={SpecMethod.DFLASH: 0.884, SpecMethod.DSPARK: 0.884},
+    decay={m.name: m.prior.decay for m in speculating() if m.prior.decay is not None},
+    ceiling={m.name: m.prior.ceiling for m in speculating() if m.prior.ceiling is not None},
     parallel_decay=0.880,
     temperature_penalty=3.5,
     probabilistic_penalty=1.36,
@@ -215,15 +179,16 @@ def acceptance_probability(
     """
     per_degree = constants.probabilistic_penalty if probabilistic else constants.temperature_penalty
     penalty = per_degree * max(temperature, 0.0) ** 2
-    if method in _LOOKUPS:
+    family = method_of(method).family
+    if family is MethodFamily.LOOKUP:
         base = _lookup_logit(prompt_set, constants.ngram_logit)
-        suffix = constants.suffix_logit if method is SpecMethod.SUFFIX else 0.0
+        suffix = constants.suffix_logit if method_of(method).matches_earlier_outputs else 0.0
         return _sigmoid(base + suffix - penalty)
     if method not in SPEC_METHODS:
         raise ValueError(f"speculative method {str(method)!r} drafts nothing to accept")
     drafts = constants.draft_logit
     base = drafts.get(prompt_set, drafts[_DEFAULT_SET])
-    if method in BLOCK_METHODS:
+    if family is MethodFamily.BLOCK:
         blocks = constants.block_logit
         return _sigmoid(blocks.get(prompt_set, blocks[_DEFAULT_SET]) - penalty)
     if method in constants.head_logit:
@@ -295,7 +260,7 @@ def position_rates(
         parallel: a head drafting all K tokens in one pass (``parallel_drafting``).
     """
     decay = constants.decay.get(method, POSITION_DECAY)
-    if parallel and method not in BLOCK_METHODS:
+    if parallel and not method_of(method).one_pass:
         decay *= constants.parallel_decay
     top = max(constants.ceiling.get(method, 1.0), alpha)
     return tuple(min(alpha * decay**i, top) for i in range(k))

@@ -19,7 +19,8 @@ from functools import cache
 from importlib import resources
 
 from tuner.catalog.gpus import Hardware, MemoryKind
-from tuner.config.trial import BLOCK_METHODS, HEAD_METHODS, ServerConfig, SpecMethod
+from tuner.config.methods import MethodFamily, method_of
+from tuner.config.trial import ServerConfig, SpecMethod
 
 __all__ = [
     "SPEED_KINDS",
@@ -40,17 +41,6 @@ _ERRORS_FILE = "reference_errors.json"
 SPEED_KINDS = frozenset({"tok_s", "decode_tok_s", "tpot_ms", "speedup", "scaling"})
 
 
-class MethodFamily(enum.StrEnum):
-    """Speculation methods that share a cost structure and an acceptance model."""
-
-    NONE = "no speculation"
-    DRAFT = "a draft model"
-    HEAD = "an EAGLE head"
-    MTP = "MTP layers"
-    BLOCK = "a block drafter"
-    LOOKUP = "prompt lookup"
-
-
 class Load(enum.StrEnum):
     """How many requests run at once."""
 
@@ -61,17 +51,7 @@ class Load(enum.StrEnum):
 
 def method_family(method: SpecMethod) -> MethodFamily:
     """The family of a method of :class:`SpecMethod` (``none`` included)."""
-    if method is SpecMethod.NONE:
-        return MethodFamily.NONE
-    if method is SpecMethod.DRAFT_MODEL:
-        return MethodFamily.DRAFT
-    if method in HEAD_METHODS:
-        return MethodFamily.HEAD
-    if method is SpecMethod.MTP:
-        return MethodFamily.MTP
-    if method in BLOCK_METHODS:
-        return MethodFamily.BLOCK
-    return MethodFamily.LOOKUP
+    return method_of(method).family
 
 
 def _load(concurrency: int) -> Load:

@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from tuner.catalog.gpus import Interconnect, MemoryKind
+from tuner.config.methods import MethodFamily, method_of
 from tuner.config.trial import SpecMethod
 from tuner.config.vllm_version import VllmVersion
 
@@ -56,7 +57,7 @@ def engine_generation(version: VllmVersion | None, method: SpecMethod) -> Engine
         return EngineGeneration.V1
     if version < _V1_DEFAULT:
         return EngineGeneration.V0
-    if method is SpecMethod.DRAFT_MODEL and version < _V0_REMOVED:
+    if method_of(method).family is MethodFamily.DRAFT and version < _V0_REMOVED:
         return EngineGeneration.V0
     return EngineGeneration.V1
 

@@ -22,10 +22,11 @@ from tuner.catalog.heads import head_kind
 from tuner.catalog.models import ModelSpec, load_model
 from tuner.config.choice_rules import check_choices
 from tuner.config.choices import SpecChoice, choices_from_search
-from tuner.config.methods import SearchModel
+from tuner.config.methods import METHODS, MethodFamily, method_of
 from tuner.config.schema_errors import one_line
+from tuner.config.search_section import SearchModel
 from tuner.config.space import NGRAM, NO_DRAFT
-from tuner.config.trial import MODEL_METHODS, ServerConfig, SpecMethod
+from tuner.config.trial import ServerConfig, SpecMethod
 from tuner.config.vllm_version import VllmVersion
 from tuner.config.workload import WorkloadSpec
 from tuner.errors import ConfigError
@@ -56,7 +57,7 @@ class Estimate:
 
 def _method_of(draft: str) -> SpecMethod:
     """The method a ``--draft`` names on its own: none, ngram, or what its config.json is."""
-    if draft in (SpecMethod.NONE, SpecMethod.NGRAM, SpecMethod.SUFFIX, SpecMethod.MTP):
+    if draft in {str(m.name) for m in METHODS.values() if not m.takes_model}:
         return SpecMethod(draft)
     model = load_model(draft)
     return (
@@ -93,9 +94,9 @@ def speculation_choice(
     """
     chosen = method or _method_of(draft)
     entry: dict[str, Any] = {"method": chosen}
-    takes_model = chosen in MODEL_METHODS
+    takes_model = method_of(SpecMethod.parse(chosen)).takes_model
     if takes_model and draft in (NO_DRAFT, NGRAM):
-        if chosen != SpecMethod.DSPARK:  # DSpark may draft with stages inside the target
+        if method_of(SpecMethod.parse(chosen)).needs_model:  # DSpark may draft inside the target
             raise ConfigError(
                 f"--method {chosen} needs its model: pass --draft with the draft, head or "
                 "drafter's Hugging Face id or folder"
@@ -107,7 +108,7 @@ def speculation_choice(
             f"--method {chosen} drafts without a model, but --draft names {draft}: drop "
             "--draft, or pick a method that loads it (draft_model, eagle, eagle3, dflash, dspark)"
         )
-    if chosen != SpecMethod.NONE:
+    if method_of(SpecMethod.parse(chosen)).speculates:
         entry["num_speculative_tokens"] = k
         entry.update(settings)
     elif settings:
@@ -164,7 +165,8 @@ def estimate(  # noqa: PLR0913  (one keyword per estimate setting, as the CLI pa
         tensor_parallel=hardware.count,
     )
     speculative = choice.speculative(k)
-    draft_spec = load_model(str(choice.model)) if choice.method == SpecMethod.DRAFT_MODEL else None
+    separate = method_of(choice.method).family is MethodFamily.DRAFT
+    draft_spec = load_model(str(choice.model)) if separate else None
     server = ServerConfig(
         model=target.hf_id,
         tensor_parallel_size=hardware.count,
@@ -178,7 +180,7 @@ def estimate(  # noqa: PLR0913  (one keyword per estimate setting, as the CLI pa
             hardware, target, draft_spec, server, version=vllm_version, free_gib=free_gib
         )
         if physics is SHIPPED
-        else physics.memory(hardware, target, draft_spec, server)
+        else physics.memory(hardware, target, draft_spec, server, version=vllm_version)
     )
     result = None
     if memory.fits:

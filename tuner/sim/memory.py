@@ -26,6 +26,19 @@ logits for the rejection sampler: a ``max_num_seqs x K x vocabulary`` buffer in 
 on every GPU, allocated with the drafter before the profile and so taken from the KV cache
 (vLLM 0.32's ``vllm/v1/worker/gpu/spec_decode/speculator.py``, ``draft_logits``).
 
+``0.34+`` (read in vLLM 0.34.0's source: ``vllm/config/cache.py``,
+``vllm/v1/worker/extensible_kv_cache.py``, ``vllm/v1/worker/utils.py``):
+    the extensible KV cache (on by default on CUDA) reserves the cache's address range,
+    captures CUDA graphs, then commits the cache from the memory measured free after warm-up
+    (``measure_kv_cache_bytes``): the budget (``gpu_memory_utilization``, unset: 1.0) is only a
+    cap, there is no start-up free-memory check (``request_memory`` skips it with the
+    extensible cache), and the cache gets ``min(budget - what vLLM holds, free - margin) -
+    transient peak``, the margin ``max(1 GiB, 0.75 x transient peak)``
+    (``KV_CACHE_MARGIN_FLOOR_BYTES``, ``KV_CACHE_MARGIN_FRACTION``). Memory other processes
+    hold when vLLM measures is therefore seen and left alone; only what they take later is not,
+    which is what a cap below 1.0 is for. Blocks hold 64 tokens (``CacheConfig.
+    DEFAULT_BLOCK_SIZE``, 16 before).
+
 ``0.6-0.20`` (the rules this model was first calibrated on, BRIEF.md's reference run on 0.7.2):
     the CUDA context and the CUDA graphs captured after the KV cache is allocated sit outside
     the budget, cuBLAS and NCCL workspaces inside. 0.98 of a 24 GB card then fails while
@@ -42,7 +55,9 @@ from dataclasses import dataclass
 
 from tuner.catalog.gpus import Hardware
 from tuner.catalog.models import ModelSpec
-from tuner.config.trial import ServerConfig, SpecMethod
+from tuner.config.methods import MethodFamily, method_of
+from tuner.config.trial import ServerConfig
+from tuner.config.vllm_args import measured_kv_cache
 from tuner.config.vllm_version import NEWEST_KNOWN, VllmVersion
 from tuner.errors import ConfigError
 from tuner.sim.acceptance import samples_drafts
@@ -83,6 +98,9 @@ SAMPLER_SEQS = 256
 SAMPLER_COPIES = 3
 
 _BUDGETED_GRAPHS = VllmVersion(0, 21, 0)
+# The extensible cache's margin below measured free memory: max(floor, fraction x transient).
+_MARGIN_FLOOR_GIB = 1.0
+_MARGIN_FRACTION = 0.75
 # --kv-cache-dtype: bytes per cached value (auto/bf16/fp16 keep the model's 16 bits).
 _KV_DTYPE_BYTES = (("fp8", 1.0), ("int8", 1.0), ("int4", 0.5), ("nvfp4", 0.5625))
 
@@ -96,17 +114,32 @@ class MemoryRules:
         graphs_in_budget: CUDA-graph memory comes out of the KV cache (else it lies outside).
         nccl_in_budget: NCCL buffers come out of the KV cache (else they lie outside).
         free_memory_check: start-up needs free memory >= utilization x total.
+        measured_kv_cache: the KV cache is sized from memory measured free after warm-up (the
+            extensible KV cache), the budget only a cap.
+        block_tokens: tokens per KV-cache block.
     """
 
     versions: str
     graphs_in_budget: bool
     nccl_in_budget: bool
     free_memory_check: bool
+    measured_kv_cache: bool = False
+    block_tokens: int = BLOCK_TOKENS
 
 
 def memory_rules(version: VllmVersion | None) -> MemoryRules:
     """The rules of ``version`` (None: the newest known release)."""
-    if (version or NEWEST_KNOWN) >= _BUDGETED_GRAPHS:
+    release = version or NEWEST_KNOWN
+    if measured_kv_cache(release):
+        return MemoryRules(
+            "0.34+",
+            graphs_in_budget=True,
+            nccl_in_budget=False,
+            free_memory_check=False,
+            measured_kv_cache=True,
+            block_tokens=64,
+        )
+    if release >= _BUDGETED_GRAPHS:
         return MemoryRules(
             "0.21+", graphs_in_budget=True, nccl_in_budget=False, free_memory_check=True
         )
@@ -145,6 +178,7 @@ class MemoryEstimate:
         fits: whether the server would start.
         reason: "" when it fits; else the cause in vLLM's words.
         rules: the vLLM releases whose rules produced the estimate (``"0.21+"``).
+        block_tokens: tokens per KV-cache block under those rules.
     """
 
     gpu_total_gib: float
@@ -158,6 +192,7 @@ class MemoryEstimate:
     fits: bool
     reason: str
     rules: str = "0.21+"
+    block_tokens: int = BLOCK_TOKENS
 
     @property
     def peak_gib(self) -> float:
@@ -181,7 +216,7 @@ def _activation_bytes(model: ModelSpec, tp: int, tokens: int, sampler: bool) -> 
 
 def _drafter_bytes(draft: ModelSpec, server: ServerConfig) -> float:
     """Weight bytes the drafter adds: MTP layers share the target's embeddings and LM head."""
-    if server.method is SpecMethod.MTP:
+    if method_of(server.method).family is MethodFamily.MTP:
         return max(draft.weight_bytes - draft.embedding_params * 2.0, 0.0)
     return draft.weight_bytes
 
@@ -238,7 +273,7 @@ def estimate_memory(
     tp = server.tensor_parallel_size
     _check_parallel(hardware, target, tp)
     draft = drafter(target, draft, server)
-    separate = server.method is SpecMethod.DRAFT_MODEL
+    separate = method_of(server.method).family is MethodFamily.DRAFT
     rules = memory_rules(version)
     total = hardware.gpu.vram_gib
     budget = server.gpu_memory_utilization * total
@@ -268,8 +303,15 @@ def estimate_memory(
     outside = CUDA_CONTEXT_GIB + (0.0 if rules.nccl_in_budget else nccl)
     outside += 0.0 if rules.graphs_in_budget else graphs
     kv_cache = budget - weights - draft_weights - activation - inside
-    blocks = math.floor(kv_cache * GIB / per_token / BLOCK_TOKENS) if kv_cache > 0 else 0
-    kv_tokens = blocks * BLOCK_TOKENS
+    if rules.measured_kv_cache:
+        kv_cache = _measured_kv_cache(
+            budget - weights - draft_weights - inside,
+            free=total - CUDA_CONTEXT_GIB - nccl - others - jitter_gib,
+            held=weights + draft_weights + inside,
+            transient=activation,
+        )
+    blocks = math.floor(kv_cache * GIB / per_token / rules.block_tokens) if kv_cache > 0 else 0
+    kv_tokens = blocks * rules.block_tokens
     # Memory vLLM finds taken when it starts: its own context (and NCCL from 0.21), others'.
     held = CUDA_CONTEXT_GIB + (0.0 if rules.nccl_in_budget else nccl) + others + jitter_gib
     reason = _failure(
@@ -298,7 +340,15 @@ def estimate_memory(
         fits=not reason,
         reason=reason,
         rules=rules.versions,
+        block_tokens=rules.block_tokens,
     )
+
+
+def _measured_kv_cache(in_budget: float, *, free: float, held: float, transient: float) -> float:
+    """vLLM 0.34's ``measure_kv_cache_bytes``: what the budget leaves after what vLLM holds,
+    capped by the memory free after warm-up less a margin, less the transient peak kept free."""
+    margin = max(_MARGIN_FLOOR_GIB, _MARGIN_FRACTION * transient)
+    return min(in_budget, free - held - margin) - transient
 
 
 def max_num_seqs(server: ServerConfig) -> int:

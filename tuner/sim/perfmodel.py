@@ -37,7 +37,8 @@ from functools import cache
 from tuner.catalog.gpus import Hardware
 from tuner.catalog.models import ModelSpec, load_model, needs_heterogeneous_vocab, spec_from_config
 from tuner.catalog.mtp import mtp_layers
-from tuner.config.trial import BLOCK_METHODS, HEAD_METHODS, ServerConfig, SpecMethod
+from tuner.config.methods import MethodFamily, method_of
+from tuner.config.trial import ServerConfig
 from tuner.config.vllm_runner import ModelRunner, predict_runner
 from tuner.config.vllm_version import NEWEST_KNOWN, VllmVersion
 from tuner.sim.acceptance import acceptance_probability
@@ -153,20 +154,20 @@ def drafter(target: ModelSpec, draft: ModelSpec | None, server: ServerConfig) ->
     spec = server.speculative
     if spec is None:
         return None
-    if spec.method == SpecMethod.DRAFT_MODEL:
+    family = method_of(spec.method).family
+    if family is MethodFamily.DRAFT:
         return draft
-    if spec.method in HEAD_METHODS or (spec.method in BLOCK_METHODS and spec.model):
+    if family is MethodFamily.HEAD or (family is MethodFamily.BLOCK and spec.model):
         return (
             draft
             if draft is not None and draft.hf_id == spec.model
             else load_model(str(spec.model))
         )
-    if spec.method == SpecMethod.MTP:
+    if family is MethodFamily.MTP:
         return mtp_module(target)
     return None  # lookups; a DSpark drafter whose stages ship in the target (DeepSeek-V4)
 
 
-_LOOKUPS = frozenset({SpecMethod.NGRAM, SpecMethod.NGRAM_GPU, SpecMethod.SUFFIX})
 # Model Runner V2 is the default for every architecture from this release (vllm_runner.py).
 _V2_DEFAULT = VllmVersion(0, 29, 0)
 
@@ -181,7 +182,7 @@ def _on_v2(
     spec = server.speculative
     mixed = (
         spec is not None
-        and spec.method == SpecMethod.DRAFT_MODEL
+        and method_of(spec.method).family is MethodFamily.DRAFT
         and draft is not None
         and needs_heterogeneous_vocab(target, draft)
     )
@@ -222,11 +223,13 @@ class PerfModel:
         self.tp = server.tensor_parallel_size
         self.k = server.k
         method = server.method
+        own = method_of(method)
         spec = server.speculative
-        self.ngram = method in _LOOKUPS  # a lookup, no drafter pass
+        self.ngram = own.family is MethodFamily.LOOKUP  # a lookup, no drafter pass
         # One drafter pass proposes all K tokens: block drafters, and P-EAGLE heads.
-        self.parallel = spec is not None and (method in BLOCK_METHODS or spec.parallel_drafting)
+        self.parallel = spec is not None and (own.one_pass or spec.parallel_drafting)
         self.adaptive = spec is not None and spec.enable_adaptive_verification
+        self.version = version or NEWEST_KNOWN
         self.engine = engine_generation(version, method)
         self.costs = steps.engines[self.engine]
         self.steps = steps
@@ -234,7 +237,7 @@ class PerfModel:
             steps.v2_runner_saving_s if _on_v2(server, target, draft, version) else 0.0
         )
         # Heads and MTP layers run inside the target's worker, split like the target.
-        separate = method == SpecMethod.DRAFT_MODEL
+        separate = own.family is MethodFamily.DRAFT
         self.draft_tp = draft_tensor_parallel(server) if separate else self.tp
         self._pass_fixed = self.costs.draft_pass_s if separate else self.costs.head_pass_s
         gpu = hardware.gpu

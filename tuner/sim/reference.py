@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tuner.config.methods import MethodFamily, method_of
 from tuner.config.trial import ServerConfig, SpecMethod, SpeculativeConfig
 from tuner.config.vllm_version import parse_version
 from tuner.config.workload import WorkloadSpec
@@ -96,7 +97,7 @@ def reference_server(
     """
     speculative = None
     if k > 0:
-        draft = REFERENCE_DRAFT if method is SpecMethod.DRAFT_MODEL else None
+        draft = REFERENCE_DRAFT if method_of(method).family is MethodFamily.DRAFT else None
         speculative = SpeculativeConfig(method, k, draft)
     return ServerConfig(
         model=REFERENCE_TARGET,

@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 
 from tuner.catalog.gpus import Hardware
 from tuner.catalog.models import ModelSpec
-from tuner.config.trial import ServerConfig, SpecMethod
+from tuner.config.methods import MethodFamily, method_of
+from tuner.config.trial import ServerConfig
 from tuner.errors import ConfigError
 from tuner.results import SpecDecodeStats
 from tuner.sim.acceptance import SPEC_METHODS, Rates, expected_accepted, shipped_rates
@@ -128,7 +129,8 @@ class Scheduler:
         kv_tokens: KV-cache capacity in tokens, from :func:`tuner.sim.memory.estimate_memory`.
         seed: seeds acceptance sampling and timing noise; None runs noise-free, with every
             draft accepting its expected number of tokens (used for predictions).
-        perf: the step-time model; default the shipped :class:`PerfModel` of this config.
+        perf: the step-time model; default the shipped :class:`PerfModel` of this config on
+            the newest known vLLM (its release also caps a block drafter's running requests).
         rates: the acceptance model; default the shipped one.
 
     Raises:
@@ -155,16 +157,19 @@ class Scheduler:
                 f"speculative method {str(self.method)!r} is not simulated; use one of "
                 f"{', '.join(SPEC_METHODS)}"
             )
-        if self.method is SpecMethod.DRAFT_MODEL and draft is None:
+        if method_of(self.method).family is MethodFamily.DRAFT and draft is None:
             raise ConfigError(f"{server.draft} drafts for {target.hf_id} but no draft model given")
         self.target = target
-        self.draft = draft if self.method is SpecMethod.DRAFT_MODEL else None
+        self.draft = draft if method_of(self.method).family is MethodFamily.DRAFT else None
         self.server = server
         self.model = perf or PerfModel(hardware, target, self.draft, server)
         self._rates = rates
         self.budget = effective_batched_tokens(server)
         self.chunked = server.enable_chunked_prefill
-        self.max_seqs = max_num_seqs(server)
+        cap = method_of(self.method).running_cap(
+            self.k, server.max_num_batched_tokens, self.model.version
+        )
+        self.max_seqs = max_num_seqs(server) if cap is None else min(max_num_seqs(server), cap)
         self.graphs = not _flag(server, "enforce-eager")
         self.total_blocks = kv_tokens // BLOCK_TOKENS
         self.free_blocks = self.total_blocks

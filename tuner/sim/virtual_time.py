@@ -24,6 +24,7 @@ from typing import Protocol
 
 from tuner.catalog.gpus import Hardware
 from tuner.catalog.models import ModelSpec
+from tuner.config.methods import MethodFamily, method_of
 from tuner.config.trial import ServerConfig, SpecMethod, SpeculativeConfig
 from tuner.config.vllm_version import VllmVersion
 from tuner.config.workload import WorkloadSpec
@@ -91,8 +92,11 @@ class Physics(Protocol):
         draft: ModelSpec | None,
         server: ServerConfig,
         jitter_gib: float = 0.0,
+        *,
+        version: VllmVersion | None = None,
     ) -> MemoryEstimate:
-        """One GPU's memory under ``server`` (see :func:`tuner.sim.memory.estimate_memory`)."""
+        """One GPU's memory under ``server`` on vLLM ``version`` (None: the newest known; see
+        :func:`tuner.sim.memory.estimate_memory`)."""
         ...
 
 
@@ -142,8 +146,10 @@ class Calibrated:
         draft: ModelSpec | None,
         server: ServerConfig,
         jitter_gib: float = 0.0,
+        *,
+        version: VllmVersion | None = None,
     ) -> MemoryEstimate:
-        return estimate_memory(hardware, target, draft, server, jitter_gib)
+        return estimate_memory(hardware, target, draft, server, jitter_gib, version=version)
 
 
 SHIPPED: Physics = Calibrated()
@@ -292,10 +298,10 @@ def _run(  # noqa: PLR0913  (the simulated step takes each cost term)
     physics: Physics,
     version: VllmVersion | None,
 ) -> TrialResult:
-    memory = physics.memory(hardware, target, draft, server)
+    memory = physics.memory(hardware, target, draft, server, version=version)
     if not memory.fits:
         raise StartupFailure(FailureKind.OOM, memory.reason, log_tail=memory.reason)
-    uses_draft = server.method is SpecMethod.DRAFT_MODEL
+    uses_draft = method_of(server.method).family is MethodFamily.DRAFT
     scheduler = Scheduler(
         hardware,
         target,

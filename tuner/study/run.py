@@ -22,9 +22,11 @@ from tuner.analysis.confirmed import Confirmed
 from tuner.analysis.k_table import KTableVerdict
 from tuner.analysis.picks import Candidate, pareto_front, recommend
 from tuner.config.runner_report import v1_warning
+from tuner.config.running_cap import cap_warning
 from tuner.config.space import SearchSpace
-from tuner.errors import ConfigError
+from tuner.errors import ConfigError, LaunchError
 from tuner.export.vllm import export
+from tuner.launch.preflight import Preflight
 from tuner.results import Source
 from tuner.search.plan import (
     Budget,
@@ -38,6 +40,7 @@ from tuner.study.cluster.executor import OnRay
 from tuner.study.confirm import OnRun, confirm, confirm_k_table
 from tuner.study.executor import Executor, InProcess, OnTick
 from tuner.study.host import on_this_host
+from tuner.study.judge import judged_space
 from tuner.study.listing import resuming
 from tuner.study.paths import StudyPaths, write_whole
 from tuner.study.request import OptimizeRequest, check_request
@@ -54,6 +57,7 @@ from tuner.study.study import (
 from tuner.study.twin_calibrate import seed_study
 from tuner.study.workers import LocalWorkers
 from tuner.trial.backends import Backend, BackendFactory, BackendOptions, ProcessSettings
+from tuner.trial.backends.served import ServedBackend
 from tuner.trial.record import TrialRecord, records, stored_space
 
 __all__ = ["OptimizeResult", "StudyRun", "stored_startups", "write_best"]
@@ -161,8 +165,32 @@ class StudyRun:
 
     def prepare(self) -> None:
         """What must hold or be on the trials' hosts before the study stores anything or any
-        trial's clock starts (the executor's :meth:`~tuner.study.executor.Executor.prepare`)."""
+        trial's clock starts (the executor's :meth:`~tuner.study.executor.Executor.prepare`),
+        then, for a new study, the pre-flight: the vLLM that will serve the trials judges the
+        space, and what it refuses is taken out (:func:`~tuner.study.judge.judged_space`)."""
         self.executor.prepare(self)
+        if self.resume or self.request.ray is not None:  # Ray's images are on its nodes
+            return
+        verdict = self._preflight()
+        if verdict is not None:
+            self.space = judged_space(self.space, verdict, self.on_notice)
+
+    def _preflight(self) -> Preflight | None:
+        """The backend's pre-flight verdict on the space; None where it has none, or where the
+        image holds no vLLM it can ask (said once: spectune's own rules then judged it)."""
+        probe = self.backend or self.build_backend(self.space, self.options)
+        try:
+            return probe.judge(self.space) if isinstance(probe, ServedBackend) else None
+        except (ConfigError, LaunchError) as why:
+            if self.on_notice is not None:
+                self.on_notice(
+                    f"WARNING: the pre-flight could not ask the image's vLLM ({why}); "
+                    "spectune's own rules judged the space"
+                )
+            return None
+        finally:
+            if self.backend is None:
+                probe.close()
 
     def start(self) -> None:
         """Stores the study (or resumes it) with what this run adds: its trials, its kind of
@@ -172,9 +200,9 @@ class StudyRun:
         stored = None if self.resume else self.space
         self._study, self.space = open_study(request.study, self.storage, stored, sampler)
         claim_source(self.study, request.backend)
-        runners = v1_warning(self.space)
-        if self.on_notice is not None and runners:
-            self.on_notice(runners)
+        for notice in (v1_warning(self.space), cap_warning(self.space)):
+            if self.on_notice is not None and notice:
+                self.on_notice(notice)
         self.paths.folder.mkdir(parents=True, exist_ok=True)
         self.options = study_backend_options(self.study, request.backend, self.options, self.paths)
         extend_budget(self.study, request.trials)

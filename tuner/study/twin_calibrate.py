@@ -181,7 +181,7 @@ def calibrate(
             f"calibration of {space.hardware.label} measured nothing (every config ran out of "
             "memory): check the hardware and the model, or lower max_model_len in the space"
         )
-    twin = fit(space.hardware, seen, FittedTwin())
+    twin = fit(space.hardware, seen, FittedTwin(), space.version)
     path = calibration_path(studies_dir, space)
     path.parent.mkdir(parents=True, exist_ok=True)
     stored = {**twin.to_json(), _SOURCE_KEY: backend.source.value}

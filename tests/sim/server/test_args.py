@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 from pathlib import Path
 
@@ -134,20 +135,28 @@ def test_bad_faults_name_the_known_ones(spec: str) -> None:
 
 
 def test_version_answers_like_vllm() -> None:
-    done = subprocess.run([*SERVER, "--version"], capture_output=True, text=True, check=True)
-    assert done.stdout.strip() == str(NEWEST_KNOWN)
+    env = {k: v for k, v in os.environ.items() if k != "SPECTUNE_SIM_VLLM_VERSION"}
+    done = subprocess.run(
+        [*SERVER, "--version"], capture_output=True, text=True, check=True, env=env
+    )
+    assert done.stdout.strip() == str(NEWEST_KNOWN)  # the release it imitates by default
+    imitated = {**env, "SPECTUNE_SIM_VLLM_VERSION": "0.33.0"}
+    done = subprocess.run(
+        [*SERVER, "--version"], capture_output=True, text=True, check=True, env=imitated
+    )
+    assert done.stdout.strip() == "0.33.0"
 
 
 def test_process_launcher_starts_it(context: LaunchContext) -> None:
     server = CONFIGS[2]
     launcher = ProcessLauncher(
         SERVER,
-        env={"SPECTUNE_SIM_SPEED": "50"},
+        env={"SPECTUNE_SIM_SPEED": "50", "SPECTUNE_SIM_VLLM_VERSION": "0.33.0"},
         poll_s=0.05,
         ready_timeout_s=15,
     )
     with launcher:
-        assert launcher.version == NEWEST_KNOWN  # asked with --version
+        assert launcher.version == parse_version("0.33.0")  # asked with --version
         endpoint = launcher.start(server, context)
         body = {"model": endpoint.model, "prompt": "```python\n", "max_tokens": 8}
         answer = httpx.post(f"{endpoint.base_url}/v1/completions", json=body, timeout=10)

@@ -71,7 +71,17 @@ def test_oom_fault_is_an_oom_startup_failure(context: LaunchContext) -> None:
             "KV cache is needed, which is larger than the available KV cache memory",
         ),
         (  # vLLM 0.21+: context and NCCL leave less free memory than 0.98 asks
-            ("--gpu-memory-utilization", "0.98", "-tp", "2", "--sim-hardware", "4090x2"),
+            # 0.21-0.33 check free memory at start-up (0.34 sizes its cache from it instead)
+            (
+                "--gpu-memory-utilization",
+                "0.98",
+                "-tp",
+                "2",
+                "--sim-hardware",
+                "4090x2",
+                "--sim-vllm-version",
+                "0.32.0",
+            ),
             TARGET,
             "on startup is less than desired GPU memory utilization (0.98",
         ),

@@ -51,7 +51,7 @@ def _trials() -> list[Observation]:
 
 
 def test_fit_recovers_the_hidden_corrections() -> None:
-    twin = fit(SPACE.hardware, _trials(), FittedTwin())
+    twin = fit(SPACE.hardware, _trials(), FittedTwin(), SPACE.version)
     p = twin.params
     assert p.decode == pytest.approx(TRUTH.decode, rel=0.1)
     assert p.draft == pytest.approx(TRUTH.draft, rel=0.15)
@@ -66,7 +66,7 @@ def test_fit_recovers_the_hidden_corrections() -> None:
 
 
 def test_no_data_keeps_the_prior_and_its_margin() -> None:
-    twin = fit(SPACE.hardware, [], FittedTwin())
+    twin = fit(SPACE.hardware, [], FittedTwin(), SPACE.version)
     assert twin.params == TwinParams()
     assert twin.margin_gib == pytest.approx(0.75)
 
@@ -77,7 +77,7 @@ _SHORT_OUTSIDE = "ValueError: Free memory on device cuda:0 (21.28/23.99 GiB) on 
 def _headroom(twin: FittedTwin, server: ServerConfig) -> float:
     """GiB to spare under ``twin``, as the twin's screen reckons it."""
     target, draft = load_model(server.model), load_draft(server)
-    outside, inside = memory_slacks(SPACE.hardware, target, draft, server)
+    outside, inside = memory_slacks(SPACE.hardware, target, draft, server, SPACE.version)
     return min(outside - twin.params.outside_gib, inside - twin.params.inside_gib)
 
 
@@ -101,20 +101,22 @@ def test_an_oom_moves_the_memory_boundary_for_every_method() -> None:
 
 def test_each_further_oom_doubles_the_step_and_a_start_up_that_ran_caps_it() -> None:
     servers = [SPACE.config(None, u, 2048, 0.2).server for u in (0.90, 0.86, 0.82)]
-    one = fit(SPACE.hardware, [_oom(servers[0])], FittedTwin())
-    two = fit(SPACE.hardware, [_oom(servers[0]), _oom(servers[1])], FittedTwin())
+    one = fit(SPACE.hardware, [_oom(servers[0])], FittedTwin(), SPACE.version)
+    two = fit(SPACE.hardware, [_oom(servers[0]), _oom(servers[1])], FittedTwin(), SPACE.version)
     step_one = one.params.outside_gib - (_headroom(FittedTwin(), servers[0]) - one.margin_gib)
     step_two = two.params.outside_gib - (_headroom(FittedTwin(), servers[1]) - two.margin_gib)
     assert step_two == pytest.approx(2 * step_one)
     ran = Observation(servers[2], 0.2, "code", 512, 256, 1)
-    capped = fit(SPACE.hardware, [_oom(servers[0]), _oom(servers[1]), ran], FittedTwin())
+    capped = fit(
+        SPACE.hardware, [_oom(servers[0]), _oom(servers[1]), ran], FittedTwin(), SPACE.version
+    )
     assert _headroom(capped, servers[2]) >= capped.margin_gib - 1e-6  # what ran stays safe
     assert _headroom(capped, servers[1]) < capped.margin_gib
 
 
 def test_fitted_twin_and_observations_round_trip_through_json() -> None:
     observations = _trials()
-    twin = fit(SPACE.hardware, observations, FittedTwin())
+    twin = fit(SPACE.hardware, observations, FittedTwin(), SPACE.version)
     text = json.dumps(twin.to_json())
     back = FittedTwin.from_json(json.loads(text))
     assert back.params.draft == pytest.approx(twin.params.draft)

@@ -79,16 +79,18 @@ def test_corrections_move_the_prediction_the_right_way() -> None:
 
 def test_memory_corrections_shrink_the_kv_cache_and_can_fail_a_start() -> None:
     config = SPACE.config(None, 0.96, 2048, 0.2)
-    shipped = estimate_memory(SPACE.hardware, SPACE.target, None, config.server)
+    v = SPACE.version
+    shipped = estimate_memory(SPACE.hardware, SPACE.target, None, config.server, version=v)
     physics = TwinPhysics(TwinParams(inside_gib=0.5, outside_gib=0.2))
-    twin = physics.memory(SPACE.hardware, SPACE.target, None, config.server)
+    twin = physics.memory(SPACE.hardware, SPACE.target, None, config.server, version=v)
     assert shipped.fits
     assert twin.kv_cache_gib == pytest.approx(shipped.kv_cache_gib - 0.5)
     assert twin.peak_gib == pytest.approx(shipped.peak_gib + 0.2)  # NVML sees the outside part
     too_much = TwinPhysics(TwinParams(outside_gib=2.0))
-    assert not too_much.memory(SPACE.hardware, SPACE.target, None, config.server).fits
+    assert not too_much.memory(SPACE.hardware, SPACE.target, None, config.server, version=v).fits
     with pytest.raises(StartupFailure):
-        predict(SPACE.hardware, SPACE.target, None, config.server, 0.2, SPACE.workload, 1, too_much)
+        server = config.server
+        predict(SPACE.hardware, SPACE.target, None, server, 0.2, SPACE.workload, 1, too_much, v)
 
 
 def test_params_round_trip_through_json() -> None:

@@ -34,19 +34,20 @@ from typing import Any
 
 from aiohttp import web
 
-from tuner.config.vllm_args import NEWEST_KNOWN
 from tuner.sim.scheduler import Scheduler, StepResult
 from tuner.sim.server.args import ServeArgs
 from tuner.sim.server.live import Ending, Live, stream_faults
 from tuner.sim.server.metrics import CONTENT_TYPE, ServerCounters, ServerMetrics
 from tuner.sim.server.openai import (
     DONE_EVENT,
+    PER_REQUEST_METRICS_SINCE,
     CompletionParams,
     RequestError,
     StreamFormat,
     completion_body,
     error_body,
     parse_completion,
+    request_metrics,
     token_text,
 )
 from tuner.sim.server.startup import SIMULATED_BANNER, crash, log
@@ -164,7 +165,7 @@ class FakeServer:
         return web.Response(body=b"", content_type="application/json")
 
     async def _version(self, request: web.Request) -> web.Response:
-        return _json(200, {"version": str(NEWEST_KNOWN)})
+        return _json(200, {"version": str(self.args.sim.vllm_version)})
 
     async def _metrics(self, request: web.Request) -> web.Response:
         return web.Response(body=self.metrics.render(), headers={"Content-Type": CONTENT_TYPE})
@@ -227,7 +228,7 @@ class FakeServer:
             return _json(exc.status, error_body(exc.status, exc.kind, str(exc), exc.param))
         request_id = f"{'chatcmpl' if chat else 'cmpl'}-sim{rid:06d}"
         model = params.model or self.args.served_names[0]
-        live = Live(rid, params, request_id, request)
+        live = Live(rid, params, request_id, request, arrived=asyncio.get_running_loop().time())
         response = None
         if params.stream:
             self._streams += 1
@@ -244,7 +245,29 @@ class FakeServer:
             return response or web.Response()
         if response is not None:
             return response
-        return _json(200, completion_body(params, request_id, model, live.sent))
+        body = completion_body(
+            params,
+            request_id,
+            model,
+            live.sent,
+            self._request_metrics(live),
+            with_metrics_key=self.args.sim.vllm_version >= PER_REQUEST_METRICS_SINCE,
+        )
+        return _json(200, body)
+
+    def _request_metrics(self, live: Live) -> dict[str, float | None] | None:
+        """The ``metrics`` vLLM would put in the answer; None where it would put none.
+
+        The clock is the server's own (real seconds, as vLLM's), so under ``--sim-speed`` other
+        than 1 the durations are the sped-up ones the client sees too. A request counts as
+        scheduled when the step that gave it its first token began: a prompt prefilled over
+        several steps counts the earlier ones as queue.
+        """
+        if not self.args.per_request_metrics or live.scheduled is None:
+            return None
+        first = live.first_token if live.first_token is not None else live.scheduled
+        last = live.last_token if live.last_token is not None else first
+        return request_metrics(live.arrived, live.scheduled, first, last, live.sent)
 
     # -- the step loop ----------------------------------------------------------------------
 
@@ -264,23 +287,31 @@ class FakeServer:
                 await self._wake.wait()
                 clock = loop.time()  # an idle scheduler starts the next step at once
                 continue
+            began = loop.time()
             result = self.scheduler.step()
             if not math.isinf(speed):
+                began = max(began, clock)  # the step starts when the previous one ended
                 clock += result.duration_s / speed
                 await asyncio.sleep(max(0.0, clock - loop.time()))
-            self._deliver(result)
+            self._deliver(result, began)
             # The answers go out, and new requests come in, before the next step is worked out.
             await asyncio.sleep(0)
             if math.isinf(speed):
                 await self._wait_for_readers()
 
-    def _deliver(self, result: StepResult) -> None:
-        """Sends each request the tokens of one step; finishes and aborts requests."""
+    def _deliver(self, result: StepResult, began: float | None = None) -> None:
+        """Sends each request the tokens of one step (which began at ``began`` on the event
+        loop's clock; None: now); finishes and aborts requests."""
+        now = asyncio.get_running_loop().time()
         finished = set(result.finished)
         for rid, count in result.emitted.items():
             live = self.live.get(rid)
             if live is None:
                 continue
+            if live.scheduled is None:
+                live.scheduled = min(now, began) if began is not None else now
+                live.first_token = now
+            live.last_token = now
             if live.stream is not None:
                 if live.gone():
                     self._abort(live, Ending.CUT)
@@ -310,7 +341,8 @@ class FakeServer:
             events += [stream.error_event("EngineCore encountered an issue"), DONE_EVENT]
         elif last:
             if live.params.include_usage and "no_usage_every" not in live.faults:
-                events.append(stream.usage_event(live.params.prompt_tokens, live.sent))
+                metrics = self._request_metrics(live)
+                events.append(stream.usage_event(live.params.prompt_tokens, live.sent, metrics))
             events.append(DONE_EVENT)
         for event in events:
             live.send(event)

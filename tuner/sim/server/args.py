@@ -13,17 +13,24 @@ on the command line win over the file's.
 Simulator settings never collide with vLLM's: they are ``--sim-*`` flags, each with an
 environment variable as default (so a launcher that only controls the environment can set them):
 
-==================  =========================  =================================================
-flag                variable                   meaning
-==================  =========================  =================================================
-``--sim-hardware``  ``SPECTUNE_SIM_HARDWARE``  GPUs simulated, e.g. ``4090x2`` (default 4090x1)
-``--sim-fault``     ``SPECTUNE_SIM_FAULT``     a fault to inject (repeatable; the variable
-                                               takes a comma-separated list), see
-                                               :mod:`tuner.sim.server.faults`
-``--sim-speed``     ``SPECTUNE_SIM_SPEED``     simulated seconds per real second (default 1;
-                                               ``inf``: no pauses at all, as fast as possible)
-``--sim-seed``      ``SPECTUNE_SIM_SEED``      seeds acceptance and timing noise (default 0)
-==================  =========================  =================================================
+======================  ===============================  =====================================
+flag                    variable                         meaning
+======================  ===============================  =====================================
+``--sim-hardware``      ``SPECTUNE_SIM_HARDWARE``        GPUs simulated, e.g. ``4090x2`` (default
+                                                         4090x1)
+``--sim-fault``         ``SPECTUNE_SIM_FAULT``           a fault to inject (repeatable; the
+                                                         variable takes a comma-separated list),
+                                                         see :mod:`tuner.sim.server.faults`
+``--sim-speed``         ``SPECTUNE_SIM_SPEED``           simulated seconds per real second
+                                                         (default 1; ``inf``: no pauses at all, as
+                                                         fast as possible)
+``--sim-seed``          ``SPECTUNE_SIM_SEED``            seeds acceptance and timing noise
+                                                         (default 0)
+``--sim-vllm-version``  ``SPECTUNE_SIM_VLLM_VERSION``  the release imitated (default the newest
+                                                         known): ``/version`` and ``--version``
+                                                         answer it; from 0.32 it takes
+                                                         ``--enable-per-request-metrics``
+======================  ===============================  =====================================
 """
 
 from __future__ import annotations
@@ -38,11 +45,14 @@ from pathlib import Path
 from typing import Any
 
 from tuner.catalog.gpus import Hardware, parse_hardware
+from tuner.config.methods import MethodFamily, method_of
 from tuner.config.trial import FlagValue, ServerConfig, SpecMethod, SpeculativeConfig
 from tuner.config.vllm_args import NEWEST_KNOWN
+from tuner.config.vllm_version import VllmVersion, parse_version
 from tuner.errors import ConfigError
 from tuner.sim.server.config_file import config_file_argv
 from tuner.sim.server.faults import FAULT_NAMES, Faults, parse_faults
+from tuner.sim.server.openai import PER_REQUEST_METRICS_SINCE
 
 __all__ = [
     "DEFAULT_HARDWARE",
@@ -117,12 +127,15 @@ class SimOptions:
         faults: what to break.
         speed: simulated seconds per real second; ``math.inf`` never pauses.
         seed: seeds the scheduler's acceptance sampling and timing noise.
+        vllm_version: the release it imitates (``--sim-vllm-version``): what ``/version``
+            answers, and whether it takes ``--enable-per-request-metrics`` (0.32 and later).
     """
 
     hardware: Hardware = field(default_factory=lambda: parse_hardware(DEFAULT_HARDWARE))
     faults: Faults = field(default_factory=Faults)
     speed: float = 1.0
     seed: int = 0
+    vllm_version: VllmVersion = NEWEST_KNOWN
 
 
 @dataclass(frozen=True)
@@ -138,6 +151,8 @@ class ServeArgs:
         api_key: the bearer token ``/v1`` requests must carry, if any.
         ignored: accepted vLLM flags the simulator ignores, for the start-up log.
         sim: the simulator's own settings.
+        per_request_metrics: ``--enable-per-request-metrics`` (vLLM 0.32 and later): answers
+            carry the request's ``metrics``.
     """
 
     server: ServerConfig
@@ -148,6 +163,7 @@ class ServeArgs:
     api_key: str | None
     ignored: tuple[str, ...]
     sim: SimOptions
+    per_request_metrics: bool = False
 
 
 def _human_int(text: str) -> int:
@@ -191,7 +207,9 @@ def _parser() -> argparse.ArgumentParser:
         prog="vllm serve",
         description="spectune's simulated vLLM server: vLLM's flags, timings from tuner.sim.",
     )
-    parser.add_argument("--version", action="version", version=str(NEWEST_KNOWN))
+    env = os.environ
+    imitated = env.get("SPECTUNE_SIM_VLLM_VERSION") or str(NEWEST_KNOWN)
+    parser.add_argument("--version", action="version", version=imitated)
     parser.add_argument("model", nargs="?", help="catalog Hugging Face id or local model dir")
     parser.add_argument("--config", help="YAML file whose keys are flag names")
     parser.add_argument("--host")
@@ -210,6 +228,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--ngram-prompt-lookup-max", type=int)
     parser.add_argument("--ngram-prompt-lookup-min", type=int)
     parser.add_argument("--api-key")
+    parser.add_argument("--enable-per-request-metrics", action="store_true")
     _add_boolean(parser, "--enable-chunked-prefill", True)
     _add_boolean(parser, "--enforce-eager", False)
     for flag in _IGNORED_VALUE_FLAGS:
@@ -222,7 +241,6 @@ def _parser() -> argparse.ArgumentParser:
     for flag in _IGNORED_BOOL_FLAGS:
         _add_boolean(parser, flag, None)
     sim = parser.add_argument_group("simulator (spectune only)")
-    env = os.environ
     sim.add_argument(
         "--sim-hardware",
         type=_hardware,
@@ -248,6 +266,12 @@ def _parser() -> argparse.ArgumentParser:
         type=int,
         default=env.get("SPECTUNE_SIM_SEED", "0"),
         help="seeds acceptance and timing noise (SPECTUNE_SIM_SEED)",
+    )
+    sim.add_argument(
+        "--sim-vllm-version",
+        default=imitated,
+        metavar="VERSION",
+        help=f"the vLLM release to imitate (default {NEWEST_KNOWN}; SPECTUNE_SIM_VLLM_VERSION)",
     )
     return parser
 
@@ -289,7 +313,7 @@ def _speculative(ns: argparse.Namespace) -> SpeculativeConfig | None:
     return SpeculativeConfig(
         method=parsed,
         num_speculative_tokens=k,
-        model=str(model) if parsed is SpecMethod.DRAFT_MODEL and model else None,
+        model=str(model) if method_of(parsed).family is MethodFamily.DRAFT and model else None,
         prompt_lookup_max=config.get("prompt_lookup_max"),
         prompt_lookup_min=config.get("prompt_lookup_min"),
         k_by_batch_size=_k_table(config.get("num_speculative_tokens_per_batch_size")),
@@ -326,7 +350,13 @@ def _sim_options(ns: argparse.Namespace, env: Mapping[str, str]) -> SimOptions:
     faults = parse_faults(fault_specs)
     if not ns.sim_speed > 0:
         raise ValueError(f"--sim-speed must be positive (or inf), got {ns.sim_speed}")
-    return SimOptions(hardware=ns.sim_hardware, faults=faults, speed=ns.sim_speed, seed=ns.sim_seed)
+    return SimOptions(
+        hardware=ns.sim_hardware,
+        faults=faults,
+        speed=ns.sim_speed,
+        seed=ns.sim_seed,
+        vllm_version=parse_version(ns.sim_vllm_version),
+    )
 
 
 def parse_serve_args(argv: Sequence[str], env: Mapping[str, str] | None = None) -> ServeArgs:
@@ -368,6 +398,10 @@ def parse_serve_args(argv: Sequence[str], env: Mapping[str, str] | None = None) 
         sim = _sim_options(ns, env)
     except ValueError as exc:
         parser.error(f"argument --sim-fault/--sim-speed: {exc}")
+    except ConfigError as exc:
+        parser.error(f"argument --sim-vllm-version: {exc}")
+    if ns.enable_per_request_metrics and sim.vllm_version < PER_REQUEST_METRICS_SINCE:
+        parser.error("unrecognized arguments: --enable-per-request-metrics")  # as vLLM's parser
     extra: list[tuple[str, FlagValue]] = []
     if ns.max_num_seqs is not None:
         extra.append(("max-num-seqs", ns.max_num_seqs))
@@ -401,4 +435,5 @@ def parse_serve_args(argv: Sequence[str], env: Mapping[str, str] | None = None) 
         api_key=ns.api_key,
         ignored=ignored,
         sim=sim,
+        per_request_metrics=ns.enable_per_request_metrics,
     )

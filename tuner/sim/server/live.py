@@ -46,6 +46,10 @@ class Live:
         stream: the SSE events' format; None for an answer in one piece.
         sent: tokens generated for it so far.
         faults: the stream faults of this request, by :class:`Faults` field.
+        arrived: when it was queued (the event loop's clock, seconds).
+        scheduled: when the step that gave it its first token began; None before.
+        first_token: when its first token was handed on; None before.
+        last_token: when its latest token was handed on; None before the first.
     """
 
     rid: int
@@ -55,6 +59,10 @@ class Live:
     stream: StreamFormat | None = None
     sent: int = 0
     faults: frozenset[str] = frozenset()
+    arrived: float = 0.0
+    scheduled: float | None = None
+    first_token: float | None = None
+    last_token: float | None = None
     _outbox: list[bytes | Ending] = field(default_factory=list, init=False)
     _backlog: int = field(default=0, init=False)  # bytes queued, not yet handed on
     _more: asyncio.Future[None] | None = field(default=None, init=False)

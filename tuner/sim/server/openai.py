@@ -13,6 +13,14 @@ The JSON shapes follow vLLM's OpenAI server: ``chat.completion.chunk`` / ``text_
 chunks with the finish reason on the last token's chunk, then (with
 ``stream_options.include_usage``) a chunk with empty ``choices`` and the ``usage``, then
 ``data: [DONE]``. Errors are ``{"error": {"message", "type", "param", "code"}}``.
+
+Per-request ``metrics`` as vLLM sends them (:func:`request_metrics`): only when the server was
+started with ``--enable-per-request-metrics``, which releases from
+:data:`PER_REQUEST_METRICS_SINCE` (``--sim-vllm-version``) take. They ride on the streamed usage
+chunk (vLLM 0.34 ``vllm/entrypoints/openai/chat_completion/serving.py`` and
+``completion/serving.py``: "metrics ride on this final usage chunk"), with the unknown fields
+left out, and on the non-streamed answer, which writes ``"metrics": null`` when they are off.
+Older imitated releases send no ``metrics`` key at all.
 """
 
 from __future__ import annotations
@@ -23,10 +31,12 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from tuner.config.vllm_version import VllmVersion
 from tuner.config.workload import CHARS_PER_TOKEN
 
 __all__ = [
     "DONE_EVENT",
+    "PER_REQUEST_METRICS_SINCE",
     "CompletionParams",
     "RequestError",
     "StreamFormat",
@@ -34,10 +44,15 @@ __all__ = [
     "error_body",
     "parse_completion",
     "prompt_set_of",
+    "request_metrics",
     "token_text",
 ]
 
 DONE_EVENT = b"data: [DONE]\n\n"
+PER_REQUEST_METRICS_SINCE = VllmVersion(0, 32, 0)
+"""The oldest release read to take ``--enable-per-request-metrics`` and answer with ``metrics``
+(0.32.0's CPU build, the 0.33.0 and 0.34.0 wheels, all alike); older ones were not read, so the
+fake server refuses the flag there."""
 # vLLM's /v1/completions answers 16 tokens when max_tokens is absent (the OpenAI default).
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16
 _TEXT = (
@@ -246,10 +261,20 @@ class StreamFormat:
         close = self._close % ('"length"' if finished else "null")
         return f"data: {self._open}{json.dumps(text)}{close}\n\n".encode()
 
-    def usage_event(self, prompt_tokens: int, completion_tokens: int) -> bytes:
-        """The usage event (``stream_options.include_usage``): empty ``choices``."""
+    def usage_event(
+        self,
+        prompt_tokens: int,
+        completion_tokens: int,
+        metrics: dict[str, float | None] | None = None,
+    ) -> bytes:
+        """The usage event (``stream_options.include_usage``): empty ``choices``, and the
+        request's ``metrics`` when given (vLLM drops the None fields from this chunk)."""
         usage = json.dumps(_usage(prompt_tokens, completion_tokens), separators=(",", ":"))
-        return f'data: {self._head},"choices":[],"usage":{usage}}}\n\n'.encode()
+        extra = ""
+        if metrics is not None:
+            known = {key: value for key, value in metrics.items() if value is not None}
+            extra = ',"metrics":' + json.dumps(known, separators=(",", ":"))
+        return f'data: {self._head},"choices":[],"usage":{usage}{extra}}}\n\n'.encode()
 
     def error_event(self, message: str) -> bytes:
         """The error vLLM streams when a request fails mid-stream (then ``[DONE]``)."""
@@ -261,10 +286,41 @@ class StreamFormat:
         return f"data: {self._open}\n\n".encode()
 
 
+def request_metrics(
+    queued: float, scheduled: float, first_token: float, last_token: float, tokens: int
+) -> dict[str, float | None]:
+    """vLLM's per-request ``metrics`` from the request's timestamps (seconds).
+
+    As ``build_per_request_timing_metrics`` (vLLM 0.34 ``vllm/entrypoints/generate/base/
+    serving.py``) computes them: TTFT from the first scheduling to the first token (the queue
+    left out), the queue from arrival to that scheduling, generation time and mean ITL over
+    the decode, tokens per second from the scheduling to the last token.
+    """
+    decode_s = last_token - first_token
+    inference_s = last_token - scheduled
+    return {
+        "time_to_first_token_ms": (first_token - scheduled) * 1000.0,
+        "generation_time_ms": decode_s * 1000.0,
+        "queue_time_ms": (scheduled - queued) * 1000.0,
+        "mean_itl_ms": decode_s / (tokens - 1) * 1000.0 if tokens > 1 else None,
+        "tokens_per_second": tokens / inference_s if inference_s > 0 else None,
+    }
+
+
 def completion_body(
-    params: CompletionParams, request_id: str, model: str, completion_tokens: int
+    params: CompletionParams,
+    request_id: str,
+    model: str,
+    completion_tokens: int,
+    metrics: dict[str, float | None] | None = None,
+    *,
+    with_metrics_key: bool = False,
 ) -> dict[str, Any]:
-    """The non-streamed answer to a completion request."""
+    """The non-streamed answer to a completion request.
+
+    ``metrics`` is the request's (:func:`request_metrics`); ``with_metrics_key`` writes the
+    ``metrics`` key even without them (``null``), as releases with the flag do.
+    """
     text = token_text(0, completion_tokens)
     choice: dict[str, Any] = {
         "index": 0,
@@ -283,4 +339,5 @@ def completion_body(
         "model": model,
         "choices": [choice],
         "usage": _usage(params.prompt_tokens, completion_tokens),
+        **({"metrics": metrics} if metrics is not None or with_metrics_key else {}),
     }

@@ -15,13 +15,12 @@ import sys
 import time
 
 from tuner.catalog.models import ModelSpec, load_model
-from tuner.config.trial import SpecMethod
-from tuner.config.vllm_args import NEWEST_KNOWN
+from tuner.config.methods import MethodFamily, method_of
 from tuner.config.vllm_version import VllmVersion
 from tuner.errors import ConfigError
 from tuner.sim.acceptance import SPEC_METHODS
 from tuner.sim.memory import BLOCK_TOKENS, GIB, estimate_memory
-from tuner.sim.perfmodel import draft_tensor_parallel, kv_bytes_per_gpu
+from tuner.sim.perfmodel import PerfModel, draft_tensor_parallel, kv_bytes_per_gpu
 from tuner.sim.scheduler import Scheduler
 from tuner.sim.server.args import ConfigValidationError, ServeArgs
 
@@ -151,13 +150,15 @@ def start_scheduler(
 
     Args:
         args: the parsed command line.
-        version: whose memory rules to follow (None: the newest, what the fake server reports).
+        version: whose memory rules to follow (None: the release the fake server imitates,
+            ``--sim-vllm-version``).
         free_gib: the free memory of the simulated GPU before start-up (None: all but nothing).
 
     Raises:
         ConfigValidationError: an unknown model, draft or method, or a bad parallel size.
         StartFailure: the config does not fit in memory (or ``oom-at-start`` is injected).
     """
+    version = version or args.sim.vllm_version
     server = args.server
     target = _load(server.model, "ModelConfig")
     spec = server.speculative
@@ -168,7 +169,7 @@ def start_scheduler(
             f"{', '.join(SPEC_METHODS)}",
         )
     draft = None
-    if spec is not None and spec.method is SpecMethod.DRAFT_MODEL:
+    if spec is not None and method_of(spec.method).family is MethodFamily.DRAFT:
         if not spec.model:
             raise ConfigValidationError("SpeculativeConfig", "method draft_model needs a model")
         draft = _load(spec.model, "SpeculativeConfig")
@@ -181,7 +182,13 @@ def start_scheduler(
         f"{server.max_model_len:,} tokens per request: {kv_tokens / server.max_model_len:.2f}x",
     )
     return Scheduler(
-        args.sim.hardware, target, draft, server, kv_tokens=kv_tokens, seed=args.sim.seed
+        args.sim.hardware,
+        target,
+        draft,
+        server,
+        kv_tokens=kv_tokens,
+        seed=args.sim.seed,
+        perf=PerfModel(args.sim.hardware, target, draft, server, version=version),
     )
 
 
@@ -192,9 +199,9 @@ def _log_served_config(args: ServeArgs) -> None:
     graphs = "NONE: 0" if eager else "FULL_AND_PIECEWISE: (2, 1)"
     log(
         "INFO",
-        f"Initializing a V1 LLM engine (v{NEWEST_KNOWN}) with config: model={server.model!r}, "
-        f"tensor_parallel_size={server.tensor_parallel_size}, enforce_eager={eager}, "
-        "device_config=cuda, enable_prefix_caching=True, "
+        f"Initializing a V1 LLM engine (v{args.sim.vllm_version}) with config: "
+        f"model={server.model!r}, tensor_parallel_size={server.tensor_parallel_size}, "
+        f"enforce_eager={eager}, device_config=cuda, enable_prefix_caching=True, "
         f"enable_chunked_prefill={server.enable_chunked_prefill}, compilation_config="
         f"{{'mode': <CompilationMode.VLLM_COMPILE: 3>, 'cudagraph_mode': <CUDAGraphMode.{graphs}>}}"
         " (simulated)",

@@ -37,23 +37,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tuner.config.trial import SpecMethod, SpeculativeConfig
+from tuner.config.methods import method_of
+from tuner.config.trial import SpeculativeConfig
 from tuner.config.verification import Verification
 
 __all__ = ["WILSON_Z", "AcceptedTokens", "PositionCounts", "reusable", "wilson"]
 
 WILSON_Z = 1.959964  # two-sided 95 %
-# Methods whose first K' drafted tokens at K are the tokens they draft at K'.
-_SEQUENTIAL = frozenset(
-    {
-        SpecMethod.DRAFT_MODEL,
-        SpecMethod.EAGLE,
-        SpecMethod.EAGLE3,
-        SpecMethod.MTP,
-        SpecMethod.NGRAM,
-        SpecMethod.NGRAM_GPU,
-    }
-)
 
 
 def reusable(spec: SpeculativeConfig | None) -> bool:
@@ -64,7 +54,7 @@ def reusable(spec: SpeculativeConfig | None) -> bool:
     (the positions are accepted jointly), a K that changes with the batch size, or adaptive
     verification (each request's draft length chosen step by step).
     """
-    if spec is None or spec.method not in _SEQUENTIAL:
+    if spec is None or not method_of(spec.method).counters_carry:
         return False
     return not (
         spec.parallel_drafting

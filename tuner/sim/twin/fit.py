@@ -34,6 +34,7 @@ import numpy as np
 from tuner.catalog.gpus import Hardware
 from tuner.catalog.models import ModelSpec, load_model
 from tuner.config.trial import ServerConfig, TrialConfig, server_from_dict, server_to_dict
+from tuner.config.vllm_version import VllmVersion
 from tuner.results import TrialResult
 from tuner.sim.memory import MemoryEstimate, estimate_memory
 from tuner.sim.oom_screen import INSIDE, OUTSIDE, Slacks, memory_slacks, oom_side
@@ -294,12 +295,17 @@ def slacks(memory: MemoryEstimate, max_model_len: int) -> tuple[float, float]:
     return outside_slack, kv_slack
 
 
-def fit(hardware: Hardware, observations: Sequence[Observation], prior: FittedTwin) -> FittedTwin:
+def fit(
+    hardware: Hardware,
+    observations: Sequence[Observation],
+    prior: FittedTwin,
+    version: VllmVersion | None = None,
+) -> FittedTwin:
     """The twin fitted to ``observations`` (all of a study's trials so far), from ``prior``."""
     sd: dict[str, float] = {}
-    times = _fit_times(hardware, observations, prior, sd)
+    times = _fit_times(hardware, observations, prior, sd, version)
     shifts = _fit_acceptance(observations, prior, sd)
-    outside, inside, margin = _fit_memory(hardware, observations, prior, sd)
+    outside, inside, margin = _fit_memory(hardware, observations, prior, sd, version)
     params = TwinParams(**times, acceptance=shifts, outside_gib=outside, inside_gib=inside)
     return FittedTwin(params, sd, margin, len(observations), pooled_counters(observations))
 
@@ -325,7 +331,11 @@ def pooled_counters(
 
 
 def _fit_times(
-    hardware: Hardware, observations: Sequence[Observation], prior: FittedTwin, sd: dict[str, float]
+    hardware: Hardware,
+    observations: Sequence[Observation],
+    prior: FittedTwin,
+    sd: dict[str, float],
+    version: VllmVersion | None,
 ) -> dict[str, float]:
     decode = ("decode", "draft", "overhead")
     mean = np.array([getattr(prior.params, n) for n in decode])
@@ -338,7 +348,9 @@ def _fit_times(
         if obs.oom or obs.concurrency != 1 or obs.step_ms is None:
             continue
         target, draft = _models(obs.server)
-        parts = step_parts(hardware, target, draft, obs.server, obs.input_tokens, obs.output_tokens)
+        parts = step_parts(
+            hardware, target, draft, obs.server, obs.input_tokens, obs.output_tokens, version
+        )
         rows.append([parts.decode_target, parts.decode_draft, parts.decode_overhead])
         ys.append(obs.step_ms / 1000.0)
         if obs.ttft_ms is not None:
@@ -415,16 +427,21 @@ def _fit_acceptance(
 
 
 def _fit_memory(
-    hardware: Hardware, observations: Sequence[Observation], prior: FittedTwin, sd: dict[str, float]
+    hardware: Hardware,
+    observations: Sequence[Observation],
+    prior: FittedTwin,
+    sd: dict[str, float],
+    version: VllmVersion | None,
 ) -> tuple[float, float, float]:
-    """The memory outside and inside the budget the model missed, and the margin to keep."""
+    """The memory outside and inside the budget the model missed under ``version``'s memory
+    rules, and the margin to keep."""
     rows, ys, noise = [], [], []
     # (ran out of memory, shipped slacks, the side of the budget its message names)
     found: list[tuple[bool, Slacks, str | None]] = []
     for obs in observations:
         target, draft = _models(obs.server)
-        shipped = estimate_memory(hardware, target, draft, obs.server)
-        slacks = memory_slacks(hardware, target, draft, obs.server)
+        shipped = estimate_memory(hardware, target, draft, obs.server, version=version)
+        slacks = memory_slacks(hardware, target, draft, obs.server, version)
         found.append((obs.oom, slacks, oom_side(obs.failure) if obs.oom else None))
         if obs.peak_gib is not None and shipped.fits:
             rows.append([1.0])

@@ -16,7 +16,9 @@ from dataclasses import dataclass
 
 from tuner.catalog.gpus import Hardware
 from tuner.catalog.models import ModelSpec
-from tuner.config.trial import ServerConfig, SpecMethod
+from tuner.config.methods import MethodFamily, method_of
+from tuner.config.trial import ServerConfig
+from tuner.config.vllm_version import VllmVersion
 from tuner.sim.memory import effective_batched_tokens
 from tuner.sim.perfmodel import ForwardPass, PerfModel
 from tuner.sim.twin.model import TwinParams
@@ -70,10 +72,12 @@ def step_parts(
     server: ServerConfig,
     prompt_tokens: int,
     output_tokens: int,
+    version: VllmVersion | None = None,
 ) -> StepParts:
-    """Takes one request's steps apart (``draft`` only matters for a draft-model server)."""
-    uses_draft = server.method is SpecMethod.DRAFT_MODEL
-    perf = PerfModel(hardware, target, draft if uses_draft else None, server)
+    """Takes one request's steps apart on vLLM ``version`` (None: the newest known; ``draft``
+    only matters for a draft-model server)."""
+    uses_draft = method_of(server.method).family is MethodFamily.DRAFT
+    perf = PerfModel(hardware, target, draft if uses_draft else None, server, version=version)
     k = server.k
     budget = effective_batched_tokens(server)
     prefill_target = prefill_draft = prefill_overhead = 0.0

@@ -21,6 +21,7 @@ from typing import Any
 
 from tuner.catalog.gpus import Hardware
 from tuner.catalog.models import ModelSpec
+from tuner.config.methods import MethodFamily, method_of
 from tuner.config.trial import ServerConfig, SpecMethod, SpeculativeConfig
 from tuner.config.vllm_version import VllmVersion
 from tuner.sim.acceptance import (
@@ -30,7 +31,7 @@ from tuner.sim.acceptance import (
     samples_drafts,
     verified,
 )
-from tuner.sim.memory import BLOCK_TOKENS, GIB, MemoryEstimate, estimate_memory
+from tuner.sim.memory import GIB, MemoryEstimate, estimate_memory
 from tuner.sim.perfmodel import (
     ForwardPass,
     PerfModel,
@@ -189,7 +190,7 @@ class _TwinPerf(PerfModel):
 
 def _shift_key(draft: ModelSpec | None, method: SpecMethod) -> str:
     """The key of a drafter's fitted shift (:func:`method_key`, from its method and draft)."""
-    return str(method) if method is SpecMethod.NGRAM else (draft.hf_id if draft else "")
+    return str(method) if not method_of(method).takes_model else (draft.hf_id if draft else "")
 
 
 @dataclass(frozen=True)
@@ -244,9 +245,13 @@ class TwinPhysics:
         draft: ModelSpec | None,
         server: ServerConfig,
         jitter_gib: float = 0.0,
+        *,
+        version: VllmVersion | None = None,
     ) -> MemoryEstimate:
         outside = self.params.outside_gib
-        base = estimate_memory(hardware, target, draft, server, jitter_gib + outside)
+        base = estimate_memory(
+            hardware, target, draft, server, jitter_gib + outside, version=version
+        )
         return adjust_memory(base, target, draft, server, self.params.inside_gib, outside)
 
 
@@ -269,11 +274,12 @@ def adjust_memory(
     if (
         draft is not None
         and server.speculative
-        and server.speculative.method is SpecMethod.DRAFT_MODEL
+        and method_of(server.speculative.method).family is MethodFamily.DRAFT
     ):
         per_token += kv_bytes_per_gpu(draft, draft_tensor_parallel(server))
     kv = base.kv_cache_gib - inside_gib
-    tokens = math.floor(kv * GIB / per_token / BLOCK_TOKENS) * BLOCK_TOKENS if kv > 0 else 0
+    block = base.block_tokens
+    tokens = math.floor(kv * GIB / per_token / block) * block if kv > 0 else 0
     reason = base.reason
     if not reason and tokens < server.max_model_len:
         reason = (

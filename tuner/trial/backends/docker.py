@@ -25,6 +25,7 @@ from tuner.config.trial import LaunchContext, ServerConfig, TrialConfig
 from tuner.launch.container_spec import ContainerResources, ContainerTiming, VllmImage
 from tuner.launch.docker import DockerLauncher
 from tuner.launch.mounts import ContainerFiles
+from tuner.launch.preflight import Preflight, space_candidates
 from tuner.results import Endpoint, TrialResult
 from tuner.trial.backends.base import BackendOptions, explicit_version
 from tuner.trial.backends.served import ServedBackend
@@ -86,6 +87,12 @@ class DockerBackend(ServedBackend):
             on_startup=options.on_startup,
         )
         return cls(launcher, request_timeout_s=settings.request_timeout_s)
+
+    def judge(self, space: SearchSpace) -> Preflight:
+        """The pre-flight: the vLLM inside the image judges every config ``space`` can propose
+        (:func:`tuner.launch.preflight.space_candidates`), before the first trial."""
+        candidates = space_candidates(space, self.launcher.version)
+        return self.launcher.judge(candidates, space.tensor_parallel_size)
 
     def facts(self, space: SearchSpace) -> RunFacts:
         return replace(super().facts(space), image=self.launcher.image.name)

@@ -18,6 +18,7 @@ from tuner.config.trial import LaunchContext, ServerConfig, TrialConfig
 from tuner.errors import MeasurementError
 from tuner.launch.base import Launcher
 from tuner.launch.failures import end_failure
+from tuner.launch.preflight import Preflight
 from tuner.results import Endpoint, Source, TrialResult
 from tuner.trial.run_facts import RunFacts
 
@@ -54,6 +55,12 @@ class ServedBackend:
 
     def prepare(self) -> None:
         """Nothing beyond what the launcher checks at its first start (see DockerBackend)."""
+
+    def judge(self, space: SearchSpace) -> Preflight | None:
+        """vLLM's own verdict on every config of ``space`` before the first trial, where this
+        backend can ask the vLLM that will serve them (the docker backend's image); None."""
+        del space
+        return None
 
     def start(self, server: ServerConfig, context: LaunchContext) -> Endpoint:
         self._endpoint = None  # the launcher stops the previous server first

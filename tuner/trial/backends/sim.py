@@ -25,7 +25,7 @@ from tuner.catalog.gpus import Hardware
 from tuner.catalog.models import load_model
 from tuner.config.space import SearchSpace
 from tuner.config.trial import LaunchContext, ServerConfig, TrialConfig, load_draft
-from tuner.config.vllm_args import NEWEST_KNOWN, server_argv
+from tuner.config.vllm_args import NEWEST_KNOWN, VllmVersion, server_argv
 from tuner.errors import MeasurementError
 from tuner.launch.failures import startup_failure
 from tuner.results import Endpoint, Source, TrialResult
@@ -48,30 +48,41 @@ class SimBackend:
         hardware: the GPUs simulated.
         seed: seeds the hidden memory overhead of each config.
         speed: simulated seconds per wall second a measurement takes; None: no waiting.
+        version: the vLLM release simulated (its memory rules and runner); None: the newest.
     """
 
     name = "sim"
     source = Source.SIMULATED
 
-    def __init__(self, hardware: Hardware, seed: int = 0, speed: float | None = None) -> None:
+    def __init__(
+        self,
+        hardware: Hardware,
+        seed: int = 0,
+        speed: float | None = None,
+        version: VllmVersion | None = None,
+    ) -> None:
         self.hardware = hardware
         self.seed = seed
         self.speed = speed
+        self.version = version
         self._server: ServerConfig | None = None
 
     @classmethod
     def build(cls, space: SearchSpace, options: BackendOptions) -> SimBackend:
         """The backend ``--backend sim`` runs: the space's hardware."""
-        return cls(space.hardware, options.seed, options.settings_of(SimSettings).speed)
+        speed = options.settings_of(SimSettings).speed
+        return cls(space.hardware, options.seed, speed, space.version)
 
     def start(self, server: ServerConfig, context: LaunchContext) -> Endpoint:
         del context  # nothing to name or log
         self.stop()
-        _check_flags(server)
+        _check_flags(server, self.version)
         target = load_model(server.model)
         draft = load_draft(server)
         jitter = random.Random(f"{self.seed}:{server!r}").uniform(0.0, _MAX_JITTER_GIB)
-        memory = estimate_memory(self.hardware, target, draft, server, jitter_gib=jitter)
+        memory = estimate_memory(
+            self.hardware, target, draft, server, jitter_gib=jitter, version=self.version
+        )
         if not memory.fits:
             log = (
                 f"INFO [simulated] Loading weights took {memory.weights_gib:.2f} GiB per GPU\n"
@@ -96,6 +107,7 @@ class SimBackend:
             config.client.workload,
             concurrency,
             seed,
+            version=self.version,
         )
         if self.speed:  # a study that takes (scaled) real time, like a real one
             time.sleep(result.duration_s / self.speed)
@@ -112,17 +124,19 @@ class SimBackend:
         return RunFacts(self.name, str(space.version))  # simulated: no GPUs to read
 
 
-def _check_flags(server: ServerConfig) -> None:
-    """Fails like ``vllm serve`` on flags it would refuse (argparse or pydantic).
+def _check_flags(server: ServerConfig, version: VllmVersion | None) -> None:
+    """Fails like ``vllm serve`` of ``version`` (None: the newest known) on flags it would
+    refuse (argparse or pydantic).
 
     Raises:
         StartupFailure: of kind bad-argument, with vLLM's wording.
     """
-    argv = server_argv(server, NEWEST_KNOWN, host="127.0.0.1", port=8000)
+    release = version or NEWEST_KNOWN
+    argv = server_argv(server, release, host="127.0.0.1", port=8000)
     errors = io.StringIO()
     try:
         with contextlib.redirect_stderr(errors):
-            parse_serve_args(argv, env={})
+            parse_serve_args([*argv, "--sim-vllm-version", str(release)], env={})
     except SystemExit as exc:  # argparse: "vllm serve: error: unrecognized arguments: ..."
         code = exc.code if isinstance(exc.code, int) else 2
         raise startup_failure(code, errors.getvalue()) from None
