@@ -210,3 +210,17 @@ def test_dspark_draft_topk_is_checked_against_the_drafter_and_the_parallelism() 
         space_from_dict(raw, "test space")
     with pytest.raises(ConfigError, match="trained for Qwen/Qwen3-8B"):
         _space({"methods": [dspark]}, target=LLAMA)
+
+
+def test_an_xpress_drafter_is_a_dflash_variant_from_0_33(tmp_path: Path) -> None:
+    # vLLM 0.34's model registry picks the variant from the architecture, under method dflash
+    # (vllm/model_executor/models/registry.py:687-717); 0.32 does not know it.
+    xpress = _folder(
+        tmp_path, "qwen3-8b-xpress", {**DFLASH_CONFIG, "architectures": ["Qwen3XPressModel"]}
+    )
+    method = {"method": "dflash", "model": xpress}
+    assert _space({"methods": [method]}, version="0.33.0").k_range(f"dflash:{xpress}") == range(
+        15, 16
+    )
+    with pytest.raises(ConfigError, match=r"a DFlash variant vLLM runs from 0\.33\.0"):
+        _space({"methods": [method]})

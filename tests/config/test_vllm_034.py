@@ -158,3 +158,15 @@ def test_the_0_34_memory_model_sizes_the_kv_cache_from_what_is_free() -> None:
     assert estimate_memory(hardware, target, None, capped, version=V034).kv_cache_gib < (
         alone.kv_cache_gib
     )
+
+
+def test_a_space_pinned_to_a_release_newer_than_the_rules_loads_with_one_warning() -> None:
+    space = space_from_dict(
+        {"hardware": "4090x2", "target": QWEN3, "vllm": {"image": "vllm/vllm-openai:v0.35.0"}},
+        "newer",
+    )
+    assert space.version == parse_version("0.35.0")
+    note = space.newer_note
+    assert note is not None and "newer than spectune's rules (0.34.0)" in note
+    assert "pre-flight" in note and "\n" not in note
+    assert _space({}).newer_note is None

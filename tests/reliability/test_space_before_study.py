@@ -15,6 +15,7 @@ from tuner.cli import app
 from tuner.config.space import builtin_spaces
 from tuner.study.storage import open_storage
 from tuner.trial.record import SPACE_ATTR
+from tuner.trial.scoring import DIRECTIONS
 
 runner = CliRunner()
 SPACE = "qwen2.5-14b-awq-4090x1"
@@ -65,7 +66,26 @@ def test_a_study_that_never_ran_is_replaced_by_a_fixed_space(tmp_path: Path) -> 
     assert study.user_attrs[SPACE_ATTR]["server"]["tensor_parallel_size"] == 1
 
 
+def test_a_study_whose_trials_all_failed_takes_the_corrected_space(tmp_path: Path) -> None:
+    # What a flag vLLM refuses only at start-up leaves: the space stored, one FAIL trial.
+    broken = yaml.safe_load(_space(tmp_path, extra_flags={"enable-chaos": True}).read_text())
+    url = f"sqlite:///{tmp_path / 's1.db'}"  # no heartbeat: the trial is asked by hand
+    stored = optuna.create_study(study_name="s1", storage=url, directions=list(DIRECTIONS))
+    stored.set_user_attr(SPACE_ATTR, broken)
+    failed = stored.ask()
+    stored.tell(failed, state=optuna.trial.TrialState.FAIL)
+    result = _optimize(tmp_path, _space(tmp_path))
+    assert result.exit_code == 0, result.stderr
+    study = optuna.load_study(
+        study_name="s1", storage=open_storage(f"sqlite:///{tmp_path / 's1.db'}")
+    )
+    assert [t.state for t in study.trials] == [optuna.trial.TrialState.COMPLETE]
+    assert "extra_flags" not in study.user_attrs[SPACE_ATTR].get("server", {})
+
+
 def test_a_study_with_trials_still_refuses_another_space(tmp_path: Path) -> None:
     assert _optimize(tmp_path, _space(tmp_path)).exit_code == 0
     result = _optimize(tmp_path, _space(tmp_path, max_model_len=4096))
     assert result.exit_code == 2 and "was created with a different search space" in result.stderr
+    assert "resuming" not in result.output  # a refused resume prints the error alone
+    assert len(result.stderr.strip().splitlines()) == 1

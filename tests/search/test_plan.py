@@ -54,6 +54,18 @@ def test_durations_read_as_people_write_them(text: str, seconds: float) -> None:
     assert parse_duration(text) == seconds
 
 
+def test_a_budget_past_a_week_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    assert parse_duration("168h") == 7 * 24 * 3600
+    result = runner.invoke(
+        app,
+        ["optimize", "--backend", "sim", "--plan", "--time-budget", "99999999999999h"],
+        env={"SPECTUNE_OPTIMIZE_STUDIES_DIR": str(tmp_path)},
+    )
+    assert result.exit_code == 2
+    (line,) = result.stderr.strip().splitlines()
+    assert "--time-budget '99999999999999h': at most 168h" in line
+
+
 def test_the_plan_prices_the_warm_start_trials_then_the_sampler_s_then_confirmation() -> None:
     space = _small_space()
     plan = plan_study(space, 12, Confirmation(2, 3))

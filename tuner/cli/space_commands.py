@@ -40,7 +40,8 @@ def check_command(
     lines = [f"model runner on vLLM {loaded.version} (predicted from vLLM's rules):"]
     lines += [f"  {row.label:<{width}}  {row.forecast.describe()}" for row in rows]
     warning = v1_warning(loaded)
-    notes = [note for note in (loaded.memory_note, warning, cap_warning(loaded)) if note]
+    said = (loaded.newer_note, loaded.memory_note, warning, cap_warning(loaded))
+    notes = [note for note in said if note]
     for line in [*lines, *notes]:
         console.print(line, markup=False, highlight=False, soft_wrap=True)
 

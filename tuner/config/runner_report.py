@@ -7,9 +7,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from tuner.catalog.heads import heads_for, is_head
-from tuner.catalog.models import CATALOG, ModelSpec
+from tuner.catalog.heads import heads_for
+from tuner.catalog.models import ModelSpec
 from tuner.catalog.seed_drafters import drafters_for
+from tuner.config.methods.draft_model import same_vocabulary_draft
 from tuner.config.trial import SpecMethod
 from tuner.config.vllm_features import choice_runners
 from tuner.config.vllm_runner import ModelRunner, RunnerForecast, predict_runner
@@ -47,24 +48,11 @@ def space_runners(space: SearchSpace) -> tuple[RunnerRow, ...]:
     return tuple(rows)
 
 
-def _same_vocabulary(target: ModelSpec) -> str | None:
-    found = [
-        m.hf_id
-        for m in CATALOG
-        if m.tokenizer_family == target.tokenizer_family
-        and m.vocab == target.vocab
-        and m.params < target.params
-        and not m.quantized
-        and not is_head(m.config, m.hf_id)
-    ]
-    return found[0] if found else None
-
-
 def _fix(reason: str, target: ModelSpec) -> str:
     """What to change for one reason a config falls back to V1."""
     if reason == _MIXED:
         offers = [f"a draft with the target's {target.vocab} vocabulary rows"]
-        same = _same_vocabulary(target)
+        same = same_vocabulary_draft(target)
         if same:
             offers[0] += f" (e.g. {same})"
         heads = [h.hf_id for h in heads_for(target.hf_id) if h.method is SpecMethod.EAGLE3]

@@ -119,6 +119,18 @@ class SearchSpace:
         return self.model.model_dump(mode="json", by_alias=True, exclude_unset=True)
 
     @property
+    def newer_note(self) -> str | None:
+        """The one warning a space pinned to a vLLM newer than spectune's rules gets; None for
+        a release spectune knows."""
+        if self.version <= NEWEST_KNOWN:
+            return None
+        return (
+            f"WARNING: vLLM {self.version} is newer than spectune's rules ({NEWEST_KNOWN}): its "
+            f"configs are written as for {NEWEST_KNOWN}, and on the docker backend the image's "
+            "own vLLM judges every config before the first trial (the pre-flight)"
+        )
+
+    @property
     def memory_note(self) -> str | None:
         """What the memory dimension means on a release that sizes the KV cache from measured
         memory (0.34+); None before, where the space's range is searched as written."""

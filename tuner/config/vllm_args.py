@@ -62,6 +62,7 @@ __all__ = [
     "EXTENSIBLE_KV_CACHE_SINCE",
     "NEWEST_KNOWN",
     "PER_BATCH_SIZE_SINCE",
+    "PER_REQUEST_METRICS_SINCE",
     "UNSET_MEMORY_SHARE",
     "Dialect",
     "VllmVersion",
@@ -72,6 +73,7 @@ __all__ = [
     "has_per_batch_size",
     "heterogeneous_vocab",
     "measured_kv_cache",
+    "measurement_flags",
     "memory_range",
     "parse_version",
     "sampled_value_refusal",
@@ -83,6 +85,9 @@ __all__ = [
 
 
 EXTENSIBLE_KV_CACHE_SINCE = VllmVersion(0, 34, 0)
+# --enable-per-request-metrics: each response's own TTFT and queue time (vllm/entrypoints/
+# common/cli_args.py:158 in 0.34.0, :150 in 0.32's CPU build); refused with --disable-log-stats.
+PER_REQUEST_METRICS_SINCE = VllmVersion(0, 32, 0)
 # gpu_memory_utilization left unset, as the extensible KV cache resolves it.
 UNSET_MEMORY_SHARE = 1.0
 _V0_7 = VllmVersion(0, 7, 0)
@@ -184,6 +189,16 @@ def memory_range(
     cap = round(1.0 - headroom_gib / total_gib, 4)
     high = min(written.high, cap)
     return Range(min(written.low, high), high, written.step)
+
+
+def measurement_flags(server: ServerConfig, version: VllmVersion) -> list[str]:
+    """The flags a measured server adds to its config: the server's own per-request TTFT and
+    queue time in every response (never exported: they serve the measurement, not the
+    deployment)."""
+    names = {_flag_name(name) for name, value in server.extra_flags if value is not False}
+    if version < PER_REQUEST_METRICS_SINCE or "disable-log-stats" in names:
+        return []
+    return ["--enable-per-request-metrics"]
 
 
 def check_supported(server: ServerConfig, version: VllmVersion) -> None:

@@ -35,7 +35,12 @@ import docker.errors
 from docker.models.containers import Container
 
 from tuner.config.trial import LaunchContext, ServerConfig
-from tuner.config.vllm_args import VllmVersion, server_argv, version_from_image
+from tuner.config.vllm_args import (
+    VllmVersion,
+    measurement_flags,
+    server_argv,
+    version_from_image,
+)
 from tuner.errors import EngineUnavailable, LaunchError
 from tuner.launch.base import LOG_NOTE
 from tuner.launch.container_spec import ContainerResources, ContainerTiming, VllmImage
@@ -190,6 +195,7 @@ class DockerLauncher:
         client = self._docker()
         ensure_image(client, self.image.name, self.on_startup)
         argv = server_argv(server, self.version, host="0.0.0.0", port=CONTAINER_PORT)
+        argv += measurement_flags(server, self.version)
         requests = device_requests(self.resources.gpus, server.tensor_parallel_size)
         watch = StartupWatch(self.on_startup)  # a config refused above never started
         if not self._hooked:

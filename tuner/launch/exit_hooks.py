@@ -139,7 +139,8 @@ def install_signal_handlers() -> None:
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not when ignored
         signal.signal(signal.SIGINT, _interrupt)
     for signum in _SIGNALS:
-        signal.signal(signum, _raise_terminated)
+        if signal.getsignal(signum) is not signal.SIG_IGN:  # nohup's SIGHUP stays ignored
+            signal.signal(signum, _raise_terminated)
     _claim_unraisable()
 
 

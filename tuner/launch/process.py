@@ -41,6 +41,7 @@ from tuner.config.vllm_args import (
     VllmVersion,
     check_supported,
     detect_version,
+    measurement_flags,
     server_argv,
 )
 from tuner.errors import ConfigError, LaunchError, StartupFailure
@@ -340,6 +341,7 @@ class ProcessLauncher:
             *self.command,
             *self.subcommand,
             *server_argv(server, version, host=self.host, port=port),
+            *measurement_flags(server, version),
         ]
 
     def _spawn(self, argv: list[str], log_path: Path, port: int, *, append: bool) -> None:

@@ -31,6 +31,7 @@ from importlib import resources
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from tuner.config.bounds import MAX_SECONDS
 from tuner.config.space import SearchSpace
 from tuner.config.trial import TrialConfig
 from tuner.config.vllm_args import has_per_batch_size
@@ -362,7 +363,7 @@ def parse_duration(text: str) -> float:
     """Seconds in ``2h``, ``90m``, ``1h30m``, ``45s`` or plain seconds (``3600``).
 
     Raises:
-        ConfigError: anything else, or a duration that is not positive.
+        ConfigError: anything else, a duration that is not positive, or one over a week.
     """
     value = text.strip().lower()
     if re.fullmatch(r"\d+(\.\d+)?", value):
@@ -375,6 +376,11 @@ def parse_duration(text: str) -> float:
         raise ConfigError(f"--time-budget {text!r}: give a duration such as 2h, 90m or 1h30m")
     if seconds <= 0:
         raise ConfigError(f"--time-budget {text!r}: give a duration longer than 0")
+    if seconds > MAX_SECONDS:  # a plan of years is a typo, and would not fit in memory
+        raise ConfigError(
+            f"--time-budget {text!r}: at most {MAX_SECONDS // 3600}h (a week of GPU time); "
+            "for longer, run the study again to add to it"
+        )
     return seconds
 
 

@@ -30,7 +30,7 @@ def judged_space(
     """
     say = on_notice or (lambda _: None)
     release = parse_version(verdict.version)
-    if release > NEWEST_KNOWN:
+    if release > NEWEST_KNOWN >= space.version:  # a space pinned to it was told (newer_note)
         say(
             f"WARNING: the image runs vLLM {verdict.version}, newer than spectune's rules "
             f"({NEWEST_KNOWN}): configs are written as for {NEWEST_KNOWN}, and the image's vLLM "

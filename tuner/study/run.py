@@ -125,9 +125,6 @@ class StudyRun:
         url = request.storage_url
         storage = open_if_present(url)  # a GPU refused below leaves no SQLite file behind
         exists = storage is not None and request.study in study_names(storage)
-        if exists and on_notice is not None:  # rerunning a command adds trials: say so first
-            assert storage is not None
-            on_notice(resuming(storage, request.study, request.trials))
         resume = request.space is None or (request.resume_stored and exists)
         if resume:
             storage = storage or open_storage(url)
@@ -136,6 +133,8 @@ class StudyRun:
             space = _asked(request, on_notice)  # this host's GPUs: before any file is made
             storage = storage or open_storage(url)
         check_resume(request.study, storage, space, request.backend)
+        if exists and on_notice is not None:  # rerunning adds trials: said once it may resume
+            on_notice(resuming(storage, request.study, request.trials))
         if request.backend == "process" and request.ray is None:  # Ray nodes have their own
             _check_program(request.backend_options.settings_of(ProcessSettings).vllm_command)
         _check_gpus_per_trial(request.gpus_per_trial, space)
@@ -200,7 +199,7 @@ class StudyRun:
         stored = None if self.resume else self.space
         self._study, self.space = open_study(request.study, self.storage, stored, sampler)
         claim_source(self.study, request.backend)
-        for notice in (v1_warning(self.space), cap_warning(self.space)):
+        for notice in (self.space.newer_note, v1_warning(self.space), cap_warning(self.space)):
             if self.on_notice is not None and notice:
                 self.on_notice(notice)
         self.paths.folder.mkdir(parents=True, exist_ok=True)

@@ -151,8 +151,9 @@ def open_study(
 
 def _never_ran(study: optuna.Study) -> bool:
     """A study stored but never run (its space failed after it was stored, in an earlier
-    version, or the run stopped before its first trial) holds nothing to keep."""
-    return not study.get_trials(deepcopy=False)
+    version, or the run stopped before its first trial), or whose every trial failed before it
+    measured anything (a flag vLLM refused at start-up), holds nothing to keep."""
+    return all(t.state is TrialState.FAIL for t in study.get_trials(deepcopy=False))
 
 
 def _stored_differs(study: optuna.Study, space: SearchSpace) -> bool:

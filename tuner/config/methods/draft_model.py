@@ -22,6 +22,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from tuner.catalog.heads import is_head
 from tuner.catalog.models import (
     CATALOG,
     ModelSpec,
@@ -35,12 +36,26 @@ from tuner.config.methods.fields import KChoice, Models, SpecTokensRange, Verifi
 from tuner.config.vllm_version import VllmVersion
 from tuner.errors import IncompatibleDraftError
 
-__all__ = ["DRAFT_MODEL", "DraftMethod", "check_pair", "mixed_vocab_flag"]
+__all__ = ["DRAFT_MODEL", "DraftMethod", "check_pair", "mixed_vocab_flag", "same_vocabulary_draft"]
 
 _DROPPED = VllmVersion(0, 10, 0)
 _BACK = VllmVersion(0, 15, 0)
 _MIXED_VOCAB_FLAG = VllmVersion(0, 25, 0)  # use_heterogeneous_vocab appears
 _MIXED_VOCAB_REMOVED = VllmVersion(0, 34, 0)  # ... and is gone
+
+
+def same_vocabulary_draft(target: ModelSpec) -> str | None:
+    """A catalog draft of the target's vocabulary size (which every release takes), if any."""
+    found = [
+        m.hf_id
+        for m in CATALOG
+        if m.tokenizer_family == target.tokenizer_family
+        and m.vocab == target.vocab
+        and m.params < target.params
+        and not m.quantized
+        and not is_head(m.config, m.hf_id)
+    ]
+    return found[0] if found else None
 
 
 def mixed_vocab_flag(version: VllmVersion) -> bool:
@@ -62,15 +77,8 @@ def check_pair(target: ModelSpec, draft: ModelSpec, release: VllmVersion | None)
         return
     if mixed_vocab_flag(release):
         return
-    same = [
-        m.hf_id
-        for m in CATALOG
-        if m.tokenizer_family == target.tokenizer_family
-        and m.vocab == target.vocab
-        and m.params < target.params
-        and not m.quantized
-    ]
-    hint = f", or a draft with {target.vocab} rows ({same[0]})" if same else ""
+    same = same_vocabulary_draft(target)
+    hint = f", or a draft with {target.vocab} rows ({same})" if same else ""
     if release >= _MIXED_VOCAB_REMOVED:
         raise IncompatibleDraftError(
             f"draft {draft.hf_id} has {draft.vocab} vocabulary rows but target {target.hf_id} "

@@ -33,8 +33,8 @@ def alias_refusal(name: str) -> str | None:
     """Why a space may not write a per-model MTP name (None: ``name`` is none of them)."""
     if name in MTP_MODEL_TYPES and name != SpecMethod.MTP:
         return (
-            f"method {name}: vLLM 0.32 runs every per-model MTP name as mtp (and warns that "
-            f"{name} is deprecated); write method: mtp"
+            f"method {name}: vLLM runs every per-model MTP name as mtp and warns that {name} "
+            "is deprecated (vllm/config/speculative.py:1375-1379 in 0.34.0); write method: mtp"
         )
     return None
 

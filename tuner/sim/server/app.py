@@ -34,13 +34,13 @@ from typing import Any
 
 from aiohttp import web
 
+from tuner.config.vllm_args import PER_REQUEST_METRICS_SINCE
 from tuner.sim.scheduler import Scheduler, StepResult
 from tuner.sim.server.args import ServeArgs
 from tuner.sim.server.live import Ending, Live, stream_faults
 from tuner.sim.server.metrics import CONTENT_TYPE, ServerCounters, ServerMetrics
 from tuner.sim.server.openai import (
     DONE_EVENT,
-    PER_REQUEST_METRICS_SINCE,
     CompletionParams,
     RequestError,
     StreamFormat,

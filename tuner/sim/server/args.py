@@ -47,12 +47,11 @@ from typing import Any
 from tuner.catalog.gpus import Hardware, parse_hardware
 from tuner.config.methods import MethodFamily, method_of
 from tuner.config.trial import FlagValue, ServerConfig, SpecMethod, SpeculativeConfig
-from tuner.config.vllm_args import NEWEST_KNOWN
+from tuner.config.vllm_args import NEWEST_KNOWN, PER_REQUEST_METRICS_SINCE
 from tuner.config.vllm_version import VllmVersion, parse_version
 from tuner.errors import ConfigError
 from tuner.sim.server.config_file import config_file_argv
 from tuner.sim.server.faults import FAULT_NAMES, Faults, parse_faults
-from tuner.sim.server.openai import PER_REQUEST_METRICS_SINCE
 
 __all__ = [
     "DEFAULT_HARDWARE",

@@ -16,7 +16,8 @@ chunks with the finish reason on the last token's chunk, then (with
 
 Per-request ``metrics`` as vLLM sends them (:func:`request_metrics`): only when the server was
 started with ``--enable-per-request-metrics``, which releases from
-:data:`PER_REQUEST_METRICS_SINCE` (``--sim-vllm-version``) take. They ride on the streamed usage
+:data:`~tuner.config.vllm_args.PER_REQUEST_METRICS_SINCE` (``--sim-vllm-version``) take.
+spectune's launchers add it to every measured server. They ride on the streamed usage
 chunk (vLLM 0.34 ``vllm/entrypoints/openai/chat_completion/serving.py`` and
 ``completion/serving.py``: "metrics ride on this final usage chunk"), with the unknown fields
 left out, and on the non-streamed answer, which writes ``"metrics": null`` when they are off.
@@ -31,12 +32,10 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from tuner.config.vllm_version import VllmVersion
 from tuner.config.workload import CHARS_PER_TOKEN
 
 __all__ = [
     "DONE_EVENT",
-    "PER_REQUEST_METRICS_SINCE",
     "CompletionParams",
     "RequestError",
     "StreamFormat",
@@ -49,10 +48,6 @@ __all__ = [
 ]
 
 DONE_EVENT = b"data: [DONE]\n\n"
-PER_REQUEST_METRICS_SINCE = VllmVersion(0, 32, 0)
-"""The oldest release read to take ``--enable-per-request-metrics`` and answer with ``metrics``
-(0.32.0's CPU build, the 0.33.0 and 0.34.0 wheels, all alike); older ones were not read, so the
-fake server refuses the flag there."""
 # vLLM's /v1/completions answers 16 tokens when max_tokens is absent (the OpenAI default).
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16
 _TEXT = (
