@@ -133,9 +133,13 @@ def verdicts(vllm_oracle: VllmOracle, tmp_path_factory: pytest.TempPathFactory) 
     write_hf_cache(vllm_oracle.hub_cache, {m.hf_id: m.config for m in CATALOG})
     folder = tmp_path_factory.mktemp("yaml")
     cases: dict[str, list[str]] = {}
-    for name in sorted(builtin_spaces()):
-        space = load_space(name)
-        assert space.version == JUDGE_VERSION, f"{name}: the judge is vLLM {JUDGE_VERSION}"
+    # The CPU build judges the spaces pinned to its release; the 0.34 space's rules are pinned
+    # to 0.34's source lines (tests/config/test_vllm_034.py), and its 0.32 copy is judged here.
+    spaces = {name: load_space(name) for name in sorted(builtin_spaces())}
+    newer = {name for name, space in spaces.items() if space.version != JUDGE_VERSION}
+    assert newer == {"qwen3-coder-30b-fp8-4090x2-2026"}, newer
+    for name in sorted(set(spaces) - newer):
+        space = spaces[name]
         for label, server in _space_servers(space):
             cases[label] = _argv(server, space.version)
             cases[label + "/yaml"] = _yaml_argv(server, space.version, folder, str(len(cases)))
@@ -169,6 +173,8 @@ def _refused(verdicts: dict[str, Any], prefix: str) -> dict[str, str]:
 def test_vllm_accepts_every_config_of_every_shipped_space(verdicts: dict[str, Any]) -> None:
     for name in builtin_spaces():
         space = load_space(name)
+        if space.version != JUDGE_VERSION:  # the 0.34 space (the verdicts fixture says why)
+            continue
         labels = [label for label in verdicts if label.startswith(space.name + "/")]
         assert len(labels) >= 2 * len(space.drafts)
         assert _refused(verdicts, space.name + "/") == {}
