@@ -237,6 +237,18 @@ def confirm_run_line(
     return f"confirming trial {number}, run {repeat + 1}/{repeats}: {run.status}, {measured}"
 
 
+def _no_share(space: SearchSpace) -> str:
+    from tuner.search.plan import benchmarked_space
+
+    ran = benchmarked_space()
+    if ran != space.name:
+        return (
+            f"no share of the optimum to expect: the search benchmark has not run on "
+            f"{space.name} (its shipped shares are {ran}'s)"
+        )
+    return "no share of the optimum to expect: the search benchmark ran no budget this short"
+
+
 def plan_table(plan: StudyPlan, space: SearchSpace) -> Table:
     """The expected GPU time of a run: each warm-start trial, the sampler's, confirmation."""
     from tuner.search.plan import format_duration as took
@@ -247,11 +259,7 @@ def plan_table(plan: StudyPlan, space: SearchSpace) -> Table:
         "less), +/- its error on public figures of the kind (?: none); " + _startups_line(plan)
     )
     if plan.budget_s is not None:
-        caption += ";\n" + (
-            plan.expected.describe()
-            if plan.expected is not None
-            else "no share of the optimum to expect: the search benchmark ran no budget this short"
-        )
+        caption += ";\n" + (plan.expected.describe() if plan.expected else _no_share(space))
     table = Table(
         title=f"plan: {len(plan.trials)} trials on {space.hardware.label}{budget}, "
         f"{took(plan.total_s)} of GPU time expected",

@@ -27,6 +27,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from importlib import resources
+from typing import Any
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
@@ -220,7 +221,7 @@ def plan_study(
             break
         fitting.append(row)
         spent += row[1].total_s
-    expected = expected_share(budget_s / 3600.0)
+    expected = expected_share(budget_s / 3600.0, space.name)
     return StudyPlan(tuple(fitting), runs, mean, budget_s, expected, priced, confirmation.k_table)
 
 
@@ -262,14 +263,29 @@ class ExpectedShare:
         }
 
 
-def expected_share(hours: float) -> ExpectedShare | None:
-    """The benchmark's share at ``hours`` (linear between its budgets, its last one beyond);
-    None below its first budget or where no benchmark run was shipped."""
+def _shares() -> dict[str, Any] | None:
+    """The shipped search-benchmark run (``gpu_time_shares.json``); None where none was."""
     try:
         text = resources.files("tuner.search").joinpath(_SHARES_FILE).read_text(encoding="utf-8")
     except FileNotFoundError:
         return None
-    data = json.loads(text)
+    data: dict[str, Any] = json.loads(text)
+    return data
+
+
+def benchmarked_space() -> str | None:
+    """The space the shipped search-benchmark shares were measured on."""
+    data = _shares()
+    return None if data is None else str(data["space"])
+
+
+def expected_share(hours: float, space: str) -> ExpectedShare | None:
+    """The benchmark's share at ``hours`` on space ``space`` (linear between its budgets, its
+    last one beyond); None below its first budget, on a space the benchmark did not run (a
+    share from another space says nothing of this one), or where no run was shipped."""
+    data = _shares()
+    if data is None or data["space"] != space:
+        return None
     points = list(zip(data["hours"], data["median"], data["worst"], strict=True))
     if not points or hours < points[0][0]:
         return None
