@@ -26,6 +26,7 @@ from tuner.config.running_cap import cap_warning
 from tuner.config.space import SearchSpace
 from tuner.errors import ConfigError, LaunchError
 from tuner.export.vllm import export
+from tuner.launch.exit_hooks import signal_raised
 from tuner.launch.preflight import Preflight
 from tuner.results import Source
 from tuner.search.plan import (
@@ -181,6 +182,8 @@ class StudyRun:
         try:
             return probe.judge(self.space) if isinstance(probe, ServedBackend) else None
         except (ConfigError, LaunchError) as why:
+            if signal_raised() is not None:  # a library turned a signal's exception into this
+                raise
             if self.on_notice is not None:
                 self.on_notice(
                     f"WARNING: the pre-flight could not ask the image's vLLM ({why}); "

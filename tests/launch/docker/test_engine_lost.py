@@ -14,7 +14,9 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
+import docker
 import optuna
 import pytest
 import yaml
@@ -98,10 +100,17 @@ def spectune(
 
 def _wait_running(engine: SecondEngine, study: str, run: subprocess.Popen[str]) -> None:
     deadline = time.monotonic() + 60
-    with contextlib.closing(engine.client()) as client:
-        while not client.containers.list(
+
+    def trial_containers(client: docker.DockerClient) -> list[Any]:
+        # A trial's server, not the pre-flight's judge (its container carries the study's
+        # label too, so that a later run removes one a crash left behind).
+        found = client.containers.list(
             ignore_removed=True, filters={"label": f"{LABEL_STUDY}={study}"}
-        ):
+        )
+        return [c for c in found if not (c.name or "").startswith("spectune-preflight-")]
+
+    with contextlib.closing(engine.client()) as client:
+        while not trial_containers(client):
             # The engine's own words too: a CI run once saw it refuse every container's
             # network endpoint, and the log that said why went with the test's folder.
             assert run.poll() is None, (run.communicate(), engine.log_tail())

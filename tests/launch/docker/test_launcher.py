@@ -107,7 +107,8 @@ def test_runs_the_server_config_in_a_labelled_container_and_removes_it_on_stop(
     assert endpoint.base_url.endswith(f":{binding['HostPort']}")
     # The fake server parses vLLM's flags: the argv the launcher wrote works end to end.
     argv = server_argv(server, NEWEST_KNOWN, host="0.0.0.0", port=CONTAINER_PORT)
-    assert container.attrs["Config"]["Cmd"] == argv
+    # ... and asks for each response's own TTFT and queue time (a measurement flag).
+    assert container.attrs["Config"]["Cmd"] == [*argv, "--enable-per-request-metrics"]
     mounts = {m["Destination"]: m["Source"] for m in container.attrs["Mounts"]}
     assert mounts["/root/.cache/huggingface"] == str(hf_cache)
     assert "HF_HOME=/root/.cache/huggingface" in container.attrs["Config"]["Env"]
