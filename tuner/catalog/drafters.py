@@ -22,6 +22,7 @@ from tuner.errors import IncompatibleDraftError
 
 __all__ = [
     "BLOCK_ARCHITECTURES",
+    "DFLASH_VARIANTS",
     "block_kind",
     "block_size",
     "check_block_drafter",
@@ -34,20 +35,18 @@ __all__ = [
 
 # Architectures vLLM 0.32 detects as each method (SpeculativeConfig.__post_init__) and
 # registers (vllm/model_executor/models/registry.py, _SPECULATIVE_DECODING_MODELS).
-_DFLASH = frozenset(
+# 0.33+'s DFlash variants, chosen by the checkpoint (vLLM 0.34's model registry,
+# vllm/model_executor/models/registry.py:687-717): XPress, and DFlash2's beam and recursive
+# forms; tuner.config.methods.dflash dates them.
+DFLASH_VARIANTS = frozenset(
     {
-        "DFlashDraftModel",
-        "DFlash2DraftModel",
-        "LiLiCorrDraftModel",
-        # 0.33+'s variants, chosen by the checkpoint (vLLM 0.34's model registry,
-        # vllm/model_executor/models/registry.py:687-717): XPress, and DFlash2's beam and
-        # recursive forms; tuner.config.methods.dflash dates them.
         "Qwen3XPressModel",
         "DFlashQwen3XPressModel",
         "DFlash2BeamDraftModel",
         "DFlash2RicursiveDraftModel",
     }
 )
+_DFLASH = DFLASH_VARIANTS | {"DFlashDraftModel", "DFlash2DraftModel", "LiLiCorrDraftModel"}
 _QWEN3_DSPARK = frozenset({"Qwen3DSparkModel", "Qwen3OmniDSparkModel"})
 _DSPARK = _QWEN3_DSPARK | {"Gemma4DSparkModel", "K3DSparkModel", "DSparkDraftModel"}
 BLOCK_ARCHITECTURES = _DFLASH | _DSPARK

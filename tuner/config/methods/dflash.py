@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from tuner.catalog.drafters import DFLASH_VARIANTS
 from tuner.catalog.models import ModelSpec, load_model
 from tuner.catalog.spec_method import SpecMethod
 from tuner.config.methods.base import AcceptancePrior, MethodFamily, Range
@@ -33,14 +34,6 @@ _DFLASH2_FORCES_V2 = VllmVersion(0, 28, 0)
 # From 0.29 every target tries V2 first: nothing needs forcing.
 _EVERY_TARGET_V2 = VllmVersion(0, 29, 0)
 _VARIANTS_SINCE = VllmVersion(0, 33, 0)
-_VARIANTS = frozenset(
-    {
-        "Qwen3XPressModel",
-        "DFlashQwen3XPressModel",
-        "DFlash2BeamDraftModel",
-        "DFlash2RicursiveDraftModel",
-    }
-)
 
 
 class _DFlash(BlockDrafter):
@@ -51,7 +44,7 @@ class _DFlash(BlockDrafter):
         if model is None or release is None:
             return resolved
         architectures = set(load_model(model).config.get("architectures") or ())
-        variant = sorted(architectures & _VARIANTS)
+        variant = sorted(architectures & DFLASH_VARIANTS)
         if variant and release < _VARIANTS_SINCE:
             raise ConfigError(
                 f"{model} is a {variant[0]} drafter, a DFlash variant vLLM runs from "
