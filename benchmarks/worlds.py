@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tuner.catalog.gpus import CATALOG, Hardware, parse_hardware
 from tuner.catalog.models import ModelSpec, load_model
+from tuner.config.prompts import PromptRequest
 from tuner.config.space import SearchSpace, load_space
 from tuner.config.trial import (
     LaunchContext,
@@ -29,6 +31,7 @@ from tuner.errors import MeasurementError
 from tuner.launch.failures import startup_failure
 from tuner.results import Endpoint, Source, TrialResult
 from tuner.sim.acceptance import POSITION_DECAY, acceptance_probability
+from tuner.sim.answers import simulated_answers
 from tuner.sim.memory import MemoryEstimate, estimate_memory
 from tuner.sim.perfmodel import ForwardPass, PerfModel
 from tuner.sim.twin.model import adjust_memory
@@ -228,6 +231,12 @@ class WorldBackend:
             physics=self.world,
             version=self.version,
         )
+
+    def answer(self, requests: Sequence[PromptRequest]) -> tuple[str, ...]:
+        """The shipped simulator's answers: no world perturbs a lossy verifier's loss."""
+        if self._server is None:
+            raise MeasurementError("no simulated server runs")
+        return simulated_answers(self._server, requests)
 
     def stop(self) -> None:
         self._server = None

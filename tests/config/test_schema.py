@@ -164,6 +164,7 @@ def test_the_json_schema_forbids_unknown_keys_and_carries_the_bounds() -> None:
         "vllm",
         "slo",
         "workload",
+        "quality",
         "search",
     }
     defs = schema["$defs"]

@@ -170,3 +170,41 @@ def test_a_space_pinned_to_a_release_newer_than_the_rules_loads_with_one_warning
     assert note is not None and "newer than spectune's rules (0.34.0)" in note
     assert "pre-flight" in note and "\n" not in note
     assert _space({}).newer_note is None
+
+
+def _lossy_head(*verifications: str, k: Any = 3) -> dict[str, Any]:
+    return {
+        "method": "draft_model",
+        "model": "Qwen/Qwen3-0.6B",
+        "num_speculative_tokens": k,
+        "rejection_sample_method": list(verifications),
+    }
+
+
+def test_fly_is_refused_unless_the_space_opts_in_to_lossy_verification() -> None:
+    # vllm/config/speculative.py:610-617: "'fly' applies FLy's lossy, entropy-gated deferred
+    # window"; :1716-1719 logs that it "may degrade model outputs".
+    search = {"methods": ["none", _lossy_head("standard", "fly")]}
+    with pytest.raises(ConfigError, match=r"fly is lossy .* `quality: \{allow_lossy: true\}`"):
+        _space(search)
+    space = _space(search, quality={"allow_lossy": True})
+    assert space.quality is not None and space.quality.min_similarity == 0.9
+    assert _space({"methods": ["none", _lossy_head("standard")]}).quality is None
+
+
+def test_fly_needs_0_33_and_two_speculative_tokens() -> None:
+    # 0.32's RejectionSampleMethod is standard/synthetic/block; 0.33 adds fly (:83).
+    search = {"methods": [_lossy_head("fly")]}
+    with pytest.raises(ConfigError, match=r"no rejection_sample_method 'fly' .* 0\.33\.0"):
+        _space(search, version="0.32.0", quality={"allow_lossy": True})
+    # :1706-1708: "FLy requires num_speculative_tokens to be at least 2."
+    low = {"methods": [_lossy_head("fly", k={"low": 1, "high": 4})]}
+    with pytest.raises(ConfigError, match="FLy requires num_speculative_tokens to be at least 2"):
+        _space(low, quality={"allow_lossy": True})
+
+
+def test_a_fly_server_writes_the_verifier_and_nothing_else() -> None:
+    server = _server("eagle3", model=EAGLE3, rejection_sample_method="fly")
+    argv = server_argv(server, V034, host="h", port=1)
+    spec = argv[argv.index("--speculative-config") + 1]
+    assert '"rejection_sample_method": "fly"' in spec and "fly_window_size" not in spec

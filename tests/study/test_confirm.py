@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from tuner.analysis.confirmed import (
 )
 from tuner.analysis.picks import confirmation_order, pick_candidate, recommend
 from tuner.cli.render import recommendation
+from tuner.config.prompts import PromptRequest
 from tuner.config.space import SearchSpace
 from tuner.config.trial import LaunchContext, ServerConfig, TrialConfig
 from tuner.errors import StartupFailure
@@ -94,6 +96,9 @@ class CountingBackend:
 
     def measure(self, config: TrialConfig, concurrency: int, seed: int) -> TrialResult:
         return self.inner.measure(config, concurrency, seed)
+
+    def answer(self, requests: Sequence[PromptRequest]) -> tuple[str, ...]:
+        return self.inner.answer(requests)
 
     def stop(self) -> None:
         self.stops += 1

@@ -3,7 +3,7 @@
 import os
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +11,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
+from tuner.config.prompts import PromptRequest
 from tuner.config.space import SearchSpace, load_space
 from tuner.config.trial import LaunchContext, ServerConfig, TrialConfig
 from tuner.errors import ConfigError, FailureKind, StartupFailure
@@ -193,6 +194,9 @@ class _Crashing:
 
     def measure(self, config: TrialConfig, concurrency: int, seed: int) -> TrialResult:
         return self.inner.measure(config, concurrency, seed)
+
+    def answer(self, requests: Sequence[PromptRequest]) -> tuple[str, ...]:
+        return self.inner.answer(requests)
 
     def stop(self) -> None:
         self.inner.stop()

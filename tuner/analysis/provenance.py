@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from tuner.analysis.estimates import Bounds, Measured, Numbers
 from tuner.analysis.picks import Candidate
+from tuner.bench.quality import QualityCheck
 from tuner.config.prompt_sets import describe_prompt_set
 from tuner.config.schema import Objective
 from tuner.config.space import SearchSpace
@@ -71,6 +72,7 @@ class Provenance:
     objective: Objective = Objective.THROUGHPUT
     rate_steps: tuple[float, ...] = ()  # the request rates a goodput study climbs
     model_runner: str | None = None  # vLLM's model runner for the config, and how it is known
+    quality: QualityCheck | None = None  # a lossy verifier's answers against the exact ones
 
     def to_dict(self) -> dict[str, Any]:
         """Every fact as plain JSON data (the JSON export's ``provenance``); the first
@@ -163,6 +165,7 @@ class Provenance:
             f"(at most {self.max_failed_share * 100:g} % allowed)",
             *self._served(),
             *([f"model runner {self.model_runner}"] if self.model_runner else []),
+            *self._quality(),
             f"exported {self.date}",
         ]
 
@@ -180,6 +183,15 @@ class Provenance:
         if self.stream_gap_limit_ms is not None:
             limits.append(f"p99 stream gap limit {self.stream_gap_limit_ms:.0f} ms")
         return ", ".join(limits) + f" at {where}"
+
+    def _quality(self) -> list[str]:
+        check = self.quality
+        if check is None:
+            return []
+        return [
+            f"LOSSY verification (fly): greedy answers kept {check.similarity * 100:.1f} % of "
+            f"standard verification's words, {check.identical} of {check.prompts} identical"
+        ]
 
     def _served(self) -> list[str]:
         if self.served is None:  # the simulator, or a log that names nothing
@@ -273,4 +285,5 @@ def provenance(
         objective=space.objective,
         rate_steps=space.workload.rate_steps,
         model_runner=runner_note(record),
+        quality=record.quality,
     )

@@ -58,7 +58,9 @@ _CAPTION = (
     "mem: --gpu-memory-utilization, batch: --max-num-batched-tokens, temp: tuned or the "
     "workload's (mix: several), {unit}, "
     "acc: draft acceptance, run: vLLM's model runner (V1 is deprecated), new: server "
-    "(re)started, lost N%: requests failed, pruned: measured until it could not reach the best"
+    "(re)started, lost N%: requests failed, pruned: measured until it could not reach the best, "
+    "fly N%: lossy verification whose answers kept N% of the exact answers' words (lossy N%: "
+    "below the space's quality.min_similarity)"
 )
 _UNITS = {
     Objective.THROUGHPUT: "tok/s: traffic-weighted, TTFT: worst p95 ms over the levels",
@@ -72,6 +74,7 @@ _STATUS = {
     TrialStatus.OVER_TTFT: "over TTFT",
     TrialStatus.OVER_TPOT: "over TPOT",
     TrialStatus.OVER_STREAM: "choppy",
+    TrialStatus.BELOW_QUALITY: "lossy",
     TrialStatus.FAILED_REQUESTS: "lost",
     TrialStatus.FAILED: "failed",
 }
@@ -100,7 +103,9 @@ def draft_label(server: ServerConfig) -> str:
 def config_label(server: ServerConfig, temperature: float | None = None) -> str:
     """A one-line description of a trial's server config; ``temperature`` only where the
     study tuned it (a served mix is the user's traffic, not part of the config)."""
-    k = f" K={server.k}" if server.speculative else ""
+    spec = server.speculative
+    k = f" K={spec.num_speculative_tokens}" if spec else ""
+    k += " verify=fly" if spec and spec.rejection_sample_method.lossy else ""
     temp = "" if temperature is None else f" temp={temperature:.2f}"
     return (
         f"draft={_draft_name(server)}{k} gpu-mem={server.memory_label} "
@@ -148,6 +153,9 @@ def record_row(record: TrialRecord) -> list[str]:
     status = _STATUS[record.status]
     if record.status is TrialStatus.FAILED_REQUESTS and record.failed_share is not None:
         status = f"lost {record.failed_share * 100:.0f}%"
+    if record.quality is not None and record.status in (TrialStatus.OK, TrialStatus.BELOW_QUALITY):
+        kept = f"{record.quality.similarity * 100:.0f}%"
+        status = f"{'fly' if record.status is TrialStatus.OK else 'lossy'} {kept}"
     if record.pruned is not None:
         status = "pruned"
     if record.duplicate_of is not None:
@@ -191,7 +199,18 @@ def recommendation(
         f"Recommended (highest {target} within p95 TTFT <= {limit_ms:.0f} ms): "
         f"trial {record.number}: {config_label(record.server, _tuned_temperature(record))}\n"
         f"  {numbers.source}: {throughput} {objective.label}, p95 TTFT {ttft} "
-        f"({numbers.runs_note})"
+        f"({numbers.runs_note})" + _quality_note(record)
+    )
+
+
+def _quality_note(record: TrialRecord) -> str:
+    """What a lossy recommendation costs in answers, on its own line; empty for a lossless one."""
+    check = record.quality
+    if check is None:
+        return ""
+    return (
+        f"\n  lossy verification (fly): its greedy answers kept {check.similarity * 100:.1f}% of "
+        f"standard verification's words; {check.identical} of {check.prompts} were identical"
     )
 
 

@@ -5,7 +5,8 @@ target, MTP needs the target's MTP layers, a draft must pass vLLM's vocabulary r
 drafter its checkpoint rules (:mod:`tuner.catalog.drafters`), and each method, key and value
 must exist in the release and run on the model runner the config lands on
 (:mod:`tuner.config.vllm_features`); adaptive verification needs CUDA graphs, no LoRA and
-no pipeline stages (:func:`check_adaptive`). It returns the choices with a block drafter's unset K
+no pipeline stages (:func:`check_adaptive`); a lossy verifier needs the space's opt-in
+(:func:`check_lossy`). It returns the choices with a block drafter's unset K
 resolved to the width the drafter was trained for. Every refusal is one line.
 """
 
@@ -23,7 +24,7 @@ from tuner.config.vllm_methods import check_method
 from tuner.config.vllm_version import VllmVersion
 from tuner.errors import ConfigError
 
-__all__ = ["check_adaptive", "check_choices"]
+__all__ = ["check_adaptive", "check_choices", "check_lossy"]
 
 
 def _check_settings(choice: SpecChoice, tensor_parallel: int) -> None:
@@ -102,3 +103,22 @@ def check_adaptive(
                 f"{adaptive.label}: adaptive verification {why} and server.extra_flags sets "
                 f"{flag} (vLLM refuses the pair): drop one of them"
             )
+
+
+def check_lossy(choices: tuple[SpecChoice, ...], allow_lossy: bool) -> None:
+    """Refuses a lossy verifier (``fly``) in a space that has not opted in to it: it may answer
+    what the target alone would not have, so no study searches it unasked.
+
+    Raises:
+        ConfigError: naming the choice and the opt-in.
+    """
+    if allow_lossy:
+        return
+    lossy = next((c for c in choices if "fly" in c.allowed("rejection_sample_method")), None)
+    if lossy is not None:
+        raise ConfigError(
+            f"{lossy.label}: rejection_sample_method fly is lossy (vLLM 0.33's FLy accepts some "
+            "tokens the target would not have produced, vllm/config/speculative.py:610-617): "
+            "add `quality: {allow_lossy: true}` to search it, each fly trial checked against "
+            "standard verification, or drop fly"
+        )

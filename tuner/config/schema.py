@@ -7,6 +7,7 @@
     │                      max_failed_requests, stream_gap_p99_ms
     ├── WorkloadModel      workload: prompt_set, token counts, the traffic (concurrency levels and
     │                      temperatures, each with a weight), requests, warm-up, ...
+    ├── QualityModel       quality: the opt-in to lossy verification and the check it gets
     └── SearchModel        search: the tuned dimensions, speculation methods first
                            (:mod:`tuner.config.search_section`)
 
@@ -76,6 +77,7 @@ __all__ = [
     "HardwareModel",
     "LoadLevel",
     "Objective",
+    "QualityModel",
     "SearchModel",
     "ServerModel",
     "SloModel",
@@ -263,6 +265,22 @@ class SloModel(_StrictModel):
     """p99 gap between streamed chunks in ms, at every level; unset: no limit on smoothness."""
 
 
+class QualityModel(_StrictModel):
+    """``quality``: whether a lossy verifier (vLLM 0.33's ``fly``) may be searched, and how its
+    answers are checked against standard verification's (:mod:`tuner.bench.quality`)."""
+
+    allow_lossy: bool = False
+    """Opt in to ``rejection_sample_method: fly``: it may answer what the target alone would
+    not have; every fly trial is checked on the workload's prompts."""
+    min_similarity: Share = 0.9
+    """A fly trial's answers must keep this share of standard verification's words (the mean
+    over the check's prompts, greedy); below it the trial is infeasible."""
+    prompts: Requests = 8
+    """Prompts of the workload each check sends (greedy, the same to both servers)."""
+    max_tokens: Tokens = 128
+    """Tokens each check answer is long."""
+
+
 class WorkloadModel(_StrictModel):
     """``workload``: the traffic each trial serves, at every (concurrency, temperature) pair."""
 
@@ -333,6 +351,7 @@ class SpaceModel(_StrictModel):
     vllm: VllmModel = VllmModel()
     slo: SloModel = SloModel()
     workload: WorkloadModel = WorkloadModel()
+    quality: QualityModel = QualityModel()
     search: SearchModel = SearchModel()
 
 

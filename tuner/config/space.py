@@ -26,13 +26,14 @@ from pydantic import TypeAdapter
 from tuner.catalog.gpus import CATALOG, Hardware, parse_hardware
 from tuner.catalog.models import ModelSpec, load_model
 from tuner.config.bounds import Milliseconds, check_value
-from tuner.config.choice_rules import check_adaptive, check_choices
+from tuner.config.choice_rules import check_adaptive, check_choices, check_lossy
 from tuner.config.choices import Option, Range, SpecChoice, choices_from_search
 from tuner.config.context import check_lengths
 from tuner.config.local_paths import absolute, absolute_space_paths
 from tuner.config.schema import (
     FractionRange,
     Objective,
+    QualityModel,
     SpaceModel,
     SpecTokensRange,
     TemperatureRange,
@@ -148,6 +149,11 @@ class SearchSpace:
             f"{self.model.server.memory_headroom_gib:g} GiB per GPU to other processes "
             "(server.memory_headroom_gib)"
         )
+
+    @property
+    def quality(self) -> QualityModel | None:
+        """The check every lossy (``fly``) trial gets; None where the space has not opted in."""
+        return self.model.quality if self.model.quality.allow_lossy else None
 
     @property
     def tunes_temperature(self) -> bool:
@@ -410,6 +416,7 @@ def _build(raw: Any, origin: str, *, lenient: bool) -> SearchSpace:
     )
     extra_flags = tuple(server.extra_flags.items())
     _named(origin, lambda _: check_adaptive(choices, extra_flags), "")
+    _named(origin, lambda _: check_lossy(choices, model.quality.allow_lossy), "")
     if not lenient:  # a stored study ran with what it stored
         lengths = ("server.max_model_len", "workload.input_tokens", "workload.output_tokens")
         _named(

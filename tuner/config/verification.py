@@ -14,14 +14,22 @@ __all__ = ["DraftSampling", "Verification"]
 
 
 class Verification(enum.StrEnum):
-    """vLLM's ``rejection_sample_method`` a server may run (both lossless).
+    """vLLM's ``rejection_sample_method`` a server may run.
 
-    ``synthetic`` (forced acceptance) and 0.33's ``fly`` (lossy) change what the server
-    answers, so no search space may propose them.
+    ``standard`` and ``block`` are lossless. 0.33's ``fly`` is lossy: a space offers it only
+    when it opts in (``quality.allow_lossy``), and each fly trial is checked against standard
+    verification on the workload's prompts (:mod:`tuner.bench.quality`). ``synthetic``
+    (forced acceptance) is a benchmarking tool, never offered.
     """
 
     STANDARD = "standard"  # each drafted token accepted or rejected on its own
     BLOCK = "block"  # the drafted tokens verified jointly (Sun et al.): more accepted per step
+    FLY = "fly"  # a rejection at an uncertain position deferred, then accepted: lossy
+
+    @property
+    def lossy(self) -> bool:
+        """Whether the server may answer what the target alone would not have."""
+        return self is Verification.FLY
 
 
 class DraftSampling(enum.StrEnum):

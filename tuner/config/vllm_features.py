@@ -13,7 +13,9 @@ writes)                                   unless named)
 block``                                   adds ``synthetic``); 0.21 renames ``strict`` to
                                           ``standard`` and moves ``probabilistic`` to
                                           ``draft_sample_method``; ``block`` from 0.25; 0.33 adds
-                                          the lossy ``fly``. Only V2 verifies in blocks
+                                          the lossy ``fly`` (K >= 2, ``:1706-1708``; spectune
+                                          offers it only where the space opts in, each trial
+                                          checked). Only V2 verifies in blocks
                                           (``v1/worker/gpu/spec_decode/rejection_sampler.py``); V1's
                                           sampler (``v1/sample/rejection_sampler.py``) has no block
                                           path and would verify one token at a time, so spectune
@@ -59,6 +61,7 @@ __all__ = ["check_options", "choice_runners"]
 
 
 _ADAPTIVE_EVERY_DRAFTER = VllmVersion(0, 30, 0)
+_FLY_MIN_K = 2  # its window checks the decisions after a deferred one: K - 1 of them at most
 
 
 def _server(choice: SpecChoice, target: ModelSpec, parallel: bool) -> ServerConfig:
@@ -146,6 +149,13 @@ def check_options(choice: SpecChoice, target: ModelSpec, version: VllmVersion) -
         ConfigError: the first option at fault.
     """
     _check_versions(choice, version)
+    if "fly" in choice.allowed("rejection_sample_method") and choice.k.low < _FLY_MIN_K:
+        raise _refusal(
+            choice,
+            f"FLy requires num_speculative_tokens to be at least {_FLY_MIN_K} "
+            "(vllm/config/speculative.py:1706-1708 in 0.34.0): raise K's low to "
+            f"{_FLY_MIN_K}, or drop fly",
+        )
     for parallel, forecast in choice_runners(choice, target, version):
         server = _server(choice, target, parallel)
         mixed = heterogeneous_vocab(server, version)

@@ -43,6 +43,7 @@ OPTION_SUPPORT = (
     OptionSupport(
         "rejection_sample_method", "block", VllmVersion(0, 25, 0), "RejectionSampleMethod"
     ),
+    OptionSupport("rejection_sample_method", "fly", VllmVersion(0, 33, 0), "RejectionSampleMethod"),
     OptionSupport("draft_sample_method", "probabilistic", VllmVersion(0, 22, 0), "0.21: gumbel"),
     OptionSupport(
         "enable_adaptive_verification", True, VllmVersion(0, 28, 0), "SpeculativeConfig field"

@@ -31,6 +31,7 @@ from optuna.trial import FrozenTrial, TrialState
 from pydantic import TypeAdapter, field_serializer, field_validator
 from pydantic.dataclasses import dataclass
 
+from tuner.bench.quality import QualityCheck
 from tuner.bench.summary import level_summary
 from tuner.config.space import SearchSpace, space_from_dict
 from tuner.config.trial import ServerConfig, SpecMethod, TrialConfig
@@ -42,6 +43,7 @@ from tuner.trial.run_facts import RUN_ATTR, RunFacts, stored_run
 from tuner.trial.scoring import (
     CONSTRAINT_KEYS,
     LEGACY_CONSTRAINT_KEYS,
+    QUALITY_KEY,
     STREAM_KEY,
     TPOT_KEY,
     TrialStatus,
@@ -130,6 +132,8 @@ class TrialRecord:
         steps: a goodput trial's (request rate, passed) per step measured, lowest rate first.
         runner: the model runner predicted before launch (logged: ``served.model_runner``).
         pruned: why the trial stopped before its last pair could count (state PRUNED).
+        quality: a lossy verifier's answers against standard verification's (None: lossless,
+            or nothing measured to check).
     """
 
     number: int
@@ -156,6 +160,7 @@ class TrialRecord:
     steps: tuple[tuple[float, bool], ...] = ()
     runner: RunnerForecast | None = None
     pruned: str | None = None
+    quality: QualityCheck | None = None
 
     @classmethod
     def from_outcome(
@@ -192,6 +197,7 @@ class TrialRecord:
             steps=outcome.score.steps,
             runner=outcome.runner,
             pruned=pruned,
+            quality=outcome.quality,
         )
 
     @classmethod
@@ -313,6 +319,11 @@ class TrialRecord:
         return self.constraints.get(TPOT_KEY, -1.0) > 0
 
     @property
+    def below_quality(self) -> bool:
+        """Measured, but a lossy verifier's answers kept too little of the target's own."""
+        return self.constraints.get(QUALITY_KEY, -1.0) > 0
+
+    @property
     def lost_requests(self) -> bool:
         """More requests failed than the space allows: not scored on the rest."""
         return (
@@ -328,6 +339,7 @@ class TrialRecord:
             and not self.lost_requests
             and not self.over_stream
             and not self.over_tpot
+            and not self.below_quality
             and all(self.constraints.get(key, 1.0) <= 0 for key in LEGACY_CONSTRAINT_KEYS)
         )
 
@@ -397,14 +409,20 @@ def constraint_keys(study: optuna.Study) -> tuple[str, ...]:
     """The constraint keys this study's trials carry (samplers want the same keys on all): a
     study written before ``errors`` existed keeps the two it has; a space that limits the
     stream's smoothness adds ``stream``, one that limits the time per output token
-    ``tpot_slo``."""
+    ``tpot_slo``, one that offers a lossy verifier ``quality``."""
     for trial in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
         keys = tuple(sorted(k for k in trial.constraints if not k.isdigit()))  # not the legacy list
         if keys:
             return keys
     space = stored_space(study)
-    limits = (None, None) if space is None else (space.stream_gap_limit_ms, space.tpot_limit_ms)
-    added = [key for key, limit in zip((STREAM_KEY, TPOT_KEY), limits, strict=True) if limit]
+    if space is None:
+        return CONSTRAINT_KEYS
+    limits = (space.stream_gap_limit_ms, space.tpot_limit_ms, space.quality)
+    added = [
+        key
+        for key, limit in zip((STREAM_KEY, TPOT_KEY, QUALITY_KEY), limits, strict=True)
+        if limit is not None
+    ]
     return tuple(sorted((*CONSTRAINT_KEYS, *added)))
 
 

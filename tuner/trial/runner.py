@@ -14,10 +14,13 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from tuner.bench.quality import QualityCheck, check_requests, compare
 from tuner.catalog.gpus import Hardware
 from tuner.catalog.models import load_model
+from tuner.config.schema import QualityModel
 from tuner.config.space import SearchSpace
 from tuner.config.trial import LaunchContext, ServerConfig, TrialConfig, load_draft
+from tuner.config.verification import Verification
 from tuner.config.vllm_args import heterogeneous_vocab
 from tuner.config.vllm_runner import RunnerForecast, predict_runner
 from tuner.config.vllm_version import NEWEST_KNOWN, VllmVersion
@@ -30,7 +33,14 @@ from tuner.sim.oom_screen import OomScreen, memory_slacks
 from tuner.trial.backends import Backend
 from tuner.trial.race import Race
 from tuner.trial.rounds import PairMeasure
-from tuner.trial.scoring import Limits, Score, TrialStatus, score, score_goodput
+from tuner.trial.scoring import (
+    Limits,
+    Score,
+    TrialStatus,
+    score,
+    score_goodput,
+    with_quality,
+)
 from tuner.trial.traffic import measure_traffic
 
 __all__ = ["TrialOutcome", "TrialRunner", "predict_memory"]
@@ -55,6 +65,7 @@ class TrialOutcome:
     runner: RunnerForecast | None = None  # the model runner predicted before launch
     measures: tuple[PairMeasure, ...] = ()  # how much each result was measured, its interval
     pruned: str | None = None  # why it cannot reach the incumbent (measuring stopped early)
+    quality: QualityCheck | None = None  # a lossy verifier's answers against the target's own
 
     @property
     def status(self) -> TrialStatus:
@@ -83,11 +94,15 @@ class TrialRunner:
         limits: Limits,
         *,
         version: VllmVersion | None = None,
+        quality: QualityModel | None = None,
     ) -> None:
         self.backend = backend
         self.hardware = hardware
         self.version = version  # the study's vLLM: its memory rules (None: the newest)
         self.limits = limits
+        self.quality = quality  # the check a lossy verifier's trials get (None: none offered)
+        # Standard verification's answers to the check's prompts, from the first server asked.
+        self._reference: tuple[str, ...] | None = None
         self._running: ServerConfig | None = None
         self._endpoint: Endpoint | None = None
         self._served: ServedFacts | None = None
@@ -99,7 +114,8 @@ class TrialRunner:
     ) -> TrialRunner:
         """A runner that scores against ``space``'s limits and memory rules (``ttft_limit_ms``
         in place of its TTFT limit, where given)."""
-        return cls(backend, space.hardware, Limits.of(space, ttft_limit_ms), version=space.version)
+        limits = Limits.of(space, ttft_limit_ms)
+        return cls(backend, space.hardware, limits, version=space.version, quality=space.quality)
 
     def run(
         self, config: TrialConfig, context: LaunchContext, seed: int, race: Race | None = None
@@ -116,7 +132,32 @@ class TrialRunner:
         version = self.version or NEWEST_KNOWN
         mixed = heterogeneous_vocab(config.server, version)
         runner = predict_runner(config.server, version, heterogeneous_vocab=mixed)
-        return replace(self._run(config, context, seed, race), runner=runner)
+        outcome = self._run(config, context, seed, race)
+        return replace(self._checked(outcome, context), runner=runner)
+
+    def _checked(self, outcome: TrialOutcome, context: LaunchContext) -> TrialOutcome:
+        """``outcome`` with its quality constraint; a lossy verifier's measured trial gets its
+        answers compared with standard verification's, while its server still runs."""
+        spec = outcome.config.server.speculative
+        lossy = spec is not None and spec.rejection_sample_method.lossy
+        measured = outcome.status.measured and not outcome.pruned and self._endpoint is not None
+        if self.quality is None or not lossy or not measured:
+            return replace(outcome, score=with_quality(outcome.score, self.limits, None))
+        requests = check_requests(
+            outcome.config.client.workload, self.quality.prompts, self.quality.max_tokens
+        )
+        answers = self.backend.answer(requests)
+        if self._reference is None:  # a server of the same config, verifying exactly
+            assert spec is not None  # lossy
+            exact = replace(spec, rejection_sample_method=Verification.STANDARD)
+            self._ensure_server(replace(outcome.config.server, speculative=exact), context)
+            self._reference = self.backend.answer(requests)
+        check = compare(self._reference, answers)
+        return replace(
+            outcome,
+            score=with_quality(outcome.score, self.limits, check.similarity),
+            quality=check,
+        )
 
     def _run(
         self, config: TrialConfig, context: LaunchContext, seed: int, race: Race | None
@@ -134,6 +175,7 @@ class TrialRunner:
                 failure=self.oom_screen.why_skipped(room)
                 + (f" ({memory.reason})" if memory.reason else ""),
             )
+        self._take_reference(config)
         try:
             endpoint, restarted, startup_s = self._ensure_server(config.server, context)
             if restarted:
@@ -206,6 +248,27 @@ class TrialRunner:
             measures=traffic.measures,
             pruned=traffic.pruned,
         )
+
+    def _take_reference(self, config: TrialConfig) -> None:
+        """Asks the running server for the quality check's reference answers when a lossy
+        trial is about to replace it and it verifies exactly (no extra start-up then)."""
+        spec = config.server.speculative
+        running = self._running
+        if (
+            self.quality is None
+            or self._reference is not None
+            or spec is None
+            or not spec.rejection_sample_method.lossy
+            or running is None
+            or running == config.server
+        ):
+            return
+        if running.speculative is not None and running.speculative.rejection_sample_method.lossy:
+            return
+        requests = check_requests(
+            config.client.workload, self.quality.prompts, self.quality.max_tokens
+        )
+        self._reference = self.backend.answer(requests)
 
     def _unmeasured(self, oom: TrialStatus) -> Score:
         return score(None, self.limits, oom=oom)

@@ -51,6 +51,7 @@ __all__ = [
     "DIRECTIONS",
     "LEGACY_CONSTRAINT_KEYS",
     "OBJECTIVE_NAMES",
+    "QUALITY_KEY",
     "STREAM_KEY",
     "TPOT_KEY",
     "Limits",
@@ -62,6 +63,7 @@ __all__ = [
     "score",
     "score_goodput",
     "stored_constraints",
+    "with_quality",
 ]
 
 OBJECTIVE_NAMES = (Objective.THROUGHPUT.metric, "p95_ttft_ms")
@@ -75,6 +77,7 @@ LEGACY_CONSTRAINT_KEYS = ("oom", "ttft_slo")
 """The keys of studies created before the ``errors`` constraint."""
 STREAM_KEY = "stream"
 TPOT_KEY = "tpot_slo"
+QUALITY_KEY = "quality"
 
 
 class TrialStatus(enum.StrEnum):
@@ -86,6 +89,8 @@ class TrialStatus(enum.StrEnum):
     OVER_TTFT = "over TTFT limit"
     OVER_STREAM = "over stream-gap limit"  # its stream paused longer than the space allows
     OVER_TPOT = "over TPOT limit"  # its tokens came slower than the space allows
+    # A lossy verifier's answers kept less of standard verification's than the space allows.
+    BELOW_QUALITY = "below quality limit"
     FAILED_REQUESTS = "failed requests"  # the server failed requests under this config's load
     FAILED = "failed"  # an infrastructure fault: a crash, a hang, nothing measured (FAIL)
 
@@ -102,6 +107,7 @@ class TrialStatus(enum.StrEnum):
             TrialStatus.OVER_TTFT,
             TrialStatus.OVER_STREAM,
             TrialStatus.OVER_TPOT,
+            TrialStatus.BELOW_QUALITY,
         )
 
 
@@ -115,6 +121,8 @@ class Limits:
         stream_gap_ms: p99 gap between streamed chunks; None: no limit.
         tpot_ms: p95 time per output token; None: no limit.
         objective: what the study maximises: throughput, or goodput (request-rate steps).
+        min_similarity: the share of standard verification's words a lossy verifier's answers
+            must keep (``quality.min_similarity``); None: the space offers no lossy verifier.
     """
 
     ttft_ms: float
@@ -122,6 +130,7 @@ class Limits:
     stream_gap_ms: float | None = None
     tpot_ms: float | None = None
     objective: Objective = Objective.THROUGHPUT
+    min_similarity: float | None = None
 
     @classmethod
     def of(cls, space: SearchSpace, ttft_ms: float | None = None) -> Limits:
@@ -132,6 +141,7 @@ class Limits:
             space.stream_gap_limit_ms,
             space.tpot_limit_ms,
             space.objective,
+            None if space.quality is None else space.quality.min_similarity,
         )
 
     @property
@@ -154,6 +164,8 @@ class Score:
         stream: the worst p99 chunk gap minus the space's limit (ms); None without a limit.
         tpot: the worst p95 TPOT minus the space's limit (ms); None without a limit.
         steps: a goodput trial's (request rate, passed) per step measured, lowest rate first.
+        quality: the space's least similarity minus this trial's (:func:`with_quality`); None
+            where the space offers no lossy verifier.
     """
 
     values: tuple[float, float]
@@ -164,19 +176,33 @@ class Score:
     stream: float | None = None
     tpot: float | None = None
     steps: tuple[tuple[float, bool], ...] = ()
+    quality: float | None = None
 
     @property
     def feasible(self) -> bool:
         return all(c <= 0 for c in self.keyed().values())
 
     def keyed(self) -> dict[str, float]:
-        """The constraints by key, ``stream`` and ``tpot_slo`` among them where the space
-        sets those limits."""
+        """The constraints by key, ``stream``, ``tpot_slo`` and ``quality`` among them where
+        the space sets those limits."""
         keyed = dict(zip(CONSTRAINT_KEYS, self.constraints, strict=True))
-        for key, value in ((STREAM_KEY, self.stream), (TPOT_KEY, self.tpot)):
+        limits = ((STREAM_KEY, self.stream), (TPOT_KEY, self.tpot), (QUALITY_KEY, self.quality))
+        for key, value in limits:
             if value is not None:
                 keyed[key] = value
         return dict(sorted(keyed.items()))
+
+
+def with_quality(score: Score, limits: Limits, similarity: float | None) -> Score:
+    """``score`` with the quality constraint of a space that offers a lossy verifier: its
+    least similarity minus ``similarity`` (None: the trial's answers are standard
+    verification's own, or nothing was measured to check). A measured trial below the limit
+    is BELOW_QUALITY."""
+    if limits.min_similarity is None:
+        return score
+    over = limits.min_similarity - (1.0 if similarity is None else similarity)
+    below = over > 0 and score.status is TrialStatus.OK
+    return replace(score, quality=over, status=TrialStatus.BELOW_QUALITY if below else score.status)
 
 
 def pessimistic_ttft_ms(ttft_limit_ms: float) -> float:

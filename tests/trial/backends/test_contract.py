@@ -8,11 +8,13 @@ config fails the same way on all three. Each test starts a few servers of about 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 import pytest
 
 from tests.trial.backends.contract_support import CONFIG, FITS, HARDWARE, SMALL, TOO_BIG, Case
+from tuner.config.prompts import PromptRequest
 from tuner.config.space import SearchSpace, load_space
 from tuner.config.trial import LaunchContext, ServerConfig, TrialConfig
 from tuner.errors import ConfigError, FailureKind, MeasurementError, StartupFailure
@@ -135,6 +137,9 @@ class Counting:
 
     def measure(self, config: TrialConfig, concurrency: int, seed: int) -> TrialResult:
         return self.inner.measure(config, concurrency, seed)
+
+    def answer(self, requests: Sequence[PromptRequest]) -> tuple[str, ...]:
+        return self.inner.answer(requests)
 
     def stop(self) -> None:
         self.inner.stop()

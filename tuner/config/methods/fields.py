@@ -86,19 +86,14 @@ Models = Annotated[
 
 
 def _serving_verification(value: object) -> object:
-    """``synthetic`` and ``fly`` are valid vLLM values that no server should be tuned to."""
+    """``synthetic`` is a valid vLLM value that no server should be tuned to (``fly`` is
+    offered where the space opts in to lossy verification: :func:`check_lossy`)."""
     for item in value if isinstance(value, list | tuple) else [value]:
         if item == "synthetic":
             raise PydanticCustomError(
                 "synthetic",
                 "synthetic forces an acceptance rate or length: a benchmarking tool, not a "
                 "serving setting; use standard or block",
-            )
-        if item == "fly":
-            raise PydanticCustomError(
-                "lossy",
-                "fly (vLLM 0.33) is lossy: it accepts tokens the target would not have "
-                "sampled, which changes the answers; use standard or block",
             )
     return value
 
@@ -130,7 +125,8 @@ class Verified(SectionModel):
     """The verification settings of a model-based drafter, each one value or a list to search."""
 
     rejection_sample_method: Verifications = [Verification.STANDARD]
-    """standard, block, or both (block: Model Runner V2 only)."""
+    """standard, block, fly (lossy: only with ``quality.allow_lossy``), or a list to search
+    (block: Model Runner V2 only)."""
     draft_sample_method: DraftSamplings = [DraftSampling.GREEDY]
     """greedy, probabilistic (more accepted at temperature > 0, more memory), or both."""
     enable_adaptive_verification: Switches = [False]

@@ -34,7 +34,9 @@ from typing import Any
 
 from aiohttp import web
 
+from tuner.config.trial import load_draft
 from tuner.config.vllm_args import PER_REQUEST_METRICS_SINCE
+from tuner.sim.answers import answer_text, lossy_share
 from tuner.sim.scheduler import Scheduler, StepResult
 from tuner.sim.server.args import ServeArgs
 from tuner.sim.server.live import Ending, Live, stream_faults
@@ -48,7 +50,7 @@ from tuner.sim.server.openai import (
     error_body,
     parse_completion,
     request_metrics,
-    token_text,
+    token_words,
 )
 from tuner.sim.server.startup import SIMULATED_BANNER, crash, log
 
@@ -96,6 +98,7 @@ class FakeServer:
         self._ids = itertools.count()
         self._completions = 0  # completion requests seen, for http-500-every
         self._streams = 0  # streams started, for the stream faults' -every=N
+        self._loose: dict[str, float] = {}  # prompt set -> share of lossy tokens (fly)
         self._hung = self.faults.hang_after == 0
         self._wake = asyncio.Event()
         self._stop = asyncio.Event()
@@ -250,10 +253,22 @@ class FakeServer:
             request_id,
             model,
             live.sent,
+            self._text(params, 0, live.sent),
             self._request_metrics(live),
             with_metrics_key=self.args.sim.vllm_version >= PER_REQUEST_METRICS_SINCE,
         )
         return _json(200, body)
+
+    def _text(self, params: CompletionParams, start: int, count: int) -> str:
+        """Tokens ``start`` onwards of the answer, a lossy verifier's changes included."""
+        loose = self._loose.get(params.prompt_set)
+        if loose is None:
+            server = self.scheduler.server
+            loose = lossy_share(
+                self.scheduler.target, load_draft(server), server, params.prompt_set
+            )
+            self._loose[params.prompt_set] = loose
+        return answer_text(params.prompt, start, token_words(start, count), loose)
 
     def _request_metrics(self, live: Live) -> dict[str, float | None] | None:
         """The ``metrics`` vLLM would put in the answer; None where it would put none.
@@ -332,7 +347,7 @@ class FakeServer:
         first = live.sent == 0
         if first and stream.chat:
             events.append(stream.role_event())
-        events.append(stream.token_event(token_text(live.sent, count), last))
+        events.append(stream.token_event(self._text(live.params, live.sent, count), last))
         live.sent += count
         self.counters.stream_chunks += 1
         if first and "malformed_sse_every" in live.faults:

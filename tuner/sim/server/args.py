@@ -45,13 +45,18 @@ from pathlib import Path
 from typing import Any
 
 from tuner.catalog.gpus import Hardware, parse_hardware
-from tuner.config.methods import MethodFamily, method_of
+from tuner.config.methods import method_of
 from tuner.config.trial import FlagValue, ServerConfig, SpecMethod, SpeculativeConfig
+from tuner.config.verification import Verification
 from tuner.config.vllm_args import NEWEST_KNOWN, PER_REQUEST_METRICS_SINCE
+from tuner.config.vllm_methods import OPTION_SUPPORT
 from tuner.config.vllm_version import VllmVersion, parse_version
 from tuner.errors import ConfigError
 from tuner.sim.server.config_file import config_file_argv
 from tuner.sim.server.faults import FAULT_NAMES, Faults, parse_faults
+
+# The release whose RejectionSampleMethod gained "fly", as spectune's own check dates it.
+_FLY_SINCE = next(o.since for o in OPTION_SUPPORT if o.value == Verification.FLY)
 
 __all__ = [
     "DEFAULT_HARDWARE",
@@ -312,11 +317,27 @@ def _speculative(ns: argparse.Namespace) -> SpeculativeConfig | None:
     return SpeculativeConfig(
         method=parsed,
         num_speculative_tokens=k,
-        model=str(model) if method_of(parsed).family is MethodFamily.DRAFT and model else None,
+        model=str(model) if method_of(parsed).takes_model and model else None,
         prompt_lookup_max=config.get("prompt_lookup_max"),
         prompt_lookup_min=config.get("prompt_lookup_min"),
         k_by_batch_size=_k_table(config.get("num_speculative_tokens_per_batch_size")),
+        rejection_sample_method=_verification(
+            config.get("rejection_sample_method", "standard"), parse_version(ns.sim_vllm_version)
+        ),
     )
+
+
+def _verification(value: Any, version: VllmVersion) -> Verification:
+    """The ``rejection_sample_method`` values of ``version`` the simulator imitates (``fly``
+    from 0.33; ``synthetic``, which forces acceptance, is not imitated)."""
+    known = [str(v) for v in Verification if version >= _FLY_SINCE or v is not Verification.FLY]
+    if value not in known:
+        raise ConfigValidationError(
+            "SpeculativeConfig",
+            f"rejection_sample_method: Input should be {' or '.join(map(repr, known))} "
+            f"(vLLM {version}, as simulated), got {value!r}",
+        )
+    return Verification(value)
 
 
 def _k_table(table: Any) -> tuple[tuple[int, int, int], ...]:

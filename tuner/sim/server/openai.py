@@ -45,6 +45,7 @@ __all__ = [
     "prompt_set_of",
     "request_metrics",
     "token_text",
+    "token_words",
 ]
 
 DONE_EVENT = b"data: [DONE]\n\n"
@@ -96,6 +97,7 @@ class CompletionParams:
         max_tokens: tokens to generate; None lets the server fill the context (chat's default).
         temperature: sampling temperature (vLLM's default 1.0 when absent).
         prompt_set: the workload kind guessed from the prompt.
+        prompt: the prompt's text (a lossy verifier's answer is drawn from it).
         stream: stream server-sent events.
         include_usage: end the stream with a usage chunk.
     """
@@ -106,6 +108,7 @@ class CompletionParams:
     max_tokens: int | None
     temperature: float
     prompt_set: str
+    prompt: str
     stream: bool
     include_usage: bool
 
@@ -191,15 +194,20 @@ def parse_completion(body: bytes, chat: bool) -> CompletionParams:
         max_tokens=max_tokens,
         temperature=float(temperature),
         prompt_set=prompt_set_of(text),
+        prompt=text,
         stream=bool(payload.get("stream")),
         include_usage=isinstance(options, dict) and bool(options.get("include_usage")),
     )
 
 
+def token_words(start: int, count: int) -> list[str]:
+    """The words of tokens ``start`` to ``start + count`` of a lossless completion."""
+    return [_WORDS[(start + i) % len(_WORDS)] for i in range(count)]
+
+
 def token_text(start: int, count: int) -> str:
-    """The text of tokens ``start`` to ``start + count`` of a completion."""
-    words = _WORDS
-    return "".join(words[(start + i) % len(words)] for i in range(count))
+    """The text of tokens ``start`` to ``start + count`` of a lossless completion."""
+    return "".join(token_words(start, count))
 
 
 def _usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
@@ -307,16 +315,16 @@ def completion_body(
     request_id: str,
     model: str,
     completion_tokens: int,
+    text: str,
     metrics: dict[str, float | None] | None = None,
     *,
     with_metrics_key: bool = False,
 ) -> dict[str, Any]:
-    """The non-streamed answer to a completion request.
+    """The non-streamed answer to a completion request: ``text``, ``completion_tokens`` long.
 
     ``metrics`` is the request's (:func:`request_metrics`); ``with_metrics_key`` writes the
     ``metrics`` key even without them (``null``), as releases with the flag do.
     """
-    text = token_text(0, completion_tokens)
     choice: dict[str, Any] = {
         "index": 0,
         "logprobs": None,

@@ -230,7 +230,7 @@ class TwinPhysics:
         if speculative is not None and speculative.parallel_drafting:
             decay *= SHIPPED_ACCEPTANCE.parallel_decay
         rates = tuple(min(alpha * decay**i, 1.0) for i in range(k))
-        return verified(rates, speculative, temperature)
+        return verified(rates, speculative, temperature, prompt_set=prompt_set)
 
     def decay(self, draft: ModelSpec | None, method: SpecMethod, prompt_set: str) -> float:
         """The fitted factor by which each drafted position's conditional acceptance falls

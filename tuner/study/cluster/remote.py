@@ -7,8 +7,10 @@ not on the driver. :class:`RemoteBackend` forwards each call to one slot's backe
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
+from tuner.config.prompts import PromptRequest
 from tuner.config.space import SearchSpace
 from tuner.config.trial import LaunchContext, ServerConfig, TrialConfig
 from tuner.errors import ConfigError, LaunchError
@@ -47,6 +49,10 @@ class RemoteBackend:
     def measure(self, config: TrialConfig, concurrency: int, seed: int) -> TrialResult:
         result: TrialResult = self._call("measure", config, concurrency, seed)
         return result
+
+    def answer(self, requests: Sequence[PromptRequest]) -> tuple[str, ...]:
+        answers: tuple[str, ...] = self._call("answer", tuple(requests))
+        return answers
 
     def stop(self) -> None:
         self._call("stop")

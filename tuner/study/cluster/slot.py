@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from tuner.catalog.nvml import gpu_names
+from tuner.config.prompts import PromptRequest
 from tuner.config.space import SearchSpace
 from tuner.config.trial import LaunchContext, ServerConfig, TrialConfig
 from tuner.errors import (
@@ -195,6 +196,12 @@ class TrialSlot:
     def measure(self, config: TrialConfig, concurrency: int, seed: int) -> TrialResult | WireError:
         try:
             return self.backend.measure(config, concurrency, seed)
+        except SpectuneError as exc:
+            return WireError.of(exc)
+
+    def answer(self, requests: tuple[PromptRequest, ...]) -> tuple[str, ...] | WireError:
+        try:
+            return self.backend.answer(requests)
         except SpectuneError as exc:
             return WireError.of(exc)
 

@@ -14,11 +14,13 @@ labelled with its :attr:`Backend.source`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Protocol, TypeVar
 
 from pydantic import Field
 
+from tuner.config.prompts import PromptRequest
 from tuner.config.space import SearchSpace
 from tuner.config.trial import LaunchContext, ServerConfig, TrialConfig
 from tuner.config.vllm_args import VllmVersion, parse_version
@@ -62,6 +64,15 @@ class Backend(Protocol):
 
         Raises:
             MeasurementError: no server runs, or no request succeeded.
+        """
+        ...
+
+    def answer(self, requests: Sequence[PromptRequest]) -> tuple[str, ...]:
+        """The running server's greedy answer to each of ``requests`` (a lossy verifier's
+        quality check, :mod:`tuner.bench.quality`).
+
+        Raises:
+            MeasurementError: no server runs, or a request failed.
         """
         ...
 

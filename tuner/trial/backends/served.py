@@ -10,9 +10,12 @@ the launcher whether the server ended; if it did, that end is classified like a 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 
 from tuner.bench.measure import measure_endpoint
+from tuner.bench.quality import complete
 from tuner.catalog.nvml import detected_environment
+from tuner.config.prompts import PromptRequest
 from tuner.config.space import SearchSpace
 from tuner.config.trial import LaunchContext, ServerConfig, TrialConfig
 from tuner.errors import MeasurementError
@@ -86,6 +89,11 @@ class ServedBackend:
         if result.errors:
             self._raise_if_ended()
         return result
+
+    def answer(self, requests: Sequence[PromptRequest]) -> tuple[str, ...]:
+        if self._endpoint is None:
+            raise MeasurementError(f"the {self.name} backend has no running server to ask")
+        return complete(self._endpoint, requests, timeout_s=self.request_timeout_s)
 
     def _raise_if_ended(self) -> None:
         """Raises the classified StartupFailure (stage measurement) of a server that died."""

@@ -20,15 +20,18 @@ import contextlib
 import io
 import random
 import time
+from collections.abc import Sequence
 
 from tuner.catalog.gpus import Hardware
 from tuner.catalog.models import load_model
+from tuner.config.prompts import PromptRequest
 from tuner.config.space import SearchSpace
 from tuner.config.trial import LaunchContext, ServerConfig, TrialConfig, load_draft
 from tuner.config.vllm_args import NEWEST_KNOWN, VllmVersion, server_argv
 from tuner.errors import MeasurementError
 from tuner.launch.failures import startup_failure
 from tuner.results import Endpoint, Source, TrialResult
+from tuner.sim.answers import simulated_answers
 from tuner.sim.memory import estimate_memory
 from tuner.sim.server.args import ConfigValidationError, parse_serve_args
 from tuner.sim.virtual_time import simulate
@@ -112,6 +115,13 @@ class SimBackend:
         if self.speed:  # a study that takes (scaled) real time, like a real one
             time.sleep(result.duration_s / self.speed)
         return result
+
+    def answer(self, requests: Sequence[PromptRequest]) -> tuple[str, ...]:
+        """The fake server's answers: a lossy verifier's changes drawn from the acceptance
+        model (:mod:`tuner.sim.answers`)."""
+        if self._server is None:
+            raise MeasurementError("the sim backend has no running server to ask")
+        return simulated_answers(self._server, requests)
 
     def stop(self) -> None:
         """Forgets the running config: a simulated server holds no resources."""
