@@ -288,6 +288,11 @@ class SearchSpace:
         """The same space under another TTFT limit (stored with the study like the rest)."""
         return self._edited("slo", {"ttft_ms": check_value(_TTFT_LIMIT, ttft_ms, "slo.ttft_ms")})
 
+    def with_memory_headroom(self, gib: float) -> SearchSpace:
+        """The same space leaving ``gib`` per GPU to other processes (``server.
+        memory_headroom_gib``): on vLLM 0.34+ its memory dimension then searches caps."""
+        return self._edited("server", {"memory_headroom_gib": gib})
+
     def with_hardware(self, hardware: Hardware) -> SearchSpace:
         """The same space on other GPUs; tensor parallelism follows the GPU count."""
         server = {

@@ -20,6 +20,7 @@ import optuna
 from tuner.config.space import SearchSpace
 from tuner.results import Source
 from tuner.search.plan import Budget
+from tuner.study.host import held_elsewhere
 from tuner.study.paths import StudyPaths
 from tuner.study.prefetch import prefetch_models
 from tuner.study.request import OptimizeRequest
@@ -114,6 +115,7 @@ class InProcess:
             run.space.ttft_limit_ms,
             budget=run.budget,
             rounds=request.rounds,
+            held_gib=held_elsewhere(request.backend, options.gpus),
         )
         backend = run.backend or backend_factory(request.backend)(run.space, options)
         run_trials(run.study, run.space, backend, settings, on_trial)

@@ -1,15 +1,30 @@
-"""The study's hardware on the GPUs NVML sees here, for a run that names none."""
+"""The study's hardware on the GPUs NVML sees here, for a run that names none, and the memory
+other tenants of those GPUs hold when it starts.
+
+Other tenants (a desktop, a notebook, a second model) hold memory that no server of the study
+can use. :func:`held_elsewhere` reads it from NVML before the study's first server starts; the
+trial runner's memory pre-screen counts it against every start-up, and :func:`leave_room`
+gives it to a new study on vLLM 0.34+, whose KV cache is sized from what is free at start-up
+and grows into what a tenant frees or takes later: there the memory dimension searches caps
+that leave the tenants their memory (``server.memory_headroom_gib``), said in one line.
+"""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 from tuner.catalog.gpus import Hardware, NoGpu, find_gpu
 from tuner.catalog.nvml import detect_gpus
 from tuner.config.space import SearchSpace
+from tuner.config.vllm_args import measured_kv_cache
 from tuner.errors import ConfigError
 
-__all__ = ["check_host_hardware", "on_this_host"]
+__all__ = ["check_host_hardware", "held_elsewhere", "leave_room", "on_this_host"]
+
+# Below this a GPU counts as empty: the driver's own context and display buffers of a headless
+# host (nvidia-smi shows a few hundred MiB used on an idle 4090).
+TENANT_GIB = 0.5
 
 
 def on_this_host(
@@ -73,3 +88,40 @@ def check_host_hardware(
             f"this worker has {have.label} but study {study!r} tunes {wanted.label}: run the "
             "worker on matching GPUs (pick them with --gpus)"
         )
+
+
+def held_elsewhere(backend: str, gpus: tuple[int, ...] | None) -> float:
+    """GiB in use on the fullest of the GPUs a measured backend's servers will use, read now
+    (before they start); 0.0 for the simulator, without NVML, or below :data:`TENANT_GIB`."""
+    if backend == "sim" or gpus == ():
+        return 0.0
+    detected = detect_gpus(gpus)
+    if isinstance(detected, NoGpu):
+        return 0.0
+    held = detected.held_gib
+    return held if held >= TENANT_GIB else 0.0
+
+
+def leave_room(
+    space: SearchSpace, held_gib: float, on_notice: Callable[[str], None] | None
+) -> SearchSpace:
+    """``space`` for GPUs on which other processes hold ``held_gib``: on vLLM 0.34+ without a
+    headroom of its own, one that leaves them that (rounded up to 0.5 GiB); said once."""
+    if held_gib <= 0.0:
+        return space
+    if measured_kv_cache(space.version) and space.model.server.memory_headroom_gib is None:
+        headroom = math.ceil(held_gib * 2) / 2
+        if on_notice is not None:
+            on_notice(
+                f"note: other processes hold {held_gib:.1f} GiB of a GPU this study uses (NVML): "
+                f"vLLM {space.version} sizes its KV cache from what is free at start-up, so the "
+                f"study searches gpu-memory-utilization caps that leave them {headroom:g} GiB "
+                "(server.memory_headroom_gib; set it to choose)"
+            )
+        return space.with_memory_headroom(headroom)
+    if on_notice is not None:
+        on_notice(
+            f"note: other processes hold {held_gib:.1f} GiB of a GPU this study uses (NVML): "
+            "every start-up is pre-screened with that memory taken"
+        )
+    return space

@@ -40,7 +40,7 @@ from tuner.search.strategy import warm_start
 from tuner.study.cluster.executor import OnRay
 from tuner.study.confirm import OnRun, confirm, confirm_k_table
 from tuner.study.executor import Executor, InProcess, OnTick
-from tuner.study.host import on_this_host
+from tuner.study.host import held_elsewhere, leave_room, on_this_host
 from tuner.study.judge import judged_space
 from tuner.study.listing import resuming
 from tuner.study.paths import StudyPaths, write_whole
@@ -166,11 +166,14 @@ class StudyRun:
     def prepare(self) -> None:
         """What must hold or be on the trials' hosts before the study stores anything or any
         trial's clock starts (the executor's :meth:`~tuner.study.executor.Executor.prepare`),
-        then, for a new study, the pre-flight: the vLLM that will serve the trials judges the
-        space, and what it refuses is taken out (:func:`~tuner.study.judge.judged_space`)."""
+        then, for a new study, the memory other processes hold (:func:`~tuner.study.host.
+        leave_room`) and the pre-flight: the vLLM that will serve the trials judges the space,
+        and what it refuses is taken out (:func:`~tuner.study.judge.judged_space`)."""
         self.executor.prepare(self)
         if self.resume or self.request.ray is not None:  # Ray's images are on its nodes
             return
+        held = held_elsewhere(self.request.backend, self.options.gpus)
+        self.space = leave_room(self.space, held, self.on_notice)
         verdict = self._preflight()
         if verdict is not None:
             self.space = judged_space(self.space, verdict, self.on_notice)

@@ -284,6 +284,7 @@ class StudyOptions:
     # Measure in rounds against the incumbent and prune (tuner.trial.rounds); False: every
     # pair at the workload's fixed count, as plain samplers are usually run.
     rounds: bool = False
+    held_gib: float = 0.0  # per GPU, what other processes held when this run started (NVML)
 
 
 # Called after every trial with its record: run, reused ("same as #N") or failed.
@@ -298,7 +299,7 @@ def run_trials(
     on_trial: OnTrial | None = None,
 ) -> None:
     """Runs ``options.trials`` more trials; the server is stopped however this ends."""
-    runner = TrialRunner.for_space(backend, space, options.ttft_limit_ms)
+    runner = TrialRunner.for_space(backend, space, options.ttft_limit_ms, options.held_gib)
     keys = constraint_keys(study)  # an older study keeps the keys its trials have
     listeners = [on_trial] if on_trial else []
 

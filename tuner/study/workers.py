@@ -27,7 +27,7 @@ from tuner.catalog.gpus import Hardware
 from tuner.errors import SpectuneError
 from tuner.study.executor import OnTick, TrialsRun, prepare_this_host
 from tuner.study.handoff import dump_record, load_record
-from tuner.study.host import check_host_hardware
+from tuner.study.host import check_host_hardware, held_elsewhere
 from tuner.study.paths import StudyPaths
 from tuner.study.prefetch import prefetch_models
 from tuner.study.storage import check_parallel_storage
@@ -107,6 +107,7 @@ def run_worker(
         space.ttft_limit_ms,
         worker=request.options.worker,
         rounds=request.rounds,
+        held_gib=held_elsewhere(request.backend, request.options.gpus),
     )
     backend_options = study_backend_options(study, request.backend, request.options, paths)
     run_trials(study, space, build_backend(space, backend_options), options)

@@ -77,11 +77,18 @@ class TrialOutcome:
 
 
 def predict_memory(
-    hardware: Hardware, server: ServerConfig, version: VllmVersion | None = None
+    hardware: Hardware,
+    server: ServerConfig,
+    version: VllmVersion | None = None,
+    held_gib: float = 0.0,
 ) -> MemoryEstimate:
-    """The pre-screen: will this server config fit on these GPUs under ``version``'s rules?"""
+    """The pre-screen: will this server config fit on these GPUs under ``version``'s rules,
+    with ``held_gib`` per GPU taken by other processes?"""
     draft = load_draft(server)
-    return estimate_memory(hardware, load_model(server.model), draft, server, version=version)
+    free = hardware.gpu.vram_gib - held_gib if held_gib else None
+    return estimate_memory(
+        hardware, load_model(server.model), draft, server, version=version, free_gib=free
+    )
 
 
 class TrialRunner:
@@ -95,12 +102,14 @@ class TrialRunner:
         *,
         version: VllmVersion | None = None,
         quality: QualityModel | None = None,
+        held_gib: float = 0.0,
     ) -> None:
         self.backend = backend
         self.hardware = hardware
         self.version = version  # the study's vLLM: its memory rules (None: the newest)
         self.limits = limits
         self.quality = quality  # the check a lossy verifier's trials get (None: none offered)
+        self.held_gib = held_gib  # per GPU, other processes' when the study started (NVML)
         # Standard verification's answers to the check's prompts, from the first server asked.
         self._reference: tuple[str, ...] | None = None
         self._running: ServerConfig | None = None
@@ -110,12 +119,24 @@ class TrialRunner:
 
     @classmethod
     def for_space(
-        cls, backend: Backend, space: SearchSpace, ttft_limit_ms: float | None = None
+        cls,
+        backend: Backend,
+        space: SearchSpace,
+        ttft_limit_ms: float | None = None,
+        held_gib: float = 0.0,
     ) -> TrialRunner:
         """A runner that scores against ``space``'s limits and memory rules (``ttft_limit_ms``
-        in place of its TTFT limit, where given)."""
+        in place of its TTFT limit, where given), on GPUs where other processes hold
+        ``held_gib`` (:func:`tuner.study.host.held_elsewhere`)."""
         limits = Limits.of(space, ttft_limit_ms)
-        return cls(backend, space.hardware, limits, version=space.version, quality=space.quality)
+        return cls(
+            backend,
+            space.hardware,
+            limits,
+            version=space.version,
+            quality=space.quality,
+            held_gib=held_gib,
+        )
 
     def run(
         self, config: TrialConfig, context: LaunchContext, seed: int, race: Race | None = None
@@ -162,11 +183,12 @@ class TrialRunner:
     def _run(
         self, config: TrialConfig, context: LaunchContext, seed: int, race: Race | None
     ) -> TrialOutcome:
-        memory = predict_memory(self.hardware, config.server, self.version)
+        memory = predict_memory(self.hardware, config.server, self.version, self.held_gib)
         server = config.server
-        room = memory_slacks(
+        outside, inside = memory_slacks(
             self.hardware, load_model(server.model), load_draft(server), server, self.version
         )
+        room = (outside - self.held_gib, inside)  # what other processes hold is not ours
         if not self.oom_screen.launches(room):
             return TrialOutcome(
                 config,

@@ -1,0 +1,131 @@
+"""Other tenants of the study's GPUs: the memory they hold, read from NVML (a stand-in probe
+here) before the first server starts, pre-screens every start-up and, on vLLM 0.34+, leaves
+them room in a new study's memory dimension."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from tests.trial.traffic_support import fake_request, small_space
+from tuner.catalog import nvml
+from tuner.config.space import SearchSpace, load_space
+from tuner.config.trial import LaunchContext
+from tuner.config.vllm_args import UNSET_MEMORY_SHARE
+from tuner.study.host import held_elsewhere, leave_room
+from tuner.study.optimize import optimize
+from tuner.trial.backends.sim import SimBackend
+from tuner.trial.record import records, stored_space
+from tuner.trial.runner import TrialRunner
+from tuner.trial.scoring import TrialStatus
+
+RTX_4090 = "NVIDIA GeForce RTX 4090"
+GIB = 1024**3
+
+
+@dataclasses.dataclass
+class Tenanted:
+    """A GpuProbe of 4090s on which other processes hold ``used_gib`` each."""
+
+    used_gib: list[float]
+
+    def device_count(self) -> int:
+        return len(self.used_gib)
+
+    def name(self, index: int) -> str:
+        return RTX_4090
+
+    def memory_total_bytes(self, index: int) -> int:
+        return int(23.99 * GIB)
+
+    def memory_used_bytes(self, index: int) -> int:
+        return int(self.used_gib[index] * GIB)
+
+    def driver_version(self) -> str:
+        return "580.105.06"
+
+    def cuda_driver_version(self) -> int:
+        return 13000
+
+    def nvlink_links(self, a: int, b: int) -> int:
+        return 0
+
+    def topology_level(self, a: int, b: int) -> int:
+        return 30
+
+    def close(self) -> None:
+        pass
+
+
+def _host(monkeypatch: pytest.MonkeyPatch, *used_gib: float) -> None:
+    monkeypatch.setattr(nvml, "open_probe", lambda: Tenanted(list(used_gib)))
+
+
+def test_the_fullest_gpu_of_the_study_counts_and_the_simulator_sees_none(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _host(monkeypatch, 0.3, 2.1)
+    assert held_elsewhere("docker", None) == pytest.approx(2.1)
+    assert held_elsewhere("process", (0,)) == 0.0  # 0.3 GiB: the driver's own, not a tenant
+    assert held_elsewhere("sim", None) == 0.0
+    assert held_elsewhere("docker", ()) == 0.0  # --gpus none
+    monkeypatch.setattr(nvml, "open_probe", lambda: (_ for _ in ()).throw(OSError("no NVML")))
+    assert held_elsewhere("docker", None) == 0.0
+
+
+def test_on_0_34_a_new_study_searches_caps_that_leave_the_tenants_their_memory() -> None:
+    space = load_space("qwen3-coder-30b-fp8-4090x2-2026")
+    assert space.gpu_memory_utilization.high == UNSET_MEMORY_SHARE
+    notes: list[str] = []
+    room = leave_room(space, 2.1, notes.append)
+    assert room.model.server.memory_headroom_gib == 2.5
+    assert room.gpu_memory_utilization.high == pytest.approx(1 - 2.5 / 24, abs=1e-3)
+    assert len(notes) == 1 and "2.1 GiB" in notes[0] and "leave them 2.5 GiB" in notes[0]
+    assert leave_room(space, 0.0, notes.append) is space and len(notes) == 1
+
+
+def test_a_headroom_the_space_names_is_kept() -> None:
+    space = load_space("qwen3-coder-30b-fp8-4090x2-2026").with_memory_headroom(4.0)
+    assert leave_room(space, 2.1, None).model.server.memory_headroom_gib == 4.0
+
+
+def _space_032(tmp_path: Path) -> SearchSpace:
+    return small_space(tmp_path, search={"gpu_memory_utilization": 0.94, "draft": ["none"]})
+
+
+def test_on_0_32_a_config_the_tenants_leave_no_room_for_is_never_launched(tmp_path: Path) -> None:
+    # vLLM 0.32 refuses to start unless utilization x total is free: 0.94 x 24 GiB is 22.6,
+    # and with 2 GiB held only 22 are.
+    space = _space_032(tmp_path)
+    notes: list[str] = []
+    assert leave_room(space, 2.0, notes.append) is space and "pre-screened" in notes[0]
+    config = space.config(None, 0.94, 2048, 0.2)
+    outcomes = []
+    for held in (0.0, 2.0):
+        backend = SimBackend(space.hardware, version=space.version)
+        runner = TrialRunner.for_space(backend, space, held_gib=held)
+        outcomes.append(runner.run(config, LaunchContext("t", 0, tmp_path), seed=0))
+    assert outcomes[0].status is TrialStatus.OK
+    assert outcomes[1].status is TrialStatus.OOM_PREDICTED and not outcomes[1].restarted
+
+
+def test_a_measured_study_on_0_34_stores_the_room_it_left(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _host(monkeypatch, 2.1)
+    monkeypatch.setenv("SPECTUNE_SIM_VLLM_VERSION", "0.34.0")
+    space = small_space(
+        tmp_path,
+        vllm={"version": "0.34.0"},
+        search={"draft": ["none"], "gpu_memory_utilization": {"low": 0.8, "high": 0.95}},
+    )
+    notes: list[str] = []
+    result = optimize(fake_request(tmp_path, space, 2), on_notice=notes.append)
+    stored = stored_space(result.handle)
+    assert stored is not None and stored.model.server.memory_headroom_gib == 2.5
+    cap = 1 - 2.5 / 23.99
+    shares = [r.server.gpu_memory_utilization for r in records(result.handle.get_trials())]
+    assert shares and all(share <= cap + 1e-3 for share in shares)
+    assert any("leave them 2.5 GiB" in note for note in notes)
