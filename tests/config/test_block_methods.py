@@ -12,7 +12,7 @@ import pytest
 
 from tuner.catalog.models import load_model
 from tuner.config.space import SearchSpace, space_from_dict
-from tuner.config.trial import SpecMethod
+from tuner.config.trial import ServerConfig, SpecMethod
 from tuner.config.verification import Verification
 from tuner.config.vllm_args import parse_version, server_argv
 from tuner.errors import ConfigError
@@ -20,6 +20,7 @@ from tuner.errors import ConfigError
 QWEN3 = "Qwen/Qwen3-8B"
 LLAMA = "meta-llama/Llama-3.1-8B-Instruct"
 EAGLE3 = "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"
+V034 = parse_version("0.34.0")
 # The numbers of z-lab/Qwen3-8B-DFlash-b16's config.json (see tuner/catalog/drafters.py).
 DFLASH_CONFIG: dict[str, Any] = {
     "architectures": ["DFlashDraftModel"],
@@ -141,6 +142,7 @@ def test_each_option_is_asked_only_where_it_is_searched(tmp_path: Path) -> None:
         ("draft_sample_method", ("greedy",)),
         ("rejection_sample_method", ("standard", "block")),  # the enum's order, each once
         ("enable_adaptive_verification", (False, True)),
+        ("draft_lm_head_quantization", ("none",)),
     )
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=5))
     seen: set[tuple[bool, str, bool]] = set()
@@ -186,10 +188,11 @@ def test_the_warm_start_variants_cover_each_searched_value_once(tmp_path: Path) 
     )
     variants = space.choice(f"eagle3:{head}").variants()
     plain = {"draft_sample_method": "greedy", "rejection_sample_method": "standard"}
+    head_bits = {"draft_lm_head_quantization": "none"}
     assert variants == (
-        {"parallel_drafting": False, **plain, "enable_adaptive_verification": False},
-        {"parallel_drafting": True, **plain, "enable_adaptive_verification": False},
-        {"parallel_drafting": False, **plain, "enable_adaptive_verification": True},
+        {"parallel_drafting": False, **plain, "enable_adaptive_verification": False, **head_bits},
+        {"parallel_drafting": True, **plain, "enable_adaptive_verification": False, **head_bits},
+        {"parallel_drafting": False, **plain, "enable_adaptive_verification": True, **head_bits},
     )
     params = space.choice(f"eagle3:{head}").params(3, variants[1])
     assert params == {"num_speculative_tokens": 3, "parallel_drafting": True}
@@ -227,3 +230,28 @@ def test_an_xpress_drafter_is_a_dflash_variant_from_0_33(tmp_path: Path) -> None
     )
     with pytest.raises(ConfigError, match=r"a DFlash variant vLLM runs from 0\.33\.0"):
         _space({"methods": [method]})
+
+
+def _xpress_space(drafter: str, topc: Any, version: str = "0.34.0") -> SearchSpace:
+    entry = {"method": "dflash", "model": drafter, "xpress_topc": topc}
+    return _space({"methods": ["none", entry]}, version=version)
+
+
+def test_xpress_topc_is_an_xpress_drafters_setting(tmp_path: Path) -> None:
+    # vLLM 0.34.0 speculative.py:694-698; xpress/config.py:14-29 bounds it by the draft
+    # vocabulary; only Qwen3XPressModel checkpoints accept it.
+    xpress = _folder(tmp_path, "xpress", {**DFLASH_CONFIG, "architectures": ["Qwen3XPressModel"]})
+    space = _xpress_space(xpress, {"low": 256, "high": 1024})
+    choice = space.choices[1]
+    assert "xpress_topc" in choice.tuned
+    spec = choice.speculative(15, {"xpress_topc": 512})
+    assert spec is not None
+    written = server_argv(ServerConfig(QWEN3, 1, 8192, 0.9, 2048, spec), V034, host="h", port=1)
+    assert '"xpress_topc": 512' in written[written.index("--speculative-config") + 1]
+    plain = _folder(tmp_path, "plain", DFLASH_CONFIG)
+    with pytest.raises(ConfigError, match="xpress_topc is only supported by XPress drafters"):
+        _xpress_space(plain, 512)
+    with pytest.raises(ConfigError, match=r"xpress_topc 200000 is above its draft vocabulary"):
+        _xpress_space(xpress, 200000)
+    with pytest.raises(ConfigError, match="xpress_topc belongs to method dflash"):
+        _space({"methods": [{"method": "dspark", "model": xpress, "xpress_topc": 8}]})

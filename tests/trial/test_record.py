@@ -222,9 +222,13 @@ def test_a_record_stored_before_the_pydantic_model_loads_with_every_field() -> N
     assert read.runner == RunnerForecast(ModelRunner.V1, ("speculative method ngram",))
     assert (read.worker, read.failed_share, read.pruned) == ("gpu-host/1", 0.0, None)
     # Written again, it is the same record, in the same form (the runner now names an empty
-    # off_by_default rather than leaving it out).
+    # off_by_default rather than leaving it out, the speculative config the 0.33 settings it
+    # did not have, at their defaults).
     rewritten = read.to_attrs()
-    assert rewritten == {**stored, "runner": {**stored["runner"], "off_by_default": ""}}
+    newer = {"draft_lm_head_quantization": "none", "xpress_topc": None}
+    server = {**stored["server"], "speculative": {**stored["server"]["speculative"], **newer}}
+    runner = {**stored["runner"], "off_by_default": ""}
+    assert rewritten == {**stored, "runner": runner, "server": server}
     assert TrialRecord.from_trial(_frozen(rewritten, number=7, values=[812.5, 1450.0])) == read
 
 

@@ -38,14 +38,8 @@ __all__ = [
 # 0.33+'s DFlash variants, chosen by the checkpoint (vLLM 0.34's model registry,
 # vllm/model_executor/models/registry.py:687-717): XPress, and DFlash2's beam and recursive
 # forms; tuner.config.methods.dflash dates them.
-DFLASH_VARIANTS = frozenset(
-    {
-        "Qwen3XPressModel",
-        "DFlashQwen3XPressModel",
-        "DFlash2BeamDraftModel",
-        "DFlash2RicursiveDraftModel",
-    }
-)
+_XPRESS = frozenset({"Qwen3XPressModel", "DFlashQwen3XPressModel"})
+DFLASH_VARIANTS = _XPRESS | {"DFlash2BeamDraftModel", "DFlash2RicursiveDraftModel"}
 _DFLASH = DFLASH_VARIANTS | {"DFlashDraftModel", "DFlash2DraftModel", "LiLiCorrDraftModel"}
 _QWEN3_DSPARK = frozenset({"Qwen3DSparkModel", "Qwen3OmniDSparkModel"})
 _DSPARK = _QWEN3_DSPARK | {"Gemma4DSparkModel", "K3DSparkModel", "DSparkDraftModel"}
@@ -262,6 +256,27 @@ def check_topk(drafter_id: str, config: Mapping[str, Any], topk_high: int, tp: i
             drafter_id,
             f"dspark_draft_topk requires draft tensor parallel size 1 and the space runs "
             f"tensor parallel {tp}: drop dspark_draft_topk",
+        )
+
+
+def check_topc(drafter_id: str, config: Mapping[str, Any], topc_high: int) -> None:
+    """``xpress_topc``: an XPress drafter, at most its draft vocabulary (vLLM 0.34.0
+    ``speculative.py:694-698``; ``xpress/config.py:14-29``: "xpress_topc must be between 0 and
+    the draft vocabulary size").
+
+    Raises:
+        IncompatibleDraftError: naming the rule.
+    """
+    if not _archs(config) & _XPRESS:
+        raise _refuse(
+            drafter_id,
+            "xpress_topc is only supported by XPress drafters (Qwen3XPressModel, "
+            "DFlashQwen3XPressModel): drop it",
+        )
+    vocab = int(config.get("draft_vocab_size") or config.get("vocab_size") or 0)
+    if topc_high > vocab:
+        raise _refuse(
+            drafter_id, f"xpress_topc {topc_high} is above its draft vocabulary ({vocab})"
         )
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from tuner.catalog.drafters import check_parallel_head, check_topk
+from tuner.catalog.drafters import check_parallel_head, check_topc, check_topk
 from tuner.catalog.models import ModelSpec, load_model
 from tuner.config.choices import SpecChoice
 from tuner.config.methods import method_of
@@ -31,6 +31,9 @@ def _check_settings(choice: SpecChoice, tensor_parallel: int) -> None:
     topk = dict(choice.settings).get("dspark_draft_topk")
     if topk is not None and choice.model is not None:
         check_topk(choice.model, load_model(choice.model).config, int(topk.high), tensor_parallel)
+    topc = dict(choice.settings).get("xpress_topc")
+    if topc is not None and choice.model is not None:
+        check_topc(choice.model, load_model(choice.model).config, int(topc.high))
     if True in choice.allowed("parallel_drafting") and choice.model is not None:
         check_parallel_head(choice.model, load_model(choice.model).config)
 

@@ -6,8 +6,8 @@ Each :class:`SpecChoice` is one value of the ``draft`` parameter (its :attr:`~Sp
 parameters: K (``num_speculative_tokens``, in the choice's own range), the method's numeric
 settings (``prompt_lookup_min``/``_max``, the ``suffix_decoding_*`` keys, ``dspark_draft_topk``)
 and its options (``parallel_drafting``, ``draft_sample_method``, ``rejection_sample_method``,
-``enable_adaptive_verification``: categorical). A setting given as one value is fixed and never
-asked for.
+``enable_adaptive_verification``, ``draft_lm_head_quantization``: categorical). A setting given
+as one value is fixed and never asked for.
 
 :func:`choices_from_search` turns the ``search`` section into choices, the earlier form
 (``draft: [none, ngram, suffix, mtp, MODEL...]`` with one K range, ngram's window fixed at 1-4,
@@ -27,7 +27,7 @@ from tuner.config.methods.suffix import SuffixMethod
 from tuner.config.schema_base import RangeModel
 from tuner.config.search_section import SearchModel
 from tuner.config.trial import SpecMethod, SpeculativeConfig, choice_label
-from tuner.config.verification import DraftSampling, Verification
+from tuner.config.verification import DraftHead, DraftSampling, Verification
 from tuner.errors import ConfigError
 
 __all__ = ["OPTION_ORDER", "Option", "Range", "SpecChoice", "choices_from_search"]
@@ -42,6 +42,7 @@ _INTEGER_SETTINGS = frozenset(
         "suffix_decoding_max_tree_depth",
         "suffix_decoding_max_cached_requests",
         "dspark_draft_topk",
+        "xpress_topc",
     }
 )
 Option = str | bool
@@ -52,6 +53,7 @@ OPTION_ORDER = (
     "draft_sample_method",
     "rejection_sample_method",
     "enable_adaptive_verification",
+    "draft_lm_head_quantization",
 )
 
 if TYPE_CHECKING:
@@ -64,6 +66,8 @@ if TYPE_CHECKING:
 V1_VALUES: dict[str, Option] = {
     "rejection_sample_method": str(Verification.STANDARD),
     "enable_adaptive_verification": False,
+    # 0.33's _get_v2_model_runner_unsupported_features keeps it off V1 (vllm/config/vllm.py:3119)
+    "draft_lm_head_quantization": str(DraftHead.NONE),
 }
 # The vLLM default of each option: the value a choice without it runs.
 _OPTION_DEFAULTS: dict[str, Option] = {
@@ -71,6 +75,7 @@ _OPTION_DEFAULTS: dict[str, Option] = {
     "draft_sample_method": str(DraftSampling.GREEDY),
     "rejection_sample_method": str(Verification.STANDARD),
     "enable_adaptive_verification": False,
+    "draft_lm_head_quantization": str(DraftHead.NONE),
 }
 # The earlier form fixed prompt lookup at 1-4; stored studies keep meaning what they meant.
 _EARLIER_NGRAM = (("prompt_lookup_min", 1.0), ("prompt_lookup_max", 4.0))

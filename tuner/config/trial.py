@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from tuner.catalog.models import ModelSpec, load_model
 from tuner.catalog.spec_method import SpecMethod
 from tuner.config.methods import MethodFamily, method_of
-from tuner.config.verification import DraftSampling, Verification
+from tuner.config.verification import DraftHead, DraftSampling, Verification
 from tuner.config.workload import WorkloadSpec
 
 if TYPE_CHECKING:
@@ -87,6 +87,11 @@ class SpeculativeConfig:
     enable_adaptive_verification: bool = False
     # DSpark (Qwen3 drafters): the Markov projection evaluated on the top-k base logits only.
     dspark_draft_topk: int | None = None
+    # EAGLE heads and MTP (0.33+, V2 only): the drafter's LM head quantized.
+    draft_lm_head_quantization: DraftHead = DraftHead.NONE
+    # XPress DFlash drafters (0.33+): the candidates its head projects onto (None: 512, or the
+    # checkpoint's).
+    xpress_topc: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "method", SpecMethod.parse(self.method))
@@ -95,6 +100,9 @@ class SpeculativeConfig:
             self, "rejection_sample_method", Verification(self.rejection_sample_method)
         )
         object.__setattr__(self, "draft_sample_method", DraftSampling(self.draft_sample_method))
+        object.__setattr__(
+            self, "draft_lm_head_quantization", DraftHead(self.draft_lm_head_quantization)
+        )
         # Stored as JSON lists; a tuple keeps the config hashable (equal servers are shared).
         table = tuple((int(a), int(b), int(k)) for a, b, k in self.k_by_batch_size)
         object.__setattr__(self, "k_by_batch_size", table)

@@ -1,6 +1,7 @@
 """How a server verifies drafted tokens and how its drafter samples them: vLLM's names.
 
-The values a search space may set for ``rejection_sample_method`` and ``draft_sample_method``
+The values a search space may set for ``rejection_sample_method``, ``draft_sample_method`` and
+``draft_lm_head_quantization``
 (vLLM 0.32's ``RejectionSampleMethod`` and ``DraftSampleMethod`` in
 ``vllm/config/speculative.py``); which releases and model runners honour them is
 :mod:`tuner.config.vllm_features`.
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import enum
 
-__all__ = ["DraftSampling", "Verification"]
+__all__ = ["DraftHead", "DraftSampling", "Verification"]
 
 
 class Verification(enum.StrEnum):
@@ -37,3 +38,12 @@ class DraftSampling(enum.StrEnum):
 
     GREEDY = "greedy"  # the drafter's argmax, treated as one-hot when verified
     PROBABILISTIC = "probabilistic"  # sampled; the full draft logits kept (more memory)
+
+
+class DraftHead(enum.StrEnum):
+    """vLLM 0.33's ``draft_lm_head_quantization``: the precision of the drafter's LM head (an
+    EAGLE head's or MTP layers' projection onto the vocabulary, most of a head's weights)."""
+
+    NONE = "none"  # the checkpoint's own precision (vLLM's None: the key is not written)
+    FP8 = "fp8"
+    NVFP4 = "nvfp4"

@@ -36,6 +36,14 @@ probabilistic``                           ``probabilistic`` for both runners; re
                                           also refuses it with LoRA and with pipeline
                                           parallelism (``vllm/config/vllm.py:3271-3314``)
 ``dspark_draft_topk``          0.28       Qwen3 DSpark drafters only, draft tensor parallel 1
+``draft_lm_head_               0.33       ``fp8``/``nvfp4`` (``:538-543``): EAGLE/EAGLE-3 heads
+quantization``                            and MTP (``eagle/config.py:37``, ``mtp/config.py:21``;
+                                          DSpark's V4 drafters too, not offered); 0.33 keeps it
+                                          off V1 (``vllm/config/vllm.py:3119``); the simulator
+                                          reads the head's LM head at those bits (MTP: unmodelled)
+``xpress_topc``                0.33       XPress DFlash drafters only, at most the draft
+                                          vocabulary (``:694-698``, ``xpress/config.py:14-29``);
+                                          the simulator does not model it (measured only)
 =============================  =========  ==========================================================
 
 The dates come from ``vllm/config/speculative.py`` and ``vllm/config/vllm.py`` of the

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from tuner.catalog.spec_method import SpecMethod
 from tuner.config.methods import method_of
 from tuner.config.trial import SpeculativeConfig
-from tuner.config.verification import DraftSampling, Verification
+from tuner.config.verification import DraftHead, DraftSampling, Verification
 from tuner.config.vllm_version import VllmVersion
 from tuner.errors import ConfigError
 
@@ -49,6 +49,13 @@ OPTION_SUPPORT = (
         "enable_adaptive_verification", True, VllmVersion(0, 28, 0), "SpeculativeConfig field"
     ),
     OptionSupport("dspark_draft_topk", None, VllmVersion(0, 28, 0), "SpeculativeConfig field"),
+    *(
+        OptionSupport(
+            "draft_lm_head_quantization", str(value), VllmVersion(0, 33, 0), ":538-543 (0.34.0)"
+        )
+        for value in (DraftHead.FP8, DraftHead.NVFP4)
+    ),
+    OptionSupport("xpress_topc", None, VllmVersion(0, 33, 0), ":694-698 (0.34.0)"),
 )
 
 
@@ -89,6 +96,8 @@ def option_keys(spec: SpeculativeConfig) -> dict[str, object]:
         keys["draft_sample_method"] = str(spec.draft_sample_method)
     if spec.enable_adaptive_verification:
         keys["enable_adaptive_verification"] = True
+    if spec.draft_lm_head_quantization is not DraftHead.NONE:
+        keys["draft_lm_head_quantization"] = str(spec.draft_lm_head_quantization)
     return keys
 
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 
 from tuner.catalog.gpus import Hardware
@@ -39,6 +39,7 @@ from tuner.catalog.models import ModelSpec, load_model, needs_heterogeneous_voca
 from tuner.catalog.mtp import mtp_layers
 from tuner.config.methods import MethodFamily, method_of
 from tuner.config.trial import ServerConfig
+from tuner.config.verification import DraftHead
 from tuner.config.vllm_runner import ModelRunner, predict_runner
 from tuner.config.vllm_version import NEWEST_KNOWN, VllmVersion
 from tuner.sim.acceptance import acceptance_probability
@@ -158,14 +159,33 @@ def drafter(target: ModelSpec, draft: ModelSpec | None, server: ServerConfig) ->
     if family is MethodFamily.DRAFT:
         return draft
     if family is MethodFamily.HEAD or (family is MethodFamily.BLOCK and spec.model):
-        return (
+        head = (
             draft
             if draft is not None and draft.hf_id == spec.model
             else load_model(str(spec.model))
         )
+        return _quantized_head(head, spec.draft_lm_head_quantization)
     if family is MethodFamily.MTP:
         return mtp_module(target)
     return None  # lookups; a DSpark drafter whose stages ship in the target (DeepSeek-V4)
+
+
+# Bits per LM-head weight under draft_lm_head_quantization: fp8 one byte, nvfp4 four bits plus
+# an fp8 scale per 16 weights.
+_HEAD_BITS = {DraftHead.FP8: 8.0, DraftHead.NVFP4: 4.5}
+
+
+def _quantized_head(head: ModelSpec, quantization: DraftHead) -> ModelSpec:
+    """``head`` with its LM head (vocabulary x hidden, 16-bit in the checkpoint) at the bits
+    ``quantization`` stores (vLLM 0.33+): fewer bytes to hold and to read each draft pass. The
+    acceptance is taken as unchanged: no public figure measures what it costs. MTP layers
+    project through the target's LM head and are left as they are."""
+    bits = _HEAD_BITS.get(quantization)
+    if bits is None:
+        return head
+    vocab = int(head.config.get("draft_vocab_size") or head.vocab)  # EAGLE-3's own vocabulary
+    saved = vocab * head.hidden * 2.0 * (1.0 - bits / 16.0)
+    return replace(head, weight_bytes=max(head.weight_bytes - saved, 0.0))
 
 
 # Model Runner V2 is the default for every architecture from this release (vllm_runner.py).

@@ -42,12 +42,19 @@ class BlockMethod(Verified):
     """K; unset: the drafter's trained width (dflash: block_size - 1, dspark: block_size)."""
     dspark_draft_topk: CountChoice | None = None
     """dspark with a Qwen3 drafter: the Markov projection on the top-k base logits only."""
+    xpress_topc: CountChoice | None = None
+    """dflash with an XPress drafter (vLLM 0.33+): candidates its head projects onto (vLLM's
+    default 512, or the checkpoint's)."""
 
     @model_validator(mode="after")
     def _topk_is_dsparks(self) -> BlockMethod:
         if self.dspark_draft_topk is not None and self.method is not SpecMethod.DSPARK:
             raise PydanticCustomError(
                 "topk", "dspark_draft_topk belongs to method dspark (vLLM refuses it otherwise)"
+            )
+        if self.xpress_topc is not None and self.method is not SpecMethod.DFLASH:
+            raise PydanticCustomError(
+                "topc", "xpress_topc belongs to method dflash (an XPress drafter's setting)"
             )
         return self
 

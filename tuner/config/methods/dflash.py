@@ -73,4 +73,5 @@ DFLASH = _DFlash(
     # (DSpark's per-position counters in vllm PR #52992), up to a point.
     prior=AcceptancePrior(decay=1.028, ceiling=0.884),
     counters_carry=False,
+    keys=("xpress_topc",),
 )

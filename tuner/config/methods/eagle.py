@@ -18,7 +18,15 @@ from tuner.catalog.heads import check_head
 from tuner.catalog.models import ModelSpec, load_model
 from tuner.catalog.spec_method import SpecMethod
 from tuner.config.methods.base import AcceptancePrior, Method, MethodFamily, Range
-from tuner.config.methods.fields import KChoice, Models, SpecTokensRange, Switches, Verified
+from tuner.config.methods.fields import (
+    DraftHeads,
+    KChoice,
+    Models,
+    SpecTokensRange,
+    Switches,
+    Verified,
+)
+from tuner.config.verification import DraftHead
 from tuner.config.vllm_version import VllmVersion
 
 __all__ = ["EAGLE", "EAGLE3", "HeadMethod"]
@@ -33,6 +41,8 @@ class HeadMethod(Verified):
     num_speculative_tokens: KChoice = SpecTokensRange(low=1, high=6)
     parallel_drafting: Switches = Field(default=[False])
     """P-EAGLE: true for a head trained to draft all K tokens in one pass, or both to search."""
+    draft_lm_head_quantization: DraftHeads = Field(default=[DraftHead.NONE])
+    """none, fp8, nvfp4 or a list: the head's LM head quantized (vLLM 0.33+, V2 only)."""
 
     def models(self) -> list[str | None]:
         return list(self.model)

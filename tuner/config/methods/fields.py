@@ -11,10 +11,11 @@ from pydantic_core import PydanticCustomError
 from tuner.config.bounds import Count, ModelId, Share, SpecTokens, Step, Weight
 from tuner.config.schema_base import AS_LIST, CHOICE, NON_EMPTY, RangeModel, StrictModel
 from tuner.config.schema_errors import A_RANGE, ONE_VALUE
-from tuner.config.verification import DraftSampling, Verification
+from tuner.config.verification import DraftHead, DraftSampling, Verification
 
 __all__ = [
     "CountChoice",
+    "DraftHeads",
     "FactorChoice",
     "KChoice",
     "Models",
@@ -109,6 +110,7 @@ DraftSamplings = Annotated[
     list[DraftSampling], AS_LIST, NON_EMPTY, Field(examples=[["greedy", "probabilistic"]])
 ]
 Switches = Annotated[list[bool], AS_LIST, NON_EMPTY, Field(examples=[[False, True]])]
+DraftHeads = Annotated[list[DraftHead], AS_LIST, NON_EMPTY, Field(examples=[["none", "fp8"]])]
 
 
 def low(value: float | RangeModel) -> float:

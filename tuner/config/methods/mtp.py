@@ -11,11 +11,14 @@ from __future__ import annotations
 
 from typing import Literal
 
+from pydantic import Field
+
 from tuner.catalog.models import ModelSpec
 from tuner.catalog.mtp import MTP_MODEL_TYPES, check_mtp
 from tuner.catalog.spec_method import SpecMethod
 from tuner.config.methods.base import AcceptancePrior, Method, MethodFamily, Range
-from tuner.config.methods.fields import KChoice, SpecTokensRange, Verified
+from tuner.config.methods.fields import DraftHeads, KChoice, SpecTokensRange, Verified
+from tuner.config.verification import DraftHead
 from tuner.config.vllm_version import VllmVersion
 
 __all__ = ["MTP", "MtpMethod", "alias_refusal"]
@@ -27,6 +30,8 @@ class MtpMethod(Verified):
 
     method: Literal[SpecMethod.MTP]
     num_speculative_tokens: KChoice = SpecTokensRange(low=1, high=3)
+    draft_lm_head_quantization: DraftHeads = Field(default=[DraftHead.NONE])
+    """none, fp8, nvfp4 or a list: the MTP drafter's LM head quantized (vLLM 0.33+, V2 only)."""
 
 
 def alias_refusal(name: str) -> str | None:
