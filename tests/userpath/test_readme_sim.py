@@ -34,6 +34,9 @@ def test_the_simulator_quick_start_runs_as_written(user: User) -> None:
     exported = json.loads(user.run(f"spectune export {STUDY} --format json --json").stdout)
     assert (exported["trial"], exported["source"]) == (trial, "simulated")
     assert round(exported["output_tok_s"], 1) == throughput
+    # No --trials and no --time-budget: the 2-GPU-hour default, said first, stopped the run.
+    assert "no --trials or --time-budget: running to a 2h budget" in done.stderr
+    assert "time budget 2h00m of simulated GPU time: stopped after" in done.stdout
     (listed,) = json.loads(user.run("spectune studies --json").stdout)
-    assert listed["state"] == "finished" and listed["trials"] == 30
+    assert listed["state"] == "stopped" and 1 <= listed["trials"] < listed["budget"] == 30
     assert listed["best"]["trial"] == trial and round(listed["best"]["throughput"], 1) == throughput

@@ -123,7 +123,13 @@ class Interval:
         """``59.4 ± 1.3 tok/s (95 % CI, n=3)``, or just the mean for a single value."""
         if self.half_width is None:
             return f"{self.mean:.{digits}f}{unit} (n={self.n})"
-        return f"{self.mean:.{digits}f} ± {self.half_width:.{digits}f}{unit} (95 % CI, n={self.n})"
+        return f"{self.cell(digits)}{unit} (95 % CI, n={self.n})"
+
+    def cell(self, digits: int = 1) -> str:
+        """``59.4 ± 1.3``: a table cell, whose header says what the interval is."""
+        if self.half_width is None:
+            return f"{self.mean:.{digits}f}"
+        return f"{self.mean:.{digits}f} ± {self.half_width:.{digits}f}"
 
 
 def interval(values: Sequence[float]) -> Interval:

@@ -13,6 +13,7 @@ from tuner.catalog.nvml import detect_gpus
 from tuner.cli import options as opt
 from tuner.cli.app import app, console, handle_errors, print_json
 from tuner.cli.options import parse_gpus
+from tuner.cli.render import fitted_table
 from tuner.errors import ConfigError
 
 __all__ = [
@@ -121,18 +122,15 @@ def models_command(as_json: opt.Json = False) -> None:
         print_json([{**asdict(m), "weight_gib": m.weight_bytes / 1024**3} for m in MODEL_CATALOG])
         return
 
-    table = Table(
-        "model", "tokenizer", "params", "layers", "hidden", "heads/kv", "quant", "weights GiB"
-    )
-    for m in MODEL_CATALOG:
-        table.add_row(
-            m.hf_id,
-            m.tokenizer_family,
-            f"{m.params / 1e9:.1f}B",
-            str(m.layers),
-            str(m.hidden),
-            f"{m.heads}/{m.kv_heads}",
-            m.quantization,
-            f"{m.weight_bytes / 1024**3:.1f}",
-        )
-    console.print(table)
+    models = list(MODEL_CATALOG)
+    columns = [  # the id first and whole: it is what the user types
+        ("model", [m.hf_id for m in models]),
+        ("params", [f"{m.params / 1e9:.1f}B" for m in models]),
+        ("quant", [m.quantization for m in models]),
+        ("weights GiB", [f"{m.weight_bytes / 1024**3:.1f}" for m in models]),
+        ("tokenizer", [m.tokenizer_family for m in models]),
+        ("layers", [str(m.layers) for m in models]),
+        ("hidden", [str(m.hidden) for m in models]),
+        ("heads/kv", [f"{m.heads}/{m.kv_heads}" for m in models]),
+    ]
+    console.print(fitted_table(columns, console.width))

@@ -31,6 +31,7 @@ __all__ = [
     "confirm_run_line",
     "confirmed_table",
     "draft_label",
+    "fitted_table",
     "k_table_line",
     "recommendation",
     "record_row",
@@ -215,21 +216,22 @@ def _quality_note(record: TrialRecord) -> str:
 
 
 def _interval(value: Interval | None, digits: int) -> str:
-    return "-" if value is None else value.format(digits)
+    return "-" if value is None else value.cell(digits)
 
 
 def confirmed_table(
     results: list[Confirmed], ttft_limit_ms: float, objective: Objective = Objective.THROUGHPUT
 ) -> Table:
-    """Re-measured configs: mean and 95 % confidence interval over their runs."""
+    """Re-measured configs: mean and 95 % confidence interval over their runs, said once in
+    the title (a config of one run shows its value alone: no interval)."""
     source = results[0].source if results else "measured"
     table = Table(
         "trial",
-        "runs",
+        "runs (n)",
         objective.label,
         "p95 TTFT ms",
         "verdict",
-        title=f"Confirmed ({source}, mean ± 95 % CI)",
+        title=f"Confirmed ({source}; each cell: mean ± 95 % CI over its n runs)",
         title_justify="left",
     )
     for c in results:
@@ -330,3 +332,27 @@ def k_table_line(verdict: KTableVerdict) -> str:
     """What the per-batch-size K table's own runs decided."""
     outcome = "exported" if verdict.wins else "fixed K exported"
     return f"K table {verdict.spelled}: {verdict.evidence()}; {outcome}"
+
+
+# What rich draws around each cell of a plain table: a border and one space each side.
+_CELL_FRAME = 3
+
+
+def fitted_table(columns: list[tuple[str, list[str]]], width: int) -> Table:
+    """A table of ``columns`` (header, cells), most important first, that never cuts a cell:
+    the first column (the identifier the user types) whole, then as many of the others, in
+    order, as ``width`` holds whole; the rest left out (``--json`` has them all)."""
+    kept: list[tuple[str, list[str]]] = []
+    used = 1  # the table's closing border
+    for index, (header, cells) in enumerate(columns):
+        need = max(len(header), *(len(c) for c in cells)) + _CELL_FRAME
+        if index and used + need > width:
+            break
+        kept.append((header, cells))
+        used += need
+    table = Table()
+    for header, _ in kept:
+        table.add_column(header, no_wrap=True)
+    for row in zip(*(cells for _, cells in kept), strict=True):
+        table.add_row(*row)
+    return table

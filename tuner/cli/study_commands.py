@@ -58,6 +58,28 @@ def _build_space(
     return loaded
 
 
+# Trials a time-budgeted run may run at most (and the count of one without a budget before the
+# 2-hour default): what the studies table shows as its trial budget.
+_TRIAL_CAP = 30
+
+
+def _default_budget_note(space: SearchSpace) -> str:
+    """The one line that says what an optimize without a count or a budget runs to."""
+    from tuner.search.plan import expected_share
+
+    share = expected_share(2.0, space.name)
+    quoted = (
+        f": the search benchmark reached {share.median:.1%} of the optimum in it (worst world "
+        f"{share.worst:.1%}, simulated, on {share.space})"
+        if share is not None
+        else f" (the search benchmark has not run on {space.name}: no share to quote)"
+    )
+    return (
+        f"note: no --trials or --time-budget: running to a {opt.DEFAULT_BUDGET} budget of GPU "
+        f"time, trials and confirmation together{quoted}; --trials N runs N trials instead"
+    )
+
+
 @app.command("optimize")
 @handle_errors
 @opt.with_backend_flags
@@ -76,7 +98,7 @@ def optimize_command(
         ),
     ] = None,
     backend: opt.Backend = "docker",
-    trials: opt.Trials = 30,
+    trials: opt.Trials = None,
     sampler: opt.Sampler = "spectune",
     seed: opt.Seed = 0,
     slo_ttft_ms: Annotated[
@@ -167,6 +189,10 @@ def optimize_command(
 
     explicit = any(v is not None for v in (space, hardware, slo_ttft_ms, vllm_version))
     built = _build_space(space, hardware, slo_ttft_ms, vllm_version)
+    default_budget = trials is None and time_budget is None  # a default a user can spare
+    if default_budget:
+        time_budget = opt.DEFAULT_BUDGET
+    count = trials if trials is not None else _TRIAL_CAP
     name = study or built.name
     options = flags.options(backend, name, seed, gpus)
     starting = Text("", style="dim")  # the live table's line on the server start in progress
@@ -176,7 +202,7 @@ def optimize_command(
         name,
         built,
         backend,
-        trials,
+        count,
         studies_dir,
         storage=storage,
         sampler=sampler,
@@ -195,14 +221,18 @@ def optimize_command(
     )
     if plan:  # the space given (a resumed study's stored one may differ); nothing is stored
         check_request(request)
+        if default_budget:
+            warn(_default_budget_note(built))
         startups = stored_startups(request)  # a resumed study's own start-ups, per family
-        planned = plan_study(built, trials, request.confirmation, request.time_budget_s, startups)
+        planned = plan_study(built, count, request.confirmation, request.time_budget_s, startups)
         if as_json:
             print_json(planned.to_dict())
         else:
             console.print(plan_table(planned, built))
         return
     opened = StudyRun.open(request, on_notice=warn)  # every refusal before the live table
+    if default_budget:  # said once the request holds: a refusal stays one line
+        warn(_default_budget_note(built))
     if as_json:
         print_json(_optimize_json(optimize(opened)))
         return
@@ -216,7 +246,7 @@ def optimize_command(
         TimeElapsedColumn(),
         console=console,
     )
-    task = progress.add_task("trials", total=trials)
+    task = progress.add_task("trials", total=trials)  # None under a time budget: open-ended
 
     def on_confirm(number: int, repeat: int, run: Run) -> None:
         line = confirm_run_line(number, repeat, run, confirm_repeats, source, objective)
