@@ -229,7 +229,8 @@ Trials = Annotated[
         "--trials",
         bounds.Trials,
         f"Trials to run now (all workers), 1 to {bounds.MAX_TRIALS}; with neither this nor "
-        f"--time-budget, a {DEFAULT_BUDGET} budget of GPU time.",
+        f"--time-budget, a {DEFAULT_BUDGET} budget of GPU time (30 trials with --workers or "
+        "--ray).",
         BUDGET_PANEL,
     ),
 ]

@@ -189,7 +189,9 @@ def optimize_command(
 
     explicit = any(v is not None for v in (space, hardware, slo_ttft_ms, vllm_version))
     built = _build_space(space, hardware, slo_ttft_ms, vllm_version)
-    default_budget = trials is None and time_budget is None  # a default a user can spare
+    # A default a user can spare; a time budget runs in one worker on this host, so several
+    # workers or a Ray cluster keep the count.
+    default_budget = trials is None and time_budget is None and workers == 1 and ray is None
     if default_budget:
         time_budget = opt.DEFAULT_BUDGET
     count = trials if trials is not None else _TRIAL_CAP
