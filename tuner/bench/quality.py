@@ -80,7 +80,6 @@ def complete(
     requests: Sequence[PromptRequest],
     *,
     timeout_s: float = 120.0,
-    transport: httpx.AsyncBaseTransport | None = None,
 ) -> tuple[str, ...]:
     """The greedy answer of the server at ``endpoint`` to each of ``requests``, through
     ``/v1/chat/completions`` as the measurement sends them (blocking).
@@ -88,18 +87,13 @@ def complete(
     Raises:
         MeasurementError: a request failed or the answer has no text.
     """
-    return asyncio.run(_answers(endpoint, requests, timeout_s, transport))
+    return asyncio.run(_answers(endpoint, requests, timeout_s))
 
 
 async def _answers(
-    endpoint: Endpoint,
-    requests: Sequence[PromptRequest],
-    timeout_s: float,
-    transport: httpx.AsyncBaseTransport | None,
+    endpoint: Endpoint, requests: Sequence[PromptRequest], timeout_s: float
 ) -> tuple[str, ...]:
-    async with httpx.AsyncClient(
-        base_url=endpoint.base_url, timeout=timeout_s, transport=transport
-    ) as client:
+    async with httpx.AsyncClient(base_url=endpoint.base_url, timeout=timeout_s) as client:
         return tuple([await _answer(client, endpoint.model, r) for r in requests])
 
 

@@ -245,12 +245,7 @@ def check_topk(drafter_id: str, config: Mapping[str, Any], topk_high: int, tp: i
             "dspark_draft_topk is only supported by Qwen3DSparkModel and Qwen3OmniDSparkModel "
             "drafters: drop it",
         )
-    vocab = int(config.get("draft_vocab_size") or config.get("vocab_size") or 0)
-    if topk_high > vocab:
-        raise _refuse(
-            drafter_id,
-            f"dspark_draft_topk {topk_high} is above its draft vocabulary ({vocab})",
-        )
+    _check_within_vocabulary(drafter_id, config, "dspark_draft_topk", topk_high)
     if tp > 1:
         raise _refuse(
             drafter_id,
@@ -273,11 +268,16 @@ def check_topc(drafter_id: str, config: Mapping[str, Any], topc_high: int) -> No
             "xpress_topc is only supported by XPress drafters (Qwen3XPressModel, "
             "DFlashQwen3XPressModel): drop it",
         )
+    _check_within_vocabulary(drafter_id, config, "xpress_topc", topc_high)
+
+
+def _check_within_vocabulary(
+    drafter_id: str, config: Mapping[str, Any], setting: str, high: int
+) -> None:
+    """A top-k of the drafter's candidates counts at most its draft vocabulary."""
     vocab = int(config.get("draft_vocab_size") or config.get("vocab_size") or 0)
-    if topc_high > vocab:
-        raise _refuse(
-            drafter_id, f"xpress_topc {topc_high} is above its draft vocabulary ({vocab})"
-        )
+    if high > vocab:
+        raise _refuse(drafter_id, f"{setting} {high} is above its draft vocabulary ({vocab})")
 
 
 def check_parallel_head(head_id: str, config: Mapping[str, Any]) -> None:

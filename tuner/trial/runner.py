@@ -17,6 +17,7 @@ from pathlib import Path
 from tuner.bench.quality import QualityCheck, check_requests, compare
 from tuner.catalog.gpus import Hardware
 from tuner.catalog.models import load_model
+from tuner.config.prompts import PromptRequest
 from tuner.config.schema import QualityModel
 from tuner.config.space import SearchSpace
 from tuner.config.trial import LaunchContext, ServerConfig, TrialConfig, load_draft
@@ -164,9 +165,7 @@ class TrialRunner:
         measured = outcome.status.measured and not outcome.pruned and self._endpoint is not None
         if self.quality is None or not lossy or not measured:
             return replace(outcome, score=with_quality(outcome.score, self.limits, None))
-        requests = check_requests(
-            outcome.config.client.workload, self.quality.prompts, self.quality.max_tokens
-        )
+        requests = self._check_requests(outcome.config)
         answers = self.backend.answer(requests)
         if self._reference is None:  # a server of the same config, verifying exactly
             assert spec is not None  # lossy
@@ -287,10 +286,12 @@ class TrialRunner:
             return
         if running.speculative is not None and running.speculative.rejection_sample_method.lossy:
             return
-        requests = check_requests(
-            config.client.workload, self.quality.prompts, self.quality.max_tokens
-        )
-        self._reference = self.backend.answer(requests)
+        self._reference = self.backend.answer(self._check_requests(config))
+
+    def _check_requests(self, config: TrialConfig) -> list[PromptRequest]:
+        """The quality check's prompts from ``config``'s workload, at the check's length."""
+        assert self.quality is not None  # only a space that offers a lossy verifier checks
+        return check_requests(config.client.workload, self.quality.prompts, self.quality.max_tokens)
 
     def _unmeasured(self, oom: TrialStatus) -> Score:
         return score(None, self.limits, oom=oom)
