@@ -156,9 +156,13 @@ def _children(pid: int) -> list[int]:
 
 
 def _pin(pids: list[int], cores: list[int]) -> None:
+    """Pins every thread of ``pids``: Linux keeps an affinity per thread, and a process forked
+    from a thread pinned before (a pool's, an executor's) would otherwise run on every core."""
     for pid in pids:
         with contextlib.suppress(OSError):  # it ended meanwhile
-            os.sched_setaffinity(pid, cores)
+            for task in Path(f"/proc/{pid}/task").iterdir():
+                with contextlib.suppress(OSError):
+                    os.sched_setaffinity(int(task.name), cores)
 
 
 @pytest.mark.timeout(1500)  # five real starts: 556-627 s measured on a shared 2-core machine
@@ -238,7 +242,8 @@ def test_a_study_on_real_vllm_measures_every_method_and_its_twin_learns(
     # land anywhere: 2.2 to 4.5 times off on slow cores, within 2-8 % of some trials on fast
     # ones).
     speed = [_log_error(space, record, fitted) for record in later]
-    assert sum(speed) / len(speed) < math.log(2), speed
+    measured = [round(r.throughput or 0.0, 1) for r in records(done)]
+    assert sum(speed) / len(speed) < math.log(2), (speed, "tok/s of every trial:", measured)
 
 
 def test_a_goodput_study_on_real_vllm_climbs_its_rates_on_one_server(
