@@ -28,10 +28,12 @@ memory pre-screen and the twin keep the shipped models and learn only from their
 
 What is measured
     A world's **optimum** is found by exhaustive grid over the space with that world's noise-free
-    simulator (on ``benchmarks/held_out_space.yaml``, pinned so the numbers stay put): a point's
-    true value is its score as a trial is scored, on the space's whole traffic: the weighted
-    predicted output tok/s over its (level, temperature) pairs when it fits the world's memory
-    and meets the TTFT limit at every pair, else 0. After n trials a study **reaches** the true
+    simulator (every (draft, K) with every combination of its method's own settings and
+    options: ``tuner.search.screen.grid_params``; each config keyed whole; by default on
+    ``benchmarks/held_out_space.yaml``, pinned so the numbers stay put): a point's true value
+    is its score as a trial is scored, on the space's whole traffic: the weighted predicted
+    output tok/s over its (level, temperature) pairs when it fits the world's memory and meets
+    the TTFT limit at every pair, else 0. After n trials a study **reaches** the true
     value of the config it would recommend then (its best measured trial within the TTFT limit)
     over the optimum. Medians and the worst over seeds; OOM: launches that ran out of memory
     over all launches (predicted OOMs launch nothing).
@@ -106,7 +108,13 @@ from worlds import SHIPPED, WORLDS, World, WorldBackend
 from tuner.analysis.picks import recommend
 from tuner.catalog.models import load_model
 from tuner.config.space import SearchSpace, load_space
-from tuner.config.trial import LaunchContext, ServerConfig, TrialConfig, load_draft
+from tuner.config.trial import (
+    LaunchContext,
+    ServerConfig,
+    SpeculativeConfig,
+    TrialConfig,
+    load_draft,
+)
 from tuner.config.workload import Condition, WorkloadSpec
 from tuner.errors import StartupFailure
 from tuner.results import Endpoint, TrialResult
@@ -150,14 +158,17 @@ MIXED_SPACE_FILE = Path(__file__).parent / "held_out_mixed_space.yaml"
 MIXED_TABLE_FILE = Path("/tmp/readme/twin-mixed-table.txt")
 _LOG_DIR = Path("/tmp/spectune-bench")
 
-Key = tuple[str, int, float, int, float]  # (draft, K, utilization, batched tokens, temperature)
+# (draft, its vLLM settings, utilization, batched tokens, temperature): the whole config, so
+# that configs differing only in a method's own settings (block or adaptive verification, a
+# prompt-lookup window) each keep their own truth.
+Key = tuple[str, SpeculativeConfig | None, float, int, float]
 
 
 def key_of(server: ServerConfig, temperature: float) -> Key:
     """A config's grid point, as a world's truth is keyed."""
     return (
         server.draft or "none",
-        server.k,
+        server.speculative,
         round(server.gpu_memory_utilization, 6),
         server.max_num_batched_tokens,
         round(temperature, 6),

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from tuner.catalog.gpus import CATALOG, Hardware, parse_hardware
 from tuner.catalog.models import ModelSpec, load_model
+from tuner.config.methods import MethodFamily, method_of
 from tuner.config.prompts import PromptRequest
 from tuner.config.space import SearchSpace, load_space
 from tuner.config.trial import (
@@ -30,7 +31,7 @@ from tuner.config.vllm_version import VllmVersion, parse_version
 from tuner.errors import MeasurementError
 from tuner.launch.failures import startup_failure
 from tuner.results import Endpoint, Source, TrialResult
-from tuner.sim.acceptance import POSITION_DECAY, acceptance_probability
+from tuner.sim.acceptance import POSITION_DECAY, shipped_rates
 from tuner.sim.answers import simulated_answers
 from tuner.sim.memory import MemoryEstimate, estimate_memory
 from tuner.sim.perfmodel import ForwardPass, PerfModel
@@ -54,9 +55,13 @@ class World:
         bandwidth: factor on the GPUs' memory bandwidth reached.
         allreduce: factor on the all-reduce latency.
         draft_cost: factor on each draft pass.
-        draft_decay: conditional acceptance decay per position of draft models.
-        ngram_decay: the same for prompt lookup (1: no decay, as shipped).
-        ngram_logit: shift of prompt lookup's acceptance logit.
+        draft_decay: conditional acceptance decay per position of every drafter but prompt
+            lookup and suffix decoding, in place of the shipped model's 0.95 (each method's
+            own decay scaled by the ratio; the shipped acceptance model otherwise, its
+            verification and drafting options included).
+        ngram_decay: a decay per position for prompt lookup and suffix decoding (1: none, as
+            shipped).
+        ngram_logit: shift of their acceptance logit at every position.
         outside_gib: memory outside vLLM's budget beyond the model.
         inside_gib: memory inside the budget beyond the model.
         memory_rules: the vLLM version whose memory rules hold (None: the newest, as shipped).
@@ -114,14 +119,15 @@ class World:
         *,
         speculative: SpeculativeConfig | None = None,
     ) -> tuple[float, ...]:
-        del speculative  # the held-out worlds' spaces search no drafting options
-        alpha = acceptance_probability(target, draft, method, prompt_set, temperature)
-        decay = self.draft_decay
-        if method is SpecMethod.NGRAM:
-            decay = self.ngram_decay
-            logit = math.log(alpha / (1 - alpha)) + self.ngram_logit
-            alpha = 1 / (1 + math.exp(-logit))
-        return tuple(min(alpha * decay**i, 1.0) for i in range(k))
+        rates = shipped_rates(
+            target, draft, method, prompt_set, temperature, k, speculative=speculative
+        )
+        if method_of(method).family is not MethodFamily.LOOKUP:
+            # Each position further from the shipped model's: its decay replaced by the world's.
+            change = self.draft_decay / POSITION_DECAY
+            return tuple(min(rate * change**i, 1.0) for i, rate in enumerate(rates))
+        shifted = (1 / (1 + math.exp(-(_logit(rate) + self.ngram_logit))) for rate in rates)
+        return tuple(min(rate * self.ngram_decay**i, 1.0) for i, rate in enumerate(shifted))
 
     def memory(
         self,
@@ -137,6 +143,11 @@ class World:
         extra = jitter_gib + self.outside_gib
         base = estimate_memory(hardware, target, draft, server, extra, version=version)
         return adjust_memory(base, target, draft, server, self.inside_gib, self.outside_gib)
+
+
+def _logit(rate: float) -> float:
+    rate = min(max(rate, 1e-9), 1 - 1e-9)
+    return math.log(rate / (1 - rate))
 
 
 class _WorldPerf(PerfModel):

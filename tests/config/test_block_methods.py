@@ -171,7 +171,7 @@ def test_each_option_is_asked_only_where_it_is_searched(tmp_path: Path) -> None:
     assert {(False, "block", True), (False, "standard", False)} <= seen
 
 
-def test_the_warm_start_variants_cover_each_searched_value_once(tmp_path: Path) -> None:
+def test_the_screens_design_covers_each_searched_value_once(tmp_path: Path) -> None:
     head = _p_eagle(tmp_path)
     space = _space(
         {
@@ -186,7 +186,7 @@ def test_the_warm_start_variants_cover_each_searched_value_once(tmp_path: Path) 
         },
         target=LLAMA,
     )
-    variants = space.choice(f"eagle3:{head}").variants()
+    variants = space.choice(f"eagle3:{head}").design()
     plain = {"draft_sample_method": "greedy", "rejection_sample_method": "standard"}
     head_bits = {"draft_lm_head_quantization": "none"}
     assert variants == (

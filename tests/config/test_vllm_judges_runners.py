@@ -47,7 +47,7 @@ def _variant_servers(space: SearchSpace) -> Iterator[tuple[str, ServerConfig]]:
     """Each speculation choice in each option variant, at both ends of its K range."""
     for choice in space.choices:
         ks = space.k_range(choice.label)
-        for variant in choice.variants() if choice.tuned or choice.options else ({},):
+        for variant in choice.design():
             for k in {ks[0], ks[-1]}:
                 spec = choice.speculative(k, variant)
                 server = space.config(spec, space.gpu_memory_utilization.low, 2048, 0.0).server

@@ -37,7 +37,7 @@ def test_every_point_is_the_config_its_params_suggest() -> None:
 def test_both_screens_screen_the_same_grid() -> None:
     grid = Screen(SPACE_MIXED)
     for screen in (TwinScreen(SPACE_MIXED), _StagedScreen(SPACE_MIXED)):
-        assert screen.pairs == grid.pairs
+        assert screen.arms == grid.arms
         assert sorted(screen.settings) == sorted(grid.settings)  # the twin's in its own order
         assert screen.temperatures == grid.temperatures
         assert screen.tail_prompt == grid.tail_prompt
@@ -73,9 +73,9 @@ def test_best_first_puts_the_ttft_limit_before_speed() -> None:
 
 def test_screened_traffic_is_the_trials_pairs_and_stops_when_asked() -> None:
     screen = Screen(SPACE_MIXED)
-    pair = next(p for p in screen.pairs if p[0] != "none")
-    config = screen.config(pair, screen.settings[0], screen.temperatures[0])
-    draft = SPACE_MIXED.draft_model(pair[0])
+    arm = next(a for a in screen.arms if a.draft != "none")
+    config = screen.config(arm, screen.settings[0], screen.temperatures[0])
+    draft = SPACE_MIXED.draft_model(arm.draft)
     workload = config.client.workload
     assert len(workload.conditions) > 1
     first = next(screened_traffic(SPACE_MIXED, config, draft))  # predicts the first pair only

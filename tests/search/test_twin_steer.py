@@ -138,10 +138,10 @@ def test_screen_respects_the_fitted_margin() -> None:
     top_loose, top_tight = screen.rank(loose)[0], screen.rank(tight)[0]
     assert top_loose.headroom_gib >= 0.75
     assert top_tight.headroom_gib >= 0.75
-    pair = ("none", 0)
-    settings = sorted(screen.settings)  # every pair is screened at every setting
-    assert sum(screen.safe(tight, pair, s) for s in settings) < sum(
-        screen.safe(loose, pair, s) for s in settings
+    arm = screen.arm("none", 0)
+    settings = sorted(screen.settings)  # every arm is screened at every setting
+    assert sum(screen.safe(tight, arm, s) for s in settings) < sum(
+        screen.safe(loose, arm, s) for s in settings
     )
 
 

@@ -17,6 +17,8 @@ target, its drafters and the vLLM release support.
 
 from __future__ import annotations
 
+import itertools
+import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -30,7 +32,7 @@ from tuner.config.trial import SpecMethod, SpeculativeConfig, choice_label
 from tuner.config.verification import DraftHead, DraftSampling, Verification
 from tuner.errors import ConfigError
 
-__all__ = ["OPTION_ORDER", "Option", "Range", "SpecChoice", "choices_from_search"]
+__all__ = ["K_PARAM", "OPTION_ORDER", "Option", "Range", "SpecChoice", "choices_from_search"]
 
 K_PARAM = "num_speculative_tokens"
 _DEFAULT_K = Range(1, 8)
@@ -77,6 +79,10 @@ _OPTION_DEFAULTS: dict[str, Option] = {
     "enable_adaptive_verification": False,
     "draft_lm_head_quantization": str(DraftHead.NONE),
 }
+# A setting's levels in a grid or a design: every integer of a shorter range, else this many.
+_LEVELS = 11
+# The same in a screen's one-at-a-time design: both ends and the middle of a longer range.
+_DESIGN_LEVELS = 3
 # The earlier form fixed prompt lookup at 1-4; stored studies keep meaning what they meant.
 _EARLIER_NGRAM = (("prompt_lookup_min", 1.0), ("prompt_lookup_max", 4.0))
 
@@ -131,17 +137,67 @@ class SpecChoice:
             )
         return values
 
-    def variants(self) -> tuple[dict[str, Option], ...]:
-        """The option values a warm start covers: the first values, then each other value of
-        each searched option on its own (a P-EAGLE variant keeps the V1 values)."""
-        first = {name: values[0] for name, values in self.options}
-        found = [first]
-        for name, values in self.options:
-            for value in values[1:]:
-                variant = self.fitted({**first, name: value})
-                if variant not in found:
-                    found.append(variant)
+    def design(self) -> tuple[dict[str, Any], ...]:
+        """The own values a screen forecasts (settings and options): the defaults with each
+        option's first value, then each other value of each searched option, and each other
+        level of each searched setting, one at a time. The settings act mostly alone, so this
+        one-at-a-time design covers each one's effect without the whole product; a P-EAGLE
+        variant keeps the V1 values."""
+        base = self._own(self.defaults(), {name: values[0] for name, values in self.options})
+        found = [base]
+        changes: list[tuple[str, Any]] = [
+            (name, value) for name, values in self.options for value in values[1:]
+        ]
+        changes += [
+            (name, level)
+            for name, value in self.settings
+            for level in _levels(name, value, _DESIGN_LEVELS)
+            if level != base[name]
+        ]
+        for name, value in changes:
+            variant = self._own(base, {name: value})
+            if _window_holds(variant) and variant not in found:
+                found.append(variant)
         return tuple(found)
+
+    def grid(self) -> Iterator[dict[str, Any]]:
+        """Every combination of the own values (settings at :func:`_levels`, every option
+        value): the whole space a benchmark's truth is taken over."""
+        names = [name for name, _ in self.settings] + [name for name, _ in self.options]
+        axes: list[tuple[Any, ...]] = [_levels(name, value) for name, value in self.settings]
+        axes += [values for _, values in self.options]
+        seen: list[dict[str, Any]] = []
+        for values in itertools.product(*axes):
+            variant = self._own({}, dict(zip(names, values, strict=True)))
+            if _window_holds(variant) and variant not in seen:
+                seen.append(variant)
+                yield variant
+
+    def own(self, spec: SpeculativeConfig) -> dict[str, Any]:
+        """The own values ``spec`` runs with, as :meth:`design` names them."""
+        names = [name for name, _ in self.settings] + [name for name, _ in self.options]
+        return self._own({}, {name: getattr(spec, name) for name in names})
+
+    def _own(self, base: Mapping[str, Any], changes: Mapping[str, Any]) -> dict[str, Any]:
+        """``base`` with ``changes``, each value in the type a trial's parameters carry, the
+        V2-only options at their V1 values on a P-EAGLE variant."""
+        merged = {**base, **changes}
+        typed = {
+            name: (
+                int(value)
+                if name in _INTEGER_SETTINGS
+                else value
+                if name in OPTION_ORDER
+                else float(value)
+            )
+            for name, value in merged.items()
+        }
+        options = {
+            name: value if isinstance(value, bool) else str(value)
+            for name, value in typed.items()
+            if name in OPTION_ORDER
+        }
+        return {**typed, **self.fitted(options)}
 
     def fitted(self, options: Mapping[str, Option]) -> dict[str, Option]:
         """``options`` with the V2-only options at their V1 values on a P-EAGLE variant."""
@@ -149,20 +205,21 @@ class SpecChoice:
             return dict(options)
         return {name: V1_VALUES.get(name, value) for name, value in options.items()}
 
-    def params(self, k: int, options: Mapping[str, Option] | None = None) -> dict[str, Any]:
-        """This choice's Optuna parameters at K = ``k``, default settings and ``options`` (the
-        first values when None), for enqueueing."""
+    def params(self, k: int, values: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """This choice's Optuna parameters at K = ``k`` with its own ``values`` (settings and
+        options; the defaults and first values where not given), for enqueueing."""
         if self.method == SpecMethod.NONE:
             return {}
+        given = dict(values or {})
         tuned = set(self.tuned)
+        settings = {**self.defaults(), **{n: v for n, v in given.items() if n not in OPTION_ORDER}}
         own: dict[str, Any] = {
             name: int(value) if name in _INTEGER_SETTINGS else value
-            for name, value in self.defaults().items()
+            for name, value in settings.items()
             if name in tuned
         }
-        chosen = self.fitted(
-            {name: values[0] for name, values in self.options} | dict(options or {})
-        )
+        options = {n: v for n, v in given.items() if n in OPTION_ORDER}
+        chosen = self.fitted({name: values[0] for name, values in self.options} | options)
         asked = self._asked(chosen)
         own.update({name: value for name, value in chosen.items() if name in asked})
         return {K_PARAM: k, **own}
@@ -295,3 +352,27 @@ def choices_from_search(search: SearchModel, origin: str) -> tuple[SpecChoice, .
     if twice is not None:
         raise ConfigError(f"{origin}: search lists the choice {twice!r} twice: keep one")
     return choices
+
+
+def _levels(name: str, value: Range, levels: int = _LEVELS) -> tuple[float, ...]:
+    """The values of a setting a grid (or a design, with fewer ``levels``) takes: every
+    integer of an integer range shorter than ``levels``, else its step's points where they
+    are no more, else ``levels`` - 1 equal intervals."""
+    if value.high <= value.low:
+        return (value.low,)
+    if name in _INTEGER_SETTINGS and value.high - value.low < levels:
+        return tuple(float(v) for v in range(int(value.low), int(value.high) + 1))
+    step = value.step or 0.0
+    if not step or (value.high - value.low) / step >= levels:
+        step = (value.high - value.low) / (levels - 1)
+    count = math.floor((value.high - value.low) / step + 1e-9)
+    points = (value.low + i * step for i in range(count + 1))
+    if name in _INTEGER_SETTINGS:
+        return tuple(dict.fromkeys(float(round(p)) for p in points))
+    return tuple(round(p, 10) for p in points)
+
+
+def _window_holds(own: Mapping[str, Any]) -> bool:
+    """Whether prompt lookup's window is one vLLM accepts (min <= max) where it has one."""
+    low, high = own.get("prompt_lookup_min"), own.get("prompt_lookup_max")
+    return low is None or high is None or low <= high

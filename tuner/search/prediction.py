@@ -1,17 +1,14 @@
-"""A point the simulator forecast for the warm start, and its variants by option value."""
+"""A point the simulator forecast for the warm start."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
-from tuner.config.space import SearchSpace
 from tuner.config.trial import TrialConfig
-from tuner.search.screen import Pair
+from tuner.search.screen import Arm
 
-__all__ = ["Prediction", "with_variants"]
-
-_SHARED = ("gpu_memory_utilization", "max_num_batched_tokens", "temperature")
+__all__ = ["Prediction"]
 
 
 @dataclass(frozen=True)
@@ -38,41 +35,7 @@ class Prediction:
     headroom_gib: float
 
     @property
-    def pair(self) -> Pair:
-        return str(self.params["draft"]), int(self.params.get("num_speculative_tokens", 0))
-
-
-def with_variants(space: SearchSpace, plan: list[Prediction]) -> list[Prediction]:
-    """``plan``, then each method's first config again with each other value of its options.
-
-    The choice's :meth:`~tuner.config.choices.SpecChoice.variants` (adaptive verification on,
-    block verification, parallel drafting, probabilistic draft sampling: one at a time) of the
-    best predicted config of every method in the plan. A variant carries its base's forecast:
-    the simulator runs the options on the same physics, so only a measurement tells them apart.
-    """
-    found = list(plan)
-    done: set[str] = set()
-    for base in plan:
-        draft = str(base.params["draft"])
-        if draft in done:
-            continue
-        done.add(draft)
-        choice = space.choice(draft)
-        k = int(base.params.get("num_speculative_tokens", 0))
-        for options in choice.variants()[1:]:
-            # The choice's own parameters afresh (a P-EAGLE variant is not asked for the
-            # V2-only options), the server's memory settings and the temperature as the base's.
-            kept = {n: v for n, v in base.params.items() if n in _SHARED}
-            params = {**space.choice_params(draft, k, options), **kept}
-            server = base.config.server
-            spec = choice.speculative(k, {**_settings(base), **options})
-            config = replace(base.config, server=replace(server, speculative=spec))
-            found.append(replace(base, params=params, config=config))
-    return found
-
-
-def _settings(base: Prediction) -> dict[str, Any]:
-    """The numeric settings the base config ran with (K, memory and temperature aside)."""
-    spec = base.config.server.speculative
-    names = ("prompt_lookup_min", "prompt_lookup_max", "dspark_draft_topk")
-    return {n: getattr(spec, n) for n in names if spec is not None and getattr(spec, n) is not None}
+    def arm(self) -> Arm:
+        spec = self.config.server.speculative
+        k = 0 if spec is None else spec.num_speculative_tokens
+        return Arm(str(self.params["draft"]), k, spec)

@@ -6,9 +6,11 @@ twin's (:class:`tuner.search.twin_steer.TwinScreen`) runs after every trial, wit
 fitted to the trials, over every point in closed form. Only the physics differs; both are a
 :class:`Screen`, which holds what they share:
 
-- the grid: every (draft, K) pair of the space, every memory setting (utilization, batched
-  tokens), every temperature, named as :meth:`SearchSpace.suggest` names them
-  (:func:`grid_params`);
+- the arms: every (draft, K) of the space, each with every variant of its method's own
+  settings and options in the choice's one-at-a-time design (block verification, adaptive
+  verification, prompt-lookup sizes, ...: :meth:`SpecChoice.design`), at every memory setting
+  (utilization, batched tokens) and temperature, named as :meth:`SearchSpace.suggest` names
+  them (the whole product of every setting is :func:`grid_params`, a benchmark's truth);
 - the tail prompt: p95 TTFT is set by the longest prompts, while a noise-free prediction sends
   prompts of the mean length, so each screen also predicts prompts as long as the
   simulator's longest;
@@ -22,19 +24,20 @@ fitted to the trials, over every point in closed form. Only the physics differs;
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import replace
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from tuner.catalog.models import ModelSpec
-from tuner.config.space import Range, SearchSpace
-from tuner.config.trial import TrialConfig
+from tuner.config.choices import K_PARAM
+from tuner.config.space import NO_DRAFT, Range, SearchSpace
+from tuner.config.trial import SpeculativeConfig, TrialConfig
 from tuner.config.workload import Condition, WorkloadSpec
 from tuner.results import TrialResult
 from tuner.sim.virtual_time import INPUT_SPREAD, predict
 
 __all__ = [
-    "Pair",
+    "Arm",
     "Screen",
     "Setting",
     "grid_params",
@@ -42,7 +45,17 @@ __all__ = [
     "screened_workload",
 ]
 
-Pair = tuple[str, int]  # (draft, K); K is 0 without speculation
+
+class Arm(NamedTuple):
+    """One speculation config a screen forecasts: the choice, K (0 without speculation) and
+    the vLLM settings they make, the method's own settings and options included (None
+    without speculation)."""
+
+    draft: str
+    k: int
+    spec: SpeculativeConfig | None
+
+
 Setting = tuple[float, int]  # (gpu_memory_utilization, max_num_batched_tokens)
 
 T = TypeVar("T")
@@ -56,9 +69,10 @@ class Screen:
 
     Attributes:
         space: the space screened.
-        pairs: every (draft, K) pair, in the space's order of drafts, K ascending.
+        arms: every (draft, K) in the space's order of drafts, K ascending, each in every
+            variant of the choice's design (its defaults first).
         settings: every memory setting, utilization ascending, then the space's batch sizes
-            in its order (the twin's screen walks them in an order of its own); every pair is
+            in its order (the twin's screen walks them in an order of its own); every arm is
             screened at each.
         temperatures: every temperature, ascending (the space's own where it fixes one).
         tail_prompt: the longest prompt the simulator sends, in tokens.
@@ -66,8 +80,11 @@ class Screen:
 
     def __init__(self, space: SearchSpace) -> None:
         self.space = space
-        self.pairs: tuple[Pair, ...] = tuple(
-            (draft, k) for draft in space.drafts for k in space.k_range(draft)
+        self.arms: tuple[Arm, ...] = tuple(
+            self.arm(draft, k, own)
+            for draft in space.drafts
+            for k in space.k_range(draft)
+            for own in space.choice(draft).design()
         )
         self.settings: tuple[Setting, ...] = tuple(
             (util, mnbt)
@@ -77,22 +94,46 @@ class Screen:
         self.temperatures = _temperatures(space)
         self.tail_prompt = round(space.workload.input_tokens * (1 + INPUT_SPREAD))
 
-    def points(self) -> Iterator[tuple[Pair, Setting, float]]:
-        """Every point of the grid: pair by pair, setting by setting, temperature last."""
-        for pair in self.pairs:
+    def arm(self, draft: str, k: int, own: dict[str, Any] | None = None) -> Arm:
+        """The arm of ``draft`` at K = ``k`` with its own settings and options ``own`` (the
+        design's first: defaults and first values, where None)."""
+        choice = self.space.choice(draft)
+        spec = choice.speculative(k, choice.design()[0] if own is None else own)
+        return Arm(draft, k if spec is not None else 0, spec)
+
+    def arm_of(self, params: Mapping[str, Any]) -> Arm | None:
+        """The arm a trial of ``params`` (as :meth:`SearchSpace.suggest` names them) runs;
+        None where they name none of this space: another space's draft, or K not chosen yet
+        (a sampler's joint sample may leave it to later). An own value not named is the
+        design's first (a fixed setting's, an option's only value)."""
+        draft = str(params.get("draft"))
+        if draft not in self.space.drafts:
+            return None
+        if draft == NO_DRAFT:
+            return Arm(draft, 0, None)
+        k = params.get(K_PARAM)
+        if k is None or int(k) not in self.space.k_range(draft):
+            return None
+        first = self.space.choice(draft).design()[0]
+        return self.arm(draft, int(k), {**first, **{n: params[n] for n in first if n in params}})
+
+    def points(self) -> Iterator[tuple[Arm, Setting, float]]:
+        """Every point of the screen: arm by arm, setting by setting, temperature last."""
+        for arm in self.arms:
             for setting in self.settings:
                 for temperature in self.temperatures:
-                    yield pair, setting, temperature
+                    yield arm, setting, temperature
 
-    def config(self, pair: Pair, setting: Setting, temperature: float) -> TrialConfig:
+    def config(self, arm: Arm, setting: Setting, temperature: float) -> TrialConfig:
         """The trial config of one point."""
-        spec = self.space.speculative(*pair)
-        return self.space.config(spec, setting[0], setting[1], temperature)
+        return self.space.config(arm.spec, setting[0], setting[1], temperature)
 
-    def params(self, pair: Pair, setting: Setting, temperature: float) -> dict[str, Any]:
-        """One point named as :meth:`SearchSpace.suggest` names it: K left out where there is
-        no draft, the temperature where the space fixes it."""
-        params: dict[str, Any] = self.space.choice_params(*pair)  # the choice, then its own
+    def params(self, arm: Arm, setting: Setting, temperature: float) -> dict[str, Any]:
+        """One point named as :meth:`SearchSpace.suggest` names it: K and the method's own
+        settings left out where there is no draft, the temperature where the space fixes it."""
+        choice = self.space.choice(arm.draft)
+        own = {} if arm.spec is None else choice.own(arm.spec)
+        params: dict[str, Any] = {"draft": arm.draft, **choice.params(arm.k, own)}
         params["gpu_memory_utilization"], params["max_num_batched_tokens"] = setting
         if not isinstance(self.space.trial_temperature, float):
             params["temperature"] = temperature
@@ -122,14 +163,22 @@ class Screen:
 
 
 def grid_params(space: SearchSpace) -> Iterator[dict[str, Any]]:
-    """Every point of the discretised space, named as :meth:`SearchSpace.suggest` names them.
+    """Every point of the discretised space, named as :meth:`SearchSpace.suggest` names them:
+    every (draft, K) with every combination of its method's own settings and options
+    (:meth:`SpecChoice.grid`), every memory setting and temperature.
 
     Float ranges are taken at their step (or at 10 equal intervals when they have none); K is
     left out where there is no draft, and the temperature where the space fixes it.
     """
     screen = Screen(space)
-    for point in screen.points():
-        yield screen.params(*point)
+    for draft in space.drafts:
+        choice = space.choice(draft)
+        for k in space.k_range(draft):
+            for own in choice.grid() if draft != NO_DRAFT else ({},):
+                arm = screen.arm(draft, k, own)
+                for setting in screen.settings:
+                    for temperature in screen.temperatures:
+                        yield screen.params(arm, setting, temperature)
 
 
 def screened_workload(workload: WorkloadSpec, concurrency: int) -> WorkloadSpec:

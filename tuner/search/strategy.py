@@ -18,13 +18,11 @@ lie, and enqueues a few of them, in this order:
    before another drafter of a kind already in, since a prior wrong about one drafter (a
    draft model's passes cost more here, these prompts repeat less) is likely wrong about its
    kind, and by the second trial the search should have tested it somewhere else;
-4. the best config of each next-best (draft, K) pair, up to the count, ranked by the forecast
-   raised by its regime's measured error (:mod:`tuner.sim.band`): early trials go where the
-   prior is least certain as well as where it is best;
-5. each method's best again with each other value of its searched options (adaptive
-   verification on, block verification, parallel drafting, ...), one at a time, whatever the
-   count: the simulator does not yet tell them apart, so a measurement must
-   (:func:`tuner.search.prediction.with_variants`).
+4. the best config of each next-best arm, up to the count, ranked by the forecast raised by
+   its regime's measured error (:mod:`tuner.sim.band`): early trials go where the prior is
+   least certain as well as where it is best. An arm is a (draft, K) with its method's own
+   settings and options (:mod:`tuner.search.screen`): block or adaptive verification, sampled
+   drafts, another prompt-lookup window compete here on their own forecasts.
 
 Each config is forecast on the space's own traffic, as a trial scores it: every concurrency
 level and temperature, weighted by its share, the worst level's p95 TTFT held to the limit. A
@@ -45,10 +43,12 @@ memory limit. In a goodput study the prediction is the climb the trial would mak
 
 The screen's grid, memory filter and order are :mod:`tuner.search.screen`'s, which the twin's
 screen shares. Predicting every point of the default space (11 000 configs) would take minutes,
-so this one is staged, each stage around the best of the one before: every (draft, K) pair at
-its most generous safe memory setting and the lowest temperature; every temperature for the
-best few pairs; every utilization, then every batched-token size, for the best config; every
-pair at the memory setting found; every temperature at the best server config. A hundred-odd
+so this one is staged, each stage around the best of the one before: every (draft, K) in its
+design's first variant at its most generous safe memory setting and the lowest temperature;
+every variant of the best few and of each method's best; every temperature for the best few
+arms; every utilization, then every batched-token size, for the best config; every arm at the
+memory setting found; every variant of each method's best there; every temperature at the best
+server config. A hundred-odd
 predictions take seconds, nothing next to one server start-up. Nothing is enqueued when no config is
 predicted to meet the TTFT limit: the sampler then explores on its own.
 """
@@ -68,8 +68,8 @@ from tuner.config.trial import TrialConfig
 from tuner.errors import StartupFailure
 from tuner.results import Source, TrialResult
 from tuner.search.forecast import bench_seconds, predicted_goodput, predicted_trial
-from tuner.search.prediction import Prediction, with_variants
-from tuner.search.screen import Pair, Screen, Setting, screened_traffic, screened_workload
+from tuner.search.prediction import Prediction
+from tuner.search.screen import Arm, Screen, Setting, screened_traffic, screened_workload
 from tuner.search.startup import REUSE_FLOOR, REUSE_SHARE, StartupPrices, reuse_share
 from tuner.sim.band import Band, error_band, regime_of, widest
 from tuner.sim.memory import estimate_memory
@@ -142,7 +142,7 @@ def warm_start_configs(
     ranked = predicted_configs(space)
     share = variant_share(space, ranked, startups or StartupPrices())
     plan = _plan(ranked, count, lambda p: _band(space, p).error, share)
-    return with_variants(space, plan)[:budget]
+    return plan[:budget]
 
 
 def variant_share(
@@ -212,7 +212,7 @@ def _plan(
         return []
     best = ranked[0]
     plan = [best]
-    methods = {best.pair[0]}
+    methods = {best.arm.draft}
     kinds = {best.config.server.method}
     # Another kind of speculation first, then another drafter of a kind already in: a prior
     # wrong about a draft model's passes, or about how often these prompts repeat, is wrong
@@ -220,11 +220,11 @@ def _plan(
     for prediction in ranked:
         if prediction.config.server.method not in kinds:
             kinds.add(prediction.config.server.method)
-            methods.add(prediction.pair[0])
+            methods.add(prediction.arm.draft)
             plan.append(prediction)
     for prediction in ranked:
-        if prediction.pair[0] not in methods:
-            methods.add(prediction.pair[0])
+        if prediction.arm.draft not in methods:
+            methods.add(prediction.arm.draft)
             plan.append(prediction)
     variants = [
         p
@@ -232,7 +232,7 @@ def _plan(
         if p.config.server == best.config.server and p.throughput >= share * best.throughput
     ]
     plan[1:1] = variants[: max(0, min(_MAX_VARIANTS, count - len(plan)))]
-    seen = {p.pair for p in plan}
+    seen = {p.arm for p in plan}
 
     def optimistic(prediction: Prediction) -> float:
         band = error(prediction)
@@ -242,8 +242,8 @@ def _plan(
     for prediction in sorted(ranked, key=lambda p: -optimistic(p)):
         if len(plan) >= count:
             break
-        if prediction.pair not in seen:
-            seen.add(prediction.pair)
+        if prediction.arm not in seen:
+            seen.add(prediction.arm)
             plan.append(prediction)
     return plan
 
@@ -261,44 +261,62 @@ class _StagedScreen(Screen):
             input_tokens=self.tail_prompt,
         )
         self.drafts: dict[str, ModelSpec | None] = {d: space.draft_model(d) for d in space.drafts}
-        self.done: dict[tuple[Pair, Setting, float], Prediction | None] = {}
-        # Memory to spare (GiB) of every memory setting that fits each pair with the margin.
-        self.safe: dict[Pair, dict[Setting, float]] = {}
-        for pair in self.pairs:
-            safe = self.settings_leaving(functools.partial(self._headroom, pair), SAFETY_MARGIN_GIB)
+        self.done: dict[tuple[Arm, Setting, float], Prediction | None] = {}
+        # Memory to spare (GiB) of every memory setting that fits each arm with the margin.
+        self.safe: dict[Arm, dict[Setting, float]] = {}
+        for arm in self.arms:
+            safe = self.settings_leaving(functools.partial(self._headroom, arm), SAFETY_MARGIN_GIB)
             if safe:
-                self.safe[pair] = safe
+                self.safe[arm] = safe
 
     def run(self) -> list[Prediction]:
         """Runs the stages; returns every prediction made, best first."""
-        # Acceptance never rises with temperature, so the lowest one shows what a pair can do;
+        # Acceptance never rises with temperature, so the lowest one shows what an arm can do;
         # the most generous safe setting (most KV cache, largest prefill chunks) likewise.
         coldest = min(self.temperatures)
-        reference = {pair: max(settings) for pair, settings in self.safe.items()}
-        stage1 = [self._predict(pair, reference[pair], coldest) for pair in self.safe]
-        pairs = [p.pair for p in self._best(stage1)[:_SHORTLIST]]
-        stage2 = [
-            self._predict(pair, reference[pair], t) for pair in pairs for t in self.temperatures
-        ]
+        reference = {arm: max(settings) for arm, settings in self.safe.items()}
+        # Each (draft, K) in its design's first variant, then every variant of the best few
+        # and of each method's best: the settings act mostly alone, so a variant that does not
+        # pay at a method's best K is not tried at its others.
+        bases = {(arm.draft, arm.k): arm for arm in reversed(list(self.safe))}
+        stage1 = self._best([self._predict(arm, reference[arm], coldest) for arm in bases.values()])
+        leaders = [p.arm for p in stage1[:_SHORTLIST]] + list(
+            {p.arm.draft: p.arm for p in reversed(stage1)}.values()
+        )
+        for arm in self.safe:
+            if any((arm.draft, arm.k) == (lead.draft, lead.k) for lead in leaders):
+                self._predict(arm, reference[arm], coldest)
+        arms = [p.arm for p in self._best(list(self.done.values()))[:_SHORTLIST]]
+        stage2 = [self._predict(arm, reference[arm], t) for arm in arms for t in self.temperatures]
         ranked = self._best(stage2)
         if not ranked:
             return []
         setting = self._tune_memory(ranked[0])
-        # The memory setting that suits the best pair suits the others too (memory settings act
-        # through KV capacity and prefill chunking, which the pairs share); each pair's best
+        # The memory setting that suits the best arm suits the others too (memory settings act
+        # through KV capacity and prefill chunking, which the arms share); each arm's best
         # temperature so far goes with it.
-        temperature: dict[Pair, float] = {}
+        temperature: dict[Arm, float] = {}
         for prediction in self._best(list(self.done.values())):
-            temperature.setdefault(prediction.pair, prediction.config.client.sampling_temperature)
-        for pair, settings in self.safe.items():
-            if setting in settings:
-                self._predict(pair, setting, temperature.get(pair, coldest))
+            temperature.setdefault(prediction.arm, prediction.config.client.sampling_temperature)
+        for arm, settings in self.safe.items():
+            if setting in settings and (arm in temperature or arm in bases.values()):
+                self._predict(arm, setting, temperature.get(arm, coldest))
+        # Every variant of each method's best where that best runs: the forecast says whether
+        # block or adaptive verification, sampled drafts or another lookup window would change
+        # the ranking.
+        ranked = self._best(list(self.done.values()))
+        for lead in {p.arm.draft: p for p in reversed(ranked)}.values():
+            server = lead.config.server
+            where = (server.gpu_memory_utilization, server.max_num_batched_tokens)
+            for arm, settings in self.safe.items():
+                if (arm.draft, arm.k) == (lead.arm.draft, lead.arm.k) and where in settings:
+                    self._predict(arm, where, lead.config.client.sampling_temperature)
         # Request-only variants of the best config: candidates that reuse its server.
         best = self._best(list(self.done.values()))[0]
         server = best.config.server
         for t in self.temperatures:
             self._predict(
-                best.pair, (server.gpu_memory_utilization, server.max_num_batched_tokens), t
+                best.arm, (server.gpu_memory_utilization, server.max_num_batched_tokens), t
             )
         return self._best(list(self.done.values()))
 
@@ -307,31 +325,27 @@ class _StagedScreen(Screen):
 
     def _tune_memory(self, top: Prediction) -> Setting:
         """Coordinate search over the safe settings: utilization first, then batched tokens."""
-        pair, temperature = top.pair, top.config.client.sampling_temperature
-        settings = self.safe[pair]
+        arm, temperature = top.arm, top.config.client.sampling_temperature
+        settings = self.safe[arm]
         mnbt = top.config.server.max_num_batched_tokens
-        by_util = self._best(
-            [self._predict(pair, s, temperature) for s in settings if s[1] == mnbt]
-        )
+        by_util = self._best([self._predict(arm, s, temperature) for s in settings if s[1] == mnbt])
         util = (
             by_util[0].config.server.gpu_memory_utilization
             if by_util
             else top.params["gpu_memory_utilization"]
         )
-        by_mnbt = self._best(
-            [self._predict(pair, s, temperature) for s in settings if s[0] == util]
-        )
+        by_mnbt = self._best([self._predict(arm, s, temperature) for s in settings if s[0] == util])
         best = by_mnbt[0] if by_mnbt else top
         return best.params["gpu_memory_utilization"], best.config.server.max_num_batched_tokens
 
-    def _headroom(self, pair: Pair, setting: Setting) -> float:
+    def _headroom(self, arm: Arm, setting: Setting) -> float:
         """GiB a start-up may use beyond the memory model before it fails (< 0: it fails).
 
         The least of two slacks: memory outside vLLM's budget (found by bisection on the
         model's hidden-overhead input), and KV cache beyond one ``max-model-len`` request.
         """
-        server = self.config(pair, setting, self.temperatures[0]).server
-        draft = self.drafts[pair[0]]
+        server = self.config(arm, setting, self.temperatures[0]).server
+        draft = self.drafts[arm.draft]
 
         def fits(extra_gib: float) -> bool:
             return estimate_memory(
@@ -355,26 +369,26 @@ class _StagedScreen(Screen):
         kv_slack = memory.kv_cache_gib * (1 - server.max_model_len / memory.kv_tokens)
         return min(low, kv_slack)
 
-    def _predict(self, pair: Pair, setting: Setting, temperature: float) -> Prediction | None:
-        key = (pair, setting, temperature)
+    def _predict(self, arm: Arm, setting: Setting, temperature: float) -> Prediction | None:
+        key = (arm, setting, temperature)
         if key not in self.done:
-            self.done[key] = self._forecast(pair, setting, temperature)
+            self.done[key] = self._forecast(arm, setting, temperature)
         return self.done[key]
 
-    def _forecast(self, pair: Pair, setting: Setting, temperature: float) -> Prediction | None:
-        config = self.config(pair, setting, temperature)
-        params = self.params(pair, setting, temperature)
-        headroom = self.safe[pair][setting]
+    def _forecast(self, arm: Arm, setting: Setting, temperature: float) -> Prediction | None:
+        config = self.config(arm, setting, temperature)
+        params = self.params(arm, setting, temperature)
+        headroom = self.safe[arm][setting]
         try:
             if self.space.goodput:  # one temperature stands in for the mix
                 serving = self.space.workload.serving(temperature)
                 goodput, ttft = predicted_goodput(self.space, config.server, serving)
                 return Prediction(params, config, goodput, ttft, ttft, headroom)
-            tok_s, ttft = self._traffic(pair, config)
+            tok_s, ttft = self._traffic(arm, config)
             tail = predict(
                 self.space.hardware,
                 self.space.target,
-                self.drafts[pair[0]],
+                self.drafts[arm.draft],
                 config.server,
                 config.client.sampling_temperature,
                 self.tail,
@@ -385,7 +399,7 @@ class _StagedScreen(Screen):
             return None
         return Prediction(params, config, tok_s, ttft, max(ttft, _ttft(tail)), headroom)
 
-    def _traffic(self, pair: Pair, config: TrialConfig) -> tuple[float, float]:
+    def _traffic(self, arm: Arm, config: TrialConfig) -> tuple[float, float]:
         """(tok/s, p95 TTFT) as a trial scores ``config``: every (level, temperature) pair of
         the space's traffic, weighted by its share; the worst p95 TTFT of them.
 
@@ -394,7 +408,7 @@ class _StagedScreen(Screen):
         """
         total = value = 0.0
         ttft = 0.0
-        for condition, result in screened_traffic(self.space, config, self.drafts[pair[0]]):
+        for condition, result in screened_traffic(self.space, config, self.drafts[arm.draft]):
             total += condition.weight
             value += condition.weight * result.output_tok_s
             ttft = max(ttft, _ttft(result))

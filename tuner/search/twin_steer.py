@@ -39,11 +39,12 @@ from optuna.distributions import BaseDistribution
 from optuna.trial import FrozenTrial, TrialState
 
 from tuner.config.space import NO_DRAFT, SearchSpace
-from tuner.config.trial import ServerConfig, TrialConfig
+from tuner.config.trial import ServerConfig, SpeculativeConfig, TrialConfig
+from tuner.config.verification import Verification
 from tuner.errors import StartupFailure
-from tuner.search.screen import Pair, Screen, Setting, screened_traffic
+from tuner.search.screen import Arm, Screen, Setting, screened_traffic
 from tuner.search.startup import REUSE_FLOOR, StartupPrice, StartupPrices, reuse_share
-from tuner.sim.acceptance import expected_accepted
+from tuner.sim.acceptance import expected_accepted, verified
 from tuner.sim.band import Band, error_band, regime_of, widest
 from tuner.sim.oom_screen import memory_slacks
 from tuner.sim.twin.counters import AcceptedTokens, PositionCounts, reusable
@@ -195,17 +196,17 @@ class TwinScreen(Screen):
         # memory to spare often does not depend on it), so its proposals, guards and the
         # calibration design stay what they were.
         self.settings = tuple(set(self.settings))
-        self._parts: dict[tuple[Pair, int, int], StepParts] = {}
+        self._parts: dict[tuple[Arm, int, int], StepParts] = {}
         # Shipped (outside slack, KV slack) of each setting, negative where it falls short.
-        self._slack: dict[tuple[Pair, Setting], tuple[float, float]] = {}
+        self._slack: dict[tuple[Arm, Setting], tuple[float, float]] = {}
         # Each config's traffic over one request, simulated once (None: misses a limit).
         self._ratio: dict[tuple[tuple[str, Any], ...], float | None] = {}
 
-    def parts(self, pair: Pair, mnbt: int, prompt: int) -> StepParts:
-        key = (pair, mnbt, prompt)
+    def parts(self, arm: Arm, mnbt: int, prompt: int) -> StepParts:
+        key = (arm, mnbt, prompt)
         if key not in self._parts:
-            server = self.config(pair, (max(self.settings)[0], mnbt), 0.0).server
-            space, draft = self.space, self.space.draft_model(pair[0])
+            server = self.config(arm, (max(self.settings)[0], mnbt), 0.0).server
+            space, draft = self.space, self.space.draft_model(arm.draft)
             self._parts[key] = step_parts(
                 space.hardware,
                 space.target,
@@ -217,16 +218,16 @@ class TwinScreen(Screen):
             )
         return self._parts[key]
 
-    def headroom(self, twin: FittedTwin, pair: Pair, setting: Setting) -> float:
+    def headroom(self, twin: FittedTwin, arm: Arm, setting: Setting) -> float:
         """GiB a start-up may need beyond the twin's memory before it fails (< 0: it fails)."""
-        key = (pair, setting)
+        key = (arm, setting)
         if key not in self._slack:
-            server = self.config(pair, setting, 0.0).server
+            server = self.config(arm, setting, 0.0).server
             space = self.space
             # Signed: a config the shipped model puts short may fit a twin that learned the
             # GPUs hold less than modelled.
             self._slack[key] = memory_slacks(
-                space.hardware, space.target, space.draft_model(pair[0]), server, space.version
+                space.hardware, space.target, space.draft_model(arm.draft), server, space.version
             )
         slack = self._slack[key]
         return min(slack[0] - twin.params.outside_gib, slack[1] - twin.params.inside_gib)
@@ -240,36 +241,36 @@ class TwinScreen(Screen):
             self._ratio[key] = None if found is None else found[0] / found[1]
         return self._ratio[key]
 
-    def safe(self, twin: FittedTwin, pair: Pair, setting: Setting) -> bool:
-        """Whether ``setting`` leaves ``pair`` the twin's margin to spare."""
-        return self.headroom(twin, pair, setting) >= twin.margin_gib
+    def safe(self, twin: FittedTwin, arm: Arm, setting: Setting) -> bool:
+        """Whether ``setting`` leaves ``arm`` the twin's margin to spare."""
+        return self.headroom(twin, arm, setting) >= twin.margin_gib
 
-    def safe_settings(self, twin: FittedTwin, pair: Pair) -> dict[Setting, float]:
-        """The settings of the grid that leave ``pair`` the twin's margin, with the GiB to
+    def safe_settings(self, twin: FittedTwin, arm: Arm) -> dict[Setting, float]:
+        """The settings of the grid that leave ``arm`` the twin's margin, with the GiB to
         spare (:meth:`Screen.settings_leaving` under the twin's memory)."""
-        return self.settings_leaving(functools.partial(self.headroom, twin, pair), twin.margin_gib)
+        return self.settings_leaving(functools.partial(self.headroom, twin, arm), twin.margin_gib)
 
     def rank(self, twin: FittedTwin) -> list[TwinProposal]:
-        """The best config of every (pair, temperature) under the twin, best first."""
+        """The best config of every (arm, temperature) under the twin, best first."""
         space, physics = self.space, TwinPhysics(twin.params)
         output = space.workload.output_tokens
         out: list[tuple[TwinProposal, float]] = []  # each with its tail prompt's TTFT
-        for pair in self.pairs:
-            safe = self.safe_settings(twin, pair)
+        for arm in self.arms:
+            safe = self.safe_settings(twin, arm)
             by_mnbt: dict[int, tuple[Setting, float]] = {}
             for setting, room in safe.items():  # per batch size, the most memory to spare
                 best = by_mnbt.get(setting[1])
                 if best is None or room > best[1]:
                     by_mnbt[setting[1]] = (setting, room)
             for temperature in self.temperatures:
-                accepted, measured = self._accepted(twin, physics, pair, temperature)
+                accepted, measured = self._accepted(twin, physics, arm, temperature)
                 for mnbt, (setting, room) in by_mnbt.items():
-                    parts = self.parts(pair, mnbt, space.workload.input_tokens)
+                    parts = self.parts(arm, mnbt, space.workload.input_tokens)
                     mean = forecast(parts, twin.params, accepted, output)
                     tail = forecast(
-                        self.parts(pair, mnbt, self.tail_prompt), twin.params, accepted, output
+                        self.parts(arm, mnbt, self.tail_prompt), twin.params, accepted, output
                     )
-                    params = self.params(pair, setting, temperature)
+                    params = self.params(arm, setting, temperature)
                     high = None
                     if measured is not None:
                         high = forecast(parts, twin.params, measured.high, output).output_tok_s
@@ -281,56 +282,89 @@ class TwinScreen(Screen):
         return [p for p, _ in ranked if p.ttft_ms <= space.ttft_limit_ms]
 
     def _accepted(
-        self, twin: FittedTwin, physics: TwinPhysics, pair: Pair, temperature: float
+        self, twin: FittedTwin, physics: TwinPhysics, arm: Arm, temperature: float
     ) -> tuple[float, AcceptedTokens | None]:
         """Expected accepted tokens per step: from the counters where they reach this K,
         else from the fitted acceptance (and then None beside it)."""
-        if pair[0] == NO_DRAFT:
+        if arm.draft == NO_DRAFT:
             return 0.0, None
-        measured = self.measured(twin, pair, temperature)
+        measured = self.measured(twin, arm, temperature)
         if measured is not None:
             return measured.mid, measured
-        spec = self.space.speculative(*pair)
+        spec = arm.spec
         assert spec is not None
         rates = physics.position_rates(
             self.space.target,
-            self.space.draft_model(pair[0]),
+            self.space.draft_model(arm.draft),
             spec.method,
             self.space.workload.prompt_set,
             temperature,
-            pair[1],
+            arm.k,
+            speculative=spec,  # its verification, sampled drafts, parallel drafting
         )
         return sum(expected_accepted(rates)), None
 
-    def measured(self, twin: FittedTwin, pair: Pair, temperature: float) -> AcceptedTokens | None:
-        """Accepted tokens per step of ``pair`` read off the study's counters, where its
+    def measured(self, twin: FittedTwin, arm: Arm, temperature: float) -> AcceptedTokens | None:
+        """Accepted tokens per step of ``arm`` read off the study's counters, where its
         drafter was measured at every temperature the trial would serve (the trial's own when
         the space tunes it, else the workload's mix, weighted), continued past the highest K
         counted at the twin's fitted decay; None where it was not, or where its counters do
-        not carry to another K."""
-        spec = self.space.speculative(*pair)
-        if not reusable(spec):
+        not carry to another K.
+
+        Counters are kept from standard verification only (block verification accepts the
+        positions jointly); an arm verifying by another rule reads them scaled by what that
+        rule adds at their rates (:func:`_verifier_gain`), so a study that measured standard
+        verification moves K for block verification too."""
+        spec = arm.spec
+        if spec is None:
             return None
-        assert spec is not None
+        standard = replace(spec, rejection_sample_method=Verification.STANDARD)
+        if not reusable(standard):
+            return None
         workload = self.space.workload
         mix = ((temperature, 1.0),) if self.space.tunes_temperature else workload.temperature_mix
         decay = TwinPhysics(twin.params).decay(
-            self.space.draft_model(pair[0]), spec.method, workload.prompt_set
+            self.space.draft_model(arm.draft), spec.method, workload.prompt_set
         )
         found = []
         for t, weight in mix:
-            counted = twin.measured_accepted(pair[0], workload.prompt_set, t, pair[1], decay)
+            counted = twin.measured_accepted(arm.draft, workload.prompt_set, t, arm.k, decay)
             if counted is None:
                 return None
+            if spec != standard:
+                counts = twin.counters[(arm.draft, workload.prompt_set, round(t, 4))]
+                gain = _verifier_gain(counts, arm.k, spec, t, workload.prompt_set)
+                counted = replace(
+                    counted,
+                    mid=counted.mid * gain,
+                    low=counted.low * gain,
+                    high=counted.high * gain,
+                )
             found.append((weight, counted))
         total = sum(w for w, _ in found)
         return AcceptedTokens(
-            pair[1],
+            arm.k,
             sum(w * a.mid for w, a in found) / total,
             sum(w * a.low for w, a in found) / total,
             sum(w * a.high for w, a in found) / total,
             min(a.counted for _, a in found),
         )
+
+
+def _verifier_gain(
+    counts: PositionCounts, k: int, spec: SpeculativeConfig, temperature: float, prompt_set: str
+) -> float:
+    """Accepted tokens per step under ``spec``'s verifier over the standard one's, at the
+    conditional rates ``counts`` measured (up to ``k``) under standard verification."""
+    reach = [r[0] for r in counts.reach()[:k]]
+    rates = tuple(
+        now / before if before > 0 else 0.0
+        for now, before in zip(reach, [1.0, *reach[:-1]], strict=True)
+    )
+    plain = sum(expected_accepted(rates))
+    if plain <= 0:
+        return 1.0
+    return sum(expected_accepted(verified(rates, spec, temperature, prompt_set=prompt_set))) / plain
 
 
 class TwinSampler(optuna.samplers.BaseSampler):
@@ -638,7 +672,7 @@ def _band(screen: TwinScreen, proposal: TwinProposal) -> Band:
     params = proposal.params
     setting = (float(params["gpu_memory_utilization"]), int(params["max_num_batched_tokens"]))
     temperature = float(params.get("temperature", screen.space.trial_temperature))
-    server = screen.config(_pair(params), setting, temperature).server
+    server = screen.config(_arm(screen, params), setting, temperature).server
     hardware = screen.space.hardware
     levels = screen.space.workload.concurrency
     band = widest(error_band(regime_of(hardware, server, c)) for c in levels)
@@ -670,16 +704,16 @@ def _on_traffic(
     if len(screen.space.workload.concurrency) < 2 or not ranked:
         return ranked
     chosen: dict[tuple[tuple[str, Any], ...], TwinProposal] = {}
-    pairs: set[Pair] = set()
+    arms: set[Arm] = set()
     for proposal in ranked:
-        pair = _pair(proposal.params)
-        if pair not in pairs or len(chosen) < _TRAFFIC_TOP:
+        arm = _arm(screen, proposal.params)
+        if arm not in arms or len(chosen) < _TRAFFIC_TOP:
             chosen.setdefault(_key(proposal.params), proposal)
-            pairs.add(pair)
-    best_pairs = [_pair(p.params) for p in _scaled(screen, chosen.values())]
-    best_pairs = list(dict.fromkeys(best_pairs))[:_TRAFFIC_TOP]
+            arms.add(arm)
+    best_arms = [_arm(screen, p.params) for p in _scaled(screen, chosen.values())]
+    best_arms = list(dict.fromkeys(best_arms))[:_TRAFFIC_TOP]
     for proposal in ranked:
-        if _pair(proposal.params) in best_pairs:
+        if _arm(screen, proposal.params) in best_arms:
             chosen.setdefault(_key(proposal.params), proposal)
     return _scaled(screen, chosen.values())
 
@@ -746,35 +780,40 @@ def _safe_params(screen: TwinScreen, twin: FittedTwin, params: dict[str, Any]) -
     """``params`` guarded (:func:`_guard`); where no setting of its (draft, K) is safe, at the
     nearest K of the same draft that has one."""
     guarded = _guard(screen, twin, params)
-    pair = _pair(guarded)
+    arm = screen.arm_of(guarded)
     util = guarded.get("gpu_memory_utilization")
     mnbt = guarded.get("max_num_batched_tokens")
-    if pair not in screen.pairs or util is None or mnbt is None:
+    if arm is None or util is None or mnbt is None:
         return guarded
-    if screen.safe(twin, pair, (float(util), int(mnbt))):
+    if screen.safe(twin, arm, (float(util), int(mnbt))):
         return guarded
+    own = screen.space.choice(arm.draft).own(arm.spec) if arm.spec is not None else {}
     others = [
-        p for p in screen.pairs if p[0] == pair[0] and p != pair and screen.safe_settings(twin, p)
+        other
+        for other in (screen.arm(arm.draft, k, own) for k in screen.space.k_range(arm.draft))
+        if other.k != arm.k and screen.safe_settings(twin, other)
     ]
     if not others:
         return guarded
-    nearest = min(others, key=lambda p: (abs(p[1] - pair[1]), p[1]))
-    return _guard(screen, twin, {**guarded, "num_speculative_tokens": nearest[1]})
+    nearest = min(others, key=lambda a: (abs(a.k - arm.k), a.k))
+    return _guard(screen, twin, {**guarded, "num_speculative_tokens": nearest.k})
 
 
-def _pair(params: dict[str, Any]) -> Pair:
-    draft = str(params["draft"])
-    return draft, int(params.get("num_speculative_tokens", 0)) if draft != NO_DRAFT else 0
+def _arm(screen: TwinScreen, params: dict[str, Any]) -> Arm:
+    """The arm of a proposal's parameters (complete: the screen named them)."""
+    arm = screen.arm_of(params)
+    assert arm is not None
+    return arm
 
 
 def _guard(screen: TwinScreen, twin: FittedTwin, params: dict[str, Any]) -> dict[str, Any]:
     """``params`` with the utilization (then batch size) nearest to it that the twin deems safe."""
-    pair = _pair(params)
+    arm = screen.arm_of(params)
     util, mnbt = params.get("gpu_memory_utilization"), params.get("max_num_batched_tokens")
-    if pair not in screen.pairs or util is None:
+    if arm is None or util is None:
         return params
     util = float(util)
-    safe = list(screen.safe_settings(twin, pair))
+    safe = list(screen.safe_settings(twin, arm))
     if mnbt is not None:
         if (round(util, 6), int(mnbt)) in {(round(u, 6), m) for u, m in safe}:
             return params

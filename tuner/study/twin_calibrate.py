@@ -124,11 +124,11 @@ def calibration_plan(space: SearchSpace) -> list[TrialConfig]:
     runs += [(d, k_mid, cold) for d in drafts[1:]]
     plan = []
     for draft, k, temperature in runs:
-        pair = (draft, k)
-        if pair not in screen.pairs:
+        if k not in space.k_range(draft):
             continue
-        setting = max(screen.settings, key=lambda s: screen.headroom(prior, pair, s))
-        plan.append(screen.config(pair, setting, temperature))
+        arm = screen.arm(draft, k)
+        setting = max(screen.settings, key=lambda s: screen.headroom(prior, arm, s))
+        plan.append(screen.config(arm, setting, temperature))
     return plan
 
 

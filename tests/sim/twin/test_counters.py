@@ -15,6 +15,7 @@ from optuna.trial import TrialState
 
 from tuner.config.space import load_space
 from tuner.config.trial import SpecMethod, SpeculativeConfig
+from tuner.config.verification import Verification
 from tuner.results import Source
 from tuner.search.twin_steer import (
     COUNTERS_SOURCE,
@@ -89,7 +90,12 @@ def test_only_drafters_that_draft_one_token_after_another_carry_to_a_lower_k() -
     assert reusable(SpeculativeConfig(SpecMethod.NGRAM, 4))
     assert not reusable(SpeculativeConfig(SpecMethod.SUFFIX, 4))
     assert not reusable(SpeculativeConfig(SpecMethod.EAGLE3, 4, "h", parallel_drafting=True))
-    assert not reusable(SpeculativeConfig(SpecMethod.DFLASH, 4, "d"))
+    assert reusable(SpeculativeConfig(SpecMethod.DFLASH, 4, "d"))  # about: the block's width
+    block = Verification.BLOCK
+    assert not reusable(SpeculativeConfig(SpecMethod.DFLASH, 4, "d", rejection_sample_method=block))
+    assert not reusable(
+        SpeculativeConfig(SpecMethod.DFLASH, 4, "d", enable_adaptive_verification=True)
+    )
     assert not reusable(None)
 
 
@@ -145,16 +151,16 @@ def test_the_twin_predicts_a_lower_k_from_the_counters_not_its_fitted_decay() ->
     physics = TwinPhysics(twin.params)
     fitted_only = replace(twin, counters={})
     for k in (1, 2, 3):
-        counted, interval = screen._accepted(twin, physics, (DRAFT, k), 0.2)
+        counted, interval = screen._accepted(twin, physics, screen.arm(DRAFT, k), 0.2)
         assert counted == pytest.approx(sum(ACCEPTED[:k]) / DRAFTS)
         assert interval is not None and interval.low < counted < interval.high
-        fitted, none = screen._accepted(fitted_only, physics, (DRAFT, k), 0.2)
+        fitted, none = screen._accepted(fitted_only, physics, screen.arm(DRAFT, k), 0.2)
         assert none is None
         if k >= 2:  # the fit's geometric decay cannot follow a third position this rare
             assert abs(fitted - counted) > 0.1
     # Counters of another temperature than the space serves say nothing: the fit predicts.
     elsewhere = replace(twin, counters={(DRAFT, "code", 0.6): twin.counters[(DRAFT, "code", 0.2)]})
-    assert screen._accepted(elsewhere, physics, (DRAFT, 2), 0.2)[1] is None
+    assert screen._accepted(elsewhere, physics, screen.arm(DRAFT, 2), 0.2)[1] is None
     counted_ranks = _by_k(screen.rank(twin))
     fitted_ranks = _by_k(screen.rank(fitted_only))
     assert counted_ranks[2].accepted is not None and fitted_ranks[2].accepted is None
@@ -170,15 +176,15 @@ def test_on_a_temperature_mix_every_temperature_must_be_counted() -> None:
     cold = PositionCounts.measured(1000, [900, 800, 700])
     hot = PositionCounts.measured(1000, [500, 200, 100])
     only_cold = FittedTwin(counters={(DRAFT, "code", 0.2): cold})
-    assert screen.measured(only_cold, (DRAFT, 2), space.workload.mean_temperature) is None
+    assert screen.measured(only_cold, screen.arm(DRAFT, 2), space.workload.mean_temperature) is None
     both = FittedTwin(counters={(DRAFT, "code", 0.2): cold, (DRAFT, "code", 0.8): hot})
-    found = screen.measured(both, (DRAFT, 2), space.workload.mean_temperature)
+    found = screen.measured(both, screen.arm(DRAFT, 2), space.workload.mean_temperature)
     assert found is not None
     assert found.mid == pytest.approx(0.7 * 1.7 + 0.3 * 0.7)
     assert found.high == pytest.approx(
         0.7 * cold.accepted_at(2).high + 0.3 * hot.accepted_at(2).high
     )
-    above = screen.measured(both, (DRAFT, 4), space.workload.mean_temperature)
+    above = screen.measured(both, screen.arm(DRAFT, 4), space.workload.mean_temperature)
     assert above is not None and above.continued and above.counted == 3
     # Past K=3 at the decay the twin's acceptance model gives the drafter.
     decay = TwinPhysics(both.params).decay(

@@ -101,7 +101,8 @@ class Method:
         matches_earlier_outputs: whether it also drafts from earlier requests' outputs, not
             only from this request's text (suffix trees).
         counters_carry: whether its first K' tokens drafted at K are the tokens it drafts at
-            K', so vLLM's per-position counters at K give its acceptance at every K' <= K.
+            K' (a block drafter's about: each position sees the whole block), so vLLM's
+            per-position counters at K give its acceptance at every K' <= K.
     """
 
     name: SpecMethod

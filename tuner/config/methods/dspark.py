@@ -48,5 +48,5 @@ DSPARK = _DSpark(
     v2_since=VllmVersion(0, 25, 0),
     adaptive_since=VllmVersion(0, 28, 0),
     prior=AcceptancePrior(decay=1.028, ceiling=0.884),
-    counters_carry=False,
+    # Its counters carry about, not exactly, as DFlash's (tuner/config/methods/dflash.py).
 )

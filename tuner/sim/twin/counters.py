@@ -49,10 +49,12 @@ WILSON_Z = 1.959964  # two-sided 95 %
 def reusable(spec: SpeculativeConfig | None) -> bool:
     """Whether ``spec``'s counters at K give its acceptance at every K' <= K.
 
-    Not for: suffix decoding (its proposal length follows its tree and K), block drafters and
-    P-EAGLE heads (all K positions drafted in one pass, each seeing K), block verification
-    (the positions are accepted jointly), a K that changes with the batch size, or adaptive
-    verification (each request's draft length chosen step by step).
+    Block drafters (DFlash, DSpark) draft all K positions in one pass, each seeing the
+    block: their counters carry about, not exactly (``Method.counters_carry``).
+    Not for: suffix decoding (its proposal length follows its tree and K), P-EAGLE heads (a
+    head trained token by token, drafting K at once: its later positions drift with K), block
+    verification (the positions are accepted jointly), a K that changes with the batch size,
+    or adaptive verification (each request's draft length chosen step by step).
     """
     if spec is None or not method_of(spec.method).counters_carry:
         return False

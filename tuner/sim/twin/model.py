@@ -22,7 +22,7 @@ from typing import Any
 from tuner.catalog.gpus import Hardware
 from tuner.catalog.models import ModelSpec
 from tuner.config.methods import MethodFamily, method_of
-from tuner.config.trial import ServerConfig, SpecMethod, SpeculativeConfig
+from tuner.config.trial import ServerConfig, SpecMethod, SpeculativeConfig, choice_label
 from tuner.config.vllm_version import VllmVersion
 from tuner.sim.acceptance import (
     POSITION_DECAY,
@@ -189,8 +189,10 @@ class _TwinPerf(PerfModel):
 
 
 def _shift_key(draft: ModelSpec | None, method: SpecMethod) -> str:
-    """The key of a drafter's fitted shift (:func:`method_key`, from its method and draft)."""
-    return str(method) if not method_of(method).takes_model else (draft.hf_id if draft else "")
+    """The key of a drafter's fitted shift, as :func:`method_key` names it from the server:
+    the space's label (``eagle3:HEAD``, ``dflash:DRAFTER``, a draft model's id, ``ngram``)."""
+    model = draft.hf_id if draft is not None and method_of(method).takes_model else None
+    return choice_label(SpeculativeConfig(method, 1, model=model))
 
 
 @dataclass(frozen=True)
@@ -229,7 +231,9 @@ class TwinPhysics:
         decay = self.decay(draft, method, prompt_set)
         if speculative is not None and speculative.parallel_drafting:
             decay *= SHIPPED_ACCEPTANCE.parallel_decay
-        rates = tuple(min(alpha * decay**i, 1.0) for i in range(k))
+        # A block drafter's rising rates level off where the shipped model's do.
+        top = max(SHIPPED_ACCEPTANCE.ceiling.get(method, 1.0), alpha)
+        rates = tuple(min(alpha * decay**i, top) for i in range(k))
         return verified(rates, speculative, temperature, prompt_set=prompt_set)
 
     def decay(self, draft: ModelSpec | None, method: SpecMethod, prompt_set: str) -> float:
