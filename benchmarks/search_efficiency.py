@@ -677,17 +677,18 @@ def time_table(
 def write_shares(
     ours: dict[str, list[float]], space: str, seeds: int, hours: Sequence[float]
 ) -> None:
-    """The held-out worlds' median shares per budget, for ``optimize --plan`` to quote."""
+    """The held-out worlds' median shares per budget on ``space``, for ``optimize --plan`` to
+    quote (beside the other spaces' already written)."""
     held_out = [shares for name, shares in ours.items() if name != SHIPPED.name]
-    data = {
-        "space": space,
+    spaces = json.loads(SHARES_FILE.read_text())["spaces"] if SHARES_FILE.exists() else {}
+    spaces[space] = {
         "seeds": seeds,
         "worlds": len(held_out),
         "hours": list(hours),
         "median": [statistics.median(s[i] for s in held_out) for i in range(len(hours))],
         "worst": [min(s[i] for s in held_out) for i in range(len(hours))],
     }
-    SHARES_FILE.write_text(json.dumps(data, indent=1) + "\n")
+    SHARES_FILE.write_text(json.dumps({"spaces": spaces}, indent=1, sort_keys=True) + "\n")
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -259,13 +259,13 @@ def confirm_run_line(
 
 
 def _no_share(space: SearchSpace) -> str:
-    from tuner.search.plan import benchmarked_space
+    from tuner.search.plan import benchmarked_spaces
 
-    ran = benchmarked_space()
-    if ran != space.name:
+    ran = benchmarked_spaces()
+    if space.name not in ran:
         return (
             f"no share of the optimum to expect: the search benchmark has not run on "
-            f"{space.name} (its shipped shares are {ran}'s)"
+            f"{space.name} (its shipped shares are for {', '.join(ran) or 'no space'})"
         )
     return "no share of the optimum to expect: the search benchmark ran no budget this short"
 

@@ -263,28 +263,28 @@ class ExpectedShare:
         }
 
 
-def _shares() -> dict[str, Any] | None:
-    """The shipped search-benchmark run (``gpu_time_shares.json``); None where none was."""
+def _shares() -> dict[str, Any]:
+    """The shipped search-benchmark runs (``gpu_time_shares.json``), per space; empty where
+    none was shipped."""
     try:
         text = resources.files("tuner.search").joinpath(_SHARES_FILE).read_text(encoding="utf-8")
     except FileNotFoundError:
-        return None
-    data: dict[str, Any] = json.loads(text)
+        return {}
+    data: dict[str, Any] = json.loads(text)["spaces"]
     return data
 
 
-def benchmarked_space() -> str | None:
-    """The space the shipped search-benchmark shares were measured on."""
-    data = _shares()
-    return None if data is None else str(data["space"])
+def benchmarked_spaces() -> tuple[str, ...]:
+    """The spaces the shipped search-benchmark shares were measured on."""
+    return tuple(sorted(_shares()))
 
 
 def expected_share(hours: float, space: str) -> ExpectedShare | None:
     """The benchmark's share at ``hours`` on space ``space`` (linear between its budgets, its
     last one beyond); None below its first budget, on a space the benchmark did not run (a
     share from another space says nothing of this one), or where no run was shipped."""
-    data = _shares()
-    if data is None or data["space"] != space:
+    data = _shares().get(space)
+    if data is None:
         return None
     points = list(zip(data["hours"], data["median"], data["worst"], strict=True))
     if not points or hours < points[0][0]:
@@ -295,7 +295,7 @@ def expected_share(hours: float, space: str) -> ExpectedShare | None:
             share = (hours - h0) / (h1 - h0)
             median, worst = m0 + share * (m1 - m0), w0 + share * (w1 - w0)
             break
-    return ExpectedShare(hours, median, worst, data["worlds"], data["seeds"], data["space"])
+    return ExpectedShare(hours, median, worst, data["worlds"], data["seeds"], space)
 
 
 def simulated_trial_s(record: TrialRecord, warmup: int) -> float:
