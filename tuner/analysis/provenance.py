@@ -23,6 +23,7 @@ from tuner.config.schema import Objective
 from tuner.config.space import SearchSpace
 from tuner.launch.served import ServedFacts
 from tuner.results import Source
+from tuner.trial.backends.kinds import BackendKind
 from tuner.trial.model_runner import runner_note
 from tuner.trial.record import stored_run
 
@@ -131,16 +132,18 @@ class Provenance:
         return _ci(self.numbers.throughput)
 
     def _ran(self) -> str:
-        if self.backend == "docker":
+        if self.backend == BackendKind.DOCKER:
             return f"vLLM {self.vllm_version}, image {self.image}"
-        if self.backend == "process":
+        if self.backend == BackendKind.PROCESS:
             return f"vLLM {self.vllm_version}, process backend (vllm serve on the host, no image)"
-        if self.backend == "sim":
+        if self.backend == BackendKind.SIM:
             return f"vLLM {self.vllm_version} flags, simulator (nothing ran)"
         return f"vLLM {self.vllm_version}, image {self.image} (backend not recorded)"
 
     def _gpus(self) -> str:
-        if self.backend == "sim" or (self.backend is None and self.source is Source.SIMULATED):
+        if self.backend == BackendKind.SIM or (
+            self.backend is None and self.source is Source.SIMULATED
+        ):
             return f"GPUs {self.hardware} (simulated)"
         if self.gpu is None:
             return f"GPUs {self.hardware} as declared; none detected (no NVML)"

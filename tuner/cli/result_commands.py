@@ -21,6 +21,7 @@ from tuner.export.formats import FORMATS
 from tuner.launch.exit_hooks import Terminated
 from tuner.results import Source
 from tuner.study.paths import StudyPaths, default_storage, write_whole
+from tuner.trial.backends.kinds import BackendKind
 
 # Optuna, SQLAlchemy and the modules that import them load inside each command: `spectune
 # --help` and the commands without a study need none of them (tests/cli/test_startup.py).
@@ -233,7 +234,7 @@ def confirm_command(
 
     def on_run(number: int, repeat: int, run: Run) -> None:
         if not as_json:
-            source = "simulated" if chosen == "sim" else "measured"
+            source = BackendKind.parse(chosen).source.value
             line = confirm_run_line(number, repeat, run, repeats, source, space.objective)
             console.print(line)
 

@@ -32,6 +32,7 @@ from tuner.config import bounds
 from tuner.config.trial import server_to_dict
 from tuner.config.vllm_version import check_release
 from tuner.results import StartupEvent
+from tuner.trial.backends.kinds import BackendKind
 from tuner.trial.scoring import TrialStatus
 
 # The modules that import Optuna and SQLAlchemy load inside the commands: `spectune --help`
@@ -238,7 +239,7 @@ def optimize_command(
     if as_json:
         print_json(_optimize_json(optimize(opened)))
         return
-    source = "simulated" if backend == "sim" else "measured"
+    source = BackendKind.parse(backend).source.value
     objective = opened.space.objective
     table = trial_table(f"study {name}: {source} trials", objective)
     progress = Progress(

@@ -13,6 +13,7 @@ from tuner.catalog.nvml import gpu_names
 from tuner.cli import options as opt
 from tuner.cli.app import app, console, handle_errors
 from tuner.study.paths import absolute_storage
+from tuner.trial.backends.kinds import BackendKind
 
 __all__ = ["child_worker_command", "worker_command"]
 
@@ -53,7 +54,9 @@ def worker_command(
         study, storage, backend, studies_dir, options, sampler, prefetch, rounds
     )
     declared = None if hardware is None else parse_hardware(hardware)
-    run_worker(request, declared, gpu_names(options.gpus) if backend != "sim" else None)
+    run_worker(
+        request, declared, gpu_names(options.gpus) if BackendKind.parse(backend).on_gpus else None
+    )
     console.print(f"worker {worker_id}: study {study} has used up its trial budget", markup=False)
 
 
@@ -78,7 +81,9 @@ def child_worker_command(
             f"{request.options.worker}'s: hand each child its own record"
         )
     gpus = request.options.gpus
-    run_worker(request, detected=gpu_names(gpus) if request.backend != "sim" else None)
+    run_worker(
+        request, detected=gpu_names(gpus) if BackendKind.parse(request.backend).on_gpus else None
+    )
     console.print(
         f"worker {worker_id}: study {request.study} has used up its trial budget", markup=False
     )

@@ -19,6 +19,7 @@ from tuner.catalog.nvml import detect_gpus
 from tuner.config.space import SearchSpace
 from tuner.config.vllm_args import measured_kv_cache
 from tuner.errors import ConfigError
+from tuner.trial.backends.kinds import BackendKind
 
 __all__ = ["check_host_hardware", "held_elsewhere", "leave_room", "on_this_host"]
 
@@ -43,7 +44,7 @@ def on_this_host(
     """
     if gpus == ():  # --gpus none: a CPU-only host, by the user's word; the space's GPUs stand
         return space
-    measured = backend != "sim"
+    measured = BackendKind.parse(backend).on_gpus
     detected = detect_gpus(gpus)
     if isinstance(detected, NoGpu):
         if measured:
@@ -93,7 +94,7 @@ def check_host_hardware(
 def held_elsewhere(backend: str, gpus: tuple[int, ...] | None) -> float:
     """GiB in use on the fullest of the GPUs a measured backend's servers will use, read now
     (before they start); 0.0 for the simulator, without NVML, or below :data:`TENANT_GIB`."""
-    if backend == "sim" or gpus == ():
+    if not BackendKind.parse(backend).on_gpus or gpus == ():
         return 0.0
     detected = detect_gpus(gpus)
     if isinstance(detected, NoGpu):

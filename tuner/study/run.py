@@ -28,7 +28,6 @@ from tuner.errors import ConfigError, LaunchError
 from tuner.export.vllm import export
 from tuner.launch.exit_hooks import signal_raised
 from tuner.launch.preflight import Preflight
-from tuner.results import Source
 from tuner.search.plan import (
     Budget,
     SimulatedBudget,
@@ -58,6 +57,7 @@ from tuner.study.study import (
 from tuner.study.twin_calibrate import seed_study
 from tuner.study.workers import LocalWorkers
 from tuner.trial.backends import Backend, BackendFactory, BackendOptions, ProcessSettings
+from tuner.trial.backends.kinds import BackendKind
 from tuner.trial.backends.served import ServedBackend
 from tuner.trial.record import TrialRecord, records, stored_space
 
@@ -136,7 +136,9 @@ class StudyRun:
         check_resume(request.study, storage, space, request.backend)
         if exists and on_notice is not None:  # rerunning adds trials: said once it may resume
             on_notice(resuming(storage, request.study, request.trials))
-        if request.backend == "process" and request.ray is None:  # Ray nodes have their own
+        if (
+            request.backend == BackendKind.PROCESS and request.ray is None
+        ):  # Ray nodes have their own
             _check_program(request.backend_options.settings_of(ProcessSettings).vllm_command)
         _check_gpus_per_trial(request.gpus_per_trial, space)
         budget = None
@@ -216,7 +218,7 @@ class StudyRun:
         """Seeds the spectune sampler's queue before any worker starts, so they all share it."""
         if self.request.sampler != "spectune":
             return
-        source = Source.SIMULATED if self.request.backend == "sim" else Source.MEASURED
+        source = BackendKind.parse(self.request.backend).source
         seed_study(self.study, self.request.studies_dir, self.space, source)  # host calibration
         warm_start(self.study, self.space, self.request.trials)
 
@@ -373,7 +375,7 @@ def _time_budget(
     budget = (
         # A simulated trial takes what it takes here, not a GPU's time: the simulator's clock.
         SimulatedBudget(seconds, cost, runs, space.workload.warmup, began)
-        if request.backend == "sim"
+        if not BackendKind.parse(request.backend).on_gpus
         else Budget(seconds, cost, runs, began)
     )
     budget.check_fits()

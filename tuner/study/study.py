@@ -40,6 +40,7 @@ from tuner.study.storage import (
     study_names,
 )
 from tuner.trial.backends import Backend, BackendOptions, DockerSettings
+from tuner.trial.backends.kinds import BackendKind
 from tuner.trial.record import (
     BUDGET_ATTR,
     RUN_ATTR,
@@ -201,7 +202,7 @@ def claim_source(study: optuna.Study, backend: str) -> None:
 
 
 def _source(backend: str) -> str:
-    return (Source.SIMULATED if backend == "sim" else Source.MEASURED).value
+    return BackendKind.parse(backend).source.value
 
 
 def _check_source(study: optuna.Study, backend: str) -> None:
@@ -227,7 +228,7 @@ def study_backend_options(
     and workers that give none get it back). Secrets are stored by name only, never their
     values. The other backends keep nothing.
     """
-    if backend != "docker":
+    if backend != BackendKind.DOCKER:
         return options
     settings = options.settings_of(DockerSettings)
     given = bool(settings.env) or settings.secrets != DockerSettings().secrets

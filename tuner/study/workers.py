@@ -41,6 +41,7 @@ from tuner.study.study import (
     study_backend_options,
 )
 from tuner.trial.backends import BackendFactory, BackendOptions, backend_factory
+from tuner.trial.backends.kinds import BackendKind
 
 __all__ = [
     "LocalWorkers",
@@ -96,7 +97,7 @@ def run_worker(
     sampler = make_sampler(request.sampler, request.options.seed)
     study, space = open_existing(request.study, request.storage, sampler)
     check_host_hardware(request.study, space.hardware, hardware, detected)
-    if request.prefetch and request.backend != "sim":
+    if request.prefetch and BackendKind.parse(request.backend).on_gpus:
         prefetch_models(space, request.options.on_startup)
     claim_source(study, request.backend)
     paths = StudyPaths.of(request.studies_dir, request.study, request.storage)

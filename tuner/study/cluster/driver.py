@@ -30,7 +30,6 @@ from tuner.config.space import SearchSpace
 from tuner.config.trial import TrialConfig
 from tuner.errors import ConfigError, LaunchError, SpectuneError
 from tuner.launch.exit_hooks import signals_held
-from tuner.results import Source
 from tuner.study.claims import ended_same_config, same_params
 from tuner.study.cluster.connect import connect
 from tuner.study.cluster.nodes import detect_with_nvml, read_nodes, require_matching
@@ -45,6 +44,7 @@ from tuner.study.study import (
     _write,
 )
 from tuner.trial.backends import BackendOptions
+from tuner.trial.backends.kinds import BackendKind
 from tuner.trial.record import RUN_ATTR, TrialRecord, constraint_keys
 
 __all__ = ["RayOptions", "check_cluster", "check_ray_options", "run_on_ray"]
@@ -141,7 +141,7 @@ class _Loop:
         self.seed = seed
         self.on_trial = on_trial
         self.rounds = rounds
-        self.source = Source.SIMULATED if backend == "sim" else Source.MEASURED
+        self.source = BackendKind.parse(backend).source
         self.keys = constraint_keys(study)  # an older study keeps the keys its trials have
         self.running: dict[Any, _Job] = {}
         # Trials whose config a running trial measures, by that trial's number.

@@ -21,6 +21,7 @@ from tuner.study.cluster.nodes import detect_with_nvml, read_nodes, require_matc
 from tuner.study.cluster.pool import Slot, SlotPool
 from tuner.study.cluster.slot import WireError
 from tuner.trial.backends import Backend, BackendFactory, BackendOptions
+from tuner.trial.backends.kinds import BackendKind
 from tuner.trial.record import RunFacts
 
 __all__ = ["RemoteBackend", "ray_backend_factory"]
@@ -40,7 +41,7 @@ class RemoteBackend:
 
     @property
     def source(self) -> Source:
-        return Source.SIMULATED if self._name == "sim" else Source.MEASURED
+        return BackendKind.parse(self._name).source
 
     def start(self, server: ServerConfig, context: LaunchContext) -> Endpoint:
         endpoint: Endpoint = self._call("start", server, context)

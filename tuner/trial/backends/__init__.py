@@ -13,8 +13,8 @@ import importlib
 from collections.abc import Callable
 
 from tuner.config.space import SearchSpace
-from tuner.errors import ConfigError
 from tuner.trial.backends.base import Backend, BackendOptions
+from tuner.trial.backends.kinds import BackendKind
 from tuner.trial.backends.settings import (
     BackendSettings,
     DockerSettings,
@@ -28,6 +28,7 @@ __all__ = [
     "BACKENDS",
     "Backend",
     "BackendFactory",
+    "BackendKind",
     "BackendOptions",
     "BackendSettings",
     "DockerSettings",
@@ -40,8 +41,12 @@ __all__ = [
 
 BackendFactory = Callable[[SearchSpace, BackendOptions], Backend]
 # Imported when chosen: the docker SDK and the HTTP clients cost seconds a `--help` should not pay.
-_MODULES = {"sim": "SimBackend", "process": "ProcessBackend", "docker": "DockerBackend"}
-BACKENDS = tuple(_MODULES)
+_CLASSES = {
+    BackendKind.SIM: "SimBackend",
+    BackendKind.PROCESS: "ProcessBackend",
+    BackendKind.DOCKER: "DockerBackend",
+}
+BACKENDS = tuple(kind.value for kind in BackendKind)
 
 
 def backend_factory(name: str) -> BackendFactory:
@@ -52,8 +57,7 @@ def backend_factory(name: str) -> BackendFactory:
     Raises:
         ConfigError: an unknown name; the message lists the known ones.
     """
-    if name not in _MODULES:
-        raise ConfigError(f"unknown backend {name!r}: choose one of {', '.join(BACKENDS)}")
-    module = importlib.import_module(f"tuner.trial.backends.{name}")
-    factory: BackendFactory = getattr(module, _MODULES[name]).build
+    kind = BackendKind.parse(name)
+    module = importlib.import_module(f"tuner.trial.backends.{kind}")
+    factory: BackendFactory = getattr(module, _CLASSES[kind]).build
     return factory
