@@ -95,7 +95,7 @@ import time
 import warnings
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
@@ -103,6 +103,7 @@ import optuna
 from optuna.trial import FrozenTrial
 
 sys.path.insert(0, str(Path(__file__).parent))
+from truth import Key, key_of, world_truths
 from worlds import SHIPPED, WORLDS, World, WorldBackend
 
 from tuner.analysis.picks import recommend
@@ -111,12 +112,9 @@ from tuner.config.space import SearchSpace, load_space
 from tuner.config.trial import (
     LaunchContext,
     ServerConfig,
-    SpeculativeConfig,
     TrialConfig,
     load_draft,
 )
-from tuner.config.workload import Condition, WorkloadSpec
-from tuner.errors import StartupFailure
 from tuner.results import Endpoint, TrialResult
 from tuner.search.plan import (
     LOAD_GB_PER_S,
@@ -133,14 +131,11 @@ from tuner.search.plan import (
 from tuner.search.screen import grid_params
 from tuner.search.strategy import warm_start
 from tuner.search.twin_steer import TwinSampler
-from tuner.sim.memory import BLOCK_TOKENS, effective_batched_tokens
-from tuner.sim.scheduler import WATERMARK
-from tuner.sim.virtual_time import predict
 from tuner.study.confirm import confirm
 from tuner.study.study import StudyOptions, open_study, run_trials
 from tuner.trial.backends import Backend
 from tuner.trial.record import TrialRecord
-from tuner.trial.scoring import Limits, TrialStatus, score
+from tuner.trial.scoring import TrialStatus
 
 STRATEGIES = ("spectune", "spectune, fixed count", "spectune, no twin", "TPE", "random", "grid")
 ROUNDS = ("spectune", "spectune, no twin")  # the strategies measuring in rounds, pruning
@@ -157,100 +152,6 @@ SPACE_FILE = Path(__file__).parent / "held_out_space.yaml"  # pinned: the number
 MIXED_SPACE_FILE = Path(__file__).parent / "held_out_mixed_space.yaml"
 MIXED_TABLE_FILE = Path("/tmp/readme/twin-mixed-table.txt")
 _LOG_DIR = Path("/tmp/spectune-bench")
-
-# (draft, its vLLM settings, utilization, batched tokens, temperature): the whole config, so
-# that configs differing only in a method's own settings (block or adaptive verification, a
-# prompt-lookup window) each keep their own truth.
-Key = tuple[str, SpeculativeConfig | None, float, int, float]
-
-
-def key_of(server: ServerConfig, temperature: float) -> Key:
-    """A config's grid point, as a world's truth is keyed."""
-    return (
-        server.draft or "none",
-        server.speculative,
-        round(server.gpu_memory_utilization, 6),
-        server.max_num_batched_tokens,
-        round(temperature, 6),
-    )
-
-
-def config_of(space: SearchSpace, params: dict[str, Any]) -> TrialConfig:
-    return space.suggest(cast(optuna.Trial, optuna.trial.FixedTrial(params)))
-
-
-# --- the truth of one world --------------------------------------------------------------
-
-
-def world_truth(args: tuple[str, World]) -> tuple[str, dict[Key, float]]:
-    """The true value of every grid point in ``world``, scored as a trial is on the space's
-    whole traffic: the weighted tok/s over its (level, temperature) pairs when it fits and
-    meets the limits at every pair, else 0."""
-    world = args[1]
-    space = world.space(args[0])
-    hardware = world.hardware(space.hardware)
-    limits = Limits.of(space)
-    runs: dict[tuple[Any, ...], TrialResult | None] = {}
-    truth: dict[Key, float] = {}
-    for params in grid_params(space):
-        config = config_of(space, params)
-        server = config.server
-        key = key_of(config.server, config.client.sampling_temperature)
-        draft = space.draft_model(str(params["draft"]))
-        memory = world.memory(hardware, space.target, draft, server, version=space.version)
-        if not memory.fits:
-            truth[key] = 0.0
-            continue
-        workload = config.client.workload
-        results: list[TrialResult] = []
-        for condition in workload.conditions:
-            run = run_key(server, workload, condition, memory.kv_tokens)
-            if run not in runs:
-                try:
-                    runs[run] = predict(
-                        hardware,
-                        space.target,
-                        draft,
-                        server,
-                        condition.sampling_temperature,
-                        workload,
-                        condition.concurrency,
-                        physics=world,
-                        version=space.version,
-                    )
-                except StartupFailure:
-                    runs[run] = None
-            result = runs[run]
-            if result is None:
-                break
-            results.append(result)
-        if len(results) < len(workload.conditions):
-            truth[key] = 0.0
-            continue
-        scored = score(results, limits, weights=[c.weight for c in workload.conditions])
-        truth[key] = scored.values[0] if scored.feasible else 0.0
-    return world.name, truth
-
-
-def run_key(
-    server: ServerConfig, workload: WorkloadSpec, condition: Condition, kv_tokens: int
-) -> tuple[Any, ...]:
-    """What a noise-free run at ``condition`` depends on, so that equal runs are simulated once.
-
-    The memory settings act on a run through the prefill chunk and the KV cache only
-    (``tuner.sim.scheduler``). One request in flight sees the batch size only as its prompt's
-    chunk; a cache that holds every request in flight at its longest, beyond vLLM's watermark,
-    never preempts or holds back a request, so its exact size does not matter."""
-    batch = effective_batched_tokens(server)
-    if condition.concurrency == 1:
-        batch = min(batch, workload.input_tokens)
-    blocks = kv_tokens // BLOCK_TOKENS
-    longest = -(-(workload.input_tokens + workload.output_tokens + server.k + 1) // BLOCK_TOKENS)
-    if blocks - int(blocks * WATERMARK) - longest >= condition.concurrency * longest:
-        blocks = -1  # ample: every size from here gives the same run
-    bare = replace(server, gpu_memory_utilization=0.0, max_num_batched_tokens=0)
-    return (bare, batch, blocks, condition.sampling_temperature, condition.concurrency)
-
 
 # --- one study -----------------------------------------------------------------------------
 
@@ -740,8 +641,7 @@ def run_studies(
     jobs: int,
 ) -> dict[tuple[str, str, int], list[Trace]]:
     """Every (world, strategy, seed, trial budget) study, judged on each world's truth."""
-    with ProcessPoolExecutor(jobs) as pool:
-        truths = dict(pool.map(world_truth, [(space, w) for w in worlds]))
+    truths = world_truths(space, worlds, jobs)
     tasks = [
         Task(space, w, s, seed, trials, hours)
         for w in worlds

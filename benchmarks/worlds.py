@@ -126,8 +126,9 @@ class World:
             # Each position further from the shipped model's: its decay replaced by the world's.
             change = self.draft_decay / POSITION_DECAY
             return tuple(min(rate * change**i, 1.0) for i, rate in enumerate(rates))
-        shifted = (1 / (1 + math.exp(-(_logit(rate) + self.ngram_logit))) for rate in rates)
-        return tuple(min(rate * self.ngram_decay**i, 1.0) for i, rate in enumerate(shifted))
+        if self.ngram_logit:
+            rates = tuple(1 / (1 + math.exp(-(_logit(r) + self.ngram_logit))) for r in rates)
+        return tuple(min(rate * self.ngram_decay**i, 1.0) for i, rate in enumerate(rates))
 
     def memory(
         self,

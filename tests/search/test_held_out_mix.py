@@ -10,19 +10,14 @@ import pytest
 
 from tuner.catalog.models import load_model
 from tuner.config.space import load_space
-from tuner.search.screen import grid_params
+from tuner.search.screen import Screen, grid_params
+from tuner.sim.acceptance import shipped_rates
 from tuner.sim.virtual_time import predict
 from tuner.trial.scoring import Limits, score
 
 sys.path.insert(0, str(Path(__file__).parents[2] / "benchmarks"))
-from search_efficiency import (
-    MIXED_SPACE_FILE,
-    config_of,
-    key_of,
-    main,
-    run_key,
-    world_truth,
-)
+from search_efficiency import MIXED_SPACE_FILE, main
+from truth import config_of, key_of, run_key, world_truth
 from worlds import SHIPPED, WORLDS
 
 TIGHT = next(w for w in WORLDS if w.name == "memory +1.1 GiB")
@@ -133,3 +128,22 @@ def test_mixed_takes_no_other_space(capsys: pytest.CaptureFixture[str]) -> None:
         main(["--mixed", "--space", "default"])
     assert exited.value.code == 2
     assert "--mixed tunes its own space" in capsys.readouterr().err
+
+
+def test_the_shipped_world_is_the_shipped_simulator_for_every_method_and_option() -> None:
+    """A held-out world changes what its note says and nothing else: on the 2026 space (DFlash,
+    an EAGLE-3 head, a draft model, suffix, prompt lookup, each verification and drafting
+    option), the shipped world's acceptance is the shipped model's, position by position."""
+    space = load_space("qwen3-coder-30b-fp8-4090x2-2026")
+    screen = Screen(space)
+    decay = next(w for w in WORLDS if w.name == "acceptance decay")
+    for arm in screen.arms:
+        if arm.spec is None:
+            continue
+        draft = space.draft_model(arm.draft)
+        args = (space.target, draft, arm.spec.method, "code", 0.7, arm.k)
+        shipped = shipped_rates(*args, speculative=arm.spec)
+        assert SHIPPED.position_rates(*args, speculative=arm.spec) == shipped
+        changed = decay.position_rates(*args, speculative=arm.spec)
+        assert changed[0] == shipped[0]  # the first position as shipped, the rest decay faster
+        assert all(c <= s for c, s in zip(changed, shipped, strict=True))

@@ -686,14 +686,16 @@ def _on_traffic(
     """``ranked`` (the closed form's, one request at a time), re-ranked by the twin's forecast
     of the space's own traffic where it has more than one level, scored as the trial is (every
     level and temperature weighted), in two stages: the best config of each (method, K) and
-    the overall best few; then every batch size of the best few pairs. One level: ``ranked``
-    as it is.
+    the overall best few; then every variant of the method's own settings and every batch
+    size of the best few (method, K). One level: ``ranked`` as it is.
 
     Every K of every method, not only the K the closed form puts best: serving one request, a
     method that accepts more than expected wants the longest draft, while the busy levels of a
     mix pay for every rejected token and want a shorter one. Every batch size of the best
     pairs: one request's prompt fits any of them, so the closed form cannot tell them apart,
-    while many requests in flight prefill together.
+    while many requests in flight prefill together. Every variant of the best pairs, not of
+    all: the settings act mostly alone, and block verification's gain at the mix's hotter
+    temperature, which one request at its mean temperature understates, shows there.
 
     The twin's closed form serves one request; a config's whole traffic is simulated once per
     space with the shipped physics (:meth:`TwinScreen.traffic_ratio`), and the twin's forecast
@@ -703,17 +705,20 @@ def _on_traffic(
     """
     if len(screen.space.workload.concurrency) < 2 or not ranked:
         return ranked
-    chosen: dict[tuple[tuple[str, Any], ...], TwinProposal] = {}
-    arms: set[Arm] = set()
-    for proposal in ranked:
+
+    def pair(proposal: TwinProposal) -> tuple[str, int]:
         arm = _arm(screen, proposal.params)
-        if arm not in arms or len(chosen) < _TRAFFIC_TOP:
-            chosen.setdefault(_key(proposal.params), proposal)
-            arms.add(arm)
-    best_arms = [_arm(screen, p.params) for p in _scaled(screen, chosen.values())]
-    best_arms = list(dict.fromkeys(best_arms))[:_TRAFFIC_TOP]
+        return arm.draft, arm.k
+
+    chosen: dict[tuple[tuple[str, Any], ...], TwinProposal] = {}
+    pairs: set[tuple[str, int]] = set()
     for proposal in ranked:
-        if _arm(screen, proposal.params) in best_arms:
+        if pair(proposal) not in pairs or len(chosen) < _TRAFFIC_TOP:
+            chosen.setdefault(_key(proposal.params), proposal)
+            pairs.add(pair(proposal))
+    best = list(dict.fromkeys(pair(p) for p in _scaled(screen, chosen.values())))[:_TRAFFIC_TOP]
+    for proposal in ranked:
+        if pair(proposal) in best:
             chosen.setdefault(_key(proposal.params), proposal)
     return _scaled(screen, chosen.values())
 

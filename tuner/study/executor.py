@@ -21,10 +21,11 @@ from tuner.config.space import SearchSpace
 from tuner.results import Source
 from tuner.search.plan import Budget
 from tuner.study.host import held_elsewhere
+from tuner.study.lifecycle import OnTrial
 from tuner.study.paths import StudyPaths
 from tuner.study.prefetch import prefetch_models
 from tuner.study.request import OptimizeRequest
-from tuner.study.study import OnTrial, StudyOptions, run_trials
+from tuner.study.study import StudyOptions, run_trials
 from tuner.trial.backends import Backend, BackendFactory, BackendOptions, backend_factory
 from tuner.trial.backends.served import ServedBackend
 

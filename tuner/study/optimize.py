@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from tuner.study.confirm import OnRun
+from tuner.study.lifecycle import OnTrial
 from tuner.study.request import OptimizeRequest, check_request
 from tuner.study.run import OptimizeResult, StudyRun
-from tuner.study.study import OnTrial
 from tuner.trial.backends import Backend
 
 __all__ = ["OptimizeRequest", "OptimizeResult", "StudyRun", "check_request", "optimize"]

@@ -41,12 +41,12 @@ from tuner.study.confirm import OnRun, confirm, confirm_k_table
 from tuner.study.executor import Executor, InProcess, OnTick
 from tuner.study.host import held_elsewhere, leave_room, on_this_host
 from tuner.study.judge import judged_space
+from tuner.study.lifecycle import OnTrial
 from tuner.study.listing import resuming
 from tuner.study.paths import StudyPaths, write_whole
 from tuner.study.request import OptimizeRequest, check_request
 from tuner.study.storage import open_if_present, open_storage, study_names
 from tuner.study.study import (
-    OnTrial,
     check_resume,
     claim_source,
     extend_budget,

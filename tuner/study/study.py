@@ -1,4 +1,5 @@
-"""The Optuna study: storage, sampler, objective, and what each trial records.
+"""The Optuna study: storage, sampler, and the local loop's objective (how each trial ends is
+:mod:`tuner.study.lifecycle`'s).
 
 Storage defaults to ``sqlite:///studies/<name>.db``. The search space is stored with the study
 the first time and read back on resume, so every run (and every worker) tunes the same space.
@@ -13,7 +14,6 @@ from __future__ import annotations
 import importlib.util
 import socket
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -29,6 +29,7 @@ from tuner.search.plan import Budget
 from tuner.search.twin_steer import TwinSampler
 from tuner.study.claims import claim_or_reuse
 from tuner.study.incumbent import race_for
+from tuner.study.lifecycle import OnTrial, TrialEnds
 from tuner.study.loop import ask_tell_loop
 from tuner.study.paths import StudyPaths
 from tuner.study.storage import (
@@ -48,11 +49,10 @@ from tuner.trial.record import (
     SPACE_ATTR,
     RunFacts,
     TrialRecord,
-    constraint_keys,
     stored_space,
 )
 from tuner.trial.runner import TrialRunner
-from tuner.trial.scoring import DIRECTIONS, Limits, stored_constraints
+from tuner.trial.scoring import DIRECTIONS, Limits
 
 __all__ = [
     "SAMPLERS",
@@ -68,8 +68,6 @@ __all__ = [
     "study_backend_options",
 ]
 
-# FAIL trials do not use up the budget, so a setup where every launch fails would run for ever.
-MAX_FAILURES_IN_A_ROW = 3
 SAMPLERS = ("spectune", "tpe", "random", "gp", "nsga2")
 
 
@@ -288,10 +286,6 @@ class StudyOptions:
     held_gib: float = 0.0  # per GPU, what other processes held when this run started (NVML)
 
 
-# Called after every trial with its record: run, reused ("same as #N") or failed.
-OnTrial = Callable[[TrialRecord], None]
-
-
 def run_trials(
     study: optuna.Study,
     space: SearchSpace,
@@ -301,21 +295,16 @@ def run_trials(
 ) -> None:
     """Runs ``options.trials`` more trials; the server is stopped however this ends."""
     runner = TrialRunner.for_space(backend, space, options.ttft_limit_ms, options.held_gib)
-    keys = constraint_keys(study)  # an older study keeps the keys its trials have
-    listeners = [on_trial] if on_trial else []
-
+    ends = TrialEnds(study, on_trial, str(options.log_dir))
     ran = [False]
 
     def finish(trial: optuna.Trial, record: TrialRecord) -> None:
-        record = replace(record, params=dict(trial.params))  # as readers will see it
-        _write(trial, record, keys)
+        record = ends.write(trial, record)
         if record.restarted and not ran[0]:  # a server started: its version is known now
             record_run(study, backend, space)
             ran[0] = True
-        for listener in listeners:
-            listener(record)
+        ends.tell(record)
 
-    failures_in_a_row = [0]
     worker = f"{socket.gethostname()}/{options.worker}"
 
     def objective(trial: optuna.Trial) -> tuple[float, float]:
@@ -331,17 +320,13 @@ def run_trials(
         try:
             outcome = runner.run(config, context, options.seed * 100_003 + trial.number, race)
         except SpectuneError as exc:
-            finish(trial, TrialRecord.failed(trial.number, config, exc, backend.source, worker))
-            failures_in_a_row[0] += 1
-            if failures_in_a_row[0] >= MAX_FAILURES_IN_A_ROW:  # a broken setup, not bad luck
-                raise SpectuneError(
-                    f"{MAX_FAILURES_IN_A_ROW} trials in a row failed, the last with: {exc}; "
-                    f"stopping (check the image, model and flags; logs in {options.log_dir})"
-                ) from None
+            failed = TrialRecord.failed(trial.number, config, exc, backend.source, worker)
+            finish(trial, failed)
+            ends.count(failed)  # stops the study when the setup keeps failing
             raise
-        failures_in_a_row[0] = 0
         record = TrialRecord.from_outcome(trial.number, outcome, backend.source, worker)
         finish(trial, record)
+        ends.count(record)
         return _objective(record)
 
     budget = options.budget
@@ -394,11 +379,3 @@ def _await_unfinished(study: optuna.Study) -> bool:
         if TrialState.RUNNING not in states:
             return False
         time.sleep(HEARTBEAT_INTERVAL_S)
-
-
-def _write(trial: optuna.Trial, record: TrialRecord, keys: tuple[str, ...]) -> None:
-    for key, value in record.to_attrs().items():
-        trial.set_user_attr(key, value)
-    if record.state is TrialState.COMPLETE:  # the same keys, in the same order, on every trial
-        for key, value in stored_constraints(record.constraints, keys).items():
-            trial.set_constraint(key, value)

@@ -28,11 +28,11 @@ from tuner.errors import SpectuneError
 from tuner.study.executor import OnTick, TrialsRun, prepare_this_host
 from tuner.study.handoff import dump_record, load_record
 from tuner.study.host import check_host_hardware, held_elsewhere
+from tuner.study.lifecycle import OnTrial
 from tuner.study.paths import StudyPaths
 from tuner.study.prefetch import prefetch_models
 from tuner.study.storage import check_parallel_storage
 from tuner.study.study import (
-    OnTrial,
     StudyOptions,
     claim_source,
     make_sampler,

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import socket
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import optuna
@@ -36,16 +36,12 @@ from tuner.study.cluster.nodes import detect_with_nvml, read_nodes, require_matc
 from tuner.study.cluster.pool import Slot, SlotPool
 from tuner.study.cluster.slot import SlotResult
 from tuner.study.incumbent import race_for
+from tuner.study.lifecycle import OnTrial, TrialEnds
 from tuner.study.optuna_private import rdb_of, trial_id
 from tuner.study.storage import BudgetExhausted, RetryOwnRecord
-from tuner.study.study import (
-    MAX_FAILURES_IN_A_ROW,
-    OnTrial,
-    _write,
-)
 from tuner.trial.backends import BackendOptions
 from tuner.trial.backends.kinds import BackendKind
-from tuner.trial.record import RUN_ATTR, TrialRecord, constraint_keys
+from tuner.trial.record import RUN_ATTR, TrialRecord
 
 __all__ = ["RayOptions", "check_cluster", "check_ray_options", "run_on_ray"]
 
@@ -139,16 +135,14 @@ class _Loop:
         self.space = space
         self.pool = pool
         self.seed = seed
-        self.on_trial = on_trial
         self.rounds = rounds
         self.source = BackendKind.parse(backend).source
-        self.keys = constraint_keys(study)  # an older study keeps the keys its trials have
+        self.ends = TrialEnds(study, on_trial, "their temp folder under spectune/ on the nodes")
         self.running: dict[Any, _Job] = {}
         # Trials whose config a running trial measures, by that trial's number.
         self.waiting: dict[int, list[optuna.Trial]] = {}
         self.runnable: list[optuna.Trial] = []  # their trial failed: they run it themselves
         self.idle: list[Slot] = []
-        self.failures_in_a_row = 0
         self.driver = f"{socket.gethostname()}/ray-driver"  # who recorded a reused result
         self.last_beat = time.monotonic()
 
@@ -239,16 +233,7 @@ class _Loop:
         self._finish(job.trial, result.record)
         if result.fatal is not None:
             raise ConfigError(result.fatal)
-        if result.record.state is TrialState.FAIL:
-            self.failures_in_a_row += 1
-            if self.failures_in_a_row >= MAX_FAILURES_IN_A_ROW:  # a broken setup, not bad luck
-                raise SpectuneError(
-                    f"{MAX_FAILURES_IN_A_ROW} trials in a row failed, the last with: "
-                    f"{result.record.failure}; stopping (check the image, model and flags on "
-                    "the nodes; logs in their temp folder under spectune/)"
-                )
-        else:
-            self.failures_in_a_row = 0
+        self.ends.count(result.record)
 
     def _node_lost(self, job: _Job, exc: Exception) -> None:
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
@@ -270,16 +255,14 @@ class _Loop:
             )
 
     def _finish(self, trial: optuna.Trial, record: TrialRecord) -> None:
-        record = replace(record, params=dict(trial.params))  # as readers will see it
         with signals_held():  # told and out of running together, or neither
             self.running = {r: j for r, j in self.running.items() if j.trial is not trial}
-            _write(trial, record, self.keys)
+            record = self.ends.write(trial, record)
             if record.state is TrialState.COMPLETE:
                 self.study.tell(trial, list(record.objective))
             else:  # PRUNED or FAIL: Optuna's samplers read which
                 self.study.tell(trial, state=record.state)
-        if self.on_trial is not None:
-            self.on_trial(record)
+        self.ends.tell(record)
         for waiter in self.waiting.pop(trial.number, []):
             if record.state is TrialState.FAIL:
                 self.runnable.append(waiter)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from tuner.study.cluster.driver import RayOptions, check_cluster, run_on_ray
 from tuner.study.cluster.remote import ray_backend_factory
 from tuner.study.executor import OnTick, TrialsRun
-from tuner.study.study import OnTrial
+from tuner.study.lifecycle import OnTrial
 from tuner.trial.backends import BackendFactory
 
 __all__ = ["OnRay"]
