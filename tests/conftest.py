@@ -46,6 +46,10 @@ os.environ["SPECTUNE_SIM_VLLM_VERSION"] = "0.32.0"
 # never see their Ctrl-C. Tests about signals need the disposition a terminal gives.
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+# nohup ignores SIGHUP the same way, and spectune rightly keeps running when its user asked for
+# that: every SIGHUP test (eleven, and a leaked child after them) would fail under `nohup .ci/run`.
+if signal.getsignal(signal.SIGHUP) is signal.SIG_IGN:
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 
 def require(condition: bool, what: str) -> None:
