@@ -27,14 +27,14 @@ sys.path.insert(0, str(Path(__file__).parent))
 from worlds import SHIPPED, WORLDS, WorldBackend
 
 from tuner.config.space import load_space
-from tuner.search.strategy import warm_start
-from tuner.search.twin_steer import (
+from tuner.search.proposals import (
     CONTINUED_SOURCE,
     COUNTERS_SOURCE,
     PREDICTED_ONLY_ATTR,
     PROPOSED_ATTR,
-    TwinSampler,
 )
+from tuner.search.strategy import warm_start
+from tuner.search.twin_steer import TwinSampler
 from tuner.study.study import StudyOptions, open_study, run_trials
 
 SPACE = load_space(str(Path(__file__).parent / "held_out_space.yaml"))

@@ -16,9 +16,10 @@ import optuna
 
 from tuner.config.space import load_space
 from tuner.config.verification import Verification
+from tuner.search.proposals import on_traffic
 from tuner.search.screen import Screen, grid_params, screened_traffic
 from tuner.search.strategy import predicted_configs, warm_start_configs
-from tuner.search.twin_steer import TwinScreen, _on_traffic
+from tuner.search.twin_screen import TwinScreen
 from tuner.sim.twin.counters import PositionCounts
 from tuner.sim.twin.fit import FittedTwin, fit, observe
 from tuner.sim.twin.model import TwinPhysics
@@ -125,7 +126,7 @@ def test_the_twin_proposes_block_verification_where_it_forecasts_it_ahead() -> N
     adaptive = [p for p in closed_form if p.params.get("enable_adaptive_verification") is True]
     assert adaptive and all(p.output_tok_s > 0 for p in adaptive)  # ranked like any arm
     # On the space's traffic (30 % of it at temperature 0.7) block verification keeps more.
-    ranked = _on_traffic(screen, twin, closed_form)
+    ranked = on_traffic(screen, twin, closed_form)
     best = {p.method: p for p in reversed(ranked)}
     assert best[DFLASH].params["rejection_sample_method"] == "block"
     standard = next(
@@ -146,7 +147,7 @@ def test_a_dflash_study_whose_counters_fall_off_proposes_a_lower_k() -> None:
     screen = TwinScreen(SPACE)
     prior = FittedTwin()
     prior_best = next(
-        p for p in _on_traffic(screen, prior, screen.rank(prior)) if p.method == DFLASH
+        p for p in on_traffic(screen, prior, screen.rank(prior)) if p.method == DFLASH
     )
     assert int(prior_best.params["num_speculative_tokens"]) >= 8  # the prior: a long block
     arm = screen.arm(DFLASH, 15)
@@ -175,7 +176,7 @@ def test_a_dflash_study_whose_counters_fall_off_proposes_a_lower_k() -> None:
     )
     twin = fit(SPACE.hardware, [measured], prior, SPACE.version)
     closed_form = screen.rank(twin)
-    best = next(p for p in _on_traffic(screen, twin, closed_form) if p.method == DFLASH)
+    best = next(p for p in on_traffic(screen, twin, closed_form) if p.method == DFLASH)
     assert best.accepted is not None and not best.accepted.continued  # read off the counters
     assert int(best.params["num_speculative_tokens"]) <= 6
     dflash = [p for p in closed_form if p.method == DFLASH]

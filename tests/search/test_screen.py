@@ -12,7 +12,7 @@ import pytest
 from tuner.config.space import load_space
 from tuner.search.screen import Screen, Setting, screened_traffic
 from tuner.search.strategy import _StagedScreen
-from tuner.search.twin_steer import TwinScreen
+from tuner.search.twin_screen import TwinScreen
 
 _ROOT = Path(__file__).parents[2]
 # Searches the temperature, and K only where there is a draft.

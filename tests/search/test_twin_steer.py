@@ -11,17 +11,11 @@ import pytest
 
 from tuner.config.space import load_space
 from tuner.search.forecast import predicted_pairs
+from tuner.search.proposals import PROPOSED_ATTR, REUSES_KEY, on_traffic
 from tuner.search.startup import REUSE_FLOOR
 from tuner.search.strategy import predicted_configs, warm_start
-from tuner.search.twin_steer import (
-    PROPOSED_ATTR,
-    REUSES_KEY,
-    TwinSampler,
-    TwinScreen,
-    _on_traffic,
-    _screen,
-    stored_twin,
-)
+from tuner.search.twin_screen import TwinScreen, twin_screen
+from tuner.search.twin_steer import TwinSampler, stored_twin
 from tuner.sim.twin import TwinParams
 from tuner.sim.twin.fit import FittedTwin
 from tuner.study.study import StudyOptions, open_study, run_trials
@@ -152,7 +146,7 @@ def test_the_twins_proposals_forecast_the_traffic_mix() -> None:
     screen = TwinScreen(space)
     twin = FittedTwin()  # neutral: its physics are the shipped simulator's
     alone = screen.rank(twin)  # the closed form: one request at a time
-    mixed = _on_traffic(screen, twin, alone)
+    mixed = on_traffic(screen, twin, alone)
 
     def scored(params: dict[str, Any]) -> float:
         config = space.suggest(cast(optuna.Trial, optuna.trial.FixedTrial(params)))
@@ -191,7 +185,7 @@ def test_a_study_does_not_depend_on_the_studies_before_it(tmp_path: Path) -> Non
     )
     ngram = World("ngram workload", "", ngram_logit=2.0)
     predicted_configs.cache_clear()  # as in a fresh process
-    _screen.cache_clear()
+    twin_screen.cache_clear()
     fresh = _mixed_study(space_file, ngram, 8, tmp_path, seed=0)
     _mixed_study(space_file, World("draft 2.5x", "", draft_cost=2.5), 8, tmp_path, seed=1)
     again = _mixed_study(space_file, ngram, 8, tmp_path, seed=0)

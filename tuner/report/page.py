@@ -30,10 +30,10 @@ from tuner.report import charts
 from tuner.report.headline import HEADLINE_CSS, headline, no_recommendation
 from tuner.report.importance import importance_points, param_importances
 from tuner.report.traffic import per_temperature_section, speculation_note, traffic_rows
-from tuner.search.twin_steer import PROPOSED_ATTR, stored_twin
+from tuner.search.twin_steer import stored_twin
 from tuner.study.paths import write_whole
 from tuner.trial.model_runner import model_runner, runner_note
-from tuner.trial.record import records, stored_run
+from tuner.trial.record import PROPOSED_ATTR, records, stored_run
 
 __all__ = ["Report", "write_report"]
 

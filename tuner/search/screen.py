@@ -2,7 +2,7 @@
 
 Two screens predict the points of a space. The warm start's (:mod:`tuner.search.strategy`)
 runs before any trial, with the shipped simulator, in stages around the best so far; the
-twin's (:class:`tuner.search.twin_steer.TwinScreen`) runs after every trial, with the twin
+twin's (:class:`tuner.search.twin_screen.TwinScreen`) runs after every trial, with the twin
 fitted to the trials, over every point in closed form. Only the physics differs; both are a
 :class:`Screen`, which holds what they share:
 

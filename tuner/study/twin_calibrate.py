@@ -34,7 +34,8 @@ from tuner.config.space import NGRAM, NO_DRAFT, SearchSpace
 from tuner.config.trial import LaunchContext, TrialConfig
 from tuner.errors import ConfigError
 from tuner.results import Source
-from tuner.search.twin_steer import PRIOR_ATTR, TwinScreen, stored_twin
+from tuner.search.twin_screen import TwinScreen
+from tuner.search.twin_steer import PRIOR_ATTR, stored_twin
 from tuner.sim.twin.fit import FittedTwin, Observation, fit, observe
 from tuner.sim.twin.model import TwinPhysics
 from tuner.sim.virtual_time import SHIPPED, Physics

@@ -55,6 +55,7 @@ if TYPE_CHECKING:  # the runner imports the load generator and its HTTP client
 __all__ = [
     "BUDGET_ATTR",
     "COUNTED_STATES",
+    "PROPOSED_ATTR",
     "RECORD_ATTRS",
     "RUN_ATTR",
     "SOURCE_ATTR",
@@ -75,6 +76,8 @@ COUNTED_STATES = (TrialState.COMPLETE, TrialState.RUNNING, TrialState.WAITING, T
 SOURCE_ATTR = "source"
 # The simulator's forecast an enqueued warm-start trial carries (tuner.search.strategy).
 WARM_START_ATTR = "warm_start"
+# The twin's forecast a config it enqueued carries (tuner.search.proposals).
+PROPOSED_ATTR = "twin_proposal"
 # What Optuna keeps of a trial itself; every other field of a record is a user attribute.
 _TRIAL_OWNED = frozenset({"number", "state", "values", "constraints", "params"})
 _LOG_TAIL_CHARS = 4000

@@ -17,16 +17,9 @@ from tuner.config.space import load_space
 from tuner.config.trial import SpecMethod, SpeculativeConfig
 from tuner.config.verification import Verification
 from tuner.results import Source
-from tuner.search.twin_steer import (
-    COUNTERS_SOURCE,
-    PREDICTED_ONLY_ATTR,
-    PROPOSED_ATTR,
-    TwinProposal,
-    TwinScreen,
-    _ceiling,
-    _counts,
-    _propose,
-)
+from tuner.search.proposals import COUNTERS_SOURCE, PREDICTED_ONLY_ATTR, PROPOSED_ATTR, propose
+from tuner.search.twin_screen import TwinProposal, TwinScreen
+from tuner.search.twin_steer import _counts
 from tuner.sim.twin import TwinPhysics
 from tuner.sim.twin.counters import PositionCounts, reusable, wilson
 from tuner.sim.twin.fit import FittedTwin, Observation, fit, observe
@@ -272,7 +265,7 @@ def test_a_lower_k_is_measured_only_when_it_could_beat_the_incumbent(can_win: bo
     best = ranked[0]
     assert best.method == DRAFT and best.params["num_speculative_tokens"] < 4  # a lower K
     assert best.accepted is not None
-    ceiling = _ceiling(screen, best)
+    ceiling = screen.ceiling(best)
     assert ceiling is not None and ceiling > best.output_tok_s
     study = optuna.create_study(directions=["maximize", "minimize"])
     study.add_trial(_incumbent(ceiling * (0.98 if can_win else 1.02)))
@@ -286,7 +279,7 @@ def test_a_lower_k_is_measured_only_when_it_could_beat_the_incumbent(can_win: bo
         )
         for p in ranked[1:]
     ]
-    _propose(study, screen, twin, done)
+    propose(study, screen, twin, done)
     waiting = study.get_trials(states=(TrialState.WAITING,))
     if can_win:
         (queued,) = waiting

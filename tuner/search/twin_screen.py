@@ -1,0 +1,315 @@
+"""Every point of a space under the study's fitted twin: what the twin forecasts for a config.
+
+:class:`TwinScreen` walks the arms and settings the warm start screens too
+(:mod:`tuner.search.screen`) with the twin's closed form (milliseconds per space, from parts
+computed once), reads acceptance off the study's per-position counters where they reach a K,
+and knows how sure each forecast is (:meth:`TwinScreen.band`, :meth:`TwinScreen.ceiling`).
+The proposals (:mod:`tuner.search.proposals`), the memory guard
+(:mod:`tuner.search.memory_guard`) and the queue (:mod:`tuner.search.queue`) ask it.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, replace
+from typing import Any, cast
+
+import optuna
+
+from tuner.config.space import NO_DRAFT, SearchSpace
+from tuner.config.trial import SpeculativeConfig, TrialConfig
+from tuner.config.verification import Verification
+from tuner.errors import StartupFailure
+from tuner.search.screen import Arm, Screen, Setting, screened_traffic
+from tuner.sim.acceptance import expected_accepted, verified
+from tuner.sim.band import Band, error_band, regime_of, widest
+from tuner.sim.oom_screen import memory_slacks
+from tuner.sim.twin.counters import AcceptedTokens, PositionCounts, reusable
+from tuner.sim.twin.fit import FittedTwin
+from tuner.sim.twin.forecast import StepParts, forecast, step_parts
+from tuner.sim.twin.model import TwinPhysics
+
+__all__ = ["TwinProposal", "TwinScreen", "params_key", "trial_config", "twin_screen"]
+
+
+@dataclass(frozen=True)
+class TwinProposal:
+    """A config the fitted twin predicts, as :meth:`SearchSpace.suggest` names its parameters.
+
+    Attributes:
+        params: its parameters.
+        output_tok_s: the twin's forecast.
+        ttft_ms: the twin's forecast of its TTFT.
+        headroom_gib: memory it has to spare under the twin.
+        accepted: its acceptance read off the counters of its drafter measured at some K
+            (continued past the highest K counted: :mod:`tuner.sim.twin.counters`); None where
+            the fit predicts it.
+        high_tok_s: with ``accepted``, the forecast at the counters' upper bound (the
+            step-time model's band not yet added: :meth:`TwinScreen.ceiling`).
+    """
+
+    params: dict[str, Any]
+    output_tok_s: float
+    ttft_ms: float
+    headroom_gib: float
+    accepted: AcceptedTokens | None = None
+    high_tok_s: float | None = None
+
+    @property
+    def method(self) -> str:
+        return str(self.params["draft"])
+
+
+class TwinScreen(Screen):
+    """Every point of a space under a fitted twin, from parts computed once per space."""
+
+    def __init__(self, space: SearchSpace) -> None:
+        super().__init__(space)
+        # The twin walks the settings in the order a set of them iterates, as it always has:
+        # that order breaks its ties (one request's prompt fits every batch size, and the
+        # memory to spare often does not depend on it), so its proposals, guards and the
+        # calibration design stay what they were.
+        self.settings = tuple(set(self.settings))
+        self._parts: dict[tuple[Arm, int, int], StepParts] = {}
+        # Shipped (outside slack, KV slack) of each setting, negative where it falls short.
+        self._slack: dict[tuple[Arm, Setting], tuple[float, float]] = {}
+        # Each config's traffic over one request, simulated once (None: misses a limit).
+        self._ratio: dict[tuple[tuple[str, Any], ...], float | None] = {}
+
+    def parts(self, arm: Arm, mnbt: int, prompt: int) -> StepParts:
+        key = (arm, mnbt, prompt)
+        if key not in self._parts:
+            server = self.config(arm, (max(self.settings)[0], mnbt), 0.0).server
+            space, draft = self.space, self.space.draft_model(arm.draft)
+            self._parts[key] = step_parts(
+                space.hardware,
+                space.target,
+                draft,
+                server,
+                prompt,
+                space.workload.output_tokens,
+                space.version,
+            )
+        return self._parts[key]
+
+    def headroom(self, twin: FittedTwin, arm: Arm, setting: Setting) -> float:
+        """GiB a start-up may need beyond the twin's memory before it fails (< 0: it fails)."""
+        key = (arm, setting)
+        if key not in self._slack:
+            server = self.config(arm, setting, 0.0).server
+            space = self.space
+            # Signed: a config the shipped model puts short may fit a twin that learned the
+            # GPUs hold less than modelled.
+            self._slack[key] = memory_slacks(
+                space.hardware, space.target, space.draft_model(arm.draft), server, space.version
+            )
+        slack = self._slack[key]
+        return min(slack[0] - twin.params.outside_gib, slack[1] - twin.params.inside_gib)
+
+    def traffic_ratio(self, params: dict[str, Any]) -> float | None:
+        """Traffic-weighted tok/s over tok/s at one request of ``params`` (shipped physics);
+        None where it misses the TTFT limit at some level or does not fit."""
+        key = params_key(params)
+        if key not in self._ratio:
+            found = _traffic_tok_s(self.space, params)
+            self._ratio[key] = None if found is None else found[0] / found[1]
+        return self._ratio[key]
+
+    def safe(self, twin: FittedTwin, arm: Arm, setting: Setting) -> bool:
+        """Whether ``setting`` leaves ``arm`` the twin's margin to spare."""
+        return self.headroom(twin, arm, setting) >= twin.margin_gib
+
+    def safe_settings(self, twin: FittedTwin, arm: Arm) -> dict[Setting, float]:
+        """The settings of the grid that leave ``arm`` the twin's margin, with the GiB to
+        spare (:meth:`Screen.settings_leaving` under the twin's memory)."""
+        return self.settings_leaving(functools.partial(self.headroom, twin, arm), twin.margin_gib)
+
+    def arm_named(self, params: dict[str, Any]) -> Arm:
+        """The arm of parameters the screen named (complete: every setting of the arm)."""
+        arm = self.arm_of(params)
+        assert arm is not None
+        return arm
+
+    def band(self, proposal: TwinProposal) -> Band:
+        """The step-time model's error band for ``proposal``'s config: the least certain over
+        the workload's levels (:mod:`tuner.sim.band`), as the warm start's forecasts carry."""
+        params = proposal.params
+        setting = (float(params["gpu_memory_utilization"]), int(params["max_num_batched_tokens"]))
+        temperature = float(params.get("temperature", self.space.trial_temperature))
+        server = self.config(self.arm_named(params), setting, temperature).server
+        hardware = self.space.hardware
+        levels = self.space.workload.concurrency
+        band = widest(error_band(regime_of(hardware, server, c)) for c in levels)
+        assert band is not None  # a workload has at least one level
+        return band
+
+    def ceiling(self, proposal: TwinProposal) -> float | None:
+        """A config's best case, where its acceptance is read off counters: the forecast at
+        the counters' upper bound, raised by the step-time model's error band (the largest
+        held-out error of the public figures of its regime, the widest over the workload's
+        levels: :mod:`tuner.sim.band`). None: not from counters, or no figure bounds its regime
+        (then it cannot be ruled out)."""
+        if proposal.high_tok_s is None:
+            return None
+        band = self.band(proposal)
+        if band.error is None:
+            return None
+        return proposal.high_tok_s * (1.0 + band.error)
+
+    def rank(self, twin: FittedTwin) -> list[TwinProposal]:
+        """The best config of every (arm, temperature) under the twin, best first."""
+        space, physics = self.space, TwinPhysics(twin.params)
+        output = space.workload.output_tokens
+        out: list[tuple[TwinProposal, float]] = []  # each with its tail prompt's TTFT
+        for arm in self.arms:
+            safe = self.safe_settings(twin, arm)
+            by_mnbt: dict[int, tuple[Setting, float]] = {}
+            for setting, room in safe.items():  # per batch size, the most memory to spare
+                best = by_mnbt.get(setting[1])
+                if best is None or room > best[1]:
+                    by_mnbt[setting[1]] = (setting, room)
+            for temperature in self.temperatures:
+                accepted, measured = self._accepted(twin, physics, arm, temperature)
+                for mnbt, (setting, room) in by_mnbt.items():
+                    parts = self.parts(arm, mnbt, space.workload.input_tokens)
+                    mean = forecast(parts, twin.params, accepted, output)
+                    tail = forecast(
+                        self.parts(arm, mnbt, self.tail_prompt), twin.params, accepted, output
+                    )
+                    params = self.params(arm, setting, temperature)
+                    high = None
+                    if measured is not None:
+                        high = forecast(parts, twin.params, measured.high, output).output_tok_s
+                    proposal = TwinProposal(
+                        params, mean.output_tok_s, mean.ttft_ms, room, measured, high
+                    )
+                    out.append((proposal, tail.ttft_ms))
+        ranked = self.best_first(out, _forecast)
+        return [p for p, _ in ranked if p.ttft_ms <= space.ttft_limit_ms]
+
+    def _accepted(
+        self, twin: FittedTwin, physics: TwinPhysics, arm: Arm, temperature: float
+    ) -> tuple[float, AcceptedTokens | None]:
+        """Expected accepted tokens per step: from the counters where they reach this K,
+        else from the fitted acceptance (and then None beside it)."""
+        if arm.draft == NO_DRAFT:
+            return 0.0, None
+        measured = self.measured(twin, arm, temperature)
+        if measured is not None:
+            return measured.mid, measured
+        spec = arm.spec
+        assert spec is not None
+        rates = physics.position_rates(
+            self.space.target,
+            self.space.draft_model(arm.draft),
+            spec.method,
+            self.space.workload.prompt_set,
+            temperature,
+            arm.k,
+            speculative=spec,  # its verification, sampled drafts, parallel drafting
+        )
+        return sum(expected_accepted(rates)), None
+
+    def measured(self, twin: FittedTwin, arm: Arm, temperature: float) -> AcceptedTokens | None:
+        """Accepted tokens per step of ``arm`` read off the study's counters, where its
+        drafter was measured at every temperature the trial would serve (the trial's own when
+        the space tunes it, else the workload's mix, weighted), continued past the highest K
+        counted at the twin's fitted decay; None where it was not, or where its counters do
+        not carry to another K.
+
+        Counters are kept from standard verification only (block verification accepts the
+        positions jointly); an arm verifying by another rule reads them scaled by what that
+        rule adds at their rates (:func:`_verifier_gain`), so a study that measured standard
+        verification moves K for block verification too."""
+        spec = arm.spec
+        if spec is None:
+            return None
+        standard = replace(spec, rejection_sample_method=Verification.STANDARD)
+        if not reusable(standard):
+            return None
+        workload = self.space.workload
+        mix = ((temperature, 1.0),) if self.space.tunes_temperature else workload.temperature_mix
+        decay = TwinPhysics(twin.params).decay(
+            self.space.draft_model(arm.draft), spec.method, workload.prompt_set
+        )
+        found = []
+        for t, weight in mix:
+            counted = twin.measured_accepted(arm.draft, workload.prompt_set, t, arm.k, decay)
+            if counted is None:
+                return None
+            if spec != standard:
+                counts = twin.counters[(arm.draft, workload.prompt_set, round(t, 4))]
+                gain = _verifier_gain(counts, arm.k, spec, t, workload.prompt_set)
+                counted = replace(
+                    counted,
+                    mid=counted.mid * gain,
+                    low=counted.low * gain,
+                    high=counted.high * gain,
+                )
+            found.append((weight, counted))
+        total = sum(w for w, _ in found)
+        return AcceptedTokens(
+            arm.k,
+            sum(w * a.mid for w, a in found) / total,
+            sum(w * a.low for w, a in found) / total,
+            sum(w * a.high for w, a in found) / total,
+            min(a.counted for _, a in found),
+        )
+
+
+def _verifier_gain(
+    counts: PositionCounts, k: int, spec: SpeculativeConfig, temperature: float, prompt_set: str
+) -> float:
+    """Accepted tokens per step under ``spec``'s verifier over the standard one's, at the
+    conditional rates ``counts`` measured (up to ``k``) under standard verification."""
+    reach = [r[0] for r in counts.reach()[:k]]
+    rates = tuple(
+        now / before if before > 0 else 0.0
+        for now, before in zip(reach, [1.0, *reach[:-1]], strict=True)
+    )
+    plain = sum(expected_accepted(rates))
+    if plain <= 0:
+        return 1.0
+    return sum(expected_accepted(verified(rates, spec, temperature, prompt_set=prompt_set))) / plain
+
+
+@functools.lru_cache(maxsize=8)  # one per space: benchmarks run many studies of one space
+def twin_screen(space: SearchSpace) -> TwinScreen:
+    return TwinScreen(space)
+
+
+def _forecast(ranked: tuple[TwinProposal, float]) -> tuple[float, float, float, float]:
+    """What :meth:`Screen.best_first` ranks a proposal by (with its tail prompt's TTFT)."""
+    proposal, tail_ttft_ms = ranked
+    return proposal.output_tok_s, proposal.ttft_ms, tail_ttft_ms, proposal.headroom_gib
+
+
+def params_key(params: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
+    return tuple(sorted((k, round(v, 6) if isinstance(v, float) else v) for k, v in params.items()))
+
+
+def trial_config(space: SearchSpace, params: dict[str, Any]) -> TrialConfig:
+    return space.suggest(cast(optuna.Trial, optuna.trial.FixedTrial(params)))
+
+
+def _traffic_tok_s(space: SearchSpace, params: dict[str, Any]) -> tuple[float, float] | None:
+    """(traffic-weighted tok/s, tok/s at one request) of ``params``, noise-free with the
+    shipped physics; None: over the TTFT limit at some level, or out of memory."""
+    config = trial_config(space, params)
+    draft = space.draft_model(str(params["draft"]))
+    total = value = 0.0
+    alone = None
+    try:
+        for condition, result in screened_traffic(space, config, draft):
+            ttft = result.ttft_ms(95)
+            if ttft is None or ttft > space.ttft_limit_ms:
+                return None
+            total += condition.weight
+            value += condition.weight * result.output_tok_s
+            if condition.concurrency == 1 and alone is None:
+                alone = result.output_tok_s
+    except StartupFailure:
+        return None
+    if not total or not alone:
+        return None
+    return value / total, alone
