@@ -295,7 +295,7 @@ def _twin_section(study: optuna.Study, trials: Sequence[Point]) -> str:
         f"<td>{low:.3f} .. {high:.3f}</td></tr>"
         for name, value, low, high in twin.intervals()
     )
-    proposed = sum(PROPOSED_ATTR in t.user_attrs for t in study.get_trials(deepcopy=False))
+    proposed = sum(bool(t.user_attrs.get(PROPOSED_ATTR)) for t in study.get_trials(deepcopy=False))
     source = trials[0].source if trials else "measured"
     return (
         f"<table id='twin'><tr><th class='l'>factor</th><th>fitted</th><th>95 % interval</th>"

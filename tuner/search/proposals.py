@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Iterable, Sequence
-from dataclasses import replace
 from typing import Any
 
 import optuna
@@ -25,7 +24,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from tuner.config.space import SearchSpace
 from tuner.config.trial import ServerConfig
-from tuner.search.queue import queued_params
+from tuner.search.queue import place, queued_params
 from tuner.search.startup import REUSE_FLOOR, StartupPrice, StartupPrices, reuse_share
 from tuner.search.twin_screen import TwinProposal, TwinScreen, params_key, trial_config
 from tuner.sim.twin.fit import FittedTwin
@@ -34,6 +33,7 @@ from tuner.trial.record import (
     BUDGET_ATTR,
     COUNTED_STATES,
     PROPOSED_ATTR,
+    WARM_START_ATTR,
     TrialRecord,
     records,
 )
@@ -71,7 +71,7 @@ def propose(
     first, once per server, a request-only change of the running server forecast close
     enough to it for the start-up it saves (:func:`_reusing`)."""
     waiting = study.get_trials(deepcopy=False, states=(TrialState.WAITING, TrialState.RUNNING))
-    if any(PROPOSED_ATTR in t.user_attrs for t in waiting):
+    if any(t.user_attrs.get(PROPOSED_ATTR) for t in waiting):
         return
     live = len(study.get_trials(deepcopy=False, states=COUNTED_STATES))
     if live >= float(study.user_attrs.get(BUDGET_ATTR, "inf")):  # enqueued: past the budget
@@ -90,9 +90,11 @@ def propose(
     complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
     incumbent = incumbent_among(records(complete))
     # What runs just before a proposal: the last config queued (Optuna takes its queue in
-    # order), else the trial just told.
+    # order), else the trial just told; that one too where warm-start configs wait, since the
+    # queue holds the proposal for the next turn, or drops it (tuner.search.queue).
     queued = [t for t in waiting if t.state is TrialState.WAITING]
-    before = max(queued, key=lambda t: t.number) if queued else done[-1]
+    held = any(t.user_attrs.get(WARM_START_ATTR) for t in queued)
+    before = max(queued, key=lambda t: t.number) if queued and not held else done[-1]
 
     def worth(proposal: TwinProposal) -> dict[str, Any] | None:
         """Its forecast attributes; None (stored as predicted only) where it cannot win."""
@@ -131,7 +133,7 @@ def propose(
                 },
             }
             proposal = variant
-        study.enqueue_trial(proposal.params, user_attrs={PROPOSED_ATTR: attrs})
+        place(study, proposal.params, attrs)
         return
 
 
@@ -277,8 +279,5 @@ def _scaled(screen: TwinScreen, proposals: Iterable[TwinProposal]) -> list[TwinP
     for proposal in proposals:
         ratio = screen.traffic_ratio(proposal.params)
         if ratio is not None:
-            high = None if proposal.high_tok_s is None else proposal.high_tok_s * ratio
-            scored.append(
-                replace(proposal, output_tok_s=proposal.output_tok_s * ratio, high_tok_s=high)
-            )
+            scored.append(proposal.scaled(ratio))
     return sorted(scored, key=lambda p: -p.output_tok_s)

@@ -1,25 +1,34 @@
-"""The study's queue of configs to measure, as the sampler re-plans it.
+"""The study's queue of configs to measure, owned by the sampler.
 
-The warm start (:mod:`tuner.search.strategy`) and the twin (:mod:`tuner.search.proposals`)
-enqueue configs with Optuna's ``Study.enqueue_trial``; Optuna takes them in order. As one is
-taken, the twin has seen every trial since it was queued: :func:`replan` moves it inside the
-memory the trials measured.
+The warm start (:mod:`tuner.search.strategy`) enqueues the configs the prior forecasts best,
+one of each method among them, before any trial; Optuna takes a queue in order. The twin's
+proposals (:mod:`tuner.search.proposals`) come from measurements, so they do not wait behind
+the prior's: while warm-start configs wait, the twin's latest proposal is held
+(:func:`place`), and as each queued config is taken (:func:`take`) the proposal runs in its
+place where the twin, fitted to every trial so far, forecasts that config short of it even at
+the top of its band; the config goes back to the queue's end (else the proposal is dropped,
+and the twin, told one more trial, proposes again). A wrong prior is then corrected
+as fast as the trials say it is wrong, while a config the twin cannot rule out keeps its turn.
+Each config taken is also moved inside the memory the trials measured (:func:`replan`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from optuna.trial import FrozenTrial
+import optuna
+from optuna.trial import FrozenTrial, TrialState
 
 from tuner.search.memory_guard import safe_params
 from tuner.search.twin_screen import TwinScreen
 from tuner.sim.twin.fit import FittedTwin
 from tuner.trial.record import PROPOSED_ATTR, WARM_START_ATTR
 
-__all__ = ["queued_params", "replan"]
+__all__ = ["HELD_ATTR", "place", "queued_params", "replan", "take"]
 
 _FIXED_PARAMS = "fixed_params"  # where Study.enqueue_trial keeps a queued trial's parameters
+# The study attribute that holds the twin's proposal while warm-start configs wait.
+HELD_ATTR = "twin_held_proposal"
 
 
 def queued_params(trial: FrozenTrial) -> dict[str, Any]:
@@ -40,7 +49,7 @@ def replan(screen: TwinScreen, twin: FittedTwin, trial: FrozenTrial) -> None:
     call (``tests/study/test_optuna_private.py`` checks it), so changing them here is what the
     objective sees.
     """
-    if WARM_START_ATTR not in trial.user_attrs and PROPOSED_ATTR not in trial.user_attrs:
+    if not (trial.user_attrs.get(WARM_START_ATTR) or trial.user_attrs.get(PROPOSED_ATTR)):
         return
     fixed = trial.system_attrs.get(_FIXED_PARAMS)
     if not isinstance(fixed, dict) or "draft" not in fixed:
@@ -48,3 +57,68 @@ def replan(screen: TwinScreen, twin: FittedTwin, trial: FrozenTrial) -> None:
     moved = safe_params(screen, twin, fixed)
     if moved != fixed:
         trial.system_attrs[_FIXED_PARAMS] = moved
+
+
+def place(study: optuna.Study, params: dict[str, Any], forecast: dict[str, Any]) -> None:
+    """Queues the twin's proposal (``forecast``: what it stores as :data:`PROPOSED_ATTR`): at
+    the queue's end where no warm-start config waits, else held for :func:`take`, in place of
+    the one held before (the twin has learned since)."""
+    waiting = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+    if any(t.user_attrs.get(WARM_START_ATTR) for t in waiting):
+        study.set_user_attr(HELD_ATTR, {"params": params, "forecast": forecast})
+    else:
+        study.enqueue_trial(params, user_attrs={PROPOSED_ATTR: forecast})
+
+
+def take(study: optuna.Study, screen: TwinScreen, twin: FittedTwin, trial: FrozenTrial) -> None:
+    """As ``trial`` is taken from the queue: the held proposal runs instead where ``trial`` is
+    a warm-start config the twin forecasts short of it even at the top of its band (``trial``'s
+    config goes back to the queue's end). Otherwise it is dropped: it was made for the turn
+    right after the trial just told (a request-only change of that trial's server among the
+    choices), and the twin proposes again once ``trial`` is told.
+
+    Only ``trial``, which this process took, is changed: another worker's trials are not
+    touched, so parallel workers cannot run a config twice. Its parameters change as
+    :func:`replan`'s do; its user attributes through the storage, as Optuna's ``Trial`` would
+    write them (it is running)."""
+    held = study.user_attrs.get(HELD_ATTR)
+    if not held:
+        return
+    params, forecast = dict(held["params"]), dict(held["forecast"])
+    warm = trial.user_attrs.get(WARM_START_ATTR)
+    fixed = trial.system_attrs.get(_FIXED_PARAMS)
+    if warm and isinstance(fixed, dict):
+        short = _short_of(screen, twin, fixed, float(forecast["output_tok_s"]))
+        if short is not None:
+            study.set_user_attr(HELD_ATTR, None)
+            study.enqueue_trial(fixed, user_attrs={WARM_START_ATTR: warm})
+            forecast["ahead_of"] = {"params": fixed, **short}
+            # Optuna's private storage and trial id: the sampler holds a FrozenTrial, not the
+            # Trial whose set_user_attr writes them (tests/search/test_queue.py checks the result).
+            storage, trial_id = study._storage, trial._trial_id
+            storage.set_trial_user_attr(trial_id, PROPOSED_ATTR, forecast)
+            storage.set_trial_user_attr(trial_id, WARM_START_ATTR, None)
+            storage.set_trial_system_attr(trial_id, _FIXED_PARAMS, params)
+            trial.system_attrs[_FIXED_PARAMS] = params
+            return
+    study.set_user_attr(HELD_ATTR, None)
+
+
+def _short_of(
+    screen: TwinScreen, twin: FittedTwin, params: dict[str, Any], rival_tok_s: float
+) -> dict[str, float] | None:
+    """The twin's forecast of ``params`` and its top, where the top falls short of
+    ``rival_tok_s``; None where it does not, or where no band bounds it (a regime no public
+    figure covers: it cannot be ruled out)."""
+    proposal = screen.forecast_of(twin, params)
+    if proposal is None:
+        return None
+    top = screen.ceiling(proposal)
+    if top is None:
+        error = screen.band(proposal).error
+        if error is None:
+            return None
+        top = proposal.output_tok_s * (1.0 + error)
+    if top >= rival_tok_s:
+        return None
+    return {"output_tok_s": round(proposal.output_tok_s, 3), "high_tok_s": round(top, 3)}

@@ -59,6 +59,11 @@ class TwinProposal:
     def method(self) -> str:
         return str(self.params["draft"])
 
+    def scaled(self, ratio: float) -> TwinProposal:
+        """This forecast scaled to the space's traffic (``ratio``: traffic over one request)."""
+        high = None if self.high_tok_s is None else self.high_tok_s * ratio
+        return replace(self, output_tok_s=self.output_tok_s * ratio, high_tok_s=high)
+
 
 class TwinScreen(Screen):
     """Every point of a space under a fitted twin, from parts computed once per space."""
@@ -159,7 +164,6 @@ class TwinScreen(Screen):
     def rank(self, twin: FittedTwin) -> list[TwinProposal]:
         """The best config of every (arm, temperature) under the twin, best first."""
         space, physics = self.space, TwinPhysics(twin.params)
-        output = space.workload.output_tokens
         out: list[tuple[TwinProposal, float]] = []  # each with its tail prompt's TTFT
         for arm in self.arms:
             safe = self.safe_settings(twin, arm)
@@ -169,23 +173,54 @@ class TwinScreen(Screen):
                 if best is None or room > best[1]:
                     by_mnbt[setting[1]] = (setting, room)
             for temperature in self.temperatures:
-                accepted, measured = self._accepted(twin, physics, arm, temperature)
-                for mnbt, (setting, room) in by_mnbt.items():
-                    parts = self.parts(arm, mnbt, space.workload.input_tokens)
-                    mean = forecast(parts, twin.params, accepted, output)
-                    tail = forecast(
-                        self.parts(arm, mnbt, self.tail_prompt), twin.params, accepted, output
-                    )
-                    params = self.params(arm, setting, temperature)
-                    high = None
-                    if measured is not None:
-                        high = forecast(parts, twin.params, measured.high, output).output_tok_s
-                    proposal = TwinProposal(
-                        params, mean.output_tok_s, mean.ttft_ms, room, measured, high
-                    )
-                    out.append((proposal, tail.ttft_ms))
+                accepted = self._accepted(twin, physics, arm, temperature)
+                for setting, room in by_mnbt.values():
+                    out.append(self._proposal(twin, arm, setting, room, temperature, accepted))
         ranked = self.best_first(out, _forecast)
         return [p for p, _ in ranked if p.ttft_ms <= space.ttft_limit_ms]
+
+    def forecast_of(self, twin: FittedTwin, params: dict[str, Any]) -> TwinProposal | None:
+        """The twin's forecast of one config as a proposal of it would carry (on the space's
+        traffic where it has more than one level); None where the screen cannot name it or
+        it misses a limit."""
+        arm = self.arm_of(params)
+        util, mnbt = params.get("gpu_memory_utilization"), params.get("max_num_batched_tokens")
+        if arm is None or util is None or mnbt is None:
+            return None
+        setting = (float(util), int(mnbt))
+        temperature = float(params.get("temperature", self.space.trial_temperature))
+        accepted = self._accepted(twin, TwinPhysics(twin.params), arm, temperature)
+        room = self.headroom(twin, arm, setting)
+        proposal, _ = self._proposal(twin, arm, setting, room, temperature, accepted)
+        proposal = replace(proposal, params=params)
+        if proposal.ttft_ms > self.space.ttft_limit_ms:
+            return None
+        if len(self.space.workload.concurrency) < 2:
+            return proposal
+        ratio = self.traffic_ratio(params)
+        return None if ratio is None else proposal.scaled(ratio)
+
+    def _proposal(
+        self,
+        twin: FittedTwin,
+        arm: Arm,
+        setting: Setting,
+        room: float,
+        temperature: float,
+        accepted: tuple[float, AcceptedTokens | None],
+    ) -> tuple[TwinProposal, float]:
+        """One config's forecast, with its tail prompt's TTFT (``accepted``: :meth:`_accepted`)."""
+        mean_accepted, measured = accepted
+        output, mnbt = self.space.workload.output_tokens, setting[1]
+        parts = self.parts(arm, mnbt, self.space.workload.input_tokens)
+        mean = forecast(parts, twin.params, mean_accepted, output)
+        tail = forecast(self.parts(arm, mnbt, self.tail_prompt), twin.params, mean_accepted, output)
+        high = None
+        if measured is not None:
+            high = forecast(parts, twin.params, measured.high, output).output_tok_s
+        params = self.params(arm, setting, temperature)
+        proposal = TwinProposal(params, mean.output_tok_s, mean.ttft_ms, room, measured, high)
+        return proposal, tail.ttft_ms
 
     def _accepted(
         self, twin: FittedTwin, physics: TwinPhysics, arm: Arm, temperature: float

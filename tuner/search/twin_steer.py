@@ -24,7 +24,7 @@ from optuna.trial import FrozenTrial, TrialState
 from tuner.config.space import SearchSpace
 from tuner.search.memory_guard import guard, safe_params
 from tuner.search.proposals import propose
-from tuner.search.queue import replan
+from tuner.search.queue import replan, take
 from tuner.search.twin_screen import TwinScreen, twin_screen
 from tuner.sim.twin.counters import PositionCounts
 from tuner.sim.twin.fit import FittedTwin, Observation, fit
@@ -168,7 +168,9 @@ class TwinSampler(optuna.samplers.BaseSampler):
         self.inner.before_trial(study, trial)
         screen = self._space(study)
         if screen is not None and self.steer:
-            replan(screen, self.twin(study), trial)
+            twin = self.twin(study)
+            replan(screen, twin, trial)
+            take(study, screen, twin, trial)
 
     def after_trial(
         self,
