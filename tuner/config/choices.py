@@ -131,11 +131,7 @@ class SpecChoice:
         for name, value in self.settings:
             middle = (value.low + value.high) / 2
             values[name] = float(round(middle)) if name in _INTEGER_SETTINGS else middle
-        if "prompt_lookup_max" in values:  # vLLM refuses min > max
-            values["prompt_lookup_min"] = min(
-                values["prompt_lookup_min"], values["prompt_lookup_max"]
-            )
-        return values
+        return method_of(self.method).settled(values)
 
     def design(self) -> tuple[dict[str, Any], ...]:
         """The own values a screen forecasts (settings and options): the defaults with each
@@ -156,7 +152,7 @@ class SpecChoice:
         ]
         for name, value in changes:
             variant = self._own(base, {name: value})
-            if _window_holds(variant) and variant not in found:
+            if self._holds(variant) and variant not in found:
                 found.append(variant)
         return tuple(found)
 
@@ -169,9 +165,13 @@ class SpecChoice:
         seen: list[dict[str, Any]] = []
         for values in itertools.product(*axes):
             variant = self._own({}, dict(zip(names, values, strict=True)))
-            if _window_holds(variant) and variant not in seen:
+            if self._holds(variant) and variant not in seen:
                 seen.append(variant)
                 yield variant
+
+    def _holds(self, own: Mapping[str, Any]) -> bool:
+        """Whether vLLM accepts ``own`` together (a screen skips a combination it refuses)."""
+        return method_of(self.method).settled(own) == dict(own)
 
     def own(self, spec: SpeculativeConfig) -> dict[str, Any]:
         """The own values ``spec`` runs with, as :meth:`design` names them."""
@@ -370,9 +370,3 @@ def _levels(name: str, value: Range, levels: int = _LEVELS) -> tuple[float, ...]
     if name in _INTEGER_SETTINGS:
         return tuple(dict.fromkeys(float(round(p)) for p in points))
     return tuple(round(p, 10) for p in points)
-
-
-def _window_holds(own: Mapping[str, Any]) -> bool:
-    """Whether prompt lookup's window is one vLLM accepts (min <= max) where it has one."""
-    low, high = own.get("prompt_lookup_min"), own.get("prompt_lookup_max")
-    return low is None or high is None or low <= high

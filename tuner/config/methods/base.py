@@ -187,6 +187,11 @@ class Method:
         dialect has no flag for it)."""
         return None
 
+    def settled(self, own: Mapping[str, Any]) -> dict[str, Any]:
+        """``own`` (this method's own values) as vLLM accepts them together: unchanged here;
+        a method whose values constrain each other says how."""
+        return dict(own)
+
     def check(
         self, target: ModelSpec, model: str | None, k: Range, release: VllmVersion | None
     ) -> Range:

@@ -9,7 +9,8 @@ Runner V2 runs both from 0.32 (``_get_v2_model_runner_unsupported_features`` in
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Mapping
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 from pydantic_core import PydanticCustomError
@@ -62,6 +63,14 @@ class NgramMethod(SectionModel):
 
 
 class _Lookup(Method):
+    def settled(self, own: Mapping[str, Any]) -> dict[str, Any]:
+        """The window's min at most its max (vLLM refuses min > max)."""
+        values = dict(own)
+        low, high = values.get("prompt_lookup_min"), values.get("prompt_lookup_max")
+        if low is not None and high is not None and low > high:
+            values["prompt_lookup_min"] = high
+        return values
+
     def v1_reason(self, version: VllmVersion) -> str | None:
         if version < self.v2_since and version < _REWORDED:
             return "ngram/ngram_gpu speculative decoding"
