@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
 from tuner.errors import ConfigError
@@ -24,3 +27,20 @@ def test_an_unknown_backend_is_one_line_naming_the_known_ones() -> None:
         ConfigError, match=r"^unknown backend 'cloud': choose one of sim, process, docker$"
     ):
         BackendKind.parse("cloud")
+
+
+def test_no_module_outside_the_backends_compares_a_backend_by_its_name() -> None:
+    """A new backend is one kind in tuner/trial/backends/, not a hunt for string tests."""
+    root = Path(__file__).parents[3] / "tuner"
+    names = "|".join(BACKENDS)
+    compared = re.compile(
+        rf"""(==|!=)\s*["']({names})["']|["']({names})["']\s*(==|!=)|in\s*[(\[{{][^)\]}}]*["']({names})["']"""
+    )
+    found = [
+        f"{path.relative_to(root.parent)}:{number}: {line.strip()}"
+        for path in root.rglob("*.py")
+        if "trial/backends" not in path.as_posix()
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if compared.search(line)
+    ]
+    assert found == []
