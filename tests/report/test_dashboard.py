@@ -26,9 +26,9 @@ from optuna.trial import TrialState
 from tests.testbed.results import STUDY, StudyCopy, free_port, run_chromium
 from tuner.analysis.trials import Outcome, points
 from tuner.report.dashboard import LEGACY_CONSTRAINTS, prepare_dashboard
-from tuner.study.optuna_private import storage_of
 from tuner.study.paths import StudyPaths
 from tuner.study.storage import open_storage
+from tuner.trial.optuna_private import storage_of
 from tuner.trial.scoring import CONSTRAINT_KEYS
 
 SPECTUNE = Path(sys.executable).with_name("spectune")

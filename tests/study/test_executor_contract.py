@@ -18,8 +18,8 @@ from tuner.config.space import load_space
 from tuner.results import Source
 from tuner.study.executor import InProcess
 from tuner.study.optimize import OptimizeRequest, StudyRun
-from tuner.study.optuna_private import rdb_of
 from tuner.study.workers import LocalWorkers
+from tuner.trial.optuna_private import rdb_of
 from tuner.trial.record import TrialRecord
 
 SPACE = str(Path(__file__).with_name("small-space.yaml"))

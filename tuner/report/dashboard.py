@@ -20,7 +20,7 @@ confirmation runs) where a real backend wrote one, else a short JSON record of t
 
 Optuna refuses to change a finished trial, even a system attribute, so the backfill writes the
 same attribute rows straight into the RDB storage's table (through
-:mod:`tuner.study.optuna_private`, like every use of Optuna's internals).
+:mod:`tuner.trial.optuna_private`, like every use of Optuna's internals).
 """
 
 from __future__ import annotations
@@ -40,8 +40,8 @@ from optuna.trial import FrozenTrial, TrialState
 from tuner.errors import ConfigError
 from tuner.report.dashboard_note import write_note
 from tuner.report.dashboard_server import serve
-from tuner.study import optuna_private
 from tuner.study.paths import StudyPaths
+from tuner.trial import optuna_private
 from tuner.trial.record import TrialRecord, stored_space
 from tuner.trial.scoring import LEGACY_CONSTRAINT_KEYS, OBJECTIVE_NAMES, Limits
 

@@ -17,7 +17,7 @@ import optuna
 
 from tuner.analysis.recommendation import Recommendation, config_line, recommendation, short_label
 from tuner.config.space import SearchSpace
-from tuner.study import optuna_private
+from tuner.trial import optuna_private
 
 __all__ = ["WRITTEN_ATTR", "note_text", "write_note"]
 

@@ -22,11 +22,11 @@ from optuna.trial import FrozenTrial, TrialState
 from tuner.search.memory_guard import safe_params
 from tuner.search.twin_screen import TwinScreen
 from tuner.sim.twin.fit import FittedTwin
+from tuner.trial.optuna_private import FIXED_PARAMS, run_instead
 from tuner.trial.record import PROPOSED_ATTR, WARM_START_ATTR
 
 __all__ = ["HELD_ATTR", "place", "queued_params", "replan", "take"]
 
-_FIXED_PARAMS = "fixed_params"  # where Study.enqueue_trial keeps a queued trial's parameters
 # The study attribute that holds the twin's proposal while warm-start configs wait.
 HELD_ATTR = "twin_held_proposal"
 
@@ -34,7 +34,7 @@ HELD_ATTR = "twin_held_proposal"
 def queued_params(trial: FrozenTrial) -> dict[str, Any]:
     """A trial's parameters; a queued one's are those it was enqueued with (Optuna sets
     ``params`` only as it runs)."""
-    fixed = trial.system_attrs.get(_FIXED_PARAMS)
+    fixed = trial.system_attrs.get(FIXED_PARAMS)
     return trial.params or (fixed if isinstance(fixed, dict) else {})
 
 
@@ -46,17 +46,17 @@ def replan(screen: TwinScreen, twin: FittedTwin, trial: FrozenTrial) -> None:
 
     Optuna's ``Trial`` reads an enqueued trial's parameters from the ``fixed_params`` system
     attribute of the very ``FrozenTrial`` it hands the sampler's ``before_trial``, after that
-    call (``tests/study/test_optuna_private.py`` checks it), so changing them here is what the
+    call (``tests/trial/test_optuna_private.py`` checks it), so changing them here is what the
     objective sees.
     """
     if not (trial.user_attrs.get(WARM_START_ATTR) or trial.user_attrs.get(PROPOSED_ATTR)):
         return
-    fixed = trial.system_attrs.get(_FIXED_PARAMS)
+    fixed = trial.system_attrs.get(FIXED_PARAMS)
     if not isinstance(fixed, dict) or "draft" not in fixed:
         return
     moved = safe_params(screen, twin, fixed)
     if moved != fixed:
-        trial.system_attrs[_FIXED_PARAMS] = moved
+        trial.system_attrs[FIXED_PARAMS] = moved
 
 
 def place(study: optuna.Study, params: dict[str, Any], forecast: dict[str, Any]) -> None:
@@ -78,28 +78,22 @@ def take(study: optuna.Study, screen: TwinScreen, twin: FittedTwin, trial: Froze
     choices), and the twin proposes again once ``trial`` is told.
 
     Only ``trial``, which this process took, is changed: another worker's trials are not
-    touched, so parallel workers cannot run a config twice. Its parameters change as
-    :func:`replan`'s do; its user attributes through the storage, as Optuna's ``Trial`` would
-    write them (it is running)."""
+    touched, so parallel workers cannot run a config twice (:func:`run_instead`: what Optuna's
+    ``Trial`` reads its queued parameters from)."""
     held = study.user_attrs.get(HELD_ATTR)
     if not held:
         return
     params, forecast = dict(held["params"]), dict(held["forecast"])
     warm = trial.user_attrs.get(WARM_START_ATTR)
-    fixed = trial.system_attrs.get(_FIXED_PARAMS)
+    fixed = trial.system_attrs.get(FIXED_PARAMS)
     if warm and isinstance(fixed, dict):
         short = _short_of(screen, twin, fixed, float(forecast["output_tok_s"]))
         if short is not None:
             study.set_user_attr(HELD_ATTR, None)
             study.enqueue_trial(fixed, user_attrs={WARM_START_ATTR: warm})
             forecast["ahead_of"] = {"params": fixed, **short}
-            # Optuna's private storage and trial id: the sampler holds a FrozenTrial, not the
-            # Trial whose set_user_attr writes them (tests/search/test_queue.py checks the result).
-            storage, trial_id = study._storage, trial._trial_id
-            storage.set_trial_user_attr(trial_id, PROPOSED_ATTR, forecast)
-            storage.set_trial_user_attr(trial_id, WARM_START_ATTR, None)
-            storage.set_trial_system_attr(trial_id, _FIXED_PARAMS, params)
-            trial.system_attrs[_FIXED_PARAMS] = params
+            ahead = {PROPOSED_ATTR: forecast, WARM_START_ATTR: None}
+            run_instead(study, trial, params, ahead)
             return
     study.set_user_attr(HELD_ATTR, None)
 

@@ -23,7 +23,7 @@ from optuna.storages import RDBStorage, fail_stale_trials
 from optuna.trial import TrialState
 
 from tuner.launch.exit_hooks import signals_held
-from tuner.study.optuna_private import rdb_of, trial_id
+from tuner.trial.optuna_private import rdb_of, trial_id
 
 __all__ = ["ask_tell_loop"]
 

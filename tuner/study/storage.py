@@ -23,7 +23,7 @@ from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.trial import FrozenTrial, TrialState
 
 from tuner.errors import ConfigError, SpectuneError
-from tuner.study.optuna_private import (
+from tuner.trial.optuna_private import (
     ARTIFACTS_PREFIX,
     LEGACY_CONSTRAINTS,
     NewTrialHook,

@@ -37,10 +37,10 @@ from tuner.study.cluster.pool import Slot, SlotPool
 from tuner.study.cluster.slot import SlotResult
 from tuner.study.incumbent import race_for
 from tuner.study.lifecycle import OnTrial, TrialEnds
-from tuner.study.optuna_private import rdb_of, trial_id
 from tuner.study.storage import BudgetExhausted, RetryOwnRecord
 from tuner.trial.backends import BackendOptions
 from tuner.trial.backends.kinds import BackendKind
+from tuner.trial.optuna_private import rdb_of, trial_id
 from tuner.trial.record import RUN_ATTR, TrialRecord
 
 __all__ = ["RayOptions", "check_cluster", "check_ray_options", "run_on_ray"]

@@ -1,4 +1,4 @@
-"""Every use of Optuna's private API, in one module; ``tests/study/test_optuna_private.py``
+"""Every use of Optuna's private API, in one module; ``tests/trial/test_optuna_private.py``
 checks each.
 
 spectune needs a few things Optuna 5's public API does not offer:
@@ -14,7 +14,10 @@ spectune needs a few things Optuna 5's public API does not offer:
 - a hook where trials are born: Optuna's cache layer calls ``RDBStorage._create_new_trial``,
   not the public ``create_new_trial`` (:class:`NewTrialHook`);
 - the names Optuna gives system attributes: ``constraints:<key>`` for keyed constraints,
-  ``constraints`` for the legacy list, ``artifacts:<id>`` for artifact metadata.
+  ``constraints`` for the legacy list, ``artifacts:<id>`` for artifact metadata, and
+  ``fixed_params`` for an enqueued trial's parameters, which ``Trial`` reads from the very
+  ``FrozenTrial`` the sampler's ``before_trial`` is handed, after that call
+  (:data:`FIXED_PARAMS`, :func:`run_instead`).
 
 An Optuna upgrade that moves one of these fails that test, naming what moved.
 """
@@ -37,9 +40,11 @@ from optuna.trial import FrozenTrial
 __all__ = [
     "ARTIFACTS_PREFIX",
     "CONSTRAINTS_PREFIX",
+    "FIXED_PARAMS",
     "LEGACY_CONSTRAINTS",
     "NewTrialHook",
     "rdb_of",
+    "run_instead",
     "storage_of",
     "study_id",
     "trial_id",
@@ -50,6 +55,7 @@ __all__ = [
 LEGACY_CONSTRAINTS = _CONSTRAINTS_KEY  # a list of values; what optuna-dashboard 0.21 reads
 CONSTRAINTS_PREFIX = f"{_CONSTRAINTS_KEY}:"  # Optuna 5's keyed constraints
 ARTIFACTS_PREFIX = ARTIFACTS_ATTR_PREFIX
+FIXED_PARAMS = "fixed_params"  # where Study.enqueue_trial keeps a queued trial's parameters
 
 
 def storage_of(study: optuna.Study) -> BaseStorage:
@@ -135,3 +141,18 @@ class NewTrialHook(RDBStorage):
     def new_trial(self, study_id: int, create: Callable[[], FrozenTrial]) -> FrozenTrial:
         """Creates a sampled trial of study ``study_id`` by calling ``create``; override it."""
         return create()
+
+
+def run_instead(
+    study: optuna.Study,
+    trial: FrozenTrial,
+    params: dict[str, Any],
+    user_attrs: dict[str, Any],
+) -> None:
+    """Makes the trial a sampler's ``before_trial`` was handed run ``params`` (it was queued
+    with others), with ``user_attrs`` written as its own ``Trial.set_user_attr`` would."""
+    storage, number = study._storage, trial._trial_id
+    for key, value in user_attrs.items():
+        storage.set_trial_user_attr(number, key, value)
+    storage.set_trial_system_attr(number, FIXED_PARAMS, params)
+    trial.system_attrs[FIXED_PARAMS] = params

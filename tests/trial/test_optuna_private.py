@@ -1,4 +1,4 @@
-"""Optuna's private API as tuner/study/optuna_private.py uses it: each piece still there.
+"""Optuna's private API as tuner/trial/optuna_private.py uses it: each piece still there.
 
 An Optuna upgrade that renames, moves or reshapes one of them fails here, with the test id and
 the message naming the piece, before a study or the dashboard breaks in a user's hands.
@@ -15,8 +15,8 @@ import pytest
 from optuna.storages import RDBStorage
 from optuna.trial import FrozenTrial, TrialState
 
-from tuner.study import optuna_private
-from tuner.study.optuna_private import NewTrialHook
+from tuner.trial import optuna_private
+from tuner.trial.optuna_private import NewTrialHook
 
 _VERSION = f"Optuna {optuna.__version__}"
 
@@ -132,7 +132,7 @@ def test_optuna_private_api_is_still_there(api: str, tmp_path: Path) -> None:
         check(tmp_path) if _signature(check) else check()
     except (AssertionError, AttributeError, ImportError, TypeError) as exc:
         pytest.fail(
-            f"{_VERSION} changed {api}, which tuner/study/optuna_private.py relies on: "
+            f"{_VERSION} changed {api}, which tuner/trial/optuna_private.py relies on: "
             f"{type(exc).__name__}: {exc}",
             pytrace=False,
         )
@@ -164,3 +164,21 @@ def test_before_trial_sees_the_queued_parameters_the_trial_then_uses(tmp_path: P
     study.enqueue_trial({"x": 1.0})
     trial = study.ask()
     assert trial.suggest_float("x", 0.0, 5.0) == 2.0, _VERSION
+
+
+def test_a_trial_taken_from_the_queue_runs_what_run_instead_gives_it(tmp_path: Path) -> None:
+    """tuner/search/queue.py runs a held proposal in a queued trial's turn."""
+
+    class Instead(optuna.samplers.RandomSampler):
+        def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
+            optuna_private.run_instead(study, trial, {"x": 3.0}, {"why": "held", "was": None})
+
+    study = _study(tmp_path)
+    study.sampler = Instead()
+    study.enqueue_trial({"x": 1.0}, user_attrs={"was": "queued"})
+    trial = study.ask()
+    assert trial.suggest_float("x", 0.0, 5.0) == 3.0, _VERSION
+    study.tell(trial, [1.0, 1.0])
+    (stored,) = study.get_trials()
+    assert stored.params == {"x": 3.0}
+    assert stored.user_attrs == {"why": "held", "was": None}
