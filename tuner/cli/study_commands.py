@@ -13,32 +13,17 @@ from rich.live import Live
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
-from tuner.analysis.confirmed import Run
-from tuner.analysis.infeasible import infeasible_reasons
-from tuner.catalog.gpus import parse_hardware
 from tuner.cli import options as opt
 from tuner.cli.app import app, console, handle_errors, print_json, warn
-from tuner.cli.render import (
-    confirm_run_line,
-    confirmed_table,
-    k_table_line,
-    plan_table,
-    recommendation,
-    record_row,
-    records_table,
-    trial_table,
-)
-from tuner.config import bounds
-from tuner.config.trial import server_to_dict
 from tuner.config.vllm_version import check_release
-from tuner.results import StartupEvent
-from tuner.trial.backends.kinds import BackendKind
-from tuner.trial.scoring import TrialStatus
 
-# The modules that import Optuna and SQLAlchemy load inside the commands: `spectune --help`
-# and the commands without a study need neither (tests/cli/test_startup.py).
+# What a study runs on (the search space's schema, the tables that read it, Optuna and
+# SQLAlchemy) loads inside the commands: `spectune --help` needs none of it
+# (tests/cli/test_startup.py, benchmarks/help_cost.py).
 if TYPE_CHECKING:
+    from tuner.analysis.confirmed import Run
     from tuner.config.space import SearchSpace
+    from tuner.results import StartupEvent
     from tuner.study.optimize import OptimizeResult
     from tuner.trial.record import TrialRecord
 
@@ -46,6 +31,7 @@ if TYPE_CHECKING:
 def _build_space(
     space: str | None, hardware: str | None, slo_ttft_ms: float | None, vllm_version: str | None
 ) -> SearchSpace:
+    from tuner.catalog.gpus import parse_hardware
     from tuner.config.space import load_space
 
     loaded = load_space(space)
@@ -123,7 +109,7 @@ def optimize_command(
         int,
         opt.bounded(
             "--workers",
-            bounds.GpuCount,
+            "GpuCount",
             "Parallel workers on this host, each on its own GPUs (needs PostgreSQL).",
             opt.BACKEND_PANEL,
         ),
@@ -132,7 +118,7 @@ def optimize_command(
         int | None,
         opt.bounded(
             "--gpus-per-trial",
-            bounds.GpuCount,
+            "GpuCount",
             "GPUs each worker uses (default: the hardware's count).",
             opt.BACKEND_PANEL,
         ),
@@ -161,7 +147,7 @@ def optimize_command(
         int,
         opt.bounded(
             "--confirm-top",
-            bounds.Picks,
+            "Picks",
             "Best configs measured again on fresh servers (0: none).",
             opt.BUDGET_PANEL,
         ),
@@ -170,7 +156,7 @@ def optimize_command(
         int,
         opt.bounded(
             "--confirm-repeats",
-            bounds.Repeats,
+            "Repeats",
             "Fresh runs per confirmed config.",
             opt.BUDGET_PANEL,
         ),
@@ -183,10 +169,18 @@ def optimize_command(
     """Run a tuning study, confirm the best configs, and export the recommended one."""
     # Here, not at the top: they load the backends' container and HTTP libraries, which
     # `spectune --help` should not pay for.
+    from tuner.cli.render import (
+        confirm_run_line,
+        plan_table,
+        record_row,
+        trial_table,
+    )
     from tuner.search.plan import parse_duration, plan_study
     from tuner.study.cluster import RayOptions
     from tuner.study.optimize import OptimizeRequest, StudyRun, check_request, optimize
     from tuner.study.run import stored_startups
+    from tuner.trial.backends.kinds import BackendKind
+    from tuner.trial.scoring import TrialStatus
 
     explicit = any(v is not None for v in (space, hardware, slo_ttft_ms, vllm_version))
     built = _build_space(space, hardware, slo_ttft_ms, vllm_version)
@@ -280,6 +274,8 @@ def _show_startup(line: Text, event: StartupEvent) -> None:
 
 
 def _record_json(record: TrialRecord, metric: str) -> dict[str, Any]:
+    from tuner.config.trial import server_to_dict
+
     throughput, ttft = record.objective
     return {
         "trial": record.number,
@@ -312,6 +308,8 @@ def _optimize_json(result: OptimizeResult) -> dict[str, Any]:
 
 
 def _print_optimize(result: OptimizeResult) -> None:
+    from tuner.analysis.infeasible import infeasible_reasons
+    from tuner.cli.render import confirmed_table, k_table_line, recommendation, records_table
     from tuner.study.storage import safe_url
     from tuner.trial.record import records
 
