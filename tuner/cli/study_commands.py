@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from tuner.analysis.confirmed import Run
     from tuner.config.space import SearchSpace
     from tuner.results import StartupEvent
-    from tuner.study.optimize import OptimizeResult
+    from tuner.study.optimize import OptimizeRequest, OptimizeResult, StudyRun
     from tuner.trial.record import TrialRecord
 
 
@@ -169,18 +169,9 @@ def optimize_command(
     """Run a tuning study, confirm the best configs, and export the recommended one."""
     # Here, not at the top: they load the backends' container and HTTP libraries, which
     # `spectune --help` should not pay for.
-    from tuner.cli.render import (
-        confirm_run_line,
-        plan_table,
-        record_row,
-        trial_table,
-    )
-    from tuner.search.plan import parse_duration, plan_study
+    from tuner.search.plan import parse_duration
     from tuner.study.cluster import RayOptions
-    from tuner.study.optimize import OptimizeRequest, StudyRun, check_request, optimize
-    from tuner.study.run import stored_startups
-    from tuner.trial.backends.kinds import BackendKind
-    from tuner.trial.scoring import TrialStatus
+    from tuner.study.optimize import OptimizeRequest, StudyRun, optimize
 
     explicit = any(v is not None for v in (space, hardware, slo_ttft_ms, vllm_version))
     built = _build_space(space, hardware, slo_ttft_ms, vllm_version)
@@ -189,7 +180,6 @@ def optimize_command(
     default_budget = trials is None and time_budget is None and workers == 1 and ray is None
     if default_budget:
         time_budget = opt.DEFAULT_BUDGET
-    count = trials if trials is not None else _TRIAL_CAP
     name = study or built.name
     options = flags.options(backend, name, seed, gpus)
     starting = Text("", style="dim")  # the live table's line on the server start in progress
@@ -199,7 +189,7 @@ def optimize_command(
         name,
         built,
         backend,
-        count,
+        trials if trials is not None else _TRIAL_CAP,
         studies_dir,
         storage=storage,
         sampler=sampler,
@@ -216,16 +206,8 @@ def optimize_command(
         resume_stored=not explicit,  # no space option: a stored study keeps its own
         detect_hardware=hardware is None and ray is None,  # a Ray cluster's nodes: their own
     )
-    if plan:  # the space given (a resumed study's stored one may differ); nothing is stored
-        check_request(request)
-        if default_budget:
-            warn(_default_budget_note(built))
-        startups = stored_startups(request)  # a resumed study's own start-ups, per family
-        planned = plan_study(built, count, request.confirmation, request.time_budget_s, startups)
-        if as_json:
-            print_json(planned.to_dict())
-        else:
-            console.print(plan_table(planned, built))
+    if plan:
+        _print_plan(request, default_budget, as_json)
         return
     opened = StudyRun.open(request, on_notice=warn)  # every refusal before the live table
     if default_budget:  # said once the request holds: a refusal stays one line
@@ -233,9 +215,37 @@ def optimize_command(
     if as_json:
         print_json(_optimize_json(optimize(opened)))
         return
-    source = BackendKind.parse(backend).source.value
+    _print_optimize(_run_live(opened, starting, trials, confirm_repeats))
+
+
+def _print_plan(request: OptimizeRequest, default_budget: bool, as_json: bool) -> None:
+    """``--plan``: the run's expected GPU time, trial by trial; nothing runs or is stored."""
+    from tuner.cli.render import plan_table
+    from tuner.study.optimize import plan_run
+
+    planned = plan_run(request)  # a refusal first, and alone
+    assert request.space is not None  # plan_run refuses a request without one
+    if default_budget:
+        warn(_default_budget_note(request.space))
+    if as_json:
+        print_json(planned.to_dict())
+    else:
+        console.print(plan_table(planned, request.space))
+
+
+def _run_live(
+    opened: StudyRun, starting: Text, trials: int | None, confirm_repeats: int
+) -> OptimizeResult:
+    """Runs ``opened`` under the live table: a row per trial, the server start in progress
+    (``starting``), and a bar counting to ``trials`` (open-ended under a time budget)."""
+    from tuner.cli.render import confirm_run_line, record_row, trial_table
+    from tuner.study.optimize import optimize
+    from tuner.trial.backends.kinds import BackendKind
+    from tuner.trial.scoring import TrialStatus
+
+    source = BackendKind.parse(opened.request.backend).source.value
     objective = opened.space.objective
-    table = trial_table(f"study {name}: {source} trials", objective)
+    table = trial_table(f"study {opened.request.study}: {source} trials", objective)
     progress = Progress(
         TextColumn("trials"),
         BarColumn(),
@@ -261,7 +271,7 @@ def optimize_command(
     with Live(Group(table, starting, progress), console=console, refresh_per_second=4):
         result = optimize(opened, on_trial, on_tick=on_tick, on_confirm=on_confirm)
     console.print()
-    _print_optimize(result)
+    return result
 
 
 def _show_startup(line: Text, event: StartupEvent) -> None:
