@@ -23,7 +23,7 @@ from pathlib import Path
 
 HEAVY = ("matplotlib", "docker", "httpx", "openai", "sqlalchemy", "optuna", "pydantic")
 
-_TWO_COMMANDS = '''
+TWO_COMMANDS = '''
 import typer
 
 app = typer.Typer()
@@ -80,7 +80,7 @@ def _run(argv: list[str]) -> tuple[float, float]:
     return wall, cpu
 
 
-def _time(argv: list[str], runs: int) -> tuple[float, float]:
+def time_command(argv: list[str], runs: int) -> tuple[float, float]:
     _run(argv)
     samples = [_run(argv) for _ in range(runs)]
     return statistics.median(s[0] for s in samples), statistics.median(s[1] for s in samples)
@@ -101,13 +101,13 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
         typer_app = Path(folder) / "two_commands.py"
-        typer_app.write_text(_TWO_COMMANDS)
+        typer_app.write_text(TWO_COMMANDS)
         commands = _commands(typer_app)
         print(f"{args.runs} runs each, medians; x typer: CPU time over the typer app's")
         print(f"{'command':<30} {'wall s':>7} {'CPU s':>7} {'x typer':>8}  heavy libraries loaded")
         baseline = None
         for label, argv in commands.items():
-            wall, cpu = _time(argv, args.runs)
+            wall, cpu = time_command(argv, args.runs)
             baseline = baseline or cpu
             ratio = cpu / baseline
             print(f"{label:<30} {wall:>7.3f} {cpu:>7.3f} {ratio:>7.1f}x  {_loaded(argv)}")

@@ -21,7 +21,6 @@ from rich.console import Console
 
 from tuner.cli.host_faults import describe_host_fault
 from tuner.cli.usage import UsageError, usage_line
-from tuner.config.redact import Redactor
 from tuner.errors import SpectuneError
 from tuner.launch.exit_hooks import Terminated, install_signal_handlers, signal_raised
 
@@ -66,6 +65,8 @@ class _Commands(typer.core.TyperGroup):
 
     def invoke(self, ctx: Any) -> Any:
         as_json = "--json" in ctx.args  # a usage error keeps standard output JSON too
+        # Read before the callback runs: `spectune optimize --help` prints and opens no study.
+        ctx.meta[_HELP_ONLY] = any(arg in ctx.help_option_names for arg in ctx.args)
         try:
             return super().invoke(ctx)
         except Terminated as exc:
@@ -155,6 +156,7 @@ _debug = {"enabled": False}
 
 # Commands that open no study: they start without importing Optuna (a second of CPU).
 _WITHOUT_STUDY = frozenset({"hardware", "models", "space"})
+_HELP_ONLY = "spectune.help_only"  # in ctx.meta: the command line asks for a help page
 
 
 @app.callback()
@@ -166,7 +168,7 @@ def _main(
     # SIGTERM (docker stop, a parent stopping its workers) and SIGHUP unwind like Ctrl-C, so
     # the running trial is failed, every launcher's cleanup runs and nothing is left behind.
     install_signal_handlers()
-    if ctx.invoked_subcommand not in _WITHOUT_STUDY:
+    if ctx.invoked_subcommand not in _WITHOUT_STUDY and not ctx.meta.get(_HELP_ONLY):
         _quiet_optuna()
 
 
@@ -217,6 +219,8 @@ def _terminated(exc: Terminated) -> NoReturn:
 
 
 def _fail(message: str, *, as_json: bool) -> NoReturn:
+    from tuner.config.redact import Redactor  # loads the server config's schema: not for --help
+
     # A message may quote what the user gave (a URL with a password, a flag's value).
     message = Redactor.from_environment().redact(message)
     err_console.print(f"error: {message}", markup=False, highlight=False, soft_wrap=True)

@@ -15,7 +15,6 @@ from rich.table import Table
 
 from tuner.cli import options as opt
 from tuner.cli.app import app, console, err_console, handle_errors, print_json
-from tuner.config import bounds
 from tuner.errors import ConfigError
 from tuner.results import STALL_S, Endpoint
 
@@ -40,19 +39,19 @@ def bench_command(
     ] = "code",
     concurrency: opt.Concurrency = 4,
     requests: Annotated[
-        int, opt.bounded("--requests", bounds.Requests, "Measured requests (about 40 for a p95).")
+        int, opt.bounded("--requests", "Requests", "Measured requests (about 40 for a p95).")
     ] = 40,
     max_tokens: Annotated[
         int | None,
         opt.bounded(
             "--max-tokens",
-            bounds.Tokens,
+            "Tokens",
             "Force every reply to this many tokens (ignore_eos), for capacity tests.",
         ),
     ] = None,
     output_tokens: Annotated[
         int,
-        opt.bounded("--output-tokens", bounds.Tokens, "Most tokens a natural reply may have."),
+        opt.bounded("--output-tokens", "Tokens", "Most tokens a natural reply may have."),
     ] = 256,
     input_tokens: opt.InputTokens = 512,
     temperature: opt.Temperature = 0.0,
@@ -60,12 +59,12 @@ def bench_command(
         float | None,
         opt.bounded(
             "--request-rate",
-            bounds.Rate,
+            "Rate",
             "Poisson arrivals per second (open loop); default closed loop.",
         ),
     ] = None,
     warmup: Annotated[
-        int, opt.bounded("--warmup", bounds.Warmup, "Requests sent first, not measured.")
+        int, opt.bounded("--warmup", "Warmup", "Requests sent first, not measured.")
     ] = 1,
     api: Annotated[str, typer.Option("--api", help="chat or completions.")] = "chat",
     api_key: Annotated[

@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from tuner.catalog.gpus import parse_hardware
 from tuner.cli import options as opt
 from tuner.cli.app import app, console, handle_errors, print_json
 
@@ -37,6 +36,7 @@ def calibrate_command(
 ) -> None:
     """Fit the host's twin on a few designed launches; later studies and estimates start from it."""
     # Here, not at the top: `spectune --help` loads every command module (benchmarks/startup.py).
+    from tuner.catalog.gpus import parse_hardware
     from tuner.config.space import load_space
     from tuner.study.storage import check_writable
     from tuner.study.twin_calibrate import calibrate  # the runner and its HTTP clients

@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.table import Table
 
-from tuner.catalog.gpus import DetectedGpus, Hardware, NoGpu, known_gpus
-from tuner.catalog.nvml import detect_gpus
 from tuner.cli import options as opt
 from tuner.cli.app import app, console, handle_errors, print_json
 from tuner.cli.options import parse_gpus
-from tuner.cli.render import fitted_table
 from tuner.errors import ConfigError
+
+# The catalogs (YAML read through pydantic) load with the command, not with `spectune --help`.
+if TYPE_CHECKING:
+    from tuner.catalog.gpus import DetectedGpus, Hardware
 
 __all__ = [
     "hardware_app",
@@ -48,6 +49,8 @@ def hardware_list_command(gpu_spec: opt.GpuSpecFile = None, as_json: opt.Json = 
 
 
 def _list_catalog(as_json: bool) -> None:
+    from tuner.catalog.gpus import known_gpus
+
     rows = [g.model_dump(mode="json") for g in known_gpus()]
     if as_json:
         print_json(rows)
@@ -72,6 +75,9 @@ def hardware_detect_command(
     gpus: opt.Gpus = None, gpu_spec: opt.GpuSpecFile = None, as_json: opt.Json = False
 ) -> None:
     """Show the GPUs NVML sees and the --hardware value they map to."""
+    from tuner.catalog.gpus import NoGpu
+    from tuner.catalog.nvml import detect_gpus
+
     detected = detect_gpus(None if gpus is None else parse_gpus(gpus))
     if isinstance(detected, NoGpu):
         raise ConfigError(detected.message)
@@ -115,8 +121,8 @@ def _detected_json(
 @app.command("models")
 def models_command(as_json: opt.Json = False) -> None:
     """List the model catalog."""
-    # Here, not at the top: `spectune --help` loads every command module (benchmarks/startup.py).
     from tuner.catalog.models import CATALOG as MODEL_CATALOG
+    from tuner.cli.render import fitted_table
 
     if as_json:
         print_json([{**asdict(m), "weight_gib": m.weight_bytes / 1024**3} for m in MODEL_CATALOG])

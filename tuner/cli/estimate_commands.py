@@ -7,16 +7,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-import yaml
 
-from tuner.catalog.gpus import parse_hardware
-from tuner.catalog.models import load_model
+from tuner.catalog.spec_method import SpecMethod
 from tuner.cli import options as opt
 from tuner.cli.app import app, console, handle_errors, print_json
-from tuner.config.context import check_lengths
-from tuner.config.trial import SpecMethod, server_to_dict
 from tuner.config.vllm_version import check_release
-from tuner.config.workload import WorkloadSpec
 from tuner.errors import ConfigError
 
 if TYPE_CHECKING:  # the simulator loads with the command, not with `spectune --help`
@@ -33,6 +28,8 @@ def parse_settings(pairs: list[str] | None) -> dict[str, SettingValue]:
     Raises:
         ConfigError: a pair without ``=``.
     """
+    import yaml
+
     settings: dict[str, SettingValue] = {}
     for pair in pairs or ():
         name, sep, text = pair.partition("=")
@@ -99,6 +96,10 @@ def estimate_command(
     as_json: opt.Json = False,
 ) -> None:
     """Predict one config's speed and memory with the simulator (nothing is launched)."""
+    from tuner.catalog.gpus import parse_hardware
+    from tuner.catalog.models import load_model
+    from tuner.config.context import check_lengths
+    from tuner.config.workload import WorkloadSpec
     from tuner.sim.estimate import estimate
     from tuner.study.twin_calibrate import study_physics  # the trial runner's HTTP clients
 
@@ -135,6 +136,8 @@ def estimate_command(
 
 
 def _estimate_json(est: Estimate) -> dict[str, Any]:
+    from tuner.config.trial import server_to_dict
+
     return {
         "source": "predicted",
         "hardware": est.hardware.label,

@@ -9,18 +9,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, ParamSpec, TypeVar
 
 import typer
-from pydantic import TypeAdapter
 
-from tuner.catalog.gpus import add_gpus
 from tuner.cli.app import handle_errors
-from tuner.config import bounds
-from tuner.config.bounds import check_value
+from tuner.config import limits
 from tuner.config.local_paths import absolute
 from tuner.errors import ConfigError
 from tuner.study.paths import absolute_storage
 from tuner.trial.backends.settings import FLAGS, Flag, settings_from_flags
 
-if TYPE_CHECKING:  # the backends load the simulator and the search space: not for --help
+# `--help` reads these declarations: what they check with (pydantic, the GPU catalog, the
+# backends) loads when a value is checked (benchmarks/help_cost.py, tests/cli/test_startup.py).
+if TYPE_CHECKING:
+    from pydantic import TypeAdapter
+
     from tuner.trial.backends import BackendOptions
 
 __all__ = [
@@ -70,19 +71,36 @@ BUDGET_PANEL = "Budget"
 OUTPUT_PANEL = "Output"
 
 
-def bounded(flag: str, kind: Any, help: str, panel: str | None = None) -> Any:
-    """An option whose value must fit ``kind``, one of the types in :mod:`tuner.config.bounds`.
+def bounded(flag: str, kind: str, help: str, panel: str | None = None) -> Any:
+    """An option whose value must fit ``kind``, the name of a type in :mod:`tuner.config.bounds`.
 
     The check runs while typer parses, so a bad value is one line and exit code 2 (through
-    handle_errors) instead of typer's boxed usage error.
+    handle_errors) instead of typer's boxed usage error. The type is named, not imported:
+    declaring the option loads no pydantic, checking a value does. The callback's ``bound``
+    holds the name (tests/cli/test_options.py resolves every one).
     """
-    adapter: TypeAdapter[Any] = TypeAdapter(kind)
-    checked: Callable[[Any, object, str], Any] = handle_errors(check_value)
 
     def check(value: Any) -> Any:
-        return value if value is None else checked(adapter, value, flag)
+        return value if value is None else _checked(kind, value, flag)
 
+    check.bound = kind  # type: ignore[attr-defined]
     return typer.Option(flag, help=help, callback=check, rich_help_panel=panel)
+
+
+@handle_errors
+def _checked(kind: str, value: object, flag: str) -> Any:
+    from tuner.config.bounds import check_value
+
+    return check_value(_adapter(kind), value, flag)
+
+
+@functools.cache
+def _adapter(kind: str) -> TypeAdapter[Any]:
+    from pydantic import TypeAdapter
+
+    from tuner.config import bounds
+
+    return TypeAdapter(getattr(bounds, kind))
 
 
 def _absolute_storage(url: str | None) -> str | None:
@@ -105,6 +123,8 @@ Hardware = Annotated[
 
 def _add_gpus(path: Path | None) -> Path | None:
     if path is not None:
+        from tuner.catalog.gpus import add_gpus
+
         add_gpus(absolute(path))
     return path
 
@@ -199,8 +219,8 @@ Seed = Annotated[
     int,
     bounded(
         "--seed",
-        bounds.Seed,
-        f"Seed for the sampler and simulated noise (0 to {bounds.MAX_SEED}).",
+        "Seed",
+        f"Seed for the sampler and simulated noise (0 to {limits.MAX_SEED}).",
         STUDY_PANEL,
     ),
 ]
@@ -227,8 +247,8 @@ Trials = Annotated[
     int | None,
     bounded(
         "--trials",
-        bounds.Trials,
-        f"Trials to run now (all workers), 1 to {bounds.MAX_TRIALS}; with neither this nor "
+        "Trials",
+        f"Trials to run now (all workers), 1 to {limits.MAX_TRIALS}; with neither this nor "
         f"--time-budget, a {DEFAULT_BUDGET} budget of GPU time (30 trials with --workers or "
         "--ray).",
         BUDGET_PANEL,
@@ -238,37 +258,33 @@ Trials = Annotated[
 # One server config and its load, as the simulator's estimate takes them; same bounds as a space.
 SpecTokens = Annotated[
     int,
-    bounded(
-        "--k", bounds.SpecTokens, f"Speculative tokens per step (1 to {bounds.MAX_SPEC_TOKENS})."
-    ),
+    bounded("--k", "SpecTokens", f"Speculative tokens per step (1 to {limits.MAX_SPEC_TOKENS})."),
 ]
 Temperature = Annotated[
-    float, bounded("--temperature", bounds.Temperature, "Sampling temperature (0 to 2).")
+    float, bounded("--temperature", "Temperature", "Sampling temperature (0 to 2).")
 ]
 GpuMemoryUtilization = Annotated[
     float,
     bounded(
-        "--gpu-memory-utilization", bounds.Fraction, "Share of GPU memory vLLM may use (> 0, <= 1)."
+        "--gpu-memory-utilization", "Fraction", "Share of GPU memory vLLM may use (> 0, <= 1)."
     ),
 ]
 BatchTokens = Annotated[
     int,
-    bounded("--max-num-batched-tokens", bounds.BatchTokens, "Tokens per scheduler step (> 0)."),
+    bounded("--max-num-batched-tokens", "BatchTokens", "Tokens per scheduler step (> 0)."),
 ]
 MaxModelLen = Annotated[
-    int, bounded("--max-model-len", bounds.ContextLength, "Longest sequence in tokens (> 0).")
+    int, bounded("--max-model-len", "ContextLength", "Longest sequence in tokens (> 0).")
 ]
 Concurrency = Annotated[
     int,
-    bounded(
-        "--concurrency", bounds.Concurrency, f"Requests in flight (1 to {bounds.MAX_CONCURRENCY})."
-    ),
+    bounded("--concurrency", "Concurrency", f"Requests in flight (1 to {limits.MAX_CONCURRENCY})."),
 ]
 InputTokens = Annotated[
-    int, bounded("--input-tokens", bounds.Tokens, "Mean prompt length in tokens (> 0).")
+    int, bounded("--input-tokens", "Tokens", "Mean prompt length in tokens (> 0).")
 ]
 OutputTokens = Annotated[
-    int, bounded("--output-tokens", bounds.Tokens, "Output tokens per request (> 0).")
+    int, bounded("--output-tokens", "Tokens", "Output tokens per request (> 0).")
 ]
 
 

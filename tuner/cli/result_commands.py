@@ -10,12 +10,9 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from tuner.analysis.confirmed import Confirmed, Run
 from tuner.analysis.pick_names import DEFAULT_PICK, PICKS
 from tuner.cli import options as opt
 from tuner.cli.app import app, console, err_console, handle_errors, print_json
-from tuner.cli.render import confirm_run_line, confirmed_table
-from tuner.config import bounds
 from tuner.errors import ConfigError
 from tuner.export.formats import FORMATS
 from tuner.launch.exit_hooks import Terminated
@@ -28,6 +25,7 @@ from tuner.trial.backends.kinds import BackendKind
 if TYPE_CHECKING:
     import optuna
 
+    from tuner.analysis.confirmed import Confirmed, Run
     from tuner.config.space import SearchSpace
     from tuner.export.vllm import Exported
 
@@ -153,7 +151,7 @@ def report_command(
 def dashboard_command(
     name: Name,
     host: Annotated[str, typer.Option("--host", help="Address to listen on.")] = "127.0.0.1",
-    port: Annotated[int, opt.bounded("--port", bounds.Port, "Port to listen on (1-65535).")] = 8080,
+    port: Annotated[int, opt.bounded("--port", "Port", "Port to listen on (1-65535).")] = 8080,
     storage: opt.Storage = None,
     studies_dir: opt.StudiesDir = Path("studies"),
 ) -> None:
@@ -203,9 +201,9 @@ def _check_port(host: str, port: int) -> None:
 @opt.with_backend_flags
 def confirm_command(
     name: Name,
-    top: Annotated[int, opt.bounded("--top", bounds.Picks, "Configs to confirm (0: none).")] = 3,
+    top: Annotated[int, opt.bounded("--top", "Picks", "Configs to confirm (0: none).")] = 3,
     repeats: Annotated[
-        int, opt.bounded("--repeats", bounds.Repeats, "Runs per config, each on a fresh server.")
+        int, opt.bounded("--repeats", "Repeats", "Runs per config, each on a fresh server.")
     ] = 3,
     backend: Annotated[
         str | None,
@@ -222,6 +220,7 @@ def confirm_command(
     as_json: opt.Json = False,
 ) -> None:
     """Measure the best configs again on fresh servers; export and report use the means."""
+    from tuner.cli.render import confirm_run_line, confirmed_table
     from tuner.study.confirm import confirm
     from tuner.study.run import write_best
     from tuner.study.study import study_backend_options

@@ -13,39 +13,25 @@ from rich.live import Live
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
-from tuner.analysis.confirmed import Run
-from tuner.analysis.infeasible import infeasible_reasons
-from tuner.catalog.gpus import parse_hardware
 from tuner.cli import options as opt
 from tuner.cli.app import app, console, handle_errors, print_json, warn
-from tuner.cli.render import (
-    confirm_run_line,
-    confirmed_table,
-    k_table_line,
-    plan_table,
-    recommendation,
-    record_row,
-    records_table,
-    trial_table,
-)
-from tuner.config import bounds
-from tuner.config.trial import server_to_dict
 from tuner.config.vllm_version import check_release
-from tuner.results import StartupEvent
-from tuner.trial.backends.kinds import BackendKind
-from tuner.trial.scoring import TrialStatus
 
-# The modules that import Optuna and SQLAlchemy load inside the commands: `spectune --help`
-# and the commands without a study need neither (tests/cli/test_startup.py).
+# What a study runs on (the search space's schema, the tables that read it, Optuna and
+# SQLAlchemy) loads inside the commands: `spectune --help` needs none of it
+# (tests/cli/test_startup.py, benchmarks/help_cost.py).
 if TYPE_CHECKING:
+    from tuner.analysis.confirmed import Run
     from tuner.config.space import SearchSpace
-    from tuner.study.optimize import OptimizeResult
+    from tuner.results import StartupEvent
+    from tuner.study.optimize import OptimizeRequest, OptimizeResult, StudyRun
     from tuner.trial.record import TrialRecord
 
 
 def _build_space(
     space: str | None, hardware: str | None, slo_ttft_ms: float | None, vllm_version: str | None
 ) -> SearchSpace:
+    from tuner.catalog.gpus import parse_hardware
     from tuner.config.space import load_space
 
     loaded = load_space(space)
@@ -123,7 +109,7 @@ def optimize_command(
         int,
         opt.bounded(
             "--workers",
-            bounds.GpuCount,
+            "GpuCount",
             "Parallel workers on this host, each on its own GPUs (needs PostgreSQL).",
             opt.BACKEND_PANEL,
         ),
@@ -132,7 +118,7 @@ def optimize_command(
         int | None,
         opt.bounded(
             "--gpus-per-trial",
-            bounds.GpuCount,
+            "GpuCount",
             "GPUs each worker uses (default: the hardware's count).",
             opt.BACKEND_PANEL,
         ),
@@ -161,7 +147,7 @@ def optimize_command(
         int,
         opt.bounded(
             "--confirm-top",
-            bounds.Picks,
+            "Picks",
             "Best configs measured again on fresh servers (0: none).",
             opt.BUDGET_PANEL,
         ),
@@ -170,7 +156,7 @@ def optimize_command(
         int,
         opt.bounded(
             "--confirm-repeats",
-            bounds.Repeats,
+            "Repeats",
             "Fresh runs per confirmed config.",
             opt.BUDGET_PANEL,
         ),
@@ -183,10 +169,9 @@ def optimize_command(
     """Run a tuning study, confirm the best configs, and export the recommended one."""
     # Here, not at the top: they load the backends' container and HTTP libraries, which
     # `spectune --help` should not pay for.
-    from tuner.search.plan import parse_duration, plan_study
+    from tuner.search.plan import parse_duration
     from tuner.study.cluster import RayOptions
-    from tuner.study.optimize import OptimizeRequest, StudyRun, check_request, optimize
-    from tuner.study.run import stored_startups
+    from tuner.study.optimize import OptimizeRequest, StudyRun, optimize
 
     explicit = any(v is not None for v in (space, hardware, slo_ttft_ms, vllm_version))
     built = _build_space(space, hardware, slo_ttft_ms, vllm_version)
@@ -195,7 +180,6 @@ def optimize_command(
     default_budget = trials is None and time_budget is None and workers == 1 and ray is None
     if default_budget:
         time_budget = opt.DEFAULT_BUDGET
-    count = trials if trials is not None else _TRIAL_CAP
     name = study or built.name
     options = flags.options(backend, name, seed, gpus)
     starting = Text("", style="dim")  # the live table's line on the server start in progress
@@ -205,7 +189,7 @@ def optimize_command(
         name,
         built,
         backend,
-        count,
+        trials if trials is not None else _TRIAL_CAP,
         studies_dir,
         storage=storage,
         sampler=sampler,
@@ -222,16 +206,8 @@ def optimize_command(
         resume_stored=not explicit,  # no space option: a stored study keeps its own
         detect_hardware=hardware is None and ray is None,  # a Ray cluster's nodes: their own
     )
-    if plan:  # the space given (a resumed study's stored one may differ); nothing is stored
-        check_request(request)
-        if default_budget:
-            warn(_default_budget_note(built))
-        startups = stored_startups(request)  # a resumed study's own start-ups, per family
-        planned = plan_study(built, count, request.confirmation, request.time_budget_s, startups)
-        if as_json:
-            print_json(planned.to_dict())
-        else:
-            console.print(plan_table(planned, built))
+    if plan:
+        _print_plan(request, default_budget, as_json)
         return
     opened = StudyRun.open(request, on_notice=warn)  # every refusal before the live table
     if default_budget:  # said once the request holds: a refusal stays one line
@@ -239,9 +215,37 @@ def optimize_command(
     if as_json:
         print_json(_optimize_json(optimize(opened)))
         return
-    source = BackendKind.parse(backend).source.value
+    _print_optimize(_run_live(opened, starting, trials, confirm_repeats))
+
+
+def _print_plan(request: OptimizeRequest, default_budget: bool, as_json: bool) -> None:
+    """``--plan``: the run's expected GPU time, trial by trial; nothing runs or is stored."""
+    from tuner.cli.render import plan_table
+    from tuner.study.optimize import plan_run
+
+    planned = plan_run(request)  # a refusal first, and alone
+    assert request.space is not None  # plan_run refuses a request without one
+    if default_budget:
+        warn(_default_budget_note(request.space))
+    if as_json:
+        print_json(planned.to_dict())
+    else:
+        console.print(plan_table(planned, request.space))
+
+
+def _run_live(
+    opened: StudyRun, starting: Text, trials: int | None, confirm_repeats: int
+) -> OptimizeResult:
+    """Runs ``opened`` under the live table: a row per trial, the server start in progress
+    (``starting``), and a bar counting to ``trials`` (open-ended under a time budget)."""
+    from tuner.cli.render import confirm_run_line, record_row, trial_table
+    from tuner.study.optimize import optimize
+    from tuner.trial.backends.kinds import BackendKind
+    from tuner.trial.scoring import TrialStatus
+
+    source = BackendKind.parse(opened.request.backend).source.value
     objective = opened.space.objective
-    table = trial_table(f"study {name}: {source} trials", objective)
+    table = trial_table(f"study {opened.request.study}: {source} trials", objective)
     progress = Progress(
         TextColumn("trials"),
         BarColumn(),
@@ -267,7 +271,7 @@ def optimize_command(
     with Live(Group(table, starting, progress), console=console, refresh_per_second=4):
         result = optimize(opened, on_trial, on_tick=on_tick, on_confirm=on_confirm)
     console.print()
-    _print_optimize(result)
+    return result
 
 
 def _show_startup(line: Text, event: StartupEvent) -> None:
@@ -280,6 +284,8 @@ def _show_startup(line: Text, event: StartupEvent) -> None:
 
 
 def _record_json(record: TrialRecord, metric: str) -> dict[str, Any]:
+    from tuner.config.trial import server_to_dict
+
     throughput, ttft = record.objective
     return {
         "trial": record.number,
@@ -312,6 +318,8 @@ def _optimize_json(result: OptimizeResult) -> dict[str, Any]:
 
 
 def _print_optimize(result: OptimizeResult) -> None:
+    from tuner.analysis.infeasible import infeasible_reasons
+    from tuner.cli.render import confirmed_table, k_table_line, recommendation, records_table
     from tuner.study.storage import safe_url
     from tuner.trial.record import records
 

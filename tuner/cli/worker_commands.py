@@ -8,8 +8,6 @@ from typing import Annotated
 
 import typer
 
-from tuner.catalog.gpus import parse_hardware
-from tuner.catalog.nvml import gpu_names
 from tuner.cli import options as opt
 from tuner.cli.app import app, console, handle_errors
 from tuner.study.paths import absolute_storage
@@ -47,6 +45,8 @@ def worker_command(
     rounds: opt.Rounds = True,
 ) -> None:
     """Join an existing study from this host and run trials until its budget is used up."""
+    from tuner.catalog.gpus import parse_hardware
+    from tuner.catalog.nvml import gpu_names
     from tuner.study.workers import WorkerRequest, run_worker
 
     options = replace(flags.options(backend, study, seed, gpus), worker=worker_id)
@@ -71,6 +71,7 @@ def child_worker_command(
     WorkerRequest, JSON) on standard input, written by the parent."""
     import sys
 
+    from tuner.catalog.nvml import gpu_names
     from tuner.errors import ConfigError
     from tuner.study.workers import read_worker_request, run_worker
 

@@ -9,12 +9,14 @@ compose a launcher with a way to measure what it started.
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from tuner.config.trial import LaunchContext, ServerConfig
-from tuner.config.vllm_args import VllmVersion
-from tuner.launch.failures import ServerEnd
-from tuner.results import Endpoint
+# Annotations only: the backends' settings read READY_TIMEOUT_S for `--help`.
+if TYPE_CHECKING:
+    from tuner.config.trial import LaunchContext, ServerConfig
+    from tuner.config.vllm_args import VllmVersion
+    from tuner.launch.failures import ServerEnd
+    from tuner.results import Endpoint
 
 __all__ = ["LOG_NOTE", "READY_TIMEOUT_S", "Launcher"]
 

@@ -8,10 +8,17 @@ from collections.abc import Callable
 from tuner.study.confirm import OnRun
 from tuner.study.lifecycle import OnTrial
 from tuner.study.request import OptimizeRequest, check_request
-from tuner.study.run import OptimizeResult, StudyRun
+from tuner.study.run import OptimizeResult, StudyRun, plan_run
 from tuner.trial.backends import Backend
 
-__all__ = ["OptimizeRequest", "OptimizeResult", "StudyRun", "check_request", "optimize"]
+__all__ = [
+    "OptimizeRequest",
+    "OptimizeResult",
+    "StudyRun",
+    "check_request",
+    "optimize",
+    "plan_run",
+]
 
 
 def optimize(

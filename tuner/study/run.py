@@ -31,6 +31,7 @@ from tuner.launch.preflight import Preflight
 from tuner.search.plan import (
     Budget,
     SimulatedBudget,
+    StudyPlan,
     fit_confirmation,
     plan_study,
 )
@@ -61,7 +62,7 @@ from tuner.trial.backends.kinds import BackendKind
 from tuner.trial.backends.served import ServedBackend
 from tuner.trial.record import TrialRecord, records, stored_space
 
-__all__ = ["OptimizeResult", "StudyRun", "stored_startups", "write_best"]
+__all__ = ["OptimizeResult", "StudyRun", "plan_run", "stored_startups", "write_best"]
 
 Notice = Callable[[str], None]
 
@@ -342,6 +343,22 @@ def _check_gpus_per_trial(asked: int | None, space: SearchSpace) -> None:
             f"--gpus-per-trial {asked} does not match the study's hardware "
             f"{space.hardware.label}: use --gpus-per-trial {space.hardware.count}"
         )
+
+
+def plan_run(request: OptimizeRequest) -> StudyPlan:
+    """What ``request`` would cost, trial by trial (``--plan``): its arguments checked, its
+    space as given (a resumed study's stored one may differ), start-ups at the prices the study
+    it would resume measured. Opens no storage that is not there, and stores nothing.
+
+    Raises:
+        ConfigError: bad arguments (:func:`check_request`).
+    """
+    check_request(request)
+    if request.space is None:
+        raise ConfigError(f"study {request.study!r}: --plan needs the space to plan")
+    startups = stored_startups(request)
+    space, confirmation = request.space, request.confirmation
+    return plan_study(space, request.trials, confirmation, request.time_budget_s, startups)
 
 
 def stored_startups(request: OptimizeRequest) -> StartupPrices:

@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
-from tuner.config.space import SearchSpace
-from tuner.trial.backends.base import Backend, BackendOptions
 from tuner.trial.backends.kinds import BackendKind
 from tuner.trial.backends.settings import (
     BackendSettings,
@@ -23,6 +22,12 @@ from tuner.trial.backends.settings import (
     parse_docker_env,
     parse_volume,
 )
+
+# `--help` reads the settings' flags (tuner.cli.options); the backends' base, which loads the
+# search space and the run's records, is imported on first use of its names (PEP 562).
+if TYPE_CHECKING:
+    from tuner.config.space import SearchSpace
+    from tuner.trial.backends.base import Backend, BackendOptions
 
 __all__ = [
     "BACKENDS",
@@ -39,7 +44,7 @@ __all__ = [
     "parse_volume",
 ]
 
-BackendFactory = Callable[[SearchSpace, BackendOptions], Backend]
+BackendFactory = Callable[["SearchSpace", "BackendOptions"], "Backend"]
 # Imported when chosen: the docker SDK and the HTTP clients cost seconds a `--help` should not pay.
 _CLASSES = {
     BackendKind.SIM: "SimBackend",
@@ -61,3 +66,11 @@ def backend_factory(name: str) -> BackendFactory:
     module = importlib.import_module(f"tuner.trial.backends.{kind}")
     factory: BackendFactory = getattr(module, _CLASSES[kind]).build
     return factory
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("Backend", "BackendOptions"):
+        from tuner.trial.backends import base
+
+        return getattr(base, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

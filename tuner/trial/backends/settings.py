@@ -20,11 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from tuner.config import bounds
 from tuner.config.local_paths import absolute
 from tuner.errors import ConfigError
 from tuner.launch.base import READY_TIMEOUT_S
-from tuner.launch.mounts import refuse_stored_secret
 
 __all__ = [
     "FLAGS",
@@ -52,8 +50,8 @@ class Flag:
 
     ``param`` names the CLI's parameter (and so its ``SPECTUNE_<COMMAND>_<PARAM>`` variable),
     ``kind`` is what the command line gives (``str``, ``float | None``, ``list[str] | None``),
-    ``default`` the value when it is not given, ``bound`` a :mod:`tuner.config.bounds` type the
-    value must fit.
+    ``default`` the value when it is not given, ``bound`` the name of the
+    :mod:`tuner.config.bounds` type the value must fit (a name: ``--help`` loads no pydantic).
     """
 
     flag: str
@@ -61,7 +59,7 @@ class Flag:
     kind: Any
     default: Any
     help: str
-    bound: Any = None
+    bound: str | None = None
 
 
 @dataclass(frozen=True)
@@ -78,7 +76,7 @@ class SimSettings:
             float | None,
             None,
             "sim backend: simulated seconds per wall second, > 0 (default: no waiting).",
-            bounds.SimSpeed,
+            "SimSpeed",
         ),
     )
 
@@ -94,7 +92,7 @@ _SERVED_FLAGS = (
         float,
         READY_TIMEOUT_S,
         "Seconds a server may take to become ready (> 0).",
-        bounds.Seconds,
+        "Seconds",
     ),
     Flag(
         "--request-timeout",
@@ -102,7 +100,7 @@ _SERVED_FLAGS = (
         float,
         REQUEST_TIMEOUT_S,
         "Seconds one benchmark request may take (> 0).",
-        bounds.Seconds,
+        "Seconds",
     ),
 )
 
@@ -286,6 +284,9 @@ def parse_docker_env(
         if not sep:
             names += [key] if key not in names else []
         else:
+            # Here: it loads the server config's schema, which `--help` should not pay for.
+            from tuner.launch.mounts import refuse_stored_secret
+
             refuse_stored_secret(key)
             env[key] = value
     return tuple(env.items()), tuple(names)
