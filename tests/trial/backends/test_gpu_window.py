@@ -1,0 +1,85 @@
+"""A served backend records what the GPUs did through each measured window (NVML stand-in).
+
+The process backend runs the shipped fake server; :class:`~tests.testbed.gpus.FakeGpus` stands
+in for NVML, its energy counter integrating its power over real time.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from tests.testbed.docker_host import FAKE_SERVER
+from tests.testbed.gpus import FakeGpus
+from tests.trial.backends.contract_support import CONFIG, FITS, SMALL
+from tuner.config.trial import LaunchContext
+from tuner.config.vllm_args import NEWEST_KNOWN
+from tuner.launch.process import ProcessLauncher
+from tuner.trial.backends.process import ProcessBackend
+
+# Long enough for a dozen readings at the test's interval.
+WORKLOAD = replace(SMALL, output_tokens=64, requests=8, warmup=2)
+
+
+@pytest.fixture
+def gpus() -> FakeGpus:
+    return FakeGpus(power_w=300.0)
+
+
+@pytest.fixture
+def backend(tmp_path: Path, gpus: FakeGpus) -> Iterator[ProcessBackend]:
+    launcher = ProcessLauncher(
+        FAKE_SERVER,
+        version=NEWEST_KNOWN,
+        env={"SPECTUNE_SIM_SPEED": "10", "SPECTUNE_GPU_TEST": uuid.uuid4().hex},
+        ready_timeout_s=30,
+        poll_s=0.05,
+        run_dir=tmp_path / "run-files",
+    )
+    made = ProcessBackend(launcher, request_timeout_s=30, gpu_monitor=gpus, sample_interval_s=0.02)
+    yield made
+    made.close()
+
+
+def test_each_measurement_carries_its_window_s_energy_clocks_and_tenants(
+    backend: ProcessBackend, gpus: FakeGpus, context: LaunchContext
+) -> None:
+    backend.start(FITS, context)
+    assert backend.launcher.pid is not None
+    gpus.tenants = [(backend.launcher.pid, 18.0), (os.getpid(), 1.5)]  # the server, a notebook
+    config = replace(CONFIG, client=replace(CONFIG.client, workload=WORKLOAD))
+    result = backend.measure(config, 2, seed=0)
+
+    window = result.gpu
+    assert window is not None
+    assert window.seconds == pytest.approx(result.duration_s)
+    assert window.samples >= 3
+    assert window.energy_from == "counter"
+    assert window.mean_power_w == pytest.approx(300.0, rel=0.05)
+    assert window.energy_j == pytest.approx(300.0 * result.duration_s, rel=0.05)
+    per_token = result.joules_per_token
+    assert per_token == pytest.approx((window.energy_j or 0.0) / result.output_tokens)
+    assert window.sm_clock_mhz == 2520.0
+    assert window.power_limit_w == (450.0,)
+    assert window.throttled_s == {}
+    assert window.others_memory_gib == 1.5  # the server's own memory is not another tenant's
+    summary = result.summary()
+    assert summary["tokens_per_joule"] == pytest.approx(1 / (per_token or 1.0))
+    assert summary["gpu_mean_power_w"] == window.mean_power_w
+
+
+def test_a_throttled_window_says_which_reason_and_for_how_long(
+    backend: ProcessBackend, gpus: FakeGpus, context: LaunchContext
+) -> None:
+    backend.start(FITS, context)
+    config = replace(CONFIG, client=replace(CONFIG.client, workload=WORKLOAD))
+    gpus.throttle()
+    result = backend.measure(config, 2, seed=0)
+    assert result.gpu is not None
+    assert result.gpu.throttled_s["thermal"] == pytest.approx(result.duration_s, rel=0.1)
+    assert result.gpu.max_temperature_c == 91.0
