@@ -17,6 +17,7 @@ from typing import Any
 
 __all__ = [
     "STALL_S",
+    "THROTTLED_SHARE",
     "Endpoint",
     "GpuWindow",
     "OnStartup",
@@ -29,6 +30,11 @@ __all__ = [
     "percentile",
 ]
 
+
+# A window throttled by heat or a hardware slowdown for at least this share of its length is a
+# throttled measurement: a single reading of a transient slowdown is recorded, not held against
+# the config.
+THROTTLED_SHARE = 0.05
 
 # A gap between streamed chunks that a reader notices as a stall (the field notes' "a 200 ms
 # stall, then four words at once"); 150 ms is about where streamed text stops reading as smooth.
@@ -228,6 +234,26 @@ class GpuWindow:
             default=0.0,
         )
 
+    @property
+    def throttled(self) -> bool:
+        """Whether heat or a hardware slowdown held the clocks down for at least
+        :data:`THROTTLED_SHARE` of the window: a measurement of the GPU's state, not the
+        config's."""
+        return self.seconds > 0 and self.distorted_s >= THROTTLED_SHARE * self.seconds
+
+    def reasons_text(self) -> str:
+        """The distorting reasons with their seconds and the peak temperature, for a note:
+        ``thermal 2.1 s of 4.0 s, up to 91 °C``."""
+        held = ", ".join(
+            f"{reason} {s:.1f} s"
+            for reason, s in self.throttled_s.items()
+            if Throttle(reason).distorts and s > 0
+        )
+        heat = (
+            f", up to {self.max_temperature_c:.0f} °C" if self.max_temperature_c is not None else ""
+        )
+        return f"{held} of {self.seconds:.1f} s{heat}"
+
 
 @dataclass(frozen=True)
 class TrialResult:
@@ -369,6 +395,7 @@ class TrialResult:
         window = asdict(self.gpu)
         return {
             **{f"gpu_{key}": value for key, value in window.items()},
+            "gpu_throttled": self.gpu.throttled,
             "gpu_power_limit_w": list(self.gpu.power_limit_w),
             "joules_per_token": self.joules_per_token,
             "tokens_per_joule": self.tokens_per_joule,

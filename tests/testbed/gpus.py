@@ -4,7 +4,8 @@
 power over real time (so joules follow how long the work ran), SM and memory clocks, a
 temperature, the power limit in force, the processes holding memory. A test drives it: it sets
 the power (``power_w``), throttles on command (:meth:`FakeGpus.throttle`, which also lowers the
-SM clock and raises the temperature as a hot GPU does, :meth:`FakeGpus.cool` ends it), adds a
+SM clock and raises the temperature as a hot GPU does, :meth:`FakeGpus.cool` ends it, and
+:meth:`FakeGpus.throttle_for` ends it by itself), adds a
 tenant (``tenants``), or hands a ``script`` called before each read to change any of it
 mid-measurement.
 """
@@ -43,6 +44,7 @@ class FakeGpus:
     reads: int = 0
     _energy_j: float = 0.0
     _last: float | None = None
+    _hot_until: float | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def throttle(self, *reasons: Throttle) -> None:
@@ -50,6 +52,11 @@ class FakeGpus:
         self.reasons = frozenset(reasons or (Throttle.THERMAL,))
         self.sm_clock_mhz = _THROTTLED_SM_MHZ
         self.temperature_c = 91.0
+
+    def throttle_for(self, seconds: float, *reasons: Throttle) -> None:
+        """Throttles now, and cools by itself ``seconds`` later (a transient hot spell)."""
+        self.throttle(*reasons)
+        self._hot_until = time.monotonic() + seconds
 
     def cool(self) -> None:
         """The throttling ends; clocks and temperature are back."""
@@ -69,6 +76,9 @@ class FakeGpus:
                 self.script(self)
             self.reads += 1
             now = time.monotonic()
+            if self._hot_until is not None and now >= self._hot_until:
+                self._hot_until = None
+                self.cool()
             if self._last is not None:
                 self._energy_j += self.power_w * (now - self._last)
             self._last = now

@@ -5,7 +5,10 @@ A candidate's numbers are its confirmation means when it was confirmed (see
 confirmation, only confirmed configs are candidates: a single lucky measurement must not beat
 a mean of several. A confirmed config that ran out of memory, crashed or broke the TTFT limit
 when re-measured is dropped. A trial that reused an earlier one's result ("same as #N") is
-that trial again, not a candidate of its own.
+that trial again, not a candidate of its own. A trial measured while heat or a hardware
+slowdown throttled the GPUs (and throttled again when measured once more) is no candidate
+while an unthrottled one is: its numbers are the GPU's state, not its config's; where every
+candidate was throttled they stay, and :mod:`tuner.analysis.gpu` says so.
 
 The Pareto front is Optuna's (``study.best_trials``: for a constrained study, the feasible
 trials no other feasible trial beats on both throughput and p95 TTFT), without the repeats.
@@ -132,6 +135,8 @@ def candidates(
     ]
     if passed:
         chosen = [c for c in chosen if c.confirmed is not None]
+    fair = [c for c in chosen if c.confirmed is not None or not c.record.throttled]
+    chosen = fair or chosen
     return sorted(chosen, key=lambda c: (-c.throughput, c.p95_ttft_ms, c.number))
 
 

@@ -45,7 +45,8 @@ def level_summary(result: TrialResult, condition: Condition | None = None) -> di
 
 def gpu_summary(results: Sequence[TrialResult]) -> dict[str, Any] | None:
     """What the GPUs did through every measured pair of a trial, as the trial stores it: the
-    pairs' windows combined, the joules per output token of them all and its inverse; None
+    pairs' windows combined, how many pairs were throttled (heat or a hardware slowdown), the
+    joules per output token of them all and its inverse; None
     when a pair was measured without GPU readings (no NVML, the simulator)."""
     windows = [r.gpu for r in results if r.gpu is not None]
     window = combined(windows)
@@ -56,6 +57,7 @@ def gpu_summary(results: Sequence[TrialResult]) -> dict[str, Any] | None:
     return {
         **asdict(window),
         "power_limit_w": list(window.power_limit_w),
+        "throttled_pairs": sum(1 for w in windows if w.throttled),
         "joules_per_token": per_token,
         "tokens_per_joule": 1.0 / per_token if per_token else None,
     }

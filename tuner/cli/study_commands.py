@@ -312,6 +312,7 @@ def _optimize_json(result: OptimizeResult) -> dict[str, Any]:
 
 
 def _print_optimize(result: OptimizeResult) -> None:
+    from tuner.analysis.gpu import throttle_note
     from tuner.study.storage import safe_url
     from tuner.trial.record import records
 
@@ -334,6 +335,9 @@ def _print_optimize(result: OptimizeResult) -> None:
     if result.k_table is not None:
         console.print(k_table_line(result.k_table), markup=False)
     console.print(recommendation(best, result.space.ttft_limit_ms, result.space.objective))
+    hot = throttle_note(records(result.handle.get_trials(deepcopy=False)))
+    if hot is not None:
+        console.print(f"WARNING: {hot}", markup=False, soft_wrap=True)
     for warning in best.record.served.warnings if best.record.served else ():
         console.print(f"WARNING: {warning}", markup=False)
     where = safe_url(result.storage)

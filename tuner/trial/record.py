@@ -387,6 +387,12 @@ class TrialRecord:
         return self.values[1] if self.measured and self.values else None
 
     @property
+    def throttled(self) -> bool:
+        """Whether heat or a hardware slowdown throttled a measured pair (even after its
+        re-measure): its numbers say more about the GPU than the config."""
+        return bool(self.gpu and self.gpu.get("throttled_pairs"))
+
+    @property
     def tokens_per_joule(self) -> float | None:
         """Output tokens per joule of GPU energy, all measured pairs together; None where the
         GPUs were not read."""

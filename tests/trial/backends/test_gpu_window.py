@@ -20,6 +20,7 @@ from tests.trial.backends.contract_support import CONFIG, FITS, SMALL
 from tuner.config.trial import LaunchContext
 from tuner.config.vllm_args import NEWEST_KNOWN
 from tuner.launch.process import ProcessLauncher
+from tuner.results import Throttle
 from tuner.trial.backends.process import ProcessBackend
 
 # Long enough for a dozen readings at the test's interval.
@@ -73,13 +74,48 @@ def test_each_measurement_carries_its_window_s_energy_clocks_and_tenants(
     assert summary["gpu_mean_power_w"] == window.mean_power_w
 
 
-def test_a_throttled_window_says_which_reason_and_for_how_long(
+def test_a_pair_throttled_midway_is_measured_again_once_the_gpu_has_cooled(
     backend: ProcessBackend, gpus: FakeGpus, context: LaunchContext
 ) -> None:
     backend.start(FITS, context)
     config = replace(CONFIG, client=replace(CONFIG.client, workload=WORKLOAD))
-    gpus.throttle()
+    started = gpus.reads
+
+    def hot_spell(fake: FakeGpus) -> None:
+        if fake.reads == started + 5:  # from the warm-up well into the measured window
+            fake.throttle_for(1.0, Throttle.THERMAL)
+
+    gpus.script = hot_spell
     result = backend.measure(config, 2, seed=0)
-    assert result.gpu is not None
-    assert result.gpu.throttled_s["thermal"] == pytest.approx(result.duration_s, rel=0.1)
+    assert result.gpu is not None and not result.gpu.throttled  # the re-measure, cool
+    assert result.gpu.throttled_s == {}
+    (note,) = [n for n in result.notes if "throttled" in n]
+    assert note.startswith("measured while throttled (thermal ")
+    assert "measured again after" in note and "throttled again" not in note
+
+
+def test_a_pair_that_throttles_again_is_kept_marked(
+    backend: ProcessBackend, gpus: FakeGpus, context: LaunchContext
+) -> None:
+    backend.cool_down_s = 0.2  # the GPU never cools: the wait is bounded
+    backend.start(FITS, context)
+    config = replace(CONFIG, client=replace(CONFIG.client, workload=WORKLOAD))
+    gpus.throttle(Throttle.HW_SLOWDOWN)
+    result = backend.measure(config, 2, seed=0)
+    assert result.gpu is not None and result.gpu.throttled
+    assert result.gpu.throttled_s["hw_slowdown"] == pytest.approx(result.duration_s, rel=0.1)
     assert result.gpu.max_temperature_c == 91.0
+    assert result.summary()["gpu_throttled"] is True
+    assert any("throttled again (hw_slowdown" in n for n in result.notes)
+
+
+def test_a_power_cap_is_the_study_s_condition_and_is_not_measured_again(
+    backend: ProcessBackend, gpus: FakeGpus, context: LaunchContext
+) -> None:
+    backend.start(FITS, context)
+    config = replace(CONFIG, client=replace(CONFIG.client, workload=WORKLOAD))
+    gpus.reasons = frozenset({Throttle.POWER_CAP})
+    result = backend.measure(config, 2, seed=0)
+    assert result.gpu is not None and not result.gpu.throttled
+    assert result.gpu.throttled_s["power_cap"] > 0
+    assert not [n for n in result.notes if "throttled" in n]

@@ -12,6 +12,12 @@ included, since they can be the peak) and what the GPUs did through its measured
 (:class:`~tuner.results.GpuWindow`: energy, power, clocks, temperature, throttling, the memory
 other processes hold). A process belongs to the server when it descends from the server's
 first process, so its engine core and workers are never counted as another tenant's.
+
+A measurement that heat or a hardware slowdown throttled (:attr:`~tuner.results.GpuWindow.
+throttled`; a power cap is the study's condition, not a fault) is measured once more after
+the GPUs cool down (bounded by ``cool_down_s``), and its note says so; where it throttles
+again, the second measurement is kept marked, and the recommendation passes over it
+(:mod:`tuner.analysis.picks`). The time it takes is the trial's, so a time budget counts it.
 """
 
 from __future__ import annotations
@@ -45,6 +51,7 @@ from tuner.trial.run_facts import RunFacts
 __all__ = ["ServedBackend"]
 
 _END_VISIBLE_S = 3.0
+_COOL_POLL_S = 1.0
 
 
 class ServedBackend:
@@ -58,6 +65,7 @@ class ServedBackend:
             is recorded, which is logged once).
         gpus: the NVML indices the servers run on (None: all, ``()``: none).
         sample_interval_s: time between GPU readings.
+        cool_down_s: the longest wait for throttled GPUs to cool before measuring again.
     """
 
     name: str = "served"
@@ -71,10 +79,12 @@ class ServedBackend:
         gpu_monitor: GpuMonitor | None = None,
         gpus: tuple[int, ...] | None = None,
         sample_interval_s: float = 0.5,
+        cool_down_s: float = 60.0,
     ) -> None:
         self.launcher = launcher
         self.request_timeout_s = request_timeout_s
         self.sample_interval_s = sample_interval_s
+        self.cool_down_s = cool_down_s
         self._endpoint: Endpoint | None = None
         self._monitor = gpu_monitor
         self._own_monitor = gpu_monitor is None
@@ -125,6 +135,32 @@ class ServedBackend:
 
     def measure(self, config: TrialConfig, concurrency: int, seed: int) -> TrialResult:
         del seed  # the workload carries its own seed; real servers bring their own noise
+        result = self._measure_once(config, concurrency)
+        first = result.gpu
+        if first is None or not first.throttled:
+            return result
+        waited = self._cool_down()
+        again = self._measure_once(config, concurrency)
+        note = (
+            f"measured while throttled ({first.reasons_text()}); measured again after "
+            f"{waited:.0f} s of cool-down"
+        )
+        if again.gpu is not None and again.gpu.throttled:
+            note += f", throttled again ({again.gpu.reasons_text()})"
+        return replace(again, notes=(*again.notes, note))
+
+    def _cool_down(self) -> float:
+        """Waits until no GPU is held down by heat or a hardware slowdown, at most
+        ``cool_down_s``; returns the seconds waited."""
+        monitor, started = self.gpu_monitor(), time.monotonic()
+        while time.monotonic() - started < self.cool_down_s:
+            states = monitor.state()
+            if not states or not any(r.distorts for s in states for r in s.throttle):
+                break
+            time.sleep(min(_COOL_POLL_S, self.cool_down_s))
+        return time.monotonic() - started
+
+    def _measure_once(self, config: TrialConfig, concurrency: int) -> TrialResult:
         if self._endpoint is None:
             raise MeasurementError(f"the {self.name} backend has no running server to measure")
         try:
