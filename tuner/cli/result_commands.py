@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from tuner.analysis.confirmed import Confirmed, Run
-from tuner.analysis.pick_names import DEFAULT_PICK, PICKS
+from tuner.analysis.pick_names import PICKS
 from tuner.cli import options as opt
 from tuner.cli.app import app, console, err_console, handle_errors, print_json
 from tuner.cli.render import confirm_run_line, confirmed_table
@@ -59,9 +59,13 @@ def export_command(
         str, typer.Option("--format", help=f"Output format: {', '.join(FORMATS)}.")
     ] = "vllm",
     pick: Annotated[
-        str,
-        typer.Option("--pick", help=f"Which config: {', '.join(PICKS)}, or a trial number."),
-    ] = DEFAULT_PICK,
+        str | None,
+        typer.Option(
+            "--pick",
+            help=f"Which config: {', '.join(PICKS)}, or a trial number (default: the one the "
+            "study's slo.prefer names, max-throughput unless set).",
+        ),
+    ] = None,
     out: Annotated[
         Path | None, typer.Option("--out", help="File to write (default stdout).")
     ] = None,

@@ -21,6 +21,7 @@ from tuner.cli.app import app, console, handle_errors, print_json, warn
 from tuner.cli.render import (
     confirm_run_line,
     confirmed_table,
+    energy_lines,
     k_table_line,
     plan_table,
     recommendation,
@@ -29,6 +30,7 @@ from tuner.cli.render import (
     trial_table,
 )
 from tuner.config import bounds
+from tuner.config.schema import Preference
 from tuner.config.trial import server_to_dict
 from tuner.config.vllm_version import check_release
 from tuner.results import StartupEvent
@@ -44,7 +46,11 @@ if TYPE_CHECKING:
 
 
 def _build_space(
-    space: str | None, hardware: str | None, slo_ttft_ms: float | None, vllm_version: str | None
+    space: str | None,
+    hardware: str | None,
+    slo_ttft_ms: float | None,
+    vllm_version: str | None,
+    prefer: str | None = None,
 ) -> SearchSpace:
     from tuner.config.space import load_space
 
@@ -56,6 +62,8 @@ def _build_space(
     if vllm_version is not None:
         check_release(vllm_version)
         loaded = loaded.with_vllm_version(vllm_version)
+    if prefer is not None:
+        loaded = loaded.with_prefer(Preference(prefer))
     return loaded
 
 
@@ -119,6 +127,7 @@ def optimize_command(
             rich_help_panel=opt.SPACE_PANEL,
         ),
     ] = None,
+    prefer: opt.Prefer = None,
     workers: Annotated[
         int,
         opt.bounded(
@@ -188,8 +197,8 @@ def optimize_command(
     from tuner.study.optimize import OptimizeRequest, StudyRun, check_request, optimize
     from tuner.study.run import stored_startups
 
-    explicit = any(v is not None for v in (space, hardware, slo_ttft_ms, vllm_version))
-    built = _build_space(space, hardware, slo_ttft_ms, vllm_version)
+    explicit = any(v is not None for v in (space, hardware, slo_ttft_ms, vllm_version, prefer))
+    built = _build_space(space, hardware, slo_ttft_ms, vllm_version, prefer)
     # A default a user can spare; a time budget runs in one worker on this host, so several
     # workers or a Ray cluster keep the count.
     default_budget = trials is None and time_budget is None and workers == 1 and ray is None
@@ -287,6 +296,7 @@ def _record_json(record: TrialRecord, metric: str) -> dict[str, Any]:
         metric: throughput,  # output_tok_s, or goodput_req_s
         "p95_ttft_ms": ttft,
         "status": record.status,
+        "tokens_per_joule": record.tokens_per_joule,
         "temperature": record.trial_temperature,
         "server": server_to_dict(record.server),
         "summary": dict(record.summary),
@@ -313,6 +323,7 @@ def _optimize_json(result: OptimizeResult) -> dict[str, Any]:
 
 def _print_optimize(result: OptimizeResult) -> None:
     from tuner.analysis.gpu import throttle_note
+    from tuner.analysis.picks import study_pick
     from tuner.study.storage import safe_url
     from tuner.trial.record import records
 
@@ -329,12 +340,14 @@ def _print_optimize(result: OptimizeResult) -> None:
         )
         console.print(f"No config recommended: {why}.", markup=False, soft_wrap=True)
         return
+    limit, objective = result.space.ttft_limit_ms, result.space.objective
     if result.confirmed:
-        limit, objective = result.space.ttft_limit_ms, result.space.objective
         console.print(confirmed_table(result.confirmed, limit, objective))
     if result.k_table is not None:
         console.print(k_table_line(result.k_table), markup=False)
-    console.print(recommendation(best, result.space.ttft_limit_ms, result.space.objective))
+    console.print(recommendation(best, limit, objective, study_pick(result.handle)))
+    for line in energy_lines(result.handle, result.space):
+        console.print(line, markup=False, soft_wrap=True)
     hot = throttle_note(records(result.handle.get_trials(deepcopy=False)))
     if hot is not None:
         console.print(f"WARNING: {hot}", markup=False, soft_wrap=True)

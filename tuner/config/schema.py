@@ -3,8 +3,8 @@
     SpaceModel             name, hardware, target, and the sections below
     ├── ServerModel        server: max_model_len, tensor_parallel_size, quantization, extra_flags
     ├── VllmModel          vllm: image, version
-    ├── SloModel           slo: objective (throughput or goodput), ttft_ms, tpot_ms,
-    │                      max_failed_requests, stream_gap_p99_ms
+    ├── SloModel           slo: objective (throughput or goodput), prefer (throughput, energy
+    │                      or both), ttft_ms, tpot_ms, max_failed_requests, stream_gap_p99_ms
     ├── WorkloadModel      workload: prompt_set, token counts, the traffic (concurrency levels and
     │                      temperatures, each with a weight), requests, warm-up, ...
     ├── QualityModel       quality: the opt-in to lossy verification and the check it gets
@@ -77,6 +77,7 @@ __all__ = [
     "HardwareModel",
     "LoadLevel",
     "Objective",
+    "Preference",
     "QualityModel",
     "SearchModel",
     "ServerModel",
@@ -147,6 +148,23 @@ class Objective(enum.StrEnum):
     def label(self) -> str:
         """What a reader calls it: ``output tok/s`` or ``goodput req/s``."""
         return f"{'goodput' if self is Objective.GOODPUT else 'output'} {self.unit}"
+
+
+class Preference(enum.StrEnum):
+    """What the recommendation optimises among the feasible configs (``slo.prefer``, or
+    ``optimize --objective``); the study's two Optuna objectives stay as they are."""
+
+    THROUGHPUT = "throughput"
+    """The highest first objective (tok/s, or goodput req/s)."""
+    ENERGY = "energy"
+    """The most output tokens per joule of GPU energy, where the GPUs were read."""
+    BOTH = "both"
+    """The Pareto front of throughput and joules per token, the fastest on it recommended."""
+
+    @property
+    def energy(self) -> bool:
+        """Whether it needs the GPUs' energy read (the simulator reads none)."""
+        return self is not Preference.THROUGHPUT
 
 
 class _StrictModel(StrictModel, BaseModel):
@@ -255,6 +273,10 @@ class SloModel(_StrictModel):
 
     objective: Objective = Objective.THROUGHPUT
     """throughput: output tok/s over the traffic; goodput: the highest request rate in limits."""
+    prefer: Preference = Preference.THROUGHPUT
+    """What the recommendation optimises: throughput (the objective above), energy (the most
+    tokens per joule within the limits) or both (the tok/s against J/token front, its
+    fastest recommended); needs a backend that reads the GPUs."""
     ttft_ms: Milliseconds = 1000
     """p95 time to first token in ms, at every concurrency level; trials above it are infeasible."""
     tpot_ms: Milliseconds | None = None
