@@ -17,6 +17,7 @@ from typing import Any
 
 __all__ = [
     "STALL_S",
+    "TENANT_MOVE_GIB",
     "THROTTLED_SHARE",
     "Endpoint",
     "GpuWindow",
@@ -35,6 +36,11 @@ __all__ = [
 # throttled measurement: a single reading of a transient slowdown is recorded, not held against
 # the config.
 THROTTLED_SHARE = 0.05
+
+# Other processes' GPU memory that moved this much inside a measured window marks it: about the
+# headroom a study leaves them on vLLM 0.34 (server.memory_headroom_gib's smallest step), and
+# far above the tens of MiB a desktop's compositor moves by on its own.
+TENANT_MOVE_GIB = 0.5
 
 # A gap between streamed chunks that a reader notices as a stall (the field notes' "a 200 ms
 # stall, then four words at once"); 150 ms is about where streamed text stops reading as smooth.
@@ -240,6 +246,13 @@ class GpuWindow:
         :data:`THROTTLED_SHARE` of the window: a measurement of the GPU's state, not the
         config's."""
         return self.seconds > 0 and self.distorted_s >= THROTTLED_SHARE * self.seconds
+
+    @property
+    def tenants_moved(self) -> bool:
+        """Whether other processes' GPU memory moved by :data:`TENANT_MOVE_GIB` or more
+        inside the window: the memory the server had to itself changed while measured."""
+        change = self.others_memory_change_gib
+        return change is not None and change >= TENANT_MOVE_GIB
 
     def reasons_text(self) -> str:
         """The distorting reasons with their seconds and the peak temperature, for a note:

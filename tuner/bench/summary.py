@@ -45,7 +45,8 @@ def level_summary(result: TrialResult, condition: Condition | None = None) -> di
 
 def gpu_summary(results: Sequence[TrialResult]) -> dict[str, Any] | None:
     """What the GPUs did through every measured pair of a trial, as the trial stores it: the
-    pairs' windows combined, how many pairs were throttled (heat or a hardware slowdown), the
+    pairs' windows combined, how many pairs were throttled (heat or a hardware slowdown) and in
+    how many other processes' GPU memory moved, the
     joules per output token of them all and its inverse; None
     when a pair was measured without GPU readings (no NVML, the simulator)."""
     windows = [r.gpu for r in results if r.gpu is not None]
@@ -58,6 +59,7 @@ def gpu_summary(results: Sequence[TrialResult]) -> dict[str, Any] | None:
         **asdict(window),
         "power_limit_w": list(window.power_limit_w),
         "throttled_pairs": sum(1 for w in windows if w.throttled),
+        "tenants_moved_pairs": sum(1 for w in windows if w.tenants_moved),
         "joules_per_token": per_token,
         "tokens_per_joule": 1.0 / per_token if per_token else None,
     }

@@ -66,7 +66,8 @@ _CAPTION = (
     "(re)started, lost N%: requests failed, pruned: measured until it could not reach the best, "
     "fly N%: lossy verification whose answers kept N% of the exact answers' words (lossy N%: "
     "below the space's quality.min_similarity), hot: the GPUs throttled (heat or a hardware "
-    "slowdown) even when measured again"
+    "slowdown) even when measured again, tenants: other processes' GPU memory moved while "
+    "measured"
 )
 _UNITS = {
     Objective.THROUGHPUT: "tok/s: traffic-weighted, TTFT: worst p95 ms over the levels",
@@ -173,6 +174,7 @@ def record_row(record: TrialRecord) -> list[str]:
     if record.duplicate_of is not None:
         status = f"same as #{record.duplicate_of}"
     status += " hot" if record.throttled else ""
+    status += " tenants" if record.tenants_moved else ""
     return [
         str(record.number),
         draft_label(server),

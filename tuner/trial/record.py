@@ -393,6 +393,13 @@ class TrialRecord:
         return bool(self.gpu and self.gpu.get("throttled_pairs"))
 
     @property
+    def tenants_moved(self) -> bool:
+        """Whether other processes' GPU memory moved while a pair was measured (a notebook
+        loading a model, a desktop app): the memory the server had to itself changed, so its
+        numbers, and any OOM, may be the other tenant's doing."""
+        return bool(self.gpu and self.gpu.get("tenants_moved_pairs"))
+
+    @property
     def tokens_per_joule(self) -> float | None:
         """Output tokens per joule of GPU energy, all measured pairs together; None where the
         GPUs were not read."""

@@ -14,13 +14,16 @@ from pathlib import Path
 
 import pytest
 
+from tests.analysis.test_energy import RECORD
 from tests.testbed.docker_host import FAKE_SERVER
 from tests.testbed.gpus import FakeGpus
 from tests.trial.backends.contract_support import CONFIG, FITS, SMALL
+from tuner.bench.summary import gpu_summary
+from tuner.cli.render import record_row
 from tuner.config.trial import LaunchContext
 from tuner.config.vllm_args import NEWEST_KNOWN
 from tuner.launch.process import ProcessLauncher
-from tuner.results import Throttle
+from tuner.results import GpuWindow, Throttle
 from tuner.trial.backends.process import ProcessBackend
 
 # Long enough for a dozen readings at the test's interval.
@@ -119,3 +122,49 @@ def test_a_power_cap_is_the_study_s_condition_and_is_not_measured_again(
     assert result.gpu is not None and not result.gpu.throttled
     assert result.gpu.throttled_s["power_cap"] > 0
     assert not [n for n in result.notes if "throttled" in n]
+
+
+def test_a_tenant_that_grows_mid_measurement_marks_the_pair_and_the_trial(
+    backend: ProcessBackend, gpus: FakeGpus, context: LaunchContext
+) -> None:
+    backend.start(FITS, context)
+    assert backend.launcher.pid is not None
+    server = (backend.launcher.pid, 18.0)
+    gpus.tenants = [server, (os.getpid(), 1.5)]
+    config = replace(CONFIG, client=replace(CONFIG.client, workload=WORKLOAD))
+    loaded = [1.5]
+
+    def notebook_loads_a_model(fake: FakeGpus) -> None:
+        # 0.1 GiB a reading, all through the pair: whatever its warm-up takes, its measured
+        # window (a dozen readings or more) sees the notebook grow by well over the mark.
+        loaded[0] += 0.1
+        fake.tenants = [server, (os.getpid(), loaded[0])]
+
+    gpus.script = notebook_loads_a_model
+    result = backend.measure(config, 2, seed=0)
+    window = result.gpu
+    assert window is not None and window.tenants_moved
+    assert window.others_memory_change_gib is not None and window.others_memory_gib is not None
+    assert window.others_memory_change_gib >= 1.0 and window.others_memory_gib > 2.5
+    assert not window.throttled  # marked, not measured again: the tenant may stay
+    (note,) = [n for n in result.notes if "other processes" in n]
+    assert note == (
+        f"other processes' GPU memory moved by {window.others_memory_change_gib:.1f} GiB while "
+        f"measured (up to {window.others_memory_gib:.1f} GiB held)"
+    )
+
+    gpus.script = None  # the notebook keeps what it loaded: the next pair is not marked
+    steady = backend.measure(config, 1, seed=0)  # the notebook keeps its memory: no mark
+    assert steady.gpu is not None and not steady.gpu.tenants_moved
+    stored = gpu_summary([result, steady])
+    assert stored is not None and stored["tenants_moved_pairs"] == 1
+    record = replace(RECORD, gpu=stored)
+    assert record.tenants_moved and record_row(record)[-1] == "ok tenants"
+    assert not replace(RECORD, gpu=gpu_summary([steady])).tenants_moved
+
+
+def test_memory_that_barely_moves_is_no_mark() -> None:
+    window = GpuWindow(seconds=4.0, samples=8, others_memory_gib=1.7, others_memory_change_gib=0.2)
+    assert not window.tenants_moved
+    assert replace(window, others_memory_change_gib=0.5).tenants_moved
+    assert not replace(window, others_memory_gib=None, others_memory_change_gib=None).tenants_moved

@@ -180,13 +180,21 @@ class ServedBackend:
         return self._with_gpu(result)
 
     def _with_gpu(self, result: TrialResult) -> TrialResult:
-        """``result`` with the peaks of its window and what the GPUs did while measured."""
+        """``result`` with the peaks of its window and what the GPUs did while measured, and a
+        note where other processes' memory moved in it."""
         if self._sampler is None:
             return result
         sampled = self._sampler.take()
         window = result.window
         gpu = None if window is None else summarise(sampled.states, window, self._owns())
-        return replace(result, peak_memory_gib=sampled.peaks, gpu=gpu)
+        notes = result.notes
+        if gpu is not None and gpu.tenants_moved:
+            notes = (
+                *notes,
+                f"other processes' GPU memory moved by {gpu.others_memory_change_gib:.1f} GiB "
+                f"while measured (up to {gpu.others_memory_gib:.1f} GiB held)",
+            )
+        return replace(result, peak_memory_gib=sampled.peaks, gpu=gpu, notes=notes)
 
     def _owns(self) -> Owns | None:
         root = self.server_pid()
