@@ -17,16 +17,30 @@ from typing import Any
 
 __all__ = [
     "STALL_S",
+    "TENANT_MOVE_GIB",
+    "THROTTLED_SHARE",
     "Endpoint",
+    "GpuWindow",
     "OnStartup",
     "RequestRecord",
     "Source",
     "SpecDecodeStats",
     "StartupEvent",
+    "Throttle",
     "TrialResult",
     "percentile",
 ]
 
+
+# A window throttled by heat or a hardware slowdown for at least this share of its length is a
+# throttled measurement: a single reading of a transient slowdown is recorded, not held against
+# the config.
+THROTTLED_SHARE = 0.05
+
+# Other processes' GPU memory that moved this much inside a measured window marks it: about the
+# headroom a study leaves them on vLLM 0.34 (server.memory_headroom_gib's smallest step), and
+# far above the tens of MiB a desktop's compositor moves by on its own.
+TENANT_MOVE_GIB = 0.5
 
 # A gap between streamed chunks that a reader notices as a stall (the field notes' "a 200 ms
 # stall, then four words at once"); 150 ms is about where streamed text stops reading as smooth.
@@ -164,6 +178,96 @@ class SpecDecodeStats:
         return tuple(a / self.drafts for a in self.accepted_per_position) if self.drafts else ()
 
 
+class Throttle(enum.StrEnum):
+    """Why the GPU held its clocks down, as NVML's clocks-event reasons group them.
+
+    ``power_cap`` is the power limit in force: a limit the user set is the condition the study
+    measures under, not a fault. ``thermal`` (the GPU's own or the driver's thermal slowdown)
+    and ``hw_slowdown`` (an external slowdown signal or power brake) are the GPU's state, not
+    the config's: a pair measured under them is not a fair measurement of its config.
+    """
+
+    POWER_CAP = "power_cap"
+    THERMAL = "thermal"
+    HW_SLOWDOWN = "hw_slowdown"
+
+    @property
+    def distorts(self) -> bool:
+        """Whether a measurement under this reason says more about the GPU than the config."""
+        return self is not Throttle.POWER_CAP
+
+
+@dataclass(frozen=True)
+class GpuWindow:
+    """What the GPUs did through one measured window, all of the study's GPUs together.
+
+    Attributes:
+        seconds: the window's length the figures cover.
+        samples: readings taken in it (per GPU).
+        energy_j: joules drawn by all GPUs through the window: from the boards' energy
+            counters where they have one, else mean power times time (``energy_from``).
+        energy_from: ``"counter"`` or ``"power"``.
+        mean_power_w: mean board power, all GPUs summed.
+        sm_clock_mhz: mean SM clock over readings and GPUs.
+        memory_clock_mhz: mean memory clock over readings and GPUs.
+        max_temperature_c: the hottest reading of any GPU.
+        power_limit_w: the power limit in force per GPU (the last reading's).
+        throttled_s: seconds each :class:`Throttle` reason was seen on any GPU (a reading
+            counts for the time until the next).
+        others_memory_gib: the most memory held on the GPUs by processes other than the
+            server, summed over GPUs; None where NVML lists no processes.
+        others_memory_change_gib: how far that memory moved within the window.
+    """
+
+    seconds: float
+    samples: int
+    energy_j: float | None = None
+    energy_from: str | None = None
+    mean_power_w: float | None = None
+    sm_clock_mhz: float | None = None
+    memory_clock_mhz: float | None = None
+    max_temperature_c: float | None = None
+    power_limit_w: tuple[float, ...] = ()
+    throttled_s: dict[str, float] = field(default_factory=dict)
+    others_memory_gib: float | None = None
+    others_memory_change_gib: float | None = None
+
+    @property
+    def distorted_s(self) -> float:
+        """Seconds the window ran under a reason that :attr:`Throttle.distorts` (the longest)."""
+        return max(
+            (s for reason, s in self.throttled_s.items() if Throttle(reason).distorts),
+            default=0.0,
+        )
+
+    @property
+    def throttled(self) -> bool:
+        """Whether heat or a hardware slowdown held the clocks down for at least
+        :data:`THROTTLED_SHARE` of the window: a measurement of the GPU's state, not the
+        config's."""
+        return self.seconds > 0 and self.distorted_s >= THROTTLED_SHARE * self.seconds
+
+    @property
+    def tenants_moved(self) -> bool:
+        """Whether other processes' GPU memory moved by :data:`TENANT_MOVE_GIB` or more
+        inside the window: the memory the server had to itself changed while measured."""
+        change = self.others_memory_change_gib
+        return change is not None and change >= TENANT_MOVE_GIB
+
+    def reasons_text(self) -> str:
+        """The distorting reasons with their seconds and the peak temperature, for a note:
+        ``thermal 2.1 s of 4.0 s, up to 91 °C``."""
+        held = ", ".join(
+            f"{reason} {s:.1f} s"
+            for reason, s in self.throttled_s.items()
+            if Throttle(reason).distorts and s > 0
+        )
+        heat = (
+            f", up to {self.max_temperature_c:.0f} °C" if self.max_temperature_c is not None else ""
+        )
+        return f"{held} of {self.seconds:.1f} s{heat}"
+
+
 @dataclass(frozen=True)
 class TrialResult:
     """One benchmark run of one server config at one concurrency level."""
@@ -177,6 +281,28 @@ class TrialResult:
     preemptions: float | None = None
     peak_memory_gib: tuple[float, ...] = ()  # per GPU
     notes: tuple[str, ...] = field(default=())
+    gpu: GpuWindow | None = None  # what the GPUs did through the measured window
+
+    @property
+    def window(self) -> tuple[float, float] | None:
+        """The measured window on the monotonic clock the requests' timestamps use; None
+        without requests (the simulator's clock is virtual: its records start at 0)."""
+        if not self.requests:
+            return None
+        start = min(r.start for r in self.requests)
+        return start, start + self.duration_s
+
+    @property
+    def joules_per_token(self) -> float | None:
+        """GPU energy per output token through the measured window; None where not measured."""
+        energy = self.gpu.energy_j if self.gpu is not None else None
+        return energy / self.output_tokens if energy and self.output_tokens else None
+
+    @property
+    def tokens_per_joule(self) -> float | None:
+        """Output tokens per joule of GPU energy; None where energy was not measured."""
+        per_token = self.joules_per_token
+        return 1.0 / per_token if per_token else None
 
     @property
     def succeeded(self) -> list[RequestRecord]:
@@ -271,6 +397,21 @@ class TrialResult:
             "preemptions": self.preemptions,
             "peak_memory_gib": list(self.peak_memory_gib),
             "notes": list(self.notes),
+            **self._gpu_summary(),
+        }
+
+    def _gpu_summary(self) -> dict[str, Any]:
+        """The GPU window's figures under ``gpu_*`` keys; none where nothing was sampled (a
+        reader of an older study finds the keys missing, as it finds them here)."""
+        if self.gpu is None:
+            return {}
+        window = asdict(self.gpu)
+        return {
+            **{f"gpu_{key}": value for key, value in window.items()},
+            "gpu_throttled": self.gpu.throttled,
+            "gpu_power_limit_w": list(self.gpu.power_limit_w),
+            "joules_per_token": self.joules_per_token,
+            "tokens_per_joule": self.tokens_per_joule,
         }
 
     def to_dict(self) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""GPU memory: the NVML monitor (against a stand-in ``pynvml``), peaks, waiting for the baseline."""
+"""The GPUs through NVML (a stand-in ``pynvml``): memory and state, the sampler, the baseline."""
 
 from __future__ import annotations
 
@@ -10,13 +10,15 @@ from collections.abc import Iterator
 
 import pytest
 
+from tuner.catalog.gpu_state import GpuState
 from tuner.catalog.nvml import (
+    GpuSampler,
     NoGpuMonitor,
     NvmlMonitor,
-    PeakSampler,
     open_gpu_monitor,
     wait_for_baseline,
 )
+from tuner.results import Throttle
 
 GIB = 1024**3
 
@@ -54,6 +56,43 @@ class FakeNvml(types.ModuleType):
             raise self.NVMLError("GPU is lost")
         return types.SimpleNamespace(used=int(self.used_gib[handle] * GIB))
 
+    # The state of GPU 0 is a Hopper's; GPUs 1 and 2 are older boards without an energy
+    # counter, and GPU 2 lists no processes (as inside some containers).
+    NVML_CLOCK_SM = 1
+    NVML_CLOCK_MEM = 2
+    NVML_TEMPERATURE_GPU = 0
+
+    def nvmlDeviceGetPowerUsage(self, handle: int) -> int:
+        return 250_500 + handle  # milliwatts
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, handle: int) -> int:
+        if handle:
+            raise self.NVMLError("Not Supported")
+        return 7_000_000  # millijoules
+
+    def nvmlDeviceGetClockInfo(self, handle: int, clock: int) -> int:
+        return {self.NVML_CLOCK_SM: 1980, self.NVML_CLOCK_MEM: 2619}[clock]
+
+    def nvmlDeviceGetTemperature(self, handle: int, sensor: int) -> int:
+        return 71
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, handle: int) -> int:
+        return 400_000
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, handle: int) -> int:
+        return 0x4 | 0x40 | 0x1  # power cap, HW thermal slowdown, and idle (not a throttle)
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: int) -> list[types.SimpleNamespace]:
+        if handle == 2:
+            raise self.NVMLError("Not Supported")
+        return [types.SimpleNamespace(pid=10, usedGpuMemory=2 * GIB)]
+
+    def nvmlDeviceGetGraphicsRunningProcesses(self, handle: int) -> list[types.SimpleNamespace]:
+        return [
+            types.SimpleNamespace(pid=10, usedGpuMemory=2 * GIB),  # listed twice: counted once
+            types.SimpleNamespace(pid=11, usedGpuMemory=GIB // 2),
+        ]
+
 
 @pytest.fixture
 def nvml(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeNvml]:
@@ -72,6 +111,44 @@ def test_nvml_monitor_reads_the_gpus_in_use_in_gib(nvml: FakeNvml) -> None:
     assert monitor.memory_used_gib() is None
 
 
+def test_nvml_monitor_reads_each_gpu_s_state_and_what_a_gpu_lacks_is_none(
+    nvml: FakeNvml,
+) -> None:
+    monitor = open_gpu_monitor([0, 2])
+    states = monitor.state()
+    assert states is not None
+    hopper, older = states
+    assert (hopper.gpu, older.gpu) == (0, 2)
+    assert hopper.power_w == 250.5
+    assert hopper.energy_j == 7000.0
+    assert older.energy_j is None  # power x time stands in for it (tuner.catalog.gpu_state)
+    assert (hopper.sm_clock_mhz, hopper.memory_clock_mhz) == (1980, 2619)
+    assert hopper.temperature_c == 71
+    assert hopper.power_limit_w == 400.0
+    assert hopper.throttle == {Throttle.POWER_CAP, Throttle.THERMAL}
+    assert hopper.processes == ((10, 2.0), (11, 0.5))
+    assert older.processes is None
+    assert hopper.memory_used_gib == 1.0
+
+
+class OlderNvml(FakeNvml):
+    """An nvidia-ml-py from before the clocks-event call: only the throttle-reasons one."""
+
+    nvmlDeviceGetCurrentClocksEventReasons = None  # type: ignore[assignment]
+
+    def nvmlDeviceGetCurrentClocksThrottleReasons(self, handle: int) -> int:
+        return 0x8  # HW slowdown
+
+
+def test_an_older_library_s_throttle_reasons_call_is_read_instead(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(sys.modules, "pynvml", OlderNvml([1.0]))
+    states = open_gpu_monitor([0]).state()
+    assert states is not None
+    assert states[0].throttle == {Throttle.HW_SLOWDOWN}
+
+
 def test_without_nvml_the_fallback_is_used_and_said_once(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -81,6 +158,7 @@ def test_without_nvml_the_fallback_is_used_and_said_once(
         monitor = open_gpu_monitor([0])
     assert isinstance(monitor, NoGpuMonitor)
     assert monitor.memory_used_gib() is None
+    assert monitor.state() is None
     assert [r.getMessage() for r in caplog.records] == [
         "NVML not available (NVML Shared Library Not Found): GPU memory is not measured"
     ]
@@ -111,6 +189,11 @@ class ScriptedMonitor:
 
     def memory_used_gib(self) -> list[float] | None:
         return self.readings.pop(0) if len(self.readings) > 1 else self.readings[0]
+
+    def state(self) -> list[GpuState] | None:
+        used = self.memory_used_gib()
+        now = time.monotonic()
+        return None if used is None else [GpuState(now, i, gib) for i, gib in enumerate(used)]
 
 
 class FakeClock:
@@ -153,27 +236,34 @@ def test_nothing_to_wait_for_without_a_baseline_or_readings(
     assert clock.now == 0.0
 
 
-def test_peak_sampler_keeps_the_maximum_per_gpu_per_window() -> None:
+def test_gpu_sampler_keeps_the_maximum_per_gpu_and_every_reading_per_window() -> None:
     monitor = ScriptedMonitor([1.0, 5.0], [4.0, 2.0], [0.5, 0.5])
-    sampler = PeakSampler(monitor, interval_s=3600)  # only the explicit samples count
+    sampler = GpuSampler(monitor, interval_s=3600)  # only the explicit samples count
     sampler.start()  # samples [1, 5]
-    assert sampler.take() == [4.0, 5.0]  # samples [4, 2] first
-    assert sampler.stop() == [0.5, 0.5]
+    taken = sampler.take()  # samples [4, 2] first
+    assert taken.peaks == (4.0, 5.0)
+    assert [(s.gpu, s.memory_used_gib) for s in taken.states] == [
+        (0, 1.0),
+        (1, 5.0),
+        (0, 4.0),
+        (1, 2.0),
+    ]
+    assert sampler.stop().peaks == (0.5, 0.5)
 
 
-def test_peak_sampler_samples_in_the_background() -> None:
+def test_gpu_sampler_samples_in_the_background() -> None:
     monitor = ScriptedMonitor([1.0], [1.0], [7.0], [2.0])
-    sampler = PeakSampler(monitor, interval_s=0.01)
+    sampler = GpuSampler(monitor, interval_s=0.01)
     sampler.start()
     deadline = time.monotonic() + 10
     while monitor.readings != [[2.0]]:  # until the thread has read up to the last reading
         assert time.monotonic() < deadline
         time.sleep(0.005)
-    assert sampler.stop() == [7.0]
+    assert sampler.stop().peaks == (7.0,)
 
 
-def test_peak_sampler_without_readings_reports_nothing() -> None:
-    sampler = PeakSampler(NoGpuMonitor(), interval_s=0.01)
+def test_gpu_sampler_without_readings_reports_nothing() -> None:
+    sampler = GpuSampler(NoGpuMonitor(), interval_s=0.01)
     sampler.start()
-    assert sampler.take() == []
-    assert sampler.stop() == []
+    assert sampler.take().peaks == ()
+    assert sampler.stop().states == ()

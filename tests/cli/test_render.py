@@ -61,14 +61,29 @@ def test_every_kind_of_row_fits_80_columns_unabridged() -> None:
             number=129,
             server=replace(SERVER, speculative=SpeculativeConfig(SpecMethod.NGRAM, 5)),
         ),
+        replace(
+            RECORD,
+            number=130,
+            gpu={"tokens_per_joule": 12.345, "throttled_pairs": 1, "tenants_moved_pairs": 2},
+        ),
     ]
     lines = _rendered(rows)
     assert max(len(line) for line in lines) <= 80
     table = "\n".join(lines)
     assert "…" not in table  # nothing cut short
-    for text in ("0.5B", "ngram", "none", "OOM pred.", "over TTFT", "same as #123", "failed"):
+    marked = "ok hot tenants"  # throttled, and another process's memory moved while measured
+    for text in (
+        "0.5B",
+        "ngram",
+        "none",
+        "OOM pred.",
+        "over TTFT",
+        "same as #123",
+        "failed",
+        marked,
+    ):
         assert text in table, text
-    assert "1234.5" in table and "78.2%" in table
+    assert "1234.5" in table and "78.2%" in table and "12.35" in table
 
 
 def test_a_failed_trial_shows_its_config() -> None:

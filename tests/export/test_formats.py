@@ -19,6 +19,7 @@ import yaml
 from tests.testbed.results import SPACE, StudyCopy, build_study, judge_table
 from tuner.analysis.levels import batch_size_table
 from tuner.analysis.picks import feasible, pick_candidate, recommend
+from tuner.analysis.provenance import provenance
 from tuner.analysis.trials import Outcome, points
 from tuner.config.space import SearchSpace
 from tuner.config.vllm_args import server_argv, server_yaml
@@ -308,3 +309,27 @@ def test_no_secret_reaches_any_export(tmp_path: Path, monkeypatch: pytest.Monkey
     assert loaded["enforce-eager"] is True and loaded["tokenizer-mode"] == "auto"  # kept
     assert yaml.safe_load(compose)["services"]["vllm"]["environment"] == ["HF_TOKEN"]
     assert "-e HF_TOKEN " in docker_run
+
+
+def test_the_export_states_what_the_gpus_drew_per_token_where_nvml_read_them(
+    levels: StudyCopy,
+) -> None:
+    study, space = levels.open()
+    facts = provenance(study, space, pick_candidate(study, "max-throughput"), "max-throughput")
+    assert facts.gpu_state is None  # simulated: nothing read, nothing said
+    assert not any("GPU energy" in line for line in facts.lines())
+    read = {
+        "joules_per_token": 0.42,
+        "tokens_per_joule": 1 / 0.42,
+        "energy_from": "counter",
+        "mean_power_w": 301.4,
+        "sm_clock_mhz": 2505.0,
+        "power_limit_w": [450.0, 450.0],
+        "throttled_s": {"power_cap": 3.25, "thermal": 0.0},
+    }
+    line = next(x for x in replace(facts, gpu_state=read).lines() if x.startswith("GPU energy"))
+    assert line == (
+        "GPU energy 0.420 J per output token (2.38 tok/J, counter); mean power 301 W; "
+        "SM clock 2505 MHz; power limit 450, 450 W; throttled power_cap 3.2 s"
+    )
+    assert replace(facts, gpu_state=read).to_dict()["gpu_state"]["tokens_per_joule"] > 2.3

@@ -30,10 +30,10 @@ from tuner.study.paths import StudyPaths
 from tuner.trial.record import TrialRecord, records
 
 STUDY = "qwen2.5-32b-awq-4090x2"
-# A live-table row: #, draft, K, mem, batch, temp, tok/s, TTFT, acc, new, status.
+# A live-table row: #, draft, K, mem, batch, temp, tok/s, TTFT, tok/J, acc, new, status.
 ROW = re.compile(
     r"^\s*(\d+)\s+(\S+)\s+(\d+|-)\s+(\d\.\d\d)\s+(\d+)\s+(\S+)\s+([\d.]+|-)\s+(\d+|-)\s+"
-    r"([\d.]+%|-)\s+(V1|V2|-)\s+(yes|no)\s+(\S.*?)\s*$"
+    r"([\d.]+|-)\s+([\d.]+%|-)\s+(V1|V2|-)\s+(yes|no)\s+(\S.*?)\s*$"
 )
 NUMBER = r"(-?\d+(?:\.\d+)?)"
 
@@ -95,8 +95,9 @@ def _live_table_is_the_stored_trials(
     rows = list(_live_rows(stdout))
     assert {int(r[0]) for r in rows} == set(done)  # every trial, live and in the front table
     stored = {t.number: t.values for t in study.get_trials(deepcopy=False)}  # as the dashboard
-    for number, _, k, mem, batch, _, tok_s, ttft, acc, _, _, _ in rows:
+    for number, _, k, mem, batch, _, tok_s, ttft, per_joule, acc, _, _, _ in rows:
         record = done[int(number)]
+        assert per_joule == "-"  # the simulator reads no energy
         assert k == (str(record.server.k) if record.server.speculative else "-")
         assert mem == f"{record.server.gpu_memory_utilization:.2f}"
         assert batch == str(record.server.max_num_batched_tokens)

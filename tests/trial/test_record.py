@@ -13,7 +13,7 @@ from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState
 
 from tuner.analysis.trials import level_tok_s
-from tuner.bench.summary import level_summary
+from tuner.bench.summary import gpu_summary, level_summary
 from tuner.config.space import load_space
 from tuner.config.trial import (
     ClientConfig,
@@ -29,7 +29,7 @@ from tuner.config.workload import Condition
 from tuner.errors import ConfigError, FailureKind, MeasurementError, StartupFailure
 from tuner.export.vllm import export
 from tuner.launch.served import ServedFacts
-from tuner.results import RequestRecord, Source, TrialResult
+from tuner.results import GpuWindow, RequestRecord, Source, TrialResult
 from tuner.trial.model_runner import model_runner, runner_note
 from tuner.trial.record import (
     RECORD_ATTRS,
@@ -316,3 +316,39 @@ def test_a_record_keeps_its_server_s_start_up_seconds() -> None:
     # Stored before start-ups were timed: it reads as one that timed none.
     old = TrialRecord.from_trial(_frozen(json.loads(STORED_ED48BF2.read_text())))
     assert old is not None and old.startup_s is None
+
+
+def _measured(tokens: int, energy_j: float, throttled: dict[str, float]) -> TrialResult:
+    request = RequestRecord(0.0, first_token=0.1, end=2.0, completion_tokens=tokens)
+    window = GpuWindow(2.0, 4, energy_j, "counter", energy_j / 2.0, 2400.0, 10501.0, 70.0)
+    return TrialResult(
+        Source.MEASURED, 1, 2.0, (request,), gpu=replace(window, throttled_s=throttled)
+    )
+
+
+def test_a_trial_stores_what_its_gpus_did_through_all_its_pairs_and_old_ones_have_none() -> None:
+    results = [_measured(100, 500.0, {}), _measured(300, 700.0, {"thermal": 0.5})]
+    gpu = gpu_summary(results)
+    assert gpu is not None
+    assert gpu["joules_per_token"] == pytest.approx(1200.0 / 400)
+    assert gpu["throttled_s"] == {"thermal": 0.5}
+    assert gpu_summary([*results, replace(results[0], gpu=None)]) is None  # a pair unread
+    levels = tuple(level_summary(r) for r in results)
+    assert levels[1]["gpu_throttled_s"] == {"thermal": 0.5}
+    assert levels[0]["joules_per_token"] == pytest.approx(5.0)
+    record = TrialRecord(
+        number=2,
+        state=TrialState.COMPLETE,
+        server=SERVER,
+        trial_temperature=0.0,
+        status=TrialStatus.OK,
+        source=Source.MEASURED,
+        values=(55.0, 230.0),
+        levels=levels,
+        gpu=gpu,
+    )
+    read = TrialRecord.from_trial(_frozen(record.to_attrs(), number=2))
+    assert read is not None and read.gpu == gpu
+    assert read.tokens_per_joule == pytest.approx(400 / 1200.0)
+    old = TrialRecord.from_trial(_frozen(json.loads(STORED_ED48BF2.read_text())))
+    assert old is not None and old.gpu is None and old.tokens_per_joule is None

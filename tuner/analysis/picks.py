@@ -5,7 +5,10 @@ A candidate's numbers are its confirmation means when it was confirmed (see
 confirmation, only confirmed configs are candidates: a single lucky measurement must not beat
 a mean of several. A confirmed config that ran out of memory, crashed or broke the TTFT limit
 when re-measured is dropped. A trial that reused an earlier one's result ("same as #N") is
-that trial again, not a candidate of its own.
+that trial again, not a candidate of its own. A trial measured while heat or a hardware
+slowdown throttled the GPUs (and throttled again when measured once more) is no candidate
+while an unthrottled one is: its numbers are the GPU's state, not its config's; where every
+candidate was throttled they stay, and :mod:`tuner.analysis.gpu` says so.
 
 The Pareto front is Optuna's (``study.best_trials``: for a constrained study, the feasible
 trials no other feasible trial beats on both throughput and p95 TTFT), without the repeats.
@@ -14,6 +17,12 @@ trials no other feasible trial beats on both throughput and p95 TTFT), without t
 and the best p95 TTFT among those candidates, on their numbers), each axis scaled to the
 front's range, so neither unit dominates. When confirmation dropped every front config, the
 nearest of all candidates is taken.
+
+``min-energy`` is the candidate with the most output tokens per joule of GPU energy, as its
+trial read it (confirmation runs read no energy), where the GPUs were read at all. The study's
+own pick follows its space's ``slo.prefer`` (:data:`PREFERRED_PICK`); where that is
+min-energy and no candidate's energy was read, the fastest is recommended instead
+(:func:`study_pick`, and :mod:`tuner.analysis.energy` says so).
 
 :func:`recommend` is the one recommendation: optimize, export and the report all take it.
 """
@@ -31,7 +40,7 @@ from optuna.trial import TrialState
 from tuner.analysis.confirmed import Confirmed, load_confirmed
 from tuner.analysis.estimates import Numbers, numbers_of
 from tuner.analysis.infeasible import infeasible_reasons
-from tuner.analysis.pick_names import DEFAULT_PICK, PICKS
+from tuner.analysis.pick_names import DEFAULT_PICK, PICKS, PREFERRED_PICK
 from tuner.config.trial import SpecMethod
 from tuner.errors import ConfigError
 from tuner.trial.record import TrialRecord, records, stored_space
@@ -50,6 +59,7 @@ __all__ = [
     "pick_candidate",
     "ranked",
     "recommend",
+    "study_pick",
 ]
 
 
@@ -82,6 +92,17 @@ class Candidate:
     def p95_ttft_ms(self) -> float:
         """p95 TTFT in ms: the confirmed mean, else the single measurement."""
         return self.numbers.p95_ttft_ms.value
+
+    @property
+    def tokens_per_joule(self) -> float | None:
+        """Output tokens per joule of GPU energy, as the trial read it; None where its GPUs
+        were not read (the simulator, no NVML)."""
+        return self.record.tokens_per_joule
+
+    @property
+    def joules_per_token(self) -> float | None:
+        """GPU joules per output token, as the trial read it; None where not read."""
+        return self.record.joules_per_token
 
 
 def check_pick(pick: str) -> str:
@@ -132,6 +153,8 @@ def candidates(
     ]
     if passed:
         chosen = [c for c in chosen if c.confirmed is not None]
+    fair = [c for c in chosen if c.confirmed is not None or not c.record.throttled]
+    chosen = fair or chosen
     return sorted(chosen, key=lambda c: (-c.throughput, c.p95_ttft_ms, c.number))
 
 
@@ -170,10 +193,16 @@ def best_per_method(study: optuna.Study) -> list[Candidate]:
 
 
 def choose(cands: Sequence[Candidate], pick: str) -> Candidate | None:
-    """The candidate ``pick`` selects; None when there are none."""
+    """The candidate ``pick`` selects; None when there are none (for min-energy: none whose
+    GPU energy was read)."""
     check_pick(pick)
     if not cands:
         return None
+    if pick == "min-energy":
+        read = [c for c in cands if c.tokens_per_joule is not None]
+        if not read:
+            return None
+        return min(read, key=lambda c: (-(c.tokens_per_joule or 0.0), -c.throughput, c.number))
     if pick == "max-throughput":
         return min(cands, key=lambda c: (-c.throughput, c.p95_ttft_ms, c.number))
     if pick == "min-ttft":
@@ -192,16 +221,37 @@ def choose(cands: Sequence[Candidate], pick: str) -> Candidate | None:
     return min(front, key=lambda c: (distance(c), -c.throughput, c.number))
 
 
-def recommend(study: optuna.Study, pick: str = DEFAULT_PICK) -> Candidate | None:
-    """The config ``pick`` recommends (confirmed numbers first); None when nothing is feasible."""
-    return choose(ranked(study), pick)
+def study_pick(study: optuna.Study, cands: Sequence[Candidate] | None = None) -> str:
+    """The pick the study's recommendation takes: the one its space prefers (``slo.prefer``;
+    max-throughput for a study stored before there was a choice), or max-throughput where
+    that selects nothing because no candidate's GPU energy was read.
+
+    Args:
+        study: the study.
+        cands: its candidates (:func:`ranked`), where the caller holds them already.
+    """
+    space = stored_space(study)
+    preferred = DEFAULT_PICK if space is None else PREFERRED_PICK[space.prefer]
+    if preferred == DEFAULT_PICK:
+        return preferred
+    found = choose(ranked(study) if cands is None else cands, preferred)
+    return preferred if found is not None else DEFAULT_PICK
+
+
+def recommend(study: optuna.Study, pick: str | None = None) -> Candidate | None:
+    """The config ``pick`` recommends (confirmed numbers first), the study's own pick
+    (:func:`study_pick`) by default; None when nothing is feasible, or nothing ``pick`` can
+    rank (min-energy without an energy reading)."""
+    cands = ranked(study)
+    return choose(cands, check_pick(pick) if pick else study_pick(study, cands))
 
 
 def confirmation_order(study: optuna.Study) -> list[TrialRecord]:
     """The study's feasible trials in the order to confirm them, one per distinct config.
 
-    First the configs each pick selects on single measurements (max-throughput, balanced,
-    min-ttft), so that whatever pick a user exports was confirmed, then the rest by throughput.
+    First the configs each pick selects on single measurements (the study's own pick, then
+    max-throughput, balanced, min-ttft), so that whatever pick a user exports was confirmed,
+    then the rest by throughput.
     """
     unique: dict[tuple[object, float], TrialRecord] = {}
     for record in sorted(feasible(study), key=lambda r: (-r.objective[0], r.number)):
@@ -211,7 +261,7 @@ def confirmation_order(study: optuna.Study) -> list[TrialRecord]:
     cands = candidates(list(unique.values()), {}, math.inf, front)
     by_number = {r.number: r for r in unique.values()}
     order: list[int] = []
-    for pick in ("max-throughput", "balanced", "min-ttft"):
+    for pick in (study_pick(study, cands), "max-throughput", "balanced", "min-ttft"):
         chosen = choose(cands, pick)
         if chosen is not None and chosen.number not in order:
             order.append(chosen.number)
@@ -219,15 +269,24 @@ def confirmation_order(study: optuna.Study) -> list[TrialRecord]:
     return [by_number[n] for n in order]
 
 
-def pick_candidate(study: optuna.Study, pick: str = DEFAULT_PICK) -> Candidate:
-    """The trial a pick name or a trial number (as text) selects, with its confirmation.
+def pick_candidate(study: optuna.Study, pick: str | None = None) -> Candidate:
+    """The trial a pick name or a trial number (as text) selects, with its confirmation; the
+    study's own pick (:func:`study_pick`) by default.
 
     Raises:
-        ConfigError: unknown pick, no such completed trial, or nothing feasible yet.
+        ConfigError: unknown pick, no such completed trial, nothing feasible yet, or
+            min-energy where no feasible trial's GPU energy was read.
     """
-    if pick.isdigit():
+    if pick is not None and pick.isdigit():
         return _numbered(study, int(pick))
-    chosen = recommend(study, check_pick(pick))
+    cands = ranked(study)
+    chosen = choose(cands, check_pick(pick) if pick else study_pick(study, cands))
+    if chosen is None and cands:
+        others = ", ".join(p for p in PICKS if p != pick)
+        raise ConfigError(
+            f"--pick {pick}: no feasible trial of study {study.study_name!r} had its GPU energy "
+            f"read (the simulator and hosts without NVML read none): pick {others} instead"
+        )
     if chosen is None:
         why = infeasible_reasons(r.status for r in records(study.get_trials(deepcopy=False)))
         raise ConfigError(f"study {study.study_name!r} has no feasible trial: {why}")

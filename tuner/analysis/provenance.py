@@ -74,6 +74,8 @@ class Provenance:
     rate_steps: tuple[float, ...] = ()  # the request rates a goodput study climbs
     model_runner: str | None = None  # vLLM's model runner for the config, and how it is known
     quality: QualityCheck | None = None  # a lossy verifier's answers against the exact ones
+    # What the GPUs did through the trial's measured pairs (TrialRecord.gpu); None: not read.
+    gpu_state: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Every fact as plain JSON data (the JSON export's ``provenance``); the first
@@ -169,6 +171,7 @@ class Provenance:
             *self._served(),
             *([f"model runner {self.model_runner}"] if self.model_runner else []),
             *self._quality(),
+            *self._energy(),
             f"exported {self.date}",
         ]
 
@@ -195,6 +198,26 @@ class Provenance:
             f"LOSSY verification (fly): greedy answers kept {check.similarity * 100:.1f} % of "
             f"standard verification's words, {check.identical} of {check.prompts} identical"
         ]
+
+    def _energy(self) -> list[str]:
+        state = self.gpu_state
+        if not state or state.get("joules_per_token") is None:
+            return []
+        facts = [
+            f"GPU energy {state['joules_per_token']:.3f} J per output token "
+            f"({state['tokens_per_joule']:.2f} tok/J, {state.get('energy_from') or 'power'})"
+        ]
+        if state.get("mean_power_w") is not None:
+            facts.append(f"mean power {state['mean_power_w']:.0f} W")
+        if state.get("sm_clock_mhz") is not None:
+            facts.append(f"SM clock {state['sm_clock_mhz']:.0f} MHz")
+        limits = state.get("power_limit_w") or []
+        if limits:
+            facts.append("power limit " + ", ".join(f"{w:.0f}" for w in limits) + " W")
+        held = {r: t for r, t in (state.get("throttled_s") or {}).items() if t}
+        if held:
+            facts.append("throttled " + ", ".join(f"{r} {t:.1f} s" for r, t in held.items()))
+        return ["; ".join(facts)]
 
     def _served(self) -> list[str]:
         if self.served is None:  # the simulator, or a log that names nothing
@@ -289,4 +312,5 @@ def provenance(
         rate_steps=space.workload.rate_steps,
         model_runner=runner_note(record),
         quality=record.quality,
+        gpu_state=None if record.gpu is None else dict(record.gpu),
     )

@@ -18,12 +18,13 @@ from typing import TYPE_CHECKING
 
 from tuner.analysis.k_table import TableChoice, table_choice, with_table
 from tuner.analysis.picks import (
-    DEFAULT_PICK,
     Candidate,
     best_per_method,
     check_pick,
+    choose,
     pick_candidate,
-    recommend,
+    ranked,
+    study_pick,
 )
 from tuner.config.methods import MethodFamily
 from tuner.config.space import SearchSpace
@@ -106,17 +107,20 @@ def dialect_space(study: optuna.Study, space: SearchSpace) -> SearchSpace:
 
 
 def recommendation(
-    study: optuna.Study, space: SearchSpace, pick: str = DEFAULT_PICK
+    study: optuna.Study, space: SearchSpace, pick: str | None = None
 ) -> Recommendation | None:
-    """What ``pick`` recommends from ``study``; None while nothing is feasible.
+    """What ``pick`` recommends from ``study`` (by default the study's own pick,
+    :func:`~tuner.analysis.picks.study_pick`); None while nothing is feasible.
 
     Raises:
         ConfigError: an unknown pick, or a trial number that did not complete.
     """
-    if pick.isdigit():
+    if pick is not None and pick.isdigit():
         candidate: Candidate | None = pick_candidate(study, pick)
     else:
-        candidate = recommend(study, check_pick(pick))
+        cands = ranked(study)
+        pick = check_pick(pick) if pick else study_pick(study, cands)
+        candidate = choose(cands, pick)
     if candidate is None:
         return None
     spoken = dialect_space(study, space)

@@ -57,6 +57,7 @@ class Point:
     # (temperature, draft acceptance) per temperature measured, its levels weighted by share:
     # a trial measured on a temperature mix has one point per temperature, not one at the mean.
     acceptance_by_temperature: tuple[tuple[float, float], ...] = ()
+    joules_per_token: float | None = None  # GPU energy per output token; None: not read
 
     @property
     def speculative(self) -> bool:
@@ -110,6 +111,7 @@ def point(record: TrialRecord, front: Collection[int] = ()) -> Point | None:
         on_front=record.number in front,
         duplicate_of=record.duplicate_of,
         acceptance_by_temperature=acceptance_by_temperature(record),
+        joules_per_token=record.joules_per_token,
     )
 
 

@@ -1,14 +1,18 @@
-"""One measured (concurrency, temperature) pair as a study stores it and ``bench`` prints it."""
+"""One measured (concurrency, temperature) pair as a study stores it and ``bench`` prints it,
+and what the GPUs did through all of a trial's pairs."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import asdict
 from typing import Any
 
 from tuner.bench.percentiles import quantile_interval
+from tuner.catalog.gpu_state import combined
 from tuner.config.workload import Condition
 from tuner.results import TrialResult
 
-__all__ = ["level_summary"]
+__all__ = ["gpu_summary", "level_summary"]
 
 
 def level_summary(result: TrialResult, condition: Condition | None = None) -> dict[str, Any]:
@@ -37,3 +41,25 @@ def level_summary(result: TrialResult, condition: Condition | None = None) -> di
         if condition.request_rate is not None:  # a goodput step: the rate it offered
             summary["offered_rate"] = condition.request_rate
     return summary
+
+
+def gpu_summary(results: Sequence[TrialResult]) -> dict[str, Any] | None:
+    """What the GPUs did through every measured pair of a trial, as the trial stores it: the
+    pairs' windows combined, how many pairs were throttled (heat or a hardware slowdown) and in
+    how many other processes' GPU memory moved, the
+    joules per output token of them all and its inverse; None
+    when a pair was measured without GPU readings (no NVML, the simulator)."""
+    windows = [r.gpu for r in results if r.gpu is not None]
+    window = combined(windows)
+    if window is None or len(windows) != len(results):
+        return None
+    tokens = sum(r.output_tokens for r in results)
+    per_token = window.energy_j / tokens if window.energy_j and tokens else None
+    return {
+        **asdict(window),
+        "power_limit_w": list(window.power_limit_w),
+        "throttled_pairs": sum(1 for w in windows if w.throttled),
+        "tenants_moved_pairs": sum(1 for w in windows if w.tenants_moved),
+        "joules_per_token": per_token,
+        "tokens_per_joule": 1.0 / per_token if per_token else None,
+    }

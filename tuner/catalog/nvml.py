@@ -4,7 +4,10 @@ Hardware detection (:func:`detect_gpus`, through one :class:`GpuProbe`) says whi
 host has and how they are connected, so ``--hardware`` defaults to what is there. The launcher
 waits (bounded) after stopping a server until each GPU's used memory is back near its baseline,
 because a CUDA context not yet torn down makes the next start fail with a false out-of-memory;
-and each trial records the peak memory used per GPU, sampled in the background.
+and each trial records what the GPUs did, sampled in the background (:class:`GpuSampler`): the
+peak memory used per GPU, and through each measured window the power and energy, the clocks,
+the temperature, the clocks-event reasons (thermal, power cap, hardware slowdown), the power
+limit in force and the memory other processes hold (:mod:`tuner.catalog.gpu_state`).
 
 Without NVML (no NVIDIA driver, a CPU-only host, an NVML error) nothing is measured: detection
 says why, the memory monitor warns once in the log, and everything goes on without.
@@ -17,18 +20,22 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Protocol
 
+from tuner.catalog.gpu_state import GpuState
 from tuner.catalog.gpus import DetectedGpu, DetectedGpus, GpuLink, NoGpu
+from tuner.results import Throttle
 
 __all__ = [
     "GpuMonitor",
     "GpuProbe",
+    "GpuSampler",
     "NoGpuMonitor",
     "NvmlMonitor",
     "NvmlProbe",
-    "PeakSampler",
+    "Sampled",
     "detect_gpus",
     "detected_environment",
     "gpu_names",
@@ -40,10 +47,18 @@ __all__ = [
 _log = logging.getLogger(__name__)
 _GIB = 1024**3
 _said = {"unavailable": False}
+_MW = 1000.0
+# NVML's clocks-event reason bits (nvmlClocksEventReason*; the same bits under the older
+# nvmlClocksThrottleReason* names), grouped as a study judges them.
+_REASON_BITS = {
+    Throttle.POWER_CAP: 0x4,  # SwPowerCap
+    Throttle.HW_SLOWDOWN: 0x8 | 0x80,  # HwSlowdown, HwPowerBrakeSlowdown
+    Throttle.THERMAL: 0x20 | 0x40,  # SwThermalSlowdown, HwThermalSlowdown
+}
 
 
 class GpuMonitor(Protocol):
-    """Reads the memory in use on the GPUs a study may use."""
+    """Reads the GPUs a study may use: the memory in use, and their whole state."""
 
     def memory_used_gib(self) -> list[float] | None:
         """Used memory per GPU in GiB, in the order of the study's GPU indices.
@@ -53,11 +68,24 @@ class GpuMonitor(Protocol):
         """
         ...
 
+    def state(self) -> list[GpuState] | None:
+        """Every GPU's state now, in the order of the study's GPU indices.
+
+        Returns:
+            One reading per GPU (a field None where the GPU cannot say), or None when the
+            GPUs cannot be read at all.
+        """
+        ...
+
 
 class NoGpuMonitor:
-    """The stand-in for hosts without NVML: memory is never available."""
+    """The stand-in for hosts without NVML: nothing is ever available."""
 
     def memory_used_gib(self) -> list[float] | None:
+        """Always None: there is nothing to read."""
+        return None
+
+    def state(self) -> list[GpuState] | None:
         """Always None: there is nothing to read."""
         return None
 
@@ -91,6 +119,7 @@ class NvmlMonitor:
             self._nvml.nvmlShutdown()
             raise
         self._failed = False
+        self._unsupported: set[str] = set()
 
     def memory_used_gib(self) -> list[float] | None:
         """Used memory per GPU in GiB, or None once NVML has failed."""
@@ -101,9 +130,86 @@ class NvmlMonitor:
                 self._nvml.nvmlDeviceGetMemoryInfo(handle).used / _GIB for handle in self._handles
             ]
         except self._nvml.NVMLError as error:
-            self._failed = True
-            _log.warning("NVML stopped answering (%s): GPU memory is no longer recorded", error)
+            self._stopped(error)
             return None
+
+    def state(self) -> list[GpuState] | None:
+        """Every GPU's state now, or None once NVML has failed; a reading this GPU does not
+        support (energy before Volta, processes in some containers) is None in it."""
+        if self._failed:
+            return None
+        try:
+            now = time.monotonic()
+            return [
+                self._state(index, handle, now)
+                for index, handle in zip(self.indices, self._handles, strict=True)
+            ]
+        except self._nvml.NVMLError as error:
+            self._stopped(error)
+            return None
+
+    def _state(self, index: int, handle: Any, now: float) -> GpuState:
+        nvml, read = self._nvml, self._optional
+        power = read("nvmlDeviceGetPowerUsage", handle)
+        energy = read("nvmlDeviceGetTotalEnergyConsumption", handle)
+        limit = read("nvmlDeviceGetEnforcedPowerLimit", handle)
+        return GpuState(
+            at=now,
+            gpu=index,
+            memory_used_gib=nvml.nvmlDeviceGetMemoryInfo(handle).used / _GIB,
+            power_w=None if power is None else power / _MW,
+            energy_j=None if energy is None else energy / _MW,
+            sm_clock_mhz=read("nvmlDeviceGetClockInfo", handle, nvml.NVML_CLOCK_SM),
+            memory_clock_mhz=read("nvmlDeviceGetClockInfo", handle, nvml.NVML_CLOCK_MEM),
+            temperature_c=read("nvmlDeviceGetTemperature", handle, nvml.NVML_TEMPERATURE_GPU),
+            power_limit_w=None if limit is None else limit / _MW,
+            throttle=self._throttle(handle),
+            processes=self._processes(handle),
+        )
+
+    def _optional(self, name: str, *args: Any) -> Any:
+        """``pynvml.name(*args)``, or None where this GPU or driver lacks it (asked once)."""
+        key = f"{name}{args[1:]}"  # the SM clock may answer where the memory clock does not
+        call = getattr(self._nvml, name, None)  # older nvidia-ml-py releases lack newer calls
+        if key in self._unsupported or call is None:
+            return None
+        try:
+            return call(*args)
+        except self._nvml.NVMLError:
+            self._unsupported.add(key)
+            return None
+
+    def _throttle(self, handle: Any) -> frozenset[Throttle]:
+        # The event-reasons call replaced the throttle-reasons one (drivers from 535 on).
+        mask = self._optional("nvmlDeviceGetCurrentClocksEventReasons", handle)
+        if mask is None:
+            mask = self._optional("nvmlDeviceGetCurrentClocksThrottleReasons", handle)
+        if mask is None:
+            return frozenset()
+        return frozenset(reason for reason, bits in _REASON_BITS.items() if int(mask) & bits)
+
+    def _processes(self, handle: Any) -> tuple[tuple[int, float], ...] | None:
+        """(pid, GiB) of every compute and graphics process (a desktop is graphics); None
+        where NVML cannot list them or cannot say their memory (some containers)."""
+        held: dict[int, float] = {}
+        for name in (
+            "nvmlDeviceGetComputeRunningProcesses",
+            "nvmlDeviceGetGraphicsRunningProcesses",
+        ):
+            listed = self._optional(name, handle)
+            if listed is None:
+                return None
+            for process in listed:
+                if process.usedGpuMemory is None:
+                    return None
+                held[int(process.pid)] = max(
+                    held.get(int(process.pid), 0.0), process.usedGpuMemory / _GIB
+                )
+        return tuple(sorted(held.items()))
+
+    def _stopped(self, error: Exception) -> None:
+        self._failed = True
+        _log.warning("NVML stopped answering (%s): GPU memory is no longer recorded", error)
 
     def close(self) -> None:
         """Releases NVML; reads after this report "not available"."""
@@ -334,26 +440,40 @@ def _near(used: Sequence[float], baseline: Sequence[float], tolerance_gib: float
     return all(u <= b + tolerance_gib for u, b in zip(used, baseline, strict=False))
 
 
-class PeakSampler:
-    """Samples a monitor in a background thread and keeps the peak per GPU.
+@dataclass(frozen=True)
+class Sampled:
+    """What a :class:`GpuSampler` read over one window.
+
+    Attributes:
+        peaks: peak used memory per GPU in GiB; empty when memory was not available.
+        states: every reading of every GPU, in the order taken (empty without NVML).
+    """
+
+    peaks: tuple[float, ...] = ()
+    states: tuple[GpuState, ...] = ()
+
+
+class GpuSampler:
+    """Samples a monitor in a background thread: the peak memory per GPU, and every reading.
 
     Example:
-        >>> sampler = PeakSampler(NoGpuMonitor(), interval_s=0.1)
+        >>> sampler = GpuSampler(NoGpuMonitor(), interval_s=0.1)
         >>> sampler.start()
         >>> sampler.stop()
-        []
+        Sampled(peaks=(), states=())
     """
 
     def __init__(self, monitor: GpuMonitor, interval_s: float = 0.5) -> None:
         """Prepares the sampler; nothing runs until :meth:`start`.
 
         Args:
-            monitor: where memory is read.
+            monitor: where the GPUs are read.
             interval_s: time between samples; peaks shorter than this can be missed.
         """
         self.monitor = monitor
         self.interval_s = interval_s
         self._peaks: list[float] = []
+        self._states: list[GpuState] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -364,26 +484,19 @@ class PeakSampler:
             return
         self._stop.clear()
         self._sample()
-        self._thread = threading.Thread(target=self._run, name="gpu-peak-sampler", daemon=True)
+        self._thread = threading.Thread(target=self._run, name="gpu-sampler", daemon=True)
         self._thread.start()
 
-    def take(self) -> list[float]:
-        """The peaks since the start or the last ``take``, then begins a new window.
-
-        Returns:
-            Peak used memory per GPU in GiB; empty when memory is not available.
-        """
+    def take(self) -> Sampled:
+        """What was read since the start or the last ``take``, then begins a new window."""
         self._sample()  # the current value belongs to the window that ends now
         with self._lock:
             peaks, self._peaks = self._peaks, []
-        return peaks
+            states, self._states = self._states, []
+        return Sampled(tuple(peaks), tuple(states))
 
-    def stop(self) -> list[float]:
-        """Stops sampling.
-
-        Returns:
-            Peak used memory per GPU in GiB since the last ``take``; empty when not available.
-        """
+    def stop(self) -> Sampled:
+        """Stops sampling; returns what was read since the last ``take``."""
         if self._thread is not None:
             self._stop.set()
             self._thread.join()
@@ -395,10 +508,12 @@ class PeakSampler:
             self._sample()
 
     def _sample(self) -> None:
-        used = self.monitor.memory_used_gib()
-        if used is None:
+        states = self.monitor.state()
+        if states is None:
             return
+        used = [s.memory_used_gib for s in states]
         with self._lock:
+            self._states.extend(states)
             if len(self._peaks) != len(used):
                 self._peaks = list(used)
             else:

@@ -13,6 +13,7 @@ import typer
 from tuner.cli.app import handle_errors
 from tuner.config import limits
 from tuner.config.local_paths import absolute
+from tuner.config.preference import Preference
 from tuner.errors import ConfigError
 from tuner.study.paths import absolute_storage
 from tuner.trial.backends.settings import FLAGS, Flag, settings_from_flags
@@ -44,6 +45,7 @@ __all__ = [
     "MaxModelLen",
     "OutputTokens",
     "Plan",
+    "Prefer",
     "Prefetch",
     "Sampler",
     "Seed",
@@ -165,6 +167,29 @@ StudiesDir = Annotated[
         help="Where databases, logs and exports go.",
         callback=_absolute_folder,
         rich_help_panel=STUDY_PANEL,
+    ),
+]
+
+
+def _preference(value: str | None) -> Preference | None:
+    if value is None:
+        return None
+    try:
+        return Preference(value)
+    except ValueError:
+        known = ", ".join(p.value for p in Preference)
+        raise ConfigError(f"--objective {value!r}: choose one of {known}") from None
+
+
+Prefer = Annotated[
+    str | None,
+    typer.Option(
+        "--objective",
+        help="What the recommendation optimises: throughput, energy (the most tokens per "
+        "joule within the limits) or both (the tok/s against J/token front, its fastest "
+        "recommended); default: the space's slo.prefer, throughput unless set.",
+        callback=handle_errors(_preference),
+        rich_help_panel=SPACE_PANEL,
     ),
 ]
 Json = Annotated[

@@ -19,6 +19,8 @@ from tuner.trial.model_runner import model_runner
 from tuner.trial.scoring import TrialStatus
 
 if TYPE_CHECKING:  # these load the simulator or Optuna; `spectune --help` need neither
+    import optuna
+
     from tuner.analysis.k_table import KTableVerdict
     from tuner.analysis.picks import Candidate
     from tuner.config.space import SearchSpace
@@ -31,6 +33,7 @@ __all__ = [
     "confirm_run_line",
     "confirmed_table",
     "draft_label",
+    "energy_lines",
     "fitted_table",
     "k_table_line",
     "recommendation",
@@ -50,6 +53,7 @@ TRIAL_COLUMNS = (
     "temp",
     "tok/s",
     "TTFT",
+    "tok/J",
     "acc",
     "run",
     "new",
@@ -57,11 +61,13 @@ TRIAL_COLUMNS = (
 )
 _CAPTION = (
     "mem: --gpu-memory-utilization, batch: --max-num-batched-tokens, temp: tuned or the "
-    "workload's (mix: several), {unit}, "
-    "acc: draft acceptance, run: vLLM's model runner (V1 is deprecated), new: server "
+    "workload's (mix: several), {unit}, tok/J: output tokens per joule of GPU energy (- where "
+    "not read), acc: draft acceptance, run: vLLM's model runner (V1 is deprecated), new: server "
     "(re)started, lost N%: requests failed, pruned: measured until it could not reach the best, "
     "fly N%: lossy verification whose answers kept N% of the exact answers' words (lossy N%: "
-    "below the space's quality.min_similarity)"
+    "below the space's quality.min_similarity), hot: the GPUs throttled (heat or a hardware "
+    "slowdown) even when measured again, tenants: other processes' GPU memory moved while "
+    "measured"
 )
 _UNITS = {
     Objective.THROUGHPUT: "tok/s: traffic-weighted, TTFT: worst p95 ms over the levels",
@@ -127,8 +133,14 @@ def _tuned_temperature(record: TrialRecord) -> float | None:
 def trial_table(title: str, objective: Objective = Objective.THROUGHPUT) -> Table:
     """An empty trial table (rows from :func:`record_row`), narrow enough for 80 columns."""
     caption = _CAPTION.format(unit=_UNITS[objective])
+    # One space between columns (collapsed padding): with tok/J a row still fits 80 columns.
     table = Table(
-        title=title, title_justify="left", caption=caption, caption_justify="left", box=None
+        title=title,
+        title_justify="left",
+        caption=caption,
+        caption_justify="left",
+        box=None,
+        collapse_padding=True,
     )
     for name in TRIAL_COLUMNS:
         table.add_column(
@@ -161,6 +173,8 @@ def record_row(record: TrialRecord) -> list[str]:
         status = "pruned"
     if record.duplicate_of is not None:
         status = f"same as #{record.duplicate_of}"
+    status += " hot" if record.throttled else ""
+    status += " tenants" if record.tenants_moved else ""
     return [
         str(record.number),
         draft_label(server),
@@ -170,6 +184,7 @@ def record_row(record: TrialRecord) -> list[str]:
         _temperature_cell(record),
         _number(record.throughput, 2 if record.steps else 1),
         _number(record.p95_ttft_ms, 0),
+        _number(record.tokens_per_joule, 2),
         _pct(record.acceptance_rate),
         model_runner(record),
         "yes" if record.restarted else "no",
@@ -188,20 +203,51 @@ def records_table(
 
 
 def recommendation(
-    best: Candidate, limit_ms: float, objective: Objective = Objective.THROUGHPUT
+    best: Candidate,
+    limit_ms: float,
+    objective: Objective = Objective.THROUGHPUT,
+    pick: str = "max-throughput",
 ) -> str:
     """The recommendation lines optimize prints: the numbers as export and report print them
-    (:attr:`tuner.analysis.picks.Candidate.numbers`)."""
+    (:attr:`tuner.analysis.picks.Candidate.numbers`); ``pick`` is the one that chose it."""
     record, numbers = best.record, best.numbers
     throughput = numbers.throughput.text(objective.digits)
     ttft = numbers.p95_ttft_ms.text(0, " ms")
     target = "goodput" if objective is Objective.GOODPUT else "throughput"
+    if pick == "min-energy":
+        target = "output tokens per joule"
+    energy = "" if best.tokens_per_joule is None else f", {best.tokens_per_joule:.2f} tok/J"
     return (
         f"Recommended (highest {target} within p95 TTFT <= {limit_ms:.0f} ms): "
         f"trial {record.number}: {config_label(record.server, _tuned_temperature(record))}\n"
-        f"  {numbers.source}: {throughput} {objective.label}, p95 TTFT {ttft} "
+        f"  {numbers.source}: {throughput} {objective.label}, p95 TTFT {ttft}{energy} "
         f"({numbers.runs_note})" + _quality_note(record)
     )
+
+
+def energy_lines(study: optuna.Study, space: SearchSpace) -> list[str]:
+    """What optimize prints on energy after the recommendation: where the study prefers
+    both, the tok/s against J/token front; what the fastest config costs against the most
+    frugal; and a line where an energy preference found energy unread. Empty where no
+    trial's GPUs were read and the study prefers throughput."""
+    from tuner.analysis.energy import energy_cost, energy_front, energy_note
+    from tuner.analysis.picks import ranked
+    from tuner.config.preference import Preference
+
+    cands = ranked(study)
+    lines = []
+    front = energy_front(cands) if space.prefer is Preference.BOTH else []
+    if front:
+        unit = space.objective.unit
+        lines.append("Front of throughput against energy (fastest first, the first recommended):")
+        lines += [
+            f"  trial {c.number}: {c.throughput:.{space.objective.digits}f} {unit}, "
+            f"{c.joules_per_token or 0.0:.3f} J/token, {config_label(c.record.server)}"
+            for c in front
+        ]
+    cost = energy_cost(cands, space.objective.unit)
+    note = energy_note(space.prefer, cands)
+    return [*lines, *([cost] if cost else []), *([f"WARNING: {note}"] if note else [])]
 
 
 def _quality_note(record: TrialRecord) -> str:

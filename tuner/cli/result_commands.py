@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from tuner.analysis.pick_names import DEFAULT_PICK, PICKS
+from tuner.analysis.pick_names import PICKS
 from tuner.cli import options as opt
 from tuner.cli.app import app, console, err_console, handle_errors, print_json
 from tuner.errors import ConfigError
@@ -57,9 +57,13 @@ def export_command(
         str, typer.Option("--format", help=f"Output format: {', '.join(FORMATS)}.")
     ] = "vllm",
     pick: Annotated[
-        str,
-        typer.Option("--pick", help=f"Which config: {', '.join(PICKS)}, or a trial number."),
-    ] = DEFAULT_PICK,
+        str | None,
+        typer.Option(
+            "--pick",
+            help=f"Which config: {', '.join(PICKS)}, or a trial number (default: the one the "
+            "study's slo.prefer names, max-throughput unless set).",
+        ),
+    ] = None,
     out: Annotated[
         Path | None, typer.Option("--out", help="File to write (default stdout).")
     ] = None,

@@ -29,9 +29,14 @@ if TYPE_CHECKING:
 
 
 def _build_space(
-    space: str | None, hardware: str | None, slo_ttft_ms: float | None, vllm_version: str | None
+    space: str | None,
+    hardware: str | None,
+    slo_ttft_ms: float | None,
+    vllm_version: str | None,
+    prefer: str | None = None,
 ) -> SearchSpace:
     from tuner.catalog.gpus import parse_hardware
+    from tuner.config.preference import Preference
     from tuner.config.space import load_space
 
     loaded = load_space(space)
@@ -42,6 +47,8 @@ def _build_space(
     if vllm_version is not None:
         check_release(vllm_version)
         loaded = loaded.with_vllm_version(vllm_version)
+    if prefer is not None:
+        loaded = loaded.with_prefer(Preference(prefer))
     return loaded
 
 
@@ -105,6 +112,7 @@ def optimize_command(
             rich_help_panel=opt.SPACE_PANEL,
         ),
     ] = None,
+    prefer: opt.Prefer = None,
     workers: Annotated[
         int,
         opt.bounded(
@@ -173,8 +181,8 @@ def optimize_command(
     from tuner.study.cluster import RayOptions
     from tuner.study.optimize import OptimizeRequest, StudyRun, optimize
 
-    explicit = any(v is not None for v in (space, hardware, slo_ttft_ms, vllm_version))
-    built = _build_space(space, hardware, slo_ttft_ms, vllm_version)
+    explicit = any(v is not None for v in (space, hardware, slo_ttft_ms, vllm_version, prefer))
+    built = _build_space(space, hardware, slo_ttft_ms, vllm_version, prefer)
     # A default a user can spare; a time budget runs in one worker on this host, so several
     # workers or a Ray cluster keep the count.
     default_budget = trials is None and time_budget is None and workers == 1 and ray is None
@@ -293,6 +301,7 @@ def _record_json(record: TrialRecord, metric: str) -> dict[str, Any]:
         metric: throughput,  # output_tok_s, or goodput_req_s
         "p95_ttft_ms": ttft,
         "status": record.status,
+        "tokens_per_joule": record.tokens_per_joule,
         "temperature": record.trial_temperature,
         "server": server_to_dict(record.server),
         "summary": dict(record.summary),
@@ -318,8 +327,16 @@ def _optimize_json(result: OptimizeResult) -> dict[str, Any]:
 
 
 def _print_optimize(result: OptimizeResult) -> None:
+    from tuner.analysis.gpu import throttle_note
     from tuner.analysis.infeasible import infeasible_reasons
-    from tuner.cli.render import confirmed_table, k_table_line, recommendation, records_table
+    from tuner.analysis.picks import study_pick
+    from tuner.cli.render import (
+        confirmed_table,
+        energy_lines,
+        k_table_line,
+        recommendation,
+        records_table,
+    )
     from tuner.study.storage import safe_url
     from tuner.trial.record import records
 
@@ -336,12 +353,17 @@ def _print_optimize(result: OptimizeResult) -> None:
         )
         console.print(f"No config recommended: {why}.", markup=False, soft_wrap=True)
         return
+    limit, objective = result.space.ttft_limit_ms, result.space.objective
     if result.confirmed:
-        limit, objective = result.space.ttft_limit_ms, result.space.objective
         console.print(confirmed_table(result.confirmed, limit, objective))
     if result.k_table is not None:
         console.print(k_table_line(result.k_table), markup=False)
-    console.print(recommendation(best, result.space.ttft_limit_ms, result.space.objective))
+    console.print(recommendation(best, limit, objective, study_pick(result.handle)))
+    for line in energy_lines(result.handle, result.space):
+        console.print(line, markup=False, soft_wrap=True)
+    hot = throttle_note(records(result.handle.get_trials(deepcopy=False)))
+    if hot is not None:
+        console.print(f"WARNING: {hot}", markup=False, soft_wrap=True)
     for warning in best.record.served.warnings if best.record.served else ():
         console.print(f"WARNING: {warning}", markup=False)
     where = safe_url(result.storage)

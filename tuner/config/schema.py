@@ -3,8 +3,8 @@
     SpaceModel             name, hardware, target, and the sections below
     ├── ServerModel        server: max_model_len, tensor_parallel_size, quantization, extra_flags
     ├── VllmModel          vllm: image, version
-    ├── SloModel           slo: objective (throughput or goodput), ttft_ms, tpot_ms,
-    │                      max_failed_requests, stream_gap_p99_ms
+    ├── SloModel           slo: objective (throughput or goodput), prefer (throughput, energy
+    │                      or both), ttft_ms, tpot_ms, max_failed_requests, stream_gap_p99_ms
     ├── WorkloadModel      workload: prompt_set, token counts, the traffic (concurrency levels and
     │                      temperatures, each with a weight), requests, warm-up, ...
     ├── QualityModel       quality: the opt-in to lossy verification and the check it gets
@@ -60,6 +60,7 @@ from tuner.config.bounds import (
     Weight,
 )
 from tuner.config.methods.fields import SpecTokensRange
+from tuner.config.preference import Preference
 from tuner.config.prompt_sets import PROMPT_SETS, missing_package
 from tuner.config.schema_base import AS_LIST as _AS_LIST
 from tuner.config.schema_base import NON_EMPTY as _NON_EMPTY
@@ -255,6 +256,10 @@ class SloModel(_StrictModel):
 
     objective: Objective = Objective.THROUGHPUT
     """throughput: output tok/s over the traffic; goodput: the highest request rate in limits."""
+    prefer: Preference = Preference.THROUGHPUT
+    """What the recommendation optimises: throughput (the objective above), energy (the most
+    tokens per joule within the limits) or both (the tok/s against J/token front, its
+    fastest recommended); needs a backend that reads the GPUs."""
     ttft_ms: Milliseconds = 1000
     """p95 time to first token in ms, at every concurrency level; trials above it are infeasible."""
     tpot_ms: Milliseconds | None = None

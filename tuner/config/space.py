@@ -30,6 +30,7 @@ from tuner.config.choice_rules import check_adaptive, check_choices, check_lossy
 from tuner.config.choices import Option, Range, SpecChoice, choices_from_search
 from tuner.config.context import check_lengths
 from tuner.config.local_paths import absolute, absolute_space_paths
+from tuner.config.preference import Preference
 from tuner.config.schema import (
     FractionRange,
     Objective,
@@ -112,6 +113,7 @@ class SearchSpace:
     stream_gap_limit_ms: float | None = None  # p99 gap between streamed chunks; None: no limit
     tpot_limit_ms: float | None = None  # p95 time per output token; None: no limit
     objective: Objective = Objective.THROUGHPUT
+    prefer: Preference = Preference.THROUGHPUT  # what the recommendation optimises
 
     @property
     def source(self) -> dict[str, Any]:
@@ -288,6 +290,10 @@ class SearchSpace:
         """The same space under another TTFT limit (stored with the study like the rest)."""
         return self._edited("slo", {"ttft_ms": check_value(_TTFT_LIMIT, ttft_ms, "slo.ttft_ms")})
 
+    def with_prefer(self, prefer: Preference) -> SearchSpace:
+        """The same space recommending by ``prefer`` (``slo.prefer``)."""
+        return self._edited("slo", {"prefer": prefer.value})
+
     def with_memory_headroom(self, gib: float) -> SearchSpace:
         """The same space leaving ``gib`` per GPU to other processes (``server.
         memory_headroom_gib``): on vLLM 0.34+ its memory dimension then searches caps."""
@@ -461,6 +467,7 @@ def _build(raw: Any, origin: str, *, lenient: bool) -> SearchSpace:
         stream_gap_limit_ms=_optional_float(model.slo.stream_gap_p99_ms),
         tpot_limit_ms=_optional_float(model.slo.tpot_ms),
         objective=model.slo.objective,
+        prefer=model.slo.prefer,
         model=model,
     )
 

@@ -4,8 +4,9 @@ Kubernetes, JSON.
 The container formats are rendered by :mod:`tuner.export.deploy` and
 :mod:`tuner.export.kubernetes`.
 
-Which trial: a pick (:mod:`tuner.analysis.picks`: max-throughput, min-ttft or balanced, on
-confirmed numbers where the study has them) or a trial number. Every format starts with the
+Which trial: a pick (:mod:`tuner.analysis.picks`: max-throughput, min-ttft, balanced or
+min-energy, on confirmed numbers where the study has them; by default the one the study's
+``slo.prefer`` names) or a trial number. Every format starts with the
 provenance (:mod:`tuner.analysis.provenance`): study, trial, vLLM version and image, GPUs and
 driver, the numbers with their confidence intervals, the date. The flags are spelled in the
 dialect of the study's vLLM version (:mod:`tuner.config.vllm_args`): the space's, or where it
@@ -33,7 +34,7 @@ import yaml
 
 from tuner.analysis.k_table import KTableVerdict, Table, spell, table_choice, with_table
 from tuner.analysis.levels import LevelChoice
-from tuner.analysis.picks import DEFAULT_PICK, PICKS, Candidate, pick_candidate
+from tuner.analysis.picks import PICKS, Candidate, pick_candidate, study_pick
 from tuner.analysis.provenance import Provenance, provenance
 from tuner.analysis.recommendation import dialect_space
 from tuner.config.space import SearchSpace
@@ -72,16 +73,17 @@ def export(
     study: optuna.Study,
     space: SearchSpace,
     fmt: str = "vllm",
-    pick: str = DEFAULT_PICK,
+    pick: str | None = None,
     today: dt.date | None = None,
 ) -> Exported:
-    """Renders the config that ``pick`` selects in format ``fmt``.
+    """Renders the config that ``pick`` (default: the study's own) selects in format ``fmt``.
 
     Raises:
         ConfigError: unknown format or pick, or nothing to export.
     """
     if fmt not in FORMATS:
         raise ConfigError(f"unknown export format {fmt!r}: choose one of {', '.join(FORMATS)}")
+    pick = pick or study_pick(study)
     candidate = pick_candidate(study, pick)
     return _render(study, dialect_space(study, space), candidate, pick, fmt, today)
 

@@ -144,6 +144,16 @@ class DockerLauncher:
         return self.resources.gpus
 
     @property
+    def server_pid(self) -> int | None:
+        """The running container's first process as the engine's host numbers it; None when
+        none runs or the engine does not say."""
+        container = self._container
+        if container is None:
+            return None
+        pid = container.attrs.get("State", {}).get("Pid")
+        return int(pid) if pid else None
+
+    @property
     def version(self) -> VllmVersion:
         """The dialect spoken: given, from the image tag, or asked of the image once."""
         if self._version is None:

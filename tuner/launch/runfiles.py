@@ -50,6 +50,9 @@ _log = logging.getLogger(__name__)
 _PR_SET_DEATHSIG = 1  # from <linux/prctl.h>
 _LEFTOVER_GRACE_S = 5.0  # SIGTERM first: a vLLM engine core frees its GPU memory cleanly
 
+# Deeper than any server's process tree: a bound on walking /proc's parents.
+_MAX_DEPTH = 64
+
 
 def state_dir() -> Path:
     """Where run files live: ``$XDG_STATE_HOME/spectune/servers`` (``~/.local/state/...``)."""
@@ -104,6 +107,20 @@ def group_members(pgid: int) -> list[int]:
         if fields is not None and fields[0] != "Z" and int(fields[2]) == pgid:
             members.append(int(entry.name))
     return members
+
+
+def descends_from(pid: int, root: int) -> bool:
+    """Whether process ``pid`` is ``root`` or one of its descendants, read from /proc (a
+    server's engine core and workers are its children, or theirs)."""
+    seen = 0
+    while pid > 1 and seen < _MAX_DEPTH:
+        if pid == root:
+            return True
+        fields = _stat_fields(pid)
+        if fields is None:
+            return False
+        pid, seen = int(fields[1]), seen + 1
+    return pid == root
 
 
 def signal_group(pgid: int, signum: int) -> None:

@@ -124,9 +124,9 @@ def headline(chosen: Recommendation, study_name: str, export_flags: Sequence[str
         f"<h2>Recommended: {_esc(short_label(candidate.record.server))}</h2>"
         f"<p class='config'>{_config(candidate.record.server)}</p>"
         f"{_figures(candidate.numbers, objective, _first_pair(candidate.record.summary))}"
-        f"<p class='muted'>Trial {candidate.number}, pick {_esc(chosen.pick)}: the highest "
-        f"{objective.label} within p95 TTFT ≤ {chosen.space.ttft_limit_ms:.0f} ms at {within}, "
-        "on the traffic summarised below.</p>"
+        f"<p class='muted'>Trial {candidate.number}, pick {_esc(chosen.pick)}: "
+        f"{_chosen_for(chosen.pick, objective)} within p95 TTFT ≤ "
+        f"{chosen.space.ttft_limit_ms:.0f} ms at {within}, on the traffic summarised below.</p>"
         f"{_table_line(chosen)}"
         f"{_beats(chosen, objective)}"
         "<p><b>Run it</b> with vLLM (the config file is what <code>spectune export</code> "
@@ -137,6 +137,13 @@ def headline(chosen: Recommendation, study_name: str, export_flags: Sequence[str
         f"<pre id='compose'>{_esc(compose)}\ndocker compose up -d</pre>"
         "</section>"
     )
+
+
+def _chosen_for(pick: str, objective: Objective) -> str:
+    """What the recommendation is best at, by the pick that chose it."""
+    if pick == "min-energy":
+        return "the most output tokens per joule of GPU energy"
+    return f"the highest {objective.label}"
 
 
 def no_recommendation() -> str:

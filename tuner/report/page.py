@@ -18,6 +18,7 @@ from pathlib import Path
 import optuna
 
 from tuner.analysis.confirmed import load_confirmed
+from tuner.analysis.energy import energy_cost, energy_note
 from tuner.analysis.estimates import Bounds, Measured, Numbers
 from tuner.analysis.levels import LevelChoice, best_by_draft
 from tuner.analysis.picks import PICKS, Candidate, best_per_method, choose, ranked
@@ -27,6 +28,7 @@ from tuner.config.schema import Objective
 from tuner.config.space import SearchSpace
 from tuner.config.trial import SpecMethod
 from tuner.report import charts
+from tuner.report.energy import energy_chart
 from tuner.report.headline import HEADLINE_CSS, headline, no_recommendation
 from tuner.report.importance import importance_points, param_importances
 from tuner.report.traffic import per_temperature_section, speculation_note, traffic_rows
@@ -88,6 +90,9 @@ def write_report(
             out_dir / "importance.png",
         ),
     ]
+    if any(p.joules_per_token is not None for p in trials):
+        chosen_trial = None if answer is None else answer.candidate.number
+        drawn.insert(1, energy_chart(trials, chosen_trial, out_dir / "energy.png", label))
     if levels and answer is not None:
         draft = answer.candidate.record.draft
         drawn.append(charts.levels_chart(trials, levels, draft, out_dir / "levels.png"))
@@ -97,7 +102,7 @@ def write_report(
     methods = best_per_method(study)
     top = (
         no_recommendation() if answer is None else headline(answer, study.study_name, export_flags)
-    )
+    ) + _energy_section(space, best_first)
     page = out_dir / "report.html"
     body = _page(study, space, trials, best_rows, picks, drawn, levels, today, methods, top)
     write_whole(page, body)
@@ -180,7 +185,7 @@ def _best_table(
     head = (
         "<tr><th>trial</th><th class='l'>draft</th><th>K</th><th>gpu-mem</th><th>batched</th>"
         f"<th>temp</th><th>{objective.label}</th><th>p95 TTFT ms</th><th>accept</th>"
-        "<th>runner</th><th class='l'>source</th><th class='l'>pick</th></tr>"
+        "<th>runner</th><th class='l'>source</th><th>tok/J</th><th class='l'>pick</th></tr>"
     )
     rows = []
     for c in best:
@@ -196,7 +201,7 @@ def _best_table(
             f"<td class='l'>{_esc(c.record.draft)}</td><td>{server.k or '-'}</td>"
             f"<td>{server.memory_label}</td><td>{server.max_num_batched_tokens}</td>"
             f"<td>{_temperature(c)}</td>{tok_s}{ttft}{accept}{_runner(c)}{source}"
-            f"<td class='l'>{tags}</td></tr>"
+            f"{_per_joule(c)}<td class='l'>{tags}</td></tr>"
         )
     note = (
         "Confirmed configs were measured again on fresh servers; their numbers are the mean "
@@ -221,6 +226,12 @@ def _served(best: Candidate) -> str:
         f"<p id='served'>vLLM ran trial {best.number} with {_esc(served.describe())} "
         f"<span class='muted'>(its start-up log)</span>.</p>{warnings}"
     )
+
+
+def _per_joule(c: Candidate) -> str:
+    """Output tokens per joule of GPU energy as the trial read it; - where not read."""
+    value = c.tokens_per_joule
+    return "<td>-</td>" if value is None else f"<td>{value:.2f}</td>"
 
 
 def _runner(c: Candidate) -> str:
@@ -281,6 +292,18 @@ def _methods_table(methods: Sequence[Candidate], objective: Objective) -> str:
         "feasible config of each method the study tried; <i>vs none</i> is its throughput "
         "over the best config without speculation.</p>"
     )
+
+
+def _energy_section(space: SearchSpace, best: Sequence[Candidate]) -> str:
+    """What the fastest config costs in energy against the most frugal, and a line where an
+    energy preference found energy unread; nothing where no trial's GPUs were read and the
+    study prefers throughput."""
+    cost = energy_cost(best, space.objective.unit)
+    note = energy_note(space.prefer, best)
+    if cost is None and note is None:
+        return ""
+    lines = "".join(f"<p>{_esc(line)}</p>" for line in (cost, note and f"WARNING: {note}") if line)
+    return f"<h2>Energy</h2><div id='energy'>{lines}</div>"
 
 
 def _twin_section(study: optuna.Study, trials: Sequence[Point]) -> str:

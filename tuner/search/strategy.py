@@ -78,6 +78,7 @@ from tuner.trial.record import WARM_START_ATTR
 
 __all__ = [
     "SAFETY_MARGIN_GIB",
+    "UNKNOWN_ERROR",
     "Prediction",
     "predicted_configs",
     "variant_share",
@@ -93,7 +94,7 @@ WARM_START_MAX = 8
 _WARM_START_SHARE = 0.25
 _MAX_VARIANTS = 2
 # The error assumed of a regime with no public figure (the largest measured is about 20 %).
-_UNKNOWN_ERROR = 0.3
+UNKNOWN_ERROR = 0.3
 # Candidates carried from one screening stage to the next.
 _SHORTLIST = 4
 # Halvings of the interval when finding how much memory a config has to spare (~1 MiB).
@@ -203,7 +204,7 @@ def _plan(
     Every method (none, ngram, each draft) gets its best config in, whatever the count: a prior
     wrong about one method then costs a trial, not the study. The pairs after them are taken
     by their optimistic forecast, the prediction raised by its regime's measured error
-    (``error``; None: no public figure of the kind, :data:`_UNKNOWN_ERROR`): a pair the prior
+    (``error``; None: no public figure of the kind, :data:`UNKNOWN_ERROR`): a pair the prior
     may well underrate is worth a trial as much as one it rates a little higher with
     confidence. A request-only variant goes in when predicted within ``share`` of the best
     (:func:`variant_share`).
@@ -236,7 +237,7 @@ def _plan(
 
     def optimistic(prediction: Prediction) -> float:
         band = error(prediction)
-        return prediction.throughput * (1 + (_UNKNOWN_ERROR if band is None else band))
+        return prediction.throughput * (1 + (UNKNOWN_ERROR if band is None else band))
 
     # Stable: among equally certain pairs, the prediction's own order holds.
     for prediction in sorted(ranked, key=lambda p: -optimistic(p)):

@@ -18,6 +18,7 @@ from tuner.study.paths import check_study_name, default_storage
 from tuner.study.storage import check_parallel_storage, check_storage_url, check_writable
 from tuner.study.study import make_sampler
 from tuner.trial.backends import BackendOptions, backend_factory
+from tuner.trial.backends.kinds import BackendKind
 
 __all__ = ["OptimizeRequest", "check_request"]
 
@@ -99,6 +100,7 @@ def check_request(request: OptimizeRequest) -> None:
             f"them for --backend {request.backend}, or run --backend {settings.backend}"
         )
     backend_factory(request.backend)
+    _check_energy(request)
     if request.ray is not None:
         check_ray_options(request.ray, request.workers)
     if request.time_budget_s is not None and (request.workers > 1 or request.ray is not None):
@@ -109,3 +111,20 @@ def check_request(request: OptimizeRequest) -> None:
     check_storage_url(request.storage_url)  # its form: --plan opens no storage
     check_parallel_storage(request.storage_url, request.workers)
     check_writable(request.studies_dir)  # logs and exports go there whatever the storage
+
+
+def _check_energy(request: OptimizeRequest) -> None:
+    """Refuses an energy preference on a study that can never read the GPUs' energy."""
+    prefer = request.space.prefer if request.space is not None else None
+    if prefer is None or not prefer.energy:
+        return
+    if not BackendKind.parse(request.backend).reads_energy:
+        raise ConfigError(
+            f"--objective {prefer} (slo.prefer): the {request.backend} backend reads no GPU "
+            "energy; use --objective throughput, or --backend process or docker"
+        )
+    if request.backend_options.gpus == ():
+        raise ConfigError(
+            f"--objective {prefer} (slo.prefer) with --gpus none: no GPU is read, so no energy; "
+            "use --objective throughput, or name the GPUs"
+        )

@@ -180,6 +180,12 @@ def _difference(stored: SearchSpace, asked: SearchSpace) -> str:
             f"a TTFT limit of {stored.ttft_limit_ms:g} ms, not {asked.ttft_limit_ms:g}: resume "
             "it without --slo-ttft-ms, or start a new study with --study NEW_NAME"
         )
+    if replace(asked, prefer=stored.prefer) == stored:
+        return (
+            f"slo.prefer {stored.prefer}, not {asked.prefer}: resume it without --objective "
+            "(spectune export --pick min-energy or max-throughput takes another pick), or "
+            "start a new study with --study NEW_NAME"
+        )
     if replace(asked, vllm_version=stored.vllm_version) == stored:
         return (
             f"vLLM version {stored.vllm_version or 'from the image'}, not "

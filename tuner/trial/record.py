@@ -32,7 +32,7 @@ from pydantic import TypeAdapter, field_serializer, field_validator
 from pydantic.dataclasses import dataclass
 
 from tuner.bench.quality import QualityCheck
-from tuner.bench.summary import level_summary
+from tuner.bench.summary import gpu_summary, level_summary
 from tuner.config.space import SearchSpace, space_from_dict
 from tuner.config.trial import ServerConfig, SpecMethod, TrialConfig
 from tuner.config.vllm_runner import RunnerForecast
@@ -137,6 +137,10 @@ class TrialRecord:
         pruned: why the trial stopped before its last pair could count (state PRUNED).
         quality: a lossy verifier's answers against standard verification's (None: lossless,
             or nothing measured to check).
+        gpu: what the GPUs did through all its measured pairs (:func:`gpu_summary`: energy,
+            joules per output token, mean power, clocks, the throttle reasons seen and for how
+            long, the power limit, other tenants' memory); None where nothing was read (no
+            NVML, the simulator, a study older than this field).
     """
 
     number: int
@@ -164,6 +168,7 @@ class TrialRecord:
     runner: RunnerForecast | None = None
     pruned: str | None = None
     quality: QualityCheck | None = None
+    gpu: Mapping[str, Any] | None = None
 
     @classmethod
     def from_outcome(
@@ -201,6 +206,7 @@ class TrialRecord:
             runner=outcome.runner,
             pruned=pruned,
             quality=outcome.quality,
+            gpu=gpu_summary(outcome.results) if outcome.results else None,
         )
 
     @classmethod
@@ -382,6 +388,32 @@ class TrialRecord:
     def p95_ttft_ms(self) -> float | None:
         """Measured p95 time to first token (ms); None when nothing was measured."""
         return self.values[1] if self.measured and self.values else None
+
+    @property
+    def throttled(self) -> bool:
+        """Whether heat or a hardware slowdown throttled a measured pair (even after its
+        re-measure): its numbers say more about the GPU than the config."""
+        return bool(self.gpu and self.gpu.get("throttled_pairs"))
+
+    @property
+    def tenants_moved(self) -> bool:
+        """Whether other processes' GPU memory moved while a pair was measured (a notebook
+        loading a model, a desktop app): the memory the server had to itself changed, so its
+        numbers, and any OOM, may be the other tenant's doing."""
+        return bool(self.gpu and self.gpu.get("tenants_moved_pairs"))
+
+    @property
+    def tokens_per_joule(self) -> float | None:
+        """Output tokens per joule of GPU energy, all measured pairs together; None where the
+        GPUs were not read."""
+        value = self.gpu.get("tokens_per_joule") if self.gpu else None
+        return None if value is None else float(value)
+
+    @property
+    def joules_per_token(self) -> float | None:
+        """GPU joules per output token, all measured pairs together; None where not read."""
+        value = self.gpu.get("joules_per_token") if self.gpu else None
+        return None if value is None else float(value)
 
     @property
     def acceptance_rate(self) -> float | None:

@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tuner.bench.percentiles import quantile_interval
+from tuner.catalog.gpu_state import combined
 from tuner.results import SpecDecodeStats, TrialResult
 
 __all__ = [
@@ -182,7 +183,8 @@ def stop_reason(
 
 def merged(results: Sequence[TrialResult]) -> TrialResult:
     """One pair's rounds as one result: their requests, their durations added (the rounds ran
-    one after another on the same server), their counters summed, their peaks the highest."""
+    one after another on the same server), their counters summed, their peaks the highest,
+    their GPU windows combined."""
     first = results[0]
     if len(results) == 1:
         return first
@@ -191,6 +193,7 @@ def merged(results: Sequence[TrialResult]) -> TrialResult:
     preempted = [r.preemptions for r in results if r.preemptions is not None]
     peaks = [r.peak_memory_gib for r in results if r.peak_memory_gib]
     notes = tuple(dict.fromkeys(note for r in results for note in r.notes))
+    windows = [r.gpu for r in results if r.gpu is not None]
     return TrialResult(
         source=first.source,
         concurrency=first.concurrency,
@@ -201,6 +204,8 @@ def merged(results: Sequence[TrialResult]) -> TrialResult:
         preemptions=sum(preempted) if preempted else None,
         peak_memory_gib=tuple(max(gib) for gib in zip(*peaks, strict=False)) if peaks else (),
         notes=notes,
+        # A round without readings would leave its tokens without their joules.
+        gpu=combined(windows) if len(windows) == len(results) else None,
     )
 
 

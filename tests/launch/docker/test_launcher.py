@@ -25,6 +25,7 @@ import httpx
 import pytest
 
 from tuner.catalog import nvml
+from tuner.catalog.gpu_state import GpuState
 from tuner.catalog.nvml import NvmlMonitor, open_gpu_monitor
 from tuner.config.trial import (
     ClientConfig,
@@ -261,6 +262,9 @@ class SettableMonitor:
     def memory_used_gib(self) -> list[float] | None:
         self.reads += 1
         return [1.0] if self.reads == 1 else [self.value]
+
+    def state(self) -> list[GpuState] | None:
+        return [GpuState(time.monotonic(), 0, self.value)]
 
 
 def test_the_backend_waits_for_gpu_memory_to_return_and_records_peaks(

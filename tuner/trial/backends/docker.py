@@ -4,29 +4,22 @@ The container mechanics live in :mod:`tuner.launch.docker`. This backend adds th
 composed from :mod:`tuner.catalog.nvml`: before the first start it reads the GPUs' used memory
 (after removing a crashed run's containers, so their memory does not count); before each later
 start it waits, bounded, until memory is back near that baseline (a removed container's memory
-is freed asynchronously); and from each start on it samples the peak used memory, which each
-measurement reports as ``peak_memory_gib`` (one window per measurement).
+is freed asynchronously). The sampling from each start on is every served backend's
+(:class:`~tuner.trial.backends.served.ServedBackend`).
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from tuner.catalog.nvml import (
-    GpuMonitor,
-    NoGpuMonitor,
-    NvmlMonitor,
-    PeakSampler,
-    open_gpu_monitor,
-    wait_for_baseline,
-)
+from tuner.catalog.nvml import GpuMonitor, wait_for_baseline
 from tuner.config.space import SearchSpace
-from tuner.config.trial import LaunchContext, ServerConfig, TrialConfig
+from tuner.config.trial import LaunchContext, ServerConfig
 from tuner.launch.container_spec import ContainerResources, ContainerTiming, VllmImage
 from tuner.launch.docker import DockerLauncher
 from tuner.launch.mounts import ContainerFiles
 from tuner.launch.preflight import Preflight, space_candidates
-from tuner.results import Endpoint, TrialResult
+from tuner.results import Endpoint
 from tuner.trial.backends.base import BackendOptions, explicit_version
 from tuner.trial.backends.served import ServedBackend
 from tuner.trial.backends.settings import DockerSettings
@@ -36,7 +29,7 @@ __all__ = ["DockerBackend"]
 
 
 class DockerBackend(ServedBackend):
-    """Runs each server config in a container and records its GPU memory peaks.
+    """Runs each server config in a container, each start on GPUs freed by the one before.
 
     Args:
         launcher: runs the containers.
@@ -57,13 +50,15 @@ class DockerBackend(ServedBackend):
         baseline_timeout_s: float = 60.0,
         request_timeout_s: float = 120.0,
     ) -> None:
-        super().__init__(launcher, request_timeout_s=request_timeout_s)
+        super().__init__(
+            launcher,
+            request_timeout_s=request_timeout_s,
+            gpu_monitor=gpu_monitor,
+            gpus=launcher.gpus,
+        )
         self.baseline_timeout_s = baseline_timeout_s
-        self._monitor = gpu_monitor
-        self._own_monitor = gpu_monitor is None
         self._baseline: list[float] | None = None
         self._started = False
-        self._sampler: PeakSampler | None = None
 
     @classmethod
     def build(cls, space: SearchSpace, options: BackendOptions) -> DockerBackend:
@@ -112,49 +107,14 @@ class DockerBackend(ServedBackend):
 
     def start(self, server: ServerConfig, context: LaunchContext) -> Endpoint:
         self.stop()
-        monitor = self._gpu_monitor()
+        monitor = self.gpu_monitor()
         if not self._started:
             self.launcher.cleanup_stale()
             self._baseline = monitor.memory_used_gib()
             self._started = True
         else:
             wait_for_baseline(monitor, self._baseline, timeout_s=self.baseline_timeout_s)
-        self._sampler = PeakSampler(monitor)
-        self._sampler.start()  # start-up peaks belong to the first measurement's window
-        try:
-            return super().start(server, context)
-        except BaseException:
-            self._end_sampling()
-            raise
+        return super().start(server, context)
 
-    def measure(self, config: TrialConfig, concurrency: int, seed: int) -> TrialResult:
-        result = super().measure(config, concurrency, seed)
-        peaks = tuple(self._sampler.take()) if self._sampler is not None else ()
-        return replace(result, peak_memory_gib=peaks)
-
-    def stop(self) -> None:
-        try:
-            super().stop()
-        finally:
-            self._end_sampling()
-
-    def close(self) -> None:
-        try:
-            super().close()
-        finally:
-            self._end_sampling()
-            if self._own_monitor and isinstance(self._monitor, NvmlMonitor):
-                self._monitor.close()
-            if self._own_monitor:
-                self._monitor = None
-
-    def _gpu_monitor(self) -> GpuMonitor:
-        if self._monitor is None:  # --gpus none: nothing to read, nothing to warn about
-            gpus = self.launcher.gpus
-            self._monitor = NoGpuMonitor() if gpus == () else open_gpu_monitor(gpus)
-        return self._monitor
-
-    def _end_sampling(self) -> None:
-        sampler, self._sampler = self._sampler, None
-        if sampler is not None:
-            sampler.stop()
+    def server_pid(self) -> int | None:
+        return self.launcher.server_pid

@@ -6,6 +6,7 @@ of a killed run) live in :mod:`tuner.launch.process`.
 
 from __future__ import annotations
 
+from tuner.catalog.nvml import GpuMonitor
 from tuner.config.space import SearchSpace
 from tuner.launch.process import ProcessLauncher
 from tuner.trial.backends.base import BackendOptions, explicit_version
@@ -21,8 +22,22 @@ class ProcessBackend(ServedBackend):
     name = "process"
     launcher: ProcessLauncher
 
-    def __init__(self, launcher: ProcessLauncher, *, request_timeout_s: float = 120.0) -> None:
-        super().__init__(launcher, request_timeout_s=request_timeout_s)
+    def __init__(
+        self,
+        launcher: ProcessLauncher,
+        *,
+        request_timeout_s: float = 120.0,
+        gpu_monitor: GpuMonitor | None = None,
+        gpus: tuple[int, ...] | None = None,
+        sample_interval_s: float = 0.5,
+    ) -> None:
+        super().__init__(
+            launcher,
+            request_timeout_s=request_timeout_s,
+            gpu_monitor=gpu_monitor,
+            gpus=gpus,
+            sample_interval_s=sample_interval_s,
+        )
 
     @classmethod
     def build(cls, space: SearchSpace, options: BackendOptions) -> ProcessBackend:
@@ -40,4 +55,7 @@ class ProcessBackend(ServedBackend):
             env=env,
             on_startup=options.on_startup,
         )
-        return cls(launcher, request_timeout_s=settings.request_timeout_s)
+        return cls(launcher, request_timeout_s=settings.request_timeout_s, gpus=options.gpus)
+
+    def server_pid(self) -> int | None:
+        return self.launcher.pid

@@ -1,0 +1,100 @@
+"""A stand-in for NVML's GPUs behind :class:`tuner.catalog.nvml.GpuMonitor`, for hosts without one.
+
+:class:`FakeGpus` reads like NVML would: board power, an energy counter that integrates that
+power over real time (so joules follow how long the work ran), SM and memory clocks, a
+temperature, the power limit in force, the processes holding memory. A test drives it: it sets
+the power (``power_w``), throttles on command (:meth:`FakeGpus.throttle`, which also lowers the
+SM clock and raises the temperature as a hot GPU does, :meth:`FakeGpus.cool` ends it, and
+:meth:`FakeGpus.throttle_for` ends it by itself), adds a
+tenant (``tenants``), or hands a ``script`` called before each read to change any of it
+mid-measurement.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from tuner.catalog.gpu_state import GpuState
+from tuner.results import Throttle
+
+__all__ = ["FakeGpus"]
+
+_THROTTLED_SM_MHZ = 1200.0
+
+
+@dataclass
+class FakeGpus:
+    """``count`` GPUs that all read alike; every field may be changed while sampled."""
+
+    count: int = 1
+    power_w: float = 300.0
+    sm_clock_mhz: float = 2520.0
+    memory_clock_mhz: float = 10501.0
+    temperature_c: float = 60.0
+    power_limit_w: float = 450.0
+    server_gib: float = 20.0  # memory the server holds
+    has_energy_counter: bool = True
+    # (pid, GiB) per GPU of every process NVML would list, the server's included.
+    tenants: list[tuple[int, float]] = field(default_factory=list)
+    reasons: frozenset[Throttle] = frozenset()
+    script: Callable[[FakeGpus], None] | None = None
+    reads: int = 0
+    _energy_j: float = 0.0
+    _last: float | None = None
+    _hot_until: float | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def throttle(self, *reasons: Throttle) -> None:
+        """From now on the GPUs hold their clocks down for ``reasons`` (thermal by default)."""
+        self.reasons = frozenset(reasons or (Throttle.THERMAL,))
+        self.sm_clock_mhz = _THROTTLED_SM_MHZ
+        self.temperature_c = 91.0
+
+    def throttle_for(self, seconds: float, *reasons: Throttle) -> None:
+        """Throttles now, and cools by itself ``seconds`` later (a transient hot spell)."""
+        self.throttle(*reasons)
+        self._hot_until = time.monotonic() + seconds
+
+    def cool(self) -> None:
+        """The throttling ends; clocks and temperature are back."""
+        self.reasons = frozenset()
+        self.sm_clock_mhz = 2520.0
+        self.temperature_c = 60.0
+
+    def memory_used_gib(self) -> list[float] | None:
+        return [self.memory_used_gib_now()] * self.count
+
+    def memory_used_gib_now(self) -> float:
+        return self.server_gib + sum(gib for _, gib in self.tenants)
+
+    def state(self) -> list[GpuState] | None:
+        with self._lock:
+            if self.script is not None:
+                self.script(self)
+            self.reads += 1
+            now = time.monotonic()
+            if self._hot_until is not None and now >= self._hot_until:
+                self._hot_until = None
+                self.cool()
+            if self._last is not None:
+                self._energy_j += self.power_w * (now - self._last)
+            self._last = now
+            return [
+                GpuState(
+                    at=now,
+                    gpu=index,
+                    memory_used_gib=self.memory_used_gib_now(),
+                    power_w=self.power_w,
+                    energy_j=self._energy_j if self.has_energy_counter else None,
+                    sm_clock_mhz=self.sm_clock_mhz,
+                    memory_clock_mhz=self.memory_clock_mhz,
+                    temperature_c=self.temperature_c,
+                    power_limit_w=self.power_limit_w,
+                    throttle=self.reasons,
+                    processes=tuple(self.tenants),
+                )
+                for index in range(self.count)
+            ]
