@@ -18,13 +18,12 @@ from tuner.analysis.levels import LevelChoice
 from tuner.analysis.trials import Outcome, Point
 from tuner.config.trial import SpecMethod
 from tuner.report.figure import (
-    MEASURED,
-    OUTCOME_STYLE,
     PALETTE,
     Chart,
     draft_colors,
     new_figure,
     save,
+    scatter_outcomes,
     short_name,
     show_empty,
     throughput_of,
@@ -125,18 +124,9 @@ def _acceptance(p: Point) -> tuple[tuple[float, float], ...]:
 def memory_chart(points: Sequence[Point], path: Path, label: str = "output tokens/s") -> Chart:
     """Throughput against gpu-memory-utilization, with OOM trials and the OOM boundary."""
     figure, axes = new_figure()
-    for outcome in MEASURED:
-        group = [p for p in points if p.outcome is outcome]
-        if group:
-            style = OUTCOME_STYLE[outcome]
-            axes.scatter(
-                [p.gpu_memory_utilization for p in group],
-                [p.throughput or 0.0 for p in group],
-                marker=style["marker"],
-                color=style["color"],
-                label=f"{style['label']} ({len(group)})",
-                alpha=0.8,
-            )
+    scatter_outcomes(
+        axes, points, lambda p: p.gpu_memory_utilization, lambda p: p.throughput or 0.0
+    )
     ooms = [p for p in points if p.outcome is Outcome.OOM]
     for predicted, kind in ((True, "OOM predicted"), (False, "OOM at start-up")):
         group = [p for p in ooms if p.oom_predicted is predicted]

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from tuner.analysis.trials import Outcome, Point
-from tuner.report.figure import MEASURED, OUTCOME_STYLE, Chart, new_figure, save, throughput_of
+from tuner.report.figure import MEASURED, Chart, new_figure, save, scatter_outcomes, throughput_of
 
 __all__ = ["energy_chart", "energy_front_points"]
 
@@ -57,18 +57,7 @@ def energy_chart(
         for p in points
         if p.outcome in MEASURED and p.joules_per_token is not None and p.throughput is not None
     ]
-    for outcome in MEASURED:
-        group = [p for p in read if p.outcome is outcome]
-        if group:
-            style = OUTCOME_STYLE[outcome]
-            axes.scatter(
-                [_joules(p) for p in group],
-                [throughput_of(p) for p in group],
-                marker=style["marker"],
-                color=style["color"],
-                label=f"{style['label']} ({len(group)})",
-                alpha=0.8,
-            )
+    scatter_outcomes(axes, read, _joules, throughput_of)
     front = energy_front_points(read)
     if len(front) > 1:
         axes.plot(

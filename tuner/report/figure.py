@@ -8,7 +8,7 @@ and the Agg canvas directly: no pyplot, no global state, no display needed.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,6 +27,7 @@ __all__ = [
     "draft_colors",
     "new_figure",
     "save",
+    "scatter_outcomes",
     "short_name",
     "show_empty",
     "throughput_of",
@@ -94,3 +95,22 @@ def throughput_of(p: Point) -> float:
 
 def ttft_of(p: Point) -> float:
     return p.p95_ttft_ms or 0.0
+
+
+def scatter_outcomes(
+    axes: Axes, points: Sequence[Point], x: Callable[[Point], float], y: Callable[[Point], float]
+) -> None:
+    """Every measured trial of ``points`` at (``x``, ``y``), one marker and colour per
+    outcome, each labelled with its count."""
+    for outcome in MEASURED:
+        group = [p for p in points if p.outcome is outcome]
+        if group:
+            style = OUTCOME_STYLE[outcome]
+            axes.scatter(
+                [x(p) for p in group],
+                [y(p) for p in group],
+                marker=style["marker"],
+                color=style["color"],
+                label=f"{style['label']} ({len(group)})",
+                alpha=0.8,
+            )

@@ -13,11 +13,10 @@ from pathlib import Path
 from tuner.analysis.confirmed import Confirmed
 from tuner.analysis.trials import Outcome, Point
 from tuner.report.figure import (
-    MEASURED,
-    OUTCOME_STYLE,
     Chart,
     new_figure,
     save,
+    scatter_outcomes,
     show_empty,
     throughput_of,
     ttft_of,
@@ -37,18 +36,7 @@ def pareto_chart(
     TTFT limit, and confirmed configs with their 95 % intervals."""
     figure, axes = new_figure()
     measured = [p for p in points if p.throughput is not None and p.p95_ttft_ms is not None]
-    for outcome in MEASURED:
-        group = [p for p in measured if p.outcome is outcome]
-        if group:
-            style = OUTCOME_STYLE[outcome]
-            axes.scatter(
-                [ttft_of(p) for p in group],
-                [throughput_of(p) for p in group],
-                marker=style["marker"],
-                color=style["color"],
-                label=f"{style['label']} ({len(group)})",
-                alpha=0.8,
-            )
+    scatter_outcomes(axes, measured, ttft_of, throughput_of)
     front = sorted(
         (p for p in measured if p.on_front), key=lambda p: (ttft_of(p), -throughput_of(p))
     )
