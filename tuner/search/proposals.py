@@ -24,7 +24,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from tuner.config.space import SearchSpace
 from tuner.config.trial import ServerConfig
-from tuner.search.queue import place, queued_params
+from tuner.search.queue import place, queued_params, warm_start_waits
 from tuner.search.startup import REUSE_FLOOR, StartupPrice, StartupPrices, reuse_share
 from tuner.search.twin_screen import TwinProposal, TwinScreen, params_key, trial_config
 from tuner.sim.twin.fit import FittedTwin
@@ -33,7 +33,6 @@ from tuner.trial.record import (
     BUDGET_ATTR,
     COUNTED_STATES,
     PROPOSED_ATTR,
-    WARM_START_ATTR,
     TrialRecord,
     records,
 )
@@ -93,7 +92,7 @@ def propose(
     # order), else the trial just told; that one too where warm-start configs wait, since the
     # queue holds the proposal for the next turn, or drops it (tuner.search.queue).
     queued = [t for t in waiting if t.state is TrialState.WAITING]
-    held = any(t.user_attrs.get(WARM_START_ATTR) for t in queued)
+    held = warm_start_waits(queued)
     before = max(queued, key=lambda t: t.number) if queued and not held else done[-1]
 
     def worth(proposal: TwinProposal) -> dict[str, Any] | None:

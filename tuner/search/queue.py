@@ -14,6 +14,7 @@ Each config taken is also moved inside the memory the trials measured (:func:`re
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import optuna
@@ -26,7 +27,7 @@ from tuner.sim.twin.fit import FittedTwin
 from tuner.trial.optuna_private import FIXED_PARAMS, run_instead
 from tuner.trial.record import PROPOSED_ATTR, WARM_START_ATTR
 
-__all__ = ["HELD_ATTR", "place", "queued_params", "replan", "take"]
+__all__ = ["HELD_ATTR", "place", "queued_params", "replan", "take", "warm_start_waits"]
 
 # The study attribute that holds the twin's proposal while warm-start configs wait.
 HELD_ATTR = "twin_held_proposal"
@@ -60,12 +61,16 @@ def replan(screen: TwinScreen, twin: FittedTwin, trial: FrozenTrial) -> None:
         trial.system_attrs[FIXED_PARAMS] = moved
 
 
+def warm_start_waits(waiting: Iterable[FrozenTrial]) -> bool:
+    """Whether a warm-start config is among ``waiting`` (then the twin's proposal is held)."""
+    return any(t.user_attrs.get(WARM_START_ATTR) for t in waiting)
+
+
 def place(study: optuna.Study, params: dict[str, Any], forecast: dict[str, Any]) -> None:
     """Queues the twin's proposal (``forecast``: what it stores as :data:`PROPOSED_ATTR`): at
     the queue's end where no warm-start config waits, else held for :func:`take`, in place of
     the one held before (the twin has learned since)."""
-    waiting = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
-    if any(t.user_attrs.get(WARM_START_ATTR) for t in waiting):
+    if warm_start_waits(study.get_trials(deepcopy=False, states=(TrialState.WAITING,))):
         study.set_user_attr(HELD_ATTR, {"params": params, "forecast": forecast})
     else:
         study.enqueue_trial(params, user_attrs={PROPOSED_ATTR: forecast})
