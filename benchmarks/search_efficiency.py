@@ -119,18 +119,16 @@ from tuner.results import Endpoint, TrialResult
 from tuner.search.plan import (
     LOAD_GB_PER_S,
     START_PRIOR_S,
-    Budget,
     Confirmation,
     TrialCost,
-    another_fits,
     cut_confirmation,
     fit_confirmation,
     plan_study,
-    runs_that_fit,
 )
 from tuner.search.screen import grid_params
 from tuner.search.strategy import warm_start
 from tuner.search.twin_steer import TwinSampler
+from tuner.study.budget import Budget, another_fits, runs_that_fit
 from tuner.study.confirm import confirm
 from tuner.study.study import StudyOptions, open_study, run_trials
 from tuner.trial.backends import Backend
@@ -182,7 +180,7 @@ class Trace:
     def budget_end(self, seconds: float, runs: int) -> tuple[int, int]:
         """Where ``optimize --time-budget`` keeping ``runs`` confirmation runs ends, replayed on
         this study's clock: (its trials, the confirmation runs that fit in what they left).
-        :class:`~tuner.search.plan.Budget`'s rule: another trial while it and the runs fit,
+        :class:`~tuner.study.budget.Budget`'s rule: another trial while it and the runs fit,
         each priced at the mean trial that started a server (else the plan's prior); then as
         many runs as fit at that price (none: the run ends on time, unconfirmed). Where the
         last trial overran the budget, the trials that ended within it and no run (an

@@ -22,7 +22,7 @@ from tuner.catalog.nvml import NvmlProbe, detect_gpus
 from tuner.cli import app
 from tuner.errors import ConfigError, SpectuneError
 from tuner.study import optimize as optimize_module
-from tuner.study.optimize import StudyRun
+from tuner.study.optimize import OpenedRun
 
 RTX_4090 = "NVIDIA GeForce RTX 4090"
 H100 = "NVIDIA H100 80GB HBM3"
@@ -337,13 +337,13 @@ def _vllm_on_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
-def captured(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[StudyRun]:
+def captured(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[OpenedRun]:
     """Stops optimize where it would start the study, keeping the run it got (opened: its
     space on the GPUs detected here)."""
-    runs: list[StudyRun] = []
+    runs: list[OpenedRun] = []
     _vllm_on_path(tmp_path, monkeypatch)
 
-    def stop(run: StudyRun, *args: object, **kwargs: object) -> None:
+    def stop(run: OpenedRun, *args: object, **kwargs: object) -> None:
         runs.append(run)
         raise SpectuneError("stopped before the study")
 
@@ -362,7 +362,7 @@ def captured(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[StudyRun]:
 )
 def test_optimize_measured_defaults_to_the_detected_gpus(
     host: Callable[[Any], None],
-    captured: list[StudyRun],
+    captured: list[OpenedRun],
     tmp_path: Path,
     names: list[str],
     extra: list[str],
@@ -383,7 +383,7 @@ def test_optimize_measured_defaults_to_the_detected_gpus(
 
 
 def test_optimize_measured_on_mixed_gpus_says_which_to_pick(
-    host: Callable[[Any], None], captured: list[StudyRun], tmp_path: Path
+    host: Callable[[Any], None], captured: list[OpenedRun], tmp_path: Path
 ) -> None:
     host(StandInProbe([RTX_4090, H100]))
     code, _, err = _run("optimize", "--backend", "docker", "--studies-dir", str(tmp_path))
@@ -391,7 +391,7 @@ def test_optimize_measured_on_mixed_gpus_says_which_to_pick(
 
 
 def test_optimize_sim_uses_detected_gpus_silently_and_keeps_an_explicit_hardware(
-    host: Callable[[Any], None], captured: list[StudyRun], tmp_path: Path
+    host: Callable[[Any], None], captured: list[OpenedRun], tmp_path: Path
 ) -> None:
     host(StandInProbe([H100]))
     base = ["optimize", "--backend", "sim", "--studies-dir", str(tmp_path)]

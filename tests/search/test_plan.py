@@ -19,21 +19,16 @@ from tuner.errors import ConfigError
 from tuner.results import Source
 from tuner.search.plan import (
     Confirmation,
-    SimulatedBudget,
-    TrialCost,
     cut_confirmation,
     expected_share,
     fit_confirmation,
-    parse_duration,
     plan_study,
     prior_cost,
-    simulated_trial_s,
     start_prior_s,
 )
 from tuner.search.startup import Family, StartupPrices
 from tuner.search.strategy import warm_start_configs
 from tuner.study.optimize import OptimizeRequest, optimize
-from tuner.study.run import StudyRun
 from tuner.study.storage import open_storage, study_names
 from tuner.trial.record import TrialRecord, records
 from tuner.trial.scoring import TrialStatus
@@ -45,25 +40,6 @@ def _small_space() -> SearchSpace:
     """The default space with eight requests a pair: the same traffic mix, priced quicker."""
     raw = load_space(None).source
     return space_from_dict({**raw, "workload": {**raw["workload"], "requests": 8}})
-
-
-@pytest.mark.parametrize(
-    ("text", "seconds"), [("2h", 7200), ("90m", 5400), ("1h30m", 5400), ("45s", 45), ("600", 600)]
-)
-def test_durations_read_as_people_write_them(text: str, seconds: float) -> None:
-    assert parse_duration(text) == seconds
-
-
-def test_a_budget_past_a_week_is_one_line_and_exit_2(tmp_path: Path) -> None:
-    assert parse_duration("168h") == 7 * 24 * 3600
-    result = runner.invoke(
-        app,
-        ["optimize", "--backend", "sim", "--plan", "--time-budget", "99999999999999h"],
-        env={"SPECTUNE_OPTIMIZE_STUDIES_DIR": str(tmp_path)},
-    )
-    assert result.exit_code == 2
-    (line,) = result.stderr.strip().splitlines()
-    assert "--time-budget '99999999999999h': at most 168h" in line
 
 
 def test_the_plan_prices_the_warm_start_trials_then_the_sampler_s_then_confirmation() -> None:
@@ -195,75 +171,6 @@ def test_a_budget_that_cannot_work_is_one_line_before_anything_is_stored(
     assert message in line
     for db in tmp_path.glob("*.db"):  # the checks may open the database; no study is in it
         assert not study_names(open_storage(f"sqlite:///{db}"))
-
-
-def test_the_budget_stops_the_trials_in_time_to_confirm(tmp_path: Path) -> None:
-    space = _small_space()
-    request = OptimizeRequest(
-        "budget",
-        space,
-        "sim",
-        200,
-        tmp_path,
-        confirm_top=1,
-        confirm_repeats=1,
-        time_budget_s=3600,
-        rounds=True,
-    )
-    result = optimize(request)
-    ended = (TrialState.COMPLETE, TrialState.PRUNED)
-    ran = [t for t in result.handle.get_trials() if t.state in ended]
-    assert 1 <= len(ran) < 200  # a simulated hour holds a few trials, not 200
-    assert result.budget_note is not None
-    # A simulated study spends the simulator's clock: start-ups at their prior, benchmarks at
-    # their simulated durations, warm-ups included; within the hour, with time to confirm.
-    assert result.budget_note.startswith(
-        f"time budget 1h00m of simulated GPU time: stopped after {len(ran)} trials"
-    )
-    records = [r for r in map(TrialRecord.from_trial, ran) if r is not None]
-    spent = sum(simulated_trial_s(r, space.workload.warmup) for r in records)
-    assert 0 < spent < 3600
-    first = records[0]
-    assert simulated_trial_s(first, 1) > start_prior_s(first.server)  # a start-up and a bench
-    assert result.confirmed  # the time left went to the confirmation
-    assert optuna.load_study(study_name="budget", storage=result.storage).user_attrs["confirmed"]
-
-
-def test_trials_that_overran_the_plan_end_the_run_on_time_unconfirmed(tmp_path: Path) -> None:
-    space = _small_space()
-    seconds = 400.0
-    request = OptimizeRequest(
-        "late", space, "sim", 20, tmp_path, confirm_top=1, confirm_repeats=1, rounds=True
-    )
-    run = StudyRun.open(request)
-    # A budget whose plan priced a trial at 2 s, as a plan can be wrong about a world slower
-    # than the simulator's (a plan this wrong is refused when opened, hence set here): the
-    # first trial, minutes of simulated GPU time, overruns it.
-    run.budget = SimulatedBudget(seconds, TrialCost(1.0, 1.0), 1, space.workload.warmup)
-    result = optimize(run)
-    (first,) = records(result.handle.get_trials())  # one more would not fit: the trials stop
-    spent = simulated_trial_s(first, space.workload.warmup)
-    assert seconds / 2 < spent < seconds  # so what is left holds no run like it
-    assert result.confirmed == [] and not list(tmp_path.rglob("confirm-*"))
-    assert result.recommended is not None and not result.recommended.numbers.confirmed
-    assert result.best_yaml is not None and result.best_yaml.exists()
-    note = result.budget_note
-    assert note is not None and note.startswith("time budget 6m40s of simulated GPU time")
-    assert note.endswith(": the recommendation is one run, not confirmed")
-
-
-def test_a_budget_too_short_for_the_k_table_confirms_the_best_alone(tmp_path: Path) -> None:
-    space = _small_space()
-    wanted = Confirmation(1, 1)
-    run_s = plan_study(space, 20, wanted).confirm_cost.total_s
-    # 20 minutes: a third holds one run of the best config, not the K table's run beside it.
-    assert fit_confirmation(space, wanted, 1200, run_s) == Confirmation(1, 1, k_table=False)
-    request = OptimizeRequest(
-        "short", space, "sim", 20, tmp_path, confirm_top=1, confirm_repeats=1, time_budget_s=1200
-    )
-    result = optimize(request)
-    assert result.confirmed and result.k_table is None
-    assert not list(tmp_path.rglob("k-table-*"))  # no run of a table was started
 
 
 def test_a_budget_with_several_workers_is_refused() -> None:

@@ -17,7 +17,7 @@ from optuna.trial import TrialState
 from tuner.config.space import load_space
 from tuner.results import Source
 from tuner.study.executor import InProcess
-from tuner.study.optimize import OptimizeRequest, StudyRun
+from tuner.study.optimize import OpenedRun, OptimizeRequest, StudyRun
 from tuner.study.workers import LocalWorkers
 from tuner.trial.optuna_private import rdb_of
 from tuner.trial.record import TrialRecord
@@ -56,10 +56,7 @@ def _run(
         resume_stored=True,  # the second run goes on with the stored study
         rounds=rounds,
     )
-    run = StudyRun.open(request)
-    run.prepare()
-    run.start()
-    run.warm_start()
+    run = OpenedRun.open(request).prepare().start()
     ticks: list[int] = []
     seen: list[int] = []
     try:

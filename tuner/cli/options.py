@@ -267,6 +267,23 @@ Gpus = Annotated[
         rich_help_panel=BACKEND_PANEL,
     ),
 ]
+Ray = Annotated[
+    str | None,
+    typer.Option(
+        "--ray",
+        help="Run the servers on the GPU nodes of this Ray cluster: ray://HEAD:10001, "
+        "HEAD:6379, or auto (needs pip install 'spectune[ray]').",
+        rich_help_panel=BACKEND_PANEL,
+    ),
+]
+Parallel = Annotated[
+    int,
+    typer.Option(
+        "--parallel",
+        help="With --ray: trials running at once.",
+        rich_help_panel=BACKEND_PANEL,
+    ),
+]
 DEFAULT_BUDGET = "2h"  # the search benchmark's 97-100 % of the optimum (docs: run-a-study)
 Trials = Annotated[
     int | None,

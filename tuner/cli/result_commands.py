@@ -16,7 +16,6 @@ from tuner.cli.app import app, console, err_console, handle_errors, print_json
 from tuner.errors import ConfigError
 from tuner.export.formats import FORMATS
 from tuner.launch.exit_hooks import Terminated
-from tuner.results import Source
 from tuner.study.paths import StudyPaths, default_storage, write_whole
 from tuner.trial.backends.kinds import BackendKind
 
@@ -220,40 +219,40 @@ def confirm_command(
     studies_dir: opt.StudiesDir = Path("studies"),
     seed: opt.Seed = 0,
     gpus: opt.Gpus = None,
+    ray: opt.Ray = None,
     flags: opt.BackendFlags = opt.DECLARED,
     as_json: opt.Json = False,
 ) -> None:
     """Measure the best configs again on fresh servers; export and report use the means."""
     from tuner.cli.render import confirm_run_line, confirmed_table
-    from tuner.study.confirm import confirm
-    from tuner.study.run import write_best
-    from tuner.study.study import study_backend_options
-    from tuner.trial.backends import backend_factory
+    from tuner.study.cluster import RayOptions
+    from tuner.study.request import OptimizeRequest
+    from tuner.study.run import StudyRun
 
-    study, space, _, paths = _open(name, storage, studies_dir)
-    chosen = backend or _default_backend(study)
-    options = flags.options(chosen, name, seed, gpus)
-    runner = backend_factory(chosen)(space, study_backend_options(study, chosen, options, paths))
+    chosen = backend or "sim"  # a measured study names the backend it ran on (one line if not)
+    request = OptimizeRequest(
+        name,
+        None,  # the study's own space
+        chosen,
+        1,  # confirmation adds no trials
+        studies_dir,
+        storage=storage,
+        seed=seed,
+        backend_options=flags.options(chosen, name, seed, gpus),
+        confirm_top=top,
+        confirm_repeats=repeats,
+        confirm_k_table=False,
+        ray=None if ray is None else RayOptions(ray),
+        prefetch=False,
+    )
+    run = StudyRun.reopen(request)
+    space, source = run.space, BackendKind.parse(chosen).source.value
 
-    def on_run(number: int, repeat: int, run: Run) -> None:
-        if not as_json:
-            source = BackendKind.parse(chosen).source.value
-            line = confirm_run_line(number, repeat, run, repeats, source, space.objective)
-            console.print(line)
+    def on_run(number: int, repeat: int, measured: Run) -> None:
+        line = confirm_run_line(number, repeat, measured, repeats, source, space.objective)
+        console.print(line)
 
-    try:
-        results = confirm(
-            study,
-            space,
-            runner,
-            top,
-            repeats,
-            log_dir=paths.logs,
-            seed=seed,
-            on_run=on_run,
-        )
-    finally:
-        runner.close()
+    results, _ = run.confirm(None if as_json else on_run)
     if as_json:
         print_json([_confirmed_json(c, space.ttft_limit_ms) for c in results])
         return
@@ -261,20 +260,8 @@ def confirm_command(
         console.print("Nothing to confirm: the study has no feasible config yet")
         return
     console.print(confirmed_table(results, space.ttft_limit_ms, space.objective))
-    best = write_best(study, space, paths)
+    best = run.export(results, None).best_yaml
     console.print(f"Updated {best} from the confirmed numbers", markup=False, soft_wrap=True)
-
-
-def _default_backend(study: optuna.Study) -> str:
-    from tuner.analysis.trials import points
-
-    sources = {p.source for p in points(study)} - {Source.PREDICTED}
-    if sources <= {Source.SIMULATED}:
-        return "sim"
-    raise ConfigError(
-        f"study {study.study_name!r} was measured on real servers: pass --backend process or "
-        "--backend docker (with the options it ran with)"
-    )
 
 
 def _confirmed_json(c: Confirmed, ttft_limit_ms: float) -> dict[str, Any]:

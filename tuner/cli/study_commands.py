@@ -15,7 +15,6 @@ from rich.text import Text
 
 from tuner.cli import options as opt
 from tuner.cli.app import app, console, handle_errors, print_json, warn
-from tuner.config.vllm_version import check_release
 
 # What a study runs on (the search space's schema, the tables that read it, Optuna and
 # SQLAlchemy) loads inside the commands: `spectune --help` needs none of it
@@ -24,32 +23,8 @@ if TYPE_CHECKING:
     from tuner.analysis.confirmed import Run
     from tuner.config.space import SearchSpace
     from tuner.results import StartupEvent
-    from tuner.study.optimize import OptimizeRequest, OptimizeResult, StudyRun
+    from tuner.study.optimize import OpenedRun, OptimizeRequest, OptimizeResult
     from tuner.trial.record import TrialRecord
-
-
-def _build_space(
-    space: str | None,
-    hardware: str | None,
-    slo_ttft_ms: float | None,
-    vllm_version: str | None,
-    prefer: str | None = None,
-) -> SearchSpace:
-    from tuner.catalog.gpus import parse_hardware
-    from tuner.config.preference import Preference
-    from tuner.config.space import load_space
-
-    loaded = load_space(space)
-    if hardware is not None:
-        loaded = loaded.with_hardware(parse_hardware(hardware))
-    if slo_ttft_ms is not None:
-        loaded = loaded.with_ttft_limit(slo_ttft_ms)
-    if vllm_version is not None:
-        check_release(vllm_version)
-        loaded = loaded.with_vllm_version(vllm_version)
-    if prefer is not None:
-        loaded = loaded.with_prefer(Preference(prefer))
-    return loaded
 
 
 # Trials a time-budgeted run may run at most (and the count of one without a budget before the
@@ -132,23 +107,8 @@ def optimize_command(
         ),
     ] = None,
     gpus: opt.Gpus = None,
-    ray: Annotated[
-        str | None,
-        typer.Option(
-            "--ray",
-            help="Run trials on the GPU nodes of this Ray cluster: ray://HEAD:10001, "
-            "HEAD:6379, or auto (needs pip install 'spectune[ray]').",
-            rich_help_panel=opt.BACKEND_PANEL,
-        ),
-    ] = None,
-    parallel: Annotated[
-        int,
-        typer.Option(
-            "--parallel",
-            help="With --ray: trials running at once.",
-            rich_help_panel=opt.BACKEND_PANEL,
-        ),
-    ] = 1,
+    ray: opt.Ray = None,
+    parallel: opt.Parallel = 1,
     flags: opt.BackendFlags = opt.DECLARED,
     prefetch: opt.Prefetch = True,
     confirm_top: Annotated[
@@ -177,12 +137,13 @@ def optimize_command(
     """Run a tuning study, confirm the best configs, and export the recommended one."""
     # Here, not at the top: they load the backends' container and HTTP libraries, which
     # `spectune --help` should not pay for.
-    from tuner.search.plan import parse_duration
+    from tuner.cli.durations import parse_duration
+    from tuner.config.space_choice import SpaceChoice
     from tuner.study.cluster import RayOptions
-    from tuner.study.optimize import OptimizeRequest, StudyRun, optimize
+    from tuner.study.optimize import OpenedRun, OptimizeRequest, optimize
 
-    explicit = any(v is not None for v in (space, hardware, slo_ttft_ms, vllm_version, prefer))
-    built = _build_space(space, hardware, slo_ttft_ms, vllm_version, prefer)
+    choice = SpaceChoice(space, hardware, slo_ttft_ms, vllm_version, prefer)
+    built = choice.resolve()
     # A default a user can spare; a time budget runs in one worker on this host, so several
     # workers or a Ray cluster keep the count.
     default_budget = trials is None and time_budget is None and workers == 1 and ray is None
@@ -211,13 +172,13 @@ def optimize_command(
         prefetch=prefetch,
         time_budget_s=None if time_budget is None else parse_duration(time_budget),
         rounds=rounds,
-        resume_stored=not explicit,  # no space option: a stored study keeps its own
+        resume_stored=not choice.explicit,  # no space option: a stored study keeps its own
         detect_hardware=hardware is None and ray is None,  # a Ray cluster's nodes: their own
     )
     if plan:
         _print_plan(request, default_budget, as_json)
         return
-    opened = StudyRun.open(request, on_notice=warn)  # every refusal before the live table
+    opened = OpenedRun.open(request, on_notice=warn)  # every refusal before the live table
     if default_budget:  # said once the request holds: a refusal stays one line
         warn(_default_budget_note(built))
     if as_json:
@@ -242,7 +203,7 @@ def _print_plan(request: OptimizeRequest, default_budget: bool, as_json: bool) -
 
 
 def _run_live(
-    opened: StudyRun, starting: Text, trials: int | None, confirm_repeats: int
+    opened: OpenedRun, starting: Text, trials: int | None, confirm_repeats: int
 ) -> OptimizeResult:
     """Runs ``opened`` under the live table: a row per trial, the server start in progress
     (``starting``), and a bar counting to ``trials`` (open-ended under a time budget)."""

@@ -47,7 +47,8 @@ def worker_command(
     """Join an existing study from this host and run trials until its budget is used up."""
     from tuner.catalog.gpus import parse_hardware
     from tuner.catalog.nvml import gpu_names
-    from tuner.study.workers import WorkerRequest, run_worker
+    from tuner.study.join import run_worker
+    from tuner.study.workers import WorkerRequest
 
     options = replace(flags.options(backend, study, seed, gpus), worker=worker_id)
     request = WorkerRequest(
@@ -73,7 +74,8 @@ def child_worker_command(
 
     from tuner.catalog.nvml import gpu_names
     from tuner.errors import ConfigError
-    from tuner.study.workers import read_worker_request, run_worker
+    from tuner.study.join import run_worker
+    from tuner.study.workers import read_worker_request
 
     request = read_worker_request(sys.stdin.buffer.read())
     if request.options.worker != worker_id:

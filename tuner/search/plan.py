@@ -1,4 +1,4 @@
-"""What a study costs in GPU time: the plan before it runs, and the time budget while it runs.
+"""What a study costs in GPU time before it runs (``--plan``), and what is confirmed after it.
 
 A trial costs a server start-up when its server config differs from the one before, then a
 benchmark at every (level, temperature) pair of the workload; each confirmation run costs both
@@ -7,10 +7,8 @@ Before anything is measured, the benchmark is the simulator's prediction for the
 start-up its config family's price (:mod:`tuner.search.startup`): the median of the start-ups
 the study (resumed) stored for the family, else a prior (:data:`START_PRIOR_S` plus the
 weights at :data:`LOAD_GB_PER_S`). Once trials have run, their own wall times replace both:
-the budget's estimate of the next trial is the mean of those this run measured. A simulated
-run's budget (:class:`SimulatedBudget`) runs on the simulator's clock instead: the start-up
-prior for each server started, each pair's simulated duration with its warm-up, as a GPU
-would have spent them (the simulator has no start-up clock of its own).
+the run's budget (:mod:`tuner.study.budget`) estimates the next trial as the mean of those
+this run measured.
 
 With a budget, the plan keeps the trials that fit in it beside the confirmation, and quotes
 the share of the optimum the search benchmark's held-out worlds reached in that much simulated
@@ -22,21 +20,15 @@ from __future__ import annotations
 
 import itertools
 import json
-import re
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from importlib import resources
 from typing import Any
 
-import optuna
-from optuna.trial import FrozenTrial, TrialState
-
-from tuner.config.bounds import MAX_SECONDS
 from tuner.config.space import SearchSpace
 from tuner.config.trial import TrialConfig
 from tuner.config.vllm_args import has_per_batch_size
-from tuner.errors import ConfigError, StartupFailure
+from tuner.errors import StartupFailure
 from tuner.search.forecast import bench_seconds, predicted_trial
 from tuner.search.startup import (
     LOAD_GB_PER_S,
@@ -48,31 +40,23 @@ from tuner.search.startup import (
 )
 from tuner.search.strategy import warm_start_configs
 from tuner.sim.band import Band, error_band, regime_of, widest
-from tuner.trial.record import TrialRecord
 
 __all__ = [
     "LOAD_GB_PER_S",
     "START_PRIOR_S",
-    "Budget",
     "Confirmation",
     "ExpectedShare",
-    "SimulatedBudget",
     "StudyPlan",
     "TrialCost",
-    "another_fits",
     "cut_confirmation",
     "expected_share",
     "fit_confirmation",
     "format_duration",
-    "parse_duration",
     "plan_study",
     "prior_cost",
-    "runs_that_fit",
-    "simulated_trial_s",
     "start_prior_s",
 ]
 
-_UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0}
 _SHARES_FILE = "gpu_time_shares.json"
 
 
@@ -298,18 +282,6 @@ def expected_share(hours: float, space: str) -> ExpectedShare | None:
     return ExpectedShare(hours, median, worst, data["worlds"], data["seeds"], space)
 
 
-def simulated_trial_s(record: TrialRecord, warmup: int) -> float:
-    """What a simulated trial would have taken a GPU: its start-up prior when it started a
-    server, then each pair's simulated duration and each round's ``warmup`` requests."""
-    spent = start_prior_s(record.server) if record.restarted else 0.0
-    for level in record.levels:
-        duration, requests = float(level.get("duration_s") or 0.0), int(level.get("requests") or 0)
-        slots = min(int(level.get("concurrency") or 1), max(1, requests))
-        rounds = int(level.get("rounds") or 1)
-        spent += duration * (1 + rounds * warmup * slots / max(1, requests))
-    return spent
-
-
 CONFIRM_SHARE = 1 / 3
 """The most of a time budget confirmation may take: the rest is for the search."""
 
@@ -373,182 +345,6 @@ def _describe(config: TrialConfig) -> str:
 def _mean(costs: Sequence[TrialCost]) -> TrialCost:
     n = max(1, len(costs))
     return TrialCost(sum(c.start_s for c in costs) / n, sum(c.bench_s for c in costs) / n)
-
-
-def parse_duration(text: str) -> float:
-    """Seconds in ``2h``, ``90m``, ``1h30m``, ``45s`` or plain seconds (``3600``).
-
-    Raises:
-        ConfigError: anything else, a duration that is not positive, or one over a week.
-    """
-    value = text.strip().lower()
-    if re.fullmatch(r"\d+(\.\d+)?", value):
-        seconds = float(value)
-    elif re.fullmatch(r"(\d+(\.\d+)?[hms])+", value):
-        seconds = sum(
-            float(n) * _UNITS[u] for n, _, u in re.findall(r"(\d+(\.\d+)?)([hms])", value)
-        )
-    else:
-        raise ConfigError(f"--time-budget {text!r}: give a duration such as 2h, 90m or 1h30m")
-    if seconds <= 0:
-        raise ConfigError(f"--time-budget {text!r}: give a duration longer than 0")
-    if seconds > MAX_SECONDS:  # a plan of years is a typo, and would not fit in memory
-        raise ConfigError(
-            f"--time-budget {text!r}: at most {MAX_SECONDS // 3600}h (a week of GPU time); "
-            "for longer, run the study again to add to it"
-        )
-    return seconds
-
-
-def another_fits(seconds: float, elapsed: float, per_trial: float, confirm_runs: int) -> bool:
-    """Whether a budget of ``seconds`` that has spent ``elapsed`` holds one more trial and
-    ``confirm_runs`` confirmation runs, each priced at ``per_trial``."""
-    return elapsed + per_trial * (1 + confirm_runs) <= seconds
-
-
-def runs_that_fit(left_s: float, run_s: float) -> int:
-    """Confirmation runs of ``run_s`` each that fit in ``left_s`` (none once nothing is left)."""
-    return max(0, int(left_s // run_s))
-
-
-class Budget:
-    """A run's time budget: another trial only while it, then confirmation, fit in what is left.
-
-    Args:
-        seconds: the whole run's budget, trials and confirmation.
-        prior: the expected cost of a trial before this run has measured one.
-        confirm_runs: confirmation runs to leave time for (each a fresh server).
-        began: when the run began (``time.time()``); default now.
-    """
-
-    def __init__(
-        self, seconds: float, prior: TrialCost, confirm_runs: int, began: float | None = None
-    ) -> None:
-        self.seconds = seconds
-        self.prior = prior
-        self.confirm_runs = confirm_runs
-        self.began = time.time() if began is None else began
-        self._stopped: tuple[int, float, float] | None = None  # trials run, elapsed, needed
-        self._cut: tuple[int, int, float, float] | None = None  # runs wanted, kept, left, each
-        self.clock = ""  # how its time is counted, where not by the wall clock
-
-    def next_trial_s(self, study: optuna.Study) -> float:
-        """A trial with a start-up, as this run measured them (else the prior)."""
-        walls = [
-            (t.datetime_complete - t.datetime_start).total_seconds()
-            for t in self._ran(study)
-            if t.datetime_complete and t.datetime_start and t.user_attrs.get("restarted")
-        ]
-        return sum(walls) / len(walls) if walls else self.prior.total_s
-
-    def _ran(self, study: optuna.Study) -> list[FrozenTrial]:
-        """The trials this run started (a resumed study holds earlier runs' too)."""
-        ended = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
-        done = study.get_trials(deepcopy=False, states=ended)
-        return [t for t in done if t.datetime_start and t.datetime_start.timestamp() >= self.began]
-
-    def elapsed(self, study: optuna.Study) -> float:
-        """The GPU time this run has spent: the wall time since it began."""
-        del study
-        return time.time() - self.began
-
-    def allows_another(self, study: optuna.Study) -> bool:
-        """Whether one more trial and the confirmation fit in what is left of the budget."""
-        per_trial = self.next_trial_s(study)
-        elapsed = self.elapsed(study)
-        if another_fits(self.seconds, elapsed, per_trial, self.confirm_runs):
-            return True
-        self._stopped = (len(self._ran(study)), elapsed, per_trial * (1 + self.confirm_runs))
-        return False
-
-    def confirmation_left(
-        self, study: optuna.Study, space: SearchSpace, wanted: Confirmation
-    ) -> Confirmation:
-        """``wanted`` cut to the runs that fit in what the trials left of the budget, each a
-        trial with a start-up (:meth:`next_trial_s`); none where not even one fits. The trials
-        stopped with time for ``wanted``, but a trial can overrun its forecast, and a budget
-        is a promise: the run ends on time, its recommendation unconfirmed if need be."""
-        each = self.next_trial_s(study)
-        left = self.seconds - self.elapsed(study)
-        fitted = cut_confirmation(space, wanted, runs_that_fit(left, each))
-        if fitted != wanted:
-            self._cut = (wanted.runs(space), fitted.runs(space), left, each)
-        return fitted
-
-    def note(self) -> str | None:
-        """Why the trials stopped early and the confirmation was cut; None when the budget
-        did neither."""
-        parts = []
-        if self._stopped is not None:
-            ran, elapsed, needed = self._stopped
-            parts.append(
-                f"time budget {format_duration(self.seconds)}{self.clock}: stopped after {ran} "
-                f"trials at {format_duration(elapsed)}, as one more (about "
-                f"{format_duration(needed)} with {_runs(self.confirm_runs)}) would not fit"
-            )
-        if self._cut is not None:
-            wanted, kept, left, each = self._cut
-            what = (
-                "the recommendation is one run, not confirmed"
-                if kept == 0
-                else f"kept {_runs(kept)} of {wanted}"
-            )
-            head = "" if parts else f"time budget {format_duration(self.seconds)}{self.clock}: "
-            parts.append(
-                f"{head}{format_duration(max(0.0, left))} left, a confirmation run about "
-                f"{format_duration(each)}: {what}"
-            )
-        return "; ".join(parts) or None
-
-    def check_fits(self) -> None:
-        """Refuses a budget too short for even one trial and the confirmation.
-
-        Raises:
-            ConfigError: naming what one trial and the confirmation are expected to take.
-        """
-        needed = self.prior.total_s * (1 + self.confirm_runs)
-        if needed > self.seconds:
-            raise ConfigError(
-                f"--time-budget {format_duration(self.seconds)} is shorter than one trial and "
-                f"{_runs(self.confirm_runs)} (about {format_duration(needed)}): give "
-                "more time, or fewer --confirm-top/--confirm-repeats"
-            )
-
-
-def _runs(count: int) -> str:
-    return f"{count} confirmation run" + ("" if count == 1 else "s")
-
-
-class SimulatedBudget(Budget):
-    """A simulated run's budget, on the simulator's clock (:func:`simulated_trial_s`): a
-    simulated trial takes what it takes on this CPU, not what it would take a GPU.
-
-    Args:
-        warmup: the workload's warm-up requests, sent before each pair's every round.
-    """
-
-    def __init__(
-        self,
-        seconds: float,
-        prior: TrialCost,
-        confirm_runs: int,
-        warmup: int,
-        began: float | None = None,
-    ) -> None:
-        super().__init__(seconds, prior, confirm_runs, began)
-        self.warmup = warmup
-        self.clock = " of simulated GPU time"
-
-    def _costs(self, study: optuna.Study) -> list[tuple[bool, float]]:
-        found = (TrialRecord.from_trial(t) for t in self._ran(study))
-        return [(r.restarted, simulated_trial_s(r, self.warmup)) for r in found if r is not None]
-
-    def elapsed(self, study: optuna.Study) -> float:
-        return sum(cost for _, cost in self._costs(study))
-
-    def next_trial_s(self, study: optuna.Study) -> float:
-        started = [cost for restarted, cost in self._costs(study) if restarted]
-        return sum(started) / len(started) if started else self.prior.total_s
 
 
 def format_duration(seconds: float) -> str:

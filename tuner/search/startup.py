@@ -10,7 +10,7 @@ start, engine init, ``torch.compile``, CUDA graph capture; vLLM starts a 14-32B 
 of seconds to minutes") plus the weights at :data:`LOAD_GB_PER_S` per GPU.
 
 The simulator has no start-up clock of its own: its trials store none, and a simulated study
-is priced by the prior (as :class:`tuner.search.plan.SimulatedBudget` counts its start-ups).
+is priced by the prior (as :class:`tuner.study.budget.SimulatedBudget` counts its start-ups).
 """
 
 from __future__ import annotations

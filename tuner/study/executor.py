@@ -1,5 +1,5 @@
-"""Where a study's trials run: one :class:`Executor` a :class:`~tuner.study.run.StudyRun`
-picks once when it opens.
+"""Where a study's trials run: one :class:`Executor` a run picks once when it opens
+(:class:`~tuner.study.run.OpenedRun`).
 
 Three implement it: :class:`InProcess` (this process, one backend), ``LocalWorkers``
 (:mod:`tuner.study.workers`: ``spectune worker`` child processes sharing one PostgreSQL
@@ -19,7 +19,7 @@ import optuna
 
 from tuner.config.space import SearchSpace
 from tuner.results import Source
-from tuner.search.plan import Budget
+from tuner.study.budget import Budget
 from tuner.study.host import held_elsewhere
 from tuner.study.lifecycle import OnTrial
 from tuner.study.paths import StudyPaths
@@ -29,19 +29,24 @@ from tuner.study.study import StudyOptions, run_trials
 from tuner.trial.backends import Backend, BackendFactory, BackendOptions, backend_factory
 from tuner.trial.backends.served import ServedBackend
 
-__all__ = ["Executor", "InProcess", "OnTick", "TrialsRun", "prepare_this_host"]
+__all__ = [
+    "Executor",
+    "InProcess",
+    "OnTick",
+    "RunSetup",
+    "TrialsRun",
+    "prepare_this_host",
+]
 
 OnTick = Callable[[int], None]  # trials finished so far by other processes, about once a second
 
 
-class TrialsRun(Protocol):
-    """What an executor reads of the run it works for (:class:`~tuner.study.run.StudyRun`)."""
+class RunSetup(Protocol):
+    """What an executor reads of a run before its study is stored
+    (:class:`~tuner.study.run.OpenedRun`)."""
 
     @property
     def request(self) -> OptimizeRequest: ...
-
-    @property
-    def study(self) -> optuna.Study: ...
 
     @property
     def space(self) -> SearchSpace: ...
@@ -53,13 +58,21 @@ class TrialsRun(Protocol):
     def paths(self) -> StudyPaths: ...
 
     @property
-    def budget(self) -> Budget | None: ...
-
-    @property
     def backend(self) -> Backend | None: ...
 
     @property
     def resume(self) -> bool: ...
+
+
+class TrialsRun(RunSetup, Protocol):
+    """What an executor reads of the run whose trials it runs (:class:`~tuner.study.run.
+    StudyRun`)."""
+
+    @property
+    def study(self) -> optuna.Study: ...
+
+    @property
+    def budget(self) -> Budget | None: ...
 
 
 class Executor(Protocol):
@@ -70,7 +83,7 @@ class Executor(Protocol):
         confirmation's fresh servers come from it too)."""
         ...
 
-    def prepare(self, run: TrialsRun) -> None:
+    def prepare(self, run: RunSetup) -> None:
         """What must hold where the trials run before the study stores anything."""
         ...
 
@@ -81,7 +94,7 @@ class Executor(Protocol):
         ...
 
 
-def prepare_this_host(run: TrialsRun, build: BackendFactory) -> None:
+def prepare_this_host(run: RunSetup, build: BackendFactory) -> None:
     """On this host: the backend's checks on a probe (a Docker Engine that answers, GPUs nobody else
     holds, the image, pulled if missing), then the weights (:func:`prefetch_models`)."""
     probe = run.backend or build(run.space, run.options)
@@ -101,7 +114,7 @@ class InProcess:
     def backend_factory(self, backend: str) -> BackendFactory:
         return backend_factory(backend)
 
-    def prepare(self, run: TrialsRun) -> None:
+    def prepare(self, run: RunSetup) -> None:
         prepare_this_host(run, backend_factory(run.request.backend))
 
     def run_trials(self, run: TrialsRun, on_trial: OnTrial | None, on_tick: OnTick | None) -> None:

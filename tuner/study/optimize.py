@@ -8,10 +8,11 @@ from collections.abc import Callable
 from tuner.study.confirm import OnRun
 from tuner.study.lifecycle import OnTrial
 from tuner.study.request import OptimizeRequest, check_request
-from tuner.study.run import OptimizeResult, StudyRun, plan_run
+from tuner.study.run import OpenedRun, OptimizeResult, StudyRun, plan_run
 from tuner.trial.backends import Backend
 
 __all__ = [
+    "OpenedRun",
     "OptimizeRequest",
     "OptimizeResult",
     "StudyRun",
@@ -22,7 +23,7 @@ __all__ = [
 
 
 def optimize(
-    request: OptimizeRequest | StudyRun,
+    request: OptimizeRequest | OpenedRun,
     on_trial: OnTrial | None = None,
     backend: Backend | None = None,
     on_tick: Callable[[int], None] | None = None,
@@ -33,7 +34,7 @@ def optimize(
     and writes it as ``best.yaml`` (``result.best_yaml``).
 
     Args:
-        request: what to run, or a run already opened from it (:meth:`StudyRun.open`: the
+        request: what to run, or a run already opened from it (:meth:`OpenedRun.open`: the
             CLI opens it before its live table, so every refusal comes first).
         on_trial: called after each trial of an in-process run (one worker).
         backend: a ready backend to use instead of building one (tests, benchmarks); with a
@@ -44,12 +45,12 @@ def optimize(
         on_notice: with a request only, called with each line to show before the first trial
             (the study resumes, this host's GPUs replace the space's, the space's warnings).
     """
-    if isinstance(request, StudyRun) and (backend is not None or on_notice is not None):
-        raise TypeError("an opened StudyRun holds its backend and notices: pass them to open")
-    run = request if isinstance(request, StudyRun) else StudyRun.open(request, backend, on_notice)
-    run.prepare()  # the host or the cluster ready: nothing stored yet
-    run.start()
-    run.warm_start()
+    if isinstance(request, OpenedRun) and (backend is not None or on_notice is not None):
+        raise TypeError("an opened run holds its backend and notices: pass them to open")
+    opened = (
+        request if isinstance(request, OpenedRun) else OpenedRun.open(request, backend, on_notice)
+    )
+    run = opened.prepare().start()  # the hosts ready, then the study stored and seeded
     run.run_trials(on_trial, on_tick)
     confirmed, k_table = run.confirm(on_confirm)
     return run.export(confirmed, k_table)

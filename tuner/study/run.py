@@ -1,10 +1,10 @@
-"""One ``spectune optimize``, opened once: its storage, space, study folder, time budget and
-backend settings, and the steps :func:`tuner.study.optimize.optimize` takes on them.
-
-:meth:`StudyRun.open` reads the request, the storage and the host and stores nothing, so the
-CLI opens it before its live table and every refusal comes before the table. The steps after
-it write: :meth:`~StudyRun.start` stores (or resumes) the study, :meth:`~StudyRun.export`
-writes ``best.yaml``.
+"""One ``spectune optimize`` in stages, each an immutable record the step before returns:
+:class:`OpenedRun` (the request checked against its storage and this host, the time budget
+priced; nothing stored, so the CLI opens it before its live table and every refusal comes
+first), :class:`PreparedRun` (the hosts ready, the space judged by the vLLM that will serve it)
+and :class:`StudyRun` (the study stored and seeded: the trials, the confirmation and
+``best.yaml`` take it). :meth:`StudyRun.reopen` gives ``confirm`` and the workers a stored study
+the same way, measured through the same executor.
 """
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ import shlex
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
+from typing import Any
 
 import optuna
 
@@ -28,15 +29,10 @@ from tuner.errors import ConfigError, LaunchError
 from tuner.export.vllm import export
 from tuner.launch.exit_hooks import signal_raised
 from tuner.launch.preflight import Preflight
-from tuner.search.plan import (
-    Budget,
-    SimulatedBudget,
-    StudyPlan,
-    fit_confirmation,
-    plan_study,
-)
+from tuner.search.plan import StudyPlan, plan_study
 from tuner.search.startup import StartupPrices
 from tuner.search.strategy import warm_start
+from tuner.study.budget import Budget, price_budget
 from tuner.study.cluster.executor import OnRay
 from tuner.study.confirm import OnRun, confirm, confirm_k_table
 from tuner.study.executor import Executor, InProcess, OnTick
@@ -49,9 +45,11 @@ from tuner.study.request import OptimizeRequest, check_request
 from tuner.study.storage import open_if_present, open_storage, study_names
 from tuner.study.study import (
     check_resume,
+    check_source,
     claim_source,
     extend_budget,
     make_sampler,
+    open_existing,
     open_study,
     study_backend_options,
 )
@@ -62,7 +60,15 @@ from tuner.trial.backends.kinds import BackendKind
 from tuner.trial.backends.served import ServedBackend
 from tuner.trial.record import TrialRecord, records, stored_space
 
-__all__ = ["OptimizeResult", "StudyRun", "plan_run", "stored_startups", "write_best"]
+__all__ = [
+    "OpenedRun",
+    "OptimizeResult",
+    "PreparedRun",
+    "StudyRun",
+    "plan_run",
+    "stored_startups",
+    "write_best",
+]
 
 Notice = Callable[[str], None]
 
@@ -83,9 +89,9 @@ class OptimizeResult:
     best_yaml: Path | None = None  # the recommended config, written; None: nothing feasible
 
 
-@dataclass
-class StudyRun:
-    """A study run from its validated request to ``best.yaml``; :meth:`open` builds it."""
+@dataclass(frozen=True)
+class _Setup:
+    """What a run has read before it stores anything; each stage holds it whole."""
 
     request: OptimizeRequest  # with as many confirmation runs as fit its time budget
     space: SearchSpace  # the space asked for, or the stored one on a resume
@@ -94,11 +100,20 @@ class StudyRun:
     paths: StudyPaths
     executor: Executor  # where the trials run: this process, worker processes, a Ray cluster
     build_backend: BackendFactory  # the chosen backend, where the executor runs servers
-    options: BackendOptions  # its settings, the study's own added once it is started
+    options: BackendOptions  # its settings; the study's own are added when it starts
     budget: Budget | None
     backend: Backend | None = None  # a ready backend (tests, benchmarks)
     on_notice: Notice | None = None
-    _study: optuna.Study | None = field(default=None, init=False)  # start() stores it
+
+    def notice(self, line: str | None) -> None:
+        if line and self.on_notice is not None:
+            self.on_notice(line)
+
+
+@dataclass(frozen=True)
+class OpenedRun(_Setup):
+    """A run checked against its request, its storage and this host; nothing stored yet.
+    :meth:`open` builds it, :meth:`prepare` takes it to the next stage."""
 
     @classmethod
     def open(
@@ -106,7 +121,7 @@ class StudyRun:
         request: OptimizeRequest,
         backend: Backend | None = None,
         on_notice: Notice | None = None,
-    ) -> StudyRun:
+    ) -> OpenedRun:
         """Checks the request against its storage and this host; opens the storage once and
         stores nothing.
 
@@ -137,15 +152,10 @@ class StudyRun:
         check_resume(request.study, storage, space, request.backend)
         if exists and on_notice is not None:  # rerunning adds trials: said once it may resume
             on_notice(resuming(storage, request.study, request.trials))
-        if (
-            request.backend == BackendKind.PROCESS and request.ray is None
-        ):  # Ray nodes have their own
+        if request.backend == BackendKind.PROCESS and request.ray is None:  # Ray nodes: theirs
             _check_program(request.backend_options.settings_of(ProcessSettings).vllm_command)
         _check_gpus_per_trial(request.gpus_per_trial, space)
-        budget = None
-        if request.time_budget_s is not None:  # too short for a trial: nothing stored
-            startups = _startups(storage, request.study) if exists else StartupPrices()
-            request, budget = _time_budget(request, space, began, startups)
+        request, budget = _priced(request, space, storage if exists else None, began)
         executor = _executor(request)
         return cls(
             request=request,
@@ -161,67 +171,121 @@ class StudyRun:
             on_notice=on_notice,
         )
 
-    @property
-    def study(self) -> optuna.Study:
-        assert self._study is not None, "StudyRun.start stores the study first"
-        return self._study
-
-    def prepare(self) -> None:
+    def prepare(self) -> PreparedRun:
         """What must hold or be on the trials' hosts before the study stores anything or any
         trial's clock starts (the executor's :meth:`~tuner.study.executor.Executor.prepare`),
         then, for a new study, the memory other processes hold (:func:`~tuner.study.host.
         leave_room`) and the pre-flight: the vLLM that will serve the trials judges the space,
         and what it refuses is taken out (:func:`~tuner.study.judge.judged_space`)."""
         self.executor.prepare(self)
-        if self.resume or self.request.ray is not None:  # Ray's images are on its nodes
-            return
-        held = held_elsewhere(self.request.backend, self.options.gpus)
-        self.space = leave_room(self.space, held, self.on_notice)
-        verdict = self._preflight()
-        if verdict is not None:
-            self.space = judged_space(self.space, verdict, self.on_notice)
+        space = self.space
+        if not self.resume and self.request.ray is None:  # Ray's images are on its nodes
+            held = held_elsewhere(self.request.backend, self.options.gpus)
+            space = leave_room(space, held, self.on_notice)
+            verdict = self._preflight(space)
+            if verdict is not None:
+                space = judged_space(space, verdict, self.on_notice)
+        return PreparedRun(**{**_fields(self), "space": space})
 
-    def _preflight(self) -> Preflight | None:
-        """The backend's pre-flight verdict on the space; None where it has none, or where the
+    def _preflight(self, space: SearchSpace) -> Preflight | None:
+        """The backend's pre-flight verdict on ``space``; None where it has none, or where the
         image holds no vLLM it can ask (said once: spectune's own rules then judged it)."""
-        probe = self.backend or self.build_backend(self.space, self.options)
+        probe = self.backend or self.build_backend(space, self.options)
         try:
-            return probe.judge(self.space) if isinstance(probe, ServedBackend) else None
+            return probe.judge(space) if isinstance(probe, ServedBackend) else None
         except (ConfigError, LaunchError) as why:
             if signal_raised() is not None:  # a library turned a signal's exception into this
                 raise
-            if self.on_notice is not None:
-                self.on_notice(
-                    f"WARNING: the pre-flight could not ask the image's vLLM ({why}); "
-                    "spectune's own rules judged the space"
-                )
+            self.notice(
+                f"WARNING: the pre-flight could not ask the image's vLLM ({why}); "
+                "spectune's own rules judged the space"
+            )
             return None
         finally:
             if self.backend is None:
                 probe.close()
 
-    def start(self) -> None:
+
+@dataclass(frozen=True)
+class PreparedRun(_Setup):
+    """An opened run whose hosts are ready and whose space the pre-flight judged."""
+
+    def start(self) -> StudyRun:
         """Stores the study (or resumes it) with what this run adds: its trials, its kind of
-        numbers, the backend settings every later run and worker gets back."""
+        numbers, the backend settings every later run and worker gets back; then seeds the
+        spectune sampler's queue (its warm start), before any worker starts, so all share it."""
         request = self.request
         sampler = make_sampler(request.sampler, request.seed)
         stored = None if self.resume else self.space
-        self._study, self.space = open_study(request.study, self.storage, stored, sampler)
-        claim_source(self.study, request.backend)
-        for notice in (self.space.newer_note, v1_warning(self.space), cap_warning(self.space)):
-            if self.on_notice is not None and notice:
-                self.on_notice(notice)
+        study, space = open_study(request.study, self.storage, stored, sampler)
+        claim_source(study, request.backend)
+        for notice in (space.newer_note, v1_warning(space), cap_warning(space)):
+            self.notice(notice)
         self.paths.folder.mkdir(parents=True, exist_ok=True)
-        self.options = study_backend_options(self.study, request.backend, self.options, self.paths)
-        extend_budget(self.study, request.trials)
+        options = study_backend_options(study, request.backend, self.options, self.paths)
+        extend_budget(study, request.trials)
+        if request.sampler == "spectune":
+            source = BackendKind.parse(request.backend).source
+            seed_study(study, request.studies_dir, space, source)  # host calibration
+            warm_start(study, space, request.trials)
+        return StudyRun(
+            request=request,
+            study=study,
+            space=space,
+            resume=self.resume,
+            paths=self.paths,
+            executor=self.executor,
+            build_backend=self.build_backend,
+            options=options,
+            budget=self.budget,
+            backend=self.backend,
+        )
 
-    def warm_start(self) -> None:
-        """Seeds the spectune sampler's queue before any worker starts, so they all share it."""
-        if self.request.sampler != "spectune":
-            return
-        source = BackendKind.parse(self.request.backend).source
-        seed_study(self.study, self.request.studies_dir, self.space, source)  # host calibration
-        warm_start(self.study, self.space, self.request.trials)
+
+@dataclass(frozen=True)
+class StudyRun:
+    """A stored study and how this run measures it: the trials, the confirmation and the
+    export take it. :meth:`PreparedRun.start` makes one for a run that adds trials,
+    :meth:`reopen` one for a command that works on a study as it is (``confirm``, a worker)."""
+
+    request: OptimizeRequest
+    study: optuna.Study
+    space: SearchSpace  # the study's own
+    resume: bool
+    paths: StudyPaths
+    executor: Executor
+    build_backend: BackendFactory
+    options: BackendOptions  # with the study's own settings (a docker study's environment)
+    budget: Budget | None = None
+    backend: Backend | None = None
+
+    @classmethod
+    def reopen(cls, request: OptimizeRequest) -> StudyRun:
+        """The stored study ``request`` names, with its own space, measured where the request
+        says (this host, or ``request.ray``'s cluster); adds nothing to it.
+
+        Raises:
+            ConfigError: bad arguments, no such study, or a backend of the other kind of
+                numbers than the study holds.
+        """
+        check_request(request)
+        url = request.storage_url
+        sampler = make_sampler(request.sampler, request.seed)
+        study, space = open_existing(request.study, url, sampler)
+        check_source(study, request.backend)
+        paths = StudyPaths.of(request.studies_dir, request.study, url)
+        options = replace(request.backend_options, study=request.study, seed=request.seed)
+        executor = _executor(request)
+        return cls(
+            request=request,
+            study=study,
+            space=space,
+            resume=True,
+            paths=paths,
+            executor=executor,
+            build_backend=executor.backend_factory(request.backend),
+            options=study_backend_options(study, request.backend, options, paths),
+        )
 
     def run_trials(self, on_trial: OnTrial | None, on_tick: OnTick | None = None) -> None:
         """The request's trials, where the executor runs them."""
@@ -280,6 +344,12 @@ class StudyRun:
             budget_note=None if self.budget is None else self.budget.note(),
             best_yaml=best_yaml,
         )
+
+
+def _fields(setup: _Setup) -> dict[str, Any]:
+    """A stage's fields, for the next stage to take whole (a shallow copy: the storage and
+    the executor are the same objects)."""
+    return {f.name: getattr(setup, f.name) for f in fields(_Setup)}
 
 
 def write_best(study: optuna.Study, space: SearchSpace, paths: StudyPaths) -> Path:
@@ -375,25 +445,29 @@ def _startups(storage: optuna.storages.BaseStorage, name: str) -> StartupPrices:
     return StartupPrices.of(records(study.get_trials(deepcopy=False)))
 
 
-def _time_budget(
-    request: OptimizeRequest, space: SearchSpace, began: float, startups: StartupPrices
-) -> tuple[OptimizeRequest, Budget]:
-    """``request`` with as many confirmation runs as fit in a third of its time budget, and
-    the budget, its prior from the plan (start-ups at the prices the study measured, where
-    it resumes); refused when one trial cannot fit."""
-    seconds = request.time_budget_s
-    assert seconds is not None
-    # One plan: a confirmation run's cost does not depend on how many there are.
-    prior = plan_study(space, request.trials, request.confirmation, startups=startups)
-    cost = prior.confirm_cost
-    fitted = fit_confirmation(space, request.confirmation, seconds, cost.total_s)
-    request = request.confirming(fitted)
-    runs = fitted.runs(space)
-    budget = (
-        # A simulated trial takes what it takes here, not a GPU's time: the simulator's clock.
-        SimulatedBudget(seconds, cost, runs, space.workload.warmup, began)
-        if not BackendKind.parse(request.backend).on_gpus
-        else Budget(seconds, cost, runs, began)
+def _priced(
+    request: OptimizeRequest,
+    space: SearchSpace,
+    storage: optuna.storages.BaseStorage | None,
+    began: float,
+) -> tuple[OptimizeRequest, Budget | None]:
+    """``request`` with the confirmation its time budget holds, and the budget (none without
+    one), priced at the start-ups ``storage``'s study measured (none: a new study, the prior).
+
+    Raises:
+        ConfigError: the budget is too short for one trial (nothing is stored then).
+    """
+    if request.time_budget_s is None:
+        return request, None
+    startups = _startups(storage, request.study) if storage is not None else StartupPrices()
+    simulated = not BackendKind.parse(request.backend).on_gpus
+    fitted, budget = price_budget(
+        space,
+        request.time_budget_s,
+        request.trials,
+        request.confirmation,
+        simulated,
+        began,
+        startups,
     )
-    budget.check_fits()
-    return request, budget
+    return request.confirming(fitted), budget

@@ -25,8 +25,8 @@ from tuner.config.space import SearchSpace
 from tuner.config.trial import LaunchContext
 from tuner.errors import ConfigError, LaunchError, MeasurementError, SpectuneError
 from tuner.results import Source
-from tuner.search.plan import Budget
 from tuner.search.twin_steer import TwinSampler
+from tuner.study.budget import Budget
 from tuner.study.claims import claim_or_reuse
 from tuner.study.incumbent import race_for
 from tuner.study.lifecycle import OnTrial, TrialEnds
@@ -58,6 +58,7 @@ __all__ = [
     "SAMPLERS",
     "StudyOptions",
     "check_resume",
+    "check_source",
     "claim_source",
     "extend_budget",
     "make_sampler",
@@ -108,7 +109,7 @@ def check_resume(
     study = optuna.load_study(study_name=name, storage=storage)
     if _never_ran(study) and _stored_differs(study, space):  # open_study replaces it
         return
-    _check_source(study, backend)
+    check_source(study, backend)
     stored = stored_space(study)
     if stored is not None and space != stored:
         raise ConfigError(f"study {name!r} was created with {_difference(stored, space)}")
@@ -200,7 +201,7 @@ def _difference(stored: SearchSpace, asked: SearchSpace) -> str:
 
 def claim_source(study: optuna.Study, backend: str) -> None:
     """Keeps simulated and measured trials apart: a study takes the kind its first run had."""
-    _check_source(study, backend)
+    check_source(study, backend)
     if study.user_attrs.get(SOURCE_ATTR) is None:
         study.set_user_attr(SOURCE_ATTR, _source(backend))
 
@@ -209,7 +210,7 @@ def _source(backend: str) -> str:
     return BackendKind.parse(backend).source.value
 
 
-def _check_source(study: optuna.Study, backend: str) -> None:
+def check_source(study: optuna.Study, backend: str) -> None:
     source, stored = _source(backend), study.user_attrs.get(SOURCE_ATTR)
     if stored is not None and stored != source:
         hint = (

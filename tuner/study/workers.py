@@ -23,32 +23,19 @@ from pathlib import Path
 
 from optuna.trial import TrialState
 
-from tuner.catalog.gpus import Hardware
 from tuner.errors import SpectuneError
-from tuner.study.executor import OnTick, TrialsRun, prepare_this_host
+from tuner.study.executor import OnTick, RunSetup, TrialsRun, prepare_this_host
 from tuner.study.handoff import dump_record, load_record
-from tuner.study.host import check_host_hardware, held_elsewhere
 from tuner.study.lifecycle import OnTrial
 from tuner.study.paths import StudyPaths
-from tuner.study.prefetch import prefetch_models
 from tuner.study.storage import check_parallel_storage
-from tuner.study.study import (
-    StudyOptions,
-    claim_source,
-    make_sampler,
-    open_existing,
-    run_trials,
-    study_backend_options,
-)
 from tuner.trial.backends import BackendFactory, BackendOptions, backend_factory
-from tuner.trial.backends.kinds import BackendKind
 
 __all__ = [
     "LocalWorkers",
     "WorkerRequest",
     "gpu_slices",
     "read_worker_request",
-    "run_worker",
     "spawn_workers",
 ]
 
@@ -80,40 +67,6 @@ def read_worker_request(text: str | bytes) -> WorkerRequest:
     return load_record(WorkerRequest, text, "the child worker's standard input")
 
 
-def run_worker(
-    request: WorkerRequest, hardware: Hardware | None = None, detected: list[str] | None = None
-) -> None:
-    """Joins ``request.study`` and runs trials until its budget is used up.
-
-    Args:
-        request: which study, where, and how this worker runs servers.
-        hardware: what this host has, when the user says so (``--hardware``).
-        detected: NVML's names of the GPUs this worker may use; None when NVML is unavailable.
-
-    Raises:
-        ConfigError: the study does not exist, or this host's GPUs differ from the study's.
-    """
-    build_backend = backend_factory(request.backend)
-    sampler = make_sampler(request.sampler, request.options.seed)
-    study, space = open_existing(request.study, request.storage, sampler)
-    check_host_hardware(request.study, space.hardware, hardware, detected)
-    if request.prefetch and BackendKind.parse(request.backend).on_gpus:
-        prefetch_models(space, request.options.on_startup)
-    claim_source(study, request.backend)
-    paths = StudyPaths.of(request.studies_dir, request.study, request.storage)
-    options = StudyOptions(
-        None,
-        request.options.seed,
-        paths.logs,
-        space.ttft_limit_ms,
-        worker=request.options.worker,
-        rounds=request.rounds,
-        held_gib=held_elsewhere(request.backend, request.options.gpus),
-    )
-    backend_options = study_backend_options(study, request.backend, request.options, paths)
-    run_trials(study, space, build_backend(space, backend_options), options)
-
-
 class LocalWorkers:
     """``--workers N``: N worker processes on this host, on one PostgreSQL database."""
 
@@ -123,7 +76,7 @@ class LocalWorkers:
     def backend_factory(self, backend: str) -> BackendFactory:
         return backend_factory(backend)
 
-    def prepare(self, run: TrialsRun) -> None:
+    def prepare(self, run: RunSetup) -> None:
         prepare_this_host(run, backend_factory(run.request.backend))
 
     def run_trials(self, run: TrialsRun, on_trial: OnTrial | None, on_tick: OnTick | None) -> None:

@@ -165,6 +165,33 @@ def test_a_parallel_study_runs_on_both_nodes_at_once_within_its_budget(
     assert _allowed(cluster, seen) == set()
     for worker in WORKERS:  # the study's servers are gone with it
         assert cluster.processes(worker, "tuner.sim.server serve") == []
+    _confirm_on_the_cluster(cluster, tmp_path)
+
+
+def _confirm_on_the_cluster(cluster: Cluster, tmp_path: Path) -> None:
+    """``spectune confirm --ray``: the study's best config measured again on a node's fresh
+    server (this host has no GPU for the process backend to use)."""
+    argv = [
+        *(sys.executable, "-m", "tuner", "confirm", "both", "--backend", "process"),
+        *("--vllm-command", FAKE_SERVER, "--ray", cluster.address, "--top", "1"),
+        *("--repeats", "2", "--studies-dir", str(tmp_path), "--ready-timeout", "60", "--json"),
+    ]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "160"}
+    pipe = subprocess.PIPE
+    proc = subprocess.Popen(argv, stdout=pipe, stderr=pipe, text=True, env=env)
+    served_on: set[str] = set()
+    try:
+        while proc.poll() is None:
+            for worker in WORKERS:
+                if cluster.processes(worker, "tuner.sim.server serve"):
+                    served_on.add(cluster.host(worker))
+            time.sleep(0.2)
+    finally:
+        out, err = _finish(proc)
+    assert proc.returncode == 0, err[-3000:]
+    (confirmed,) = json.loads(out)
+    assert [run["status"] for run in confirmed["runs"]] == ["ok", "ok"]
+    assert served_on and served_on <= {cluster.host(w) for w in WORKERS}
 
 
 def test_a_config_handed_to_both_slots_at_once_is_measured_once(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tuner.study.cluster.driver import RayOptions, check_cluster, run_on_ray
 from tuner.study.cluster.remote import ray_backend_factory
-from tuner.study.executor import OnTick, TrialsRun
+from tuner.study.executor import OnTick, RunSetup, TrialsRun
 from tuner.study.lifecycle import OnTrial
 from tuner.trial.backends import BackendFactory
 
@@ -20,7 +20,7 @@ class OnRay:
     def backend_factory(self, backend: str) -> BackendFactory:
         return ray_backend_factory(self.options, backend)
 
-    def prepare(self, run: TrialsRun) -> None:
+    def prepare(self, run: RunSetup) -> None:
         """Nodes with the study's GPUs; a resumed study's were checked when it was created.
         Each node checks its own backend and fetches its own weights."""
         if not run.resume:
