@@ -113,6 +113,7 @@ def optimize_command(
         ),
     ] = None,
     prefer: opt.Prefer = None,
+    allow_power_limit: opt.AllowPowerLimit = False,
     workers: Annotated[
         int,
         opt.bounded(
@@ -213,6 +214,7 @@ def optimize_command(
         rounds=rounds,
         resume_stored=not explicit,  # no space option: a stored study keeps its own
         detect_hardware=hardware is None and ray is None,  # a Ray cluster's nodes: their own
+        allow_power_limit=allow_power_limit,
     )
     if plan:
         _print_plan(request, default_budget, as_json)

@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 from tuner.study.confirm import OnRun
 from tuner.study.lifecycle import OnTrial
+from tuner.study.power_limit import held
 from tuner.study.request import OptimizeRequest, check_request
 from tuner.study.run import OptimizeResult, StudyRun, plan_run
 from tuner.trial.backends import Backend
@@ -48,8 +49,9 @@ def optimize(
         raise TypeError("an opened StudyRun holds its backend and notices: pass them to open")
     run = request if isinstance(request, StudyRun) else StudyRun.open(request, backend, on_notice)
     run.prepare()  # the host or the cluster ready: nothing stored yet
-    run.start()
-    run.warm_start()
-    run.run_trials(on_trial, on_tick)
-    confirmed, k_table = run.confirm(on_confirm)
-    return run.export(confirmed, k_table)
+    with held(run.power):  # a power limit the trials set is restored however this ends
+        run.start()
+        run.warm_start()
+        run.run_trials(on_trial, on_tick)
+        confirmed, k_table = run.confirm(on_confirm)
+        return run.export(confirmed, k_table)

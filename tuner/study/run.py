@@ -45,6 +45,7 @@ from tuner.study.judge import judged_space
 from tuner.study.lifecycle import OnTrial
 from tuner.study.listing import resuming
 from tuner.study.paths import StudyPaths, write_whole
+from tuner.study.power_limit import PowerLimits, check_power_request, prepare_power
 from tuner.study.request import OptimizeRequest, check_request
 from tuner.study.storage import open_if_present, open_storage, study_names
 from tuner.study.study import (
@@ -99,6 +100,7 @@ class StudyRun:
     backend: Backend | None = None  # a ready backend (tests, benchmarks)
     on_notice: Notice | None = None
     _study: optuna.Study | None = field(default=None, init=False)  # start() stores it
+    power: PowerLimits | None = field(default=None, init=False)  # open() takes the hold
 
     @classmethod
     def open(
@@ -135,6 +137,8 @@ class StudyRun:
             space = _asked(request, on_notice)  # this host's GPUs: before any file is made
             storage = storage or open_storage(url)
         check_resume(request.study, storage, space, request.backend)
+        allowed, on_ray = request.allow_power_limit, request.ray is not None
+        check_power_request(space, request.backend, allowed, request.workers, on_ray)
         if exists and on_notice is not None:  # rerunning adds trials: said once it may resume
             on_notice(resuming(storage, request.study, request.trials))
         if (
@@ -147,7 +151,7 @@ class StudyRun:
             startups = _startups(storage, request.study) if exists else StartupPrices()
             request, budget = _time_budget(request, space, began, startups)
         executor = _executor(request)
-        return cls(
+        opened = cls(
             request=request,
             space=space,
             resume=resume,
@@ -160,6 +164,8 @@ class StudyRun:
             backend=backend,
             on_notice=on_notice,
         )
+        opened._prepare_power()  # a refusal before the live table too; nothing is changed
+        return opened
 
     @property
     def study(self) -> optuna.Study:
@@ -180,6 +186,16 @@ class StudyRun:
         verdict = self._preflight()
         if verdict is not None:
             self.space = judged_space(self.space, verdict, self.on_notice)
+
+    def _prepare_power(self) -> None:
+        """A killed run's power limits restored; the hold on the limit a space searches."""
+        if self.request.ray is not None:  # refused with a searched limit: nothing to restore
+            return
+        gpus = self.options.gpus
+        if gpus is None and self.request.gpus_per_trial is not None:
+            gpus = tuple(range(self.request.gpus_per_trial))
+        name, kind = self.request.study, self.request.backend
+        self.power = prepare_power(self.backend, kind, gpus, self.space, name, self.on_notice)
 
     def _preflight(self) -> Preflight | None:
         """The backend's pre-flight verdict on the space; None where it has none, or where the
@@ -208,6 +224,8 @@ class StudyRun:
         stored = None if self.resume else self.space
         self._study, self.space = open_study(request.study, self.storage, stored, sampler)
         claim_source(self.study, request.backend)
+        if self.power is not None:  # the original limit, before any trial changes it
+            self.power.record(self.study)
         for notice in (self.space.newer_note, v1_warning(self.space), cap_warning(self.space)):
             if self.on_notice is not None and notice:
                 self.on_notice(notice)
@@ -250,9 +268,18 @@ class StudyRun:
                 log_dir=logs,
                 seed=seed,
                 on_run=on_confirm,
+                power=self.power,
             )
             k_table = (
-                confirm_k_table(self.study, self.space, fresh, repeats, log_dir=logs, seed=seed)
+                confirm_k_table(
+                    self.study,
+                    self.space,
+                    fresh,
+                    repeats,
+                    log_dir=logs,
+                    seed=seed,
+                    power=self.power,
+                )
                 if request.confirm_k_table
                 else None
             )

@@ -1,0 +1,279 @@
+"""The GPU power limit as a searched dimension: set per trial, restored on every way out.
+
+The process backend runs the shipped fake server; :class:`~tests.testbed.gpus.FakeGpus` stands
+in for NVML, recording every limit set and refusing without privilege as NVML does. The
+subprocess tests give the stand-in a file for its limits (a real GPU keeps its limit after the
+process that set it dies) and run the study in ``power_driver.py``, which is then interrupted or
+killed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import optuna
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from tests.testbed.docker_host import FAKE_SERVER
+from tests.testbed.gpus import FakeGpus
+from tests.trial.traffic_support import SMALL_SPACE, fake_request, small_space
+from tuner.cli import app
+from tuner.config.vllm_args import parse_version
+from tuner.errors import ConfigError
+from tuner.launch.process import ProcessLauncher
+from tuner.study import power_limit
+from tuner.study.optimize import optimize
+from tuner.study.power_limit import ORIGINAL_ATTR, records_dir
+from tuner.trial.backends.process import ProcessBackend
+from tuner.trial.record import records
+
+DRIVER = Path(__file__).with_name("power_driver.py")
+ROOT = Path(__file__).resolve().parents[2]
+LIMITS = [250, 300]
+ORIGINAL_W = 450.0
+
+
+@pytest.fixture(autouse=True)
+def private_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Run files and power-limit records go to the test's own folder."""
+    state = tmp_path / "state"
+    monkeypatch.setenv("XDG_STATE_HOME", str(state))
+    return state
+
+
+def _space_file(tmp_path: Path, limits: list[int] | None = LIMITS) -> Path:
+    """The small traffic space on one server config, searching ``limits`` where given."""
+    raw = json.loads(json.dumps(SMALL_SPACE))
+    raw["search"].update({"draft": ["none"], "max_num_batched_tokens": [2048]})
+    raw["workload"].update({"concurrency": [1], "temperature": 0.2, "requests": 3})
+    if limits is not None:
+        raw["search"]["power_limit_w"] = limits
+    path = tmp_path / ("power.yaml" if limits else "plain.yaml")
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+@pytest.fixture
+def gpus() -> FakeGpus:
+    return FakeGpus(power_limit_w=ORIGINAL_W)
+
+
+@pytest.fixture
+def backend(tmp_path: Path, gpus: FakeGpus) -> Iterator[ProcessBackend]:
+    launcher = ProcessLauncher(
+        FAKE_SERVER,
+        version=parse_version("0.32.0"),
+        env={"SPECTUNE_SIM_SPEED": "20", "SPECTUNE_GPU_TEST": uuid.uuid4().hex},
+        ready_timeout_s=60,
+        poll_s=0.05,
+        run_dir=tmp_path / "run-files",
+    )
+    made = ProcessBackend(launcher, request_timeout_s=30, gpu_monitor=gpus, sample_interval_s=0.02)
+    yield made
+    made.close()
+
+
+def test_each_trial_runs_at_its_limit_on_one_server_and_the_original_comes_back(
+    tmp_path: Path, gpus: FakeGpus, backend: ProcessBackend
+) -> None:
+    space = small_space(
+        tmp_path,
+        search={"draft": ["none"], "max_num_batched_tokens": [2048], "power_limit_w": LIMITS},
+    )
+    request = fake_request(tmp_path, space, 4)
+    result = optimize(replace(request, allow_power_limit=True), backend=backend)
+
+    trials = records(result.handle.get_trials(deepcopy=False))
+    asked = [int(t.params["power_limit_w"]) for t in trials]
+    assert set(asked) <= set(LIMITS) and len(trials) == 4
+    for trial in trials:  # measured under the limit it asked for
+        assert trial.gpu is not None
+        assert list(trial.gpu["power_limit_w"]) == [float(trial.params["power_limit_w"])]
+    # A trial of a config measured before reuses its result and sets nothing; a limit is set
+    # when it changes, and the last set restores the original.
+    ran = [int(t.params["power_limit_w"]) for t in trials if t.duplicate_of is None]
+    assert set(ran) == set(LIMITS)
+    changes = [w for i, w in enumerate(ran) if i == 0 or ran[i - 1] != w]
+    sets = [w for _, w in gpus.limit_sets]
+    assert sets[0] == ORIGINAL_W  # the privilege probe: the limit in force, set again
+    assert sets[1:] == [*changes, ORIGINAL_W]
+    # The power limit is no server flag: one server for every trial.
+    assert sum(t.restarted for t in trials) == 1
+    assert gpus.limit_now() == ORIGINAL_W
+    assert result.handle.user_attrs[ORIGINAL_ATTR] == {"0": ORIGINAL_W}
+    assert list(records_dir().glob("*")) == []
+
+
+def test_a_space_searching_the_limit_is_refused_without_the_flag(tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        app,
+        [
+            "optimize",
+            "--space",
+            str(_space_file(tmp_path)),
+            "--backend",
+            "process",
+            "--hardware",
+            "4090x1",
+            "--studies-dir",
+            str(tmp_path / "studies"),
+        ],
+    )
+    assert result.exit_code == 2, result.output
+    (line,) = result.stderr.strip().splitlines()
+    assert "--allow-power-limit" in line and "search.power_limit_w" in line
+
+
+def test_the_simulator_refuses_the_limit_it_has_no_power_model_for(tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        app,
+        [
+            "optimize",
+            "--space",
+            str(_space_file(tmp_path)),
+            "--backend",
+            "sim",
+            "--allow-power-limit",
+            "--studies-dir",
+            str(tmp_path / "studies"),
+        ],
+    )
+    assert result.exit_code == 2, result.output
+    (line,) = result.stderr.strip().splitlines()
+    assert "no power model" in line and "--backend process" in line
+
+
+def test_without_privilege_the_study_is_refused_and_nothing_changes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gpus = FakeGpus(power_limit_w=ORIGINAL_W, privileged=False)
+    monkeypatch.setattr(power_limit, "power_control", lambda backend, indices: gpus)
+    result = CliRunner().invoke(
+        app,
+        [
+            "optimize",
+            "--space",
+            str(_space_file(tmp_path)),
+            "--backend",
+            "process",
+            "--vllm-command",
+            " ".join(FAKE_SERVER),
+            "--hardware",
+            "4090x1",
+            "--allow-power-limit",
+            "--no-prefetch",
+            "--studies-dir",
+            str(tmp_path / "studies"),
+        ],
+    )
+    assert result.exit_code == 2, result.output
+    (line,) = result.stderr.strip().splitlines()
+    assert "refuses to set GPU 0's power limit" in line and "Insufficient Permissions" in line
+    assert gpus.limit_sets == [] and gpus.limit_now() == ORIGINAL_W
+    assert list(records_dir().glob("*")) == []
+
+
+def test_a_limit_the_gpu_does_not_take_is_refused_naming_its_range(
+    tmp_path: Path, gpus: FakeGpus, backend: ProcessBackend
+) -> None:
+    space = small_space(tmp_path, search={"power_limit_w": [100, 300]})
+    request = fake_request(tmp_path, space, 1)
+    with pytest.raises(ConfigError, match=r"power_limit_w 100 W: GPU 0 takes 150-450 W"):
+        optimize(replace(request, allow_power_limit=True), backend=backend)
+    assert gpus.limit_sets == []
+
+
+def _driver(tmp_path: Path, space: Path, study: str, trials: int, allow: bool) -> list[str]:
+    spec = {
+        "space": str(space),
+        "studies_dir": str(tmp_path / "studies"),
+        "study": study,
+        "trials": trials,
+        "limit_file": str(tmp_path / "gpu-limits.json"),
+        "allow": allow,
+    }
+    return [sys.executable, str(DRIVER), json.dumps(spec)]
+
+
+def _env(tmp_path: Path) -> dict[str, str]:
+    path = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
+    return {**os.environ, "XDG_STATE_HOME": str(tmp_path / "state"), "PYTHONPATH": path}
+
+
+def _limit(tmp_path: Path) -> float | None:
+    try:
+        return float(json.loads((tmp_path / "gpu-limits.json").read_text())["0"])
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def _start_and_wait_for_a_lowered_limit(tmp_path: Path) -> subprocess.Popen[str]:
+    study = subprocess.Popen(
+        _driver(tmp_path, _space_file(tmp_path), "capped", trials=50, allow=True),
+        env=_env(tmp_path),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    deadline = time.monotonic() + 120
+    while (_limit(tmp_path) or ORIGINAL_W) == ORIGINAL_W:
+        if study.poll() is not None or time.monotonic() > deadline:
+            study.kill()
+            pytest.fail(f"no trial lowered the limit:\n{study.communicate()[0]}")
+        time.sleep(0.05)
+    time.sleep(0.5)  # a trial under way
+    return study
+
+
+def test_sigint_mid_study_restores_the_original_limit(tmp_path: Path) -> None:
+    study = _start_and_wait_for_a_lowered_limit(tmp_path)
+    study.send_signal(signal.SIGINT)
+    output = study.communicate(timeout=60)[0]
+
+    assert study.returncode != 0 and "DONE" not in output, output
+    assert _limit(tmp_path) == ORIGINAL_W, output
+    assert list(records_dir().glob("*")) == []
+    stored = optuna.load_study(
+        study_name="capped", storage=f"sqlite:///{tmp_path / 'studies' / 'capped.db'}"
+    )
+    assert stored.user_attrs[ORIGINAL_ATTR] == {"0": ORIGINAL_W}
+
+
+def test_after_sigkill_the_next_run_restores_the_limit_from_the_record(tmp_path: Path) -> None:
+    study = _start_and_wait_for_a_lowered_limit(tmp_path)
+    study.kill()
+    study.communicate(timeout=30)
+    left = _limit(tmp_path)
+    assert left in LIMITS  # SIGKILL runs nothing: the lowered limit stays
+    (record,) = records_dir().glob("*.json")
+    assert json.loads(record.read_text())["original_w"] == {"0": ORIGINAL_W}
+
+    # The next run on the host, a study that does not touch the limit, restores it first.
+    after = subprocess.run(
+        _driver(tmp_path, _space_file(tmp_path, None), "next", trials=1, allow=False),
+        env=_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+    assert after.returncode == 0, after.stdout + after.stderr
+    said = [line for line in after.stdout.splitlines() if "power limit" in line]
+    assert said == [
+        f"note: study capped ended without restoring the GPUs' power limit (killed): restored "
+        f"GPU 0 {left:g} W -> {ORIGINAL_W:g} W"
+    ]
+    assert _limit(tmp_path) == ORIGINAL_W
+    assert list(records_dir().glob("*")) == []
