@@ -34,7 +34,8 @@ from tuner.errors import ConfigError
 from tuner.launch.process import ProcessLauncher
 from tuner.study import power_limit
 from tuner.study.optimize import optimize
-from tuner.study.power_limit import ORIGINAL_ATTR, records_dir
+from tuner.study.confirm import confirm
+from tuner.study.power_limit import ORIGINAL_ATTR, PowerLimits, records_dir
 from tuner.trial.backends.process import ProcessBackend
 from tuner.trial.record import records
 
@@ -92,7 +93,8 @@ def test_each_trial_runs_at_its_limit_on_one_server_and_the_original_comes_back(
         search={"draft": ["none"], "max_num_batched_tokens": [2048], "power_limit_w": LIMITS},
     )
     request = fake_request(tmp_path, space, 4)
-    result = optimize(replace(request, allow_power_limit=True), backend=backend)
+    confirming = replace(request, allow_power_limit=True, confirm_top=1, confirm_repeats=1)
+    result = optimize(confirming, backend=backend)
 
     trials = records(result.handle.get_trials(deepcopy=False))
     asked = [int(t.params["power_limit_w"]) for t in trials]
@@ -104,15 +106,28 @@ def test_each_trial_runs_at_its_limit_on_one_server_and_the_original_comes_back(
     # when it changes, and the last set restores the original.
     ran = [int(t.params["power_limit_w"]) for t in trials if t.duplicate_of is None]
     assert set(ran) == set(LIMITS)
+    # Confirmation measures the best config again at its own limit.
+    (confirmed,) = result.confirmed
+    again = next(int(t.params["power_limit_w"]) for t in trials if t.number == confirmed.trial)
+    ran.append(again)
     changes = [w for i, w in enumerate(ran) if i == 0 or ran[i - 1] != w]
     sets = [w for _, w in gpus.limit_sets]
     assert sets[0] == ORIGINAL_W  # the privilege probe: the limit in force, set again
     assert sets[1:] == [*changes, ORIGINAL_W]
     # The power limit is no server flag: one server for every trial.
     assert sum(t.restarted for t in trials) == 1
+    assert all(r.ok for r in confirmed.runs)
     assert gpus.limit_now() == ORIGINAL_W
     assert result.handle.user_attrs[ORIGINAL_ATTR] == {"0": ORIGINAL_W}
     assert list(records_dir().glob("*")) == []
+    # Confirmed again from the original limit: the confirmed config's own is set first.
+    with PowerLimits.open(gpus, space, "traffic") as power:
+        confirm(result.handle, space, backend, 1, 1, log_dir=tmp_path / "again", power=power)
+    assert [w for _, w in gpus.limit_sets][-3:] == [ORIGINAL_W, again, ORIGINAL_W]
+    # The export says the limit its config was measured at: no vLLM flag carries it.
+    assert result.best_yaml is not None and result.recommended is not None
+    best = result.recommended.record.params["power_limit_w"]
+    assert f"# measured at a GPU power limit of {best} W per GPU" in result.best_yaml.read_text()
 
 
 def test_a_space_searching_the_limit_is_refused_without_the_flag(tmp_path: Path) -> None:
