@@ -33,8 +33,8 @@ from tuner.config.vllm_args import parse_version
 from tuner.errors import ConfigError
 from tuner.launch.process import ProcessLauncher
 from tuner.study import power_limit
-from tuner.study.optimize import optimize
 from tuner.study.confirm import confirm
+from tuner.study.optimize import optimize
 from tuner.study.power_limit import ORIGINAL_ATTR, PowerLimits, records_dir
 from tuner.trial.backends.process import ProcessBackend
 from tuner.trial.record import records
