@@ -32,10 +32,12 @@ from tuner.cli import app
 from tuner.config.vllm_args import parse_version
 from tuner.errors import ConfigError
 from tuner.launch.process import ProcessLauncher
+from tuner.launch.runfiles import start_ticks
 from tuner.study import power_limit
 from tuner.study.confirm import confirm
 from tuner.study.optimize import optimize
-from tuner.study.power_limit import ORIGINAL_ATTR, PowerLimits, records_dir
+from tuner.study.power_limit import ORIGINAL_ATTR, PowerLimits
+from tuner.study.power_records import records_dir
 from tuner.trial.backends.process import ProcessBackend
 from tuner.trial.record import records
 
@@ -292,3 +294,28 @@ def test_after_sigkill_the_next_run_restores_the_limit_from_the_record(tmp_path:
     ]
     assert _limit(tmp_path) == ORIGINAL_W
     assert list(records_dir().glob("*")) == []
+
+
+def test_a_second_study_may_not_set_a_limit_a_live_one_holds(
+    tmp_path: Path, gpus: FakeGpus, backend: ProcessBackend
+) -> None:
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        record = records_dir() / f"{holder.pid}.json"
+        record.parent.mkdir(parents=True)
+        started = start_ticks(holder.pid)
+        original = {
+            "pid": holder.pid,
+            "started": started,
+            "study": "first",
+            "original_w": {"0": 450},
+        }
+        record.write_text(json.dumps(original))
+        space = small_space(tmp_path, search={"power_limit_w": LIMITS})
+        request = replace(fake_request(tmp_path, space, 1), allow_power_limit=True)
+        with pytest.raises(ConfigError, match=r"study first \(process \d+\) is setting the power"):
+            optimize(request, backend=backend)
+        assert gpus.limit_sets == [] and record.exists()  # a live owner's record is its own
+    finally:
+        holder.kill()
+        holder.wait()

@@ -6,22 +6,20 @@ refused before anything is stored or changed (:func:`check_power_request`, and t
 probe of :meth:`PowerLimits.open`, which sets each GPU's limit to the one in force). The limit
 is no server flag, so a trial that changes only it keeps the running server.
 
-The limit outlives the process that set it, so the original is recorded before the first change,
-twice: in the study (:data:`ORIGINAL_ATTR`, the condition the study ran under) and in a record
-file on the host (under ``$XDG_STATE_HOME/spectune/power-limits``, with the owner's PID and
-start time). It is put back when the study ends, however it ends by an exception (Ctrl-C,
-SIGTERM and SIGHUP unwind as one: :mod:`tuner.launch.exit_hooks`), and at interpreter exit.
+The limit outlives the process that set it, so the original is recorded before the first
+change, twice: in the study (:data:`ORIGINAL_ATTR`, the condition the study ran under) and in
+a record file on the host (:mod:`tuner.study.power_records`). It is put back when the study
+ends, however it ends by an exception (Ctrl-C, SIGTERM and SIGHUP unwind as one:
+:mod:`tuner.launch.exit_hooks`), and at interpreter exit.
 SIGKILL runs nothing: the next run on the host finds the record of a dead owner and restores
-the original from it (:func:`recover`), saying so in one line.
+the original from it, saying so in one line.
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
-import json
 import logging
-import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import TracebackType
@@ -32,7 +30,7 @@ from tuner.catalog.nvml import NvmlMonitor, open_gpu_monitor
 from tuner.catalog.power import PowerControl, PowerLimit, PowerLimitDenied
 from tuner.config.space import SearchSpace
 from tuner.errors import ConfigError
-from tuner.launch.runfiles import start_ticks, state_dir
+from tuner.study.power_records import check_no_live_holder, records_dir, recover, write_record
 from tuner.trial.backends import Backend
 from tuner.trial.backends.kinds import BackendKind
 from tuner.trial.backends.served import ServedBackend
@@ -45,8 +43,6 @@ __all__ = [
     "held",
     "power_control",
     "prepare_power",
-    "records_dir",
-    "recover",
 ]
 
 _log = logging.getLogger(__name__)
@@ -85,11 +81,6 @@ def check_power_request(
         )
 
 
-def records_dir() -> Path:
-    """Where the originals of limits a live run may have changed are recorded."""
-    return state_dir().parent / "power-limits"
-
-
 def power_control(backend: Backend | None, gpus: tuple[int, ...] | None) -> PowerControl | None:
     """Where the GPUs' power limit is read and set: a given backend's stand-in for NVML (tests),
     else NVML of its own on ``gpus`` (None: all; a backend closes its own NVML when its trials
@@ -110,7 +101,8 @@ def prepare_power(
     study: str,
     on_notice: Notice | None,
 ) -> PowerLimits | None:
-    """At a run's start on this host: the limits a killed run left restored (:func:`recover`),
+    """At a run's start on this host: the limits a killed run left restored (:func:`~tuner.
+    study.power_records.recover`),
     then, where ``space`` searches the limit, the study's hold on it (:meth:`PowerLimits.open`).
 
     Raises:
@@ -132,45 +124,11 @@ def prepare_power(
         return None
     recover(control, on_notice)
     if searched:
+        check_no_live_holder(control)
         return PowerLimits.open(control, space, study)
     if isinstance(control, NvmlMonitor):
         control.close()
     return None
-
-
-def recover(control: PowerControl, on_notice: Notice | None) -> None:
-    """Restores the limits recorded by runs that died without restoring them (SIGKILL), each
-    said in one line; a live run's record is left alone."""
-    for path in sorted(records_dir().glob("*.json")):
-        try:
-            record = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue  # being written by its live owner, or already removed by another run
-        if start_ticks(int(record["pid"])) == record["started"]:
-            continue
-        in_force = {limit.gpu: limit.in_force_w for limit in control.power_limits()}
-        original = {int(gpu): float(w) for gpu, w in record["original_w"].items()}
-        if not original.keys() <= in_force.keys():
-            continue  # GPUs this run does not see: a run that uses them restores them
-        changed = {g: w for g, w in original.items() if g in in_force and in_force[g] != w}
-        try:
-            for gpu, watts in changed.items():
-                control.set_power_limit(gpu, watts)
-        except PowerLimitDenied as why:
-            if on_notice is not None:
-                on_notice(
-                    f"WARNING: study {record['study']} ended without restoring the GPUs' power "
-                    f"limit and spectune may not set it here ({why}): restore it with "
-                    + "; ".join(f"nvidia-smi -i {g} -pl {w:g}" for g, w in changed.items())
-                )
-            continue
-        path.unlink(missing_ok=True)
-        if changed and on_notice is not None:
-            on_notice(
-                f"note: study {record['study']} ended without restoring the GPUs' power limit "
-                "(killed): restored "
-                + ", ".join(f"GPU {g} {in_force[g]:g} W -> {w:g} W" for g, w in changed.items())
-            )
 
 
 class PowerLimits:
@@ -264,20 +222,7 @@ class PowerLimits:
             self.control.close()
 
     def _write_record(self) -> None:
-        folder = records_dir()
-        folder.mkdir(parents=True, exist_ok=True)
-        pid = os.getpid()
-        path = folder / f"{pid}.json"
-        record = {
-            "pid": pid,
-            "started": start_ticks(pid),
-            "study": self.study,
-            "original_w": {str(g): w for g, w in self.original.items()},
-        }
-        partial = path.with_suffix(".part")
-        partial.write_text(json.dumps(record))
-        partial.replace(path)  # a reader never sees half a record
-        self._record = path
+        self._record = write_record(self.study, self.original)
         atexit.register(self.restore)
 
     def __enter__(self) -> PowerLimits:
