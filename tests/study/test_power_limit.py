@@ -29,10 +29,12 @@ from tests.testbed.docker_host import FAKE_SERVER
 from tests.testbed.gpus import FakeGpus
 from tests.trial.traffic_support import SMALL_SPACE, fake_request, small_space
 from tuner.cli import app
+from tuner.config.trial import TrialConfig
 from tuner.config.vllm_args import parse_version
 from tuner.errors import ConfigError
 from tuner.launch.process import ProcessLauncher
 from tuner.launch.runfiles import start_ticks
+from tuner.results import TrialResult
 from tuner.study import power_limit
 from tuner.study.confirm import confirm
 from tuner.study.optimize import optimize
@@ -319,3 +321,37 @@ def test_a_second_study_may_not_set_a_limit_a_live_one_holds(
     finally:
         holder.kill()
         holder.wait()
+
+
+class ServerKilledOnce(ProcessBackend):
+    """The process backend whose first measured server is SIGKILLed as its measuring begins."""
+
+    killed: int | None = None
+
+    def measure(self, config: TrialConfig, concurrency: int, seed: int) -> TrialResult:
+        if self.killed is None and self.launcher.pid is not None:
+            self.killed = self.launcher.pid
+            os.kill(self.killed, signal.SIGKILL)
+        return super().measure(config, concurrency, seed)
+
+
+def test_a_server_killed_mid_trial_fails_that_trial_and_the_limit_still_comes_back(
+    tmp_path: Path, gpus: FakeGpus, backend: ProcessBackend
+) -> None:
+    killing = ServerKilledOnce(
+        backend.launcher, request_timeout_s=30, gpu_monitor=gpus, sample_interval_s=0.02
+    )
+    space = small_space(
+        tmp_path,
+        search={"draft": ["none"], "max_num_batched_tokens": [2048], "power_limit_w": LIMITS},
+    )
+    request = replace(fake_request(tmp_path, space, 2), allow_power_limit=True)
+    result = optimize(request, backend=killing)
+
+    assert killing.killed is not None
+    states = [t.state for t in result.handle.get_trials(deepcopy=False)]
+    assert optuna.trial.TrialState.FAIL in states, states  # the killed server's trial
+    assert optuna.trial.TrialState.COMPLETE in states, states  # the study went on
+    assert len(gpus.limit_sets) > 2  # the probe, at least one trial's limit, the restore
+    assert gpus.limit_now() == ORIGINAL_W
+    assert list(records_dir().glob("*")) == []
