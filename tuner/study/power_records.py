@@ -91,7 +91,8 @@ def _records() -> Iterator[tuple[Path, dict[str, Any]]]:
 
 def _alive(record: dict[str, Any]) -> bool:
     """Whether the record's owner still runs (a PID is trusted with its start time only)."""
-    return start_ticks(int(record["pid"])) == record["started"]
+    started = start_ticks(int(record["pid"]))
+    return started is not None and started == record["started"]
 
 
 def check_no_live_holder(control: PowerControl) -> None:
