@@ -35,6 +35,7 @@ from tuner.errors import ConfigError
 from tuner.launch.process import ProcessLauncher
 from tuner.launch.runfiles import start_ticks
 from tuner.results import TrialResult
+from tuner.search.twin_screen import trial_config
 from tuner.study import power_limit
 from tuner.study.confirm import confirm
 from tuner.study.optimize import optimize
@@ -355,3 +356,12 @@ def test_a_server_killed_mid_trial_fails_that_trial_and_the_limit_still_comes_ba
     assert len(gpus.limit_sets) > 2  # the probe, at least one trial's limit, the restore
     assert gpus.limit_now() == ORIGINAL_W
     assert list(records_dir().glob("*")) == []
+
+
+def test_the_twin_reads_a_proposal_without_a_limit_at_the_highest_one(tmp_path: Path) -> None:
+    # The spectune sampler's twin has no power model: its proposals name no limit, the
+    # sampler picks one for the trial, and the twin forecasts them as at (nearly) full power.
+    space = small_space(tmp_path, search={"power_limit_w": LIMITS})
+    params = {"draft": "none", "gpu_memory_utilization": 0.9, "max_num_batched_tokens": 2048}
+    assert trial_config(space, params).power_limit_w == max(LIMITS)
+    assert trial_config(space, {**params, "power_limit_w": 250}).power_limit_w == 250
