@@ -122,7 +122,8 @@ class StudyRun:
             ConfigError: bad arguments (:func:`check_request`), a space the study does not
                 hold, a study of the other kind of numbers, no GPU for a measured backend, no
                 vLLM program, a GPU count the hardware does not have, a time budget too short
-                for one trial.
+                for one trial, a searched power limit spectune may not set
+                (:mod:`tuner.study.power_limit`).
         """
         began = time.time()  # the time budget counts from here
         check_request(request)
