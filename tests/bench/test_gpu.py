@@ -18,6 +18,7 @@ from tuner.catalog.nvml import (
     open_gpu_monitor,
     wait_for_baseline,
 )
+from tuner.catalog.power import PowerLimit, PowerLimitDenied
 from tuner.results import Throttle
 
 GIB = 1024**3
@@ -35,6 +36,8 @@ class FakeNvml(types.ModuleType):
         self.init_fails = init_fails
         self.read_fails = False
         self.shutdowns = 0
+        self.privileged = True  # setting a power limit needs root
+        self.limits_mw: dict[int, int] = {}  # the limits set, per handle
 
     def nvmlInit(self) -> None:
         if self.init_fails:
@@ -78,6 +81,22 @@ class FakeNvml(types.ModuleType):
 
     def nvmlDeviceGetEnforcedPowerLimit(self, handle: int) -> int:
         return 400_000
+
+    # Power management as on a 4090: 150-450 W, default 450 W; setting needs root.
+
+    def nvmlDeviceGetPowerManagementLimit(self, handle: int) -> int:
+        return self.limits_mw.get(handle, 450_000)
+
+    def nvmlDeviceGetPowerManagementDefaultLimit(self, handle: int) -> int:
+        return 450_000
+
+    def nvmlDeviceGetPowerManagementLimitConstraints(self, handle: int) -> list[int]:
+        return [150_000, 450_000]
+
+    def nvmlDeviceSetPowerManagementLimit(self, handle: int, limit: int) -> None:
+        if not self.privileged:
+            raise self.NVMLError("Insufficient Permissions")  # NVML_ERROR_NO_PERMISSION
+        self.limits_mw = {**self.limits_mw, handle: limit}
 
     def nvmlDeviceGetCurrentClocksEventReasons(self, handle: int) -> int:
         return 0x4 | 0x40 | 0x1  # power cap, HW thermal slowdown, and idle (not a throttle)
@@ -129,6 +148,28 @@ def test_nvml_monitor_reads_each_gpu_s_state_and_what_a_gpu_lacks_is_none(
     assert hopper.processes == ((10, 2.0), (11, 0.5))
     assert older.processes is None
     assert hopper.memory_used_gib == 1.0
+
+
+def test_nvml_monitor_reads_and_sets_the_power_limit_in_milliwatts(nvml: FakeNvml) -> None:
+    monitor = open_gpu_monitor([2, 0])
+    assert isinstance(monitor, NvmlMonitor)
+    monitor.set_power_limit(0, 300.0)
+    assert nvml.limits_mw == {0: 300_000}
+    assert monitor.power_limits() == [
+        PowerLimit(gpu=2, in_force_w=450.0, default_w=450.0, low_w=150.0, high_w=450.0),
+        PowerLimit(gpu=0, in_force_w=300.0, default_w=450.0, low_w=150.0, high_w=450.0),
+    ]
+
+
+def test_nvml_refusing_a_power_limit_says_why(nvml: FakeNvml) -> None:
+    monitor = open_gpu_monitor([0])
+    assert isinstance(monitor, NvmlMonitor)
+    nvml.privileged = False
+    with pytest.raises(PowerLimitDenied, match="Insufficient Permissions"):
+        monitor.set_power_limit(0, 300.0)
+    monitor.close()
+    with pytest.raises(PowerLimitDenied, match="closed"):
+        monitor.power_limits()
 
 
 class OlderNvml(FakeNvml):

@@ -8,16 +8,25 @@ SM clock and raises the temperature as a hot GPU does, :meth:`FakeGpus.cool` end
 :meth:`FakeGpus.throttle_for` ends it by itself), adds a
 tenant (``tenants``), or hands a ``script`` called before each read to change any of it
 mid-measurement.
+
+It is a :class:`~tuner.catalog.power.PowerControl` too: every limit set is recorded
+(``limit_sets``), a set outside the board's range or without privilege (``privileged=False``)
+is refused as NVML refuses it. A limit outlives the process that set it on a real GPU; with
+``limit_file`` the stand-in's does too (a JSON file of the limit per GPU), so a study killed
+in one process leaves its limit for the next process to find.
 """
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from tuner.catalog.gpu_state import GpuState
+from tuner.catalog.power import PowerLimit, PowerLimitDenied
 from tuner.results import Throttle
 
 __all__ = ["FakeGpus"]
@@ -34,7 +43,12 @@ class FakeGpus:
     sm_clock_mhz: float = 2520.0
     memory_clock_mhz: float = 10501.0
     temperature_c: float = 60.0
-    power_limit_w: float = 450.0
+    power_limit_w: float = 450.0  # in force on every GPU until one is set
+    default_limit_w: float = 450.0
+    limit_range_w: tuple[float, float] = (150.0, 450.0)
+    privileged: bool = True
+    limit_file: Path | None = None
+    limit_sets: list[tuple[int, float]] = field(default_factory=list)
     server_gib: float = 20.0  # memory the server holds
     has_energy_counter: bool = True
     # (pid, GiB) per GPU of every process NVML would list, the server's included.
@@ -64,6 +78,36 @@ class FakeGpus:
         self.sm_clock_mhz = 2520.0
         self.temperature_c = 60.0
 
+    def power_limits(self) -> list[PowerLimit]:
+        low, high = self.limit_range_w
+        return [
+            PowerLimit(gpu, self.limit_now(gpu), self.default_limit_w, low, high)
+            for gpu in range(self.count)
+        ]
+
+    def set_power_limit(self, gpu: int, watts: float) -> None:
+        if not self.privileged:
+            raise PowerLimitDenied("Insufficient Permissions")  # NVML_ERROR_NO_PERMISSION
+        low, high = self.limit_range_w
+        if not low <= watts <= high:
+            raise PowerLimitDenied("Invalid Argument")
+        self.limit_sets.append((gpu, watts))
+        limits = self._limits()
+        limits[gpu] = watts
+        if self.limit_file is None:
+            self.power_limit_w = watts  # the GPUs all read alike: without a file, one limit
+        else:
+            self.limit_file.write_text(json.dumps({str(g): w for g, w in limits.items()}))
+
+    def limit_now(self, gpu: int = 0) -> float:
+        """GPU ``gpu``'s power limit in force."""
+        return self._limits()[gpu]
+
+    def _limits(self) -> dict[int, float]:
+        if self.limit_file is not None and self.limit_file.exists():
+            return {int(g): w for g, w in json.loads(self.limit_file.read_text()).items()}
+        return dict.fromkeys(range(self.count), self.power_limit_w)
+
     def memory_used_gib(self) -> list[float] | None:
         return [self.memory_used_gib_now()] * self.count
 
@@ -82,6 +126,7 @@ class FakeGpus:
             if self._last is not None:
                 self._energy_j += self.power_w * (now - self._last)
             self._last = now
+            limits = self._limits()
             return [
                 GpuState(
                     at=now,
@@ -92,7 +137,7 @@ class FakeGpus:
                     sm_clock_mhz=self.sm_clock_mhz,
                     memory_clock_mhz=self.memory_clock_mhz,
                     temperature_c=self.temperature_c,
-                    power_limit_w=self.power_limit_w,
+                    power_limit_w=limits[index],
                     throttle=self.reasons,
                     processes=tuple(self.tenants),
                 )

@@ -26,6 +26,7 @@ from typing import Any, Protocol
 
 from tuner.catalog.gpu_state import GpuState
 from tuner.catalog.gpus import DetectedGpu, DetectedGpus, GpuLink, NoGpu
+from tuner.catalog.power import PowerLimit, PowerLimitDenied
 from tuner.results import Throttle
 
 __all__ = [
@@ -206,6 +207,46 @@ class NvmlMonitor:
                     held.get(int(process.pid), 0.0), process.usedGpuMemory / _GIB
                 )
         return tuple(sorted(held.items()))
+
+    def power_limits(self) -> list[PowerLimit]:
+        """Every GPU's power limit (:class:`~tuner.catalog.power.PowerControl`).
+
+        Raises:
+            PowerLimitDenied: NVML has stopped answering, or a board has no power management.
+        """
+        nvml = self._nvml
+        if self._failed:
+            raise PowerLimitDenied("NVML is closed or stopped answering")
+        try:
+            limits = []
+            for index, handle in zip(self.indices, self._handles, strict=True):
+                low, high = nvml.nvmlDeviceGetPowerManagementLimitConstraints(handle)
+                limits.append(
+                    PowerLimit(
+                        gpu=index,
+                        in_force_w=nvml.nvmlDeviceGetPowerManagementLimit(handle) / _MW,
+                        default_w=nvml.nvmlDeviceGetPowerManagementDefaultLimit(handle) / _MW,
+                        low_w=low / _MW,
+                        high_w=high / _MW,
+                    )
+                )
+        except nvml.NVMLError as error:
+            raise PowerLimitDenied(f"NVML cannot read the power limit: {error}") from None
+        return limits
+
+    def set_power_limit(self, gpu: int, watts: float) -> None:
+        """Sets GPU ``gpu``'s power limit (:class:`~tuner.catalog.power.PowerControl`).
+
+        Raises:
+            PowerLimitDenied: NVML refused (``Insufficient Permissions`` without root).
+        """
+        if self._failed:
+            raise PowerLimitDenied("NVML is closed or stopped answering")
+        handle = self._handles[self.indices.index(gpu)]
+        try:
+            self._nvml.nvmlDeviceSetPowerManagementLimit(handle, round(watts * _MW))
+        except self._nvml.NVMLError as error:
+            raise PowerLimitDenied(str(error)) from None
 
     def _stopped(self, error: Exception) -> None:
         self._failed = True

@@ -192,6 +192,15 @@ Prefer = Annotated[
         rich_help_panel=SPACE_PANEL,
     ),
 ]
+AllowPowerLimit = Annotated[
+    bool,
+    typer.Option(
+        "--allow-power-limit",
+        help="Let a space that searches search.power_limit_w set the GPUs' power limit (needs "
+        "root); the original is restored after the study, and by the next run if it is killed.",
+        rich_help_panel=SPACE_PANEL,
+    ),
+]
 Json = Annotated[
     bool, typer.Option("--json", help="Print machine-readable JSON.", rich_help_panel=OUTPUT_PANEL)
 ]

@@ -88,6 +88,7 @@ def optimize_command(
         ),
     ] = None,
     prefer: opt.Prefer = None,
+    allow_power_limit: opt.AllowPowerLimit = False,
     workers: Annotated[
         int,
         opt.bounded(
@@ -174,6 +175,7 @@ def optimize_command(
         rounds=rounds,
         resume_stored=not choice.explicit,  # no space option: a stored study keeps its own
         detect_hardware=hardware is None and ray is None,  # a Ray cluster's nodes: their own
+        allow_power_limit=allow_power_limit,
     )
     if plan:
         _print_plan(request, default_budget, as_json)

@@ -70,6 +70,7 @@ __all__ = [
     "Trials",
     "VersionText",
     "Warmup",
+    "Watts",
     "Weight",
     "check_value",
 ]
@@ -130,6 +131,8 @@ class _Rule:
 _K_WHY = "vLLM verifies K + 1 tokens a step, and past 64 a drafted token is almost never accepted"
 _TOKENS_WHY = "4 times the longest context of any model (1M tokens)"
 _NAME_WHY = "PATH_MAX, the longest path Linux opens"
+MAX_WATTS = 2000
+_WATTS_WHY = "more than any GPU board draws (a B200 is rated 1000 W)"
 
 # Bounded scalars. vLLM's SamplingParams refuses temperatures outside [0, 2].
 Fraction = Annotated[
@@ -149,6 +152,11 @@ Temperature = Annotated[
 Step = Annotated[float, Field(gt=0, allow_inf_nan=False), _Rule("a number > 0", 0.05)]
 ContextLength = Annotated[
     int, Field(gt=0, le=MAX_CONTEXT), _Rule("an integer > 0", 8192, MAX_CONTEXT, _TOKENS_WHY)
+]
+# A board's power limit: NVML's constraints say what one GPU takes (checked at study start);
+# no GPU board draws more than the bound.
+Watts = Annotated[
+    int, Field(gt=0, le=MAX_WATTS), _Rule("a whole number of watts > 0", 350, MAX_WATTS, _WATTS_WHY)
 ]
 BatchTokens = Annotated[
     int, Field(gt=0, le=MAX_CONTEXT), _Rule("an integer > 0", 2048, MAX_CONTEXT, _TOKENS_WHY)

@@ -33,7 +33,7 @@ from typing import Annotated
 from pydantic import BaseModel, BeforeValidator, Field, Tag
 from pydantic_core import PydanticCustomError
 
-from tuner.config.bounds import BatchTokens, Draft, Fraction, Step, Temperature
+from tuner.config.bounds import BatchTokens, Draft, Fraction, Step, Temperature, Watts
 from tuner.config.methods.block import BlockMethod
 from tuner.config.methods.draft_model import DraftMethod
 from tuner.config.methods.eagle import HeadMethod
@@ -51,6 +51,7 @@ __all__ = [
     "FractionChoice",
     "FractionRange",
     "MethodChoice",
+    "PowerChoices",
     "SearchModel",
     "TemperatureChoice",
     "TemperatureRange",
@@ -93,6 +94,7 @@ Drafts = Annotated[
 BatchChoices = Annotated[
     list[BatchTokens], AS_LIST, NON_EMPTY, Field(examples=[[1024, 2048, 4096]])
 ]
+PowerChoices = Annotated[list[Watts], AS_LIST, NON_EMPTY, Field(examples=[[300, 350, 450]])]
 
 
 def _named(value: object) -> object:
@@ -134,6 +136,9 @@ class SearchModel(_StrictModel):
     """Share of GPU memory vLLM may use."""
     max_num_batched_tokens: BatchChoices = [2048]
     """Choices of tokens per scheduler step (chunked prefill)."""
+    power_limit_w: PowerChoices | None = None
+    """The GPU power limits to search, in watts per GPU (NVML sets them; needs
+    --allow-power-limit and the privilege to set them); unset: the limit is never touched."""
     temperature: TemperatureChoice | None = None
     """Only when your product may choose it: a range of temperatures to tune over (the
     report then shows the best server config per temperature); unset: workload.temperature."""

@@ -114,6 +114,9 @@ class SearchSpace:
     tpot_limit_ms: float | None = None  # p95 time per output token; None: no limit
     objective: Objective = Objective.THROUGHPUT
     prefer: Preference = Preference.THROUGHPUT  # what the recommendation optimises
+    # GPU power limits in watts the trials choose among (``search.power_limit_w``); empty: the
+    # power limit is not a dimension and is never touched (:mod:`tuner.study.power_limit`).
+    power_limits_w: tuple[int, ...] = ()
 
     @property
     def source(self) -> dict[str, Any]:
@@ -223,6 +226,7 @@ class SearchSpace:
             "gpu_memory_utilization": self.gpu_memory_utilization.low
             < self.gpu_memory_utilization.high,
             "max_num_batched_tokens": len(set(self.max_num_batched_tokens)) > 1,
+            "power_limit_w": len(set(self.power_limits_w)) > 1,
             "temperature": isinstance(self.trial_temperature, Range)
             and self.trial_temperature.low < self.trial_temperature.high,
         }
@@ -246,7 +250,12 @@ class SearchSpace:
             if isinstance(self.trial_temperature, float)
             else _suggest_float(trial, "temperature", self.trial_temperature)
         )
-        return self.config(speculative, util, mnbt, temperature)
+        watts = (
+            int(trial.suggest_categorical("power_limit_w", list(self.power_limits_w)))
+            if self.power_limits_w
+            else None
+        )
+        return self.config(speculative, util, mnbt, temperature, power_limit_w=watts)
 
     def speculative(self, draft: str, k: int) -> SpeculativeConfig | None:
         """One choice's vLLM settings at K = ``k``, its other settings at their defaults."""
@@ -258,8 +267,11 @@ class SearchSpace:
         gpu_memory_utilization: float,
         max_num_batched_tokens: int,
         temperature: float,
+        *,
+        power_limit_w: int | None = None,
     ) -> TrialConfig:
-        """Builds a TrialConfig from explicit values (used by suggest, estimate and enqueue)."""
+        """Builds a TrialConfig from explicit values (used by suggest, estimate and enqueue);
+        ``power_limit_w`` None leaves the GPUs' power limit as it is."""
         server = ServerConfig(
             model=self.target.hf_id,
             tensor_parallel_size=self.tensor_parallel_size,
@@ -270,7 +282,7 @@ class SearchSpace:
             quantization=self.quantization,
             extra_flags=self.extra_flags,
         )
-        return TrialConfig(server, self.client(temperature))
+        return TrialConfig(server, self.client(temperature), power_limit_w)
 
     def client(self, temperature: float) -> ClientConfig:
         """The request side of a trial: the workload's temperature mix, or ``temperature``
@@ -450,6 +462,7 @@ def _build(raw: Any, origin: str, *, lenient: bool) -> SearchSpace:
             hardware.gpu.vram_gib,
         ),
         max_num_batched_tokens=tuple(search.max_num_batched_tokens),
+        power_limits_w=tuple(search.power_limit_w or ()),
         trial_temperature=(
             workload.mean_temperature
             if not isinstance(search.temperature, TemperatureRange)

@@ -209,6 +209,10 @@ class LaunchContext:
 class TrialConfig:
     server: ServerConfig
     client: ClientConfig
+    # The GPUs' power limit per GPU while the trial runs (``search.power_limit_w``): neither a
+    # server flag nor a request setting, so changing it never restarts the server. None: the
+    # limit is left as it is.
+    power_limit_w: int | None = None
 
     def with_temperature(self, temperature: float) -> TrialConfig:
         return replace(self, client=replace(self.client, sampling_temperature=temperature))

@@ -104,6 +104,7 @@ def _render(
     notes = _notes(space, server, levels, choice.planned, choice.verdict, removed, record.source)
     server = with_table(server, choice.exported)
     notes += _smoothing_note(record.summary)
+    notes += _power_note(record.params)
     if record.status is not TrialStatus.OK:  # only a trial asked for by number gets here
         notes.insert(0, f"WARNING: trial {candidate.number} was not feasible: {record.status}")
     header = [*facts.lines(), *notes]
@@ -149,6 +150,18 @@ def _smoothing_note(summary: Mapping[str, Any]) -> list[str]:
     return [
         f"the stream comes in bursts ({per_chunk:.1f} tokens per chunk, p99 gap {p99:.0f} ms "
         f"against a median {p50:.0f} ms): a 15-20 ms smoothing buffer at the gateway evens it out"
+    ]
+
+
+def _power_note(params: Mapping[str, Any]) -> list[str]:
+    """The GPU power limit the config was measured at, where the study searched it: no vLLM
+    flag sets it, so the deployment has to."""
+    watts = params.get("power_limit_w")
+    if watts is None:
+        return []
+    return [
+        f"measured at a GPU power limit of {watts} W per GPU (not a vLLM setting): set it "
+        f"where this runs, e.g. sudo nvidia-smi -pl {watts}"
     ]
 
 

@@ -324,6 +324,10 @@ def params_key(params: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
 
 
 def trial_config(space: SearchSpace, params: dict[str, Any]) -> TrialConfig:
+    if space.power_limits_w and "power_limit_w" not in params:
+        # The twin has no power model: its proposals leave the limit to the sampler, and it
+        # reads them at the highest limit searched, the nearest to the full power it models.
+        params = {**params, "power_limit_w": max(space.power_limits_w)}
     return space.suggest(cast(optuna.Trial, optuna.trial.FixedTrial(params)))
 
 

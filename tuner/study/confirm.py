@@ -39,7 +39,7 @@ from tuner.errors import SpectuneError
 from tuner.study.study import record_run
 from tuner.trial.backends import Backend
 from tuner.trial.record import TrialRecord
-from tuner.trial.runner import TrialOutcome, TrialRunner
+from tuner.trial.runner import PowerSetter, TrialOutcome, TrialRunner
 from tuner.trial.scoring import TrialStatus
 
 __all__ = ["OnRun", "confirm", "confirm_k_table"]
@@ -59,6 +59,7 @@ def confirm(  # noqa: PLR0913  (one keyword per confirmation setting)
     seed: int = 0,
     on_run: OnRun | None = None,
     today: dt.date | None = None,
+    power: PowerSetter | None = None,
 ) -> list[Confirmed]:
     """Measures the top ``top_n`` feasible configs ``repeats`` more times each.
 
@@ -79,6 +80,7 @@ def confirm(  # noqa: PLR0913  (one keyword per confirmation setting)
         seed: the study's seed; each run derives its own from it.
         on_run: progress callback.
         today: the date recorded (tests pin it).
+        power: sets the power limit each config was measured at (a study that searches it).
     """
     if top_n < 1 or repeats < 1:
         return []
@@ -95,6 +97,7 @@ def confirm(  # noqa: PLR0913  (one keyword per confirmation setting)
                 _seed(seed, trial, repeat),
                 study=study.study_name,
                 folder=log_dir / f"confirm-{trial.number}",
+                power=power,
             )
             runs.append(run)
             if on_run:
@@ -119,6 +122,7 @@ def confirm_k_table(
     log_dir: Path,
     seed: int = 0,
     on_run: OnRun | None = None,
+    power: PowerSetter | None = None,
 ) -> KTableVerdict | None:
     """Runs the per-batch-size K table the export would write as a config of its own.
 
@@ -142,6 +146,7 @@ def confirm_k_table(
             _seed(seed, record, repeat + repeats),
             study=study.study_name,
             folder=log_dir / f"k-table-{record.number}",
+            power=power,
         )
         runs.append(run)
         if on_run:
@@ -172,6 +177,7 @@ def _run_logged(
     *,
     study: str,
     folder: Path,
+    power: PowerSetter | None = None,
 ) -> Run:
     """One run, its server's log in a file of its own in ``folder``.
 
@@ -183,7 +189,8 @@ def _run_logged(
     number = _claim_log(folder)
     log = folder / f"trial-{number}.log"
     try:
-        return _run_once(trial, space, backend, LaunchContext(study, number, folder), seed)
+        context = LaunchContext(study, number, folder)
+        return _run_once(trial, space, backend, context, seed, power)
     finally:
         with contextlib.suppress(OSError):
             if log.stat().st_size == 0:
@@ -206,10 +213,17 @@ def _claim_log(folder: Path) -> int:
 
 
 def _run_once(
-    trial: TrialRecord, space: SearchSpace, backend: Backend, context: LaunchContext, seed: int
+    trial: TrialRecord,
+    space: SearchSpace,
+    backend: Backend,
+    context: LaunchContext,
+    seed: int,
+    power: PowerSetter | None,
 ) -> Run:
-    config = TrialConfig(trial.server, space.client(trial.trial_temperature))
-    runner = TrialRunner.for_space(backend, space)
+    watts = trial.params.get("power_limit_w")
+    client = space.client(trial.trial_temperature)
+    config = TrialConfig(trial.server, client, None if watts is None else int(watts))
+    runner = TrialRunner.for_space(backend, space, power=power)
     try:
         outcome = runner.run(config, context, seed)
     except SpectuneError as exc:  # a crash or nothing measured: the config is not repeatable

@@ -28,6 +28,7 @@ from tuner.study.request import OptimizeRequest
 from tuner.study.study import StudyOptions, run_trials
 from tuner.trial.backends import Backend, BackendFactory, BackendOptions, backend_factory
 from tuner.trial.backends.served import ServedBackend
+from tuner.trial.runner import PowerSetter
 
 __all__ = [
     "Executor",
@@ -62,6 +63,9 @@ class RunSetup(Protocol):
 
     @property
     def resume(self) -> bool: ...
+
+    @property
+    def power(self) -> PowerSetter | None: ...
 
 
 class TrialsRun(RunSetup, Protocol):
@@ -130,6 +134,7 @@ class InProcess:
             budget=run.budget,
             rounds=request.rounds,
             held_gib=held_elsewhere(request.backend, options.gpus),
+            power=run.power,
         )
         backend = run.backend or backend_factory(request.backend)(run.space, options)
         run_trials(run.study, run.space, backend, settings, on_trial)

@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 from tuner.study.confirm import OnRun
 from tuner.study.lifecycle import OnTrial
+from tuner.study.power_limit import held
 from tuner.study.request import OptimizeRequest, check_request
 from tuner.study.run import OpenedRun, OptimizeResult, StudyRun, plan_run
 from tuner.trial.backends import Backend
@@ -50,7 +51,9 @@ def optimize(
     opened = (
         request if isinstance(request, OpenedRun) else OpenedRun.open(request, backend, on_notice)
     )
-    run = opened.prepare().start()  # the hosts ready, then the study stored and seeded
-    run.run_trials(on_trial, on_tick)
-    confirmed, k_table = run.confirm(on_confirm)
-    return run.export(confirmed, k_table)
+    prepared = opened.prepare()  # the hosts ready: nothing stored yet
+    with held(prepared.power):  # a power limit the trials set is restored however this ends
+        run = prepared.start()  # the study stored and seeded
+        run.run_trials(on_trial, on_tick)
+        confirmed, k_table = run.confirm(on_confirm)
+        return run.export(confirmed, k_table)

@@ -54,6 +54,9 @@ class OptimizeRequest:
     # The space's hardware is the GPUs NVML sees here (tuner.study.host.on_this_host): the
     # CLI asks for it when --hardware and --ray are not given.
     detect_hardware: bool = False
+    # The space may search the GPUs' power limit (``--allow-power-limit``): spectune sets it
+    # per trial and restores it (tuner.study.power_limit); without it such a space is refused.
+    allow_power_limit: bool = False
 
     @property
     def confirmation(self) -> Confirmation:

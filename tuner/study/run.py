@@ -41,6 +41,7 @@ from tuner.study.judge import judged_space
 from tuner.study.lifecycle import OnTrial
 from tuner.study.listing import resuming
 from tuner.study.paths import StudyPaths, write_whole
+from tuner.study.power_limit import PowerLimits, check_power_request, prepare_power
 from tuner.study.request import OptimizeRequest, check_request
 from tuner.study.storage import open_if_present, open_storage, study_names
 from tuner.study.study import (
@@ -104,6 +105,7 @@ class _Setup:
     budget: Budget | None
     backend: Backend | None = None  # a ready backend (tests, benchmarks)
     on_notice: Notice | None = None
+    power: PowerLimits | None = None  # the hold on the power limit a space searches
 
     def notice(self, line: str | None) -> None:
         if line and self.on_notice is not None:
@@ -135,7 +137,8 @@ class OpenedRun(_Setup):
             ConfigError: bad arguments (:func:`check_request`), a space the study does not
                 hold, a study of the other kind of numbers, no GPU for a measured backend, no
                 vLLM program, a GPU count the hardware does not have, a time budget too short
-                for one trial.
+                for one trial, a searched power limit spectune may not set
+                (:mod:`tuner.study.power_limit`).
         """
         began = time.time()  # the time budget counts from here
         check_request(request)
@@ -150,6 +153,8 @@ class OpenedRun(_Setup):
             space = _asked(request, on_notice)  # this host's GPUs: before any file is made
             storage = storage or open_storage(url)
         check_resume(request.study, storage, space, request.backend)
+        allowed, on_ray = request.allow_power_limit, request.ray is not None
+        check_power_request(space, request.backend, allowed, request.workers, on_ray)
         if exists and on_notice is not None:  # rerunning adds trials: said once it may resume
             on_notice(resuming(storage, request.study, request.trials))
         if request.backend == BackendKind.PROCESS and request.ray is None:  # Ray nodes: theirs
@@ -157,6 +162,7 @@ class OpenedRun(_Setup):
         _check_gpus_per_trial(request.gpus_per_trial, space)
         request, budget = _priced(request, space, storage if exists else None, began)
         executor = _executor(request)
+        options = replace(request.backend_options, study=request.study, seed=request.seed)
         return cls(
             request=request,
             space=space,
@@ -165,10 +171,12 @@ class OpenedRun(_Setup):
             paths=StudyPaths.of(request.studies_dir, request.study, url),
             executor=executor,
             build_backend=executor.backend_factory(request.backend),
-            options=replace(request.backend_options, study=request.study, seed=request.seed),
+            options=options,
             budget=budget,
             backend=backend,
             on_notice=on_notice,
+            # A refusal before the live table too; nothing is changed yet.
+            power=_power(request, options, backend, space, on_notice),
         )
 
     def prepare(self) -> PreparedRun:
@@ -219,6 +227,8 @@ class PreparedRun(_Setup):
         stored = None if self.resume else self.space
         study, space = open_study(request.study, self.storage, stored, sampler)
         claim_source(study, request.backend)
+        if self.power is not None:  # the original limit, before any trial changes it
+            self.power.record(study)
         for notice in (space.newer_note, v1_warning(space), cap_warning(space)):
             self.notice(notice)
         self.paths.folder.mkdir(parents=True, exist_ok=True)
@@ -239,6 +249,7 @@ class PreparedRun(_Setup):
             options=options,
             budget=self.budget,
             backend=self.backend,
+            power=self.power,
         )
 
 
@@ -258,6 +269,7 @@ class StudyRun:
     options: BackendOptions  # with the study's own settings (a docker study's environment)
     budget: Budget | None = None
     backend: Backend | None = None
+    power: PowerLimits | None = None  # the hold on the power limit the space searches
 
     @classmethod
     def reopen(cls, request: OptimizeRequest) -> StudyRun:
@@ -314,9 +326,18 @@ class StudyRun:
                 log_dir=logs,
                 seed=seed,
                 on_run=on_confirm,
+                power=self.power,
             )
             k_table = (
-                confirm_k_table(self.study, self.space, fresh, repeats, log_dir=logs, seed=seed)
+                confirm_k_table(
+                    self.study,
+                    self.space,
+                    fresh,
+                    repeats,
+                    log_dir=logs,
+                    seed=seed,
+                    power=self.power,
+                )
                 if request.confirm_k_table
                 else None
             )
@@ -344,6 +365,22 @@ class StudyRun:
             budget_note=None if self.budget is None else self.budget.note(),
             best_yaml=best_yaml,
         )
+
+
+def _power(
+    request: OptimizeRequest,
+    options: BackendOptions,
+    backend: Backend | None,
+    space: SearchSpace,
+    on_notice: Notice | None,
+) -> PowerLimits | None:
+    """A killed run's power limits restored; the hold on the limit a space searches."""
+    if request.ray is not None:  # refused with a searched limit: nothing to restore
+        return None
+    gpus = options.gpus
+    if gpus is None and request.gpus_per_trial is not None:
+        gpus = tuple(range(request.gpus_per_trial))
+    return prepare_power(backend, request.backend, gpus, space, request.study, on_notice)
 
 
 def _fields(setup: _Setup) -> dict[str, Any]:

@@ -51,7 +51,7 @@ from tuner.trial.record import (
     TrialRecord,
     stored_space,
 )
-from tuner.trial.runner import TrialRunner
+from tuner.trial.runner import PowerSetter, TrialRunner
 from tuner.trial.scoring import DIRECTIONS, Limits
 
 __all__ = [
@@ -291,6 +291,7 @@ class StudyOptions:
     # pair at the workload's fixed count, as plain samplers are usually run.
     rounds: bool = False
     held_gib: float = 0.0  # per GPU, what other processes held when this run started (NVML)
+    power: PowerSetter | None = None  # sets the power limit trials search (one worker here)
 
 
 def run_trials(
@@ -301,7 +302,9 @@ def run_trials(
     on_trial: OnTrial | None = None,
 ) -> None:
     """Runs ``options.trials`` more trials; the server is stopped however this ends."""
-    runner = TrialRunner.for_space(backend, space, options.ttft_limit_ms, options.held_gib)
+    runner = TrialRunner.for_space(
+        backend, space, options.ttft_limit_ms, options.held_gib, power=options.power
+    )
     ends = TrialEnds(study, on_trial, str(options.log_dir))
     ran = [False]
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Protocol
 
 from tuner.bench.quality import QualityCheck, check_requests, compare
 from tuner.catalog.gpus import Hardware
@@ -44,7 +45,13 @@ from tuner.trial.scoring import (
 )
 from tuner.trial.traffic import measure_traffic
 
-__all__ = ["TrialOutcome", "TrialRunner", "predict_memory"]
+__all__ = ["PowerSetter", "TrialOutcome", "TrialRunner", "predict_memory"]
+
+
+class PowerSetter(Protocol):
+    """Sets every GPU's power limit (:class:`tuner.study.power_limit.PowerLimits`)."""
+
+    def apply(self, watts: float) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -104,8 +111,10 @@ class TrialRunner:
         version: VllmVersion | None = None,
         quality: QualityModel | None = None,
         held_gib: float = 0.0,
+        power: PowerSetter | None = None,
     ) -> None:
         self.backend = backend
+        self.power = power  # sets the GPUs' power limit a trial asks for (None: never set)
         self.hardware = hardware
         self.version = version  # the study's vLLM: its memory rules (None: the newest)
         self.limits = limits
@@ -125,6 +134,7 @@ class TrialRunner:
         space: SearchSpace,
         ttft_limit_ms: float | None = None,
         held_gib: float = 0.0,
+        power: PowerSetter | None = None,
     ) -> TrialRunner:
         """A runner that scores against ``space``'s limits and memory rules (``ttft_limit_ms``
         in place of its TTFT limit, where given), on GPUs where other processes hold
@@ -137,6 +147,7 @@ class TrialRunner:
             version=space.version,
             quality=space.quality,
             held_gib=held_gib,
+            power=power,
         )
 
     def run(
@@ -197,6 +208,7 @@ class TrialRunner:
                 + (f" ({memory.reason})" if memory.reason else ""),
             )
         self._take_reference(config)
+        self._set_power_limit(config)
         try:
             endpoint, restarted, startup_s = self._ensure_server(config.server, context)
             if restarted:
@@ -269,6 +281,22 @@ class TrialRunner:
             measures=traffic.measures,
             pruned=traffic.pruned,
         )
+
+    def _set_power_limit(self, config: TrialConfig) -> None:
+        """The trial's power limit in force before its server starts (or is reused).
+
+        Raises:
+            ConfigError: the trial asks for a limit and nothing here may set it.
+        """
+        if config.power_limit_w is None:
+            return
+        if self.power is None:
+            raise ConfigError(
+                f"the config ran at a power limit of {config.power_limit_w} W and this command "
+                "does not set the GPUs' power limit: only spectune optimize --allow-power-limit "
+                "does"
+            )
+        self.power.apply(config.power_limit_w)
 
     def _take_reference(self, config: TrialConfig) -> None:
         """Asks the running server for the quality check's reference answers when a lossy
