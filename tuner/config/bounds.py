@@ -32,16 +32,6 @@ from tuner.config.limits import (
 from tuner.errors import ConfigError
 
 __all__ = [
-    "MAX_CONCURRENCY",
-    "MAX_CONTEXT",
-    "MAX_GPUS",
-    "MAX_NAME",
-    "MAX_REPEATS",
-    "MAX_REQUESTS",
-    "MAX_SECONDS",
-    "MAX_SEED",
-    "MAX_SPEC_TOKENS",
-    "MAX_TRIALS",
     "BatchTokens",
     "Concurrency",
     "ContextLength",

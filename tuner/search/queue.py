@@ -21,7 +21,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from tuner.search.memory_guard import safe_params
-from tuner.search.strategy import UNKNOWN_ERROR
+from tuner.search.strategy import optimistic_top
 from tuner.search.twin_screen import TwinScreen
 from tuner.sim.twin.fit import FittedTwin
 from tuner.trial.optuna_private import FIXED_PARAMS, run_instead
@@ -111,14 +111,13 @@ def _short_of(
     ``rival_tok_s``; None where it does not. The top is the counters' upper bound where its
     drafter was measured, else the forecast raised by its regime's error band, or where no
     public figure covers the regime by the error the warm start assumes of one
-    (:data:`UNKNOWN_ERROR`, as it ranks its own configs)."""
+    (:func:`~tuner.search.strategy.optimistic_top`, as it ranks its own configs)."""
     proposal = screen.forecast_of(twin, params)
     if proposal is None:
         return None
     top = screen.ceiling(proposal)
     if top is None:
-        error = screen.band(proposal).error
-        top = proposal.output_tok_s * (1.0 + (UNKNOWN_ERROR if error is None else error))
+        top = optimistic_top(proposal.output_tok_s, screen.band(proposal).error)
     if top >= rival_tok_s:
         return None
     return {"output_tok_s": round(proposal.output_tok_s, 3), "high_tok_s": round(top, 3)}

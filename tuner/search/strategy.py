@@ -80,6 +80,7 @@ __all__ = [
     "SAFETY_MARGIN_GIB",
     "UNKNOWN_ERROR",
     "Prediction",
+    "optimistic_top",
     "predicted_configs",
     "variant_share",
     "warm_start",
@@ -99,6 +100,12 @@ UNKNOWN_ERROR = 0.3
 _SHORTLIST = 4
 # Halvings of the interval when finding how much memory a config has to spare (~1 MiB).
 _BISECTIONS = 15
+
+
+def optimistic_top(forecast: float, error: float | None) -> float:
+    """``forecast`` raised by its regime's measured ``error`` (a share), or where no public
+    figure covers the regime by the error assumed of one (:data:`UNKNOWN_ERROR`)."""
+    return forecast * (1.0 + (UNKNOWN_ERROR if error is None else error))
 
 
 def warm_start(study: optuna.Study, space: SearchSpace, budget: int) -> int:
@@ -236,8 +243,7 @@ def _plan(
     seen = {p.arm for p in plan}
 
     def optimistic(prediction: Prediction) -> float:
-        band = error(prediction)
-        return prediction.throughput * (1 + (UNKNOWN_ERROR if band is None else band))
+        return optimistic_top(prediction.throughput, error(prediction))
 
     # Stable: among equally certain pairs, the prediction's own order holds.
     for prediction in sorted(ranked, key=lambda p: -optimistic(p)):

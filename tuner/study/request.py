@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from tuner.config.bounds import MAX_SEED
+from tuner.config.limits import MAX_SEED
 from tuner.config.space import SearchSpace
 from tuner.errors import ConfigError
 from tuner.search.plan import Confirmation
