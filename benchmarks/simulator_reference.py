@@ -25,6 +25,7 @@ from reference_fit import fit, held_out, predictions
 from reference_parameters import PARAMETERS
 from reference_table import Figure, ReferenceTable, load_table
 
+from tuner import serde
 from tuner.sim.band import FigureError
 from tuner.sim.virtual_time import SHIPPED, Calibrated
 
@@ -120,7 +121,7 @@ def write_errors(result: Report, path: Path = ERRORS_FILE) -> None:
     data = {
         "generated_by": "benchmarks/simulator_reference.py --write",
         "bar": BAR,
-        "figures": [e.to_json() for e in result.errors()],
+        "figures": [serde.dump(e) for e in result.errors()],
     }
     path.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
 

@@ -17,7 +17,7 @@ ROOT = Path(tuner.__file__).parent
 
 # Lowest first. Packages on one rung are siblings and must not import each other.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("errors", "results"),
+    ("errors", "results", "serde"),
     ("catalog",),
     ("config",),
     ("sim", "launch", "bench"),

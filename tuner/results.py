@@ -413,9 +413,3 @@ class TrialResult:
             "joules_per_token": self.joules_per_token,
             "tokens_per_joule": self.tokens_per_joule,
         }
-
-    def to_dict(self) -> dict[str, Any]:
-        """Everything, per-request records included, as plain JSON-able data."""
-        data = asdict(self)
-        data["source"] = self.source.value
-        return data

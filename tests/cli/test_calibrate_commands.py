@@ -9,6 +9,7 @@ import optuna
 import pytest
 from typer.testing import CliRunner
 
+from tuner import serde
 from tuner.cli import app
 from tuner.config.space import load_space
 from tuner.search.twin_steer import PRIOR_ATTR, TWIN_ATTR
@@ -57,7 +58,7 @@ def test_calibrate_stores_the_host_twin_and_optimize_starts_from_it(tmp_path: Pa
     data = json.loads(out)
     path = calibration_path(tmp_path, load_space(SPACE))
     assert Path(data["path"]) == path and path.is_file()
-    twin = FittedTwin.from_json(json.loads(path.read_text()))
+    twin = serde.load(FittedTwin, json.loads(path.read_text()))
     assert twin.observations >= 5
     assert twin.params.decode == pytest.approx(1.0, abs=0.1)  # the sim is the shipped model
     code, out = _run(
@@ -78,7 +79,7 @@ def test_calibrate_stores_the_host_twin_and_optimize_starts_from_it(tmp_path: Pa
     )
     assert code == 0, out
     study = optuna.load_study(study_name="s", storage=open_storage(default_storage("s", tmp_path)))
-    assert study.user_attrs[PRIOR_ATTR] == twin.to_json()
+    assert study.user_attrs[PRIOR_ATTR] == serde.dump(twin)
     assert TWIN_ATTR in study.user_attrs
 
 
@@ -102,8 +103,8 @@ def test_estimate_with_a_study_uses_its_fitted_twin(tmp_path: Path) -> None:
     )
     assert code == 0, out
     study = optuna.load_study(study_name="e", storage=open_storage(default_storage("e", tmp_path)))
-    fitted = FittedTwin.from_json(study.user_attrs[TWIN_ATTR])
-    slow = fitted.to_json()
+    fitted = serde.load(FittedTwin, study.user_attrs[TWIN_ATTR])
+    slow = serde.dump(fitted)
     slow["params"]["draft"] = 3.0  # as if the study had measured a slow draft
     study.set_user_attr(TWIN_ATTR, slow)
     shipped = json.loads(_run(*ESTIMATE)[1])["result"]["output_tok_s"]

@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from tests.testbed.results import SPACE, StudyCopy, build_study, judge_table
+from tuner import serde
 from tuner.analysis.levels import batch_size_table
 from tuner.analysis.picks import feasible, pick_candidate, recommend
 from tuner.analysis.provenance import provenance
@@ -189,13 +190,13 @@ def test_what_ran_is_what_the_export_says(levels: StudyCopy) -> None:
     study, space = levels.open()
     gpus = {"gpu": "NVIDIA GeForce RTX 4090", "gpu_count": 2, "driver": "550.54.15", "cuda": "12.4"}
     docker = RunFacts("docker", "0.32.0", "vllm/vllm-openai:v0.32.0", gpus)
-    study.set_user_attr(RUN_ATTR, docker.to_dict())
+    study.set_user_attr(RUN_ATTR, serde.dump(docker))
     assert _header(export(study, space, "vllm").text)[1] == (
         "vLLM 0.32.0, image vllm/vllm-openai:v0.32.0; GPUs 2x RTX 4090 declared; "
         "detected 2x NVIDIA GeForce RTX 4090 (driver 550.54.15, CUDA 12.4)"
     )
     # vLLM's CPU build under the process backend: no image, no GPU, the version it answered.
-    study.set_user_attr(RUN_ATTR, RunFacts("process", "0.32.0+cpu").to_dict())
+    study.set_user_attr(RUN_ATTR, serde.dump(RunFacts("process", "0.32.0+cpu")))
     exported = export(study, space, "json")
     assert _header(export(study, space, "vllm").text)[1] == (
         "vLLM 0.32.0+cpu, process backend (vllm serve on the host, no image); "
@@ -332,4 +333,4 @@ def test_the_export_states_what_the_gpus_drew_per_token_where_nvml_read_them(
         "GPU energy 0.420 J per output token (2.38 tok/J, counter); mean power 301 W; "
         "SM clock 2505 MHz; power limit 450, 450 W; throttled power_cap 3.2 s"
     )
-    assert replace(facts, gpu_state=read).to_dict()["gpu_state"]["tokens_per_joule"] > 2.3
+    assert serde.dump(replace(facts, gpu_state=read))["gpu_state"]["tokens_per_joule"] > 2.3

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.testbed.results import StudyCopy, ink, run_chromium
+from tuner import serde
 from tuner.analysis.estimates import Measured
 from tuner.analysis.recommendation import recommendation
 from tuner.bench.percentiles import quantile_interval
@@ -97,7 +98,7 @@ def test_twin_intervals_stay_inside_each_factor_domain(levels: StudyCopy, tmp_pa
     study, space = levels.open()
     # A wide posterior, as a few noisy trials give: two sd below 1.24 is below zero.
     twin = FittedTwin(TwinParams(overhead=1.24), {"overhead": 0.63, "outside_gib": 0.5}, 0.5, 9)
-    study.set_user_attr(TWIN_ATTR, twin.to_json())
+    study.set_user_attr(TWIN_ATTR, serde.dump(twin))
     text = write_report(study, space, tmp_path).html.read_text()
     rows = dict(
         (name, (float(value), float(low), float(high)))

@@ -13,6 +13,7 @@ import optuna
 import pytest
 
 from tests.testbed.results import StudyCopy, ink, run_chromium
+from tuner import serde
 from tuner.analysis.picks import choose, ranked
 from tuner.analysis.trials import Outcome, points
 from tuner.report import charts
@@ -231,7 +232,7 @@ def test_the_report_shows_the_fitted_twin(levels: StudyCopy, tmp_path: Path) -> 
 
     done = study.get_trials(states=(optuna.trial.TrialState.COMPLETE,))
     twin = fit(space.hardware, observations(space, done), FittedTwin())
-    study.set_user_attr(TWIN_ATTR, twin.to_json())  # what the spectune sampler stores
+    study.set_user_attr(TWIN_ATTR, serde.dump(twin))  # what the spectune sampler stores
     text = write_report(study, space, tmp_path / "after").html.read_text()
 
     assert f"Fitted to {twin.observations} simulated trials" in text

@@ -8,6 +8,7 @@ from collections.abc import Callable
 import pytest
 from typer.testing import CliRunner
 
+from tuner import serde
 from tuner.catalog.gpus import MemoryKind, parse_hardware
 from tuner.cli import app
 from tuner.config.space import load_space, space_from_dict
@@ -157,7 +158,7 @@ def test_the_plan_prices_each_warm_start_trial_with_its_band() -> None:
     plan = plan_study(space, 8, Confirmation(1, 1))
     warm = [cost for what, cost in plan.trials if not what.startswith("a config the sampler")]
     assert warm and all(cost.band is not None for cost in warm)
-    rows = plan.to_dict()["trials"]
+    rows = serde.dump(plan)["trials"]
     assert isinstance(rows, list) and "bench_error_band" in rows[0]
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.testbed.results import StudyCopy
+from tuner import serde
 from tuner.analysis.confirmed import (
     CONFIRMED_ATTR,
     Confirmed,
@@ -70,7 +71,7 @@ def test_interval_is_mean_plus_minus_t_times_standard_error() -> None:
     assert ci.format(1, " tok/s") == "58.0 ± 2.5 tok/s (95 % CI, n=3)"
     single = interval([42.0])
     assert single.half_width is None and single.low is None and single.format() == "42.0 (n=1)"
-    back = Interval.from_dict(ci.to_dict())
+    back = serde.load(Interval, serde.dump(ci))
     assert (back.mean, back.n) == (ci.mean, ci.n)
     assert back.half_width == pytest.approx(ci.half_width)
     with pytest.raises(ValueError):

@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 from tuner.cli import app
 from tuner.errors import ConfigError
+from tuner.study.handoff import dump_record, load_record
 from tuner.study.paths import StudyPaths
 from tuner.study.study import study_backend_options
 from tuner.study.workers import WorkerRequest, read_worker_request, worker_argv
@@ -65,7 +66,7 @@ def test_worker_processes_get_the_same_environment(
     options = BackendOptions(study="s", worker="1", settings=DockerSettings(env=env, secrets=names))
     request = WorkerRequest("s", "sqlite:///x.db", "docker", tmp_path, options)
 
-    record = request.to_json()  # what the parent writes on the child's standard input
+    record = dump_record(request)  # what the parent writes on the child's standard input
     back = read_worker_request(record)
 
     assert back == request
@@ -101,7 +102,6 @@ def test_a_secret_value_on_the_command_line_stores_nothing(tmp_path: Path) -> No
 
 def test_ray_slots_get_one_record_with_the_same_settings() -> None:
     from tuner.study.cluster.slot import SlotRequest
-    from tuner.study.handoff import load_record
 
     env, names = parse_docker_env(["NCCL_P2P_DISABLE=1", "WANDB_API_KEY"])
     options = BackendOptions(
@@ -109,6 +109,6 @@ def test_ray_slots_get_one_record_with_the_same_settings() -> None:
     )
     request = SlotRequest("docker", options)
 
-    assert load_record(SlotRequest, request.to_json(), "the slot's record") == request
+    assert load_record(SlotRequest, dump_record(request), "the slot's record") == request
     with pytest.raises(ConfigError, match="the slot's record holds no SlotRequest record"):
         load_record(SlotRequest, b'{"backend": "docker"}', "the slot's record")

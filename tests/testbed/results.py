@@ -16,6 +16,7 @@ from typing import Any
 import optuna
 import yaml
 
+from tuner import serde
 from tuner.analysis.k_table import K_TABLE_ATTR, KTableVerdict, planned_table
 from tuner.analysis.picks import DEFAULT_PICK, pick_candidate
 from tuner.config.space import SearchSpace, load_space
@@ -90,7 +91,7 @@ def judge_table(study: optuna.Study, space: SearchSpace, *, wins: bool) -> KTabl
     verdict = KTableVerdict(
         candidate.number, table, Source.SIMULATED, (), fixed * (1.05 if wins else 0.95), fixed
     )
-    study.set_user_attr(K_TABLE_ATTR, verdict.to_dict())
+    study.set_user_attr(K_TABLE_ATTR, serde.dump(verdict))
     return verdict
 
 

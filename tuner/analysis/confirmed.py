@@ -1,6 +1,7 @@
 """Confirmed results: the repeated runs of a config, their means and 95 % intervals.
 
-:func:`tuner.study.confirm.confirm` writes them into the study's ``confirmed`` user attribute;
+:func:`tuner.study.confirm.confirm` writes them into the study's ``confirmed`` user attribute
+(:func:`tuner.serde.dump`: each :class:`Confirmed` with its runs and the intervals over them);
 picks, exports and reports read them back with :func:`load_confirmed`.
 """
 
@@ -8,10 +9,13 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
+from pydantic import ConfigDict, Field, computed_field, model_validator, with_config
+
+from tuner import serde
 from tuner.results import Source
 from tuner.trial.scoring import TrialStatus
 
@@ -90,10 +94,12 @@ def t_quantile_975(df: int) -> float:
 
 @dataclass(frozen=True)
 class Interval:
-    """A sample mean with its two-sided 95 % Student-t confidence interval."""
+    """A sample mean with its two-sided 95 % Student-t confidence interval, stored as ``{mean,
+    ci95: [low, high] or None, n}``."""
 
     mean: float
-    half_width: float | None  # None with fewer than two values: no spread to speak of
+    # None with fewer than two values: no spread to speak of. Stored as its bounds (ci95).
+    half_width: Annotated[float | None, Field(exclude=True)]
     n: int
 
     @property
@@ -106,18 +112,23 @@ class Interval:
         """The upper end of the interval; None for a single value."""
         return None if self.half_width is None else self.mean + self.half_width
 
-    def to_dict(self) -> dict[str, Any]:
-        """``{mean, ci95: [low, high] or None, n}`` as stored with the study."""
-        ci = None if self.half_width is None else [self.low, self.high]
-        return {"mean": self.mean, "ci95": ci, "n": self.n}
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def ci95(self) -> tuple[float, float] | None:
+        """``(low, high)``; None for a single value."""
+        if self.low is None or self.high is None:
+            return None
+        return self.low, self.high
 
+    @model_validator(mode="before")
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Interval:
-        """Reads what :meth:`to_dict` wrote."""
-        ci = data.get("ci95")
-        mean = float(data["mean"])
-        half = None if not ci else (float(ci[1]) - float(ci[0])) / 2.0
-        return cls(mean, half, int(data["n"]))
+    def _from_bounds(cls, data: Any) -> Any:
+        """The half-width of the stored bounds."""
+        if isinstance(data, dict) and "ci95" in data:
+            ci = data["ci95"]
+            half = None if not ci else (float(ci[1]) - float(ci[0])) / 2.0
+            return {**data, "half_width": half}
+        return data
 
     def format(self, digits: int = 1, unit: str = "") -> str:
         """``59.4 ± 1.3 tok/s (95 % CI, n=3)``, or just the mean for a single value."""
@@ -147,12 +158,18 @@ def interval(values: Sequence[float]) -> Interval:
     return Interval(mean, t_quantile_975(len(values) - 1) * sem, len(values))
 
 
+# Fields stored under another name (serialize_by_alias) are read by either.
+_STORED_AS = ConfigDict(validate_by_name=True, validate_by_alias=True, serialize_by_alias=True)
+
+
+@with_config(_STORED_AS)
 @dataclass(frozen=True)
 class Run:
     """One re-measurement of a config on a freshly started server."""
 
     status: TrialStatus  # FAILED for an infrastructure fault
-    throughput: float | None = None  # the study's first objective (tok/s, or req/s)
+    # The study's first objective (tok/s, or req/s), stored as output_tok_s.
+    throughput: Annotated[float | None, Field(alias="output_tok_s")] = None
     p95_ttft_ms: float | None = None
     acceptance_rate: float | None = None
     levels: tuple[tuple[int, float], ...] = ()  # (concurrency, output tok/s) per level
@@ -166,46 +183,12 @@ class Run:
         """Whether the run started, was measured and met the TTFT limit."""
         return self.status is TrialStatus.OK
 
-    def to_dict(self) -> dict[str, Any]:
-        """The run as plain JSON data."""
-        return {
-            "status": self.status.value,
-            "output_tok_s": self.throughput,
-            "p95_ttft_ms": self.p95_ttft_ms,
-            "acceptance_rate": self.acceptance_rate,
-            "levels": [list(level) for level in self.levels],
-            "failure": self.failure,
-            "p95_ttft_bounds": None if self.p95_ttft_bounds is None else list(self.p95_ttft_bounds),
-        }
 
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Run:
-        """Reads what :meth:`to_dict` wrote."""
-        return cls(
-            status=TrialStatus(data["status"]),
-            throughput=_opt_float(data.get("output_tok_s")),
-            p95_ttft_ms=_opt_float(data.get("p95_ttft_ms")),
-            acceptance_rate=_opt_float(data.get("acceptance_rate")),
-            levels=tuple((int(c), float(v)) for c, v in data.get("levels") or ()),
-            failure=data.get("failure"),
-            p95_ttft_bounds=_bounds(data.get("p95_ttft_bounds")),
-        )
-
-
-def _opt_float(value: Any) -> float | None:
-    return None if value is None else float(value)
-
-
-def _bounds(value: Any) -> tuple[float | None, float | None, int] | None:
-    if value is None:
-        return None
-    low, high, requests = value
-    return _opt_float(low), _opt_float(high), int(requests)
-
-
+@with_config(_STORED_AS)
 @dataclass(frozen=True)
 class Confirmed:
-    """A trial's config, re-measured: every run and the intervals over the measured ones."""
+    """A trial's config, re-measured: every run and the intervals over the measured ones
+    (stored beside the runs, as ``output_tok_s`` and ``p95_ttft_ms``, for other readers)."""
 
     trial: int
     source: Source
@@ -226,6 +209,7 @@ class Confirmed:
             and not any(r.status.oom or r.status is TrialStatus.FAILED for r in self.runs)
         )
 
+    @computed_field(alias="output_tok_s")  # type: ignore[prop-decorator]
     @property
     def throughput(self) -> Interval | None:
         """The first objective (output tok/s, or goodput req/s) over the measured runs; None
@@ -233,6 +217,7 @@ class Confirmed:
         values = [r.throughput for r in self.measured if r.throughput is not None]
         return interval(values) if values else None
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def p95_ttft_ms(self) -> Interval | None:
         """p95 TTFT (ms) over the measured runs; None if none was measured."""
@@ -252,30 +237,16 @@ class Confirmed:
         ttft = self.p95_ttft_ms
         return self.stable and ttft is not None and ttft.mean <= ttft_limit_ms
 
-    def to_dict(self) -> dict[str, Any]:
-        """The confirmation as stored in the study's ``confirmed`` attribute."""
-        tok_s, ttft = self.throughput, self.p95_ttft_ms
-        return {
-            "trial": self.trial,
-            "source": self.source.value,
-            "date": self.date,
-            "runs": [r.to_dict() for r in self.runs],
-            "output_tok_s": None if tok_s is None else tok_s.to_dict(),
-            "p95_ttft_ms": None if ttft is None else ttft.to_dict(),
-        }
-
+    @model_validator(mode="before")
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Confirmed:
-        """Reads what :meth:`to_dict` wrote."""
-        return cls(
-            trial=int(data["trial"]),
-            source=Source(data.get("source", Source.MEASURED.value)),
-            runs=tuple(Run.from_dict(r) for r in data.get("runs") or ()),
-            date=str(data.get("date", "")),
-        )
+    def _older(cls, data: Any) -> Any:
+        """Confirmations stored before ``source`` was are measured ones."""
+        if isinstance(data, dict):
+            return {"source": Source.MEASURED, **data, "runs": data.get("runs") or ()}
+        return data
 
 
 def load_confirmed(study: optuna.Study) -> dict[int, Confirmed]:
     """The study's confirmations by trial number (empty when none ran)."""
     raw = study.user_attrs.get(CONFIRMED_ATTR) or {}
-    return {int(number): Confirmed.from_dict(entry) for number, entry in raw.items()}
+    return {int(number): serde.load(Confirmed, entry) for number, entry in raw.items()}

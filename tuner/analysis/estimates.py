@@ -129,28 +129,6 @@ class Numbers:
             return "one confirmation run on a fresh server, no interval from one run"
         return f"mean of {self.runs} runs on fresh servers"
 
-    def to_dict(self) -> dict[str, Any]:
-        """The numbers as plain JSON data (bounds as ``[low, high]``, a side null if unknown)."""
-        return {
-            "source": self.source.value,
-            "runs": self.runs,
-            "confirmed": self.confirmed,
-            "acceptance_rate": self.acceptance_rate,
-            **{
-                name: {
-                    "value": estimate.value,
-                    "bounds": estimate.bounds.value,
-                    "low": estimate.low,
-                    "high": estimate.high,
-                    "n": estimate.n,
-                }
-                for name, estimate in (
-                    ("throughput", self.throughput),
-                    ("p95_ttft_ms", self.p95_ttft_ms),
-                )
-            },
-        }
-
 
 def scored_ttft_bounds(
     levels: Sequence[Mapping[str, Any]], steps: Sequence[tuple[float, bool]] = ()

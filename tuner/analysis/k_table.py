@@ -6,7 +6,8 @@ where (:mod:`tuner.analysis.levels`) and spell that as vLLM's
 forces piecewise CUDA graphs when one is set, and vLLM #49548 reports throughput collapsing at
 the threshold. So the table is run as a config of its own after the confirmation runs
 (:func:`tuner.study.confirm.confirm_k_table`) and exported only where it beat the fixed-K config
-on the traffic profile. The verdict is stored as the study's ``k_table`` attribute::
+on the traffic profile. The verdict is stored (:func:`tuner.serde.dump`) as the study's
+``k_table`` attribute::
 
     {"trial": 20, "table": [[1, 2, 4], [3, 64, 0]], "source": "simulated",
      "runs": [{"status": "ok", "output_tok_s": 61.2, ...}, ...],
@@ -16,10 +17,12 @@ on the traffic profile. The verdict is stored as the study's ``k_table`` attribu
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from pydantic import computed_field
+
+from tuner import serde
 from tuner.analysis.confirmed import Run
 from tuner.analysis.levels import LevelChoice, batch_size_table, speculation_by_level
 from tuner.analysis.picks import Candidate
@@ -59,6 +62,7 @@ class KTableVerdict:
     output_tok_s: float | None  # the mean over the runs; None unless every run was feasible
     fixed_tok_s: float  # the fixed-K config's confirmed mean (else its single measurement)
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def wins(self) -> bool:
         return self.output_tok_s is not None and self.output_tok_s > self.fixed_tok_s
@@ -75,28 +79,6 @@ class KTableVerdict:
             return f"not feasible in every one of {runs}"
         return f"{self.output_tok_s:.1f} tok/s against {self.fixed_tok_s:.1f} for fixed K, {runs}"
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "trial": self.trial,
-            "table": [list(entry) for entry in self.table],
-            "source": self.source.value,
-            "runs": [run.to_dict() for run in self.runs],
-            "output_tok_s": self.output_tok_s,
-            "fixed_tok_s": self.fixed_tok_s,
-            "wins": self.wins,
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> KTableVerdict:
-        return cls(
-            trial=int(data["trial"]),
-            table=tuple((int(a), int(b), int(k)) for a, b, k in data["table"]),
-            source=Source(data["source"]),
-            runs=tuple(Run.from_dict(run) for run in data["runs"]),
-            output_tok_s=None if data["output_tok_s"] is None else float(data["output_tok_s"]),
-            fixed_tok_s=float(data["fixed_tok_s"]),
-        )
-
 
 def spell(table: Table) -> str:
     """The table as vLLM reads it (JSON)."""
@@ -105,7 +87,7 @@ def spell(table: Table) -> str:
 
 def stored_verdict(study: optuna.Study) -> KTableVerdict | None:
     raw = study.user_attrs.get(K_TABLE_ATTR)
-    return None if raw is None else KTableVerdict.from_dict(raw)
+    return None if raw is None else serde.load(KTableVerdict, raw)
 
 
 def planned_table(

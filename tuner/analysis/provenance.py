@@ -12,8 +12,10 @@ the older ``environment`` attribute. Nothing secret is part of it: no storage UR
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated, Any
+
+from pydantic import Field, SerializerFunctionWrapHandler, computed_field, model_serializer
 
 from tuner.analysis.estimates import Bounds, Measured, Numbers
 from tuner.analysis.picks import Candidate
@@ -41,7 +43,8 @@ ENVIRONMENT_ATTR = "environment"  # NVML's findings, as studies before RunFacts 
 
 @dataclass(frozen=True)
 class Provenance:
-    """The facts an export's header states."""
+    """The facts an export's header states; as JSON (:func:`tuner.serde.dump`, the JSON
+    export's ``provenance``) every field but ``numbers``, which its properties flatten."""
 
     study: str
     trial: int
@@ -54,7 +57,9 @@ class Provenance:
     gpu_count: int | None
     driver: str | None
     cuda: str | None
-    numbers: Numbers  # the candidate's numbers, each with the bounds of its own measurement
+    # The candidate's numbers, each with the bounds of its own measurement; stored as the
+    # properties below.
+    numbers: Annotated[Numbers, Field(exclude=True)]
     target: str
     draft: str
     k: int
@@ -77,61 +82,72 @@ class Provenance:
     # What the GPUs did through the trial's measured pairs (TrialRecord.gpu); None: not read.
     gpu_state: dict[str, Any] | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        """Every fact as plain JSON data (the JSON export's ``provenance``); the first
-        objective under its metric name (``output_tok_s`` or ``goodput_req_s``)."""
-        data = asdict(self)
-        numbers = self.numbers
-        ttft = numbers.p95_ttft_ms
+    @model_serializer(mode="wrap")
+    def _metric_named(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """The first objective under its metric's name (``output_tok_s`` or ``goodput_req_s``)."""
+        data: dict[str, Any] = handler(self)
         metric = self.objective.metric
-        data.pop("numbers")
-        data.update(
-            {
-                "source": numbers.source.value,
-                metric: numbers.throughput.value,
-                f"{metric}_ci95": _ci(numbers.throughput),
-                "p95_ttft_ms": ttft.value,
-                "p95_ttft_ms_ci95": _ci(ttft),
-                "p95_ttft_ms_bounds": None
-                if ttft.bounds is not Bounds.ORDER_STATISTIC
-                else [ttft.low, ttft.high, ttft.n],
-                "runs": numbers.runs,
-                "confirmed": numbers.confirmed,
-                "acceptance_rate": numbers.acceptance_rate,
-                "served": None if self.served is None else self.served.to_dict(),
-            }
-        )
+        data[metric] = data.pop("throughput")
+        data[f"{metric}_ci95"] = data.pop("throughput_ci95")
         return data
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def source(self) -> Source:
         """Where the numbers came from: measured or simulated."""
         return self.numbers.source
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def throughput(self) -> float:
         """The first objective: output tok/s, or goodput req/s."""
         return self.numbers.throughput.value
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def p95_ttft_ms(self) -> float:
         """The p95 TTFT in ms."""
         return self.numbers.p95_ttft_ms.value
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def runs(self) -> int:
         """Measurements behind the numbers."""
         return self.numbers.runs
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def confirmed(self) -> bool:
         """Whether the numbers come from confirmation runs on fresh servers."""
         return self.numbers.confirmed
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def throughput_ci95(self) -> tuple[float, float] | None:
         """The first objective's 95 % confidence interval, where several runs give one."""
         return _ci(self.numbers.throughput)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def p95_ttft_ms_ci95(self) -> tuple[float, float] | None:
+        """The p95 TTFT's 95 % confidence interval, where several runs give one."""
+        return _ci(self.numbers.p95_ttft_ms)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def p95_ttft_ms_bounds(self) -> tuple[float | None, float | None, int] | None:
+        """The p95 TTFT's order-statistic bounds and the requests behind them, where its
+        one run gives them."""
+        ttft = self.numbers.p95_ttft_ms
+        if ttft.bounds is not Bounds.ORDER_STATISTIC:
+            return None
+        return ttft.low, ttft.high, ttft.n
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def acceptance_rate(self) -> float | None:
+        """Accepted over drafted tokens; None without speculation."""
+        return self.numbers.acceptance_rate
 
     def _ran(self) -> str:
         if self.backend == BackendKind.DOCKER:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from tuner import serde
 from tuner.catalog.spec_method import SpecMethod
 from tuner.cli import options as opt
 from tuner.cli.app import app, console, handle_errors, print_json
@@ -145,7 +146,7 @@ def _estimate_json(est: Estimate) -> dict[str, Any]:
         "memory_per_gpu_gib": asdict(est.memory),
         "fits": est.memory.fits,
         "result": None if est.result is None else est.result.summary(),
-        "error_band": est.band.to_json(),
+        "error_band": serde.dump(est.band),
     }
 
 

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from tuner import serde
 from tuner.analysis.pick_names import PICKS
 from tuner.cli import options as opt
 from tuner.cli.app import app, console, err_console, handle_errors, print_json
@@ -104,7 +105,7 @@ def _export_json(exported: Exported) -> dict[str, Any]:
         facts.objective.metric: facts.throughput,
         "p95_ttft_ms": facts.p95_ttft_ms,
         "confirmed": facts.confirmed,
-        "provenance": facts.to_dict(),
+        "provenance": serde.dump(facts),
         "batch_size_table": [list(entry) for entry in exported.batch_size_table],
         "text": exported.text,
     }
@@ -266,7 +267,7 @@ def confirm_command(
 
 def _confirmed_json(c: Confirmed, ttft_limit_ms: float) -> dict[str, Any]:
     return {
-        **c.to_dict(),
+        **serde.dump(c),
         "stable": c.stable,
         "feasible": c.feasible(ttft_limit_ms),
     }

@@ -13,6 +13,7 @@ from rich.live import Live
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
+from tuner import serde
 from tuner.cli import options as opt
 from tuner.cli.app import app, console, handle_errors, print_json, warn
 
@@ -199,7 +200,7 @@ def _print_plan(request: OptimizeRequest, default_budget: bool, as_json: bool) -
     if default_budget:
         warn(_default_budget_note(request.space))
     if as_json:
-        print_json(planned.to_dict())
+        print_json(serde.dump(planned))
     else:
         console.print(plan_table(planned, request.space))
 
@@ -285,7 +286,7 @@ def _optimize_json(result: OptimizeResult) -> dict[str, Any]:
         else _record_json(result.recommended.record, metric),
         "best_yaml": None if result.best_yaml is None else str(result.best_yaml),
         "time_budget": result.budget_note,
-        "k_table": None if result.k_table is None else result.k_table.to_dict(),
+        "k_table": None if result.k_table is None else serde.dump(result.k_table),
     }
 
 

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from tuner import serde
 from tuner.analysis.k_table import KTableVerdict, Table, spell, table_choice, with_table
 from tuner.analysis.levels import LevelChoice
 from tuner.analysis.picks import PICKS, Candidate, pick_candidate, study_pick
@@ -256,7 +257,7 @@ def _json(
     notes: list[str],
 ) -> str:
     data = {
-        "provenance": facts.to_dict(),
+        "provenance": serde.dump(facts),
         "notes": notes,
         "image": space.vllm_image,
         "vllm_config": _config(server, space),

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass
-from typing import Any
 
 __all__ = ["ServedFacts", "read_runner", "read_served"]
 
@@ -82,9 +81,6 @@ class ServedFacts:
     warnings: tuple[str, ...] = ()
     model_runner: str | None = None
     runner_reason: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "warnings": list(self.warnings)}
 
     def describe(self) -> str:
         """One line, e.g. ``attention FLASH_ATTN, CUDA graphs FULL_AND_PIECEWISE, ...``."""

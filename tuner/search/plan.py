@@ -23,8 +23,11 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from importlib import resources
-from typing import Any
+from typing import Annotated, Any, Literal
 
+from pydantic import ConfigDict, Field, computed_field, field_serializer, with_config
+
+from tuner import serde
 from tuner.config.space import SearchSpace
 from tuner.config.trial import TrialConfig
 from tuner.config.vllm_args import has_per_batch_size
@@ -103,18 +106,25 @@ def prior_cost(
     return TrialCost(start, bench, widest(bands), price)
 
 
+@with_config(ConfigDict(serialize_by_alias=True))
 @dataclass(frozen=True)
 class StudyPlan:
-    """The expected GPU time of a run, trial by trial, then its confirmation."""
+    """The expected GPU time of a run, trial by trial, then its confirmation; ``optimize --plan
+    --json`` prints it (:func:`tuner.serde.dump`), each field under its printed name."""
 
     trials: tuple[tuple[str, TrialCost], ...]  # (what runs, its cost), in order
     confirm_runs: int
-    confirm_cost: TrialCost  # of one confirmation run
-    budget_s: float | None = None  # the run's time budget: only the trials that fit are listed
-    expected: ExpectedShare | None = None  # the benchmark's share of the optimum at the budget
+    confirm_cost: Annotated[TrialCost, Field(exclude=True)]  # of one confirmation run
+    # The run's time budget: only the trials that fit are listed.
+    budget_s: Annotated[float | None, Field(serialization_alias="time_budget_s")] = None
+    # The benchmark's share of the optimum at the budget.
+    expected: Annotated[ExpectedShare | None, Field(serialization_alias="expected_share")] = None
     # The config families whose start-ups are priced by the study's own (the rest: the prior).
-    startups: tuple[tuple[Family, StartupPrice], ...] = ()
-    k_table: bool = True  # False: the budget leaves no time for the K table's runs
+    startups: Annotated[
+        tuple[tuple[Family, StartupPrice], ...], Field(serialization_alias="start_ups")
+    ] = ()
+    # False: the budget leaves no time for the K table's runs.
+    k_table: Annotated[bool, Field(serialization_alias="confirm_k_table")] = True
 
     @property
     def trials_s(self) -> float:
@@ -124,33 +134,37 @@ class StudyPlan:
     def confirm_s(self) -> float:
         return self.confirm_runs * self.confirm_cost.total_s
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def total_s(self) -> float:
         return self.trials_s + self.confirm_s
 
-    def to_dict(self) -> dict[str, object]:
-        """The plan as plain JSON data (``optimize --plan --json``)."""
-        return {
-            "trials": [
-                {
-                    "config": what,
-                    "start_s": cost.start_s,
-                    "bench_s": cost.bench_s,
-                    "bench_error_band": None if cost.band is None else cost.band.to_json(),
-                    "start_from": cost.start_from(),
-                }
-                for what, cost in self.trials
-            ],
-            "start_ups": [
-                {"family": family._asdict(), **price.to_dict()} for family, price in self.startups
-            ],
-            "confirm_runs": self.confirm_runs,
-            "confirm_k_table": self.k_table,
-            "confirm_run_s": self.confirm_cost.total_s,
-            "total_s": self.total_s,
-            "time_budget_s": self.budget_s,
-            "expected_share": None if self.expected is None else self.expected.to_dict(),
-        }
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def confirm_run_s(self) -> float:
+        return self.confirm_cost.total_s
+
+    @field_serializer("trials")
+    def _trial_rows(self, trials: tuple[tuple[str, TrialCost], ...]) -> list[dict[str, Any]]:
+        """A row per trial: what runs, its seconds, how wrong the simulated benchmark may be,
+        and where its start-up's price comes from, in words."""
+        return [
+            {
+                "config": what,
+                "start_s": cost.start_s,
+                "bench_s": cost.bench_s,
+                "bench_error_band": None if cost.band is None else serde.dump(cost.band),
+                "start_from": cost.start_from(),
+            }
+            for what, cost in trials
+        ]
+
+    @field_serializer("startups")
+    def _family_rows(
+        self, startups: tuple[tuple[Family, StartupPrice], ...]
+    ) -> list[dict[str, Any]]:
+        """A row per family, its fields named (a tuple would print as a bare list)."""
+        return [{"family": family._asdict(), **serde.dump(price)} for family, price in startups]
 
 
 def plan_study(
@@ -235,16 +249,11 @@ class ExpectedShare:
             f"held-out worlds on its {self.space} space, {self.seeds} seeds each"
         )
 
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "hours": self.hours,
-            "median": self.median,
-            "worst": self.worst,
-            "worlds": self.worlds,
-            "seeds": self.seeds,
-            "space": self.space,
-            "source": "simulated",
-        }
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def source(self) -> Literal["simulated"]:
+        """The kind of numbers: the benchmark's simulated worlds."""
+        return "simulated"
 
 
 def _shares() -> dict[str, Any]:

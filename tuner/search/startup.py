@@ -19,7 +19,9 @@ import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Annotated, Literal, NamedTuple
+
+from pydantic import ConfigDict, Field, computed_field, with_config
 
 from tuner.catalog.models import load_model
 from tuner.config.trial import ServerConfig, SpecMethod, load_draft
@@ -83,18 +85,20 @@ def reuse_share(start_s: float, bench_s: float) -> float:
     return max(REUSE_FLOOR, 1 - shortfall)
 
 
+@with_config(ConfigDict(serialize_by_alias=True))
 @dataclass(frozen=True)
 class StartupPrice:
     """The seconds one start-up is priced at, and where the figure comes from.
 
     Attributes:
         seconds: the price.
-        trials: how many stored start-ups of the family it is the median of (0: the prior).
+        trials: how many stored start-ups of the family it is the median of (0: the prior);
+            printed as ``start_ups``.
         source: the kind of numbers those start-ups were (measured); None for the prior.
     """
 
     seconds: float
-    trials: int = 0
+    trials: Annotated[int, Field(serialization_alias="start_ups")] = 0
     source: Source | None = None
 
     @property
@@ -107,13 +111,11 @@ class StartupPrice:
         label = "" if self.source is None else f"{self.source.value}, "
         return f"{label}median of {self.trials} start-up{'s' if self.trials > 1 else ''}"
 
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "seconds": self.seconds,
-            "from": "prior" if not self.measured else "study",
-            "start_ups": self.trials,
-            "source": None if self.source is None else self.source.value,
-        }
+    @computed_field(alias="from")  # type: ignore[prop-decorator]
+    @property
+    def origin(self) -> Literal["prior", "study"]:
+        """Where the price comes from: the prior, or the study's own start-ups."""
+        return "study" if self.measured else "prior"
 
 
 class StartupPrices:

@@ -21,6 +21,7 @@ import optuna
 from optuna.distributions import BaseDistribution
 from optuna.trial import FrozenTrial, TrialState
 
+from tuner import serde
 from tuner.config.space import SearchSpace
 from tuner.search.memory_guard import guard, safe_params
 from tuner.search.proposals import propose
@@ -41,7 +42,7 @@ PRIOR_ATTR = "twin_prior"
 def stored_twin(study: optuna.Study) -> FittedTwin | None:
     """The twin fitted to ``study``'s trials; None before its first trial."""
     raw = study.user_attrs.get(TWIN_ATTR)
-    return None if raw is None else FittedTwin.from_json(raw)
+    return None if raw is None else serde.load(FittedTwin, raw)
 
 
 def _observation(space: SearchSpace, record: TrialRecord) -> Observation | None:
@@ -127,7 +128,7 @@ class TwinSampler(optuna.samplers.BaseSampler):
     def start(self, study: optuna.Study) -> FittedTwin:
         """The twin before any trial: the host's calibration, else ``prior``."""
         raw = study.user_attrs.get(PRIOR_ATTR)
-        return self.prior if raw is None else FittedTwin.from_json(raw)
+        return self.prior if raw is None else serde.load(FittedTwin, raw)
 
     def twin(self, study: optuna.Study) -> FittedTwin:
         return stored_twin(study) or self.start(study)
@@ -188,7 +189,7 @@ class TwinSampler(optuna.samplers.BaseSampler):
         seen = [t for t in done if t.number != trial.number] + [trial]
         space = screen.space
         twin = fit(space.hardware, observations(space, seen), self.start(study), space.version)
-        study.set_user_attr(TWIN_ATTR, twin.to_json())
+        study.set_user_attr(TWIN_ATTR, serde.dump(twin))
         if self.steer and screen.space.workload.scored_alone:  # the closed form's first level
             propose(study, screen, twin, seen)
 

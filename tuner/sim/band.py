@@ -17,7 +17,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
+from typing import Annotated, Any
 
+from pydantic import Field, computed_field, field_serializer, model_validator
+
+from tuner import serde
 from tuner.catalog.gpus import Hardware, MemoryKind
 from tuner.config.methods import MethodFamily, method_of
 from tuner.config.trial import ServerConfig, SpecMethod
@@ -37,6 +41,7 @@ __all__ = [
 ]
 
 _ERRORS_FILE = "reference_errors.json"
+_STORED_DIGITS = 4  # of a relative error: a hundredth of a percent
 # The figures whose error bounds a throughput prediction (end-to-end speed, not a component).
 SPEED_KINDS = frozenset({"tok_s", "decode_tok_s", "tpot_ms", "speedup", "scaling"})
 
@@ -85,7 +90,7 @@ class FigureError:
         figure: the figure's id in ``benchmarks/reference_figures.yaml``.
         source: its source's key there.
         kind: what was measured (``tok_s``, ``speedup``, ``acceptance_rate``, ...).
-        regime: where it was measured.
+        regime: where it was measured (stored as its ``gpu``, ``method`` and ``load``).
         error: the error of the shipped fit.
         held_out: the error with the figure's own source left out of the fit.
     """
@@ -93,35 +98,36 @@ class FigureError:
     figure: str
     source: str
     kind: str
-    regime: Regime
+    regime: Annotated[Regime, Field(exclude=True)]
     error: float
     held_out: float
 
-    def to_json(self) -> dict[str, object]:
-        return {
-            "figure": self.figure,
-            "source": self.source,
-            "kind": self.kind,
-            "gpu": self.regime.gpu.value,
-            "method": self.regime.method.value,
-            "load": self.regime.load.value,
-            "error": round(self.error, 4),
-            "held_out": round(self.held_out, 4),
-        }
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def gpu(self) -> MemoryKind:
+        return self.regime.gpu
 
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def method(self) -> MethodFamily:
+        return self.regime.method
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def load(self) -> Load:
+        return self.regime.load
+
+    @field_serializer("error", "held_out")
+    def _rounded(self, error: float) -> float:
+        return round(error, _STORED_DIGITS)
+
+    @model_validator(mode="before")
     @classmethod
-    def from_json(cls, data: dict[str, object]) -> FigureError:
-        regime = Regime(
-            MemoryKind(str(data["gpu"])), MethodFamily(str(data["method"])), Load(str(data["load"]))
-        )
-        return cls(
-            figure=str(data["figure"]),
-            source=str(data["source"]),
-            kind=str(data["kind"]),
-            regime=regime,
-            error=float(str(data["error"])),
-            held_out=float(str(data["held_out"])),
-        )
+    def _regime(cls, data: Any) -> Any:
+        """The regime of the stored ``gpu``, ``method`` and ``load``."""
+        if isinstance(data, dict) and "regime" not in data:
+            return {**data, "regime": {key: data.get(key) for key in ("gpu", "method", "load")}}
+        return data
 
 
 @dataclass(frozen=True)
@@ -152,21 +158,26 @@ class Band:
         """``+/-12%`` or ``+/-?`` (no public figure of the kind), for a table cell."""
         return "+/-?" if self.error is None else f"+/-{self.error * 100:.0f}%"
 
-    def to_json(self) -> dict[str, object]:
-        return {
-            "regime": str(self.regime),
-            "figures": self.figures,
-            "sources": self.sources,
-            "error": None if self.error is None else round(self.error, 4),
-            "text": self.describe(),
-        }
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def text(self) -> str:
+        """What :meth:`describe` says: the band as ``--json`` prints it, beside its figures."""
+        return self.describe()
+
+    @field_serializer("regime")
+    def _regime(self, regime: Regime) -> str:
+        return str(regime)
+
+    @field_serializer("error")
+    def _rounded(self, error: float | None) -> float | None:
+        return None if error is None else round(error, _STORED_DIGITS)
 
 
 @cache
 def load_errors() -> tuple[FigureError, ...]:
     """The shipped figure errors (written by ``benchmarks/simulator_reference.py --write``)."""
     text = resources.files("tuner.sim").joinpath(_ERRORS_FILE).read_text(encoding="utf-8")
-    return tuple(FigureError.from_json(entry) for entry in json.loads(text)["figures"])
+    return tuple(serde.load(FigureError, entry) for entry in json.loads(text)["figures"])
 
 
 def error_band(regime: Regime, errors: Iterable[FigureError] | None = None) -> Band:

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import optuna
 
+from tuner import serde
 from tuner.analysis.confirmed import CONFIRMED_ATTR, Confirmed, Run
 from tuner.analysis.estimates import scored_ttft_bounds
 from tuner.analysis.k_table import K_TABLE_ATTR, KTableVerdict, planned_table, with_table
@@ -106,7 +107,7 @@ def confirm(  # noqa: PLR0913  (one keyword per confirmation setting)
         results.append(record)
         # Stored per config: an interrupted confirmation of real servers keeps what it measured.
         stored = dict(study.user_attrs.get(CONFIRMED_ATTR) or {})
-        stored[str(record.trial)] = record.to_dict()
+        stored[str(record.trial)] = serde.dump(record)
         study.set_user_attr(CONFIRMED_ATTR, stored)
     if results:  # the numbers exports show now come from these servers
         record_run(study, backend, space)
@@ -160,7 +161,7 @@ def confirm_k_table(
         output_tok_s=sum(measured) / len(measured) if len(measured) == len(runs) else None,
         fixed_tok_s=candidate.throughput,
     )
-    study.set_user_attr(K_TABLE_ATTR, verdict.to_dict())
+    study.set_user_attr(K_TABLE_ATTR, serde.dump(verdict))
     return verdict
 
 

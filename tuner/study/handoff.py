@@ -4,10 +4,11 @@ what the parent decided (no flags rebuilt and parsed again)."""
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import TypeVar
 
-from pydantic import TypeAdapter, ValidationError
+from pydantic import ValidationError
 
+from tuner import serde
 from tuner.errors import ConfigError
 
 __all__ = ["dump_record", "load_record"]
@@ -15,18 +16,9 @@ __all__ = ["dump_record", "load_record"]
 T = TypeVar("T")
 
 
-_ADAPTERS: dict[type[Any], TypeAdapter[Any]] = {}  # building one walks the dataclass: once
-
-
-def _adapter(kind: type[Any]) -> TypeAdapter[Any]:
-    if kind not in _ADAPTERS:
-        _ADAPTERS[kind] = TypeAdapter(kind)
-    return _ADAPTERS[kind]
-
-
 def dump_record(record: object) -> bytes:
     """``record`` (a dataclass instance) as JSON."""
-    return _adapter(type(record)).dump_json(record)
+    return serde.dump_json(record)
 
 
 def load_record(kind: type[T], text: str | bytes, where: str) -> T:
@@ -36,7 +28,7 @@ def load_record(kind: type[T], text: str | bytes, where: str) -> T:
         ConfigError: ``text`` (read from ``where``) is no such record.
     """
     try:
-        record: T = _adapter(kind).validate_json(text)
+        record = serde.load_json(kind, text)
     except ValidationError as exc:
         first = str(exc).splitlines()[0]
         raise ConfigError(

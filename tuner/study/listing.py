@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +45,8 @@ class StudyState(enum.StrEnum):
 
 @dataclass(frozen=True)
 class StudySummary:
-    """One study of a storage, as ``spectune studies`` lists it.
+    """One study of a storage, as ``spectune studies`` lists it (``--json``: each field, by
+    :func:`tuner.serde.dump`).
 
     Attributes:
         name: the study's name.
@@ -73,10 +74,6 @@ class StudySummary:
     budget: int | None
     state: StudyState
     best: dict[str, Any] | None
-
-    def to_dict(self) -> dict[str, Any]:
-        """The summary as ``spectune studies --json`` prints it."""
-        return {**asdict(self), "state": self.state.value}
 
 
 def summarize(study: optuna.Study, storage: str) -> StudySummary:

@@ -21,6 +21,7 @@ import optuna
 from optuna.storages import fail_stale_trials
 from optuna.trial import TrialState
 
+from tuner import serde
 from tuner.config.space import SearchSpace
 from tuner.config.trial import LaunchContext
 from tuner.errors import ConfigError, LaunchError, MeasurementError, SpectuneError
@@ -370,7 +371,7 @@ def _objective(record: TrialRecord) -> tuple[float, float]:
 def record_run(study: optuna.Study, backend: Backend, space: SearchSpace) -> RunFacts:
     """Stores what ran the study's servers (:class:`RunFacts`) once one has started."""
     facts = backend.facts(space)
-    study.set_user_attr(RUN_ATTR, facts.to_dict())
+    study.set_user_attr(RUN_ATTR, serde.dump(facts))
     return facts
 
 

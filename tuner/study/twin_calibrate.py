@@ -28,6 +28,7 @@ from pathlib import Path
 
 import optuna
 
+from tuner import serde
 from tuner.catalog.gpus import Hardware
 from tuner.catalog.models import load_model
 from tuner.config.space import NGRAM, NO_DRAFT, SearchSpace
@@ -78,7 +79,7 @@ def load_calibration(
     try:
         data = json.loads(path.read_text())
         source = data.pop(_SOURCE_KEY, None)
-        return FittedTwin.from_json(data), None if source is None else Source(source)
+        return serde.load(FittedTwin, data), None if source is None else Source(source)
     except (ValueError, KeyError, TypeError):
         raise ConfigError(
             f"calibration {path} is not a twin spectune wrote: delete it and run spectune "
@@ -98,7 +99,7 @@ def seed_study(study: optuna.Study, studies_dir: Path, space: SearchSpace, sourc
     calibrated, calibrated_from = loaded
     if source is Source.MEASURED and calibrated_from is not Source.MEASURED:
         return False
-    study.set_user_attr(PRIOR_ATTR, calibrated.to_json())
+    study.set_user_attr(PRIOR_ATTR, serde.dump(calibrated))
     return True
 
 
@@ -185,7 +186,7 @@ def calibrate(
     twin = fit(space.hardware, seen, FittedTwin(), space.version)
     path = calibration_path(studies_dir, space)
     path.parent.mkdir(parents=True, exist_ok=True)
-    stored = {**twin.to_json(), _SOURCE_KEY: backend.source.value}
+    stored = {**serde.dump(twin), _SOURCE_KEY: backend.source.value}
     path.write_text(json.dumps(stored, indent=2) + "\n")
     return Calibration(twin, path, tuple(outcomes))
 

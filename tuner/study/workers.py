@@ -53,13 +53,9 @@ class WorkerRequest:
     prefetch: bool = True  # the space's weights into this host's cache before the first trial
     rounds: bool = False  # each pair in rounds against the incumbent (tuner.trial.rounds)
 
-    def to_json(self) -> bytes:
-        """The record as JSON; the in-process progress callback stays behind."""
-        return dump_record(replace(self, options=replace(self.options, on_startup=None)))
-
 
 def read_worker_request(text: str | bytes) -> WorkerRequest:
-    """The record :meth:`WorkerRequest.to_json` wrote.
+    """The record the parent wrote (:func:`~tuner.study.handoff.dump_record`).
 
     Raises:
         ConfigError: it is not such a record (not JSON, a field missing or of the wrong type).
@@ -188,7 +184,7 @@ def _hand(child: subprocess.Popen[bytes], request: WorkerRequest) -> None:
     below a pipe's buffer, so this never waits on the child)."""
     assert child.stdin is not None
     try:
-        child.stdin.write(request.to_json())
+        child.stdin.write(dump_record(request))
         child.stdin.close()
     except BrokenPipeError:  # the child died at once: its exit code and log say why
         pass

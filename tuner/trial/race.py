@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from tuner import serde
 from tuner.config.workload import Condition
 from tuner.trial.rounds import PairInterval
 
@@ -72,7 +73,7 @@ def _incumbent(record: _Record) -> Incumbent | None:
     weights = [level.get("weight") for level in record.levels]
     if any(s is None for s in stored) or any(w is None for w in weights):
         return None
-    pairs = tuple(PairInterval.from_json(s) for s in stored if s is not None)
+    pairs = tuple(serde.load(PairInterval, s) for s in stored if s is not None)
     return Incumbent(record.number, pairs, tuple(float(w) for w in weights if w is not None))
 
 

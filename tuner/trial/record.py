@@ -31,6 +31,7 @@ from optuna.trial import FrozenTrial, TrialState
 from pydantic import TypeAdapter, field_serializer, field_validator
 from pydantic.dataclasses import dataclass
 
+from tuner import serde
 from tuner.bench.quality import QualityCheck
 from tuner.bench.summary import gpu_summary, level_summary
 from tuner.config.space import SearchSpace, space_from_dict
@@ -178,7 +179,7 @@ class TrialRecord:
         predicted = outcome.status is TrialStatus.OOM_PREDICTED
         measures = outcome.measures or (None,) * len(outcome.results)
         levels = tuple(
-            {**level_summary(r, c), **(m.to_json() if m is not None else {})}
+            {**level_summary(r, c), **(serde.dump(m) if m is not None else {})}
             for r, c, m in zip(outcome.results, outcome.conditions, measures, strict=False)
         )
         pruned = outcome.pruned

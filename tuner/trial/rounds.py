@@ -29,6 +29,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Annotated, Any
+
+from pydantic import ConfigDict, Field, model_serializer, model_validator, with_config
 
 from tuner.bench.percentiles import quantile_interval
 from tuner.catalog.gpu_state import combined
@@ -60,7 +63,7 @@ _Z = 1.959964  # the standard normal's 97.5 % point
 @dataclass(frozen=True)
 class PairInterval:
     """One pair's output tok/s, estimated from its own requests, with its 95 % bounds (``high``
-    may be inf)."""
+    may be inf); stored as ``[low, mid, high]``, an unbounded ``high`` as null."""
 
     low: float
     mid: float
@@ -73,13 +76,17 @@ class PairInterval:
             return math.inf
         return (self.high - self.low) / 2 / self.mid
 
-    def to_json(self) -> list[float | None]:
+    @model_serializer(mode="plain")
+    def _stored(self) -> list[float | None]:
         return [self.low, self.mid, self.high if math.isfinite(self.high) else None]
 
+    @model_validator(mode="before")
     @classmethod
-    def from_json(cls, data: Sequence[float | None]) -> PairInterval:
+    def _from_stored(cls, data: Any) -> Any:
+        if not isinstance(data, list | tuple):
+            return data
         low, mid, high = data
-        return cls(float(low or 0.0), float(mid or 0.0), math.inf if high is None else float(high))
+        return {"low": low or 0.0, "mid": mid or 0.0, "high": math.inf if high is None else high}
 
 
 @dataclass(frozen=True)
@@ -99,28 +106,24 @@ class Rounds:
         return cls(size, max(size, math.ceil(requests / 2)), requests, 2 * requests)
 
 
+@with_config(ConfigDict(serialize_by_alias=True))
 @dataclass(frozen=True)
 class PairMeasure:
-    """How much one pair was measured, as its trial record stores it.
+    """How much one pair was measured, as its trial record stores it (:func:`tuner.serde.dump`,
+    beside the pair's summary).
 
     Attributes:
-        requests: measured requests (warm-up left out), every round together.
+        requests: measured requests (warm-up left out), every round together; not stored here:
+            the summary has them.
         rounds: the rounds it took.
-        interval: its output tok/s with 95 % bounds.
+        interval: its output tok/s with 95 % bounds, stored as ``tok_s_interval``.
         stopped: why measuring it stopped (``fixed count``: not measured in rounds).
     """
 
-    requests: int
+    requests: Annotated[int, Field(exclude=True)]
     rounds: int
-    interval: PairInterval
+    interval: Annotated[PairInterval, Field(serialization_alias="tok_s_interval")]
     stopped: str
-
-    def to_json(self) -> dict[str, object]:
-        return {
-            "rounds": self.rounds,
-            "tok_s_interval": self.interval.to_json(),
-            "stopped": self.stopped,
-        }
 
 
 def tok_s_interval(result: TrialResult) -> PairInterval:

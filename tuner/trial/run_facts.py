@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from tuner import serde
+
 if TYPE_CHECKING:
     import optuna  # annotations only: importing it costs a CLI start a second
 
@@ -17,7 +19,8 @@ RUN_ATTR = "run"
 
 @dataclass(frozen=True)
 class RunFacts:
-    """What ran a study's servers, as the last worker (or confirmation) to start one found it.
+    """What ran a study's servers, as the last worker (or confirmation) to start one found it;
+    stored whole (:func:`tuner.serde.dump`) as the study's ``run`` attribute.
 
     Attributes:
         backend: ``sim``, ``process`` or ``docker``.
@@ -33,28 +36,8 @@ class RunFacts:
     image: str | None = None
     gpus: Mapping[str, Any] | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        """The facts as the study's ``run`` attribute."""
-        return {
-            "backend": self.backend,
-            "vllm_version": self.vllm_version,
-            "image": self.image,
-            "gpus": None if self.gpus is None else dict(self.gpus),
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> RunFacts:
-        """Reads what :meth:`to_dict` wrote."""
-        gpus = data.get("gpus")
-        return cls(
-            str(data["backend"]),
-            str(data["vllm_version"]),
-            data.get("image"),
-            None if gpus is None else dict(gpus),
-        )
-
 
 def stored_run(study: optuna.Study) -> RunFacts | None:
     """What ran the study's servers; None for studies written before it was recorded."""
     raw = study.user_attrs.get(RUN_ATTR)
-    return None if raw is None else RunFacts.from_dict(raw)
+    return None if raw is None else serde.load(RunFacts, raw)

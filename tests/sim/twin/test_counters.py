@@ -13,6 +13,7 @@ import pytest
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState
 
+from tuner import serde
 from tuner.config.space import load_space
 from tuner.config.trial import SpecMethod, SpeculativeConfig
 from tuner.config.verification import Verification
@@ -139,7 +140,7 @@ def _by_k(proposals: list[TwinProposal]) -> dict[int, TwinProposal]:
 def test_the_twin_predicts_a_lower_k_from_the_counters_not_its_fitted_decay() -> None:
     twin = _twin()
     assert twin.counters[(DRAFT, "code", 0.2)] == PositionCounts.measured(DRAFTS, ACCEPTED)
-    assert FittedTwin.from_json(twin.to_json()).counters == twin.counters
+    assert serde.load(FittedTwin, serde.dump(twin)).counters == twin.counters
     screen = TwinScreen(SPACE)
     physics = TwinPhysics(twin.params)
     fitted_only = replace(twin, counters={})

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tuner import serde
 from tuner.catalog.models import load_model
 from tuner.config.space import load_space
 from tuner.config.trial import ServerConfig, TrialConfig, load_draft
@@ -117,9 +118,9 @@ def test_each_further_oom_doubles_the_step_and_a_start_up_that_ran_caps_it() -> 
 def test_fitted_twin_and_observations_round_trip_through_json() -> None:
     observations = _trials()
     twin = fit(SPACE.hardware, observations, FittedTwin(), SPACE.version)
-    text = json.dumps(twin.to_json())
-    back = FittedTwin.from_json(json.loads(text))
+    text = json.dumps(serde.dump(twin))
+    back = serde.load(FittedTwin, json.loads(text))
     assert back.params.draft == pytest.approx(twin.params.draft)
     assert back.sd == twin.sd and math.isclose(back.margin_gib, twin.margin_gib)
     first = observations[1]
-    assert Observation.from_json(json.loads(json.dumps(first.to_json()))) == first
+    assert serde.load_json(Observation, serde.dump_json(first)) == first

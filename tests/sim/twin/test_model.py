@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from tuner import serde
 from tuner.config.space import NO_DRAFT, load_space
 from tuner.errors import StartupFailure
 from tuner.sim.acceptance import expected_accepted
@@ -96,4 +97,4 @@ def test_memory_corrections_shrink_the_kv_cache_and_can_fail_a_start() -> None:
 def test_params_round_trip_through_json() -> None:
     shift = {("ngram", "code"): AcceptanceShift(0.5, -0.2, -0.05)}
     params = TwinParams(decode=1.1, draft=2.0, acceptance=shift, outside_gib=0.3)
-    assert TwinParams.from_json(params.to_json()) == params
+    assert serde.load(TwinParams, serde.dump(params)) == params

@@ -35,7 +35,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from tuner.config.methods import method_of
 from tuner.config.trial import SpeculativeConfig
@@ -171,12 +170,3 @@ class PositionCounts:
                 mid += kept
             high += extra * reach[-1][2]
         return AcceptedTokens(k, mid, low, high, min(k, self.k))
-
-    def to_json(self) -> dict[str, Any]:
-        return {"drafts": list(self.drafts), "accepted": list(self.accepted)}
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> PositionCounts:
-        return cls(
-            tuple(float(d) for d in data["drafts"]), tuple(float(a) for a in data["accepted"])
-        )

@@ -26,14 +26,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
+from pydantic import field_serializer, field_validator
 
 from tuner.catalog.gpus import Hardware
 from tuner.catalog.models import ModelSpec, load_model
-from tuner.config.trial import ServerConfig, TrialConfig, server_from_dict, server_to_dict
+from tuner.config.trial import ServerConfig, TrialConfig
 from tuner.config.vllm_version import VllmVersion
 from tuner.results import TrialResult
 from tuner.sim.memory import MemoryEstimate, estimate_memory
@@ -121,23 +122,6 @@ class Observation:
     failure: str = ""
     counts: tuple[tuple[float, PositionCounts], ...] = ()
 
-    def to_json(self) -> dict[str, Any]:
-        data = {k: v for k, v in vars(self).items() if k != "server"}
-        data["reach"] = list(self.reach)
-        data["counts"] = [[t, c.to_json()] for t, c in self.counts]
-        return {"server": server_to_dict(self.server), **data}
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Observation:
-        rest = {k: v for k, v in data.items() if k not in ("server", "reach", "counts")}
-        counts = tuple((float(t), PositionCounts.from_json(c)) for t, c in data.get("counts", ()))
-        return cls(
-            server_from_dict(data["server"]),
-            reach=tuple(data.get("reach", ())),
-            counts=counts,
-            **rest,
-        )
-
 
 def observe(config: TrialConfig, result: TrialResult | None, oom: bool = False) -> Observation:
     """The observation of one trial: its config and what its first concurrency level measured."""
@@ -223,32 +207,23 @@ class FittedTwin:
         out.append(("outside_gib", value, value - 2 * sd, value + 2 * sd))
         return out
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "params": self.params.to_json(),
-            "sd": dict(self.sd),
-            "margin_gib": self.margin_gib,
-            "observations": self.observations,
-            "counters": [
-                {"draft": d, "prompt_set": p, "temperature": t, **c.to_json()}
-                for (d, p, t), c in self.counters.items()
-            ],
-        }
+    @field_serializer("counters")
+    def _counter_rows(
+        self, counters: dict[tuple[str, str, float], PositionCounts]
+    ) -> list[dict[str, Any]]:
+        """A row per drafter, prompt set and temperature, its key's parts named (JSON keys are
+        strings, not triples)."""
+        return [
+            {"draft": d, "prompt_set": p, "temperature": t, **asdict(c)}
+            for (d, p, t), c in counters.items()
+        ]
 
+    @field_validator("counters", mode="before")
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> FittedTwin:
-        return cls(
-            TwinParams.from_json(data["params"]),
-            {str(k): float(v) for k, v in data.get("sd", {}).items()},
-            float(data["margin_gib"]),
-            int(data.get("observations", 0)),
-            {
-                (str(c["draft"]), str(c["prompt_set"]), float(c["temperature"])): (
-                    PositionCounts.from_json(c)
-                )
-                for c in data.get("counters", [])
-            },
-        )
+    def _counters_by_key(cls, rows: Any) -> Any:
+        if not isinstance(rows, list):
+            return rows
+        return {(row["draft"], row["prompt_set"], row["temperature"]): row for row in rows}
 
 
 def _gaussian(

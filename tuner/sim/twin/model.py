@@ -16,8 +16,10 @@ for one request at a time, which the study's re-screen uses.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
+
+from pydantic import field_serializer, field_validator
 
 from tuner.catalog.gpus import Hardware
 from tuner.catalog.models import ModelSpec
@@ -101,27 +103,19 @@ class TwinParams:
     def shift(self, method: str, prompt_set: str) -> AcceptanceShift:
         return self.acceptance.get((method, prompt_set), AcceptanceShift())
 
-    def to_json(self) -> dict[str, Any]:
-        data: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(self)}
-        data["acceptance"] = [
-            {"method": m, "prompt_set": p, **vars(s)} for (m, p), s in self.acceptance.items()
-        ]
-        return data
+    @field_serializer("acceptance")
+    def _shift_rows(
+        self, acceptance: dict[tuple[str, str], AcceptanceShift]
+    ) -> list[dict[str, Any]]:
+        """A row per shift, its key's parts named (JSON keys are strings, not pairs)."""
+        return [{"method": m, "prompt_set": p, **asdict(s)} for (m, p), s in acceptance.items()]
 
+    @field_validator("acceptance", mode="before")
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> TwinParams:
-        shifts = {
-            (str(a["method"]), str(a["prompt_set"])): AcceptanceShift(
-                float(a["logit"]), float(a["temperature"]), float(a["log_decay"])
-            )
-            for a in data.get("acceptance", [])
-        }
-        scalars = {
-            f.name: float(data[f.name])
-            for f in fields(cls)
-            if f.name in data and f.name != "acceptance"
-        }
-        return cls(**scalars, acceptance=shifts)
+    def _shifts_by_key(cls, rows: Any) -> Any:
+        if not isinstance(rows, list):
+            return rows
+        return {(row["method"], row["prompt_set"]): row for row in rows}
 
 
 def _logit(p: float) -> float:

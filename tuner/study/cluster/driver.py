@@ -25,6 +25,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
+from tuner import serde
 from tuner.catalog.gpus import Hardware
 from tuner.config.space import SearchSpace
 from tuner.config.trial import TrialConfig
@@ -229,7 +230,7 @@ class _Loop:
             ) from None
         self.idle.append(job.slot)
         if result.facts is not None:
-            self.study.set_user_attr(RUN_ATTR, result.facts.to_dict())
+            self.study.set_user_attr(RUN_ATTR, serde.dump(result.facts))
         self._finish(job.trial, result.record)
         if result.fatal is not None:
             raise ConfigError(result.fatal)

@@ -17,6 +17,7 @@ from tuner.config.space import SearchSpace
 from tuner.errors import ConfigError
 from tuner.study.cluster.nodes import NodeGpus, node_options, plan_slots
 from tuner.study.cluster.slot import SlotRequest, TrialSlot
+from tuner.study.handoff import dump_record
 from tuner.trial.backends import BackendOptions
 
 __all__ = ["Slot", "SlotPool"]
@@ -61,7 +62,7 @@ class SlotPool:
     ) -> None:
         self.ray = ray
         self.space = space
-        self.record = SlotRequest(backend, options).to_json()  # what every slot is handed
+        self.record = dump_record(SlotRequest(backend, options))  # what every slot is handed
         self.nodes = nodes
         self.start_timeout_s = start_timeout_s
         self.slots: list[Slot] = []

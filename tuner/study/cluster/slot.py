@@ -35,7 +35,7 @@ from tuner.errors import (
 )
 from tuner.results import Endpoint, TrialResult
 from tuner.study.cluster.connect import ray_module
-from tuner.study.handoff import dump_record, load_record
+from tuner.study.handoff import load_record
 from tuner.study.host import check_host_hardware
 from tuner.trial.backends import BackendOptions, backend_factory
 from tuner.trial.race import Race
@@ -53,10 +53,6 @@ class SlotRequest:
 
     backend: str  # docker, process or sim
     options: BackendOptions  # the GPUs are Ray's and the worker name the slot's
-
-    def to_json(self) -> bytes:
-        """The record as JSON; the driver's progress callback stays behind."""
-        return dump_record(replace(self, options=replace(self.options, on_startup=None)))
 
 
 @dataclass(frozen=True)

@@ -104,8 +104,11 @@ class BackendOptions:
     worker: str = "0"  # tells one study's workers on a host apart (container names, labels)
     # The chosen backend's settings (tuner.trial.backends.settings); None: its defaults.
     settings: Annotated[BackendSettings | None, Field(discriminator="backend")] = None
-    # Where a start reports its phases (the CLI's live table); in-process runs only.
-    on_startup: OnStartup | None = field(default=None, compare=False, repr=False)
+    # Where a start reports its phases (the CLI's live table); in-process runs only: a record
+    # handed to another process leaves it behind.
+    on_startup: Annotated[OnStartup | None, Field(exclude=True)] = field(
+        default=None, compare=False, repr=False
+    )
 
     def settings_of(self, kind: type[S]) -> S:
         """The settings, of the backend that builds from them (its defaults if none are set).
