@@ -116,7 +116,7 @@ class InProcess:
             run.space.ttft_limit_ms,
             budget=run.budget,
             rounds=request.rounds,
-            held_gib=held_elsewhere(request.backend, options.gpus),
+            held_gib=held_elsewhere(request.backend, options.gpus).gib,
         )
         backend = run.backend or backend_factory(request.backend)(run.space, options)
         run_trials(run.study, run.space, backend, settings, on_trial)

@@ -21,6 +21,7 @@ import optuna
 from tuner.analysis.confirmed import Confirmed
 from tuner.analysis.k_table import KTableVerdict
 from tuner.analysis.picks import Candidate, pareto_front, recommend
+from tuner.catalog.tenants import Tenants, record_tenants
 from tuner.config.runner_report import v1_warning
 from tuner.config.running_cap import cap_warning
 from tuner.config.space import SearchSpace
@@ -99,6 +100,8 @@ class StudyRun:
     backend: Backend | None = None  # a ready backend (tests, benchmarks)
     on_notice: Notice | None = None
     _study: optuna.Study | None = field(default=None, init=False)  # start() stores it
+    # Other processes' GPU memory, read by prepare() for a new study; start() stores it.
+    tenants: Tenants | None = field(default=None, init=False)
 
     @classmethod
     def open(
@@ -175,8 +178,8 @@ class StudyRun:
         self.executor.prepare(self)
         if self.resume or self.request.ray is not None:  # Ray's images are on its nodes
             return
-        held = held_elsewhere(self.request.backend, self.options.gpus)
-        self.space = leave_room(self.space, held, self.on_notice)
+        self.tenants = held_elsewhere(self.request.backend, self.options.gpus)
+        self.space = leave_room(self.space, self.tenants, self.on_notice)
         verdict = self._preflight()
         if verdict is not None:
             self.space = judged_space(self.space, verdict, self.on_notice)
@@ -208,6 +211,8 @@ class StudyRun:
         stored = None if self.resume else self.space
         self._study, self.space = open_study(request.study, self.storage, stored, sampler)
         claim_source(self.study, request.backend)
+        if self.tenants is not None:  # the warm start and the twin start from it
+            record_tenants(self.study, self.tenants)
         for notice in (self.space.newer_note, v1_warning(self.space), cap_warning(self.space)):
             if self.on_notice is not None and notice:
                 self.on_notice(notice)

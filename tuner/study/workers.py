@@ -108,7 +108,7 @@ def run_worker(
         space.ttft_limit_ms,
         worker=request.options.worker,
         rounds=request.rounds,
-        held_gib=held_elsewhere(request.backend, request.options.gpus),
+        held_gib=held_elsewhere(request.backend, request.options.gpus).gib,
     )
     backend_options = study_backend_options(study, request.backend, request.options, paths)
     run_trials(study, space, build_backend(space, backend_options), options)
