@@ -9,19 +9,23 @@ import dataclasses
 from pathlib import Path
 
 import pytest
+from optuna.trial import TrialState
 
 from tests.testbed.gpus import FakeGpus
 from tests.trial.traffic_support import fake_request, small_space
 from tuner.catalog import nvml
 from tuner.catalog.tenants import Tenants, stored_tenants
 from tuner.config.space import SearchSpace, load_space
-from tuner.config.trial import LaunchContext
+from tuner.config.trial import LaunchContext, ServerConfig
 from tuner.config.vllm_args import UNSET_MEMORY_SHARE
+from tuner.search.twin_screen import trial_config
 from tuner.study.host import held_elsewhere, leave_room
 from tuner.study.optimize import optimize
+from tuner.study.run import StudyRun
 from tuner.trial.backends.sim import SimBackend
+from tuner.trial.optuna_private import FIXED_PARAMS
 from tuner.trial.record import records, stored_space
-from tuner.trial.runner import TrialRunner
+from tuner.trial.runner import TrialRunner, predict_memory
 from tuner.trial.scoring import TrialStatus
 
 RTX_4090 = "NVIDIA GeForce RTX 4090"
@@ -144,3 +148,50 @@ def test_a_measured_study_on_0_34_stores_the_room_it_left(
     shares = [r.server.gpu_memory_utilization for r in records(result.handle.get_trials())]
     assert shares and all(share <= cap + 1e-3 for share in shares)
     assert any("leave them 2.5 GiB" in note for note in notes)
+
+
+def _queued(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, space: SearchSpace, held_gib: float
+) -> tuple[SearchSpace, list[ServerConfig]]:
+    """A new spectune study started on a host where DESKTOP holds ``held_gib``: its space, and
+    the servers its warm start queued (none run)."""
+    _host(monkeypatch, held_gib)
+    request = dataclasses.replace(
+        fake_request(tmp_path / f"held-{held_gib}", space, 8), sampler="spectune"
+    )
+    run = StudyRun.open(request)
+    run.prepare()
+    run.start()
+    run.warm_start()
+    queued = run.study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+    assert queued
+    params = [t.system_attrs[FIXED_PARAMS] for t in queued]
+    return run.space, [trial_config(run.space, p).server for p in params]
+
+
+def test_on_0_32_the_warm_start_queues_only_what_the_tenants_leave_room_to_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The issue's case: 32 requests in flight want the most KV cache a 4090 can give.
+    space = load_space("qwen2.5-14b-awq-4090x1")
+    _, free = _queued(tmp_path, monkeypatch, space, 0.0)
+    # Without the reading, the warm start queues shares (0.94) that fail vLLM 0.32's start-up
+    # check with 2 GiB held.
+    assert any(not predict_memory(space.hardware, s, space.version, 2.0).fits for s in free)
+    _, shared = _queued(tmp_path, monkeypatch, space, 2.0)
+    # Each queued config starts with the tenant's 2 GiB and the start-up jitter (0.5) held.
+    assert all(predict_memory(space.hardware, s, space.version, 2.5).fits for s in shared)
+    assert {s.method for s in shared} == {s.method for s in free}  # every method still tried
+
+
+def test_on_0_34_the_warm_start_stays_under_the_cap_that_leaves_the_tenants_room(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SPECTUNE_SIM_VLLM_VERSION", "0.34.0")
+    search = {"draft": ["none", "ngram"], "gpu_memory_utilization": {"low": 0.8, "high": 0.96}}
+    wide = small_space(tmp_path, vllm={"version": "0.34.0"}, search=search)
+    space, queued = _queued(tmp_path, monkeypatch, wide, 2.0)
+    assert space.model.server.memory_headroom_gib == 2.0
+    cap = 1 - 2.0 / space.hardware.gpu.vram_gib
+    assert all(s.gpu_memory_utilization <= cap + 1e-6 for s in queued)
+    assert all(predict_memory(space.hardware, s, space.version, 2.5).fits for s in queued)
