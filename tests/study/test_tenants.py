@@ -20,7 +20,7 @@ from tuner.config.trial import LaunchContext, ServerConfig
 from tuner.config.vllm_args import UNSET_MEMORY_SHARE
 from tuner.search.twin_screen import trial_config
 from tuner.study.host import held_elsewhere, leave_room
-from tuner.study.optimize import optimize
+from tuner.study.optimize import optimize, plan_run
 from tuner.study.run import StudyRun
 from tuner.trial.backends.sim import SimBackend
 from tuner.trial.optuna_private import FIXED_PARAMS
@@ -195,3 +195,12 @@ def test_on_0_34_the_warm_start_stays_under_the_cap_that_leaves_the_tenants_room
     cap = 1 - 2.0 / space.hardware.gpu.vram_gib
     assert all(s.gpu_memory_utilization <= cap + 1e-6 for s in queued)
     assert all(predict_memory(space.hardware, s, space.version, 2.5).fits for s in queued)
+
+
+def test_the_plan_shows_the_warm_start_the_tenants_leave_room_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _host(monkeypatch, 2.0)
+    request = fake_request(tmp_path, load_space("qwen2.5-14b-awq-4090x1"), 20)
+    named = [what for what, _ in plan_run(request).trials if "gpu-mem" in what]
+    assert named and not [what for what in named if "gpu-mem 0.94" in what]

@@ -362,8 +362,12 @@ def plan_run(request: OptimizeRequest) -> StudyPlan:
     if request.space is None:
         raise ConfigError(f"study {request.study!r}: --plan needs the space to plan")
     startups = stored_startups(request)
-    space, confirmation = request.space, request.confirmation
-    return plan_study(space, request.trials, confirmation, request.time_budget_s, startups)
+    # What the run's start would read of other processes' GPU memory, and make of it.
+    tenants = held_elsewhere(request.backend, request.backend_options.gpus)
+    space, confirmation = leave_room(request.space, tenants, None), request.confirmation
+    return plan_study(
+        space, request.trials, confirmation, request.time_budget_s, startups, tenants.gib
+    )
 
 
 def stored_startups(request: OptimizeRequest) -> StartupPrices:
