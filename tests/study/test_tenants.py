@@ -32,23 +32,17 @@ RTX_4090 = "NVIDIA GeForce RTX 4090"
 GIB = 1024**3
 
 
-@dataclasses.dataclass
-class Tenanted:
-    """A GpuProbe of 4090s on which other processes hold ``used_gib`` each."""
-
-    used_gib: list[float]
+class One4090:
+    """NVML's GpuProbe of a host with one RTX 4090 (hardware detection)."""
 
     def device_count(self) -> int:
-        return len(self.used_gib)
+        return 1
 
     def name(self, index: int) -> str:
         return RTX_4090
 
     def memory_total_bytes(self, index: int) -> int:
         return int(23.99 * GIB)
-
-    def memory_used_bytes(self, index: int) -> int:
-        return int(self.used_gib[index] * GIB)
 
     def driver_version(self) -> str:
         return "580.105.06"
@@ -71,7 +65,7 @@ DESKTOP = 4242  # a process that is no server of the study
 
 def _host(monkeypatch: pytest.MonkeyPatch, held_gib: float) -> None:
     """One 4090 on which process DESKTOP holds ``held_gib`` (NVML's probe and monitor)."""
-    monkeypatch.setattr(nvml, "open_probe", lambda: Tenanted([held_gib]))
+    monkeypatch.setattr(nvml, "open_probe", One4090)
     gpus = FakeGpus(server_gib=0.0, tenants=[(DESKTOP, held_gib)])
     monkeypatch.setattr(nvml, "open_gpu_monitor", lambda indices: gpus)
 
