@@ -22,9 +22,11 @@ quotes)::
 Scoring a strategy on the simulator its prior was built from proves nothing: the prior is the
 truth there. Here each study measures on a **perturbed truth** (``benchmarks/worlds.py``: other
 acceptance, bandwidth, memory overheads, draft cost, a workload that favours ngram, another vLLM
-memory rule, a slower interconnect, H100s reaching more bandwidth), injected through the
-simulator's ``Physics`` seam by the benchmark's own backend. The strategy, its prior, the
-memory pre-screen and the twin keep the shipped models and learn only from their trials.
+memory rule, a slower interconnect, H100s reaching more bandwidth, a desktop holding 2 GiB of
+the GPU), injected through the simulator's ``Physics`` seam by the benchmark's own backend. The
+strategy, its prior, the memory pre-screen and the twin keep the shipped models and learn only
+from their trials, and from what the study start reads of the world's GPUs as ``optimize``
+reads a host's through NVML: the memory other processes hold (``tuner.catalog.tenants``).
 
 What is measured
     A world's **optimum** is found by exhaustive grid over the space with that world's noise-free
@@ -108,6 +110,7 @@ from worlds import SHIPPED, WORLDS, World, WorldBackend
 
 from tuner.analysis.picks import recommend
 from tuner.catalog.models import load_model
+from tuner.catalog.tenants import read_tenants, record_tenants
 from tuner.config.space import SearchSpace, load_space
 from tuner.config.trial import (
     LaunchContext,
@@ -377,6 +380,9 @@ def run_task(task: Task) -> tuple[Task, Trace]:
 
     storage = optuna.storages.InMemoryStorage()
     study = open_study("bench", storage, space, _sampler(task.strategy, space, task.seed))[0]
+    # The study start reads the world's GPUs as optimize reads a host's through NVML.
+    tenants = read_tenants(backend.inner.gpu_monitor())
+    record_tenants(study, tenants)
     if task.strategy.startswith("spectune"):
         warm_start(study, space, task.trials)
     budget = None if task.hours is None else ClockBudget(task.hours * 3600.0, backend)
@@ -387,6 +393,7 @@ def run_task(task: Task) -> tuple[Task, Trace]:
         space.ttft_limit_ms,
         budget=budget,
         rounds=task.strategy in ROUNDS,
+        held_gib=tenants.gib,
     )
     trace.prior_s = plan_study(space, task.trials, DEFAULT_CONFIRMATION).confirm_cost.total_s
     run_trials(study, space, cast(Backend, backend), options, on_trial)

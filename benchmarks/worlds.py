@@ -2,18 +2,23 @@
 
 Each :class:`World` is the shipped simulator with some of its physics changed: other GPUs behind
 the label the space names, other step-time constants, another acceptance model, another memory
-rule. The benchmark's backend (:class:`WorldBackend`) measures with the world; the study keeps
-the shipped models for its prior, pre-screen and twin, and has to find out from its trials.
-Nothing in ``tuner`` imports this module.
+rule, another process holding memory on the GPUs. The benchmark's backend (:class:`WorldBackend`)
+measures with the world; the study keeps the shipped models for its prior, pre-screen and twin,
+and has to find out from its trials, except what a real host shows before the first server:
+the memory other processes hold, which the world reports through NVML's interface
+(:meth:`WorldBackend.gpu_monitor`) for the study start to read. Nothing in ``tuner`` imports
+this module.
 """
 
 from __future__ import annotations
 
 import math
 import random
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from tuner.catalog.gpu_state import GpuState
 from tuner.catalog.gpus import CATALOG, Hardware, parse_hardware
 from tuner.catalog.models import ModelSpec, load_model
 from tuner.config.methods import MethodFamily, method_of
@@ -62,7 +67,10 @@ class World:
         ngram_decay: a decay per position for prompt lookup and suffix decoding (1: none, as
             shipped).
         ngram_logit: shift of their acceptance logit at every position.
-        outside_gib: memory outside vLLM's budget beyond the model.
+        outside_gib: memory outside vLLM's budget beyond the model, which nothing shows
+            before a start-up.
+        tenant_gib: memory another process holds on each GPU (a desktop), which NVML shows
+            at study start (:meth:`WorldBackend.gpu_monitor`).
         inside_gib: memory inside the budget beyond the model.
         memory_rules: the vLLM version whose memory rules hold (None: the newest, as shipped).
         space_hardware: GPUs the space itself names for this world (None: the space's own).
@@ -78,6 +86,7 @@ class World:
     ngram_decay: float = 1.0
     ngram_logit: float = 0.0
     outside_gib: float = 0.0
+    tenant_gib: float = 0.0
     inside_gib: float = 0.0
     memory_rules: str | None = None
     space_hardware: str | None = None
@@ -141,9 +150,12 @@ class World:
         version: VllmVersion | None = None,
     ) -> MemoryEstimate:
         version = parse_version(self.memory_rules) if self.memory_rules else version
-        extra = jitter_gib + self.outside_gib
-        base = estimate_memory(hardware, target, draft, server, extra, version=version)
-        return adjust_memory(base, target, draft, server, self.inside_gib, self.outside_gib)
+        # vLLM finds a tenant's memory in use as it finds its own unmodelled overhead.
+        outside = self.outside_gib + self.tenant_gib
+        base = estimate_memory(
+            hardware, target, draft, server, jitter_gib + outside, version=version
+        )
+        return adjust_memory(base, target, draft, server, self.inside_gib, outside)
 
 
 def _logit(rate: float) -> float:
@@ -179,6 +191,11 @@ WORLDS: tuple[World, ...] = (
     ),
     World("bandwidth 0.75x", "kernels reach 3/4 of the modelled bandwidth", bandwidth=0.75),
     World("memory +1.1 GiB", "1.1 GiB more outside vLLM's budget", outside_gib=1.1),
+    World(
+        "desktop on the GPU",
+        "another process (a desktop) holds 2 GiB of each GPU, as NVML shows at study start",
+        tenant_gib=2.0,
+    ),
     World("draft 2.5x", "each draft pass costs 2.5x the model", draft_cost=2.5),
     World("ngram workload", "outputs repeat the prompt: ngram logit +2.0", ngram_logit=2.0),
     World(
@@ -258,3 +275,27 @@ class WorldBackend:
 
     def facts(self, space: SearchSpace) -> RunFacts:
         return RunFacts(self.name, str(space.version))
+
+    def gpu_monitor(self) -> WorldGpus:
+        """The world's GPUs as NVML shows them before the study's first server starts."""
+        return WorldGpus(self.hardware.count, self.world.tenant_gib)
+
+
+_DESKTOP_PID = 1873  # the tenant's process, as NVML would list it
+
+
+@dataclass(frozen=True)
+class WorldGpus:
+    """The :class:`tuner.catalog.nvml.GpuMonitor` of a world's GPUs with no server of the study
+    on them: each holds the world's tenant, if any (what a study start reads)."""
+
+    count: int
+    tenant_gib: float
+
+    def memory_used_gib(self) -> list[float] | None:
+        return [self.tenant_gib] * self.count
+
+    def state(self) -> list[GpuState] | None:
+        held = ((_DESKTOP_PID, self.tenant_gib),) if self.tenant_gib else ()
+        now = time.monotonic()
+        return [GpuState(now, gpu, self.tenant_gib, processes=held) for gpu in range(self.count)]

@@ -171,9 +171,6 @@ class _Probe:
     def memory_total_bytes(self, index: int) -> int:
         return 95830 * 1024**2
 
-    def memory_used_bytes(self, index: int) -> int:
-        return 0
-
     def driver_version(self) -> str:
         return "580.105.06"
 

@@ -51,9 +51,6 @@ class StandInProbe:
     def memory_total_bytes(self, index: int) -> int:
         return int((79.65 if "H100" in self.names[index] else 23.99) * 1024**3)
 
-    def memory_used_bytes(self, index: int) -> int:
-        return 0
-
     def driver_version(self) -> str:
         return "550.54.14"
 
@@ -208,7 +205,7 @@ def _fake_pynvml() -> types.ModuleType:
         nvmlDeviceGetCount=lambda: 4,
         nvmlDeviceGetHandleByIndex=lambda i: i,
         nvmlDeviceGetName=lambda h: b"NVIDIA A100-SXM4-80GB",
-        nvmlDeviceGetMemoryInfo=lambda h: types.SimpleNamespace(total=80 * 1024**3, used=0),
+        nvmlDeviceGetMemoryInfo=lambda h: types.SimpleNamespace(total=80 * 1024**3),
         nvmlSystemGetDriverVersion=lambda: b"535.104.05",
         nvmlSystemGetCudaDriverVersion_v2=lambda: 12020,
         nvmlDeviceGetPciInfo=lambda h: types.SimpleNamespace(busId=bus[h].encode()),

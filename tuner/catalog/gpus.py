@@ -279,7 +279,6 @@ class DetectedGpu:
     index: int  # NVML's, the numbering --gpus and docker --gpus use
     name: str  # NVML's, e.g. "NVIDIA GeForce RTX 4090"
     memory_gib: float
-    used_gib: float = 0.0  # in use when read: before a study's servers, other tenants' memory
 
 
 # NVML_TOPOLOGY_* levels, named as `nvidia-smi topo -m` abbreviates them.
@@ -329,12 +328,6 @@ class DetectedGpus:
                 what was found and which flag to pass.
         """
         return hardware_of([(gpu.index, gpu.name) for gpu in self.gpus])
-
-    @property
-    def held_gib(self) -> float:
-        """The most memory in use on any of these GPUs (read before a study's servers start:
-        what other processes hold, which the study's servers cannot use)."""
-        return max((gpu.used_gib for gpu in self.gpus), default=0.0)
 
     def environment(self) -> dict[str, Any]:
         """The facts a study records about where it ran (see tuner.analysis.provenance)."""

@@ -279,7 +279,6 @@ class GpuProbe(Protocol):
     def device_count(self) -> int: ...
     def name(self, index: int) -> str: ...
     def memory_total_bytes(self, index: int) -> int: ...
-    def memory_used_bytes(self, index: int) -> int: ...
     def driver_version(self) -> str: ...
     def cuda_driver_version(self) -> int: ...
     def nvlink_links(self, a: int, b: int) -> int: ...
@@ -305,9 +304,6 @@ class NvmlProbe:
 
     def memory_total_bytes(self, index: int) -> int:
         return int(self._nvml.nvmlDeviceGetMemoryInfo(self._handle(index)).total)
-
-    def memory_used_bytes(self, index: int) -> int:
-        return int(self._nvml.nvmlDeviceGetMemoryInfo(self._handle(index)).used)
 
     def driver_version(self) -> str:
         return _text(self._nvml.nvmlSystemGetDriverVersion())
@@ -382,12 +378,7 @@ def _read(probe: GpuProbe, indices: Sequence[int] | None) -> DetectedGpus | NoGp
     missing = [i for i in wanted if not 0 <= i < count]
     if missing:
         return NoGpu(f"no GPU {missing[0]}: the host has {count}, numbered 0-{count - 1}")
-    gpus = tuple(
-        DetectedGpu(
-            i, probe.name(i), probe.memory_total_bytes(i) / _GIB, probe.memory_used_bytes(i) / _GIB
-        )
-        for i in wanted
-    )
+    gpus = tuple(DetectedGpu(i, probe.name(i), probe.memory_total_bytes(i) / _GIB) for i in wanted)
     cuda = probe.cuda_driver_version()
     links = tuple(_link(probe, a, b) for a, b in itertools.combinations(wanted, 2))
     return DetectedGpus(gpus, probe.driver_version(), f"{cuda // 1000}.{cuda % 1000 // 10}", links)

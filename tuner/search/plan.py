@@ -173,15 +173,17 @@ def plan_study(
     confirmation: Confirmation,
     budget_s: float | None = None,
     startups: StartupPrices | None = None,
+    held_gib: float = 0.0,
 ) -> StudyPlan:
-    """The plan of a run: the warm-start configs named, the sampler's trials at their mean
-    cost, a restart wherever the server config changes, each start-up at its family's price
-    (``startups``: the medians a resumed study measured; default the prior); with
-    ``budget_s``, only the trials that fit in it beside the confirmation (each at its full
-    fixed count: a trial measured in rounds, or pruned, costs less) and as much of
-    ``confirmation`` as fits a third of it, and the share of the optimum expected then."""
+    """The plan of a run: the warm-start configs named (on GPUs where other processes hold
+    ``held_gib``), the sampler's trials at their mean cost, a restart wherever the server
+    config changes, each start-up at its family's price (``startups``: the medians a resumed
+    study measured; default the prior); with ``budget_s``, only the trials that fit in it
+    beside the confirmation (each at its full fixed count: a trial measured in rounds, or
+    pruned, costs less) and as much of ``confirmation`` as fits a third of it, and the share
+    of the optimum expected then."""
     startups = startups or StartupPrices()
-    chosen = warm_start_configs(space, trials, startups)
+    chosen = warm_start_configs(space, trials, startups, held_gib)
     costs: dict[TrialConfig, TrialCost] = {}
     rows: list[tuple[str, TrialCost]] = []
     previous = None

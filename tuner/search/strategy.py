@@ -33,9 +33,12 @@ forecast of one request at a time picks K too high and memory too tight for a mi
 Only configs predicted to fit with :data:`SAFETY_MARGIN_GIB` to spare are enqueued: a start-up
 uses a few hundred MiB more or less than any model of it (allocator fragmentation, library
 workspaces), and a config pushed on the strength of a prediction alone should not be one that
-runs out of memory at launch. Where the prediction cannot tell configs apart, the one with more
-memory to spare and the lower TTFT for the longest prompts wins. The measurements come from
-whatever backend runs; the predictions only choose the first trials. After them the
+runs out of memory at launch. Memory other processes held when the study started
+(:mod:`tuner.catalog.tenants`) is taken before the prediction starts: vLLM finds it in use, so
+on 0.21-0.33 a utilization that leaves it no room fails the start-up check, and on 0.34 the KV
+cache is sized from what it leaves. Where the prediction cannot tell configs apart, the one
+with more memory to spare and the lower TTFT for the longest prompts wins. The measurements
+come from whatever backend runs; the predictions only choose the first trials. After them the
 constraint-aware multivariate TPE of ``--sampler tpe`` learns from what was measured; starting
 it next to the predicted optimum, at a safe memory setting, keeps its proposals away from the
 memory limit. In a goodput study the prediction is the climb the trial would make
@@ -63,6 +66,7 @@ from dataclasses import replace
 import optuna
 
 from tuner.catalog.models import ModelSpec
+from tuner.catalog.tenants import stored_tenants
 from tuner.config.space import SearchSpace
 from tuner.config.trial import TrialConfig
 from tuner.errors import StartupFailure
@@ -123,7 +127,7 @@ def warm_start(study: optuna.Study, space: SearchSpace, budget: int) -> int:
     """
     if budget < 1 or study.get_trials(deepcopy=False):
         return 0
-    chosen = warm_start_configs(space, budget)
+    chosen = warm_start_configs(space, budget, held_gib=stored_tenants(study).gib)
     for prediction in chosen:
         band = _band(space, prediction)
         study.enqueue_trial(
@@ -141,13 +145,17 @@ def warm_start(study: optuna.Study, space: SearchSpace, budget: int) -> int:
 
 
 def warm_start_configs(
-    space: SearchSpace, budget: int, startups: StartupPrices | None = None
+    space: SearchSpace,
+    budget: int,
+    startups: StartupPrices | None = None,
+    held_gib: float = 0.0,
 ) -> list[Prediction]:
     """The configs :func:`warm_start` enqueues for a run of ``budget`` trials, in order
-    (``startups``: the start-up prices, default the prior's)."""
+    (``startups``: the start-up prices, default the prior's; ``held_gib``: memory other
+    processes hold on each GPU)."""
     count = min(WARM_START_MAX, max(1, math.floor(budget * _WARM_START_SHARE)))
     # Never more than this run spends: a leftover enqueued trial would run past the budget.
-    ranked = predicted_configs(space)
+    ranked = predicted_configs(space, held_gib)
     share = variant_share(space, ranked, startups or StartupPrices())
     plan = _plan(ranked, count, lambda p: _band(space, p).error, share)
     return plan[:budget]
@@ -188,14 +196,16 @@ def _band(space: SearchSpace, prediction: Prediction) -> Band:
 
 
 @functools.lru_cache(maxsize=8)  # deterministic per space; benchmarks start many studies
-def predicted_configs(space: SearchSpace) -> tuple[Prediction, ...]:
-    """Screens ``space`` with the simulator; returns the screened configs, best first.
+def predicted_configs(space: SearchSpace, held_gib: float = 0.0) -> tuple[Prediction, ...]:
+    """Screens ``space`` with the simulator on GPUs where other processes hold ``held_gib``
+    each; returns the screened configs, best first.
 
     Only configs that fit with :data:`SAFETY_MARGIN_GIB` to spare and meet the space's TTFT
     limit are returned: those that also meet it for the longest prompts first, then by
     predicted throughput, TTFT for the longest prompts, and memory to spare.
     """
-    return tuple(p for p in _StagedScreen(space).run() if p.p95_ttft_ms <= space.ttft_limit_ms)
+    screened = _StagedScreen(space, held_gib).run()
+    return tuple(p for p in screened if p.p95_ttft_ms <= space.ttft_limit_ms)
 
 
 def _plan(
@@ -259,8 +269,10 @@ class _StagedScreen(Screen):
     """The warm start's screen, under the shipped simulator: each stage predicts around the
     best candidates of the one before."""
 
-    def __init__(self, space: SearchSpace) -> None:
+    def __init__(self, space: SearchSpace, held_gib: float = 0.0) -> None:
         super().__init__(space)
+        # NVML's free memory before vLLM starts, where other processes hold some (None: all).
+        self.free_gib = space.hardware.gpu.vram_gib - held_gib if held_gib > 0 else None
         # p95 TTFT is set by the longest prompts; busier levels queue (their p95 is the
         # queue's), so the tail prompt is predicted at the lightest level.
         self.tail = replace(
@@ -362,10 +374,16 @@ class _StagedScreen(Screen):
                 server,
                 jitter_gib=extra_gib,
                 version=self.space.version,
+                free_gib=self.free_gib,
             ).fits
 
         memory = estimate_memory(
-            self.space.hardware, self.space.target, draft, server, version=self.space.version
+            self.space.hardware,
+            self.space.target,
+            draft,
+            server,
+            version=self.space.version,
+            free_gib=self.free_gib,
         )
         if not memory.fits:
             return -1.0

@@ -2,8 +2,10 @@
 
 :class:`TwinSampler` wraps the study's sampler (TPE), as Optuna's samplers wrap their parts:
 1. after each trial it refits the twin (:func:`tuner.sim.twin.fit.fit`) to every trial measured
-   so far, from the host's calibration when there is one (else the shipped simulator), and
-   stores it as the study's ``twin`` attribute (plain JSON, read back by :func:`stored_twin`);
+   so far, from the host's calibration when there is one (else the shipped simulator), with
+   the memory other processes held when the study started (:mod:`tuner.catalog.tenants`) as
+   memory outside vLLM's budget, and stores it as the study's ``twin`` attribute (plain
+   JSON, read back by :func:`stored_twin`);
 2. then asks the twin what to measure next (:mod:`tuner.search.proposals`, on the screen of
    :mod:`tuner.search.twin_screen`); on a traffic mix whose first level is one request only:
    otherwise (goodput too) only memory steers;
@@ -22,6 +24,7 @@ from optuna.distributions import BaseDistribution
 from optuna.trial import FrozenTrial, TrialState
 
 from tuner import serde
+from tuner.catalog.tenants import stored_tenants
 from tuner.config.space import SearchSpace
 from tuner.search.memory_guard import guard, safe_params
 from tuner.search.proposals import propose
@@ -126,9 +129,16 @@ class TwinSampler(optuna.samplers.BaseSampler):
         return self._screen
 
     def start(self, study: optuna.Study) -> FittedTwin:
-        """The twin before any trial: the host's calibration, else ``prior``."""
+        """The twin before any trial: the host's calibration, else ``prior``, holding what
+        other processes held on the GPUs when the study started outside vLLM's budget (no
+        calibration saw them)."""
         raw = study.user_attrs.get(PRIOR_ATTR)
-        return self.prior if raw is None else serde.load(FittedTwin, raw)
+        prior = self.prior if raw is None else serde.load(FittedTwin, raw)
+        held = stored_tenants(study).gib
+        if not held:
+            return prior
+        params = replace(prior.params, outside_gib=prior.params.outside_gib + held)
+        return replace(prior, params=params)
 
     def twin(self, study: optuna.Study) -> FittedTwin:
         return stored_twin(study) or self.start(study)

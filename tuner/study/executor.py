@@ -133,7 +133,7 @@ class InProcess:
             run.space.ttft_limit_ms,
             budget=run.budget,
             rounds=request.rounds,
-            held_gib=held_elsewhere(request.backend, options.gpus),
+            held_gib=held_elsewhere(request.backend, options.gpus).gib,
             power=run.power,
         )
         backend = run.backend or backend_factory(request.backend)(run.space, options)

@@ -2,11 +2,12 @@
 other tenants of those GPUs hold when it starts.
 
 Other tenants (a desktop, a notebook, a second model) hold memory that no server of the study
-can use. :func:`held_elsewhere` reads it from NVML before the study's first server starts; the
-trial runner's memory pre-screen counts it against every start-up, and :func:`leave_room`
-gives it to a new study on vLLM 0.34+, whose KV cache is sized from what is free at start-up
-and grows into what a tenant frees or takes later: there the memory dimension searches caps
-that leave the tenants their memory (``server.memory_headroom_gib``), said in one line.
+can use. :func:`held_elsewhere` reads it through NVML before the study's first server starts
+(:mod:`tuner.catalog.tenants`); the study stores it, its warm start and twin start from it and
+the trial runner's memory pre-screen counts it against every start-up. :func:`leave_room` says
+it once and gives it to a new study on vLLM 0.34+, whose KV cache is sized from what is free at
+start-up and grows into what a tenant frees or takes later: there the memory dimension searches
+caps that leave the tenants their memory (``server.memory_headroom_gib``).
 """
 
 from __future__ import annotations
@@ -14,18 +15,16 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+from tuner.catalog import nvml
 from tuner.catalog.gpus import Hardware, NoGpu, find_gpu
-from tuner.catalog.nvml import detect_gpus
+from tuner.catalog.nvml import NvmlMonitor, detect_gpus
+from tuner.catalog.tenants import Tenants, read_tenants
 from tuner.config.space import SearchSpace
 from tuner.config.vllm_args import measured_kv_cache
 from tuner.errors import ConfigError
 from tuner.trial.backends.kinds import BackendKind
 
 __all__ = ["check_host_hardware", "held_elsewhere", "leave_room", "on_this_host"]
-
-# Below this a GPU counts as empty: the driver's own context and display buffers of a headless
-# host (nvidia-smi shows a few hundred MiB used on an idle 4090).
-TENANT_GIB = 0.5
 
 
 def on_this_host(
@@ -91,38 +90,42 @@ def check_host_hardware(
         )
 
 
-def held_elsewhere(backend: str, gpus: tuple[int, ...] | None) -> float:
-    """GiB in use on the fullest of the GPUs a measured backend's servers will use, read now
-    (before they start); 0.0 for the simulator, without NVML, or below :data:`TENANT_GIB`."""
+def held_elsewhere(backend: str, gpus: tuple[int, ...] | None) -> Tenants:
+    """What other processes hold on the GPUs a measured backend's servers will use, read now
+    (before they start); none for the simulator, without NVML, or below
+    :data:`~tuner.catalog.tenants.TENANT_GIB`."""
     if not BackendKind.parse(backend).on_gpus or gpus == ():
-        return 0.0
-    detected = detect_gpus(gpus)
-    if isinstance(detected, NoGpu):
-        return 0.0
-    held = detected.held_gib
-    return held if held >= TENANT_GIB else 0.0
+        return Tenants()
+    monitor = nvml.open_gpu_monitor(gpus)
+    try:
+        return read_tenants(monitor)
+    finally:
+        if isinstance(monitor, NvmlMonitor):
+            monitor.close()
 
 
 def leave_room(
-    space: SearchSpace, held_gib: float, on_notice: Callable[[str], None] | None
+    space: SearchSpace, tenants: Tenants, on_notice: Callable[[str], None] | None
 ) -> SearchSpace:
-    """``space`` for GPUs on which other processes hold ``held_gib``: on vLLM 0.34+ without a
-    headroom of its own, one that leaves them that (rounded up to 0.5 GiB); said once."""
-    if held_gib <= 0.0:
+    """``space`` for GPUs on which other processes hold ``tenants``' memory, said once: on
+    vLLM 0.34+ without a headroom of its own, one that leaves them that (rounded up to 0.5
+    GiB); on earlier releases the same space, every start-up pre-screened with it taken."""
+    held = tenants.gib
+    if held <= 0.0:
         return space
+    said = f"note: other processes hold {tenants.describe()} of a GPU this study uses (NVML): "
     if measured_kv_cache(space.version) and space.model.server.memory_headroom_gib is None:
-        headroom = math.ceil(held_gib * 2) / 2
+        headroom = math.ceil(held * 2) / 2
         if on_notice is not None:
             on_notice(
-                f"note: other processes hold {held_gib:.1f} GiB of a GPU this study uses (NVML): "
-                f"vLLM {space.version} sizes its KV cache from what is free at start-up, so the "
-                f"study searches gpu-memory-utilization caps that leave them {headroom:g} GiB "
-                "(server.memory_headroom_gib; set it to choose)"
+                f"{said}vLLM {space.version} sizes its KV cache from what is free at start-up, "
+                f"so the study searches gpu-memory-utilization caps that leave them "
+                f"{headroom:g} GiB (server.memory_headroom_gib; set it to choose)"
             )
         return space.with_memory_headroom(headroom)
     if on_notice is not None:
         on_notice(
-            f"note: other processes hold {held_gib:.1f} GiB of a GPU this study uses (NVML): "
-            "every start-up is pre-screened with that memory taken"
+            f"{said}the warm start, the twin and every start-up's pre-screen count it as "
+            "memory held outside vLLM"
         )
     return space

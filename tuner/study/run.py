@@ -22,6 +22,7 @@ import optuna
 from tuner.analysis.confirmed import Confirmed
 from tuner.analysis.k_table import KTableVerdict
 from tuner.analysis.picks import Candidate, pareto_front, recommend
+from tuner.catalog.tenants import Tenants, record_tenants
 from tuner.config.runner_report import v1_warning
 from tuner.config.running_cap import cap_warning
 from tuner.config.space import SearchSpace
@@ -106,6 +107,8 @@ class _Setup:
     backend: Backend | None = None  # a ready backend (tests, benchmarks)
     on_notice: Notice | None = None
     power: PowerLimits | None = None  # the hold on the power limit a space searches
+    # Other processes' GPU memory, read when a new study is prepared; start() stores it.
+    tenants: Tenants | None = None
 
     def notice(self, line: str | None) -> None:
         if line and self.on_notice is not None:
@@ -186,14 +189,14 @@ class OpenedRun(_Setup):
         leave_room`) and the pre-flight: the vLLM that will serve the trials judges the space,
         and what it refuses is taken out (:func:`~tuner.study.judge.judged_space`)."""
         self.executor.prepare(self)
-        space = self.space
+        space, tenants = self.space, None
         if not self.resume and self.request.ray is None:  # Ray's images are on its nodes
-            held = held_elsewhere(self.request.backend, self.options.gpus)
-            space = leave_room(space, held, self.on_notice)
+            tenants = held_elsewhere(self.request.backend, self.options.gpus)
+            space = leave_room(space, tenants, self.on_notice)
             verdict = self._preflight(space)
             if verdict is not None:
                 space = judged_space(space, verdict, self.on_notice)
-        return PreparedRun(**{**_fields(self), "space": space})
+        return PreparedRun(**{**_fields(self), "space": space, "tenants": tenants})
 
     def _preflight(self, space: SearchSpace) -> Preflight | None:
         """The backend's pre-flight verdict on ``space``; None where it has none, or where the
@@ -229,6 +232,8 @@ class PreparedRun(_Setup):
         claim_source(study, request.backend)
         if self.power is not None:  # the original limit, before any trial changes it
             self.power.record(study)
+        if self.tenants is not None:  # the warm start and the twin start from it
+            record_tenants(study, self.tenants)
         for notice in (space.newer_note, v1_warning(space), cap_warning(space)):
             self.notice(notice)
         self.paths.folder.mkdir(parents=True, exist_ok=True)
@@ -464,8 +469,12 @@ def plan_run(request: OptimizeRequest) -> StudyPlan:
     if request.space is None:
         raise ConfigError(f"study {request.study!r}: --plan needs the space to plan")
     startups = stored_startups(request)
-    space, confirmation = request.space, request.confirmation
-    return plan_study(space, request.trials, confirmation, request.time_budget_s, startups)
+    # What the run's start would read of other processes' GPU memory, and make of it.
+    tenants = held_elsewhere(request.backend, request.backend_options.gpus)
+    space, confirmation = leave_room(request.space, tenants, None), request.confirmation
+    return plan_study(
+        space, request.trials, confirmation, request.time_budget_s, startups, tenants.gib
+    )
 
 
 def stored_startups(request: OptimizeRequest) -> StartupPrices:

@@ -100,6 +100,16 @@ def test_an_oom_moves_the_memory_boundary_for_every_method() -> None:
     assert twin.params.inside_gib == prior.params.inside_gib  # the message named the outside
 
 
+def test_memory_the_prior_knows_is_held_outside_leaves_its_margin_whole() -> None:
+    # Other processes held 2 GiB when the study started: an OOM measures no peak, and the
+    # margin for what nobody knows must stay, on top of the 2 GiB known.
+    prior = FittedTwin(TwinParams(outside_gib=2.0))
+    none = SPACE.config(None, 0.86, 2048, 0.2).server
+    twin = fit(SPACE.hardware, [_oom(none)], prior, SPACE.version)
+    assert twin.margin_gib == pytest.approx(prior.margin_gib)
+    assert twin.params.outside_gib >= 2.0
+
+
 def test_each_further_oom_doubles_the_step_and_a_start_up_that_ran_caps_it() -> None:
     servers = [SPACE.config(None, u, 2048, 0.2).server for u in (0.90, 0.86, 0.82)]
     one = fit(SPACE.hardware, [_oom(servers[0])], FittedTwin(), SPACE.version)

@@ -427,7 +427,9 @@ def _fit_memory(
     outside, outside_sd = _gaussian(mean, spread, rows, ys, noise)
     sd["outside_gib"] = float(outside_sd[0])
     value = float(outside[0])
-    margin = max(prior.margin_gib - prior.params.outside_gib, 0.0)
+    # The prior's margin is for the memory it does not know; what it knows held outside vLLM
+    # (a calibration's fit, other processes' memory) is in ``value`` and must not eat it.
+    margin = prior.margin_gib
     if rows:  # measured memory replaces the prior's allowance for the model's own error
         margin = BASE_MARGIN_GIB + _MARGIN_SIGMAS * float(outside_sd[0])
     inside = prior.params.inside_gib
