@@ -206,7 +206,8 @@ class GpuWindow:
         samples: readings taken in it (per GPU).
         energy_j: joules drawn by all GPUs through the window: from the boards' energy
             counters where they have one, else mean power times time (``energy_from``).
-        energy_from: ``"counter"`` or ``"power"``.
+        energy_from: ``"counter"``, ``"power"``, or ``"model"`` (the simulator's power model,
+            :mod:`tuner.sim.power`: no GPU was read).
         mean_power_w: mean board power, all GPUs summed.
         sm_clock_mhz: mean SM clock over readings and GPUs.
         memory_clock_mhz: mean memory clock over readings and GPUs.

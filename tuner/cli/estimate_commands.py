@@ -146,6 +146,8 @@ def _estimate_json(est: Estimate) -> dict[str, Any]:
         "fits": est.memory.fits,
         "result": None if est.result is None else est.result.summary(),
         "error_band": est.band.to_json(),
+        "power_band": None if est.power_band is None else est.power_band.to_json(),
+        "energy_error": est.energy_error,
     }
 
 
@@ -179,4 +181,23 @@ def _print_estimate(est: Estimate) -> None:
         f"{r.tpot_ms(50) or 0:.1f} ms, draft acceptance "
         + ("n/a" if accept is None else f"{accept * 100:.1f} %"),
         highlight=False,
+    )
+    console.print(f"  {_energy_line(est)}", markup=False, highlight=False)
+
+
+def _energy_line(est: Estimate) -> str:
+    """``simulated 3.10 J/token (0.32 tok/J) at 412 W, +/- 40 %: power +/- 26 % (...), plus
+    throughput +/- 14 %``, or why there is none."""
+    r = est.result
+    per_token = None if r is None else r.joules_per_token
+    if r is None or r.gpu is None or per_token is None or est.power_band is None:
+        return f"energy: unknown ({est.hardware.gpu.name} has no board power in the catalog)"
+    error = est.energy_error
+    speed = est.band.error
+    return (
+        f"simulated {per_token:.2f} J/token ({1 / per_token:.2f} tok/J) at "
+        f"{r.gpu.mean_power_w or 0:.0f} W, "
+        + ("error unknown" if error is None else f"+/- {error * 100:.0f} %")
+        + f": power {est.power_band.describe()}, plus throughput "
+        + ("(no public figure of this kind)" if speed is None else f"+/- {speed * 100:.0f} %")
     )

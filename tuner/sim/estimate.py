@@ -5,7 +5,9 @@ K, its own settings and options), so it passes the same checks a space's choices
 (:mod:`tuner.config.choice_rules`): every method the space can search can be estimated, and
 one the target or the vLLM release cannot run is refused in one line. The memory verdict
 follows the rules of the vLLM version asked for (``tuner.sim.memory``), and the prediction
-carries the error band of its regime (:mod:`tuner.sim.band`).
+carries the error band of its regime (:mod:`tuner.sim.band`). Where the GPU's board power is
+known, it carries its energy too (:mod:`tuner.sim.power`), with the power model's band
+(:mod:`tuner.sim.power_fit`).
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ from tuner.errors import ConfigError
 from tuner.results import TrialResult
 from tuner.sim.band import Band, error_band, regime_of
 from tuner.sim.memory import MemoryEstimate, estimate_memory
+from tuner.sim.power import PowerModel, power_model
+from tuner.sim.power_fit import PowerBand, power_band
 from tuner.sim.virtual_time import SHIPPED, Physics, predict
 
 __all__ = ["Estimate", "estimate", "speculation_choice"]
@@ -46,6 +50,8 @@ class Estimate:
 
     Attributes:
         band: the measured error of predictions of this regime (GPU class, method, load).
+        power_band: the power model's error; None where the GPU's board power is unknown
+            (and the result carries no energy).
     """
 
     hardware: Hardware
@@ -53,6 +59,15 @@ class Estimate:
     memory: MemoryEstimate
     result: TrialResult | None
     band: Band
+    power_band: PowerBand | None = None
+
+    @property
+    def energy_error(self) -> float | None:
+        """The relative error J/token may carry: the power model's plus the throughput's (the
+        energy of a token is power times the time it takes); None where either is unknown."""
+        if self.power_band is None or self.band.error is None:
+            return None
+        return self.power_band.error + self.band.error
 
 
 def _method_of(draft: str) -> SpecMethod:
@@ -182,6 +197,7 @@ def estimate(  # noqa: PLR0913  (one keyword per estimate setting, as the CLI pa
         if physics is SHIPPED
         else physics.memory(hardware, target, draft_spec, server, version=vllm_version)
     )
+    power: PowerModel | None = power_model(hardware.gpu)
     result = None
     if memory.fits:
         result = predict(
@@ -194,6 +210,9 @@ def estimate(  # noqa: PLR0913  (one keyword per estimate setting, as the CLI pa
             concurrency,
             physics,
             vllm_version,
+            power,
         )
     band = error_band(regime_of(hardware, server, concurrency))
-    return Estimate(hardware, server, memory, result, band)
+    return Estimate(
+        hardware, server, memory, result, band, None if power is None else power_band()
+    )
