@@ -213,6 +213,4 @@ def estimate(  # noqa: PLR0913  (one keyword per estimate setting, as the CLI pa
             power,
         )
     band = error_band(regime_of(hardware, server, concurrency))
-    return Estimate(
-        hardware, server, memory, result, band, None if power is None else power_band()
-    )
+    return Estimate(hardware, server, memory, result, band, None if power is None else power_band())
