@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "MODELLED",
     "STALL_S",
     "TENANT_MOVE_GIB",
     "THROTTLED_SHARE",
@@ -195,6 +196,10 @@ class Throttle(enum.StrEnum):
     def distorts(self) -> bool:
         """Whether a measurement under this reason says more about the GPU than the config."""
         return self is not Throttle.POWER_CAP
+
+
+MODELLED = "model"
+"""``GpuWindow.energy_from`` of a simulated window: the simulator's power model, no GPU read."""
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from statistics import median
 
 from tuner.catalog.gpus import GpuSpec, MemoryKind, known_gpus
-from tuner.results import GpuWindow
+from tuner.results import MODELLED, GpuWindow
 from tuner.sim.perfmodel import StepWork
 
 __all__ = [
@@ -43,9 +43,6 @@ __all__ = [
     "idle_w",
     "power_model",
 ]
-
-MODELLED = "model"
-"""``GpuWindow.energy_from`` of a simulated window: the power model's, no GPU read."""
 
 
 @dataclass(frozen=True)
