@@ -113,6 +113,13 @@ def estimate_command(
         requests=max(8, 4 * concurrency),
     )
     parsed = parse_hardware(hardware)
+    physics = study_physics(study, storage, studies_dir, parsed, model)
+    power = None
+    if study is not None:  # the study's own GPUs' draw, where it read them
+        from tuner.study.paths import default_storage
+        from tuner.study.twin_power import study_power
+
+        power = study_power(storage or default_storage(study, studies_dir), study, physics)
     result = estimate(
         parsed,
         model,
@@ -126,8 +133,9 @@ def estimate_command(
         max_num_batched_tokens=max_num_batched_tokens,
         max_model_len=max_model_len,
         concurrency=concurrency,
-        physics=study_physics(study, storage, studies_dir, parsed, model),
+        physics=physics,
         vllm_version=None if vllm_version is None else check_release(vllm_version),
+        power_scale=power,
     )
     if as_json:
         print_json(_estimate_json(result))
@@ -147,6 +155,7 @@ def _estimate_json(est: Estimate) -> dict[str, Any]:
         "result": None if est.result is None else est.result.summary(),
         "error_band": est.band.to_json(),
         "power_band": None if est.power_band is None else est.power_band.to_json(),
+        "power_scale": None if est.power_scale is None else asdict(est.power_scale),
         "energy_error": est.energy_error,
     }
 
@@ -194,10 +203,11 @@ def _energy_line(est: Estimate) -> str:
         return f"energy: unknown ({est.hardware.gpu.name} has no board power in the catalog)"
     error = est.energy_error
     speed = est.band.error
+    power = est.power_scale.describe() if est.power_scale else est.power_band.describe()
     return (
         f"simulated {per_token:.2f} J/token ({1 / per_token:.2f} tok/J) at "
         f"{r.gpu.mean_power_w or 0:.0f} W, "
         + ("error unknown" if error is None else f"+/- {error * 100:.0f} %")
-        + f": power {est.power_band.describe()}, plus throughput "
+        + f": power {power}, plus throughput "
         + ("(no public figure of this kind)" if speed is None else f"+/- {speed * 100:.0f} %")
     )

@@ -35,8 +35,9 @@ from tuner.errors import ConfigError
 from tuner.results import TrialResult
 from tuner.sim.band import Band, error_band, regime_of
 from tuner.sim.memory import MemoryEstimate, estimate_memory
-from tuner.sim.power import PowerModel, power_model
+from tuner.sim.power import SHIPPED_POWER, PowerModel, power_model
 from tuner.sim.power_fit import PowerBand, power_band
+from tuner.sim.twin.power import PowerScale, scaled
 from tuner.sim.virtual_time import SHIPPED, Physics, predict
 
 __all__ = ["Estimate", "estimate", "speculation_choice"]
@@ -52,6 +53,8 @@ class Estimate:
         band: the measured error of predictions of this regime (GPU class, method, load).
         power_band: the power model's error; None where the GPU's board power is unknown
             (and the result carries no energy).
+        power_scale: a study's correction of the power model to its own GPUs; None: the
+            shipped model.
     """
 
     hardware: Hardware
@@ -60,14 +63,24 @@ class Estimate:
     result: TrialResult | None
     band: Band
     power_band: PowerBand | None = None
+    power_scale: PowerScale | None = None
+
+    @property
+    def power_error(self) -> float | None:
+        """The power model's relative error: the spread of the study's pairs around the scaled
+        model, else the shipped model's leave-one-out band; None without board power."""
+        if self.power_band is None:
+            return None
+        return self.power_scale.spread if self.power_scale else self.power_band.error
 
     @property
     def energy_error(self) -> float | None:
         """The relative error J/token may carry: the power model's plus the throughput's (the
         energy of a token is power times the time it takes); None where either is unknown."""
-        if self.power_band is None or self.band.error is None:
+        power = self.power_error
+        if power is None or self.band.error is None:
             return None
-        return self.power_band.error + self.band.error
+        return power + self.band.error
 
 
 def _method_of(draft: str) -> SpecMethod:
@@ -154,6 +167,7 @@ def estimate(  # noqa: PLR0913  (one keyword per estimate setting, as the CLI pa
     physics: Physics = SHIPPED,
     vllm_version: VllmVersion | None = None,
     free_gib: float | None = None,
+    power_scale: PowerScale | None = None,
 ) -> Estimate:
     """Predicts throughput, TTFT, acceptance and memory for one config on ``hardware``.
 
@@ -165,6 +179,7 @@ def estimate(  # noqa: PLR0913  (one keyword per estimate setting, as the CLI pa
             (:class:`tuner.sim.twin.TwinPhysics`).
         vllm_version: whose memory, method and engine rules apply (None: the newest).
         free_gib: NVML's free memory per GPU, where the caller read it (another process counts).
+        power_scale: a study's power correction (:func:`tuner.study.twin_power.study_power`).
 
     Raises:
         ConfigError: an unknown model, or speculation ``vllm_version`` or the target refuses.
@@ -197,7 +212,8 @@ def estimate(  # noqa: PLR0913  (one keyword per estimate setting, as the CLI pa
         if physics is SHIPPED
         else physics.memory(hardware, target, draft_spec, server, version=vllm_version)
     )
-    power: PowerModel | None = power_model(hardware.gpu)
+    constants = SHIPPED_POWER if power_scale is None else scaled(SHIPPED_POWER, power_scale.scale)
+    power: PowerModel | None = power_model(hardware.gpu, constants=constants)
     result = None
     if memory.fits:
         result = predict(
@@ -213,4 +229,6 @@ def estimate(  # noqa: PLR0913  (one keyword per estimate setting, as the CLI pa
             power,
         )
     band = error_band(regime_of(hardware, server, concurrency))
-    return Estimate(hardware, server, memory, result, band, None if power is None else power_band())
+    if power is None:
+        return Estimate(hardware, server, memory, result, band)
+    return Estimate(hardware, server, memory, result, band, power_band(), power_scale)
