@@ -41,6 +41,7 @@ TABLE_4090 = "https://github.com/sudoingX/qwen38-mtp/blob/main/README.md"
 CLUB_4090 = "https://github.com/noonghunna/club-3090/issues/697"
 _STAND_IN_27B = "Qwen/Qwen2.5-32B-Instruct-AWQ"
 _STAND_IN_MTP = "Qwen/Qwen2.5-0.5B-Instruct"
+_STAND_IN_METHOD = "draft_model"  # the MTP head's stand-in drafts as a separate model
 _QWEN3_4B_FP8 = "Qwen/Qwen3-4B-Instruct-2507-FP8"
 
 
@@ -188,7 +189,7 @@ def _shares(figure: PowerFigure) -> tuple[float, float]:
     target = _model(figure.model)
     draft = load_model(_STAND_IN_MTP) if figure.k else None
     speculative = (
-        SpeculativeConfig(SpecMethod.DRAFT_MODEL, figure.k, model=_STAND_IN_MTP)
+        SpeculativeConfig(SpecMethod.parse(_STAND_IN_METHOD), figure.k, model=_STAND_IN_MTP)
         if figure.k
         else None
     )
