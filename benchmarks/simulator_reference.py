@@ -8,6 +8,9 @@ For each figure of ``benchmarks/reference_figures.yaml``: what its source measur
 simulator's prediction and error, and the error when the figure's own source is left out of the
 fit (``reference_fit.held_out``). Then the errors per regime (GPU class x method family x
 load), the sources whose parameters no other source pins, and the figures read but not used.
+Last, the public power figures the power model is fitted to (:mod:`tuner.sim.power_fit`): each
+GPU, setup, reading, source, the model's value, its error and its error held out (the
+leave-one-out errors whose largest is the band ``spectune estimate`` prints beside J/token).
 ``--write`` stores the errors where ``spectune estimate`` and ``--plan`` read their error bands
 (:mod:`tuner.sim.band`); ``tests/sim/test_reference_table.py`` checks the stored file
 against a fresh run.
@@ -26,10 +29,12 @@ from reference_parameters import PARAMETERS
 from reference_table import Figure, ReferenceTable, load_table
 
 from tuner import serde
+from tuner.sim import power_fit
 from tuner.sim.band import FigureError
+from tuner.sim.power import SHIPPED_POWER
 from tuner.sim.virtual_time import SHIPPED, Calibrated
 
-__all__ = ["BAR", "ERRORS_FILE", "Report", "main", "report"]
+__all__ = ["BAR", "ERRORS_FILE", "Report", "main", "power_rows", "report"]
 
 BAR = 0.20  # every figure within 20 % of its measurement
 ERRORS_FILE = Path(__file__).parents[1] / "tuner" / "sim" / "reference_errors.json"
@@ -116,6 +121,46 @@ def _print_not_used(table: ReferenceTable) -> None:
         print(f"- {item['figures']} ({item['address']}): {item['why']}")
 
 
+def power_rows() -> list[dict[str, object]]:
+    """The power figures the power model was fitted to, each with the model's value and its
+    errors (shipped fit, and held out): what the power table prints."""
+    held = power_fit.held_out()
+    rows: list[dict[str, object]] = []
+    for f in power_fit.FIGURES:
+        speculation = f"K={f.k} (a 0.5B draft for MTP)" if f.k else "no speculation"
+        rows.append(
+            {
+                "figure": f.id,
+                "gpu": f.hardware,
+                "setup": f"{f.model}, one stream, {speculation}, {f.limit_w:.0f} W limit",
+                "measured_w": f.measured_w,
+                "at_limit": f.at_limit,
+                "source": f.source,
+                "model_w": power_fit.predicted_w(f, SHIPPED_POWER),
+                "error": power_fit.error(f, SHIPPED_POWER),
+                "held_out": held[f.id],
+            }
+        )
+    return rows
+
+
+def _print_power() -> None:
+    print(
+        f"Power figures (power model: memory {SHIPPED_POWER.memory}, compute "
+        f"{SHIPPED_POWER.compute}; tuner/sim/power_fit.py):"
+    )
+    print("| GPU | setup | figure | source | model | error | held out |")
+    print("|---|---|---|---|---|---|---|")
+    for row in power_rows():
+        limit = " (the limit)" if row["at_limit"] else ""
+        print(
+            f"| {row['gpu']} | {row['setup']} | {row['measured_w']:.0f} W{limit} "
+            f"| {row['source']} | {row['model_w']:.0f} W | {row['error']:+.1%} "
+            f"| {row['held_out']:+.1%} |"
+        )
+    print(f"J/token band: power {power_fit.power_band().describe()}")
+
+
 def write_errors(result: Report, path: Path = ERRORS_FILE) -> None:
     """Stores the figures' errors where :mod:`tuner.sim.band` reads them."""
     data = {
@@ -154,6 +199,8 @@ def main(argv: list[str] | None = None) -> int:
     _print_summary(result)
     print()
     _print_not_used(table)
+    print()
+    _print_power()
     if args.write:
         write_errors(result)
         print(f"\nwrote {ERRORS_FILE}")

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "MODELLED",
     "STALL_S",
     "TENANT_MOVE_GIB",
     "THROTTLED_SHARE",
@@ -197,6 +198,10 @@ class Throttle(enum.StrEnum):
         return self is not Throttle.POWER_CAP
 
 
+MODELLED = "model"
+"""``GpuWindow.energy_from`` of a simulated window: the simulator's power model, no GPU read."""
+
+
 @dataclass(frozen=True)
 class GpuWindow:
     """What the GPUs did through one measured window, all of the study's GPUs together.
@@ -206,7 +211,8 @@ class GpuWindow:
         samples: readings taken in it (per GPU).
         energy_j: joules drawn by all GPUs through the window: from the boards' energy
             counters where they have one, else mean power times time (``energy_from``).
-        energy_from: ``"counter"`` or ``"power"``.
+        energy_from: ``"counter"``, ``"power"``, or ``"model"`` (the simulator's power model,
+            :mod:`tuner.sim.power`: no GPU was read).
         mean_power_w: mean board power, all GPUs summed.
         sm_clock_mhz: mean SM clock over readings and GPUs.
         memory_clock_mhz: mean memory clock over readings and GPUs.

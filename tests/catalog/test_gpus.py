@@ -146,7 +146,10 @@ def test_a_gpu_of_your_own_runs_a_study_that_resumes_without_the_file(tmp_path: 
     assert made.exit_code == 0, made.stderr
     url = f"sqlite:///{tmp_path / 'mine.db'}"
     study = optuna.load_study(study_name="mine", storage=url)
-    stored = {"gpu": {**MY_GPU, "sources": [], "note": ""}, "count": 1}
+    stored = {
+        "gpu": {**MY_GPU, "board_w": None, "idle_w": None, "sources": [], "note": ""},
+        "count": 1,
+    }
     assert study.user_attrs["space"]["hardware"] == stored
     loaded = stored_space(study)
     assert loaded is not None and loaded.hardware.gpu.name == "RTX 5070 Ti"

@@ -317,8 +317,10 @@ def test_the_export_states_what_the_gpus_drew_per_token_where_nvml_read_them(
 ) -> None:
     study, space = levels.open()
     facts = provenance(study, space, pick_candidate(study, "max-throughput"), "max-throughput")
-    assert facts.gpu_state is None  # simulated: nothing read, nothing said
-    assert not any("GPU energy" in line for line in facts.lines())
+    # Simulated: the power model's energy, said to be simulated.
+    assert facts.gpu_state is not None and facts.gpu_state["energy_from"] == "model"
+    (simulated,) = [line for line in facts.lines() if line.startswith("GPU energy")]
+    assert "tok/J, simulated by the power model)" in simulated
     read = {
         "joules_per_token": 0.42,
         "tokens_per_joule": 1 / 0.42,

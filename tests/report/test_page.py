@@ -24,7 +24,8 @@ from tuner.sim.twin.fit import FittedTwin, fit
 from tuner.study.confirm import confirm
 from tuner.trial.backends import BackendOptions, backend_factory
 
-CHARTS = {"pareto", "k", "acceptance", "memory", "importance", "levels"}
+# The simulated study's trials carry the power model's energy: its chart too.
+CHARTS = {"pareto", "k", "acceptance", "memory", "importance", "levels", "energy"}
 
 
 class _Tags(HTMLParser):
@@ -57,6 +58,7 @@ def test_report_is_self_contained_and_every_chart_holds_data(
     assert by_name["acceptance"].points == sum(p.acceptance_rate is not None for p in found)
     assert by_name["importance"].points == 10  # five parameters, two objectives
     assert by_name["levels"].points > 0
+    assert 0 < by_name["energy"].points <= len(found)  # the measured trials, modelled energy
     # Drawn data shows as colour: an empty chart has next to none.
     empty = charts.pareto_chart([], {}, space.ttft_limit_ms, tmp_path / "empty.png")
     assert empty.points == 0 and ink(empty.path) < 0.001

@@ -121,17 +121,34 @@ runner = CliRunner()
 
 
 @pytest.mark.parametrize("args", [["--objective", "energy"], ["--objective", "both"]])
-def test_the_simulator_never_reads_energy_so_an_energy_study_stops_first(
+def test_a_simulated_energy_study_needs_the_gpu_s_board_power(
     tmp_path: Path, args: list[str]
 ) -> None:
-    result = runner.invoke(
-        app,
-        ["optimize", "--backend", "sim", "--trials", "1", "--studies-dir", str(tmp_path), *args],
-    )
+    where = ["--studies-dir", str(tmp_path), "--hardware", "a10gx1"]
+    result = runner.invoke(app, ["optimize", "--backend", "sim", "--trials", "1", *where, *args])
     assert result.exit_code == 2
     (line,) = result.output.strip().splitlines()
-    assert "the sim backend reads no GPU energy" in line and "--objective throughput" in line
+    assert "the sim backend models no energy for A10G" in line and "--objective throughput" in line
     assert not list(tmp_path.glob("*.db"))
+
+
+def test_a_simulated_energy_study_recommends_by_the_power_model_s_energy(tmp_path: Path) -> None:
+    space = small_space(tmp_path, slo={"prefer": "energy", "ttft_ms": 60000})
+    request = OptimizeRequest(
+        study="modelled",
+        space=space,
+        backend="sim",
+        trials=4,
+        studies_dir=tmp_path,
+        sampler="random",
+        confirm_top=0,
+    )
+    result = optimize(request)
+    cands = ranked(result.handle)
+    assert cands and all(c.record.gpu and c.record.gpu["energy_from"] == "model" for c in cands)
+    best = result.recommended
+    assert best is not None and study_pick(result.handle) == "min-energy"
+    assert best.tokens_per_joule == max(c.tokens_per_joule or 0.0 for c in cands)
 
 
 def test_an_unknown_objective_is_one_line(tmp_path: Path) -> None:
@@ -145,11 +162,12 @@ def test_an_unknown_objective_is_one_line(tmp_path: Path) -> None:
     )
 
 
-def test_the_space_s_preference_is_refused_where_no_gpu_is_read(tmp_path: Path) -> None:
+def test_the_space_s_preference_is_refused_where_no_gpu_is_read_on_a_gpu_backend(
+    tmp_path: Path,
+) -> None:
     space = small_space(tmp_path, slo={"prefer": "both"})
     on_sim = OptimizeRequest(study="s", space=space, backend="sim", trials=1, studies_dir=tmp_path)
-    with pytest.raises(ConfigError, match=r"^--objective both \(slo.prefer\): the sim backend"):
-        check_request(on_sim)
+    check_request(on_sim)  # the power model knows the 4090's board power
     no_gpus = replace(
         fake_request(tmp_path, space, 1),
         backend_options=replace(fake_request(tmp_path, space, 1).backend_options, gpus=()),

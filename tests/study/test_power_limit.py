@@ -171,7 +171,7 @@ def test_the_simulator_refuses_the_limit_it_has_no_power_model_for(tmp_path: Pat
     )
     assert result.exit_code == 2, result.output
     (line,) = result.stderr.strip().splitlines()
-    assert "no power model" in line and "--backend process" in line
+    assert "capped GPU slows down" in line and "--backend process" in line
 
 
 def test_without_privilege_the_study_is_refused_and_nothing_changes(

@@ -14,6 +14,11 @@ It is a :class:`~tuner.catalog.power.PowerControl` too: every limit set is recor
 is refused as NVML refuses it. A limit outlives the process that set it on a real GPU; with
 ``limit_file`` the stand-in's does too (a JSON file of the limit per GPU), so a study killed
 in one process leaves its limit for the next process to find.
+
+Or it follows a fake server (:meth:`FakeGpus.follow`): power and the energy counter are then
+what the server's simulated GPUs draw for the work it runs (its ``/metrics``, from
+:mod:`tuner.sim.server.gpu`), and the SM clock is the boost clock while it works and the idle
+clock while it waits; throttling on command still holds the clock down.
 """
 
 from __future__ import annotations
@@ -25,6 +30,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
 from tuner.catalog.gpu_state import GpuState
 from tuner.catalog.power import PowerLimit, PowerLimitDenied
 from tuner.results import Throttle
@@ -32,6 +40,8 @@ from tuner.results import Throttle
 __all__ = ["FakeGpus"]
 
 _THROTTLED_SM_MHZ = 1200.0
+_BOOST_SM_MHZ = 2520.0
+_IDLE_SM_MHZ = 210.0
 
 
 @dataclass
@@ -56,7 +66,10 @@ class FakeGpus:
     reasons: frozenset[Throttle] = frozenset()
     script: Callable[[FakeGpus], None] | None = None
     reads: int = 0
+    following: str | None = None  # a fake server's base URL
+    idle_w: float | None = None  # the followed server's idle draw, once seen
     _energy_j: float = 0.0
+    _offset_j: float = 0.0
     _last: float | None = None
     _hot_until: float | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -75,7 +88,7 @@ class FakeGpus:
     def cool(self) -> None:
         """The throttling ends; clocks and temperature are back."""
         self.reasons = frozenset()
-        self.sm_clock_mhz = 2520.0
+        self.sm_clock_mhz = _BOOST_SM_MHZ
         self.temperature_c = 60.0
 
     def power_limits(self) -> list[PowerLimit]:
@@ -108,6 +121,40 @@ class FakeGpus:
             return {int(g): w for g, w in json.loads(self.limit_file.read_text()).items()}
         return dict.fromkeys(range(self.count), self.power_limit_w)
 
+    def follow(self, base_url: str) -> None:
+        """From now on power, energy and the SM clock follow the fake server at ``base_url``."""
+        self.following = base_url
+        self.idle_w = None
+        self._offset_j = self._energy_j  # a counter never runs backwards, across servers too
+
+    def _integrate(self) -> None:
+        """The energy counter moves at the present power since the last read."""
+        if self._last is not None:
+            self._energy_j += self.power_w * (time.monotonic() - self._last)
+
+    def _read_server(self) -> None:
+        """Power and energy from the followed server's ``/metrics``; the clock from its work."""
+        assert self.following is not None
+        try:
+            text = httpx.get(f"{self.following}/metrics", timeout=2.0).text
+        except httpx.HTTPError:  # the server has stopped: its GPU idles, as a freed GPU does
+            self.power_w = self.idle_w if self.idle_w is not None else self.power_w
+            self.sm_clock_mhz = _IDLE_SM_MHZ if not self.reasons else self.sm_clock_mhz
+            self._integrate()
+            return
+        samples = {
+            sample.name: sample.value
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+        }
+        self.power_w = samples["spectune_sim_gpu_power_watts"]
+        self._energy_j = self._offset_j + samples["spectune_sim_gpu_energy_joules_total"]
+        # The idle draw is the least the server has shown; above it, the GPU works.
+        self.idle_w = min(self.power_w, self.idle_w or self.power_w)
+        if not self.reasons:
+            working = self.power_w > self.idle_w + 1.0
+            self.sm_clock_mhz = _BOOST_SM_MHZ if working else _IDLE_SM_MHZ
+
     def memory_used_gib(self) -> list[float] | None:
         return [self.memory_used_gib_now()] * self.count
 
@@ -123,8 +170,10 @@ class FakeGpus:
             if self._hot_until is not None and now >= self._hot_until:
                 self._hot_until = None
                 self.cool()
-            if self._last is not None:
-                self._energy_j += self.power_w * (now - self._last)
+            if self.following is not None:
+                self._read_server()
+            else:
+                self._integrate()
             self._last = now
             limits = self._limits()
             return [

@@ -24,7 +24,7 @@ from tuner.config.prompt_sets import describe_prompt_set
 from tuner.config.schema import Objective
 from tuner.config.space import SearchSpace
 from tuner.launch.served import ServedFacts
-from tuner.results import Source
+from tuner.results import MODELLED, Source
 from tuner.trial.backends.kinds import BackendKind
 from tuner.trial.model_runner import runner_note
 from tuner.trial.record import stored_run
@@ -219,9 +219,12 @@ class Provenance:
         state = self.gpu_state
         if not state or state.get("joules_per_token") is None:
             return []
+        source = state.get("energy_from") or "power"
         facts = [
             f"GPU energy {state['joules_per_token']:.3f} J per output token "
-            f"({state['tokens_per_joule']:.2f} tok/J, {state.get('energy_from') or 'power'})"
+            f"({state['tokens_per_joule']:.2f} tok/J, "
+            + ("simulated by the power model" if source == MODELLED else source)
+            + ")"
         ]
         if state.get("mean_power_w") is not None:
             facts.append(f"mean power {state['mean_power_w']:.0f} W")

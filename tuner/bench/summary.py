@@ -48,7 +48,8 @@ def gpu_summary(results: Sequence[TrialResult]) -> dict[str, Any] | None:
     pairs' windows combined, how many pairs were throttled (heat or a hardware slowdown) and in
     how many other processes' GPU memory moved, the
     joules per output token of them all and its inverse; None
-    when a pair was measured without GPU readings (no NVML, the simulator)."""
+    when a pair was measured without GPU readings (no NVML, a simulated GPU without board
+    power)."""
     windows = [r.gpu for r in results if r.gpu is not None]
     window = combined(windows)
     if window is None or len(windows) != len(results):

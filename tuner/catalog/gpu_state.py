@@ -126,11 +126,7 @@ def combined(windows: Sequence[GpuWindow]) -> GpuWindow | None:
         seconds=seconds,
         samples=sum(w.samples for w in windows),
         energy_j=energy,
-        energy_from=None
-        if energy is None
-        else "counter"
-        if all(w.energy_from == "counter" for w in windows)
-        else "power",
+        energy_from=None if energy is None else _energy_from(windows),
         mean_power_w=energy / seconds if energy is not None and seconds > 0 else None,
         sm_clock_mhz=_weighted(windows, lambda w: w.sm_clock_mhz),
         memory_clock_mhz=_weighted(windows, lambda w: w.memory_clock_mhz),
@@ -142,6 +138,13 @@ def combined(windows: Sequence[GpuWindow]) -> GpuWindow | None:
         others_memory_gib=max(others) if others else None,
         others_memory_change_gib=max([*changes, max(others) - min(others)]) if others else None,
     )
+
+
+def _energy_from(windows: Sequence[GpuWindow]) -> str:
+    """Where the windows' energy came from: their common source (the boards' counters, or the
+    simulator's model), else power readings."""
+    sources = {w.energy_from for w in windows}
+    return str(sources.pop()) if len(sources) == 1 and None not in sources else "power"
 
 
 def _weighted(

@@ -74,6 +74,10 @@ class GpuSpec(BaseModel):
     interconnect: Interconnect
     link_gbs: float = Field(gt=0, le=100_000)
     """Per-direction GPU-to-GPU bandwidth used for all-reduce."""
+    board_w: float | None = Field(default=None, gt=0, le=10_000)
+    """The board's default power limit (TGP/TDP), W; None: not published."""
+    idle_w: float | None = Field(default=None, gt=0, le=10_000)
+    """What the board draws with a model loaded and no work, W; None: not cited."""
     sources: tuple[str, ...] = ()
     note: str = ""
 

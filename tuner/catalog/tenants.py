@@ -14,8 +14,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from pydantic import field_serializer
+
+from tuner import serde
 from tuner.catalog.gpu_state import GpuState
 
 if TYPE_CHECKING:
@@ -59,12 +62,9 @@ class Tenants:
         label = "pid" if len(self.pids) == 1 else "pids"
         return f"{self.gib:.1f} GiB ({label} {', '.join(str(p) for p in self.pids)})"
 
-    def to_json(self) -> dict[str, Any]:
-        return {"gib": round(self.gib, 3), "pids": list(self.pids)}
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Tenants:
-        return cls(float(data["gib"]), tuple(int(p) for p in data.get("pids", ())))
+    @field_serializer("gib")
+    def _rounded(self, gib: float) -> float:
+        return round(gib, 3)
 
 
 def tenants_of(states: Sequence[GpuState] | None) -> Tenants:
@@ -86,11 +86,11 @@ def read_tenants(monitor: GpuMonitor) -> Tenants:
 
 def record_tenants(study: optuna.Study, tenants: Tenants) -> None:
     """Stores ``tenants`` as the study's ``tenants`` attribute."""
-    study.set_user_attr(TENANTS_ATTR, tenants.to_json())
+    study.set_user_attr(TENANTS_ATTR, serde.dump(tenants))
 
 
 def stored_tenants(study: optuna.Study) -> Tenants:
     """What other processes held when the study started; none where it was not read (the
     simulator, a study written before it was recorded)."""
     raw = study.user_attrs.get(TENANTS_ATTR)
-    return Tenants() if raw is None else Tenants.from_json(raw)
+    return Tenants() if raw is None else serde.load(Tenants, raw)

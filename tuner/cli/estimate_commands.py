@@ -114,6 +114,13 @@ def estimate_command(
         requests=max(8, 4 * concurrency),
     )
     parsed = parse_hardware(hardware)
+    physics = study_physics(study, storage, studies_dir, parsed, model)
+    power = None
+    if study is not None:  # the study's own GPUs' draw, where it read them
+        from tuner.study.paths import default_storage
+        from tuner.study.twin_power import study_power
+
+        power = study_power(storage or default_storage(study, studies_dir), study, physics)
     result = estimate(
         parsed,
         model,
@@ -127,8 +134,9 @@ def estimate_command(
         max_num_batched_tokens=max_num_batched_tokens,
         max_model_len=max_model_len,
         concurrency=concurrency,
-        physics=study_physics(study, storage, studies_dir, parsed, model),
+        physics=physics,
         vllm_version=None if vllm_version is None else check_release(vllm_version),
+        power_scale=power,
     )
     if as_json:
         print_json(_estimate_json(result))
@@ -147,6 +155,9 @@ def _estimate_json(est: Estimate) -> dict[str, Any]:
         "fits": est.memory.fits,
         "result": None if est.result is None else est.result.summary(),
         "error_band": serde.dump(est.band),
+        "power_band": None if est.power_band is None else serde.dump(est.power_band),
+        "power_scale": None if est.power_scale is None else asdict(est.power_scale),
+        "energy_error": est.energy_error,
     }
 
 
@@ -180,4 +191,24 @@ def _print_estimate(est: Estimate) -> None:
         f"{r.tpot_ms(50) or 0:.1f} ms, draft acceptance "
         + ("n/a" if accept is None else f"{accept * 100:.1f} %"),
         highlight=False,
+    )
+    console.print(f"  {_energy_line(est)}", markup=False, highlight=False)
+
+
+def _energy_line(est: Estimate) -> str:
+    """``simulated 3.10 J/token (0.32 tok/J) at 412 W, +/- 40 %: power +/- 26 % (...), plus
+    throughput +/- 14 %``, or why there is none."""
+    r = est.result
+    per_token = None if r is None else r.joules_per_token
+    if r is None or r.gpu is None or per_token is None or est.power_band is None:
+        return f"energy: unknown ({est.hardware.gpu.name} has no board power in the catalog)"
+    error = est.energy_error
+    speed = est.band.error
+    power = est.power_scale.describe() if est.power_scale else est.power_band.describe()
+    return (
+        f"simulated {per_token:.2f} J/token ({1 / per_token:.2f} tok/J) at "
+        f"{r.gpu.mean_power_w or 0:.0f} W, "
+        + ("error unknown" if error is None else f"+/- {error * 100:.0f} %")
+        + f": power {power}, plus throughput "
+        + ("(no public figure of this kind)" if speed is None else f"+/- {speed * 100:.0f} %")
     )

@@ -5,7 +5,9 @@ K, its own settings and options), so it passes the same checks a space's choices
 (:mod:`tuner.config.choice_rules`): every method the space can search can be estimated, and
 one the target or the vLLM release cannot run is refused in one line. The memory verdict
 follows the rules of the vLLM version asked for (``tuner.sim.memory``), and the prediction
-carries the error band of its regime (:mod:`tuner.sim.band`).
+carries the error band of its regime (:mod:`tuner.sim.band`). Where the GPU's board power is
+known, it carries its energy too (:mod:`tuner.sim.power`), with the power model's band
+(:mod:`tuner.sim.power_fit`).
 """
 
 from __future__ import annotations
@@ -33,6 +35,9 @@ from tuner.errors import ConfigError
 from tuner.results import TrialResult
 from tuner.sim.band import Band, error_band, regime_of
 from tuner.sim.memory import MemoryEstimate, estimate_memory
+from tuner.sim.power import SHIPPED_POWER, PowerModel, power_model
+from tuner.sim.power_fit import PowerBand, power_band
+from tuner.sim.twin.power import PowerScale, scaled
 from tuner.sim.virtual_time import SHIPPED, Physics, predict
 
 __all__ = ["Estimate", "estimate", "speculation_choice"]
@@ -46,6 +51,10 @@ class Estimate:
 
     Attributes:
         band: the measured error of predictions of this regime (GPU class, method, load).
+        power_band: the power model's error; None where the GPU's board power is unknown
+            (and the result carries no energy).
+        power_scale: a study's correction of the power model to its own GPUs; None: the
+            shipped model.
     """
 
     hardware: Hardware
@@ -53,6 +62,25 @@ class Estimate:
     memory: MemoryEstimate
     result: TrialResult | None
     band: Band
+    power_band: PowerBand | None = None
+    power_scale: PowerScale | None = None
+
+    @property
+    def power_error(self) -> float | None:
+        """The power model's relative error: the spread of the study's pairs around the scaled
+        model, else the shipped model's leave-one-out band; None without board power."""
+        if self.power_band is None:
+            return None
+        return self.power_scale.spread if self.power_scale else self.power_band.error
+
+    @property
+    def energy_error(self) -> float | None:
+        """The relative error J/token may carry: the power model's plus the throughput's (the
+        energy of a token is power times the time it takes); None where either is unknown."""
+        power = self.power_error
+        if power is None or self.band.error is None:
+            return None
+        return power + self.band.error
 
 
 def _method_of(draft: str) -> SpecMethod:
@@ -139,6 +167,7 @@ def estimate(  # noqa: PLR0913  (one keyword per estimate setting, as the CLI pa
     physics: Physics = SHIPPED,
     vllm_version: VllmVersion | None = None,
     free_gib: float | None = None,
+    power_scale: PowerScale | None = None,
 ) -> Estimate:
     """Predicts throughput, TTFT, acceptance and memory for one config on ``hardware``.
 
@@ -150,6 +179,7 @@ def estimate(  # noqa: PLR0913  (one keyword per estimate setting, as the CLI pa
             (:class:`tuner.sim.twin.TwinPhysics`).
         vllm_version: whose memory, method and engine rules apply (None: the newest).
         free_gib: NVML's free memory per GPU, where the caller read it (another process counts).
+        power_scale: a study's power correction (:func:`tuner.study.twin_power.study_power`).
 
     Raises:
         ConfigError: an unknown model, or speculation ``vllm_version`` or the target refuses.
@@ -182,6 +212,8 @@ def estimate(  # noqa: PLR0913  (one keyword per estimate setting, as the CLI pa
         if physics is SHIPPED
         else physics.memory(hardware, target, draft_spec, server, version=vllm_version)
     )
+    constants = SHIPPED_POWER if power_scale is None else scaled(SHIPPED_POWER, power_scale.scale)
+    power: PowerModel | None = power_model(hardware.gpu, constants=constants)
     result = None
     if memory.fits:
         result = predict(
@@ -194,6 +226,9 @@ def estimate(  # noqa: PLR0913  (one keyword per estimate setting, as the CLI pa
             concurrency,
             physics,
             vllm_version,
+            power,
         )
     band = error_band(regime_of(hardware, server, concurrency))
-    return Estimate(hardware, server, memory, result, band)
+    if power is None:
+        return Estimate(hardware, server, memory, result, band)
+    return Estimate(hardware, server, memory, result, band, power_band(), power_scale)

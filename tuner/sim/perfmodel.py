@@ -49,6 +49,7 @@ __all__ = [
     "ForwardPass",
     "PerfModel",
     "StepShape",
+    "StepWork",
     "acceptance_probability",
     "draft_tensor_parallel",
     "drafter",
@@ -98,6 +99,19 @@ class StepShape:
     first_tokens: int
     graphed: bool
     k: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StepWork:
+    """What one step asks of each GPU.
+
+    Attributes:
+        bytes: bytes its passes stream (weights and KV cache).
+        flops: floating-point operations they do.
+    """
+
+    bytes: float
+    flops: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -275,18 +289,23 @@ class PerfModel:
         """Speculative set-up before a request's first token streams (0 without speculation)."""
         return self.costs.first_token_s if self.k else 0.0
 
-    def _forward_s(self, model: _Weights, batch: ForwardPass) -> float:
-        if batch.tokens <= 0:
-            return 0.0
+    def _roofline(self, model: _Weights, batch: ForwardPass) -> tuple[float, float]:
+        """Bytes one pass moves and FLOPs it does, on each GPU."""
         # A mixture of experts streams only the experts its tokens are routed to; a sequence's
         # drafted tokens route partly as its first token does.
         drafted = batch.tokens - batch.seqs if batch.graphed else 0
         routed = batch.tokens - drafted * (1.0 - self.steps.moe_draft_routing)
         kv_bytes = batch.context * model.kv_bytes
         bytes_moved = model.spec.weights_read(round(routed)) / model.tp + kv_bytes
-        memory_s = bytes_moved / model.bandwidth
         attention_flops = model.attention_flops * batch.attention
         flops = (batch.tokens * model.flops_per_token + attention_flops) / model.tp
+        return bytes_moved, flops
+
+    def _forward_s(self, model: _Weights, batch: ForwardPass) -> float:
+        if batch.tokens <= 0:
+            return 0.0
+        bytes_moved, flops = self._roofline(model, batch)
+        memory_s = bytes_moved / model.bandwidth
         compute_s = flops / model.flops_per_s
         comm_s = 0.0
         if model.tp > 1:
@@ -371,49 +390,76 @@ class PerfModel:
         (a block drafter or P-EAGLE head: one pass over K positions a decode).
         """
         k = self.k if shape.k is None else shape.k
+        target, drafts = self._passes(shape, k)
+        seconds = self.target_pass_s(target)
+        if drafts is not None:
+            first, later, passes = drafts
+            seconds += self.draft_pass_s(first)
+            if passes > 1:
+                # Every later pass covers the decodes alone, in the same seconds: priced once,
+                # added pass by pass as before (the sum's rounding stays the same).
+                again = self.draft_pass_s(later)
+                for _ in range(passes - 1):
+                    seconds += again
+        verified = (1 + k) * shape.decodes if k else 0
+        seconds += self.step_overhead_s(target.seqs, verified, self.ngram and k > 0)
+        if k and shape.first_tokens:
+            seconds += self.first_token_s
+        return seconds
+
+    def step_work(self, shape: StepShape) -> StepWork:
+        """What one step of this shape moves and computes on each GPU (what
+        :mod:`tuner.sim.power` draws power from): the bytes its passes stream and the FLOPs
+        they do. The step's other seconds (launches, all-reduces, the engine) do neither."""
+        k = self.k if shape.k is None else shape.k
+        target, drafts = self._passes(shape, k)
+        moved, flops = (
+            self._roofline(self._target_weights, target) if target.tokens > 0 else (0.0, 0.0)
+        )
+        drafter = self._draft_weights
+        if drafts is not None and drafter is not None and not self.ngram and self.k:
+            first, later, passes = drafts
+            for batch, times in ((first, 1), (later, passes - 1)):
+                if batch.tokens > 0 and times > 0:
+                    more_bytes, more_flops = self._roofline(drafter, batch)
+                    moved += times * more_bytes
+                    flops += times * more_flops
+        return StepWork(moved, flops)
+
+    def _passes(
+        self, shape: StepShape, k: int
+    ) -> tuple[ForwardPass, tuple[ForwardPass, ForwardPass, int] | None]:
+        """The target's pass of a step, and the drafter's (its first pass, each later pass
+        and how many passes in all; None when nothing drafts)."""
         per_decode = 1 + k
         dec_tokens = per_decode * shape.decodes
         pre_tokens = sum(chunk for _, chunk in shape.chunks)
         pre_context = sum(done + chunk for done, chunk in shape.chunks)
         pre_attention = sum(chunk * (done + chunk / 2) for done, chunk in shape.chunks)
         seqs = shape.decodes + len(shape.chunks)
-        seconds = self.target_pass_s(
-            ForwardPass(
-                tokens=dec_tokens + pre_tokens,
-                seqs=seqs,
-                context=shape.decode_context + pre_context,
-                attention=per_decode * shape.decode_context + pre_attention,
-                graphed=shape.graphed,
-            )
+        target = ForwardPass(
+            tokens=dec_tokens + pre_tokens,
+            seqs=seqs,
+            context=shape.decode_context + pre_context,
+            attention=per_decode * shape.decode_context + pre_attention,
+            graphed=shape.graphed,
         )
-        if k or not shape.decodes:
-            passes = 1 if self.parallel or not shape.decodes else k
-            per_pass = k if self.parallel else 1  # positions each decode drafts in a pass
-            seconds += self.draft_pass_s(
-                ForwardPass(
-                    tokens=per_pass * shape.decodes + pre_tokens,
-                    seqs=seqs,
-                    context=shape.decode_context + pre_context,
-                    attention=shape.decode_context + pre_attention,
-                    graphed=shape.graphed,
-                )
-            )
-            if passes > 1:
-                # Every later pass covers the decodes alone, in the same seconds: priced once,
-                # added pass by pass as before (the sum's rounding stays the same).
-                later = self.draft_pass_s(
-                    ForwardPass(
-                        tokens=per_pass * shape.decodes,
-                        seqs=shape.decodes,
-                        context=shape.decode_context,
-                        attention=shape.decode_context,
-                        graphed=shape.graphed,
-                    )
-                )
-                for _ in range(passes - 1):
-                    seconds += later
-        verified = dec_tokens if k else 0
-        seconds += self.step_overhead_s(seqs, verified, self.ngram and k > 0)
-        if k and shape.first_tokens:
-            seconds += self.first_token_s
-        return seconds
+        if not (k or not shape.decodes):
+            return target, None
+        passes = 1 if self.parallel or not shape.decodes else k
+        per_pass = k if self.parallel else 1  # positions each decode drafts in a pass
+        first = ForwardPass(
+            tokens=per_pass * shape.decodes + pre_tokens,
+            seqs=seqs,
+            context=shape.decode_context + pre_context,
+            attention=shape.decode_context + pre_attention,
+            graphed=shape.graphed,
+        )
+        later = ForwardPass(
+            tokens=per_pass * shape.decodes,
+            seqs=shape.decodes,
+            context=shape.decode_context,
+            attention=shape.decode_context,
+            graphed=shape.graphed,
+        )
+        return target, (first, later, passes)

@@ -45,12 +45,15 @@ class StepResult:
         emitted: tokens each request (by id) received in this step; speculation can give several.
         finished: ids of requests that completed in this step.
         kv_usage: share of KV-cache blocks in use during the step (0..1).
+        shape: what the step scheduled (None for a step with nothing to run), for the step's
+            work (:meth:`~tuner.sim.perfmodel.PerfModel.step_work`).
     """
 
     duration_s: float
     emitted: Mapping[int, int]
     finished: tuple[int, ...]
     kv_usage: float
+    shape: StepShape | None = None
 
 
 # eq=False: the scheduler means "this very sequence" in every membership test and remove(), and
@@ -347,7 +350,8 @@ class Scheduler:
                 raise RuntimeError("no request fits in the KV cache; the scheduler cannot progress")
             return StepResult(0.0, {}, (), self.kv_usage)
         usage = self.kv_usage
-        duration = self._duration(decodes, chunks, k)
+        shape = self._shape(decodes, chunks, k)
+        duration = self._duration(shape)
         emitted: dict[int, int] = {}
         for seq in decodes:
             emitted[seq.rid] = self._emit(seq, k)
@@ -368,7 +372,7 @@ class Scheduler:
                 self.free_blocks += seq.blocks - held
                 seq.blocks = held
         self.steps += 1
-        return StepResult(duration, emitted, tuple(finished), usage)
+        return StepResult(duration, emitted, tuple(finished), usage, shape)
 
     def _adaptive_k(self, decodes: list[_Seq]) -> int:
         """Adaptive verification's K for this step (see :meth:`PerfModel.adaptive_k`)."""
@@ -412,8 +416,8 @@ class Scheduler:
         seq.generated += tokens
         return tokens
 
-    def _duration(self, decodes: list[_Seq], chunks: list[tuple[_Seq, int]], k: int) -> float:
-        shape = StepShape(
+    def _shape(self, decodes: list[_Seq], chunks: list[tuple[_Seq, int]], k: int) -> StepShape:
+        return StepShape(
             decodes=len(decodes),
             decode_context=sum(s.prompt + s.generated for s in decodes),  # all decoding
             chunks=tuple((s.computed, c) for s, c in chunks),
@@ -421,6 +425,8 @@ class Scheduler:
             graphed=self.graphs and not chunks,
             k=k,
         )
+
+    def _duration(self, shape: StepShape) -> float:
         duration = self.model.step_s(shape)
         if self.steps == 0:
             duration += COLD_START_S

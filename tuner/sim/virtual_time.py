@@ -34,6 +34,7 @@ from tuner.sim.acceptance import SHIPPED_ACCEPTANCE, AcceptanceConstants, shippe
 from tuner.sim.calibration import SHIPPED_STEPS, StepConstants
 from tuner.sim.memory import MemoryEstimate, estimate_memory
 from tuner.sim.perfmodel import PerfModel
+from tuner.sim.power import EnergyMeter, PowerModel
 from tuner.sim.scheduler import Scheduler, StepResult
 
 __all__ = [
@@ -196,6 +197,7 @@ class _Run:
         self.now = 0.0
         self.sent = 0  # requests sent so far: the next request's id in the scheduler
         self.peak_kv = 0.0
+        self.meter: EnergyMeter | None = None  # set for the measured phase where power is asked
 
     def _prompt_tokens(self) -> int:
         mean = self.workload.input_tokens
@@ -264,6 +266,8 @@ class _Run:
         result = self.scheduler.step()
         self.now += result.duration_s
         self.peak_kv = max(self.peak_kv, result.kv_usage)
+        if self.meter is not None and result.shape is not None:
+            self.meter.add(self.scheduler.model.step_work(result.shape), result.duration_s)
         for rid, tokens in result.emitted.items():
             request = batch[rid - first_id]
             request.chunks.append(self.now + self._latency(API_OUT_S))
@@ -297,6 +301,7 @@ def _run(  # noqa: PLR0913  (the simulated step takes each cost term)
     seed: int | None,
     physics: Physics,
     version: VllmVersion | None,
+    power: PowerModel | None,
 ) -> TrialResult:
     memory = physics.memory(hardware, target, draft, server, version=version)
     if not memory.fits:
@@ -318,18 +323,22 @@ def _run(  # noqa: PLR0913  (the simulated step takes each cost term)
         run.phase(workload.warmup, None)
     before, preempted = scheduler.spec_stats(), scheduler.preemptions
     run.peak_kv = 0.0
+    if power is not None:
+        run.meter = EnergyMeter(power, server.tensor_parallel_size)
     measured = run.phase(workload.requests, workload.request_rate)
     ends = [r.end for r in measured if r.end is not None]
     start = min((r.start for r in measured), default=run.now)
+    duration = max(ends, default=start) - start
     return TrialResult(
         source=Source.SIMULATED if seed is not None else Source.PREDICTED,
         concurrency=concurrency,
-        duration_s=max(ends, default=start) - start,
+        duration_s=duration,
         requests=tuple(r.record() for r in measured),
         spec_decode=_delta(scheduler.spec_stats(), before),
         kv_cache_usage=run.peak_kv,
         preemptions=float(scheduler.preemptions - preempted),
         peak_memory_gib=(round(memory.peak_gib, 3),) * server.tensor_parallel_size,
+        gpu=None if run.meter is None else run.meter.window(duration),
     )
 
 
@@ -344,6 +353,7 @@ def simulate(  # noqa: PLR0913  (the simulated step takes each cost term)
     seed: int,
     physics: Physics = SHIPPED,
     version: VllmVersion | None = None,
+    power: PowerModel | None = None,
 ) -> TrialResult:
     """Runs the workload against the simulated server in virtual time, with seeded noise.
 
@@ -360,6 +370,8 @@ def simulate(  # noqa: PLR0913  (the simulated step takes each cost term)
         seed: the same seed gives the same result, to the last digit.
         physics: the models the run obeys (default: the shipped ones).
         version: the vLLM release serving (None: the newest); it picks vLLM's V0 or V1 step costs.
+        power: each GPU's power model (:func:`tuner.sim.power.power_model`); given, the result
+            carries the measured window's modelled energy (``result.gpu``); None: no energy.
 
     Returns:
         A ``Source.SIMULATED`` result over the measured requests (warm-up excluded).
@@ -368,7 +380,17 @@ def simulate(  # noqa: PLR0913  (the simulated step takes each cost term)
         StartupFailure: kind OOM when the server would not start for lack of memory.
     """
     return _run(
-        hardware, target, draft, server, temperature, workload, concurrency, seed, physics, version
+        hardware,
+        target,
+        draft,
+        server,
+        temperature,
+        workload,
+        concurrency,
+        seed,
+        physics,
+        version,
+        power,
     )
 
 
@@ -382,6 +404,7 @@ def predict(  # noqa: PLR0913  (the simulated step takes each cost term)
     concurrency: int,
     physics: Physics = SHIPPED,
     version: VllmVersion | None = None,
+    power: PowerModel | None = None,
 ) -> TrialResult:
     """Like :func:`simulate` without noise: expected acceptance, mean prompt length, exact steps.
 
@@ -392,5 +415,15 @@ def predict(  # noqa: PLR0913  (the simulated step takes each cost term)
         StartupFailure: kind OOM when the server would not start for lack of memory.
     """
     return _run(
-        hardware, target, draft, server, temperature, workload, concurrency, None, physics, version
+        hardware,
+        target,
+        draft,
+        server,
+        temperature,
+        workload,
+        concurrency,
+        None,
+        physics,
+        version,
+        power,
     )

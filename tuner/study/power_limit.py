@@ -57,7 +57,7 @@ def check_power_request(
     """Refuses a space that searches the power limit where spectune may not set it.
 
     Raises:
-        ConfigError: no ``--allow-power-limit``; the simulator (it has no power model yet);
+        ConfigError: no ``--allow-power-limit``; the simulator (it does not slow a capped GPU down);
             several workers or a Ray cluster (the limit is per GPU, set by one owner here).
     """
     if not space.power_limits_w:
@@ -71,8 +71,9 @@ def check_power_request(
         )
     if not BackendKind.parse(backend).on_gpus:
         raise ConfigError(
-            f"search.power_limit_w with --backend {backend}: the simulator has no power model "
-            "yet; use --backend process or docker, or drop search.power_limit_w"
+            f"search.power_limit_w with --backend {backend}: the simulator does not model how a "
+            "capped GPU slows down, so it cannot rank limits; use --backend process or docker, "
+            "or drop search.power_limit_w"
         )
     if workers > 1 or on_ray:
         raise ConfigError(

@@ -117,15 +117,20 @@ def check_request(request: OptimizeRequest) -> None:
 
 
 def _check_energy(request: OptimizeRequest) -> None:
-    """Refuses an energy preference on a study that can never read the GPUs' energy."""
+    """Refuses an energy preference on a study that can never know the GPUs' energy: the
+    simulator's power model needs the GPU's board power, a measured study GPUs to read."""
     prefer = request.space.prefer if request.space is not None else None
-    if prefer is None or not prefer.energy:
+    if prefer is None or not prefer.energy or request.space is None:
         return
-    if not BackendKind.parse(request.backend).reads_energy:
-        raise ConfigError(
-            f"--objective {prefer} (slo.prefer): the {request.backend} backend reads no GPU "
-            "energy; use --objective throughput, or --backend process or docker"
-        )
+    if not BackendKind.parse(request.backend).on_gpus:
+        gpu = request.space.hardware.gpu
+        if gpu.board_w is None:
+            raise ConfigError(
+                f"--objective {prefer} (slo.prefer): the sim backend models no energy for "
+                f"{gpu.name} (no board power in the GPU catalog); use --objective throughput, "
+                "or give board_w in its --gpu-spec file"
+            )
+        return
     if request.backend_options.gpus == ():
         raise ConfigError(
             f"--objective {prefer} (slo.prefer) with --gpus none: no GPU is read, so no energy; "

@@ -140,8 +140,9 @@ class TrialRecord:
             or nothing measured to check).
         gpu: what the GPUs did through all its measured pairs (:func:`gpu_summary`: energy,
             joules per output token, mean power, clocks, the throttle reasons seen and for how
-            long, the power limit, other tenants' memory); None where nothing was read (no
-            NVML, the simulator, a study older than this field).
+            long, the power limit, other tenants' memory); on the simulator, its power model's
+            energy (``energy_from`` ``model``); None where nothing was read (no NVML, a
+            simulated GPU without board power, a study older than this field).
     """
 
     number: int

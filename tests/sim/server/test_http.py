@@ -35,7 +35,15 @@ def test_metrics_have_real_vllm_names_types_and_labels(start_server: StartServer
     assert response.headers["content-type"].startswith("text/plain; version=")
     fake = _shapes(response.text)
     real = _shapes(REAL_SCRAPE.read_text())
-    ours = {"spectune_sim_stream_chunks", "spectune_sim_stream_chunks_created"}
+    ours = {name for name in fake if name.startswith("spectune_sim_")}
+    # Chunks, and what the simulated GPU draws (for the tests' NVML stand-in).
+    assert ours == {
+        "spectune_sim_stream_chunks",
+        "spectune_sim_stream_chunks_created",
+        "spectune_sim_gpu_power_watts",
+        "spectune_sim_gpu_energy_joules",
+        "spectune_sim_gpu_energy_joules_created",
+    }
     assert fake.keys() - ours <= real.keys()
     assert {name: fake[name] for name in fake.keys() - ours} == {
         name: real[name] for name in fake.keys() - ours

@@ -7,6 +7,7 @@ in for NVML, its energy counter integrating its power over real time.
 from __future__ import annotations
 
 import os
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import replace
@@ -17,13 +18,14 @@ import pytest
 from tests.analysis.test_energy import RECORD
 from tests.testbed.docker_host import FAKE_SERVER
 from tests.testbed.gpus import FakeGpus
-from tests.trial.backends.contract_support import CONFIG, FITS, SMALL
+from tests.trial.backends.contract_support import CONFIG, FITS, HARDWARE, SMALL
 from tuner.bench.summary import gpu_summary
 from tuner.cli.render import record_row
 from tuner.config.trial import LaunchContext
 from tuner.config.vllm_args import NEWEST_KNOWN
 from tuner.launch.process import ProcessLauncher
 from tuner.results import GpuWindow, Throttle
+from tuner.sim.power import power_model
 from tuner.trial.backends.process import ProcessBackend
 
 # Long enough for a dozen readings at the test's interval.
@@ -168,3 +170,32 @@ def test_memory_that_barely_moves_is_no_mark() -> None:
     assert not window.tenants_moved
     assert replace(window, others_memory_change_gib=0.5).tenants_moved
     assert not replace(window, others_memory_gib=None, others_memory_change_gib=None).tenants_moved
+
+
+def test_the_stand_in_follows_the_fake_server_s_work_and_still_throttles_on_command(
+    backend: ProcessBackend, gpus: FakeGpus, context: LaunchContext
+) -> None:
+    """Power, energy and clocks from the simulated GPU's work (tuner.sim.server.gpu)."""
+    endpoint = backend.start(FITS, context)
+    gpus.follow(endpoint.base_url)
+    (idle,) = {s.power_w for s in gpus.state() or []}  # the server waits: its GPU idles
+    model = power_model(HARDWARE.gpu)
+    assert model is not None and idle == pytest.approx(model.idle_w)
+    config = replace(CONFIG, client=replace(CONFIG.client, workload=WORKLOAD))
+    result = backend.measure(config, 2, seed=0)
+    window = result.gpu
+    assert window is not None and window.energy_from == "counter"
+    assert model.idle_w + 20 < (window.mean_power_w or 0) <= model.limit_w  # it worked
+    assert (window.sm_clock_mhz or 0) > 210.0  # boost clocks while it works
+    before = gpus.state() or []
+    time.sleep(0.3)
+    after = gpus.state() or []
+    assert after[0].power_w == pytest.approx(model.idle_w) and after[0].sm_clock_mhz == 210.0
+    # The counter moves at the idle draw while the server waits.
+    drawn = (after[0].energy_j or 0) - (before[0].energy_j or 0)
+    assert drawn == pytest.approx(model.idle_w * (after[0].at - before[0].at), rel=0.2)
+
+    gpus.throttle(Throttle.THERMAL)
+    throttled = backend.measure(config, 2, seed=1)
+    assert throttled.gpu is not None and throttled.gpu.throttled
+    assert throttled.gpu.sm_clock_mhz == 1200.0  # held down while the work goes on

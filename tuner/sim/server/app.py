@@ -37,8 +37,10 @@ from aiohttp import web
 from tuner.config.trial import load_draft
 from tuner.config.vllm_args import PER_REQUEST_METRICS_SINCE
 from tuner.sim.answers import answer_text, lossy_share
+from tuner.sim.power import power_model
 from tuner.sim.scheduler import Scheduler, StepResult
 from tuner.sim.server.args import ServeArgs
+from tuner.sim.server.gpu import GpuTrace
 from tuner.sim.server.live import Ending, Live, stream_faults
 from tuner.sim.server.metrics import CONTENT_TYPE, ServerCounters, ServerMetrics
 from tuner.sim.server.openai import (
@@ -93,7 +95,10 @@ class FakeServer:
         self.scheduler = scheduler
         self.faults = args.sim.faults
         self.counters = ServerCounters()
-        self.metrics = ServerMetrics(args.served_names[0], scheduler, self.counters)
+        power = power_model(args.sim.hardware.gpu)
+        # What its GPUs draw, for the tests' NVML stand-in (None: no board power to model).
+        self.gpu = None if power is None else GpuTrace(power, time.monotonic())
+        self.metrics = ServerMetrics(args.served_names[0], scheduler, self.counters, self.gpu)
         self.live: dict[int, Live] = {}
         self._ids = itertools.count()
         self._completions = 0  # completion requests seen, for http-500-every
@@ -298,6 +303,8 @@ class FakeServer:
         clock = loop.time()
         while True:
             if self._hung or not self.scheduler.has_work:
+                if self.gpu is not None:
+                    self.gpu.idle(loop.time())
                 self._wake.clear()
                 await self._wake.wait()
                 clock = loop.time()  # an idle scheduler starts the next step at once
@@ -308,6 +315,9 @@ class FakeServer:
                 began = max(began, clock)  # the step starts when the previous one ended
                 clock += result.duration_s / speed
                 await asyncio.sleep(max(0.0, clock - loop.time()))
+            if self.gpu is not None and result.shape is not None:
+                work = self.scheduler.model.step_work(result.shape)
+                self.gpu.step(work, result.duration_s, began, loop.time())
             self._deliver(result, began)
             # The answers go out, and new requests come in, before the next step is worked out.
             await asyncio.sleep(0)

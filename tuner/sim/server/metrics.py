@@ -6,8 +6,10 @@ writes them as it does for vLLM: every sample carries ``engine`` and ``model_nam
 counter shows as ``..._total`` with a ``..._created`` start time beside it, and the
 speculative-decoding counters exist only when the server speculates.
 ``vllm:generation_tokens_total`` counts the tokens sent to clients, which is what a load
-generator's ``usage`` totals are checked against. One sample is spectune's own:
-``spectune_sim_stream_chunks_total``, the SSE chunks that carried tokens.
+generator's ``usage`` totals are checked against. Some samples are spectune's own:
+``spectune_sim_stream_chunks_total``, the SSE chunks that carried tokens, and what each
+simulated GPU draws (``spectune_sim_gpu_power_watts``) and has drawn
+(``spectune_sim_gpu_energy_joules_total``), from :mod:`tuner.sim.server.gpu`.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from tuner.sim.scheduler import Scheduler
+from tuner.sim.server.gpu import GpuTrace
 
 __all__ = ["CONTENT_TYPE", "ServerCounters", "ServerMetrics"]
 
@@ -54,12 +57,20 @@ class ServerMetrics(Collector):
         scheduler: the simulated scheduler (running and waiting requests, KV usage, preemptions,
             speculative counters).
         counters: the server's token and request counters.
+        gpu: what each simulated GPU draws; None: nothing to show.
     """
 
-    def __init__(self, model_name: str, scheduler: Scheduler, counters: ServerCounters) -> None:
+    def __init__(
+        self,
+        model_name: str,
+        scheduler: Scheduler,
+        counters: ServerCounters,
+        gpu: GpuTrace | None = None,
+    ) -> None:
         self._labels = ["0", model_name]
         self._scheduler = scheduler
         self._counters = counters
+        self._gpu = gpu
         self._created = time.time()
         self._registry = CollectorRegistry(auto_describe=False)
         self._registry.register(self)
@@ -112,6 +123,18 @@ class ServerMetrics(Collector):
             "SSE chunks that carried tokens (spectune's simulated server only).",
             counters.stream_chunks,
         )
+        if self._gpu is not None:
+            power, energy = self._gpu.read(time.monotonic())
+            yield self._gauge(
+                "spectune_sim_gpu_power_watts",
+                "What each simulated GPU draws now (spectune's simulated server only).",
+                power,
+            )
+            yield self._counter(
+                "spectune_sim_gpu_energy_joules",
+                "Energy each simulated GPU drew since start (spectune's simulated server only).",
+                energy,
+            )
 
     def _spec_decode(self) -> Iterator[CounterMetricFamily]:
         spec = self._scheduler.spec_stats()

@@ -40,9 +40,3 @@ class BackendKind(enum.StrEnum):
         """Whether its servers run on this host's GPUs (every backend but the simulator): the
         GPUs it detects, the memory others hold on them and the models it loads matter."""
         return self is not BackendKind.SIM
-
-    @property
-    def reads_energy(self) -> bool:
-        """Whether its trials can read the GPUs' energy (through NVML, where the host has
-        it): the simulator has no power model."""
-        return self.on_gpus

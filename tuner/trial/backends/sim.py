@@ -11,7 +11,10 @@ Nothing runs. ``start`` judges a server config the way a real start-up would fai
 
 Failures are classified by the same code as real vLLM logs. ``measure`` runs the benchmark
 in virtual time (:func:`tuner.sim.virtual_time.simulate`) on the started config; with ``speed``
-set it also takes (scaled) real time, like a real study.
+set it also takes (scaled) real time, like a real study. Its result carries the window's energy
+from the power model (:mod:`tuner.sim.power`), as a real backend's carries NVML's readings, so
+that J/token and tok/J show for simulated trials too (labelled simulated, energy from ``model``);
+none for a GPU whose board power the catalog lacks.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from tuner.launch.failures import startup_failure
 from tuner.results import Endpoint, Source, TrialResult
 from tuner.sim.answers import simulated_answers
 from tuner.sim.memory import estimate_memory
+from tuner.sim.power import power_model
 from tuner.sim.server.args import ConfigValidationError, parse_serve_args
 from tuner.sim.virtual_time import simulate
 from tuner.trial.backends.base import BackendOptions
@@ -111,6 +115,7 @@ class SimBackend:
             concurrency,
             seed,
             version=self.version,
+            power=power_model(self.hardware.gpu),
         )
         if self.speed:  # a study that takes (scaled) real time, like a real one
             time.sleep(result.duration_s / self.speed)
