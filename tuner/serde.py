@@ -19,10 +19,10 @@ __all__ = ["dump", "dump_json", "load", "load_json"]
 
 T = TypeVar("T")
 
-_ADAPTERS: dict[type[Any], TypeAdapter[Any]] = {}  # building one walks the dataclass: once
+_ADAPTERS: dict[Any, TypeAdapter[Any]] = {}  # building one walks the dataclass: once
 
 
-def _adapter(kind: type[Any]) -> TypeAdapter[Any]:
+def _adapter(kind: Any) -> TypeAdapter[Any]:
     if kind not in _ADAPTERS:
         from pydantic import TypeAdapter
 
@@ -30,14 +30,18 @@ def _adapter(kind: type[Any]) -> TypeAdapter[Any]:
     return _ADAPTERS[kind]
 
 
-def dump(record: object) -> Any:
-    """``record`` as JSON values (dicts, lists, strings, numbers, None): a study attribute."""
-    return _adapter(type(record)).dump_python(record, mode="json")
+def dump(record: object, kind: Any = None) -> Any:
+    """``record`` as JSON values (dicts, lists, strings, numbers, None): a study attribute.
+
+    ``kind`` names what ``record`` is where its class cannot: a list's items, e.g.
+    ``list[Confirmed]`` (default: the record's class).
+    """
+    return _adapter(type(record) if kind is None else kind).dump_python(record, mode="json")
 
 
-def dump_json(record: object) -> bytes:
-    """``record`` as JSON text."""
-    return _adapter(type(record)).dump_json(record)
+def dump_json(record: object, kind: Any = None) -> bytes:
+    """``record`` as JSON text (``kind`` as for :func:`dump`)."""
+    return _adapter(type(record) if kind is None else kind).dump_json(record)
 
 
 def load(kind: type[T], data: object) -> T:

@@ -19,6 +19,7 @@ import typer
 import typer.core
 from rich.console import Console
 
+from tuner import serde
 from tuner.cli.host_faults import describe_host_fault
 from tuner.cli.usage import UsageError, usage_line
 from tuner.errors import SpectuneError
@@ -116,7 +117,9 @@ def _stopped_outside(exc: Terminated) -> NoReturn:
 def _usage_fail(line: str, *, as_json: bool) -> NoReturn:
     err_console.print(f"error: {line}", markup=False, highlight=False, soft_wrap=True)
     if as_json:
-        print_json({"error": line})
+        from tuner.cli.outputs import ErrorOutput  # pydantic: only on the way out
+
+        print_json(ErrorOutput(line))
     raise typer.Exit(2) from None
 
 
@@ -225,12 +228,17 @@ def _fail(message: str, *, as_json: bool) -> NoReturn:
     message = Redactor.from_environment().redact(message)
     err_console.print(f"error: {message}", markup=False, highlight=False, soft_wrap=True)
     if as_json:  # --json: standard output stays JSON, errors included
-        print_json({"error": message})
+        from tuner.cli.outputs import ErrorOutput
+
+        print_json(ErrorOutput(message))
     raise typer.Exit(2) from None
 
 
-def print_json(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+def print_json(record: object, kind: Any = None) -> None:
+    """``record`` on standard output as its JSON, indented; ``kind`` names a list's records
+    (``list[ConfirmedOutput]``). The records are declared in tuner.cli.outputs and
+    tuner.cli.study_outputs."""
+    sys.stdout.write(json.dumps(serde.dump(record, kind), indent=2) + "\n")
 
 
 def warn(text: str) -> None:

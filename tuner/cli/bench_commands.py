@@ -110,7 +110,9 @@ def bench_command(
     )
     summary = level_summary(result)
     if as_json:
-        print_json({"url": url, "model": name, **summary})
+        from tuner.cli.outputs import BenchOutput
+
+        print_json(BenchOutput(url, name, summary))
     else:
         console.print(bench_table(url, name, summary))
     if result.errors:  # a benchmark that lost requests is no measurement of the server

@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from tuner import serde
 from tuner.cli import options as opt
 from tuner.cli.app import app, console, handle_errors, print_json
 
@@ -65,7 +64,9 @@ def calibrate_command(
         loaded, built, studies_dir, studies_dir / "calibration" / "logs", seed, on_run=show
     )
     if as_json:
-        print_json({"path": str(result.path), "twin": serde.dump(result.twin)})
+        from tuner.cli.outputs import CalibrateOutput
+
+        print_json(CalibrateOutput(str(result.path), result.twin))
         return
     console.print(f"calibrated twin written to {result.path}", markup=False, soft_wrap=True)
     for line in describe(result.twin):

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import typer
 from rich.table import Table
@@ -15,7 +14,7 @@ from tuner.errors import ConfigError
 
 # The catalogs (YAML read through pydantic) load with the command, not with `spectune --help`.
 if TYPE_CHECKING:
-    from tuner.catalog.gpus import DetectedGpus, Hardware
+    from tuner.catalog.gpus import Hardware
 
 __all__ = [
     "hardware_app",
@@ -49,11 +48,10 @@ def hardware_list_command(gpu_spec: opt.GpuSpecFile = None, as_json: opt.Json = 
 
 
 def _list_catalog(as_json: bool) -> None:
-    from tuner.catalog.gpus import known_gpus
+    from tuner.catalog.gpus import GpuSpec, known_gpus
 
-    rows = [g.model_dump(mode="json") for g in known_gpus()]
     if as_json:
-        print_json(rows)
+        print_json(list(known_gpus()), list[GpuSpec])
         return
 
     table = Table("GPU", "--hardware", "VRAM GiB", "bandwidth GB/s", "FP16 TFLOPS", "interconnect")
@@ -87,7 +85,9 @@ def hardware_detect_command(
     except ConfigError as error:  # what was found is still worth showing, with the fix
         hardware, problem = None, str(error)
     if as_json:
-        print_json(_detected_json(detected, hardware, problem))
+        from tuner.cli.outputs import DetectedOutput
+
+        print_json(DetectedOutput.of(detected, hardware, problem))
         return
     console.print(
         f"NVIDIA driver {detected.driver}, CUDA {detected.cuda} (through NVML)", markup=False
@@ -104,20 +104,6 @@ def hardware_detect_command(
         console.print(f"catalog: {hardware.label}, --hardware {hardware.spec}", markup=False)
 
 
-def _detected_json(
-    detected: DetectedGpus, hardware: Hardware | None, problem: str | None
-) -> dict[str, Any]:
-    return {
-        "driver": detected.driver,
-        "cuda": detected.cuda,
-        "gpus": [asdict(gpu) for gpu in detected.gpus],
-        "links": [{**asdict(link), "path": link.path} for link in detected.links],
-        "catalog": None if hardware is None else hardware.gpu.name,
-        "hardware": None if hardware is None else hardware.spec,
-        "problem": problem,
-    }
-
-
 @app.command("models")
 def models_command(as_json: opt.Json = False) -> None:
     """List the model catalog."""
@@ -125,7 +111,9 @@ def models_command(as_json: opt.Json = False) -> None:
     from tuner.cli.render import fitted_table
 
     if as_json:
-        print_json([{**asdict(m), "weight_gib": m.weight_bytes / 1024**3} for m in MODEL_CATALOG])
+        from tuner.cli.outputs import ModelOutput
+
+        print_json([ModelOutput.of(m) for m in MODEL_CATALOG], list[ModelOutput])
         return
 
     models = list(MODEL_CATALOG)

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from tuner import serde
 from tuner.catalog.spec_method import SpecMethod
 from tuner.cli import options as opt
 from tuner.cli.app import app, console, handle_errors, print_json
@@ -139,26 +137,11 @@ def estimate_command(
         power_scale=power,
     )
     if as_json:
-        print_json(_estimate_json(result))
+        from tuner.cli.outputs import EstimateOutput
+
+        print_json(EstimateOutput.of(result))
     else:
         _print_estimate(result)
-
-
-def _estimate_json(est: Estimate) -> dict[str, Any]:
-    from tuner.config.trial import server_to_dict
-
-    return {
-        "source": "predicted",
-        "hardware": est.hardware.label,
-        "server": server_to_dict(est.server),
-        "memory_per_gpu_gib": asdict(est.memory),
-        "fits": est.memory.fits,
-        "result": None if est.result is None else est.result.summary(),
-        "error_band": serde.dump(est.band),
-        "power_band": None if est.power_band is None else serde.dump(est.power_band),
-        "power_scale": None if est.power_scale is None else asdict(est.power_scale),
-        "energy_error": est.energy_error,
-    }
 
 
 def _print_estimate(est: Estimate) -> None:

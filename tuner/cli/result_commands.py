@@ -6,11 +6,10 @@ import os
 import socket
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from tuner import serde
 from tuner.analysis.pick_names import PICKS
 from tuner.cli import options as opt
 from tuner.cli.app import app, console, err_console, handle_errors, print_json
@@ -25,9 +24,8 @@ from tuner.trial.backends.kinds import BackendKind
 if TYPE_CHECKING:
     import optuna
 
-    from tuner.analysis.confirmed import Confirmed, Run
+    from tuner.analysis.confirmed import Run
     from tuner.config.space import SearchSpace
-    from tuner.export.vllm import Exported
 
 __all__ = [
     "confirm_command",
@@ -84,7 +82,9 @@ def export_command(
         if fmt == "docker-run":
             out.chmod(0o755)
     if as_json:
-        print_json({**_export_json(exported), "out": None if out is None else str(out)})
+        from tuner.cli.study_outputs import ExportOutput
+
+        print_json(ExportOutput.of(exported, out))
     elif out is None:
         sys.stdout.write(exported.text)
     else:
@@ -94,21 +94,6 @@ def export_command(
             markup=False,
             soft_wrap=True,
         )
-
-
-def _export_json(exported: Exported) -> dict[str, Any]:
-    facts = exported.provenance
-    return {
-        "trial": facts.trial,
-        "format": exported.format,
-        "source": facts.source,
-        facts.objective.metric: facts.throughput,
-        "p95_ttft_ms": facts.p95_ttft_ms,
-        "confirmed": facts.confirmed,
-        "provenance": serde.dump(facts),
-        "batch_size_table": [list(entry) for entry in exported.batch_size_table],
-        "text": exported.text,
-    }
 
 
 @app.command("report")
@@ -138,13 +123,9 @@ def report_command(
     flags = ["--storage", "$SPECTUNE_STORAGE"] if storage else ["--studies-dir", str(studies_dir)]
     report = write_report(study, space, target, export_flags=flags)
     if as_json:
-        print_json(
-            {
-                "html": str(report.html),
-                "charts": {c.name: {"png": str(c.path), "points": c.points} for c in report.charts},
-                "best": [c.number for c in report.best],
-            }
-        )
+        from tuner.cli.study_outputs import ReportOutput
+
+        print_json(ReportOutput.of(report))
         return
     drawn = ", ".join(f"{c.name} ({c.points})" for c in report.charts)
     console.print(f"Wrote {report.html} with charts: {drawn}", markup=False, soft_wrap=True)
@@ -255,7 +236,10 @@ def confirm_command(
 
     results, _ = run.confirm(None if as_json else on_run)
     if as_json:
-        print_json([_confirmed_json(c, space.ttft_limit_ms) for c in results])
+        from tuner.cli.study_outputs import ConfirmedOutput
+
+        outputs = ConfirmedOutput.all_of(results, space.ttft_limit_ms)
+        print_json(outputs, list[ConfirmedOutput])
         return
     if not results:
         console.print("Nothing to confirm: the study has no feasible config yet")
@@ -263,11 +247,3 @@ def confirm_command(
     console.print(confirmed_table(results, space.ttft_limit_ms, space.objective))
     best = run.export(results, None).best_yaml
     console.print(f"Updated {best} from the confirmed numbers", markup=False, soft_wrap=True)
-
-
-def _confirmed_json(c: Confirmed, ttft_limit_ms: float) -> dict[str, Any]:
-    return {
-        **serde.dump(c),
-        "stable": c.stable,
-        "feasible": c.feasible(ttft_limit_ms),
-    }

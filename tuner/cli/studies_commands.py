@@ -27,8 +27,7 @@ def studies_command(
     """List the studies in the studies folder (or --storage): trials, state, best config."""
     # Here, not at the top: they import Optuna and SQLAlchemy, which `spectune --help` and the
     # commands without a study never need (tests/cli/test_startup.py).
-    from tuner import serde
-    from tuner.study.listing import folder_storages, list_studies
+    from tuner.study.listing import StudySummary, folder_storages, list_studies
     from tuner.study.storage import safe_url
 
     storages = [storage] if storage is not None else folder_storages(studies_dir)
@@ -37,7 +36,7 @@ def studies_command(
         err_console.print(f"warning: {problem}", markup=False, highlight=False, soft_wrap=True)
     where = safe_url(storage) if storage is not None else str(studies_dir)
     if as_json:
-        print_json([serde.dump(summary) for summary in found])
+        print_json(found, list[StudySummary])
         return
     if not found:
         console.print(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Group
@@ -13,7 +13,6 @@ from rich.live import Live
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
-from tuner import serde
 from tuner.cli import options as opt
 from tuner.cli.app import app, console, handle_errors, print_json, warn
 
@@ -185,7 +184,9 @@ def optimize_command(
     if default_budget:  # said once the request holds: a refusal stays one line
         warn(_default_budget_note(built))
     if as_json:
-        print_json(_optimize_json(optimize(opened)))
+        from tuner.cli.study_outputs import OptimizeOutput
+
+        print_json(OptimizeOutput.of(optimize(opened)))
         return
     _print_optimize(_run_live(opened, starting, trials, confirm_repeats))
 
@@ -200,7 +201,7 @@ def _print_plan(request: OptimizeRequest, default_budget: bool, as_json: bool) -
     if default_budget:
         warn(_default_budget_note(request.space))
     if as_json:
-        print_json(serde.dump(planned))
+        print_json(planned)
     else:
         console.print(plan_table(planned, request.space))
 
@@ -253,41 +254,6 @@ def _show_startup(line: Text, event: StartupEvent) -> None:
         return
     detail = f": {event.detail}" if event.detail else ""
     line.plain = f"server start: {event.phase}{detail} ({event.elapsed_s:.0f} s)"
-
-
-def _record_json(record: TrialRecord, metric: str) -> dict[str, Any]:
-    from tuner.config.trial import server_to_dict
-
-    throughput, ttft = record.objective
-    return {
-        "trial": record.number,
-        "source": record.source,
-        metric: throughput,  # output_tok_s, or goodput_req_s
-        "p95_ttft_ms": ttft,
-        "status": record.status,
-        "tokens_per_joule": record.tokens_per_joule,
-        "temperature": record.trial_temperature,
-        "server": server_to_dict(record.server),
-        "summary": dict(record.summary),
-    }
-
-
-def _optimize_json(result: OptimizeResult) -> dict[str, Any]:
-    from tuner.study.storage import safe_url
-
-    metric = result.space.objective.metric
-    return {
-        "study": result.study,
-        "storage": safe_url(result.storage),
-        "trials": result.trials,
-        "pareto_front": [_record_json(r, metric) for r in result.pareto],
-        "recommended": None
-        if result.recommended is None
-        else _record_json(result.recommended.record, metric),
-        "best_yaml": None if result.best_yaml is None else str(result.best_yaml),
-        "time_budget": result.budget_note,
-        "k_table": None if result.k_table is None else serde.dump(result.k_table),
-    }
 
 
 def _print_optimize(result: OptimizeResult) -> None:
