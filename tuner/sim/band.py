@@ -12,6 +12,7 @@ kind exists, that nobody knows how wrong the number is.
 from __future__ import annotations
 
 import enum
+import itertools
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -19,7 +20,7 @@ from functools import cache
 from importlib import resources
 from typing import Annotated, Any
 
-from pydantic import Field, computed_field, field_serializer, model_validator
+from pydantic import Field, computed_field, field_serializer, field_validator, model_validator
 
 from tuner import serde
 from tuner.catalog.gpus import Hardware, MemoryKind
@@ -168,9 +169,26 @@ class Band:
     def _regime(self, regime: Regime) -> str:
         return str(regime)
 
+    @field_validator("regime", mode="before")
+    @classmethod
+    def _regime_named(cls, value: object) -> object:
+        """The regime its words name (as :meth:`_regime` writes it)."""
+        if not isinstance(value, str):
+            return value
+        for regime in _regimes():
+            if str(regime) == value:
+                return regime
+        raise ValueError(f"no regime is called {value!r}")
+
     @field_serializer("error")
     def _rounded(self, error: float | None) -> float | None:
         return None if error is None else round(error, _STORED_DIGITS)
+
+
+@cache
+def _regimes() -> tuple[Regime, ...]:
+    """Every regime there is: GPU class x method family x load."""
+    return tuple(Regime(*each) for each in itertools.product(MemoryKind, MethodFamily, Load))
 
 
 @cache
