@@ -15,7 +15,13 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any
 
-from pydantic import Field, SerializerFunctionWrapHandler, computed_field, model_serializer
+from pydantic import (
+    Field,
+    SerializerFunctionWrapHandler,
+    computed_field,
+    model_serializer,
+    model_validator,
+)
 
 from tuner.analysis.estimates import Bounds, Measured, Numbers
 from tuner.analysis.picks import Candidate
@@ -81,6 +87,27 @@ class Provenance:
     quality: QualityCheck | None = None  # a lossy verifier's answers against the exact ones
     # What the GPUs did through the trial's measured pairs (TrialRecord.gpu); None: not read.
     gpu_state: dict[str, Any] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _numbers_read_back(cls, data: Any) -> Any:
+        """The numbers from the keys :meth:`_metric_named` and the properties flatten them
+        into (a JSON export read back)."""
+        if not isinstance(data, dict) or "numbers" in data:
+            return data
+        data = dict(data)
+        metric = Objective(data.get("objective", Objective.THROUGHPUT)).metric
+        runs = int(data["runs"])
+        bounds = data.get("p95_ttft_ms_bounds")
+        ttft = (
+            Measured(data["p95_ttft_ms"], bounds[0], bounds[1], Bounds.ORDER_STATISTIC, bounds[2])
+            if bounds is not None
+            else _measured(data["p95_ttft_ms"], data.get("p95_ttft_ms_ci95"), runs)
+        )
+        throughput = _measured(data[metric], data.get(f"{metric}_ci95"), runs)
+        source, acceptance = Source(data["source"]), data.get("acceptance_rate")
+        data["numbers"] = Numbers(source, throughput, ttft, acceptance, runs, data["confirmed"])
+        return data
 
     @model_serializer(mode="wrap")
     def _metric_named(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
@@ -280,6 +307,13 @@ def _shares(pairs: tuple[tuple[Any, float], ...]) -> str:
 
 def _percent(share: float | None) -> str:
     return "not recorded" if share is None else f"{share * 100:.1f} %"
+
+
+def _measured(value: float, ci95: list[float] | None, runs: int) -> Measured:
+    """A mean over ``runs`` with its 95 % interval as JSON wrote it (none: one number)."""
+    if ci95 is None:
+        return Measured(value, n=runs)
+    return Measured(value, ci95[0], ci95[1], Bounds.CI95, runs)
 
 
 def _ci(estimate: Measured) -> tuple[float, float] | None:

@@ -25,7 +25,14 @@ from dataclasses import dataclass, replace
 from importlib import resources
 from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, Field, computed_field, field_serializer, with_config
+from pydantic import (
+    ConfigDict,
+    Field,
+    computed_field,
+    field_serializer,
+    model_validator,
+    with_config,
+)
 
 from tuner import serde
 from tuner.config.space import SearchSpace
@@ -114,7 +121,7 @@ class StudyPlan:
 
     trials: tuple[tuple[str, TrialCost], ...]  # (what runs, its cost), in order
     confirm_runs: int
-    confirm_cost: Annotated[TrialCost, Field(exclude=True)]  # of one confirmation run
+    confirm_cost: TrialCost  # of one confirmation run
     # The run's time budget: only the trials that fit are listed.
     budget_s: Annotated[float | None, Field(serialization_alias="time_budget_s")] = None
     # The benchmark's share of the optimum at the budget.
@@ -155,9 +162,39 @@ class StudyPlan:
                 "bench_s": cost.bench_s,
                 "bench_error_band": None if cost.band is None else serde.dump(cost.band),
                 "start_from": cost.start_from(),
+                "start": None if cost.start is None else serde.dump(cost.start),
             }
             for what, cost in trials
         ]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _read_back(cls, data: Any) -> Any:
+        """The plan from what ``--plan --json`` printed: its rows, under their printed names."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        data["trials"] = [
+            (
+                row["config"],
+                {
+                    "start_s": row["start_s"],
+                    "bench_s": row["bench_s"],
+                    "band": row["bench_error_band"],
+                    "start": row.get("start"),
+                },
+            )
+            for row in data.get("trials", ())
+        ]
+        data["startups"] = [
+            (row["family"], {key: v for key, v in row.items() if key != "family"})
+            for row in data.pop("start_ups", ())
+        ]
+        printed = {"time_budget_s": "budget_s", "expected_share": "expected"}
+        for key, name in {**printed, "confirm_k_table": "k_table"}.items():
+            if key in data:
+                data[name] = data.pop(key)
+        return data
 
     @field_serializer("startups")
     def _family_rows(

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Literal, NamedTuple
 
-from pydantic import ConfigDict, Field, computed_field, with_config
+from pydantic import AliasChoices, ConfigDict, Field, computed_field, with_config
 
 from tuner.catalog.models import load_model
 from tuner.config.trial import ServerConfig, SpecMethod, load_draft
@@ -98,7 +98,13 @@ class StartupPrice:
     """
 
     seconds: float
-    trials: Annotated[int, Field(serialization_alias="start_ups")] = 0
+    trials: Annotated[
+        int,
+        Field(
+            serialization_alias="start_ups",
+            validation_alias=AliasChoices("trials", "start_ups"),
+        ),
+    ] = 0
     source: Source | None = None
 
     @property
