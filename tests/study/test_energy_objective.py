@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
+import optuna
 import pytest
 from typer.testing import CliRunner
 
@@ -149,6 +150,34 @@ def test_a_simulated_energy_study_recommends_by_the_power_model_s_energy(tmp_pat
     best = result.recommended
     assert best is not None and study_pick(result.handle) == "min-energy"
     assert best.tokens_per_joule == max(c.tokens_per_joule or 0.0 for c in cands)
+
+
+def test_confirmation_reads_energy_and_the_recommendation_ranks_by_its_mean(
+    tmp_path: Path,
+) -> None:
+    space = small_space(tmp_path, slo={"prefer": "energy", "ttft_ms": 60000})
+    request = OptimizeRequest(
+        study="confirmed",
+        space=space,
+        backend="sim",
+        trials=4,
+        studies_dir=tmp_path,
+        sampler="random",
+        confirm_top=2,
+        confirm_repeats=2,
+    )
+    result = optimize(request)
+    assert result.confirmed
+    for confirmed in result.confirmed:  # each fresh server's energy, as its trial's is read
+        per_run = [run.tokens_per_joule or 0.0 for run in confirmed.runs]
+        assert all(value > 0 for value in per_run)
+        assert confirmed.tokens_per_joule == pytest.approx(sum(per_run) / len(per_run))
+    best = result.recommended
+    assert best is not None and best.confirmed is not None
+    assert best.tokens_per_joule == best.confirmed.tokens_per_joule  # the mean, not one run
+    stored = optuna.load_study(study_name="confirmed", storage=result.storage)
+    (run, *_) = next(iter(stored.user_attrs["confirmed"].values()))["runs"]
+    assert run["tokens_per_joule"] > 0
 
 
 def test_an_unknown_objective_is_one_line(tmp_path: Path) -> None:

@@ -177,6 +177,10 @@ class Run:
     # Order-statistic 95 % bounds on this run's scored p95 TTFT and the requests behind them
     # (tuner.analysis.estimates.scored_ttft_bounds); None for runs stored before they were.
     p95_ttft_bounds: tuple[float | None, float | None, int] | None = None
+    # Output tokens per joule of GPU energy over the run's pairs; None where its GPUs were not
+    # read (no NVML, a GPU the simulator has no power for) or runs stored before it was, and
+    # then not written: a run without it is stored as runs were before.
+    tokens_per_joule: Annotated[float | None, Field(exclude_if=lambda value: value is None)] = None
 
     @property
     def ok(self) -> bool:
@@ -199,6 +203,15 @@ class Confirmed:
     def measured(self) -> list[Run]:
         """The runs that produced throughput and TTFT."""
         return [r for r in self.runs if r.throughput is not None and r.p95_ttft_ms is not None]
+
+    @property
+    def tokens_per_joule(self) -> float | None:
+        """The mean output tokens per joule of the measured runs; None unless every one of
+        them read its GPUs' energy (a mean of some would favour the runs that did)."""
+        read = [r.tokens_per_joule for r in self.measured]
+        if not read or any(value is None for value in read):
+            return None
+        return sum(value or 0.0 for value in read) / len(read)
 
     @property
     def stable(self) -> bool:

@@ -95,14 +95,16 @@ class Candidate:
 
     @property
     def tokens_per_joule(self) -> float | None:
-        """Output tokens per joule of GPU energy, as the trial read it; None where its GPUs
-        were not read (the simulator, no NVML)."""
-        return self.record.tokens_per_joule
+        """Output tokens per joule of GPU energy: the confirmation runs' mean where they read
+        it, else as the trial read it; None where its GPUs were not read (no NVML)."""
+        confirmed = self.confirmed.tokens_per_joule if self.confirmed is not None else None
+        return self.record.tokens_per_joule if confirmed is None else confirmed
 
     @property
     def joules_per_token(self) -> float | None:
-        """GPU joules per output token, as the trial read it; None where not read."""
-        return self.record.joules_per_token
+        """GPU joules per output token: the inverse of :attr:`tokens_per_joule`."""
+        per_joule = self.tokens_per_joule
+        return 1.0 / per_joule if per_joule else None
 
 
 def check_pick(pick: str) -> str:

@@ -33,7 +33,7 @@ from tuner.analysis.estimates import scored_ttft_bounds
 from tuner.analysis.k_table import K_TABLE_ATTR, KTableVerdict, planned_table, with_table
 from tuner.analysis.picks import DEFAULT_PICK, confirmation_order, pick_candidate
 from tuner.analysis.trials import level_tok_s
-from tuner.bench.summary import level_summary
+from tuner.bench.summary import gpu_summary, level_summary
 from tuner.config.space import SearchSpace
 from tuner.config.trial import LaunchContext, TrialConfig
 from tuner.errors import SpectuneError
@@ -249,4 +249,12 @@ def _run_from(outcome: TrialOutcome) -> Run:
         acceptance_rate=primary.acceptance_rate,
         levels=level_tok_s(pairs, outcome.score.steps),
         p95_ttft_bounds=scored_ttft_bounds(pairs, outcome.score.steps) if measured else None,
+        tokens_per_joule=_tokens_per_joule(outcome) if measured else None,
     )
+
+
+def _tokens_per_joule(outcome: TrialOutcome) -> float | None:
+    """The run's output tokens per joule, all its pairs together, as a trial stores it."""
+    gpu = gpu_summary(outcome.results)
+    value = gpu.get("tokens_per_joule") if gpu else None
+    return None if value is None else float(value)
