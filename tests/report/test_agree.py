@@ -97,7 +97,12 @@ def _live_table_is_the_stored_trials(
     stored = {t.number: t.values for t in study.get_trials(deepcopy=False)}  # as the dashboard
     for number, _, k, mem, batch, _, tok_s, ttft, per_joule, acc, _, _, _ in rows:
         record = done[int(number)]
-        assert per_joule == "-"  # the simulator reads no energy
+        # The simulator's energy is its power model's; a trial that ran no pair has none.
+        per_joule_stored = record.tokens_per_joule
+        if per_joule_stored is None:
+            assert per_joule == "-"
+        else:
+            assert _close(per_joule, per_joule_stored, 2)
         assert k == (str(record.server.k) if record.server.speculative else "-")
         assert mem == f"{record.server.gpu_memory_utilization:.2f}"
         assert batch == str(record.server.max_num_batched_tokens)
@@ -111,13 +116,18 @@ def _closing_lines(stdout: str, answer: Recommendation) -> None:
     flat = " ".join(stdout.split())  # rich wraps at 80 columns
     numbers = answer.candidate.numbers
     said = re.search(
-        r"trial (\d+): .*? simulated: (.*?) output tok/s, p95 TTFT (.*) \(([^()]*)\) Wrote", flat
+        r"trial (\d+): .*? simulated: (.*?) output tok/s, p95 TTFT (.*?), ([\d.]+) tok/J "
+        r"\(([^()]*)\) ",
+        flat,
     )
     assert said is not None, flat[-800:]
     assert int(said.group(1)) == answer.candidate.number
     _estimate(said.group(2), numbers.throughput, 1)
     _estimate(said.group(3), numbers.p95_ttft_ms, 0)
-    assert said.group(4) == numbers.runs_note == "mean of 2 runs on fresh servers"
+    # The simulator's energy is its power model's: the confirmation runs' mean.
+    per_joule = answer.candidate.tokens_per_joule
+    assert per_joule is not None and _close(said.group(4), per_joule, 2)
+    assert said.group(5) == numbers.runs_note == "mean of 2 runs on fresh servers"
 
 
 def _exports(copy: StudyCopy, answer: Recommendation) -> None:

@@ -172,6 +172,9 @@ class FakeGpus:
                 self.cool()
             if self.following is not None:
                 self._read_server()
+                # The reading is the server's answer: stamped when it came, not when it was
+                # asked for (under load the request alone takes a sizeable part of a second).
+                now = time.monotonic()
             else:
                 self._integrate()
             self._last = now
