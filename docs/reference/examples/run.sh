@@ -7,8 +7,10 @@
 # measured at temperatures 0.2 (70 %), 0.8 (30 %) as requests send them; the server config holds for that mix
 # failed requests 0.0 % (at most 0 % allowed)
 # model runner V1 (Model Runner V2 does not yet support heterogeneous-vocabulary draft models) (predicted from vLLM's rules)
-# exported 2026-12-03
-# best speculation per concurrency level: 1: K=3 (50.7 tok/s simulated at that level, trial 0); 8: K=3 (257.2 tok/s simulated at that level, trial 0); 32: K=3 (458.1 tok/s simulated at that level, trial 0)
+# GPU energy 4.867 J per output token (0.21 tok/J, simulated by the power model); mean power 510 W; power limit 450, 450 W
+# exported 2026-12-06
+# best speculation per concurrency level: 1: K=3 (50.7 tok/s simulated at that level, trial 0); 8: K=3 (257.2 tok/s simulated at that level, trial 0); 32: K=2 (464.6 tok/s simulated at that level, trial 5)
+# num_speculative_tokens_per_batch_size below switches K by batch size (0 = off); it won as its own config (206.7 tok/s against 204.8 for fixed K, 3 simulated runs); num_speculative_tokens is its largest K
 docker run -d --name vllm \
   --gpus 2 \
   --ipc=host \
@@ -25,4 +27,4 @@ docker run -d --name vllm \
   --gpu-memory-utilization 0.8 \
   --max-num-batched-tokens 8192 \
   --enable-chunked-prefill \
-  --speculative-config '{"method": "draft_model", "model": "Qwen/Qwen2.5-0.5B-Instruct", "num_speculative_tokens": 3, "use_heterogeneous_vocab": true}'
+  --speculative-config '{"method": "draft_model", "model": "Qwen/Qwen2.5-0.5B-Instruct", "num_speculative_tokens": 3, "num_speculative_tokens_per_batch_size": [[1, 16, 3], [17, 32, 2]], "use_heterogeneous_vocab": true}'
