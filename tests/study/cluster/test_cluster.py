@@ -6,7 +6,9 @@ backend on the GPUs Ray assigned there. Checked: trials run on both nodes at onc
 measured in rounds, and the budget is exact; a study whose hardware no node has is one line;
 SIGTERM on the driver leaves no server on any node; a node killed mid-trial fails that trial,
 which is retried on the other node, and the budget still holds; a config asked for twice at
-once runs on one node. Every connection seen goes to 127.0.0.1 or the test's own network.
+once runs on one node; a setup that keeps failing stops the study with the lifecycle's one
+message (the executor contract's cases, tests/study/test_executor_contract.py, on Ray).
+Every connection seen goes to 127.0.0.1 or the test's own network.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from optuna.trial import TrialState
 
 from tests.study.cluster.ray_support import WORKERS, Cluster, process_targets
 from tests.testbed.docker_host import REPO
+from tuner.study.lifecycle import MAX_FAILURES_IN_A_ROW
 
 pytestmark = [pytest.mark.ray, pytest.mark.docker]
 
@@ -211,6 +214,27 @@ def test_a_config_handed_to_both_slots_at_once_is_measured_once(
     others = [t for t in trials if t is not ran]
     assert all(t.user_attrs["duplicate_of"] == ran.number for t in others)
     assert all(t.values == ran.values for t in others)
+
+
+def test_a_setup_that_keeps_failing_stops_the_study_with_one_message(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    # Every start fails on every node; failed trials use none of the budget, so only the
+    # lifecycle's count stops the study.
+    space = _space("failing", sim_speed=20, output_tokens=32)
+    space["server"]["extra_flags"]["sim-fault"] = "crash-at-start"
+    proc = _driver(cluster, tmp_path, space, 6)
+    out, err = _finish(proc)
+    assert proc.returncode == 2, err[-3000:]
+    message = json.loads(out)["error"]
+    assert message.startswith(f"{MAX_FAILURES_IN_A_ROW} trials in a row failed, the last with: ")
+    assert "crash-at-start" in message
+    trials = _trials(tmp_path, "failing")
+    assert {t.state for t in trials} == {TrialState.FAIL}  # none counted toward the six
+    # The count stops it; the other slot's trial, in flight then, is cancelled with it.
+    assert MAX_FAILURES_IN_A_ROW <= len(trials) <= MAX_FAILURES_IN_A_ROW + 1
+    for worker in WORKERS:
+        assert cluster.processes(worker, "tuner.sim.server serve") == []
 
 
 def test_a_study_whose_hardware_no_node_has_is_one_line(cluster: Cluster, tmp_path: Path) -> None:
