@@ -133,6 +133,8 @@ class InProcess:
             run.space.ttft_limit_ms,
             budget=run.budget,
             rounds=request.rounds,
+            # Read again on the GPUs these trials get: --gpus-per-trial can narrow the ones
+            # the run read at prepare.
             held_gib=held_elsewhere(request.backend, options.gpus).gib,
             power=run.power,
         )

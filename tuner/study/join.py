@@ -55,6 +55,6 @@ def run_worker(
         run.space.ttft_limit_ms,
         worker=options.worker,
         rounds=request.rounds,
-        held_gib=held_elsewhere(request.backend, options.gpus).gib,
+        held_gib=held_elsewhere(request.backend, options.gpus).gib,  # this worker's slice
     )
     run_trials(run.study, run.space, run.build_backend(run.space, run.options), settings)
