@@ -134,6 +134,7 @@ def run_key(
 # What a world's truth is computed from: the space, the simulator, the configs' and the
 # methods' rules, the catalog, scoring, the grid and the worlds themselves (a strategy's or
 # the twin's code is not: a truth cached before a change to them still holds).
+_NOT_TRUTH = ("tuner/sim/twin",)
 _TRUTH_SOURCES = (
     "tuner/sim",
     "tuner/config",
@@ -156,7 +157,8 @@ def _truth_path(space: str, world: World) -> Path:
     for source in _TRUTH_SOURCES:
         path = root / source
         for file in sorted(path.rglob("*.py")) if path.is_dir() else [path]:
-            digest.update(file.read_bytes())
+            if not any(file.is_relative_to(root / other) for other in _NOT_TRUTH):
+                digest.update(file.read_bytes())
     _CACHE.mkdir(parents=True, exist_ok=True)
     return _CACHE / f"{digest.hexdigest()[:24]}.pickle"
 

@@ -38,9 +38,8 @@ from tuner.launch.failures import startup_failure
 from tuner.results import Endpoint, Source, TrialResult
 from tuner.sim.acceptance import POSITION_DECAY, shipped_rates
 from tuner.sim.answers import simulated_answers
-from tuner.sim.memory import MemoryEstimate, estimate_memory
+from tuner.sim.memory import MemoryEstimate, adjust_memory, estimate_memory
 from tuner.sim.perfmodel import ForwardPass, PerfModel
-from tuner.sim.twin.model import adjust_memory
 from tuner.sim.virtual_time import simulate
 from tuner.trial.run_facts import RunFacts
 

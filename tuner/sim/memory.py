@@ -51,7 +51,7 @@ The failure causes follow vLLM's start-up messages in the order vLLM meets them.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tuner.catalog.gpus import Hardware
 from tuner.catalog.models import ModelSpec
@@ -68,6 +68,7 @@ __all__ = [
     "DEFAULT_MAX_NUM_SEQS",
     "MemoryEstimate",
     "MemoryRules",
+    "adjust_memory",
     "draft_logits_gib",
     "effective_batched_tokens",
     "estimate_memory",
@@ -422,3 +423,45 @@ def _failure(  # noqa: PLR0913  (one keyword per memory term)
             "free (while capturing CUDA graphs). Try lowering `gpu_memory_utilization`."
         )
     return ""
+
+
+def adjust_memory(
+    base: MemoryEstimate,
+    target: ModelSpec,
+    draft: ModelSpec | None,
+    server: ServerConfig,
+    inside_gib: float,
+    outside_gib: float,
+) -> MemoryEstimate:
+    """``base`` with ``inside_gib`` more taken from the KV cache and ``outside_gib`` more held.
+
+    ``base`` already checked the outside memory (it is the memory model's hidden overhead); this
+    re-checks the KV cache and books both in the peak, as NVML would see them.
+    """
+    if not inside_gib and not outside_gib:
+        return base
+    per_token = kv_bytes_per_gpu(target, server.tensor_parallel_size)
+    if (
+        draft is not None
+        and server.speculative
+        and method_of(server.speculative.method).family is MethodFamily.DRAFT
+    ):
+        per_token += kv_bytes_per_gpu(draft, draft_tensor_parallel(server))
+    kv = base.kv_cache_gib - inside_gib
+    block = base.block_tokens
+    tokens = math.floor(kv * GIB / per_token / block) * block if kv > 0 else 0
+    reason = base.reason
+    if not reason and tokens < server.max_model_len:
+        reason = (
+            f"ValueError: To serve at least one request with the models's max seq len "
+            f"({server.max_model_len}), more KV cache is needed than the available KV cache "
+            f"memory ({max(kv, 0.0):.2f} GiB). Try increasing `gpu_memory_utilization`."
+        )
+    return replace(
+        base,
+        overhead_gib=base.overhead_gib + inside_gib + outside_gib,
+        kv_cache_gib=kv,
+        kv_tokens=tokens,
+        fits=not reason,
+        reason=reason,
+    )

@@ -2,19 +2,27 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tuner import serde
-from tuner.config.space import NO_DRAFT, load_space
+from tuner.config.space import NO_DRAFT, SearchSpace, load_space
+from tuner.config.trial import SpeculativeConfig
+from tuner.config.verification import Verification
 from tuner.errors import StartupFailure
 from tuner.sim.acceptance import expected_accepted
 from tuner.sim.memory import estimate_memory
 from tuner.sim.twin import AcceptanceShift, TwinParams, TwinPhysics, forecast, step_parts
+from tuner.sim.twin.forecast import Forecast
 from tuner.sim.virtual_time import predict
 
 SPACE = load_space(str(Path(__file__).parents[3] / "benchmarks" / "held_out_space.yaml"))
+# Drafters that propose all K tokens in one pass (DFlash; P-EAGLE's parallel drafting), block
+# verification and adaptive verification: the closed form holds for every method's settings.
+SPACE_2026 = load_space("qwen3-coder-30b-fp8-4090x2-2026-vllm032")
 
 
 def _configs() -> list[tuple[str, int, int, float]]:
@@ -26,34 +34,66 @@ def _configs() -> list[tuple[str, int, int, float]]:
     ]
 
 
-@pytest.mark.parametrize(("draft", "k", "mnbt", "temperature"), _configs())
-def test_closed_form_matches_the_engine(draft: str, k: int, mnbt: int, temperature: float) -> None:
-    config = SPACE.config(SPACE.speculative(draft, k), 0.86, mnbt, temperature)
-    model = SPACE.draft_model(draft)
-    workload = SPACE.workload
+def _settings_2026() -> list[tuple[str, int, dict[str, Any]]]:
+    dflash = next(d for d in SPACE_2026.drafts if d.startswith("dflash:"))
+    eagle = next(d for d in SPACE_2026.drafts if d.startswith("eagle3:"))
+    return [
+        (dflash, 4, {}),
+        (dflash, 12, {"rejection_sample_method": Verification.BLOCK}),
+        (dflash, 8, {"enable_adaptive_verification": True}),
+        (eagle, 6, {"parallel_drafting": True}),
+        (eagle, 6, {}),
+    ]
+
+
+def _closed_form_and_engine(
+    space: SearchSpace, draft: str, speculative: SpeculativeConfig | None, mnbt: int, t: float
+) -> tuple[Forecast, Forecast]:
+    config = space.config(speculative, 0.86, mnbt, t)
+    model = space.draft_model(draft)
+    workload = space.workload
     params = TwinParams(decode=1.2, draft=1.7, overhead=0.8, prefill=1.4)
     physics = TwinPhysics(params)
-    engine = predict(
-        SPACE.hardware, SPACE.target, model, config.server, temperature, workload, 1, physics
-    )
-    parts = step_parts(
-        SPACE.hardware,
-        SPACE.target,
-        model,
-        config.server,
-        workload.input_tokens,
-        workload.output_tokens,
-    )
+    args = (space.hardware, space.target, model, config.server)
+    engine = predict(*args, t, workload, 1, physics, space.version)
+    parts = step_parts(*args, workload.input_tokens, workload.output_tokens, space.version)
     accepted = 0.0
-    if config.server.speculative is not None:
-        method = config.server.speculative.method
+    if speculative is not None:
         rates = physics.position_rates(
-            SPACE.target, model, method, workload.prompt_set, temperature, k
+            space.target,
+            model,
+            speculative.method,
+            workload.prompt_set,
+            t,
+            speculative.num_speculative_tokens,
+            speculative=speculative,
         )
         accepted = sum(expected_accepted(rates))
     closed = forecast(parts, params, accepted, workload.output_tokens)
+    return closed, Forecast(engine.output_tok_s, engine.ttft_ms(95) or 0.0)
+
+
+@pytest.mark.parametrize(("draft", "k", "mnbt", "temperature"), _configs())
+def test_closed_form_matches_the_engine(draft: str, k: int, mnbt: int, temperature: float) -> None:
+    closed, engine = _closed_form_and_engine(
+        SPACE, draft, SPACE.speculative(draft, k), mnbt, temperature
+    )
     assert closed.output_tok_s == pytest.approx(engine.output_tok_s, rel=1e-3)
-    assert closed.ttft_ms == pytest.approx(engine.ttft_ms(95), rel=1e-3)
+    assert closed.ttft_ms == pytest.approx(engine.ttft_ms, rel=1e-3)
+
+
+@pytest.mark.parametrize(("draft", "k", "settings"), _settings_2026())
+def test_closed_form_matches_the_engine_for_every_method_setting(
+    draft: str, k: int, settings: dict[str, Any]
+) -> None:
+    # The closed form once priced a one-pass drafter's K positions as K passes: the twin
+    # fitted to a DFlash trial at K=15 then put the best K far too low.
+    speculative = SPACE_2026.speculative(draft, k)
+    assert speculative is not None
+    speculative = replace(speculative, **settings)
+    closed, engine = _closed_form_and_engine(SPACE_2026, draft, speculative, 2048, 0.3)
+    assert closed.output_tok_s == pytest.approx(engine.output_tok_s, rel=1e-3)
+    assert closed.ttft_ms == pytest.approx(engine.ttft_ms, rel=1e-3)
 
 
 def test_neutral_twin_is_the_shipped_simulator() -> None:

@@ -33,7 +33,8 @@ class StepParts:
 
     Attributes:
         decode_target: the target's pass in one decode step (1+K tokens).
-        decode_draft: the K draft passes of one decode step.
+        decode_draft: the drafter's passes in one decode step (K, or one for a drafter that
+            proposes all K at once).
         decode_overhead: the engine's work in one decode step.
         prefill_target: the target's passes over the whole prompt.
         prefill_draft: the draft's passes over the whole prompt.
@@ -91,11 +92,15 @@ def step_parts(
         done += chunk
     context = prompt_tokens + 1 + (output_tokens - 1) // 2  # the mean context while decoding
     graphed = not _eager(server)
+    # A block drafter, a P-EAGLE head or parallel drafting proposes all K in one pass; a
+    # drafter that proposes token by token runs K passes of one token.
+    passes, per_pass = (1, k) if perf.parallel else (k, 1)
     return StepParts(
         decode_target=perf.target_pass_s(
             ForwardPass(1 + k, 1, context, (1 + k) * context, graphed)
         ),
-        decode_draft=k * perf.draft_pass_s(ForwardPass(1, 1, context, context, graphed)),
+        decode_draft=passes
+        * perf.draft_pass_s(ForwardPass(per_pass, 1, context, context, graphed)),
         decode_overhead=perf.step_overhead_s(1, (1 + k) if k else 0, perf.ngram),
         prefill_target=prefill_target,
         prefill_draft=prefill_draft,

@@ -16,14 +16,14 @@ for one request at a time, which the study's re-screen uses.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from pydantic import field_serializer, field_validator
 
 from tuner.catalog.gpus import Hardware
 from tuner.catalog.models import ModelSpec
-from tuner.config.methods import MethodFamily, method_of
+from tuner.config.methods import method_of
 from tuner.config.trial import ServerConfig, SpecMethod, SpeculativeConfig, choice_label
 from tuner.config.vllm_version import VllmVersion
 from tuner.sim.acceptance import (
@@ -33,14 +33,8 @@ from tuner.sim.acceptance import (
     samples_drafts,
     verified,
 )
-from tuner.sim.memory import GIB, MemoryEstimate, estimate_memory
-from tuner.sim.perfmodel import (
-    ForwardPass,
-    PerfModel,
-    StepShape,
-    draft_tensor_parallel,
-    kv_bytes_per_gpu,
-)
+from tuner.sim.memory import MemoryEstimate, adjust_memory, estimate_memory
+from tuner.sim.perfmodel import ForwardPass, PerfModel, StepShape
 
 __all__ = [
     "TIME_FACTORS",
@@ -158,16 +152,16 @@ class _TwinPerf(PerfModel):
         super().__init__(hardware, target, draft, server, version=version)
         self.params = params
 
-    def _decoding(self, batch: ForwardPass) -> bool:
-        # A decode pass carries 1+K tokens a sequence; anything more holds a prefill chunk.
-        return batch.tokens <= batch.seqs * (1 + self.k)
-
     def target_pass_s(self, batch: ForwardPass) -> float:
-        factor = self.params.decode if self._decoding(batch) else self.params.prefill
+        # A decode pass carries 1+K tokens a sequence; anything more holds a prefill chunk.
+        decoding = batch.tokens <= batch.seqs * (1 + self.k)
+        factor = self.params.decode if decoding else self.params.prefill
         return super().target_pass_s(batch) * factor
 
     def draft_pass_s(self, batch: ForwardPass) -> float:
-        factor = self.params.draft * (1.0 if batch.tokens <= batch.seqs else self.params.prefill)
+        # A drafting pass carries one token a sequence, or all K where one pass drafts them.
+        decoding = batch.tokens <= batch.seqs * (self.k if self.parallel else 1)
+        factor = self.params.draft * (1.0 if decoding else self.params.prefill)
         return super().draft_pass_s(batch) * factor
 
     def step_overhead_s(self, seqs: int, verified: int, ngram: bool) -> float:
@@ -251,45 +245,3 @@ class TwinPhysics:
             hardware, target, draft, server, jitter_gib + outside, version=version
         )
         return adjust_memory(base, target, draft, server, self.params.inside_gib, outside)
-
-
-def adjust_memory(
-    base: MemoryEstimate,
-    target: ModelSpec,
-    draft: ModelSpec | None,
-    server: ServerConfig,
-    inside_gib: float,
-    outside_gib: float,
-) -> MemoryEstimate:
-    """``base`` with ``inside_gib`` more taken from the KV cache and ``outside_gib`` more held.
-
-    ``base`` already checked the outside memory (it is the memory model's hidden overhead); this
-    re-checks the KV cache and books both in the peak, as NVML would see them.
-    """
-    if not inside_gib and not outside_gib:
-        return base
-    per_token = kv_bytes_per_gpu(target, server.tensor_parallel_size)
-    if (
-        draft is not None
-        and server.speculative
-        and method_of(server.speculative.method).family is MethodFamily.DRAFT
-    ):
-        per_token += kv_bytes_per_gpu(draft, draft_tensor_parallel(server))
-    kv = base.kv_cache_gib - inside_gib
-    block = base.block_tokens
-    tokens = math.floor(kv * GIB / per_token / block) * block if kv > 0 else 0
-    reason = base.reason
-    if not reason and tokens < server.max_model_len:
-        reason = (
-            f"ValueError: To serve at least one request with the models's max seq len "
-            f"({server.max_model_len}), more KV cache is needed than the available KV cache "
-            f"memory ({max(kv, 0.0):.2f} GiB). Try increasing `gpu_memory_utilization`."
-        )
-    return replace(
-        base,
-        overhead_gib=base.overhead_gib + inside_gib + outside_gib,
-        kv_cache_gib=kv,
-        kv_tokens=tokens,
-        fits=not reason,
-        reason=reason,
-    )
