@@ -53,6 +53,7 @@ __all__ = [
     "samples_drafts",
     "shipped_rates",
     "verified",
+    "verifier_gain",
 ]
 
 SPEC_METHODS = tuple(m.name for m in speculating())
@@ -286,14 +287,26 @@ def verified(
     """``rates`` under the server's verification: block verification accepts a share of each
     rejection (none at T=0, where both rules accept the same prefix); FLy a share of them on
     open-ended prompts (:func:`loose_share` says how many of its tokens those are)."""
-    method = Verification.STANDARD if speculative is None else speculative.rejection_sample_method
-    if method is Verification.BLOCK:
-        gain = constants.block_verification_gain * min(max(temperature, 0.0), 1.0)
-    elif method is Verification.FLY:
-        gain = constants.fly_gain.get(prompt_set, constants.fly_gain[_DEFAULT_SET])
-    else:
+    gain = verifier_gain(speculative, temperature, constants, prompt_set)
+    if not gain:
         return rates
     return tuple(rate + gain * (1.0 - rate) for rate in rates)
+
+
+def verifier_gain(
+    speculative: SpeculativeConfig | None,
+    temperature: float,
+    constants: AcceptanceConstants = SHIPPED_ACCEPTANCE,
+    prompt_set: str = _DEFAULT_SET,
+) -> float:
+    """The share of each position's rejections the server's verifier accepts all the same
+    (0: standard verification)."""
+    method = Verification.STANDARD if speculative is None else speculative.rejection_sample_method
+    if method is Verification.BLOCK:
+        return constants.block_verification_gain * min(max(temperature, 0.0), 1.0)
+    if method is Verification.FLY:
+        return constants.fly_gain.get(prompt_set, constants.fly_gain[_DEFAULT_SET])
+    return 0.0
 
 
 def loose_share(lossless: tuple[float, ...], lossy: tuple[float, ...]) -> float:

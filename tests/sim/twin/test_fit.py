@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tuner import serde
 from tuner.catalog.models import load_model
 from tuner.config.space import load_space
-from tuner.config.trial import ServerConfig, TrialConfig, load_draft
+from tuner.config.trial import ServerConfig, SpecMethod, TrialConfig, load_draft
+from tuner.config.verification import DraftSampling, Verification
 from tuner.sim.oom_screen import memory_slacks
 from tuner.sim.twin import AcceptanceShift, TwinParams, TwinPhysics
 from tuner.sim.twin.fit import FittedTwin, Observation, fit, observe
@@ -134,3 +137,70 @@ def test_fitted_twin_and_observations_round_trip_through_json() -> None:
     assert back.sd == twin.sd and math.isclose(back.margin_gib, twin.margin_gib)
     first = observations[1]
     assert serde.load_json(Observation, serde.dump_json(first)) == first
+
+
+SPACE_2026 = load_space("qwen3-coder-30b-fp8-4090x2-2026-vllm032")
+SMALL_2026 = "Qwen/Qwen3-0.6B"
+HEAD_2026 = "eagle3:amazon/Qwen3-Coder-30B-A3B-Instruct-P-EAGLE"
+# On these prompts block verification gains far more than the shipped model says, sampled
+# drafts lose more, and the P-EAGLE head's later positions fall faster when it drafts at once.
+SETTINGS_TRUTH = TwinParams(
+    acceptance={
+        (SMALL_2026, "code"): AcceptanceShift(logit=0.3, probabilistic=-0.5, block=1.5),
+        (HEAD_2026, "code"): AcceptanceShift(parallel_log_decay=-0.1),
+    }
+)
+
+
+def _measure_2026(draft: str, k: int, t: float, seed: int, **settings: Any) -> Observation:
+    speculative = SPACE_2026.speculative(draft, k)
+    assert speculative is not None
+    config = SPACE_2026.config(replace(speculative, **settings), 0.9, 2048, t)
+    workload = replace(SPACE_2026.workload, requests=80)  # counts enough to tell the terms apart
+    result = simulate(
+        SPACE_2026.hardware,
+        SPACE_2026.target,
+        SPACE_2026.draft_model(draft),
+        config.server,
+        t,
+        workload,
+        1,
+        seed,
+        TwinPhysics(SETTINGS_TRUTH),
+        SPACE_2026.version,
+    )
+    # The space samples a mix of temperatures; these requests were all sampled at ``t``.
+    return replace(observe(config, result), temperature=t)
+
+
+def test_the_fit_learns_what_each_setting_of_a_method_does() -> None:
+    block, sampled = Verification.BLOCK, DraftSampling.PROBABILISTIC
+    trials = [
+        _measure_2026(SMALL_2026, 4, 0.8, 0),
+        _measure_2026(SMALL_2026, 4, 0.8, 1, rejection_sample_method=block),
+        _measure_2026(SMALL_2026, 4, 0.8, 2, draft_sample_method=sampled),
+        _measure_2026(SMALL_2026, 4, 0.2, 3),
+        _measure_2026(HEAD_2026, 6, 0.2, 4),
+        _measure_2026(HEAD_2026, 6, 0.2, 5, parallel_drafting=True),
+    ]
+    twin = fit(SPACE_2026.hardware, trials, FittedTwin(), SPACE_2026.version)
+
+    small = twin.params.shift(SMALL_2026, "code")
+    assert small.block == pytest.approx(1.5, abs=0.4)
+    assert small.probabilistic == pytest.approx(-0.5, abs=0.3)
+    assert small.logit == pytest.approx(0.3, abs=0.25)  # the drafter's own, not block's
+    head = twin.params.shift(HEAD_2026, "code")
+    assert head.parallel_log_decay == pytest.approx(-0.1, abs=0.04)
+    assert twin.sd[f"{SMALL_2026}|code|block"] < 1.0  # narrower than its prior
+
+    # The twin's rates of a config with the setting are the truth's, not the shipped model's.
+    target, draft = SPACE_2026.target, SPACE_2026.draft_model(SMALL_2026)
+    speculative = SPACE_2026.speculative(SMALL_2026, 4)
+    assert speculative is not None
+    verified_by_block = replace(speculative, rejection_sample_method=block)
+    args = (target, draft, SpecMethod.DRAFT_MODEL, "code", 0.8, 4)
+    truth = TwinPhysics(SETTINGS_TRUTH).position_rates(*args, speculative=verified_by_block)
+    learned = TwinPhysics(twin.params).position_rates(*args, speculative=verified_by_block)
+    shipped = TwinPhysics(TwinParams()).position_rates(*args, speculative=verified_by_block)
+    assert max(abs(a - b) for a, b in zip(learned, truth, strict=True)) < 0.03
+    assert max(abs(a - b) for a, b in zip(shipped, truth, strict=True)) > 0.1

@@ -37,6 +37,7 @@ from tuner.catalog.models import ModelSpec, load_model
 from tuner.config.trial import ServerConfig, TrialConfig
 from tuner.config.vllm_version import VllmVersion
 from tuner.results import TrialResult
+from tuner.sim.acceptance import SHIPPED_ACCEPTANCE, verifier_gain
 from tuner.sim.memory import MemoryEstimate, estimate_memory
 from tuner.sim.oom_screen import INSIDE, OUTSIDE, Slacks, memory_slacks, oom_side
 from tuner.sim.twin.counters import AcceptedTokens, PositionCounts, reusable
@@ -45,7 +46,9 @@ from tuner.sim.twin.model import (
     TIME_FACTORS,
     AcceptanceShift,
     TwinParams,
+    drafts_in_parallel,
     method_key,
+    setting_terms,
     shipped_decay,
     shipped_logit,
 )
@@ -75,7 +78,16 @@ PRIOR_SD = {
     "first_token": 0.5,
     "ttft_offset_s": 0.05,  # seconds
 }
-_LOGIT_SD, _TEMPERATURE_SD, _DECAY_SD = 1.5, 2.0, 0.15
+# Prior standard deviations of each acceptance shift (logits; per unit of temperature for the
+# block term; log decay).
+_SHIFT_SD = {
+    "logit": 1.5,
+    "temperature": 2.0,
+    "probabilistic": 0.5,
+    "block": 1.0,
+    "log_decay": 0.15,
+    "parallel_log_decay": 0.1,
+}
 _OUTSIDE_SD = 0.125
 # Relative noise of one measured median step time or TTFT (run-to-run clocks, jitter).
 _TIME_NOISE = 0.03
@@ -360,45 +372,87 @@ def _fit_acceptance(
     for (key, prompt_set), group in groups.items():
         start = prior.params.shift(key, prompt_set)
         name = f"{key}|{prompt_set}"
-        rows, ys, noise = [], [], []
-        decay_rows, decay_ys, decay_noise = [], [], []
+        logit, decay = _Regression(), _Regression()
         for obs in group:
-            target, draft = _models(obs.server)
-            method = obs.server.method
-            first = min(max(obs.reach[0], 0.5 / obs.drafts), 1 - 0.5 / obs.drafts)
-            base = shipped_logit(target, draft, method, prompt_set, obs.temperature)
-            rows.append([1.0, obs.temperature**2])
-            ys.append(math.log(first / (1 - first)) - base)
-            noise.append(max(1 / math.sqrt(obs.drafts * first * (1 - first)), _MIN_LOGIT_SD))
-            for i in range(1, len(obs.reach)):
-                shown = obs.drafts * obs.reach[i - 1]  # drafts that got as far as position i
-                if shown < 5 or obs.reach[i] <= 0:
-                    break
-                rate = obs.reach[i] / obs.reach[i - 1]
-                rate = min(rate, 1 - 0.5 / shown)
-                decay_rows.append([float(i)])
-                decay_ys.append(math.log(rate / first) - i * math.log(shipped_decay(method)))
-                decay_noise.append(
-                    max(math.sqrt((1 - rate) / (shown * rate)), _MIN_LOGIT_SD) + 0.02 * i
-                )
-        mean = np.array([start.logit, start.temperature])
-        spread = np.array(
-            [
-                prior.prior_sd(f"{name}|logit", _LOGIT_SD),
-                prior.prior_sd(f"{name}|temperature", _TEMPERATURE_SD),
-            ]
+            _add_observation(obs, prompt_set, logit, decay)
+        names = ("logit", "temperature", "probabilistic", "block")
+        theta, theta_sd = logit.solve(
+            np.array([getattr(start, n) for n in names]),
+            np.array([prior.prior_sd(f"{name}|{n}", _SHIFT_SD[n]) for n in names]),
         )
-        theta, theta_sd = _gaussian(mean, spread, rows, ys, noise)
-        d_mean = np.array([start.log_decay])
-        d_sd = np.array([prior.prior_sd(f"{name}|log_decay", _DECAY_SD)])
-        decay, decay_sd = _gaussian(d_mean, d_sd, decay_rows, decay_ys, decay_noise)
-        shifts[(key, prompt_set)] = AcceptanceShift(
-            float(theta[0]), float(theta[1]), min(float(decay[0]), 0.2)
+        d_names = ("log_decay", "parallel_log_decay")
+        d_theta, d_sd = decay.solve(
+            np.array([getattr(start, n) for n in d_names]),
+            np.array([prior.prior_sd(f"{name}|{n}", _SHIFT_SD[n]) for n in d_names]),
         )
-        sd[f"{name}|logit"] = float(theta_sd[0])
-        sd[f"{name}|temperature"] = float(theta_sd[1])
-        sd[f"{name}|log_decay"] = float(decay_sd[0])
+        values = dict(zip(names + d_names, [*theta, *d_theta], strict=True))
+        values["log_decay"] = min(values["log_decay"], 0.2)
+        shifts[(key, prompt_set)] = AcceptanceShift(**{n: float(v) for n, v in values.items()})
+        for n, v in zip(names + d_names, [*theta_sd, *d_sd], strict=True):
+            sd[f"{name}|{n}"] = float(v)
     return shifts
+
+
+@dataclass
+class _Regression:
+    """The rows of one linear-Gaussian fit: ``y = x . theta + e``."""
+
+    rows: list[list[float]] = field(default_factory=list)
+    ys: list[float] = field(default_factory=list)
+    noise: list[float] = field(default_factory=list)
+
+    def add(self, row: list[float], y: float, noise: float) -> None:
+        self.rows.append(row)
+        self.ys.append(y)
+        self.noise.append(noise)
+
+    def solve(self, mean: np.ndarray, sd: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return _gaussian(mean, sd, self.rows, self.ys, self.noise)
+
+
+def _add_observation(
+    obs: Observation, prompt_set: str, logit: _Regression, decay: _Regression
+) -> None:
+    """One trial's acceptance as rows of the two fits: its first position's logit against the
+    shipped one of its settings, and its later positions' fall against the shipped decay.
+
+    What the verifier accepts beyond the standard rule is taken out first (its shipped share of
+    the rejections), so the drafter's terms describe the drafter under every verifier; what the
+    verifier does beyond the shipped share is left to the block term.
+    """
+    target, draft = _models(obs.server)
+    method, spec = obs.server.method, obs.server.speculative
+    gain = verifier_gain(spec, obs.temperature, prompt_set=prompt_set)
+    sampled, block = setting_terms(spec, obs.temperature)
+    parallel = float(drafts_in_parallel(spec))
+    floor = 0.5 / obs.drafts
+    first = _unverified(obs.reach[0], gain, floor)
+    base = shipped_logit(
+        target, draft, method, prompt_set, obs.temperature, probabilistic=bool(sampled)
+    )
+    logit.add(
+        [1.0, obs.temperature**2, sampled, block],
+        math.log(first / (1 - first)) - base,
+        max(1 / math.sqrt(obs.drafts * first * (1 - first)), _MIN_LOGIT_SD),
+    )
+    shipped = shipped_decay(method) * (SHIPPED_ACCEPTANCE.parallel_decay if parallel else 1.0)
+    for i in range(1, len(obs.reach)):
+        shown = obs.drafts * obs.reach[i - 1]  # drafts that got as far as position i
+        if shown < 5 or obs.reach[i] <= 0:
+            break
+        rate = _unverified(min(obs.reach[i] / obs.reach[i - 1], 1 - 0.5 / shown), gain, floor)
+        decay.add(
+            [float(i), i * parallel],
+            math.log(rate / first) - i * math.log(shipped),
+            max(math.sqrt((1 - rate) / (shown * rate)), _MIN_LOGIT_SD) + 0.02 * i,
+        )
+
+
+def _unverified(rate: float, gain: float, floor: float) -> float:
+    """The rate the standard rule would have accepted, where a verifier accepted ``gain`` of
+    the rejections besides (kept inside (0, 1))."""
+    standard = (rate - gain) / (1 - gain)
+    return min(max(standard, floor), 1 - floor)
 
 
 def _fit_memory(

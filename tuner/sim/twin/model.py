@@ -4,9 +4,10 @@ A twin is the shipped simulator with a handful of corrections a study can measur
 slower (or faster) than modelled the target's decode pass, the draft's pass, the engine's
 per-step work and the prefill pass are; how far each speculation method's acceptance sits from
 the shipped model, per workload (a shift of the first position's logit, one of its temperature
-penalty, one of the per-position decay); and how much memory a start-up needs outside vLLM's
-budget and inside it beyond the memory model. All corrections at their neutral value give the
-shipped simulator exactly.
+penalty, one of the per-position decay, and what each of the method's own settings adds:
+sampled drafts, block verification, parallel drafting); and how much memory a start-up needs
+outside vLLM's budget and inside it beyond the memory model. All corrections at their neutral
+value give the shipped simulator exactly.
 
 :class:`TwinPhysics` turns the corrections into a :class:`tuner.sim.virtual_time.Physics`, so
 ``simulate``/``predict`` run the twin; :mod:`tuner.sim.twin.forecast` is its fast closed form
@@ -25,6 +26,7 @@ from tuner.catalog.gpus import Hardware
 from tuner.catalog.models import ModelSpec
 from tuner.config.methods import method_of
 from tuner.config.trial import ServerConfig, SpecMethod, SpeculativeConfig, choice_label
+from tuner.config.verification import Verification
 from tuner.config.vllm_version import VllmVersion
 from tuner.sim.acceptance import (
     POSITION_DECAY,
@@ -41,7 +43,9 @@ __all__ = [
     "AcceptanceShift",
     "TwinParams",
     "TwinPhysics",
+    "drafts_in_parallel",
     "method_key",
+    "setting_terms",
 ]
 
 # The step-time corrections, each a factor on a part of the shipped step time.
@@ -57,15 +61,47 @@ def method_key(server: ServerConfig) -> str | None:
 class AcceptanceShift:
     """One method's acceptance correction on one workload (0 everywhere: the shipped model).
 
+    The drafter's own terms move every config of it; the settings' terms move only the
+    configs that use the setting, so a study that measured a drafter both ways learns what the
+    setting does on its prompts, and one that measured it one way learns it for both.
+
     Attributes:
         logit: added to the logit of the first position's acceptance.
         temperature: added to that logit per squared unit of temperature.
         log_decay: added to the log of the per-position decay.
+        probabilistic: added to that logit where the drafts are sampled
+            (``draft_sample_method: probabilistic``).
+        block: added to that logit per unit of temperature under block verification (which
+            accepts the same prefix as the standard rule at T=0).
+        parallel_log_decay: added to the log decay where a head drafts all K in one pass
+            (``parallel_drafting``).
     """
 
     logit: float = 0.0
     temperature: float = 0.0
     log_decay: float = 0.0
+    probabilistic: float = 0.0
+    block: float = 0.0
+    parallel_log_decay: float = 0.0
+
+
+def _written(shift: AcceptanceShift) -> dict[str, float]:
+    drafter = ("logit", "temperature", "log_decay")
+    return {k: v for k, v in asdict(shift).items() if v or k in drafter}
+
+
+def setting_terms(speculative: SpeculativeConfig | None, temperature: float) -> tuple[float, float]:
+    """What multiplies :attr:`AcceptanceShift.probabilistic` and :attr:`AcceptanceShift.block`
+    in a config's first-position logit: 1 where its drafts are sampled, its temperature under
+    block verification (0 where it has neither)."""
+    block = speculative is not None and speculative.rejection_sample_method is Verification.BLOCK
+    return float(samples_drafts(speculative)), temperature if block else 0.0
+
+
+def drafts_in_parallel(speculative: SpeculativeConfig | None) -> bool:
+    """Whether a head drafts all K tokens in one pass, as :attr:`AcceptanceShift.parallel_log_decay`
+    and the shipped ``parallel_decay`` apply to it."""
+    return speculative is not None and speculative.parallel_drafting
 
 
 @dataclass(frozen=True)
@@ -101,8 +137,9 @@ class TwinParams:
     def _shift_rows(
         self, acceptance: dict[tuple[str, str], AcceptanceShift]
     ) -> list[dict[str, Any]]:
-        """A row per shift, its key's parts named (JSON keys are strings, not pairs)."""
-        return [{"method": m, "prompt_set": p, **asdict(s)} for (m, p), s in acceptance.items()]
+        """A row per shift, its key's parts named (JSON keys are strings, not pairs); a
+        setting's term at 0 is left out, so a twin fitted before they were writes back alike."""
+        return [{"method": m, "prompt_set": p, **_written(s)} for (m, p), s in acceptance.items()]
 
     @field_validator("acceptance", mode="before")
     @classmethod
@@ -176,10 +213,19 @@ class _TwinPerf(PerfModel):
         return seconds
 
 
-def _shift_key(draft: ModelSpec | None, method: SpecMethod) -> str:
+def _shift_key(
+    draft: ModelSpec | None, method: SpecMethod, speculative: SpeculativeConfig | None = None
+) -> str:
     """The key of a drafter's fitted shift, as :func:`method_key` names it from the server:
-    the space's label (``eagle3:HEAD``, ``dflash:DRAFTER``, a draft model's id, ``ngram``)."""
-    model = draft.hf_id if draft is not None and method_of(method).takes_model else None
+    the space's label (``eagle3:HEAD``, ``dflash:DRAFTER``, a draft model's id, ``ngram``).
+
+    The simulator's scheduler hands over a draft model only, so a head's id comes from the
+    server's settings where it is not given (without it no head's shift would apply)."""
+    model = None
+    if method_of(method).takes_model and draft is not None:
+        model = draft.hf_id
+    elif method_of(method).takes_model and speculative is not None:
+        model = speculative.model
     return choice_label(SpeculativeConfig(method, 1, model=model))
 
 
@@ -210,15 +256,17 @@ class TwinPhysics:
         *,
         speculative: SpeculativeConfig | None = None,
     ) -> tuple[float, ...]:
-        shift = self.params.shift(_shift_key(draft, method), prompt_set)
-        probabilistic = samples_drafts(speculative)
+        shift = self.params.shift(_shift_key(draft, method, speculative), prompt_set)
+        sampled, block = setting_terms(speculative, temperature)
         logit = shipped_logit(
-            target, draft, method, prompt_set, temperature, probabilistic=probabilistic
+            target, draft, method, prompt_set, temperature, probabilistic=bool(sampled)
         )
-        alpha = 1 / (1 + math.exp(-(logit + shift.logit + shift.temperature * temperature**2)))
-        decay = self.decay(draft, method, prompt_set)
-        if speculative is not None and speculative.parallel_drafting:
-            decay *= SHIPPED_ACCEPTANCE.parallel_decay
+        logit += shift.logit + shift.temperature * temperature**2
+        logit += shift.probabilistic * sampled + shift.block * block
+        alpha = 1 / (1 + math.exp(-logit))
+        decay = shipped_decay(method) * math.exp(shift.log_decay)
+        if drafts_in_parallel(speculative):
+            decay *= SHIPPED_ACCEPTANCE.parallel_decay * math.exp(shift.parallel_log_decay)
         # A block drafter's rising rates level off where the shipped model's do.
         top = max(SHIPPED_ACCEPTANCE.ceiling.get(method, 1.0), alpha)
         rates = tuple(min(alpha * decay**i, top) for i in range(k))
