@@ -253,8 +253,8 @@ class Provenance:
             + ("simulated by the power model" if source == MODELLED else source)
             + ")"
         ]
-        if state.get("mean_power_w") is not None:
-            facts.append(f"mean power {state['mean_power_w']:.0f} W")
+        if state.get("mean_power_w") is not None:  # summed, beside the limit of each GPU
+            facts.append(f"mean power {state['mean_power_w']:.0f} W, all GPUs together")
         if state.get("sm_clock_mhz") is not None:
             facts.append(f"SM clock {state['sm_clock_mhz']:.0f} MHz")
         limits = state.get("power_limit_w") or []

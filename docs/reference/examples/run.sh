@@ -7,7 +7,7 @@
 # measured at temperatures 0.2 (70 %), 0.8 (30 %) as requests send them; the server config holds for that mix
 # failed requests 0.0 % (at most 0 % allowed)
 # model runner V1 (Model Runner V2 does not yet support heterogeneous-vocabulary draft models) (predicted from vLLM's rules)
-# GPU energy 4.867 J per output token (0.21 tok/J, simulated by the power model); mean power 510 W; power limit 450, 450 W
+# GPU energy 4.867 J per output token (0.21 tok/J, simulated by the power model); mean power 510 W, all GPUs together; power limit 450, 450 W
 # exported 2026-12-06
 # best speculation per concurrency level: 1: K=3 (50.7 tok/s simulated at that level, trial 0); 8: K=3 (257.2 tok/s simulated at that level, trial 0); 32: K=2 (464.6 tok/s simulated at that level, trial 5)
 # num_speculative_tokens_per_batch_size below switches K by batch size (0 = off); it won as its own config (206.7 tok/s against 204.8 for fixed K, 3 simulated runs); num_speculative_tokens is its largest K
