@@ -119,16 +119,16 @@ def test_a_plan_within_a_budget_lists_what_fits_and_the_share_the_benchmark_reac
     assert "simulated" in expected.describe() and "held-out worlds" in expected.describe()
     assert expected_share(0.1, space.name) is None  # shorter than any budget the benchmark ran
     # Another space's share says nothing of this one: none is quoted, and the plan says why.
-    assert expected_share(2.0, "qwen3-coder-30b-fp8-4090x2-2026") is None
+    assert expected_share(2.0, "qwen3-next-80b-h100x4-mtp") is None
 
 
 def test_plan_on_a_space_the_benchmark_never_ran_says_so(tmp_path: Path) -> None:
     argv = ["optimize", "--backend", "sim", "--plan", "--time-budget", "2h"]
-    argv += ["--space", "qwen3-coder-30b-fp8-4090x2-2026", "--studies-dir", str(tmp_path)]
+    argv += ["--space", "qwen3-next-80b-h100x4-mtp", "--studies-dir", str(tmp_path)]
     result = runner.invoke(app, argv, env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.stderr
     text = " ".join(result.stdout.split())
-    assert "the search benchmark has not run on qwen3-coder-30b-fp8-4090x2-2026" in text
+    assert "the search benchmark has not run on qwen3-next-80b-h100x4-mtp" in text
     assert "of the optimum (worst world" not in text
 
 
