@@ -332,7 +332,8 @@ def test_the_export_states_what_the_gpus_drew_per_token_where_nvml_read_them(
     }
     line = next(x for x in replace(facts, gpu_state=read).lines() if x.startswith("GPU energy"))
     assert line == (
-        "GPU energy 0.420 J per output token (2.38 tok/J, counter); mean power 301 W, all GPUs together; "
-        "SM clock 2505 MHz; power limit 450, 450 W; throttled power_cap 3.2 s"
+        "GPU energy 0.420 J per output token (2.38 tok/J, counter); "
+        "mean power 301 W, all GPUs together; SM clock 2505 MHz; power limit 450, 450 W; "
+        "throttled power_cap 3.2 s"
     )
     assert serde.dump(replace(facts, gpu_state=read))["gpu_state"]["tokens_per_joule"] > 2.3
