@@ -12,13 +12,13 @@ from __future__ import annotations
 import sys
 import uuid
 from pathlib import Path
-from typing import Any
 
 import optuna
 import pytest
 from optuna.trial import TrialState
 
-from tuner.config.space import SearchSpace, load_space, space_from_dict
+from tests.trial.traffic_support import one_config_space
+from tuner.config.space import SearchSpace, load_space
 from tuner.errors import SpectuneError
 from tuner.results import Source
 from tuner.study.executor import InProcess
@@ -135,36 +135,6 @@ def test_every_executor_measures_in_rounds_when_the_run_says_so(
     assert stopped and "fixed count" not in stopped
 
 
-def _one_config(name: str, extra_flags: dict[str, Any] | None = None) -> SearchSpace:
-    """A space with one config in it, on one GPU, served by the shipped fake server."""
-    return space_from_dict(
-        {
-            "name": name,
-            "hardware": "4090x1",
-            "target": "Qwen/Qwen2.5-7B-Instruct",
-            "server": {
-                "max_model_len": 4096,
-                "extra_flags": {"sim-speed": 200, **(extra_flags or {})},
-            },
-            "vllm": {"version": "0.32.0"},
-            "workload": {
-                "input_tokens": 64,
-                "output_tokens": 16,
-                "concurrency": [1],
-                "requests": 2,
-                "warmup": 0,
-            },
-            "search": {
-                "draft": ["ngram"],
-                "num_speculative_tokens": 3,
-                "gpu_memory_utilization": 0.9,
-                "max_num_batched_tokens": [2048],
-                "temperature": 0.0,
-            },
-        }
-    )
-
-
 def test_a_setup_that_keeps_failing_stops_the_run_with_one_message(
     storage: tuple[str, int], tmp_path: Path
 ) -> None:
@@ -175,7 +145,7 @@ def test_a_setup_that_keeps_failing_stops_the_run_with_one_message(
     settings = ProcessSettings(vllm_command=FAKE_SERVER, ready_timeout_s=30)
     request = OptimizeRequest(
         study=name,
-        space=_one_config(name, {"sim-fault": "crash-at-start"}),
+        space=one_config_space(name, {"sim-fault": "crash-at-start"}),
         backend="process",
         trials=6,
         studies_dir=tmp_path,
@@ -208,7 +178,7 @@ def test_a_config_asked_for_again_is_measured_once(
     # workers, the first two ask at once and race for it.
     url, workers = storage
     name = f"dedupe-{uuid.uuid4().hex[:8]}"
-    _run(name, url, workers, 4, tmp_path, space=_one_config(name))
+    _run(name, url, workers, 4, tmp_path, space=one_config_space(name))
 
     trials = _stored(name, url)
     assert [t.state for t in trials] == [TrialState.COMPLETE] * 4

@@ -28,8 +28,9 @@ import pytest
 from typer.testing import CliRunner
 
 from tests.testbed.fake_hub import FakeHub, FakeRepo
+from tests.trial.traffic_support import one_config_space
 from tuner.cli import app
-from tuner.config.space import load_space, space_from_dict
+from tuner.config.space import load_space
 from tuner.errors import ConfigError
 from tuner.launch import engine, images
 from tuner.results import StartupEvent
@@ -287,31 +288,9 @@ def test_cli_prefetch_pulls_the_image_too(hub: FakeHub, monkeypatch: pytest.Monk
 def test_a_study_fetches_its_weights_before_it_is_stored_and_before_the_first_start(
     hub: FakeHub, tmp_path: Path
 ) -> None:
-    target = "Qwen/Qwen2.5-7B-Instruct"  # a catalog id the fake server knows, served here
+    space = one_config_space("fetch")
+    target = space.target.hf_id  # a catalog id the fake server knows, served here
     hub.repos[target] = FakeRepo(_tiny())
-    space = space_from_dict(
-        {
-            "name": "fetch",
-            "hardware": "4090x1",
-            "target": target,
-            "server": {"max_model_len": 4096, "extra_flags": {"sim-speed": 200}},
-            "vllm": {"version": "0.32.0"},
-            "workload": {
-                "input_tokens": 64,
-                "output_tokens": 16,
-                "concurrency": [1],
-                "requests": 2,
-                "warmup": 0,
-            },
-            "search": {
-                "draft": ["ngram"],
-                "num_speculative_tokens": {"low": 3, "high": 3},
-                "gpu_memory_utilization": 0.9,
-                "max_num_batched_tokens": [2048],
-                "temperature": 0.0,
-            },
-        }
-    )
     events: list[StartupEvent] = []
     options = BackendOptions(
         study="",

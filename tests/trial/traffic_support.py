@@ -8,7 +8,7 @@ from typing import Any
 
 import yaml
 
-from tuner.config.space import SearchSpace, load_space
+from tuner.config.space import SearchSpace, load_space, space_from_dict
 from tuner.study.optimize import OptimizeRequest
 from tuner.trial.backends import BackendOptions, ProcessSettings
 
@@ -45,6 +45,37 @@ def small_space(tmp_path: Path, **sections: Any) -> SearchSpace:
     path = tmp_path / "space.yaml"
     path.write_text(yaml.safe_dump(raw))
     return load_space(str(path))
+
+
+def one_config_space(name: str, extra_flags: dict[str, Any] | None = None) -> SearchSpace:
+    """A space with one config in it (prompt lookup at K=3) on one GPU, served quickly by the
+    shipped fake server (``extra_flags``: more of its flags, such as a fault)."""
+    return space_from_dict(
+        {
+            "name": name,
+            "hardware": "4090x1",
+            "target": "Qwen/Qwen2.5-7B-Instruct",  # a catalog id the fake server knows
+            "server": {
+                "max_model_len": 4096,
+                "extra_flags": {"sim-speed": 200, **(extra_flags or {})},
+            },
+            "vllm": {"version": "0.32.0"},
+            "workload": {
+                "input_tokens": 64,
+                "output_tokens": 16,
+                "concurrency": [1],
+                "requests": 2,
+                "warmup": 0,
+            },
+            "search": {
+                "draft": ["ngram"],
+                "num_speculative_tokens": 3,
+                "gpu_memory_utilization": 0.9,
+                "max_num_batched_tokens": [2048],
+                "temperature": 0.0,
+            },
+        }
+    )
 
 
 def fake_request(tmp_path: Path, space: SearchSpace, trials: int) -> OptimizeRequest:

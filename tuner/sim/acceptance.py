@@ -46,6 +46,7 @@ __all__ = [
     "AcceptanceConstants",
     "Rates",
     "acceptance_probability",
+    "drafts_in_parallel",
     "expected_accepted",
     "loose_share",
     "position_rates",
@@ -328,6 +329,11 @@ def samples_drafts(speculative: SpeculativeConfig | None) -> bool:
     )
 
 
+def drafts_in_parallel(speculative: SpeculativeConfig | None) -> bool:
+    """Whether a head drafts all K tokens in one pass (``parallel_drafting``)."""
+    return speculative is not None and speculative.parallel_drafting
+
+
 # (target, draft, method, prompt set, temperature, K) -> conditional acceptance of each position;
 # ``speculative=`` adds the server's drafting and verification options. The simulator takes one
 # of these, so a study's fitted twin (or a benchmark's perturbed truth) can replace the shipped
@@ -372,8 +378,7 @@ def shipped_rates(
         constants,
         probabilistic=samples_drafts(speculative),
     )
-    parallel = speculative is not None and speculative.parallel_drafting
-    rates = position_rates(alpha, k, method, constants, parallel=parallel)
+    rates = position_rates(alpha, k, method, constants, parallel=drafts_in_parallel(speculative))
     return verified(rates, speculative, temperature, constants, prompt_set)
 
 

@@ -426,6 +426,12 @@ class PerfModel:
                     flops += times * more_flops
         return StepWork(moved, flops)
 
+    def drafting_passes(self, k: int) -> tuple[int, int]:
+        """The drafter's passes in a decode step at ``k``, and the positions each decode
+        drafts in a pass: one pass over all K for a block drafter, a P-EAGLE head or parallel
+        drafting, else K passes of one."""
+        return (1, k) if self.parallel else (k, 1)
+
     def _passes(
         self, shape: StepShape, k: int
     ) -> tuple[ForwardPass, tuple[ForwardPass, ForwardPass, int] | None]:
@@ -446,8 +452,9 @@ class PerfModel:
         )
         if not (k or not shape.decodes):
             return target, None
-        passes = 1 if self.parallel or not shape.decodes else k
-        per_pass = k if self.parallel else 1  # positions each decode drafts in a pass
+        passes, per_pass = self.drafting_passes(k)
+        if not shape.decodes:  # a prefill-only step: one pass over its chunks
+            passes = 1
         first = ForwardPass(
             tokens=per_pass * shape.decodes + pre_tokens,
             seqs=seqs,

@@ -37,7 +37,7 @@ from tuner.catalog.models import ModelSpec, load_model
 from tuner.config.trial import ServerConfig, TrialConfig
 from tuner.config.vllm_version import VllmVersion
 from tuner.results import TrialResult
-from tuner.sim.acceptance import SHIPPED_ACCEPTANCE, verifier_gain
+from tuner.sim.acceptance import SHIPPED_ACCEPTANCE, drafts_in_parallel, verifier_gain
 from tuner.sim.memory import MemoryEstimate, estimate_memory
 from tuner.sim.oom_screen import INSIDE, OUTSIDE, Slacks, memory_slacks, oom_side
 from tuner.sim.twin.counters import AcceptedTokens, PositionCounts, reusable
@@ -46,7 +46,6 @@ from tuner.sim.twin.model import (
     TIME_FACTORS,
     AcceptanceShift,
     TwinParams,
-    drafts_in_parallel,
     method_key,
     setting_terms,
     shipped_decay,

@@ -92,9 +92,7 @@ def step_parts(
         done += chunk
     context = prompt_tokens + 1 + (output_tokens - 1) // 2  # the mean context while decoding
     graphed = not _eager(server)
-    # A block drafter, a P-EAGLE head or parallel drafting proposes all K in one pass; a
-    # drafter that proposes token by token runs K passes of one token.
-    passes, per_pass = (1, k) if perf.parallel else (k, 1)
+    passes, per_pass = perf.drafting_passes(k)
     return StepParts(
         decode_target=perf.target_pass_s(
             ForwardPass(1 + k, 1, context, (1 + k) * context, graphed)

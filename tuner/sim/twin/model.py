@@ -32,6 +32,7 @@ from tuner.sim.acceptance import (
     POSITION_DECAY,
     SHIPPED_ACCEPTANCE,
     acceptance_probability,
+    drafts_in_parallel,
     samples_drafts,
     verified,
 )
@@ -43,7 +44,6 @@ __all__ = [
     "AcceptanceShift",
     "TwinParams",
     "TwinPhysics",
-    "drafts_in_parallel",
     "method_key",
     "setting_terms",
 ]
@@ -96,12 +96,6 @@ def setting_terms(speculative: SpeculativeConfig | None, temperature: float) -> 
     block verification (0 where it has neither)."""
     block = speculative is not None and speculative.rejection_sample_method is Verification.BLOCK
     return float(samples_drafts(speculative)), temperature if block else 0.0
-
-
-def drafts_in_parallel(speculative: SpeculativeConfig | None) -> bool:
-    """Whether a head drafts all K tokens in one pass, as :attr:`AcceptanceShift.parallel_log_decay`
-    and the shipped ``parallel_decay`` apply to it."""
-    return speculative is not None and speculative.parallel_drafting
 
 
 @dataclass(frozen=True)
@@ -197,7 +191,7 @@ class _TwinPerf(PerfModel):
 
     def draft_pass_s(self, batch: ForwardPass) -> float:
         # A drafting pass carries one token a sequence, or all K where one pass drafts them.
-        decoding = batch.tokens <= batch.seqs * (self.k if self.parallel else 1)
+        decoding = batch.tokens <= batch.seqs * self.drafting_passes(self.k)[1]
         factor = self.params.draft * (1.0 if decoding else self.params.prefill)
         return super().draft_pass_s(batch) * factor
 
@@ -211,6 +205,10 @@ class _TwinPerf(PerfModel):
             if self.k:
                 seconds += (self.params.first_token - 1.0) * self.first_token_s
         return seconds
+
+
+def _fitted_decay(method: SpecMethod, shift: AcceptanceShift) -> float:
+    return shipped_decay(method) * math.exp(shift.log_decay)
 
 
 def _shift_key(
@@ -264,7 +262,7 @@ class TwinPhysics:
         logit += shift.logit + shift.temperature * temperature**2
         logit += shift.probabilistic * sampled + shift.block * block
         alpha = 1 / (1 + math.exp(-logit))
-        decay = shipped_decay(method) * math.exp(shift.log_decay)
+        decay = _fitted_decay(method, shift)
         if drafts_in_parallel(speculative):
             decay *= SHIPPED_ACCEPTANCE.parallel_decay * math.exp(shift.parallel_log_decay)
         # A block drafter's rising rates level off where the shipped model's do.
@@ -275,8 +273,7 @@ class TwinPhysics:
     def decay(self, draft: ModelSpec | None, method: SpecMethod, prompt_set: str) -> float:
         """The fitted factor by which each drafted position's conditional acceptance falls
         below the one before (one after another, not in parallel)."""
-        shift = self.params.shift(_shift_key(draft, method), prompt_set)
-        return shipped_decay(method) * math.exp(shift.log_decay)
+        return _fitted_decay(method, self.params.shift(_shift_key(draft, method), prompt_set))
 
     def memory(
         self,
