@@ -105,7 +105,7 @@ import optuna
 from optuna.trial import FrozenTrial
 
 sys.path.insert(0, str(Path(__file__).parent))
-from truth import Key, key_of, world_truths
+from truth import Key, config_of, key_of, world_truths
 from worlds import SHIPPED, WORLDS, World, WorldBackend
 
 from tuner.analysis.picks import recommend
@@ -129,7 +129,7 @@ from tuner.search.plan import (
     plan_study,
 )
 from tuner.search.screen import grid_params
-from tuner.search.strategy import warm_start
+from tuner.search.strategy import warm_start, warm_start_configs
 from tuner.search.twin_steer import TwinSampler
 from tuner.study.budget import Budget, another_fits, runs_that_fit
 from tuner.study.confirm import confirm
@@ -449,6 +449,20 @@ def recommended(
     return None if pick is None else pick.record
 
 
+def favourite_standing(
+    space_name: str, world: World, truth: dict[Key, float]
+) -> tuple[float, float]:
+    """Where the config the prior ranks first (the warm start's first trial) stands in
+    ``world``: its share of the optimum, and the share of the configs that start it beats."""
+    space = world.space(space_name)
+    monitor = WorldBackend(space.hardware, world, 0, space.version).gpu_monitor()
+    first = warm_start_configs(space, 20, held_gib=read_tenants(monitor).gib)[0]
+    config = config_of(space, first.params)
+    value = truth[key_of(config.server, config.client.sampling_temperature)]
+    started = [v for v in truth.values() if v > 0]
+    return value / max(started), sum(v < value for v in started) / len(started)
+
+
 # --- the report ----------------------------------------------------------------------------
 
 
@@ -744,7 +758,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         timed, ours = time_table(worlds, chosen, clocked, say, hours)
     say()
     for world in worlds[1:]:
-        say(f"- {world.name}: {world.note}")
+        share, beats = favourite_standing(space_file, world, truths[world.name])
+        say(
+            f"- {world.name}: {world.note} (the prior's favourite: {_pct(share)} of the "
+            f"optimum, above {beats:.0%} of the configs that start)"
+        )
     for world in unreachable:
         say(f"- {world.name}: no config of {space.name} starts in this world: left out")
     say(f"\n({time.monotonic() - started:.0f} s)")

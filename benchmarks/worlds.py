@@ -66,6 +66,9 @@ class World:
         ngram_decay: a decay per position for prompt lookup and suffix decoding (1: none, as
             shipped).
         ngram_logit: shift of their acceptance logit at every position.
+        draft_logit: shift of the acceptance logit at every position of the drafters named
+            (a draft model's, head's or DFlash model's id): a drafter the prior ranks first
+            that accepts far less here.
         outside_gib: memory outside vLLM's budget beyond the model, which nothing shows
             before a start-up.
         tenant_gib: memory another process holds on each GPU (a desktop), which NVML shows
@@ -84,6 +87,7 @@ class World:
     draft_decay: float = POSITION_DECAY
     ngram_decay: float = 1.0
     ngram_logit: float = 0.0
+    draft_logit: tuple[tuple[str, float], ...] = ()
     outside_gib: float = 0.0
     tenant_gib: float = 0.0
     inside_gib: float = 0.0
@@ -131,6 +135,10 @@ class World:
             target, draft, method, prompt_set, temperature, k, speculative=speculative
         )
         if method_of(method).family is not MethodFamily.LOOKUP:
+            named = speculative.model if speculative is not None else None
+            shift = dict(self.draft_logit).get(named or (draft.hf_id if draft else ""), 0.0)
+            if shift:
+                rates = tuple(1 / (1 + math.exp(-(_logit(r) + shift))) for r in rates)
             # Each position further from the shipped model's: its decay replaced by the world's.
             change = self.draft_decay / POSITION_DECAY
             return tuple(min(rate * change**i, 1.0) for i, rate in enumerate(rates))
@@ -197,6 +205,15 @@ WORLDS: tuple[World, ...] = (
     ),
     World("draft 2.5x", "each draft pass costs 2.5x the model", draft_cost=2.5),
     World("ngram workload", "outputs repeat the prompt: ngram logit +2.0", ngram_logit=2.0),
+    World(
+        "favourite accepts less",
+        "the drafter the prior ranks first accepts far less: logit -2.0 for the 0.5B draft "
+        "(32B spaces) and DFlash (2026 spaces)",
+        draft_logit=(
+            ("Qwen/Qwen2.5-0.5B-Instruct", -2.0),
+            ("z-lab/Qwen3-Coder-30B-A3B-DFlash", -2.0),
+        ),
+    ),
     World(
         "vLLM 0.20 memory",
         "vLLM 0.20's memory rule (the model: 0.21+): CUDA graphs outside the budget, NCCL inside",

@@ -68,4 +68,6 @@ def test_picks_use_that_front_and_never_a_repeat() -> None:
     assert fastest is not None and fastest.number == 3
     balanced = recommend(study, "balanced")
     assert balanced is not None and balanced.on_front  # #2, off the front, is never balanced
-    assert [r.number for r in confirmation_order(study)] == [0, 3, 2]
+    # The recommendation's runner-up (#2, off the front) before the other picks' #3: the
+    # recommendation is decided between the first two.
+    assert [r.number for r in confirmation_order(study)] == [0, 2, 3]

@@ -64,10 +64,11 @@ def confirm(  # noqa: PLR0913  (one keyword per confirmation setting)
 ) -> list[Confirmed]:
     """Measures the top ``top_n`` feasible configs ``repeats`` more times each.
 
-    The candidates are the configs the picks would choose on single measurements
-    (max-throughput, balanced, min-ttft), then the next best by throughput, without
-    duplicates. Each run gets a fresh server. Results are stored with the study (merged with
-    earlier confirmations) and returned in candidate order.
+    The candidates are the config the study's own pick would choose on single measurements
+    and its runner-up, then those max-throughput, balanced and min-ttft would choose, then the
+    next best by throughput, without duplicates (:func:`confirmation_order`). Each run gets
+    a fresh server. Results are stored with the study (merged with earlier confirmations) and
+    returned in candidate order.
 
     Args:
         study: the study; its space decides the workload and TTFT limit.
