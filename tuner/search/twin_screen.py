@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, replace
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 import optuna
 
@@ -26,7 +26,7 @@ from tuner.sim.band import Band, error_band, regime_of, widest
 from tuner.sim.oom_screen import memory_slacks
 from tuner.sim.twin.counters import AcceptedTokens, PositionCounts, reusable
 from tuner.sim.twin.fit import FittedTwin
-from tuner.sim.twin.forecast import StepParts, forecast, step_parts
+from tuner.sim.twin.forecast import StepParts, drafted, forecast, step_parts
 from tuner.sim.twin.model import TwinPhysics
 
 __all__ = ["TwinProposal", "TwinScreen", "params_key", "trial_config", "twin_screen"]
@@ -65,6 +65,14 @@ class TwinProposal:
         return replace(self, output_tok_s=self.output_tok_s * ratio, high_tok_s=high)
 
 
+class _Accepted(NamedTuple):
+    """A config's expected accepted tokens per step, and what they were read from."""
+
+    mean: float
+    measured: AcceptedTokens | None  # from the study's counters
+    reach: tuple[float, ...] = ()  # each position's, from the fitted acceptance
+
+
 class TwinScreen(Screen):
     """Every point of a space under a fitted twin, from parts computed once per space."""
 
@@ -75,14 +83,16 @@ class TwinScreen(Screen):
         # memory to spare often does not depend on it), so its proposals, guards and the
         # calibration design stay what they were.
         self.settings = tuple(set(self.settings))
-        self._parts: dict[tuple[Arm, int, int], StepParts] = {}
+        self._parts: dict[tuple[Arm, int, int, int], StepParts] = {}
         # Shipped (outside slack, KV slack) of each setting, negative where it falls short.
         self._slack: dict[tuple[Arm, Setting], tuple[float, float]] = {}
         # Each config's traffic over one request, simulated once (None: misses a limit).
         self._ratio: dict[tuple[tuple[str, Any], ...], float | None] = {}
 
-    def parts(self, arm: Arm, mnbt: int, prompt: int) -> StepParts:
-        key = (arm, mnbt, prompt)
+    def parts(self, arm: Arm, mnbt: int, prompt: int, k: int) -> StepParts:
+        """The step-time parts of ``arm``'s requests of ``prompt`` tokens, drafting ``k`` a
+        step (its K, or fewer where adaptive verification sizes the step: :meth:`drafted`)."""
+        key = (arm, mnbt, prompt, k)
         if key not in self._parts:
             server = self.config(arm, (max(self.settings)[0], mnbt), 0.0).server
             space, draft = self.space, self.space.draft_model(arm.draft)
@@ -94,8 +104,29 @@ class TwinScreen(Screen):
                 prompt,
                 space.workload.output_tokens,
                 space.version,
+                k,
             )
         return self._parts[key]
+
+    def drafted(self, twin: FittedTwin, arm: Arm, mnbt: int, reach: tuple[float, ...]) -> int:
+        """The tokens ``arm`` drafts a step for one request at a time under ``twin``
+        (:func:`tuner.sim.twin.forecast.drafted`): its K but under adaptive verification."""
+        spec = arm.spec
+        if spec is None or not spec.enable_adaptive_verification:
+            return arm.k
+        server = self.config(arm, (max(self.settings)[0], mnbt), 0.0).server
+        space, workload = self.space, self.space.workload
+        return drafted(
+            space.hardware,
+            space.target,
+            space.draft_model(arm.draft),
+            server,
+            workload.input_tokens,
+            workload.output_tokens,
+            space.version,
+            twin.params,
+            reach,
+        )
 
     def headroom(self, twin: FittedTwin, arm: Arm, setting: Setting) -> float:
         """GiB a start-up may need beyond the twin's memory before it fails (< 0: it fails)."""
@@ -207,14 +238,18 @@ class TwinScreen(Screen):
         setting: Setting,
         room: float,
         temperature: float,
-        accepted: tuple[float, AcceptedTokens | None],
+        accepted: _Accepted,
     ) -> tuple[TwinProposal, float]:
         """One config's forecast, with its tail prompt's TTFT (``accepted``: :meth:`_accepted`)."""
-        mean_accepted, measured = accepted
+        mean_accepted, measured, reach = accepted
         output, mnbt = self.space.workload.output_tokens, setting[1]
-        parts = self.parts(arm, mnbt, self.space.workload.input_tokens)
+        k = self.drafted(twin, arm, mnbt, reach)
+        if k != arm.k:
+            mean_accepted = sum(reach[:k])
+        parts = self.parts(arm, mnbt, self.space.workload.input_tokens, k)
         mean = forecast(parts, twin.params, mean_accepted, output)
-        tail = forecast(self.parts(arm, mnbt, self.tail_prompt), twin.params, mean_accepted, output)
+        tail_parts = self.parts(arm, mnbt, self.tail_prompt, k)
+        tail = forecast(tail_parts, twin.params, mean_accepted, output)
         high = None
         if measured is not None:
             high = forecast(parts, twin.params, measured.high, output).output_tok_s
@@ -224,14 +259,14 @@ class TwinScreen(Screen):
 
     def _accepted(
         self, twin: FittedTwin, physics: TwinPhysics, arm: Arm, temperature: float
-    ) -> tuple[float, AcceptedTokens | None]:
+    ) -> _Accepted:
         """Expected accepted tokens per step: from the counters where they reach this K,
-        else from the fitted acceptance (and then None beside it)."""
+        else from the fitted acceptance (and then with each position's reach)."""
         if arm.draft == NO_DRAFT:
-            return 0.0, None
+            return _Accepted(0.0, None)
         measured = self.measured(twin, arm, temperature)
         if measured is not None:
-            return measured.mid, measured
+            return _Accepted(measured.mid, measured)
         spec = arm.spec
         assert spec is not None
         rates = physics.position_rates(
@@ -243,7 +278,8 @@ class TwinScreen(Screen):
             arm.k,
             speculative=spec,  # its verification, sampled drafts, parallel drafting
         )
-        return sum(expected_accepted(rates)), None
+        reach = expected_accepted(rates)
+        return _Accepted(sum(reach), None, reach)
 
     def measured(self, twin: FittedTwin, arm: Arm, temperature: float) -> AcceptedTokens | None:
         """Accepted tokens per step of ``arm`` read off the study's counters, where its

@@ -359,12 +359,16 @@ class PerfModel:
         costs = self.costs
         overhead = max(costs.step_s - self.runner_saving_s, 0.0) + costs.per_seq_s * seqs
         if verified:
-            overhead += costs.spec_per_token_s * verified
-            if self.adaptive:
-                overhead += self.steps.adaptive_step_s
+            overhead += costs.spec_per_token_s * verified + self.adaptive_step_s(verified)
         if ngram:
             overhead += costs.lookup_per_seq_s * seqs
         return overhead
+
+    def adaptive_step_s(self, verified: int) -> float:
+        """Adaptive verification's own work in a step that verifies ``verified`` tokens (its
+        confidence scores and per-request budgets; 0 where it is off or nothing is verified):
+        part of :meth:`step_overhead_s`, apart so that a twin can scale it on its own."""
+        return self.steps.adaptive_step_s if verified and self.adaptive else 0.0
 
     def adaptive_k(self, decodes: int, context: int, reach: Sequence[float], graphed: bool) -> int:
         """Adaptive verification's budget: the K that verifies the most expected tokens per

@@ -145,10 +145,10 @@ def test_the_twin_predicts_a_lower_k_from_the_counters_not_its_fitted_decay() ->
     physics = TwinPhysics(twin.params)
     fitted_only = replace(twin, counters={})
     for k in (1, 2, 3):
-        counted, interval = screen._accepted(twin, physics, screen.arm(DRAFT, k), 0.2)
+        counted, interval, _ = screen._accepted(twin, physics, screen.arm(DRAFT, k), 0.2)
         assert counted == pytest.approx(sum(ACCEPTED[:k]) / DRAFTS)
         assert interval is not None and interval.low < counted < interval.high
-        fitted, none = screen._accepted(fitted_only, physics, screen.arm(DRAFT, k), 0.2)
+        fitted, none, _ = screen._accepted(fitted_only, physics, screen.arm(DRAFT, k), 0.2)
         assert none is None
         if k >= 2:  # the fit's geometric decay cannot follow a third position this rare
             assert abs(fitted - counted) > 0.1

@@ -152,7 +152,9 @@ SETTINGS_TRUTH = TwinParams(
 )
 
 
-def _measure_2026(draft: str, k: int, t: float, seed: int, **settings: Any) -> Observation:
+def _measure_2026(
+    draft: str, k: int, t: float, seed: int, truth: TwinParams = SETTINGS_TRUTH, **settings: Any
+) -> Observation:
     speculative = SPACE_2026.speculative(draft, k)
     assert speculative is not None
     config = SPACE_2026.config(replace(speculative, **settings), 0.9, 2048, t)
@@ -166,7 +168,7 @@ def _measure_2026(draft: str, k: int, t: float, seed: int, **settings: Any) -> O
         workload,
         1,
         seed,
-        TwinPhysics(SETTINGS_TRUTH),
+        TwinPhysics(truth),
         SPACE_2026.version,
     )
     # The space samples a mix of temperatures; these requests were all sampled at ``t``.
@@ -204,3 +206,29 @@ def test_the_fit_learns_what_each_setting_of_a_method_does() -> None:
     shipped = TwinPhysics(TwinParams()).position_rates(*args, speculative=verified_by_block)
     assert max(abs(a - b) for a, b in zip(learned, truth, strict=True)) < 0.03
     assert max(abs(a - b) for a, b in zip(shipped, truth, strict=True)) > 0.1
+
+
+def test_adaptive_verification_s_own_cost_is_learned_apart_from_the_engine_s() -> None:
+    # Adaptive verification's own work per step costs four times the modelled here; the rest
+    # of the engine is as modelled. Without a factor of its own, the adaptive trials' slower
+    # steps would raise the engine's factor for every config.
+    truth = TwinParams(adaptive=4.0)
+    plan = [(2, False), (5, False), (3, True), (4, True), (5, True), (6, True)]
+    trials = [
+        _measure_2026(SMALL_2026, k, 0.2, seed, truth, enable_adaptive_verification=adaptive)
+        for seed, (k, adaptive) in enumerate(plan)
+    ]
+    twin = fit(SPACE_2026.hardware, trials, FittedTwin(), SPACE_2026.version)
+
+    # Its work is a twelfth of a step here, about three times the steps' noise: the fit moves
+    # its factor from the shipped 1 well towards the truth's 4, and leaves the engine's alone.
+    assert twin.params.adaptive > 1.7
+    assert twin.params.overhead == pytest.approx(1.0, abs=0.1)
+    assert twin.sd["adaptive"] < 0.65  # narrower than its prior (0.7)
+    assert "adaptive" in [name for name, *_ in twin.intervals()]
+    # A twin that measured no adaptive config neither moves its factor nor shows it.
+    plain = fit(SPACE_2026.hardware, trials[:2], FittedTwin(), SPACE_2026.version)
+    assert plain.params.adaptive == 1.0
+    assert "adaptive" not in [name for name, *_ in plain.intervals()]
+    assert "adaptive" not in serde.dump(plain)["params"]  # written only where learned
+    assert serde.dump(twin)["params"]["adaptive"] == pytest.approx(twin.params.adaptive)

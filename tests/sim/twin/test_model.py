@@ -16,12 +16,13 @@ from tuner.errors import StartupFailure
 from tuner.sim.acceptance import expected_accepted
 from tuner.sim.memory import estimate_memory
 from tuner.sim.twin import AcceptanceShift, TwinParams, TwinPhysics, forecast, step_parts
-from tuner.sim.twin.forecast import Forecast
+from tuner.sim.twin.forecast import Forecast, drafted
 from tuner.sim.virtual_time import predict
 
 SPACE = load_space(str(Path(__file__).parents[3] / "benchmarks" / "held_out_space.yaml"))
 # Drafters that propose all K tokens in one pass (DFlash; P-EAGLE's parallel drafting), block
-# verification and adaptive verification: the closed form holds for every method's settings.
+# verification and adaptive verification (which drafts fewer than K where a step's cost says
+# so): the closed form holds for every method's settings.
 SPACE_2026 = load_space("qwen3-coder-30b-fp8-4090x2-2026-vllm032")
 
 
@@ -43,6 +44,8 @@ def _settings_2026() -> list[tuple[str, int, dict[str, Any]]]:
         (dflash, 8, {"enable_adaptive_verification": True}),
         (eagle, 6, {"parallel_drafting": True}),
         (eagle, 6, {}),
+        (eagle, 6, {"enable_adaptive_verification": True}),
+        ("Qwen/Qwen3-0.6B", 6, {"enable_adaptive_verification": True}),
     ]
 
 
@@ -56,7 +59,8 @@ def _closed_form_and_engine(
     physics = TwinPhysics(params)
     args = (space.hardware, space.target, model, config.server)
     engine = predict(*args, t, workload, 1, physics, space.version)
-    parts = step_parts(*args, workload.input_tokens, workload.output_tokens, space.version)
+    tokens = (workload.input_tokens, workload.output_tokens, space.version)
+    parts = step_parts(*args, *tokens)
     accepted = 0.0
     if speculative is not None:
         rates = physics.position_rates(
@@ -68,7 +72,10 @@ def _closed_form_and_engine(
             speculative.num_speculative_tokens,
             speculative=speculative,
         )
-        accepted = sum(expected_accepted(rates))
+        reach = expected_accepted(rates)
+        k = drafted(*args, *tokens, params, reach)
+        parts = step_parts(*args, *tokens, k)
+        accepted = sum(reach[:k])
     closed = forecast(parts, params, accepted, workload.output_tokens)
     return closed, Forecast(engine.output_tok_s, engine.ttft_ms(95) or 0.0)
 

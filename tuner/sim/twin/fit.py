@@ -4,8 +4,10 @@ Each part of the twin is a small linear-Gaussian model with the prior (the shipp
 host's calibration) as its starting point:
 
 - **step times**: a decode step's median (the gap between streamed chunks) is
-  ``decode * target + draft * drafts + overhead * engine`` over the shipped parts of that config
-  (:func:`tuner.sim.twin.forecast.step_parts`); TTFT is ``prefill`` times the shipped prefill
+  ``decode * target + draft * drafts + overhead * engine + adaptive * adaptive verification``
+  over the shipped parts of that config (:func:`tuner.sim.twin.forecast.step_parts`; the last
+  part is 0 but where a config verifies adaptively, so only those trials move its factor and
+  its cost never leaks into the engine's); TTFT is ``prefill`` times the shipped prefill
   passes, plus ``first_token`` times the speculative set-up, plus an offset the model has no
   part for (HTTP, tokenizer, a CPU build). Configs with other K and drafts tell the factors
   apart; where they cannot (one config measured), the prior keeps the split.
@@ -37,15 +39,21 @@ from tuner.catalog.models import ModelSpec, load_model
 from tuner.config.trial import ServerConfig, TrialConfig
 from tuner.config.vllm_version import VllmVersion
 from tuner.results import TrialResult
-from tuner.sim.acceptance import SHIPPED_ACCEPTANCE, drafts_in_parallel, verifier_gain
+from tuner.sim.acceptance import (
+    SHIPPED_ACCEPTANCE,
+    drafts_in_parallel,
+    expected_accepted,
+    verifier_gain,
+)
 from tuner.sim.memory import MemoryEstimate, estimate_memory
 from tuner.sim.oom_screen import INSIDE, OUTSIDE, Slacks, memory_slacks, oom_side
 from tuner.sim.twin.counters import AcceptedTokens, PositionCounts, reusable
-from tuner.sim.twin.forecast import step_parts
+from tuner.sim.twin.forecast import drafted, step_parts
 from tuner.sim.twin.model import (
     TIME_FACTORS,
     AcceptanceShift,
     TwinParams,
+    TwinPhysics,
     method_key,
     setting_terms,
     shipped_decay,
@@ -73,6 +81,7 @@ PRIOR_SD = {
     "decode": 0.5,
     "draft": 0.7,
     "overhead": 0.7,
+    "adaptive": 0.7,
     "prefill": 0.5,
     "first_token": 0.5,
     "ttft_offset_s": 0.05,  # seconds
@@ -207,8 +216,10 @@ class FittedTwin:
         above zero and around the value. ``outside_gib`` may be either sign.
         """
         out = []
-        for name in ("decode", "draft", "overhead", "prefill"):
+        for name in ("decode", "draft", "overhead", "adaptive", "prefill"):
             value, sd = float(getattr(self.params, name)), self.sd.get(name, 0.0)
+            if name == "adaptive" and value == 1.0 and sd >= PRIOR_SD[name]:
+                continue  # no trial verified adaptively: nothing was learned about it
             if value <= 0:  # a prior can be wrong, a fit cannot go below zero
                 out.append((name, value, 0.0, math.inf))
                 continue
@@ -288,9 +299,17 @@ def fit(
     version: VllmVersion | None = None,
 ) -> FittedTwin:
     """The twin fitted to ``observations`` (all of a study's trials so far), from ``prior``."""
-    sd: dict[str, float] = {}
-    times = _fit_times(hardware, observations, prior, sd, version)
-    shifts = _fit_acceptance(observations, prior, sd)
+    acceptance_sd: dict[str, float] = {}
+    shifts = _fit_acceptance(observations, prior, acceptance_sd)
+    # An adaptive trial drafted the K the engine picked under the real step costs, which the
+    # first pass only estimates: a second pass takes the K the fitted costs pick.
+    adaptive = any(_adapts(obs.server) for obs in observations)
+    drafting = replace(prior.params, acceptance=shifts)
+    for _ in range(2 if adaptive else 1):
+        sd: dict[str, float] = {}
+        times = _fit_times(hardware, observations, prior, sd, version, drafting)
+        drafting = TwinParams(**times, acceptance=shifts)
+    sd.update(acceptance_sd)
     outside, inside, margin = _fit_memory(hardware, observations, prior, sd, version)
     params = TwinParams(**times, acceptance=shifts, outside_gib=outside, inside_gib=inside)
     return FittedTwin(params, sd, margin, len(observations), pooled_counters(observations))
@@ -322,8 +341,10 @@ def _fit_times(
     prior: FittedTwin,
     sd: dict[str, float],
     version: VllmVersion | None,
+    drafting: TwinParams,
 ) -> dict[str, float]:
-    decode = ("decode", "draft", "overhead")
+    """The step-time factors, each adaptive trial's steps priced at the K ``drafting`` picks."""
+    decode = ("decode", "draft", "overhead", "adaptive")
     mean = np.array([getattr(prior.params, n) for n in decode])
     spread = np.array([prior.prior_sd(n, PRIOR_SD[n]) for n in decode])
     rows: list[list[float]] = []
@@ -334,10 +355,13 @@ def _fit_times(
         if obs.oom or obs.concurrency != 1 or obs.step_ms is None:
             continue
         target, draft = _models(obs.server)
+        k = _drafted(hardware, obs, drafting, version)
         parts = step_parts(
-            hardware, target, draft, obs.server, obs.input_tokens, obs.output_tokens, version
+            hardware, target, draft, obs.server, obs.input_tokens, obs.output_tokens, version, k
         )
-        rows.append([parts.decode_target, parts.decode_draft, parts.decode_overhead])
+        rows.append(
+            [parts.decode_target, parts.decode_draft, parts.decode_overhead, parts.decode_adaptive]
+        )
         ys.append(obs.step_ms / 1000.0)
         if obs.ttft_ms is not None:
             passes = parts.prefill_target + prior.params.draft * parts.prefill_draft
@@ -357,6 +381,43 @@ def _fit_times(
     sd.update({n: float(v) for n, v in zip(decode + first, [*theta_sd, *pre_sd], strict=True)})
     assert set(out) == {*TIME_FACTORS, "ttft_offset_s"}
     return out
+
+
+def _adapts(server: ServerConfig) -> bool:
+    spec = server.speculative
+    return spec is not None and spec.enable_adaptive_verification
+
+
+def _drafted(
+    hardware: Hardware, obs: Observation, params: TwinParams, version: VllmVersion | None
+) -> int:
+    """The tokens ``obs``'s decode steps drafted: its K, or under adaptive verification the K
+    the engine's rule picks with the prior's factors and acceptance (its steps are that
+    short: priced at the full K, they made the engine look faster than it is)."""
+    spec = obs.server.speculative
+    if spec is None or not _adapts(obs.server):
+        return obs.server.k
+    target, draft = _models(obs.server)
+    rates = TwinPhysics(params).position_rates(
+        target,
+        draft,
+        spec.method,
+        obs.prompt_set,
+        obs.temperature,
+        spec.num_speculative_tokens,
+        speculative=spec,
+    )
+    return drafted(
+        hardware,
+        target,
+        draft,
+        obs.server,
+        obs.input_tokens,
+        obs.output_tokens,
+        version,
+        params,
+        expected_accepted(rates),
+    )
 
 
 def _fit_acceptance(

@@ -12,6 +12,7 @@ its error against measurements is what the fit absorbs.
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tuner.catalog.gpus import Hardware
@@ -21,10 +22,18 @@ from tuner.config.trial import ServerConfig
 from tuner.config.vllm_version import VllmVersion
 from tuner.sim.memory import effective_batched_tokens
 from tuner.sim.perfmodel import ForwardPass, PerfModel
-from tuner.sim.twin.model import TwinParams
+from tuner.sim.twin.model import TwinParams, TwinPhysics
 from tuner.sim.virtual_time import API_IN_S, API_OUT_S
 
-__all__ = ["Forecast", "StepParts", "decode_step_s", "decode_steps", "forecast", "step_parts"]
+__all__ = [
+    "Forecast",
+    "StepParts",
+    "decode_step_s",
+    "decode_steps",
+    "drafted",
+    "forecast",
+    "step_parts",
+]
 
 
 @dataclass(frozen=True)
@@ -35,7 +44,8 @@ class StepParts:
         decode_target: the target's pass in one decode step (1+K tokens).
         decode_draft: the drafter's passes in one decode step (K, or one for a drafter that
             proposes all K at once).
-        decode_overhead: the engine's work in one decode step.
+        decode_overhead: the engine's work in one decode step, adaptive verification's aside.
+        decode_adaptive: adaptive verification's own work in one decode step (0: off).
         prefill_target: the target's passes over the whole prompt.
         prefill_draft: the draft's passes over the whole prompt.
         prefill_overhead: the engine's work in the prefill steps.
@@ -46,6 +56,7 @@ class StepParts:
     decode_target: float
     decode_draft: float
     decode_overhead: float
+    decode_adaptive: float
     prefill_target: float
     prefill_draft: float
     prefill_overhead: float
@@ -66,6 +77,11 @@ def _eager(server: ServerConfig) -> bool:
     )
 
 
+def _mean_context(prompt_tokens: int, output_tokens: int) -> int:
+    """The mean context while a request decodes."""
+    return prompt_tokens + 1 + (output_tokens - 1) // 2
+
+
 def step_parts(
     hardware: Hardware,
     target: ModelSpec,
@@ -74,12 +90,14 @@ def step_parts(
     prompt_tokens: int,
     output_tokens: int,
     version: VllmVersion | None = None,
+    k: int | None = None,
 ) -> StepParts:
     """Takes one request's steps apart on vLLM ``version`` (None: the newest known; ``draft``
-    only matters for a draft-model server)."""
+    only matters for a draft-model server), each decode step drafting ``k`` tokens (None: the
+    server's K; adaptive verification drafts fewer: :func:`drafted`)."""
     uses_draft = method_of(server.method).family is MethodFamily.DRAFT
     perf = PerfModel(hardware, target, draft if uses_draft else None, server, version=version)
-    k = server.k
+    k = server.k if k is None else k
     budget = effective_batched_tokens(server)
     prefill_target = prefill_draft = prefill_overhead = 0.0
     done = 0
@@ -90,16 +108,19 @@ def step_parts(
         prefill_draft += perf.draft_pass_s(batch)
         prefill_overhead += perf.step_overhead_s(1, 0, perf.ngram)
         done += chunk
-    context = prompt_tokens + 1 + (output_tokens - 1) // 2  # the mean context while decoding
+    context = _mean_context(prompt_tokens, output_tokens)
     graphed = not _eager(server)
     passes, per_pass = perf.drafting_passes(k)
+    verified = (1 + k) if k else 0
+    adaptive = perf.adaptive_step_s(verified)
     return StepParts(
         decode_target=perf.target_pass_s(
             ForwardPass(1 + k, 1, context, (1 + k) * context, graphed)
         ),
         decode_draft=passes
         * perf.draft_pass_s(ForwardPass(per_pass, 1, context, context, graphed)),
-        decode_overhead=perf.step_overhead_s(1, (1 + k) if k else 0, perf.ngram),
+        decode_overhead=perf.step_overhead_s(1, verified, perf.ngram) - adaptive,
+        decode_adaptive=adaptive,
         prefill_target=prefill_target,
         prefill_draft=prefill_draft,
         prefill_overhead=prefill_overhead,
@@ -108,12 +129,40 @@ def step_parts(
     )
 
 
+def drafted(  # noqa: PLR0913  (the engine's rule takes each of them)
+    hardware: Hardware,
+    target: ModelSpec,
+    draft: ModelSpec | None,
+    server: ServerConfig,
+    prompt_tokens: int,
+    output_tokens: int,
+    version: VllmVersion | None,
+    params: TwinParams,
+    reach: Sequence[float],
+) -> int:
+    """The tokens a decode step drafts for one request at a time: the server's K, or where
+    adaptive verification sizes each step's budget, the K the engine's own rule picks
+    (:meth:`~tuner.sim.perfmodel.PerfModel.adaptive_k`) under the twin's factors at the
+    request's mean context, its positions reached with ``reach``. Priced at the full K, an
+    adaptive draft model's config came out up to a quarter slower than the engine runs it."""
+    spec = server.speculative
+    if spec is None or not spec.enable_adaptive_verification:
+        return server.k
+    uses_draft = method_of(server.method).family is MethodFamily.DRAFT
+    perf = TwinPhysics(params).perf_model(
+        hardware, target, draft if uses_draft else None, server, version
+    )
+    context = _mean_context(prompt_tokens, output_tokens)
+    return perf.adaptive_k(1, context, reach, graphed=not _eager(server))
+
+
 def decode_step_s(parts: StepParts, params: TwinParams) -> float:
     """One decode step under the twin's factors."""
     return (
         params.decode * parts.decode_target
         + params.draft * parts.decode_draft
         + params.overhead * parts.decode_overhead
+        + params.adaptive * parts.decode_adaptive
     )
 
 

@@ -20,7 +20,12 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from pydantic import field_serializer, field_validator
+from pydantic import (
+    SerializerFunctionWrapHandler,
+    field_serializer,
+    field_validator,
+    model_serializer,
+)
 
 from tuner.catalog.gpus import Hardware
 from tuner.catalog.models import ModelSpec
@@ -49,7 +54,7 @@ __all__ = [
 ]
 
 # The step-time corrections, each a factor on a part of the shipped step time.
-TIME_FACTORS = ("decode", "draft", "overhead", "prefill", "first_token")
+TIME_FACTORS = ("decode", "draft", "overhead", "adaptive", "prefill", "first_token")
 
 
 def method_key(server: ServerConfig) -> str | None:
@@ -106,6 +111,9 @@ class TwinParams:
         decode: factor on the target's decode pass (bandwidth efficiency, all-reduce).
         draft: factor on each draft pass.
         overhead: factor on the engine's per-step work outside the passes.
+        adaptive: factor on adaptive verification's own work per step, apart from the
+            engine's (``enable_adaptive_verification``): written only where it is not 1, so a
+            twin fitted before it was writes back alike.
         prefill: factor on the target's (and draft's) prefill pass.
         first_token: factor on the speculative set-up before the first token.
         ttft_offset_s: time to first token the model has no part for (HTTP, tokenizer, a CPU).
@@ -117,6 +125,7 @@ class TwinParams:
     decode: float = 1.0
     draft: float = 1.0
     overhead: float = 1.0
+    adaptive: float = 1.0
     prefill: float = 1.0
     first_token: float = 1.0
     ttft_offset_s: float = 0.0
@@ -134,6 +143,13 @@ class TwinParams:
         """A row per shift, its key's parts named (JSON keys are strings, not pairs); a
         setting's term at 0 is left out, so a twin fitted before they were writes back alike."""
         return [{"method": m, "prompt_set": p, **_written(s)} for (m, p), s in acceptance.items()]
+
+    @model_serializer(mode="wrap")
+    def _unwritten_neutral(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        if data.get("adaptive") == 1.0:
+            del data["adaptive"]
+        return data
 
     @field_validator("acceptance", mode="before")
     @classmethod
@@ -196,7 +212,9 @@ class _TwinPerf(PerfModel):
         return super().draft_pass_s(batch) * factor
 
     def step_overhead_s(self, seqs: int, verified: int, ngram: bool) -> float:
-        return super().step_overhead_s(seqs, verified, ngram) * self.params.overhead
+        own = self.adaptive_step_s(verified)
+        engine = super().step_overhead_s(seqs, verified, ngram) - own
+        return engine * self.params.overhead + own * self.params.adaptive
 
     def step_s(self, shape: StepShape) -> float:
         seconds = super().step_s(shape)
