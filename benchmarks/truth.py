@@ -33,7 +33,8 @@ from tuner.search.screen import grid_params
 from tuner.sim.memory import BLOCK_TOKENS, effective_batched_tokens
 from tuner.sim.scheduler import WATERMARK
 from tuner.sim.virtual_time import predict
-from tuner.trial.scoring import Limits, score
+from tuner.trial.scoring import Limits, score, score_goodput
+from tuner.trial.traffic import trial_pairs
 
 __all__ = ["Key", "config_of", "key_of", "run_key", "world_truth", "world_truths"]
 
@@ -64,7 +65,8 @@ def config_of(space: SearchSpace, params: dict[str, Any]) -> TrialConfig:
 def world_truth(args: tuple[str, World]) -> tuple[str, dict[Key, float]]:
     """The true value of every grid point in ``world``, scored as a trial is on the space's
     whole traffic: the weighted tok/s over its (level, temperature) pairs when it fits and
-    meets the limits at every pair, else 0."""
+    meets the limits at every pair, else 0; in a goodput study the highest request-rate step
+    its climb passes."""
     world = args[1]
     space = world.space(args[0])
     hardware = world.hardware(space.hardware)
@@ -82,8 +84,13 @@ def world_truth(args: tuple[str, World]) -> tuple[str, dict[Key, float]]:
             continue
         workload = config.client.workload
         results: list[TrialResult] = []
-        for condition in workload.conditions:
-            run = run_key(server, workload, condition, memory.kv_tokens)
+        done: list[Condition] = []
+        started = True
+        # Its workload's pairs, or in a goodput study its climb up the request-rate steps,
+        # each step decided by the steps before it: what its trial measures (trial_pairs).
+        for condition in trial_pairs(workload, limits, results, done):
+            rate = condition.request_rate or workload.request_rate
+            run = (*run_key(server, workload, condition, memory.kv_tokens), rate)
             if run not in runs:
                 try:
                     runs[run] = predict(
@@ -92,7 +99,7 @@ def world_truth(args: tuple[str, World]) -> tuple[str, dict[Key, float]]:
                         draft,
                         server,
                         condition.sampling_temperature,
-                        workload,
+                        replace(workload, request_rate=rate),
                         condition.concurrency,
                         physics=world,
                         version=space.version,
@@ -101,12 +108,18 @@ def world_truth(args: tuple[str, World]) -> tuple[str, dict[Key, float]]:
                     runs[run] = None
             result = runs[run]
             if result is None:
+                started = False
                 break
             results.append(result)
-        if len(results) < len(workload.conditions):
+            done.append(condition)
+        if not started:
             truth[key] = 0.0
             continue
-        scored = score(results, limits, weights=[c.weight for c in workload.conditions])
+        scored = (
+            score_goodput(results, done, limits)
+            if limits.goodput
+            else score(results, limits, weights=[c.weight for c in done])
+        )
         truth[key] = scored.values[0] if scored.feasible else 0.0
     return world.name, truth
 
@@ -141,6 +154,7 @@ _TRUTH_SOURCES = (
     "tuner/catalog",
     "tuner/search/screen.py",
     "tuner/trial/scoring.py",
+    "tuner/trial/traffic.py",
     "tuner/results.py",
     "benchmarks/truth.py",
     "benchmarks/worlds.py",

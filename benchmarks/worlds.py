@@ -207,11 +207,12 @@ WORLDS: tuple[World, ...] = (
     World("ngram workload", "outputs repeat the prompt: ngram logit +2.0", ngram_logit=2.0),
     World(
         "favourite accepts less",
-        "the drafter the prior ranks first accepts far less: logit -2.0 for the 0.5B draft "
-        "(32B spaces) and DFlash (2026 spaces)",
+        "the drafter the prior ranks first accepts far less, its logit shifted so that the "
+        "prior's favourite is a median config: the 0.5B draft by -2.0 (32B spaces), DFlash by "
+        "-3.1 (2026 spaces)",
         draft_logit=(
             ("Qwen/Qwen2.5-0.5B-Instruct", -2.0),
-            ("z-lab/Qwen3-Coder-30B-A3B-DFlash", -2.0),
+            ("z-lab/Qwen3-Coder-30B-A3B-DFlash", -3.1),
         ),
     ),
     World(
