@@ -36,6 +36,10 @@ from tuner.trial.scoring import TrialStatus
 runner = CliRunner()
 
 
+# A space (file name and name alike) the search benchmark never ran on.
+NEVER_BENCHMARKED = Path(__file__).parents[1] / "sim" / "twin" / "spaces" / "eagle3-8b-4090x1.yaml"
+
+
 def _small_space() -> SearchSpace:
     """The default space with eight requests a pair: the same traffic mix, priced quicker."""
     raw = load_space(None).source
@@ -119,16 +123,16 @@ def test_a_plan_within_a_budget_lists_what_fits_and_the_share_the_benchmark_reac
     assert "simulated" in expected.describe() and "held-out worlds" in expected.describe()
     assert expected_share(0.1, space.name) is None  # shorter than any budget the benchmark ran
     # Another space's share says nothing of this one: none is quoted, and the plan says why.
-    assert expected_share(2.0, "qwen3-next-80b-h100x4-mtp") is None
+    assert expected_share(2.0, NEVER_BENCHMARKED.stem) is None
 
 
 def test_plan_on_a_space_the_benchmark_never_ran_says_so(tmp_path: Path) -> None:
     argv = ["optimize", "--backend", "sim", "--plan", "--time-budget", "2h"]
-    argv += ["--space", "qwen3-next-80b-h100x4-mtp", "--studies-dir", str(tmp_path)]
+    argv += ["--space", str(NEVER_BENCHMARKED), "--studies-dir", str(tmp_path)]
     result = runner.invoke(app, argv, env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.stderr
     text = " ".join(result.stdout.split())
-    assert "the search benchmark has not run on qwen3-next-80b-h100x4-mtp" in text
+    assert f"the search benchmark has not run on {NEVER_BENCHMARKED.stem}" in text
     assert "of the optimum (worst world" not in text
 
 

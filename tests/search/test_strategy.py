@@ -138,6 +138,19 @@ def test_warm_start_tries_the_best_of_every_method(name: str) -> None:
     assert drafts == set(space.drafts)
 
 
+def test_every_drafter_that_can_meet_the_ttft_limit_is_queued_with_a_config_that_does() -> None:
+    # On the shipped 14B space the 1.5B draft misses the TTFT limit at the setting that suits
+    # the 0.5B draft (8192 batched tokens: 19.5 s against 15 s) and meets it with smaller
+    # prefill chunks; without trying them the warm start left the whole drafter out, and a
+    # study whose 0.5B draft accepted far less than modelled never measured the better one.
+    space = load_space("qwen2.5-14b-awq-4090x1")
+    queued = warm_start_configs(space, 20)
+    assert {p.params["draft"] for p in queued} == set(space.drafts)
+    larger = next(p for p in queued if p.params["draft"] == "Qwen/Qwen2.5-1.5B-Instruct")
+    assert larger.p95_ttft_ms <= space.ttft_limit_ms
+    assert larger.params["max_num_batched_tokens"] < 8192
+
+
 def test_grid_params_spans_the_discretised_space() -> None:
     space = load_space(SPACE_14B)
     points = list(grid_params(space))

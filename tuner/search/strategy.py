@@ -320,6 +320,7 @@ class _StagedScreen(Screen):
         for arm, settings in self.safe.items():
             if setting in settings and (arm in temperature or arm in bases.values()):
                 self._predict(arm, setting, temperature.get(arm, coldest))
+        self._within_the_limit()
         # Every variant of each method's best where that best runs: the forecast says whether
         # block or adaptive verification, sampled drafts or another lookup window would change
         # the ranking.
@@ -338,6 +339,19 @@ class _StagedScreen(Screen):
                 best.arm, (server.gpu_memory_utilization, server.max_num_batched_tokens), t
             )
         return self._best(list(self.done.values()))
+
+    def _within_the_limit(self) -> None:
+        """Where a drafter's best config misses the TTFT limit, its arm at the other batch
+        sizes of that utilization. A slower drafter (a larger draft model's prefill) can break
+        the limit at the setting that suits the best arm and meet it with smaller prefill
+        chunks: so every drafter that can meet the limit has a config that does."""
+        ranked = self._best(list(self.done.values()))
+        for lead in {p.arm.draft: p for p in reversed(ranked)}.values():
+            if lead.p95_ttft_ms > self.space.ttft_limit_ms:
+                util = lead.config.server.gpu_memory_utilization
+                for other in self.safe[lead.arm]:
+                    if other[0] == util:
+                        self._predict(lead.arm, other, lead.config.client.sampling_temperature)
 
     def _best(self, predictions: list[Prediction | None]) -> list[Prediction]:
         return self.best_first((p for p in predictions if p is not None), _forecast)
