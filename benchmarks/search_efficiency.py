@@ -37,8 +37,10 @@ What is measured
     output tok/s over its (level, temperature) pairs when it fits the world's memory and meets
     the TTFT limit at every pair, else 0. After n trials a study **reaches** the true
     value of the config it would recommend then (its best measured trial within the TTFT limit)
-    over the optimum. Medians and the worst over seeds; OOM: launches that ran out of memory
-    over all launches (predicted OOMs launch nothing).
+    over the optimum (a config sampled between the grid's points, a continuous setting such
+    as suffix decoding's token probability, is scored the same way when a study reaches
+    it: ``truth.config_truth``). Medians and the worst over seeds; OOM: launches that ran out
+    of memory over all launches (predicted OOMs launch nothing).
 
     **On the shipped traffic mix** (``--mixed``): the same space served to the default space's
     traffic (1, 8 and 32 requests in flight, 50/30/20 % of the time, at temperatures 0.2 and
@@ -105,7 +107,7 @@ import optuna
 from optuna.trial import FrozenTrial
 
 sys.path.insert(0, str(Path(__file__).parent))
-from truth import Key, config_of, key_of, world_truths
+from truth import Key, config_of, config_truth, key_of, world_truths
 from worlds import SHIPPED, WORLDS, World, WorldBackend
 
 from tuner.analysis.picks import recommend
@@ -362,6 +364,14 @@ def run_task(task: Task) -> tuple[Task, Trace]:
     trace = Trace()
     best: list[tuple[float, Key, TrialRecord]] = []
     backend = ClockedBackend(WorldBackend(space.hardware, task.world, task.seed, space.version))
+    known: dict[tuple[Any, ...], TrialResult | None] = {}  # noise-free runs, shared
+
+    def share(record: TrialRecord) -> float:
+        key = key_of(record.server, record.trial_temperature)
+        if key not in truth:  # a continuous setting sampled between the grid's points
+            config = config_of(space, dict(record.params))
+            truth[key] = config_truth(space, task.world, config, known)
+        return truth[key] / optimum
 
     def on_trial(record: TrialRecord) -> None:
         trace.launches += record.restarted
@@ -372,7 +382,7 @@ def run_task(task: Task) -> tuple[Task, Trace]:
             if not best or measured > best[0][0]:
                 best[:] = [(measured, key_of(record.server, record.trial_temperature), record)]
         trace.chosen_pruned += bool(best) and stopped_early(best[0][2], space.workload.requests)
-        trace.shares.append(truth[best[0][1]] / optimum if best else 0.0)
+        trace.shares.append(share(best[0][2]) if best else 0.0)
         trace.clock.append(backend.spent_s)
         trace.restarted.append(record.restarted)
         trace.numbers.append(record.number)
@@ -405,11 +415,7 @@ def run_task(task: Task) -> tuple[Task, Trace]:
         trials, runs = trace.budget_end(seconds, wanted.runs(space))
         kept = cut_confirmation(space, wanted, runs)
         chosen = recommended(study, space, backend.inner, trace.numbers[:trials], kept, task.seed)
-        trace.budget_shares[hours] = (
-            0.0
-            if chosen is None
-            else truth[key_of(chosen.server, chosen.trial_temperature)] / optimum
-        )
+        trace.budget_shares[hours] = 0.0 if chosen is None else share(chosen)
         trace.chosen_pruned += chosen is not None and stopped_early(chosen, space.workload.requests)
     return task, trace
 

@@ -25,7 +25,7 @@ import optuna
 from worlds import World
 
 from tuner.config.space import SearchSpace, builtin_spaces
-from tuner.config.trial import ServerConfig, SpeculativeConfig, TrialConfig
+from tuner.config.trial import ServerConfig, SpeculativeConfig, TrialConfig, load_draft
 from tuner.config.workload import Condition, WorkloadSpec
 from tuner.errors import StartupFailure
 from tuner.results import TrialResult
@@ -36,7 +36,15 @@ from tuner.sim.virtual_time import predict
 from tuner.trial.scoring import Limits, score, score_goodput
 from tuner.trial.traffic import trial_pairs
 
-__all__ = ["Key", "config_of", "key_of", "run_key", "world_truth", "world_truths"]
+__all__ = [
+    "Key",
+    "config_of",
+    "config_truth",
+    "key_of",
+    "run_key",
+    "world_truth",
+    "world_truths",
+]
 
 _CACHE = Path("/tmp/spectune-bench/truths")
 
@@ -63,65 +71,69 @@ def config_of(space: SearchSpace, params: dict[str, Any]) -> TrialConfig:
 
 
 def world_truth(args: tuple[str, World]) -> tuple[str, dict[Key, float]]:
-    """The true value of every grid point in ``world``, scored as a trial is on the space's
-    whole traffic: the weighted tok/s over its (level, temperature) pairs when it fits and
-    meets the limits at every pair, else 0; in a goodput study the highest request-rate step
-    its climb passes."""
+    """The true value of every grid point in ``world`` (:func:`config_truth`)."""
     world = args[1]
     space = world.space(args[0])
-    hardware = world.hardware(space.hardware)
-    limits = Limits.of(space)
     runs: dict[tuple[Any, ...], TrialResult | None] = {}
     truth: dict[Key, float] = {}
     for params in grid_params(space):
         config = config_of(space, params)
-        server = config.server
         key = key_of(config.server, config.client.sampling_temperature)
-        draft = space.draft_model(str(params["draft"]))
-        memory = world.memory(hardware, space.target, draft, server, version=space.version)
-        if not memory.fits:
-            truth[key] = 0.0
-            continue
-        workload = config.client.workload
-        results: list[TrialResult] = []
-        done: list[Condition] = []
-        started = True
-        # Its workload's pairs, or in a goodput study its climb up the request-rate steps,
-        # each step decided by the steps before it: what its trial measures (trial_pairs).
-        for condition in trial_pairs(workload, limits, results, done):
-            rate = condition.request_rate or workload.request_rate
-            run = (*run_key(server, workload, condition, memory.kv_tokens), rate)
-            if run not in runs:
-                try:
-                    runs[run] = predict(
-                        hardware,
-                        space.target,
-                        draft,
-                        server,
-                        condition.sampling_temperature,
-                        replace(workload, request_rate=rate),
-                        condition.concurrency,
-                        physics=world,
-                        version=space.version,
-                    )
-                except StartupFailure:
-                    runs[run] = None
-            result = runs[run]
-            if result is None:
-                started = False
-                break
-            results.append(result)
-            done.append(condition)
-        if not started:
-            truth[key] = 0.0
-            continue
-        scored = (
-            score_goodput(results, done, limits)
-            if limits.goodput
-            else score(results, limits, weights=[c.weight for c in done])
-        )
-        truth[key] = scored.values[0] if scored.feasible else 0.0
+        truth[key] = config_truth(space, world, config, runs)
     return world.name, truth
+
+
+def config_truth(
+    space: SearchSpace,
+    world: World,
+    config: TrialConfig,
+    runs: dict[tuple[Any, ...], TrialResult | None],
+) -> float:
+    """The true value of ``config`` in ``world``, scored as a trial is on the space's whole
+    traffic: the weighted tok/s over its (level, temperature) pairs when it fits and meets
+    the limits at every pair, else 0; in a goodput study the highest request-rate step its
+    climb passes. ``runs``: the noise-free runs computed so far, shared between configs."""
+    hardware = world.hardware(space.hardware)
+    limits = Limits.of(space)
+    server = config.server
+    draft = load_draft(server)
+    memory = world.memory(hardware, space.target, draft, server, version=space.version)
+    if not memory.fits:
+        return 0.0
+    workload = config.client.workload
+    results: list[TrialResult] = []
+    done: list[Condition] = []
+    # Its workload's pairs, or in a goodput study its climb up the request-rate steps, each
+    # step decided by the steps before it: what its trial measures (trial_pairs).
+    for condition in trial_pairs(workload, limits, results, done):
+        rate = condition.request_rate or workload.request_rate
+        run = (*run_key(server, workload, condition, memory.kv_tokens), rate)
+        if run not in runs:
+            try:
+                runs[run] = predict(
+                    hardware,
+                    space.target,
+                    draft,
+                    server,
+                    condition.sampling_temperature,
+                    replace(workload, request_rate=rate),
+                    condition.concurrency,
+                    physics=world,
+                    version=space.version,
+                )
+            except StartupFailure:
+                runs[run] = None
+        result = runs[run]
+        if result is None:
+            return 0.0
+        results.append(result)
+        done.append(condition)
+    scored = (
+        score_goodput(results, done, limits)
+        if limits.goodput
+        else score(results, limits, weights=[c.weight for c in done])
+    )
+    return scored.values[0] if scored.feasible else 0.0
 
 
 def run_key(
