@@ -218,8 +218,9 @@ class FittedTwin:
         out = []
         for name in ("decode", "draft", "overhead", "adaptive", "prefill"):
             value, sd = float(getattr(self.params, name)), self.sd.get(name, 0.0)
-            if name == "adaptive" and value == 1.0 and sd >= PRIOR_SD[name]:
-                continue  # no trial verified adaptively: nothing was learned about it
+            learned = self.sd.get(name, PRIOR_SD[name]) < PRIOR_SD[name]
+            if name == "adaptive" and value == 1.0 and not learned:
+                continue  # no trial verified adaptively (or stored before it had a factor)
             if value <= 0:  # a prior can be wrong, a fit cannot go below zero
                 out.append((name, value, 0.0, math.inf))
                 continue
