@@ -24,6 +24,7 @@ from tuner.search.screen import Arm, Screen, Setting, screened_traffic
 from tuner.sim.acceptance import expected_accepted, verified
 from tuner.sim.band import Band, error_band, regime_of, widest
 from tuner.sim.oom_screen import memory_slacks
+from tuner.sim.perfmodel import verifies_adaptively
 from tuner.sim.twin.counters import AcceptedTokens, PositionCounts, reusable
 from tuner.sim.twin.fit import FittedTwin
 from tuner.sim.twin.forecast import StepParts, drafted, forecast, step_parts
@@ -111,9 +112,8 @@ class TwinScreen(Screen):
     def drafted(self, twin: FittedTwin, arm: Arm, mnbt: int, reach: tuple[float, ...]) -> int:
         """The tokens ``arm`` drafts a step for one request at a time under ``twin``
         (:func:`tuner.sim.twin.forecast.drafted`): its K but under adaptive verification."""
-        spec = arm.spec
-        if spec is None or not spec.enable_adaptive_verification:
-            return arm.k
+        if not verifies_adaptively(arm.spec):
+            return arm.k  # without building its config: the re-screen asks for every arm
         server = self.config(arm, (max(self.settings)[0], mnbt), 0.0).server
         space, workload = self.space, self.space.workload
         return drafted(

@@ -38,7 +38,7 @@ from tuner.catalog.gpus import Hardware
 from tuner.catalog.models import ModelSpec, load_model, needs_heterogeneous_vocab, spec_from_config
 from tuner.catalog.mtp import mtp_layers
 from tuner.config.methods import MethodFamily, method_of
-from tuner.config.trial import ServerConfig
+from tuner.config.trial import ServerConfig, SpeculativeConfig
 from tuner.config.verification import DraftHead
 from tuner.config.vllm_runner import ModelRunner, predict_runner
 from tuner.config.vllm_version import NEWEST_KNOWN, VllmVersion
@@ -55,6 +55,7 @@ __all__ = [
     "drafter",
     "kv_bytes_per_gpu",
     "mtp_module",
+    "verifies_adaptively",
 ]
 
 _ALLREDUCES_PER_LAYER = 2
@@ -229,6 +230,12 @@ def kv_bytes_per_gpu(model: ModelSpec, tp: int) -> int:
     return 2 * model.layers * heads * model.head_dim * 2
 
 
+def verifies_adaptively(speculative: SpeculativeConfig | None) -> bool:
+    """Whether each step's draft length is chosen by adaptive verification
+    (``enable_adaptive_verification``; :meth:`PerfModel.adaptive_k`)."""
+    return speculative is not None and speculative.enable_adaptive_verification
+
+
 class PerfModel:
     """Forward-pass and step-overhead times for one server config on one hardware set.
 
@@ -262,7 +269,7 @@ class PerfModel:
         self.ngram = own.family is MethodFamily.LOOKUP  # a lookup, no drafter pass
         # One drafter pass proposes all K tokens: block drafters, and P-EAGLE heads.
         self.parallel = spec is not None and (own.one_pass or spec.parallel_drafting)
-        self.adaptive = spec is not None and spec.enable_adaptive_verification
+        self.adaptive = verifies_adaptively(spec)
         self.version = version or NEWEST_KNOWN
         self.engine = engine_generation(version, method)
         self.costs = steps.engines[self.engine]

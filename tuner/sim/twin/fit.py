@@ -47,6 +47,7 @@ from tuner.sim.acceptance import (
 )
 from tuner.sim.memory import MemoryEstimate, estimate_memory
 from tuner.sim.oom_screen import INSIDE, OUTSIDE, Slacks, memory_slacks, oom_side
+from tuner.sim.perfmodel import verifies_adaptively
 from tuner.sim.twin.counters import AcceptedTokens, PositionCounts, reusable
 from tuner.sim.twin.forecast import drafted, step_parts
 from tuner.sim.twin.model import (
@@ -304,7 +305,7 @@ def fit(
     shifts = _fit_acceptance(observations, prior, acceptance_sd)
     # An adaptive trial drafted the K the engine picked under the real step costs, which the
     # first pass only estimates: a second pass takes the K the fitted costs pick.
-    adaptive = any(_adapts(obs.server) for obs in observations)
+    adaptive = any(verifies_adaptively(obs.server.speculative) for obs in observations)
     drafting = replace(prior.params, acceptance=shifts)
     for _ in range(2 if adaptive else 1):
         sd: dict[str, float] = {}
@@ -384,11 +385,6 @@ def _fit_times(
     return out
 
 
-def _adapts(server: ServerConfig) -> bool:
-    spec = server.speculative
-    return spec is not None and spec.enable_adaptive_verification
-
-
 def _drafted(
     hardware: Hardware, obs: Observation, params: TwinParams, version: VllmVersion | None
 ) -> int:
@@ -396,7 +392,7 @@ def _drafted(
     the engine's rule picks with the prior's factors and acceptance (its steps are that
     short: priced at the full K, they made the engine look faster than it is)."""
     spec = obs.server.speculative
-    if spec is None or not _adapts(obs.server):
+    if spec is None or not verifies_adaptively(spec):
         return obs.server.k
     target, draft = _models(obs.server)
     rates = TwinPhysics(params).position_rates(

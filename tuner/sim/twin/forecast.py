@@ -21,7 +21,7 @@ from tuner.config.methods import MethodFamily, method_of
 from tuner.config.trial import ServerConfig
 from tuner.config.vllm_version import VllmVersion
 from tuner.sim.memory import effective_batched_tokens
-from tuner.sim.perfmodel import ForwardPass, PerfModel
+from tuner.sim.perfmodel import ForwardPass, PerfModel, verifies_adaptively
 from tuner.sim.twin.model import TwinParams, TwinPhysics
 from tuner.sim.virtual_time import API_IN_S, API_OUT_S
 
@@ -145,8 +145,7 @@ def drafted(  # noqa: PLR0913  (the engine's rule takes each of them)
     (:meth:`~tuner.sim.perfmodel.PerfModel.adaptive_k`) under the twin's factors at the
     request's mean context, its positions reached with ``reach``. Priced at the full K, an
     adaptive draft model's config came out up to a quarter slower than the engine runs it."""
-    spec = server.speculative
-    if spec is None or not spec.enable_adaptive_verification:
+    if not verifies_adaptively(server.speculative):
         return server.k
     uses_draft = method_of(server.method).family is MethodFamily.DRAFT
     perf = TwinPhysics(params).perf_model(
