@@ -58,7 +58,8 @@ What is measured
     on the study's clock (``Trace.budget_end``: another trial while it and the confirmation
     runs the budget keeps still fit, each priced at the mean trial that started a server; the
     default 3 configs x 3 fresh runs, and 3 more for the K table on a space with several
-    levels, cut to what fits in a third of t: ``fit_confirmation``), then the runs that fit
+    levels, cut to what fits in a third of t, none where that is one run of the best alone:
+    ``fit_confirmation``), then the runs that fit
     in the time left measure its top configs again in the world, each on a fresh server, and
     its pick ranks them on those runs (``recommended``: ``tuner.study.confirm``,
     ``tuner.analysis.picks``), so a config measured once luckily fast loses its place as it

@@ -84,8 +84,13 @@ def test_a_budget_cuts_repeats_then_configs_then_the_k_table() -> None:
     assert fitted(12) == wanted  # (3 configs + the table) x 3 repeats
     assert fitted(4) == Confirmation(3, 1)
     assert fitted(2) == Confirmation(1, 1)  # the best once, and its K table once
-    assert fitted(1) == Confirmation(1, 1, k_table=False)
-    assert fitted(0.5).runs(space) == 1  # at least one run of the best, whatever it costs
+    # One run would only measure the best again: it could not change the pick, and a trial
+    # in its place can, so a confirmation meant to choose between configs is dropped.
+    assert fitted(1).runs(space) == 0 and fitted(0.5).runs(space) == 0
+    # Asked to confirm the best alone, it keeps that run, whatever it costs.
+    best = Confirmation(1, 1)
+    assert fit_confirmation(space, best, 1.5 * run_s, run_s) == Confirmation(1, 1, k_table=False)
+    assert fit_confirmation(space, best, 0.5 * run_s, run_s).runs(space) == 1
     # What the trials left is cut the same way, down to nothing.
     assert cut_confirmation(space, wanted, 4) == Confirmation(3, 1)
     assert cut_confirmation(space, wanted, 0).runs(space) == 0
@@ -154,12 +159,19 @@ def test_plan_with_a_time_budget_prints_the_share_it_expects(tmp_path: Path) -> 
     [
         (["--time-budget", "soon"], "--time-budget 'soon': give a duration such as 2h"),
         (["--time-budget", "0m"], "--time-budget '0m': give a duration longer than 0"),
-        # One trial on a GPU is a start-up and a benchmark of minutes, then as much of the
-        # confirmation as a third of the budget holds: one run of the best config (the K
-        # table the default space's three levels may propose goes first).
-        # A vLLM that exists: a missing one is refused first (tests/reliability).
+        # One trial on a GPU is a start-up and a benchmark of minutes; a third of the budget
+        # would hold one run of the best config alone, which is dropped (it cannot change
+        # the pick). A vLLM that exists: a missing one is refused first (tests/reliability).
         (
             ["--time-budget", "10m", "--backend", "process", "--vllm-command", sys.executable],
+            "is shorter than one trial (about",
+        ),
+        # Asked to confirm the best alone, its run is kept, and counted.
+        (
+            [
+                *["--time-budget", "20m", "--confirm-top", "1"],
+                *["--backend", "process", "--vllm-command", sys.executable],
+            ],
             "is shorter than one trial and 1 confirmation run (about",
         ),
     ],

@@ -90,3 +90,24 @@ def test_a_budget_too_short_for_the_k_table_confirms_the_best_alone(tmp_path: Pa
     result = optimize(request)
     assert result.confirmed and result.k_table is None
     assert not list(tmp_path.rglob("k-table-*"))  # no run of a table was started
+
+
+def test_a_budget_whose_third_holds_one_run_spends_it_on_trials(tmp_path: Path) -> None:
+    """The default confirmation chooses between configs; a third of this budget holds one run,
+    of the best alone, which could not change the pick: none is kept, trials take the time."""
+    space = _small_space()
+    run_s = plan_study(space, 20, Confirmation(3, 3)).confirm_cost.total_s
+    seconds = 4 * run_s  # a third: one run and a third of another
+    assert fit_confirmation(space, Confirmation(3, 3), seconds, run_s).runs(space) == 0
+    request = OptimizeRequest(
+        "lean", space, "sim", 20, tmp_path, confirm_top=3, time_budget_s=seconds, rounds=True
+    )
+    result = optimize(request)
+    assert result.confirmed == [] and not list(tmp_path.rglob("confirm-*"))
+    assert result.recommended is not None and not result.recommended.numbers.confirmed
+    ran = records(result.handle.get_trials())
+    spent = sum(simulated_trial_s(r, space.workload.warmup) for r in ran)
+    # With nothing reserved the trials run until one more would pass the budget.
+    assert seconds - 2 * run_s < spent <= seconds
+    note = result.budget_note
+    assert note is not None and "no confirmation, as a third of the budget holds one run" in note

@@ -346,11 +346,15 @@ def plan_table(plan: StudyPlan, space: SearchSpace) -> Table:
         span = f"{first}" if first == last else f"{first}-{last}"
         table.add_row(span, what, took(start), took(bench) + band, took(start + bench))
     confirm = plan.confirm_cost
+    if not plan.confirm_runs:
+        confirming = "no confirmation: the best trial is recommended as measured"
+    elif plan.k_table:
+        confirming = "confirmation runs (the K table's too), each on a fresh server"
+    else:
+        confirming = "confirmation runs, each on a fresh server (no time left for a K table)"
     table.add_row(
         f"+{plan.confirm_runs}",
-        "confirmation runs (the K table's too), each on a fresh server"
-        if plan.k_table
-        else "confirmation runs, each on a fresh server (no time left for a K table)",
+        confirming,
         took(plan.confirm_runs * confirm.start_s),
         took(plan.confirm_runs * confirm.bench_s),
         took(plan.confirm_s),

@@ -353,18 +353,33 @@ class Confirmation:
         """Fresh-server runs after the trials."""
         if self.top < 1:
             return 0
+        return (self.top + (1 if self._table(space) else 0)) * self.repeats
+
+    def chooses(self, space: SearchSpace) -> bool:
+        """Whether its runs can change what is recommended: two configs or more, or the best
+        and its K table. Runs of the best config alone re-measure it, however many."""
+        return self.top > 1 or (self.top == 1 and self._table(space))
+
+    def _table(self, space: SearchSpace) -> bool:
         table = self.k_table and len(space.workload.concurrency) > 1
-        table = table and has_per_batch_size(space.version)
-        return (self.top + (1 if table else 0)) * self.repeats
+        return table and has_per_batch_size(space.version)
 
 
 def fit_confirmation(
     space: SearchSpace, wanted: Confirmation, budget_s: float, run_s: float
 ) -> Confirmation:
     """``wanted`` cut down so its confirmation runs of ``run_s`` each take at most
-    :data:`CONFIRM_SHARE` of ``budget_s`` (at least one run of one config, whatever it costs):
-    :func:`cut_confirmation`."""
-    return cut_confirmation(space, wanted, max(1, int(budget_s * CONFIRM_SHARE // run_s)))
+    :data:`CONFIRM_SHARE` of ``budget_s``: :func:`cut_confirmation`.
+
+    A confirmation meant to choose between configs that the budget cuts to runs of the best
+    alone is dropped: those runs could not change the pick, and a trial in their place can
+    (on two 4090s a run is about a third of an hour: ``--time-budget 1h`` spends the hour on
+    trials). A confirmation of the best alone (``--confirm-top 1``) keeps one run, whatever
+    it costs: the user asked for the best measured again."""
+    fitted = cut_confirmation(space, wanted, max(1, int(budget_s * CONFIRM_SHARE // run_s)))
+    if wanted.top > 1 and not fitted.chooses(space):
+        return replace(wanted, top=0)
+    return fitted
 
 
 def cut_confirmation(space: SearchSpace, wanted: Confirmation, runs: int) -> Confirmation:

@@ -68,6 +68,8 @@ class Budget:
         self.began = time.time() if began is None else began
         self._stopped: tuple[int, float, float] | None = None  # trials run, elapsed, needed
         self._cut: tuple[int, int, float, float] | None = None  # runs wanted, kept, left, each
+        # The confirmation was dropped: a third of the budget held one run, of the best alone.
+        self.unconfirmed = False
         self.clock = ""  # how its time is counted, where not by the wall clock
 
     def next_trial_s(self, study: optuna.Study) -> float:
@@ -114,15 +116,22 @@ class Budget:
         return fitted
 
     def note(self) -> str | None:
-        """Why the trials stopped early and the confirmation was cut; None when the budget
-        did neither."""
+        """Why the trials stopped early and the confirmation was dropped or cut; None when the
+        budget did none of it."""
         parts = []
         if self._stopped is not None:
             ran, elapsed, needed = self._stopped
+            runs = f" with {_runs(self.confirm_runs)}" if self.confirm_runs else ""
             parts.append(
                 f"time budget {format_duration(self.seconds)}{self.clock}: stopped after {ran} "
                 f"trials at {format_duration(elapsed)}, as one more (about "
-                f"{format_duration(needed)} with {_runs(self.confirm_runs)}) would not fit"
+                f"{format_duration(needed)}{runs}) would not fit"
+            )
+        if self.unconfirmed:
+            head = "" if parts else f"time budget {format_duration(self.seconds)}{self.clock}: "
+            parts.append(
+                f"{head}no confirmation, as a third of the budget holds one run, of the best "
+                "config alone, which could not change the pick: trials took its time"
             )
         if self._cut is not None:
             wanted, kept, left, each = self._cut
@@ -146,10 +155,11 @@ class Budget:
         """
         needed = self.prior.total_s * (1 + self.confirm_runs)
         if needed > self.seconds:
+            kept = f" and {_runs(self.confirm_runs)}" if self.confirm_runs else ""
+            fewer = ", or fewer --confirm-top/--confirm-repeats" if self.confirm_runs else ""
             raise ConfigError(
-                f"--time-budget {format_duration(self.seconds)} is shorter than one trial and "
-                f"{_runs(self.confirm_runs)} (about {format_duration(needed)}): give "
-                "more time, or fewer --confirm-top/--confirm-repeats"
+                f"--time-budget {format_duration(self.seconds)} is shorter than one "
+                f"trial{kept} (about {format_duration(needed)}): give more time{fewer}"
             )
 
 
@@ -231,5 +241,6 @@ def price_budget(
         if simulated
         else Budget(seconds, cost, runs, began)
     )
+    budget.unconfirmed = bool(wanted.top) and not fitted.top
     budget.check_fits()
     return fitted, budget
