@@ -16,6 +16,11 @@ Gauss-Newton step (the standard approximate leave-one-out), and the source's fig
 predicted by the simulator at those constants. A source that alone pins a parameter is
 predicted from that parameter's prior: its held-out error is what a user of an unmeasured
 regime would see.
+
+Sources read after the fit (``fitted: false`` in the table, :attr:`Figure.fitted`) never enter
+it: :func:`fit` and :func:`held_out` drop their figures before any residual is formed, so such a
+figure's prediction is the same with or without it in the table, and :func:`held_out` gives it
+the prediction of the constants as they stand (the fit never saw its source).
 """
 
 from __future__ import annotations
@@ -123,7 +128,9 @@ def fit(
     parameters: Sequence[Parameter] = PARAMETERS,
     iterations: int = 8,
 ) -> Fit:
-    """Fits ``parameters`` to ``figures`` from ``start`` (damped Gauss-Newton)."""
+    """Fits ``parameters`` to the fitted ones of ``figures`` from ``start`` (damped
+    Gauss-Newton); figures of sources read after the fit are left out (:attr:`Figure.fitted`)."""
+    figures = [f for f in figures if f.fitted]
     prior = _prior(parameters)
     physics = start
     predicted = predictions(figures, physics)
@@ -152,16 +159,21 @@ def held_out(
 ) -> tuple[dict[str, float], dict[str, tuple[str, ...]]]:
     """Each figure predicted with its own source left out of the fit.
 
+    Only the fitted figures (:attr:`Figure.fitted`) make the fit; a figure of a source read
+    after the fit is held out already, and is predicted by ``physics`` as it stands.
+
     Returns:
-        The held-out predictions by figure id, and per source the parameters only it pins (those
-        fall back to their priors when it is left out).
+        The held-out predictions by figure id, and per fitted source the parameters only it
+        pins (those fall back to their priors when it is left out).
     """
+    unfitted = predictions([f for f in figures if not f.fitted], physics)
+    figures = [f for f in figures if f.fitted]
     predicted = predictions(figures, physics)
     jacobian = _jacobian(figures, physics, parameters, predicted)
     residuals = _residuals(figures, predicted)
     free = _state(physics, parameters)
     prior = _prior(parameters)
-    out: dict[str, float] = {}
+    out: dict[str, float] = dict(unfitted)
     sole: dict[str, tuple[str, ...]] = {}
     for source in sorted({f.source for f in figures}):
         keep = np.array([f.source != source for f in figures])

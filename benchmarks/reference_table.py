@@ -66,9 +66,17 @@ class FigureKind(enum.StrEnum):
 
 @dataclass(frozen=True)
 class Source:
+    """Where figures come from.
+
+    Attributes:
+        fitted: False for a source read after the constants were fitted (the YAML's
+            ``fitted: false``): its figures are held out of the fit and of the 20 % bar.
+    """
+
     key: str
     title: str
     address: str
+    fitted: bool = True
 
 
 @dataclass(frozen=True)
@@ -155,6 +163,8 @@ class Figure:
         position: for ``position_rate``, the drafted position (0-based).
         spread: the figure's own relative uncertainty (weights the fit).
         assumed: what the prediction assumes where the source is silent.
+        fitted: whether the fit sees the figure: False where its source was read after the
+            constants were fitted (:attr:`Source.fitted`).
     """
 
     id: str
@@ -167,6 +177,7 @@ class Figure:
     position: int = 0
     spread: float = 0.0
     assumed: str = ""
+    fitted: bool = True
 
     @property
     def regime(self) -> Regime:
@@ -186,6 +197,16 @@ class ReferenceTable:
     sources: dict[str, Source]
     figures: tuple[Figure, ...]
     not_used: tuple[dict[str, str], ...]
+
+    @property
+    def fitted(self) -> tuple[Figure, ...]:
+        """The figures the fit sees (their source has not ``fitted: false``)."""
+        return tuple(f for f in self.figures if f.fitted)
+
+    @property
+    def unfitted(self) -> tuple[Figure, ...]:
+        """The figures of sources read after the fit: held out of it and of the 20 % bar."""
+        return tuple(f for f in self.figures if not f.fitted)
 
     def by_source(self) -> dict[str, tuple[Figure, ...]]:
         grouped: dict[str, list[Figure]] = {}
@@ -233,6 +254,7 @@ def load_table(path: Path = TABLE) -> ReferenceTable:
                 position=int(entry.get("position", 0)),
                 spread=float(entry.get("spread", 0.0)),
                 assumed=" ".join(str(entry.get("assumed", "")).split()),
+                fitted=sources[entry["source"]].fitted,
             )
         )
     not_used = tuple(
