@@ -8,7 +8,9 @@ one, so every method has numbers to compare. A pair not yet measured is bounded 
 simulator's noise-free prediction for the trial's config, raised by its regime's error band
 (:func:`tuner.sim.band.error_band`: the largest held-out error of the public figures of that
 kind). Where no public figure bounds that regime, the widest error of any regime stands in
-(:func:`widest_error`, 72 % today), a stated assumption: nobody has measured that kind.
+(:func:`widest_error`, 72 % today), a stated assumption: nobody has measured that kind. The
+prediction itself goes with the race too, so a trial measured above it has its other pairs'
+bounds raised by as much (:meth:`~tuner.trial.race.Race.surprise`).
 """
 
 from __future__ import annotations
@@ -47,19 +49,23 @@ def race_for(
     server, workload = config.server, config.client.workload
 
     @functools.cache
-    def ceiling(condition: Condition) -> float | None:
-        band = error_band(regime_of(space.hardware, server, condition.concurrency))
-        error = widest_error() if band.error is None else band.error
+    def predicted(condition: Condition) -> float | None:
         try:
             ((_, result),) = predicted_pairs(space, server, workload, [condition])
         except StartupFailure:  # predicted out of memory, yet it started: no bound
             return None
-        return result.output_tok_s * (1.0 + error)
+        return result.output_tok_s
+
+    def ceiling(condition: Condition) -> float | None:
+        band = error_band(regime_of(space.hardware, server, condition.concurrency))
+        error = widest_error() if band.error is None else band.error
+        tok_s = predicted(condition)
+        return None if tok_s is None else tok_s * (1.0 + error)
 
     # The first trial of each method runs in full: the report answers "what does it beat"
     # with the best of every method, no speculation first, and a pruned trial has no numbers.
     rival = incumbent_of(study) if _method_measured(study, config) else None
-    return Race(rival, ceiling)
+    return Race(rival, ceiling, predicted)
 
 
 def _method_measured(study: optuna.Study, config: TrialConfig) -> bool:
