@@ -111,26 +111,18 @@ def report(table: ReferenceTable | None = None, physics: Calibrated | None = Non
     return Report(table or load_table(), shipped)
 
 
-def _print_figures(result: Report) -> None:
-    print("| figure | regime | measured | predicted | error | held out | source |")
-    print("|---|---|---|---|---|---|---|")
-    for f in result.table.fitted:
+def _print_figures(result: Report, figures: Sequence[Figure], held_out: bool = True) -> None:
+    """A row per figure; ``held_out`` False for those read after the fit, whose error is
+    already held out (the fit never saw their source)."""
+    column = " held out |" if held_out else ""
+    print(f"| figure | regime | measured | predicted | error |{column} source |")
+    print("|---|---|---|---|---|---|" + ("---|" if held_out else ""))
+    for f in figures:
         address = result.table.sources[f.source].address
+        out = f" {result.held_out_error(f):+.1%} |" if held_out else ""
         print(
             f"| {f.id}: {f.what} | {f.label} | {f.measured:.4g} | {result.predicted[f.id]:.4g} "
-            f"| {result.error(f):+.1%} | {result.held_out_error(f):+.1%} | {address} |"
-        )
-
-
-def _print_unfitted(result: Report) -> None:
-    print("Read after the fit, not fitted (the error is held out: the fit never saw the source):")
-    print("| figure | regime | measured | predicted | error | source |")
-    print("|---|---|---|---|---|---|")
-    for f in result.table.unfitted:
-        address = result.table.sources[f.source].address
-        print(
-            f"| {f.id}: {f.what} | {f.label} | {f.measured:.4g} | {result.predicted[f.id]:.4g} "
-            f"| {result.error(f):+.1%} | {address} |"
+            f"| {result.error(f):+.1%} |{out} {address} |"
         )
 
 
@@ -148,8 +140,7 @@ def _print_regimes(result: Report) -> None:
         if figures := fitted.get(label):
             worst = max(abs(result.error(f)) for f in figures)
             worst_out = max(abs(result.held_out_error(f)) for f in figures)
-            sources = len({f.source for f in figures})
-            row += f"{len(figures)} | {sources} | {worst:.1%} | {worst_out:.1%} | "
+            row += f"{len(figures)} | {_sources(figures)} | {worst:.1%} | {worst_out:.1%} | "
         else:
             row += "0 | 0 | - | - | "
         late = after.get(label)
@@ -396,10 +387,13 @@ def main(argv: list[str] | None = None) -> int:
         _print_fit(table)
         return 0
     result = report(table)
-    _print_figures(result)
+    _print_figures(result, table.fitted)
     print()
     if table.unfitted:
-        _print_unfitted(result)
+        print(
+            "Read after the fit, not fitted (the error is held out: the fit never saw the source):"
+        )
+        _print_figures(result, table.unfitted, held_out=False)
         print()
     _print_regimes(result)
     print()

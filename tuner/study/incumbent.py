@@ -56,6 +56,7 @@ def race_for(
             return None
         return result.output_tok_s
 
+    @functools.cache
     def ceiling(condition: Condition) -> float | None:
         band = error_band(regime_of(space.hardware, server, condition.concurrency))
         error = widest_error() if band.error is None else band.error
