@@ -3,7 +3,7 @@
     python benchmarks/simulator_reference.py          # the report; exit 1 if a fitted figure
                                                       # is off by more than 20 %
     python benchmarks/simulator_reference.py --write  # and refresh tuner/sim/reference_errors.json
-                                                      # (the fitted figures' errors)
+                                                      # (every figure's held-out error)
     python benchmarks/simulator_reference.py --fit    # refit the constants, print the new values
 
 For each figure of ``benchmarks/reference_figures.yaml``: what its source measured, the shipped
@@ -11,7 +11,9 @@ simulator's prediction and error, and the error when the figure's own source is 
 fit (``reference_fit.held_out``). Then the figures of the sources read after the fit, in a table
 of their own (below); the errors per regime (GPU class x method family x load); per source, its
 figures' held-out errors and the parameters no other source pins; the coverage check of the
-error bands (:func:`coverage`); and the figures read but not used.
+error bands (:func:`coverage`: how many speed figures lie inside the band the product gives
+their regime without their source, against the level the bands state); and the figures read
+but not used.
 
 Sources read after the fit: a source the YAML marks ``fitted: false`` was read after the shipped
 constants were fitted (the nine of issue 42, read on 2026-12-06). Its figures never enter the
@@ -35,7 +37,7 @@ import argparse
 import json
 import sys
 from collections import defaultdict
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,7 +47,7 @@ from reference_table import Figure, ReferenceTable, load_table
 
 from tuner import serde
 from tuner.sim import power_fit
-from tuner.sim.band import SPEED_KINDS, Band, FigureError, error_band
+from tuner.sim.band import LEVEL, SPEED_KINDS, Band, FigureError, error_band
 from tuner.sim.power import SHIPPED_POWER
 from tuner.sim.virtual_time import SHIPPED, Calibrated
 
@@ -96,11 +98,6 @@ class Report:
             )
             for f in (self.table.figures if figures is None else figures)
         ]
-
-    def shipped_errors(self) -> list[FigureError]:
-        """What ``--write`` stores for the bands: the fitted figures' errors (see
-        :func:`write_errors` for why those read after the fit are left out for now)."""
-        return self.errors(self.table.fitted)
 
 
 def report(table: ReferenceTable | None = None, physics: Calibrated | None = None) -> Report:
@@ -228,35 +225,21 @@ class Covered:
 
     @property
     def inside(self) -> bool:
-        """Whether the band holds the error; a regime no other source measured has no band,
-        and ``estimate`` prints "error unknown" there, which covers nothing."""
+        """Whether the band holds the error; too few other sources give no band, and
+        ``estimate`` prints "error unknown" there, which covers nothing."""
         return self.band.error is not None and abs(self.error.held_out) <= self.band.error
 
-    @property
-    def level(self) -> float:
-        """The band's stated level: were sources exchangeable, a new source's error would
-        exceed the largest of ``m`` others' with probability ``1 / (m + 1)``; 0 without a band."""
-        return self.band.sources / (self.band.sources + 1)
 
-
-def coverage(
-    errors: Sequence[FigureError], unfitted: Collection[str] = frozenset()
-) -> list[Covered]:
+def coverage(errors: Sequence[FigureError]) -> list[Covered]:
     """Each speed figure against the band the product prints for its regime, computed without
     the figure's own source: a band that saw the figure's error would hold it by construction.
 
-    The bands are made of the fitted sources' errors alone (``unfitted`` names the sources read
-    after the fit), as the product prints them: a figure of a source read after the fit is
-    judged against the band its regime had when the source was read, from all fitted sources;
-    a fitted figure against the band of the other fitted sources.
-
-    Only the speed kinds are judged, as only they make a band (``SPEED_KINDS``). No fallback to
-    a wider class: :func:`tuner.sim.band.error_band` has none, so the check judges what a user
-    of an unmeasured regime is shown.
+    Fitted figures and those read after the fit make the bands alike, as they make the shipped
+    ones (:func:`write_errors`). Only the speed kinds are judged, as only they make a band
+    (``SPEED_KINDS``).
     """
-    fitted = [e for e in errors if e.source not in unfitted]
     return [
-        Covered(e, error_band(e.regime, [o for o in fitted if o.source != e.source]))
+        Covered(e, error_band(e.regime, [o for o in errors if o.source != e.source]))
         for e in errors
         if e.kind in SPEED_KINDS
     ]
@@ -266,38 +249,33 @@ def _count(n: int, noun: str) -> str:
     return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
-def _coverage_line(covered: Sequence[Covered], band: str) -> str:
+def _coverage_line(covered: Sequence[Covered]) -> str:
     inside = sum(c.inside for c in covered)
-    share = inside / len(covered)
     unbanded = sum(c.band.error is None for c in covered)
-    stated = sum(c.level for c in covered) / len(covered)
     return (
-        f"{inside} of {len(covered)} speed figures ({share:.0%}) lie inside {band}; "
-        f"stated level {stated:.0%} (m/(m+1) for m fitted sources); {unbanded} have no band"
+        f"{inside} of {len(covered)} speed figures ({inside / len(covered):.0%}) lie inside "
+        f"the band their regime gives without their source; stated level {LEVEL:.0%}; "
+        f"{unbanded} have no band"
     )
 
 
 def _print_coverage(result: Report) -> None:
-    unfitted = {key for key, source in result.table.sources.items() if not source.fitted}
-    covered = coverage(result.errors(), unfitted)
-    print("| speed figure | regime | held out | band without its source | inside |")
-    print("|---|---|---|---|---|")
+    covered = coverage(result.errors())
+    print("| speed figure | regime | held out | band without its source | drawn from | inside |")
+    print("|---|---|---|---|---|---|")
     for c in covered:
+        band = c.band
         print(
             f"| {c.error.figure} | {c.error.regime} | {c.error.held_out:+.1%} "
-            f"| {c.band.short()} ({_count(c.band.sources, 'source')}) "
-            f"| {'yes' if c.inside else 'no'} |"
+            f"| {band.short()} ({_count(band.sources, 'source')}) "
+            f"| {band.scope.words(band.regime)} | {'yes' if c.inside else 'no'} |"
         )
-    own = "the band their regime gives without their source"
-    print(
-        "coverage (bands from the fitted sources' errors, as the product prints them): "
-        + _coverage_line(covered, own)
-    )
-    fitted = [c for c in covered if c.error.source not in unfitted]
-    late = [c for c in covered if c.error.source in unfitted]
+    print("coverage: " + _coverage_line(covered))
+    fitted = [c for c in covered if result.table.sources[c.error.source].fitted]
+    late = [c for c in covered if not result.table.sources[c.error.source].fitted]
     if fitted and late:
-        print("  fitted: " + _coverage_line(fitted, "the other fitted sources' band"))
-        print("  read after the fit: " + _coverage_line(late, "the shipped band"))
+        print("  fitted: " + _coverage_line(fitted))
+        print("  read after the fit: " + _coverage_line(late))
 
 
 def _print_not_used(table: ReferenceTable) -> None:
@@ -347,19 +325,13 @@ def _print_power() -> None:
 
 
 def write_errors(result: Report, path: Path = ERRORS_FILE) -> None:
-    """Stores the fitted figures' errors where :mod:`tuner.sim.band` reads them.
-
-    The figures of sources read after the fit are left out for now, though their errors are
-    held out and a band that held them would be the more honest one: the bands are not only
-    printed by ``estimate`` but steer the search (the warm start's plan, the race's ceilings,
-    and, for a regime no figure measured, :func:`tuner.study.incumbent.widest_error`, which
-    they would raise from 72.5 % to 157.8 %), so adding them changes the search benchmark's
-    results as a refit would, and goes with the next refit and its rerun.
-    """
+    """Stores every figure's error where :mod:`tuner.sim.band` reads them: a fitted figure's
+    with its source left out, a figure read after the fit as predicted (the fit never saw it),
+    both what a source not yet read may expect."""
     data = {
         "generated_by": "benchmarks/simulator_reference.py --write",
         "bar": BAR,
-        "figures": [serde.dump(e) for e in result.shipped_errors()],
+        "figures": [serde.dump(e) for e in result.errors()],
     }
     path.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
 

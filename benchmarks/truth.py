@@ -157,9 +157,9 @@ def run_key(
 
 
 # What a world's truth is computed from: the space, the simulator, the configs' and the
-# methods' rules, the catalog, scoring, the grid and the worlds themselves (a strategy's or
-# the twin's code is not: a truth cached before a change to them still holds).
-_NOT_TRUTH = ("tuner/sim/twin",)
+# methods' rules, the catalog, scoring, the grid and the worlds themselves (a strategy's, the
+# twin's or the error bands' code is not: a truth cached before a change to them still holds).
+_NOT_TRUTH = ("tuner/sim/twin", "tuner/sim/band.py")
 _TRUTH_SOURCES = (
     "tuner/sim",
     "tuner/config",

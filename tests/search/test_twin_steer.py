@@ -122,7 +122,7 @@ def test_a_close_temperature_on_the_running_server_is_proposed_before_a_new_serv
         assert all(trial.params != t.params for t in trials[: trial.number])
         # Each forecast says how wrong it may be, as the warm start's do.
         band = trial.user_attrs[PROPOSED_ATTR]["error_band"]
-        assert band.startswith(("+/- ", "no public figure for ")), band
+        assert band.startswith(("+/- ", "too few public figures for ")), band
 
 
 def test_screen_respects_the_fitted_margin() -> None:

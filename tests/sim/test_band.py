@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Callable
 
@@ -20,9 +21,11 @@ from tuner.search.plan import Confirmation, plan_study
 from tuner.sim.band import (
     SPEED_KINDS,
     Band,
+    FigureError,
     Load,
     MethodFamily,
     Regime,
+    Scope,
     error_band,
     load_errors,
     regime_of,
@@ -37,24 +40,56 @@ EAGLE3 = "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"
 ONE = WorkloadSpec("chat", 256, 128, (1,), 4)
 
 
-def test_a_regime_with_figures_has_the_largest_held_out_error_of_its_speed_figures() -> None:
-    regime = Regime(MemoryKind.HBM, MethodFamily.HEAD, Load.SINGLE)
+def _errors(regime: Regime, held_out: list[float], prefix: str = "s") -> list[FigureError]:
+    return [
+        FigureError(f"{prefix}{i}", f"{prefix}{i}", "tok_s", regime, e, e)
+        for i, e in enumerate(held_out)
+    ]
+
+
+def test_a_regime_of_six_sources_is_banded_by_their_largest_error() -> None:
+    regime = Regime(MemoryKind.HBM, MethodFamily.NONE, Load.SINGLE)
     band = error_band(regime)
     speeds = [e for e in load_errors() if e.regime == regime and e.kind in SPEED_KINDS]
-    assert speeds and band.figures == len(speeds)
-    assert band.error == max(abs(e.held_out) for e in speeds)
+    assert len({e.source for e in speeds}) == 6 and band.scope is Scope.REGIME
+    # The 6th smallest of 6 sources' errors: a 7th source exceeds it 1 time in 7.
+    assert band.figures == len(speeds) and band.error == max(abs(e.held_out) for e in speeds)
     assert band.describe().startswith(f"+/- {band.error * 100:.0f} % on {band.figures} public")
+    assert band.describe().endswith("of this kind (6 sources)")
 
 
-def test_a_regime_without_figures_says_so() -> None:
-    regime = Regime(MemoryKind.GDDR, MethodFamily.BLOCK, Load.HIGH)
-    band = error_band(regime)
-    assert band.error is None and band.figures == 0
-    assert band.describe() == (
-        "no public figure for GDDR GPUs, a block drafter, over 16 requests: error unknown"
+def test_many_sources_outvote_a_wild_one() -> None:
+    regime = Regime(MemoryKind.HBM, MethodFamily.HEAD, Load.SINGLE)
+    # 20 sources: the 18th smallest error (ceil(0.85 x 21)) bounds the band, not the 150 %.
+    band = error_band(regime, _errors(regime, [0.01 * (i + 1) for i in range(19)] + [1.5]))
+    assert band.error == pytest.approx(0.18) and band.sources == 20
+
+
+def test_a_regime_with_too_few_sources_is_widened_step_by_step() -> None:
+    h100 = Regime(MemoryKind.HBM, MethodFamily.HEAD, Load.SINGLE)
+    geforce = Regime(MemoryKind.GDDR, MethodFamily.HEAD, Load.SINGLE)
+    busy = Regime(MemoryKind.GDDR, MethodFamily.HEAD, Load.HIGH)
+    block = Regime(MemoryKind.GDDR, MethodFamily.BLOCK, Load.HIGH)
+    pool = _errors(h100, [0.1] * 5) + _errors(geforce, [0.2], "g") + _errors(busy, [0.9], "b")
+    assert error_band(geforce, pool).scope is Scope.FAMILY_AT_LOAD  # 6 heads at one request
+    assert error_band(geforce, pool).error == pytest.approx(0.2)
+    widened = error_band(busy, pool)  # one source at 17+ requests: every EAGLE head's
+    assert widened.scope is Scope.FAMILY and widened.error == pytest.approx(0.9)
+    assert widened.describe() == (
+        "+/- 90 % on 7 public figures of an EAGLE head on any GPU at any load (7 sources)"
     )
-    known = Band(regime, 3, 1, 0.1)
-    assert widest([known, band]) is band and widest([known]) is known and widest([]) is None
+    assert error_band(block, pool).scope is Scope.EVERY
+    unknown = error_band(block, pool[:5])
+    assert unknown.error is None and unknown.describe() == (
+        "too few public figures for GDDR GPUs, a block drafter, over 16 requests: error unknown"
+    )
+    known = Band(block, 3, 1, 0.1)
+    assert widest([known, unknown]) is unknown and widest([known]) is known and widest([]) is None
+
+
+def test_every_gpu_class_method_and_load_has_a_band() -> None:
+    bands = [error_band(Regime(*r)) for r in itertools.product(MemoryKind, MethodFamily, Load)]
+    assert all(b.error is not None and b.sources >= 6 for b in bands)
 
 
 def test_estimate_carries_its_regimes_band() -> None:
@@ -69,7 +104,9 @@ def test_estimate_carries_its_regimes_band() -> None:
         method="ngram",
         k=3,
     )
-    assert consumer.band.error is None  # no public figure of prompt lookup on a GeForce card
+    # No public figure of prompt lookup on a GeForce card: every figure's band, said so.
+    assert consumer.band.scope is Scope.EVERY and consumer.band.error is not None
+    assert consumer.band.describe().endswith(f"of any kind ({consumer.band.sources} sources)")
 
 
 @pytest.mark.parametrize(
@@ -143,11 +180,12 @@ def test_the_command_prints_and_stores_the_band() -> None:
     result = runner.invoke(app, [*base, *head])
     assert result.exit_code == 0, result.stderr
     text = " ".join(result.stdout.split())
-    assert "simulated" in text and "public figures of this kind" in text
+    assert "simulated" in text and " % on " in text and "public figures of " in text
     result = runner.invoke(app, [*base, "--method", "ngram", "--concurrency", "32", "--json"])
     data = json.loads(result.stdout)
-    assert data["error_band"]["error"] is None
-    assert data["error_band"]["text"].endswith("error unknown")
+    band = serde.load(Band, data["error_band"])
+    assert band.error == data["error_band"]["error"] and band.scope is Scope.EVERY
+    assert data["error_band"]["text"] == band.describe()
     result = runner.invoke(app, [*base, "--set", "k"])
     assert result.exit_code == 2 and "write NAME=VALUE" in result.stderr
 

@@ -193,5 +193,5 @@ def _energy_line(est: Estimate) -> str:
         f"{r.gpu.mean_power_w or 0:.0f} W, "
         + ("error unknown" if error is None else f"+/- {error * 100:.0f} %")
         + f": power {power}, plus throughput "
-        + ("(no public figure of this kind)" if speed is None else f"+/- {speed * 100:.0f} %")
+        + ("(too few public figures)" if speed is None else f"+/- {speed * 100:.0f} %")
     )

@@ -98,7 +98,8 @@ WARM_START_MAX = 8
 # The prediction chooses at most this share of a run's trials, so the sampler always explores.
 _WARM_START_SHARE = 0.25
 _MAX_VARIANTS = 2
-# The error assumed of a regime with no public figure (the largest measured is about 20 %).
+# The error assumed where too few public sources make a band (the shipped figures band every
+# regime: tuner/sim/band.py widens a regime until they do).
 UNKNOWN_ERROR = 0.3
 # Candidates carried from one screening stage to the next.
 _SHORTLIST = 4

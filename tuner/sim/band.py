@@ -1,12 +1,17 @@
 """How wrong a simulated number may be: the error band of its regime.
 
 Every public figure in ``benchmarks/reference_figures.yaml`` was predicted with its own source
-left out of the fit (``benchmarks/simulator_reference.py``); the errors are shipped in
-``reference_errors.json`` beside this module, each with the regime it was measured in: the GPU
-class, the speculation method's family and the load. :func:`error_band` gathers the figures of a
-prediction's regime and gives the largest of their errors, so that a user reads
-"simulated 61.7 tok/s, +/- 12 % on 9 public figures of this kind", or, where no figure of that
-kind exists, that nobody knows how wrong the number is.
+left out of the fit (``benchmarks/simulator_reference.py``), or read after the fit and never
+seen by it; the errors are shipped in ``reference_errors.json`` beside this module, each with
+the regime it was measured in: the GPU class, the speculation method's family and the load.
+
+:func:`error_band` gives a prediction the band that holds :data:`LEVEL` of what a source not
+yet read would measure: the sources' largest errors are taken as exchangeable, so a new one
+falls at or below the k-th smallest of ``n`` with probability ``k / (n + 1)`` (a split
+conformal bound). A regime whose figures come from too few sources for that is widened, one
+step at a time, to the figures it shares the method family with, then to every figure, so
+that a user reads "simulated 61.7 tok/s, +/- 10 % on 9 public figures of this kind" where the
+sources agree and a wide band where the simulator has been wrong.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from __future__ import annotations
 import enum
 import itertools
 import json
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cache
@@ -28,12 +34,14 @@ from tuner.config.methods import MethodFamily, method_of
 from tuner.config.trial import ServerConfig, SpecMethod
 
 __all__ = [
+    "LEVEL",
     "SPEED_KINDS",
     "Band",
     "FigureError",
     "Load",
     "MethodFamily",
     "Regime",
+    "Scope",
     "error_band",
     "load_errors",
     "method_family",
@@ -45,6 +53,8 @@ _ERRORS_FILE = "reference_errors.json"
 _STORED_DIGITS = 4  # of a relative error: a hundredth of a percent
 # The figures whose error bounds a throughput prediction (end-to-end speed, not a component).
 SPEED_KINDS = frozenset({"tok_s", "decode_tok_s", "tpot_ms", "speedup", "scaling"})
+# The share of a new source's errors a band is to hold: 6 sources make the narrowest band.
+LEVEL = 0.85
 
 
 class Load(enum.StrEnum):
@@ -131,32 +141,63 @@ class FigureError:
         return data
 
 
+class Scope(enum.Enum):
+    """Which of a regime's parts a band's figures share with it, narrowest first."""
+
+    REGIME = ("gpu", "method", "load")
+    FAMILY_AT_LOAD = ("method", "load")
+    FAMILY = ("method",)
+    EVERY = ()
+
+    def holds(self, regime: Regime, other: Regime) -> bool:
+        return all(getattr(other, part) == getattr(regime, part) for part in self.value)
+
+    def words(self, regime: Regime) -> str:
+        """What the figures are, as ``describe`` names them."""
+        match self:
+            case Scope.REGIME:
+                return "this kind"
+            case Scope.FAMILY_AT_LOAD:
+                return f"{regime.method} at {regime.load} on any GPU"
+            case Scope.FAMILY:
+                return f"{regime.method} on any GPU at any load"
+            case Scope.EVERY:
+                return "any kind"
+
+
 @dataclass(frozen=True)
 class Band:
     """The measured error of a regime's predictions.
 
     Attributes:
         regime: the regime asked about.
-        figures: how many public speed figures of that regime there are.
+        figures: how many public speed figures the band is drawn from.
         sources: how many sources they come from.
-        error: the largest of their held-out errors (relative); None without a figure.
+        error: the relative error that holds :data:`LEVEL` of a new source's (its sources'
+            largest errors, the k-th smallest of them); None where too few sources exist.
+        scope: what the figures share with ``regime``: the regime itself, or the wider class
+            it was widened to for want of sources.
     """
 
     regime: Regime
     figures: int
     sources: int
     error: float | None
+    scope: Scope = Scope.REGIME
 
     def describe(self) -> str:
-        """``+/- 12 % on 9 public figures of this kind (3 sources)``, or why nobody knows."""
+        """``+/- 12 % on 9 public figures of this kind (6 sources)``, or why nobody knows."""
         if self.error is None:
-            return f"no public figure for {self.regime}: error unknown"
+            return f"too few public figures for {self.regime}: error unknown"
         figures = f"{self.figures} public figure{'s' if self.figures != 1 else ''}"
         sources = f"{self.sources} source{'s' if self.sources != 1 else ''}"
-        return f"+/- {self.error * 100:.0f} % on {figures} of this kind ({sources})"
+        return (
+            f"+/- {self.error * 100:.0f} % on {figures} of {self.scope.words(self.regime)} "
+            f"({sources})"
+        )
 
     def short(self) -> str:
-        """``+/-12%`` or ``+/-?`` (no public figure of the kind), for a table cell."""
+        """``+/-12%`` or ``+/-?`` (too few public figures), for a table cell."""
         return "+/-?" if self.error is None else f"+/-{self.error * 100:.0f}%"
 
     @computed_field  # type: ignore[prop-decorator]
@@ -168,6 +209,15 @@ class Band:
     @field_serializer("regime")
     def _regime(self, regime: Regime) -> str:
         return str(regime)
+
+    @field_serializer("scope")
+    def _scope(self, scope: Scope) -> str:
+        return scope.name.lower()
+
+    @field_validator("scope", mode="before")
+    @classmethod
+    def _scope_named(cls, value: object) -> object:
+        return Scope[value.upper()] if isinstance(value, str) else value
 
     @field_validator("regime", mode="before")
     @classmethod
@@ -199,22 +249,25 @@ def load_errors() -> tuple[FigureError, ...]:
 
 
 def error_band(regime: Regime, errors: Iterable[FigureError] | None = None) -> Band:
-    """The band of ``regime``: the largest held-out error of its public speed figures.
+    """The band of ``regime``: the error that holds :data:`LEVEL` of a new source's, from the
+    held-out errors of its public speed figures, widened (:class:`Scope`) until they come from
+    enough sources for that level.
 
     Args:
         regime: where the prediction lies (:func:`regime_of`).
         errors: the figure errors to draw on (default: the shipped ones).
     """
-    pool = load_errors() if errors is None else tuple(errors)
-    matching = [e for e in pool if e.regime == regime and e.kind in SPEED_KINDS]
-    if not matching:
-        return Band(regime, 0, 0, None)
-    return Band(
-        regime,
-        len(matching),
-        len({e.source for e in matching}),
-        max(abs(e.held_out) for e in matching),
-    )
+    pool = [e for e in (load_errors() if errors is None else errors) if e.kind in SPEED_KINDS]
+    for scope in Scope:
+        matching = [e for e in pool if scope.holds(regime, e.regime)]
+        largest: dict[str, float] = {}
+        for e in matching:
+            largest[e.source] = max(largest.get(e.source, 0.0), abs(e.held_out))
+        rank = math.ceil(LEVEL * (len(largest) + 1))
+        if rank <= len(largest):
+            error = sorted(largest.values())[rank - 1]
+            return Band(regime, len(matching), len(largest), error, scope)
+    return Band(regime, 0, 0, None, Scope.EVERY)
 
 
 def widest(bands: Iterable[Band]) -> Band | None:

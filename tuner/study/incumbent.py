@@ -6,10 +6,9 @@ interval (studies from before intervals were stored have none: their trials are 
 at the fixed count, unpruned). The first feasible trial of each speculation method races no
 one, so every method has numbers to compare. A pair not yet measured is bounded by the shipped
 simulator's noise-free prediction for the trial's config, raised by its regime's error band
-(:func:`tuner.sim.band.error_band`: the largest held-out error of the public figures of that
-kind). Where no public figure bounds that regime, the widest error of any regime stands in
-(:func:`widest_error`, 72 % today), a stated assumption: nobody has measured that kind. The
-prediction itself goes with the race too, so a trial measured above it has its other pairs'
+(:func:`tuner.sim.band.error_band`: the held-out error that holds 85 % of the public sources
+of that kind, or of the wider class it is widened to). The prediction itself goes with the
+race too, so a trial measured above it has its other pairs'
 bounds raised by as much (:meth:`~tuner.trial.race.Race.surprise`).
 """
 
@@ -25,17 +24,11 @@ from tuner.config.trial import TrialConfig
 from tuner.config.workload import Condition
 from tuner.errors import StartupFailure
 from tuner.search.forecast import predicted_pairs
-from tuner.sim.band import SPEED_KINDS, error_band, load_errors, regime_of
+from tuner.sim.band import error_band, regime_of
 from tuner.trial.race import Incumbent, Race, incumbent_among
 from tuner.trial.record import records
 
-__all__ = ["incumbent_of", "race_for", "widest_error"]
-
-
-@functools.cache
-def widest_error() -> float:
-    """The largest held-out error of any public speed figure: the band of an unknown regime."""
-    return max(abs(e.held_out) for e in load_errors() if e.kind in SPEED_KINDS)
+__all__ = ["incumbent_of", "race_for"]
 
 
 def race_for(
@@ -58,10 +51,9 @@ def race_for(
 
     @functools.cache
     def ceiling(condition: Condition) -> float | None:
-        band = error_band(regime_of(space.hardware, server, condition.concurrency))
-        error = widest_error() if band.error is None else band.error
+        error = error_band(regime_of(space.hardware, server, condition.concurrency)).error
         tok_s = predicted(condition)
-        return None if tok_s is None else tok_s * (1.0 + error)
+        return None if tok_s is None or error is None else tok_s * (1.0 + error)
 
     # The first trial of each method runs in full: the report answers "what does it beat"
     # with the best of every method, no speculation first, and a pruned trial has no numbers.
