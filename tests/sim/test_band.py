@@ -54,8 +54,10 @@ def test_a_regime_of_six_sources_is_banded_by_their_largest_error() -> None:
     assert len({e.source for e in speeds}) == 6 and band.scope is Scope.REGIME
     # The 6th smallest of 6 sources' errors: a 7th source exceeds it 1 time in 7.
     assert band.figures == len(speeds) and band.error == max(abs(e.held_out) for e in speeds)
-    assert band.describe().startswith(f"+/- {band.error * 100:.0f} % on {band.figures} public")
-    assert band.describe().endswith("of this kind (6 sources)")
+    assert band.describe() == (
+        f"+/- {band.error * 100:.0f} % (85 % band: {band.figures} public figures of this kind, "
+        "6 sources)"
+    )
 
 
 def test_many_sources_outvote_a_wild_one() -> None:
@@ -76,7 +78,7 @@ def test_a_regime_with_too_few_sources_is_widened_step_by_step() -> None:
     widened = error_band(busy, pool)  # one source at 17+ requests: every EAGLE head's
     assert widened.scope is Scope.FAMILY and widened.error == pytest.approx(0.9)
     assert widened.describe() == (
-        "+/- 90 % on 7 public figures of an EAGLE head on any GPU at any load (7 sources)"
+        "+/- 90 % (85 % band: 7 public figures of an EAGLE head on any GPU at any load, 7 sources)"
     )
     assert error_band(block, pool).scope is Scope.EVERY
     unknown = error_band(block, pool[:5])
@@ -106,7 +108,7 @@ def test_estimate_carries_its_regimes_band() -> None:
     )
     # No public figure of prompt lookup on a GeForce card: every figure's band, said so.
     assert consumer.band.scope is Scope.EVERY and consumer.band.error is not None
-    assert consumer.band.describe().endswith(f"of any kind ({consumer.band.sources} sources)")
+    assert consumer.band.describe().endswith(f"of any kind, {consumer.band.sources} sources)")
 
 
 @pytest.mark.parametrize(
@@ -180,7 +182,7 @@ def test_the_command_prints_and_stores_the_band() -> None:
     result = runner.invoke(app, [*base, *head])
     assert result.exit_code == 0, result.stderr
     text = " ".join(result.stdout.split())
-    assert "simulated" in text and " % on " in text and "public figures of " in text
+    assert "simulated" in text and " % (85 % band: " in text and "public figures of " in text
     result = runner.invoke(app, [*base, "--method", "ngram", "--concurrency", "32", "--json"])
     data = json.loads(result.stdout)
     band = serde.load(Band, data["error_band"])

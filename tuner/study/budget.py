@@ -57,10 +57,18 @@ class Budget:
         prior: the expected cost of a trial before this run has measured one.
         confirm_runs: confirmation runs to leave time for (each a fresh server).
         began: when the run began (``time.time()``); default now.
+        unconfirmed: the confirmation asked for was dropped, as a third of the budget held one
+            run, of the best config alone (:func:`tuner.search.plan.fit_confirmation`): the
+            run's note says so.
     """
 
     def __init__(
-        self, seconds: float, prior: TrialCost, confirm_runs: int, began: float | None = None
+        self,
+        seconds: float,
+        prior: TrialCost,
+        confirm_runs: int,
+        began: float | None = None,
+        unconfirmed: bool = False,
     ) -> None:
         self.seconds = seconds
         self.prior = prior
@@ -68,8 +76,7 @@ class Budget:
         self.began = time.time() if began is None else began
         self._stopped: tuple[int, float, float] | None = None  # trials run, elapsed, needed
         self._cut: tuple[int, int, float, float] | None = None  # runs wanted, kept, left, each
-        # The confirmation was dropped: a third of the budget held one run, of the best alone.
-        self.unconfirmed = False
+        self.unconfirmed = unconfirmed
         self.clock = ""  # how its time is counted, where not by the wall clock
 
     def next_trial_s(self, study: optuna.Study) -> float:
@@ -182,8 +189,9 @@ class SimulatedBudget(Budget):
         confirm_runs: int,
         warmup: int,
         began: float | None = None,
+        unconfirmed: bool = False,
     ) -> None:
-        super().__init__(seconds, prior, confirm_runs, began)
+        super().__init__(seconds, prior, confirm_runs, began, unconfirmed)
         self.warmup = warmup
         self.clock = " of simulated GPU time"
 
@@ -235,12 +243,12 @@ def price_budget(
     cost = plan_study(space, trials, wanted, startups=startups).confirm_cost
     fitted = fit_confirmation(space, wanted, seconds, cost.total_s)
     runs = fitted.runs(space)
+    dropped = bool(wanted.top) and not fitted.top
     budget = (
         # A simulated trial takes what it takes here, not a GPU's time: the simulator's clock.
-        SimulatedBudget(seconds, cost, runs, space.workload.warmup, began)
+        SimulatedBudget(seconds, cost, runs, space.workload.warmup, began, dropped)
         if simulated
-        else Budget(seconds, cost, runs, began)
+        else Budget(seconds, cost, runs, began, dropped)
     )
-    budget.unconfirmed = bool(wanted.top) and not fitted.top
     budget.check_fits()
     return fitted, budget
