@@ -16,7 +16,7 @@ their regime without their source, against the level the bands state); and the f
 but not used.
 
 Sources read after the fit: a source the YAML marks ``fitted: false`` was read after the shipped
-constants were fitted (the nine of issue 42, read on 2026-12-06). Its figures never enter the
+constants were fitted (the ten of issue 42, read on 2026-12-06 and 07). Its figures never enter the
 fit (``--fit``, the held-out errors), so they judge the simulator on sources it was not fitted
 to: each one's error is already a held-out error. The 20 % bar (:data:`BAR`,
 :attr:`Report.failures`, the exit status) applies to the fitted figures only, as an in-sample

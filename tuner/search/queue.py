@@ -109,9 +109,9 @@ def _short_of(
 ) -> dict[str, float] | None:
     """The twin's forecast of ``params`` and its top, where the top falls short of
     ``rival_tok_s``; None where it does not. The top is the counters' upper bound where its
-    drafter was measured, else the forecast raised by its regime's error band, or where no
-    public figure covers the regime by the error the warm start assumes of one
-    (:func:`~tuner.search.strategy.optimistic_top`, as it ranks its own configs)."""
+    drafter was measured, else the forecast raised by its regime's error band
+    (:func:`~tuner.search.strategy.optimistic_top`, as the warm start ranks its own configs;
+    never short where too few public sources make a band)."""
     proposal = screen.forecast_of(twin, params)
     if proposal is None:
         return None

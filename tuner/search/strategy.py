@@ -82,7 +82,6 @@ from tuner.trial.record import WARM_START_ATTR
 
 __all__ = [
     "SAFETY_MARGIN_GIB",
-    "UNKNOWN_ERROR",
     "Prediction",
     "optimistic_top",
     "predicted_configs",
@@ -98,9 +97,6 @@ WARM_START_MAX = 8
 # The prediction chooses at most this share of a run's trials, so the sampler always explores.
 _WARM_START_SHARE = 0.25
 _MAX_VARIANTS = 2
-# The error assumed where too few public sources make a band (the shipped figures band every
-# regime: tuner/sim/band.py widens a regime until they do).
-UNKNOWN_ERROR = 0.3
 # Candidates carried from one screening stage to the next.
 _SHORTLIST = 4
 # Halvings of the interval when finding how much memory a config has to spare (~1 MiB).
@@ -108,9 +104,10 @@ _BISECTIONS = 15
 
 
 def optimistic_top(forecast: float, error: float | None) -> float:
-    """``forecast`` raised by its regime's measured ``error`` (a share), or where no public
-    figure covers the regime by the error assumed of one (:data:`UNKNOWN_ERROR`)."""
-    return forecast * (1.0 + (UNKNOWN_ERROR if error is None else error))
+    """``forecast`` raised by its regime's error band (a share); unbounded where too few
+    public sources make a band (:func:`tuner.sim.band.error_band`): nothing then says the
+    forecast is not far too low."""
+    return math.inf if error is None else forecast * (1.0 + error)
 
 
 def warm_start(study: optuna.Study, space: SearchSpace, budget: int) -> int:
@@ -221,8 +218,8 @@ def _plan(
 
     Every method (none, ngram, each draft) gets its best config in, whatever the count: a prior
     wrong about one method then costs a trial, not the study. The pairs after them are taken
-    by their optimistic forecast, the prediction raised by its regime's measured error
-    (``error``; None: no public figure of the kind, :data:`UNKNOWN_ERROR`): a pair the prior
+    by their optimistic forecast, the prediction raised by its regime's error band
+    (``error``; None: too few public sources for a band, first): a pair the prior
     may well underrate is worth a trial as much as one it rates a little higher with
     confidence. A request-only variant goes in when predicted within ``share`` of the best
     (:func:`variant_share`).

@@ -181,10 +181,9 @@ class TwinScreen(Screen):
 
     def ceiling(self, proposal: TwinProposal) -> float | None:
         """A config's best case, where its acceptance is read off counters: the forecast at
-        the counters' upper bound, raised by the step-time model's error band (the largest
-        held-out error of the public figures of its regime, the widest over the workload's
-        levels: :mod:`tuner.sim.band`). None: not from counters, or no figure bounds its regime
-        (then it cannot be ruled out)."""
+        the counters' upper bound, raised by the step-time model's error band (the widest over
+        the workload's levels: :mod:`tuner.sim.band`). None: not from counters, or too few
+        public sources make a band (then it cannot be ruled out)."""
         if proposal.high_tok_s is None:
             return None
         band = self.band(proposal)

@@ -7,11 +7,13 @@ the regime it was measured in: the GPU class, the speculation method's family an
 
 :func:`error_band` gives a prediction the band that holds :data:`LEVEL` of what a source not
 yet read would measure: the sources' largest errors are taken as exchangeable, so a new one
-falls at or below the k-th smallest of ``n`` with probability ``k / (n + 1)`` (a split
-conformal bound). A regime whose figures come from too few sources for that is widened, one
-step at a time, to the figures it shares the method family with, then to every figure, so
-that a user reads "simulated 150.7 tok/s, +/- 10 % (85 % band: 6 public figures of this kind,
-6 sources)" where the sources agree, and a wide band where the simulator has been wrong.
+falls at or below the k-th smallest of ``n`` with probability at least ``k / (n + 1)`` (a
+split conformal bound). A regime whose figures come from too few sources for that is widened,
+one step at a time, to the same method family at the same load on any GPU, to that family at
+any load, then to every figure, and never below the largest error its narrower classes
+measured, so that a user reads "simulated 150.7 tok/s, +/- 10 % (85 % band: 6 public figures
+of this kind, 6 sources)" where the sources agree, and a wide band where the simulator has
+been wrong.
 """
 
 from __future__ import annotations
@@ -177,6 +179,8 @@ class Band:
             largest errors, the k-th smallest of them); None where too few sources exist.
         scope: what the figures share with ``regime``: the regime itself, or the wider class
             it was widened to for want of sources.
+        largest: the error is instead the largest of ``scope``'s figures, too few sources for
+            a level: the wider class's band was narrower than what they measured.
     """
 
     regime: Regime
@@ -184,6 +188,7 @@ class Band:
     sources: int
     error: float | None
     scope: Scope = Scope.REGIME
+    largest: bool = False
 
     def describe(self) -> str:
         """``+/- 10 % (85 % band: 9 public figures of this kind, 6 sources)``, or why nobody
@@ -192,10 +197,10 @@ class Band:
             return f"too few public figures for {self.regime}: error unknown"
         figures = f"{self.figures} public figure{'s' if self.figures != 1 else ''}"
         sources = f"{self.sources} source{'s' if self.sources != 1 else ''}"
-        return (
-            f"+/- {self.error * 100:.0f} % ({LEVEL * 100:.0f} % band: {figures} of "
-            f"{self.scope.words(self.regime)}, {sources})"
-        )
+        what = f"{figures} of {self.scope.words(self.regime)}, {sources}"
+        if self.largest:
+            return f"+/- {self.error * 100:.0f} % (the largest error of {what})"
+        return f"+/- {self.error * 100:.0f} % ({LEVEL * 100:.0f} % band: {what})"
 
     def short(self) -> str:
         """``+/-12%`` or ``+/-?`` (too few public figures), for a table cell."""
@@ -218,7 +223,13 @@ class Band:
     @field_validator("scope", mode="before")
     @classmethod
     def _scope_named(cls, value: object) -> object:
-        return Scope[value.upper()] if isinstance(value, str) else value
+        """The scope its name names (as :meth:`_scope` writes it)."""
+        if not isinstance(value, str):
+            return value
+        try:
+            return Scope[value.upper()]
+        except KeyError:
+            raise ValueError(f"no scope is called {value!r}") from None
 
     @field_validator("regime", mode="before")
     @classmethod
@@ -252,13 +263,16 @@ def load_errors() -> tuple[FigureError, ...]:
 def error_band(regime: Regime, errors: Iterable[FigureError] | None = None) -> Band:
     """The band of ``regime``: the error that holds :data:`LEVEL` of a new source's, from the
     held-out errors of its public speed figures, widened (:class:`Scope`) until they come from
-    enough sources for that level.
+    enough sources for that level; never below the largest error the narrower classes'
+    figures measured (a regime whose few sources were far off is not vouched for by the many
+    that were close elsewhere).
 
     Args:
         regime: where the prediction lies (:func:`regime_of`).
         errors: the figure errors to draw on (default: the shipped ones).
     """
     pool = [e for e in (load_errors() if errors is None else errors) if e.kind in SPEED_KINDS]
+    narrower: Band | None = None  # the largest error of the widest class too small for a level
     for scope in Scope:
         matching = [e for e in pool if scope.holds(regime, e.regime)]
         largest: dict[str, float] = {}
@@ -267,8 +281,12 @@ def error_band(regime: Regime, errors: Iterable[FigureError] | None = None) -> B
         rank = math.ceil(LEVEL * (len(largest) + 1))
         if rank <= len(largest):
             error = sorted(largest.values())[rank - 1]
+            if narrower is not None and (narrower.error or 0.0) > error:
+                return narrower
             return Band(regime, len(matching), len(largest), error, scope)
-    return Band(regime, 0, 0, None, Scope.EVERY)
+        if largest:
+            narrower = Band(regime, len(matching), len(largest), max(largest.values()), scope, True)
+    return Band(regime, len(matching), len(largest), None, Scope.EVERY)
 
 
 def widest(bands: Iterable[Band]) -> Band | None:
