@@ -323,7 +323,8 @@ def plan_table(plan: StudyPlan, space: SearchSpace) -> Table:
     budget = "" if plan.budget_s is None else f" within a {took(plan.budget_s)} time budget"
     caption = (
         "benchmarks predicted by the simulator at the full count (rounds and pruning spend "
-        "less), +/- its error on public figures of the kind (?: none); " + _startups_line(plan)
+        "less), +/- the error that holds 85 % of public sources of its kind; "
+        + _startups_line(plan)
     )
     if plan.budget_s is not None:
         caption += ";\n" + (plan.expected.describe() if plan.expected else _no_share(space))
