@@ -8,8 +8,8 @@ one, so every method has numbers to compare. A pair not yet measured is bounded 
 simulator's noise-free prediction for the trial's config, raised by its regime's error band
 (:func:`tuner.sim.band.error_band`: the held-out error that holds 85 % of the public sources
 of that kind, or of the wider class it is widened to). The prediction itself goes with the
-race too, so a trial measured above it has its other pairs'
-bounds raised by as much (:meth:`~tuner.trial.race.Race.surprise`).
+race too, so a trial measured above it has its other pairs' bounds raised by as much
+(:meth:`~tuner.trial.race.Race.surprise`).
 """
 
 from __future__ import annotations
