@@ -11,7 +11,7 @@ from tuner.sim.memory import estimate_memory
 LLAMA8 = load_model("meta-llama/Llama-3.1-8B-Instruct")
 
 
-def test_a_head_guesses_worse_than_a_good_draft_and_keeps_its_later_positions() -> None:
+def test_a_head_guesses_worse_than_a_good_draft_and_mtp_drifts_fastest() -> None:
     one_b = load_model("meta-llama/Llama-3.2-1B-Instruct")
     for prompt_set in ("code", "chat", "creative"):
         plain = acceptance_probability(LLAMA8, one_b, SpecMethod.DRAFT_MODEL, prompt_set, 0.0)
@@ -19,11 +19,14 @@ def test_a_head_guesses_worse_than_a_good_draft_and_keeps_its_later_positions() 
         # vLLM issue #20780: an EAGLE-3 head accepts 2.36 tokens a step at K=2 (alpha ~0.7),
         # SpecDecode-Bench: draft models reach the longest accepted spans.
         assert head < plain < 0.98
-    # Later positions: a head keeps them, a draft model drifts, one MTP layer drifts fastest.
+    # Later positions: a head and a draft model drift alike (EAGLE-3's per-position rates in
+    # issue #20780, AMD's SPEED-Bench run and InferenceX fit 0.93 a position against a draft
+    # model's 0.95), one MTP layer rerun for each position drifts fastest, a copy not at all.
     rates = {
         m: position_rates(0.9, 4, SpecMethod(m)) for m in ("draft_model", "eagle3", "mtp", "ngram")
     }
-    assert rates["mtp"][-1] < rates["draft_model"][-1] < rates["eagle3"][-1]
+    assert rates["mtp"][-1] < rates["eagle3"][-1] < rates["draft_model"][-1] < rates["ngram"][-1]
+    assert abs(rates["eagle3"][-1] / rates["draft_model"][-1] - 1) < 0.1
     assert rates["ngram"] == (0.9,) * 4
 
 

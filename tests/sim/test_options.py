@@ -101,7 +101,7 @@ def test_adaptive_verification_costs_a_little_at_low_load_and_drafts_less_at_hig
     perf = PerfModel(H100, LLAMA8, None, adaptive, version=NEW)
     reach = (0.7,) * 7
     assert perf.adaptive_k(1, 1024, reach, True) == 7
-    assert perf.adaptive_k(256, 256 * 1024, reach, True) < 7
+    assert perf.adaptive_k(1024, 1024 * 1024, reach, True) < 7
     # At two requests K=3 is this head's best: adaptive picks it too, and pays its own work.
     low = WorkloadSpec("chat", 256, 128, (2,), 4)
     servers = (_server(k=3), _server(k=3, enable_adaptive_verification=True))

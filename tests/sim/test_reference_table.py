@@ -49,7 +49,8 @@ def test_every_figure_is_predicted_within_twenty_percent(
 
 def test_the_sources_read_after_the_fit_are_marked_unfitted() -> None:
     late = {key for key, source in TABLE.sources.items() if not source.fitted}
-    assert len(late) == 10 and {"jarvislabs-gemma4", "a10g-harness"} <= late
+    # Ten sources were read after the first fit; seven have been fitted since (2026-12-07).
+    assert late == {"jarvislabs-gemma4", "a10g-harness", "vllm-pr-46995"}
     assert "field-notes" not in late
     assert {f.source for f in TABLE.unfitted} == late
     assert len(TABLE.unfitted) + len(TABLE.fitted) == len(TABLE.figures)
@@ -181,8 +182,9 @@ def test_an_unfitted_figure_is_reported_but_not_held_to_the_bar(
     assert simulator_reference.main([]) == 0  # off by half, yet read after the fit
     out = capsys.readouterr().out
     assert "Read after the fit, not fitted" in out and "| late-code-none: " in out
-    assert "1 figure from 1 source read after the fit, not fitted: mean error 50.3%" in out
     result = simulator_reference.report(table)
+    off = abs(result.error(replace(wrong, fitted=False)))
+    assert f"1 figure from 1 source read after the fit, not fitted: mean error {off:.1%}" in out
     assert result.failures == []
     assert result.held_out["late-code-none"] == result.predicted["late-code-none"]
     row = next(r for r in simulator_reference.source_rows(result) if r.source == "late")

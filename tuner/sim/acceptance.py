@@ -4,8 +4,9 @@ Acceptance is geometric: position ``i`` of a draft is only looked at when positi
 were accepted, and is then accepted with a conditional probability ``alpha * decay ** (i - 1)``.
 A draft model drifts away from the target the further it runs ahead, which is why K above 6
 wastes work (BRIEF.md); one MTP layer rerun for later positions drifts faster still. An EAGLE
-head's later positions, once reached, are accepted about as often as its first (its acceptance
-lengths for K=2..7 in vLLM issue #20780). Prompt lookup (ngram) and suffix decoding copy text,
+head drifts about as a draft model does (7 % a position: its acceptance lengths for K=2..7 in
+vLLM issue #20780, the per-position rates of two 2026 runs). Prompt lookup (ngram) and suffix
+decoding copy text,
 and a copy that matched so far tends to keep matching, so they have no decay.
 
 ``alpha`` is built in logit space, each part calibrated on a public figure
@@ -115,12 +116,12 @@ SHIPPED_ACCEPTANCE = AcceptanceConstants(
     # math); every other cell keeps its earlier offset from the method's chat logit (code and
     # long-context above, creative below: code repeats identifiers, answers quote the context),
     # and math sits as far above chat as EAGLE-1's measured pair does.
-    draft_logit={"code": 2.87, "long-context": 2.6, "chat": 2.0, "creative": 1.41, "math": 3.2},
+    draft_logit={"code": 2.94, "long-context": 2.6, "chat": 2.0, "creative": 1.39, "math": 3.2},
     # Heads and MTP layers: each method's own prior (tuner/config/methods/).
     head_logit={m.name: m.prior.logit for m in speculating() if m.prior.logit},
     # Block drafters: DSpark's first position on SPEED-Bench at T=1 (vllm PR #52992); other sets
     # keep EAGLE-3's offsets from chat.
-    block_logit={"code": 3.56, "long-context": 2.56, "chat": 2.25, "creative": 1.75, "math": 3.16},
+    block_logit={"code": 3.61, "long-context": 2.61, "chat": 2.30, "creative": 1.80, "math": 3.21},
     # Prompt lookup only wins where the output repeats the input.
     ngram_logit={"code": -0.2, "long-context": 0.1, "chat": -1.4, "creative": -2.5, "math": -0.2},
     # Suffix trees also match earlier requests' outputs (ArcticInference: 1.4-3.9x over prompt
@@ -128,9 +129,9 @@ SHIPPED_ACCEPTANCE = AcceptanceConstants(
     suffix_logit=0.5,
     decay={m.name: m.prior.decay for m in speculating() if m.prior.decay is not None},
     ceiling={m.name: m.prior.ceiling for m in speculating() if m.prior.ceiling is not None},
-    parallel_decay=0.880,
+    parallel_decay=0.974,
     temperature_penalty=3.5,
-    probabilistic_penalty=1.36,
+    probabilistic_penalty=1.39,
     block_verification_gain=0.085,
     # FLy on Qwen3-27B's MTP layer, RTX 5090, greedy (github.com/ggml-org/llama.cpp/discussions/
     # 24804): +5.6 % tok/s over lossless on creative writing, within 1 % on GSM8K; 0.12 of the

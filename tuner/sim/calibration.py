@@ -129,14 +129,14 @@ class StepConstants:
 
 
 SHIPPED_STEPS = StepConstants(
-    bandwidth={MemoryKind.HBM: 0.901, MemoryKind.GDDR: 0.806},
-    quantized_bandwidth=0.755,
-    compute=0.673,
+    bandwidth={MemoryKind.HBM: 0.879, MemoryKind.GDDR: 0.795},
+    quantized_bandwidth=0.798,
+    compute=0.652,
     quantized_compute=0.56,
     # Infinity Fabric (AMD Instinct) has no public all-reduce figure in the reference table:
     # NVLink's values until one says otherwise.
     allreduce_latency_s={
-        Interconnect.PCIE: 123e-6,
+        Interconnect.PCIE: 122e-6,
         Interconnect.NVLINK: 20e-6,
         Interconnect.INFINITY_FABRIC: 20e-6,
     },
@@ -151,10 +151,10 @@ SHIPPED_STEPS = StepConstants(
     },
     engines={
         EngineGeneration.V0: EngineCosts(
-            step_s=2.62e-3,
+            step_s=2.71e-3,
             per_seq_s=40e-6,
-            spec_per_token_s=189e-6,
-            draft_pass_s=0.82e-3,
+            spec_per_token_s=188e-6,
+            draft_pass_s=0.80e-3,
             head_pass_s=0.6e-3,
             # Why speculation loses at dozens of requests on the field notes' rig (BRIEF.md).
             drafter_per_seq_s=200e-6,
@@ -162,17 +162,17 @@ SHIPPED_STEPS = StepConstants(
             lookup_per_seq_s=60e-6,
         ),
         EngineGeneration.V1: EngineCosts(
-            step_s=1.63e-3,
-            per_seq_s=22.6e-6,
+            step_s=1.42e-3,
+            per_seq_s=23.3e-6,
             spec_per_token_s=5e-6,
-            draft_pass_s=1.56e-3,
-            head_pass_s=0.60e-3,
-            drafter_per_seq_s=10.4e-6,
+            draft_pass_s=1.61e-3,
+            head_pass_s=0.583e-3,
+            drafter_per_seq_s=7.19e-6,
             first_token_s=2e-3,
-            lookup_per_seq_s=4.6e-6,
+            lookup_per_seq_s=4.39e-6,
         ),
     },
-    v2_runner_saving_s=0.51e-3,
-    adaptive_step_s=1.23e-3,
-    moe_draft_routing=0.49,
+    v2_runner_saving_s=0.498e-3,
+    adaptive_step_s=1.24e-3,
+    moe_draft_routing=0.522,
 )

@@ -71,7 +71,7 @@ DFLASH = _DFlash(
     v2_since=VllmVersion(0, 24, 0),
     # A block drafter's later positions, once reached, are accepted more often than its first
     # (DSpark's per-position counters in vllm PR #52992), up to a point.
-    prior=AcceptancePrior(decay=1.028, ceiling=0.884),
+    prior=AcceptancePrior(decay=1.022, ceiling=0.917),
     # Its K mask tokens attend to each other (non-causal layers: qwen3_dflash's
     # dflash_has_any_non_causal in 0.34), so position i drafted at K sees K - i masks after
     # it, not K' - i: a count at K stands for another K about as well as the block is wide.

@@ -47,6 +47,6 @@ DSPARK = _DSpark(
     keys=("dspark_draft_topk",),
     v2_since=VllmVersion(0, 25, 0),
     adaptive_since=VllmVersion(0, 28, 0),
-    prior=AcceptancePrior(decay=1.028, ceiling=0.884),
+    prior=AcceptancePrior(decay=1.022, ceiling=0.917),
     # Its counters carry about, not exactly, as DFlash's (tuner/config/methods/dflash.py).
 )

@@ -78,8 +78,8 @@ EAGLE = _Head(
     # Fitted: EAGLE-1's later positions drift like a draft model's (vLLM issue #20780's
     # acceptance lengths for K=2..7).
     prior=AcceptancePrior(
-        decay=0.960,
-        logit={"code": 2.77, "long-context": 1.77, "chat": 0.47, "creative": -0.03, "math": 2.0},
+        decay=0.956,
+        logit={"code": 2.78, "long-context": 1.78, "chat": 0.48, "creative": -0.02, "math": 2.0},
     ),
 )
 EAGLE3 = _Head(
@@ -87,10 +87,10 @@ EAGLE3 = _Head(
     MethodFamily.HEAD,
     since=VllmVersion(0, 8, 5),
     since_source="vllm PR #16937",
-    # Fitted: an EAGLE-3 head's later positions, once reached, are accepted about as often as
-    # the first (vLLM issue #20780).
+    # Fitted: an EAGLE-3 head's later positions drift about as a draft model's (vLLM issue
+    # #20780, the per-position rates of AMD's SPEED-Bench run and of InferenceX PR #1737).
     prior=AcceptancePrior(
-        decay=0.953,
-        logit={"code": 1.66, "long-context": 2.47, "chat": 1.17, "creative": 0.67, "math": 2.56},
+        decay=0.933,
+        logit={"code": 1.54, "long-context": 2.53, "chat": 1.23, "creative": 0.73, "math": 1.99},
     ),
 )

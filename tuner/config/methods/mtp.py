@@ -60,7 +60,7 @@ MTP = _Mtp(
     # Fitted: one MTP layer rerun for later positions drifts fast (GLM-4.5-Air's 0.92 / 0.68 /
     # 0.38).
     prior=AcceptancePrior(
-        decay=0.789,
-        logit={"code": 2.95, "long-context": 2.45, "chat": 1.98, "creative": 1.45, "math": 2.45},
+        decay=0.784,
+        logit={"code": 2.96, "long-context": 2.46, "chat": 1.99, "creative": 1.46, "math": 2.51},
     ),
 )

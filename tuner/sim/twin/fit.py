@@ -304,13 +304,20 @@ def fit(
     acceptance_sd: dict[str, float] = {}
     shifts = _fit_acceptance(observations, prior, acceptance_sd)
     # An adaptive trial drafted the K the engine picked under the real step costs, which the
-    # first pass only estimates: a second pass takes the K the fitted costs pick.
+    # first pass only estimates: later passes take the K the fitted costs pick. K is a step
+    # function of the costs, so near a boundary the passes can alternate between two
+    # solutions; the one whose K assignment explains the steps best is kept.
     adaptive = any(verifies_adaptively(obs.server.speculative) for obs in observations)
     drafting = replace(prior.params, acceptance=shifts)
-    for _ in range(2 if adaptive else 1):
-        sd: dict[str, float] = {}
-        times = _fit_times(hardware, observations, prior, sd, version, drafting)
-        drafting = TwinParams(**times, acceptance=shifts)
+    best: tuple[float, dict[str, float], dict[str, float]] | None = None
+    for _ in range(3 if adaptive else 1):
+        pass_sd: dict[str, float] = {}
+        pass_times, misfit = _fit_times(hardware, observations, prior, pass_sd, version, drafting)
+        if best is None or misfit < best[0]:
+            best = (misfit, pass_times, pass_sd)
+        drafting = TwinParams(**pass_times, acceptance=shifts)
+    assert best is not None
+    _, times, sd = best
     sd.update(acceptance_sd)
     outside, inside, margin = _fit_memory(hardware, observations, prior, sd, version)
     params = TwinParams(**times, acceptance=shifts, outside_gib=outside, inside_gib=inside)
@@ -344,8 +351,10 @@ def _fit_times(
     sd: dict[str, float],
     version: VllmVersion | None,
     drafting: TwinParams,
-) -> dict[str, float]:
-    """The step-time factors, each adaptive trial's steps priced at the K ``drafting`` picks."""
+) -> tuple[dict[str, float], float]:
+    """The step-time factors, each adaptive trial's steps priced at the K ``drafting`` picks,
+    and how badly they explain the decode steps (the Gaussian fit's objective: squared
+    residuals over their noise, plus the factors' squared distance from the prior)."""
     decode = ("decode", "draft", "overhead", "adaptive")
     mean = np.array([getattr(prior.params, n) for n in decode])
     spread = np.array([prior.prior_sd(n, PRIOR_SD[n]) for n in decode])
@@ -372,6 +381,9 @@ def _fit_times(
             prefill_ys.append(obs.ttft_ms / 1000.0 - rest)
     noise = [_TIME_NOISE * y for y in ys]
     theta, theta_sd = _gaussian(mean, spread, rows, ys, noise)
+    misfit = float(np.sum(((theta - mean) / spread) ** 2))
+    if rows:
+        misfit += float(np.sum(((np.asarray(rows) @ theta - ys) / np.asarray(noise)) ** 2))
     first = ("prefill", "first_token", "ttft_offset_s")
     p_mean = np.array([getattr(prior.params, n) for n in first])
     p_sd = np.array([prior.prior_sd(n, PRIOR_SD[n]) for n in first])
@@ -382,7 +394,7 @@ def _fit_times(
     out["ttft_offset_s"] = float(pre[2])
     sd.update({n: float(v) for n, v in zip(decode + first, [*theta_sd, *pre_sd], strict=True)})
     assert set(out) == {*TIME_FACTORS, "ttft_offset_s"}
-    return out
+    return out, misfit
 
 
 def _drafted(
