@@ -6,8 +6,8 @@ A draft model drifts away from the target the further it runs ahead, which is wh
 wastes work (BRIEF.md); one MTP layer rerun for later positions drifts faster still. An EAGLE
 head drifts about as a draft model does (7 % a position: its acceptance lengths for K=2..7 in
 vLLM issue #20780, the per-position rates of two 2026 runs). Prompt lookup (ngram) and suffix
-decoding copy text,
-and a copy that matched so far tends to keep matching, so they have no decay.
+decoding copy text, and a copy that matched so far tends to keep matching, so they have no
+decay.
 
 ``alpha`` is built in logit space, each part calibrated on a public figure
 (``benchmarks/simulator_reference.py`` prints each next to the prediction):

@@ -309,15 +309,13 @@ def fit(
     # solutions; the one whose K assignment explains the steps best is kept.
     adaptive = any(verifies_adaptively(obs.server.speculative) for obs in observations)
     drafting = replace(prior.params, acceptance=shifts)
-    best: tuple[float, dict[str, float], dict[str, float]] | None = None
+    passes: list[tuple[float, dict[str, float], dict[str, float]]] = []
     for _ in range(3 if adaptive else 1):
         pass_sd: dict[str, float] = {}
         pass_times, misfit = _fit_times(hardware, observations, prior, pass_sd, version, drafting)
-        if best is None or misfit < best[0]:
-            best = (misfit, pass_times, pass_sd)
+        passes.append((misfit, pass_times, pass_sd))
         drafting = TwinParams(**pass_times, acceptance=shifts)
-    assert best is not None
-    _, times, sd = best
+    _, times, sd = min(passes, key=lambda found: found[0])
     sd.update(acceptance_sd)
     outside, inside, margin = _fit_memory(hardware, observations, prior, sd, version)
     params = TwinParams(**times, acceptance=shifts, outside_gib=outside, inside_gib=inside)
