@@ -5,10 +5,13 @@ from __future__ import annotations
 import optuna
 from optuna.distributions import IntDistribution
 
+from tuner import serde
+from tuner.analysis.confirmed import CONFIRMED_ATTR, Confirmed, Run
 from tuner.analysis.picks import confirmation_order, feasible, pareto_front, ranked, recommend
 from tuner.analysis.trials import points
 from tuner.config.trial import ServerConfig, server_to_dict
-from tuner.trial.scoring import CONSTRAINT_KEYS
+from tuner.results import Source
+from tuner.trial.scoring import CONSTRAINT_KEYS, TrialStatus
 
 # (number, output tok/s, p95 TTFT ms, oom, duplicate of)
 TRIALS = [
@@ -71,3 +74,30 @@ def test_picks_use_that_front_and_never_a_repeat() -> None:
     # The recommendation's runner-up (#2, off the front) before the other picks' #3: the
     # recommendation is decided between the first two.
     assert [r.number for r in confirmation_order(study)] == [0, 2, 3]
+
+
+def _confirm(study: optuna.Study, runs: dict[int, tuple[float, ...]]) -> None:
+    stored = {
+        str(n): serde.dump(
+            Confirmed(n, Source.SIMULATED, tuple(Run(TrialStatus.OK, v, 200.0) for v in values))
+        )
+        for n, values in runs.items()
+    }
+    study.set_user_attr(CONFIRMED_ATTR, stored)
+
+
+def test_a_confirmed_config_is_ranked_on_its_trial_and_its_runs_together() -> None:
+    study = _study()
+    # One confirmation run each: #2's (59) beats #0's (58), but #0 measured 60 in its trial
+    # and #2 50, so every measurement of #0 together (59.0) beats #2's (54.5).
+    _confirm(study, {0: (58.0,), 2: (59.0,)})
+    cands = ranked(study)
+    assert [c.number for c in cands] == [0, 2]
+    assert [c.throughput for c in cands] == [58.0, 59.0]  # shown: the confirmation's alone
+    assert [c.ranking_throughput for c in cands] == [59.0, 54.5]
+    best = recommend(study, "max-throughput")
+    assert best is not None and best.number == 0
+    # Runs that separate the two beyond the trial's measurement decide.
+    _confirm(study, {0: (58.0, 57.0, 58.0), 2: (63.0, 64.0, 63.0)})
+    best = recommend(study, "max-throughput")
+    assert best is not None and best.number == 2
