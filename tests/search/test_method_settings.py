@@ -182,3 +182,28 @@ def test_a_dflash_study_whose_counters_fall_off_proposes_a_lower_k() -> None:
     dflash = [p for p in closed_form if p.method == DFLASH]
     adaptive = next(p for p in dflash if p.params["enable_adaptive_verification"])
     assert adaptive.output_tok_s < dflash[0].output_tok_s  # its fitted acceptance fell too
+
+
+def test_a_variant_that_moves_the_best_k_is_queued_at_its_own_best_k() -> None:
+    # On vLLM 0.32 P-EAGLE drafts sequentially unless parallel drafting is on: its K is
+    # chosen in the first variant (K=3 there), and one pass for every drafted token makes a
+    # higher K pay. The warm start queues the parallel variant at the K best for it.
+    space = load_space("qwen3-coder-30b-fp8-4090x2-2026-vllm032")
+    head = "eagle3:amazon/Qwen3-Coder-30B-A3B-Instruct-P-EAGLE"
+    queued = next(p for p in warm_start_configs(space, 20) if p.params["draft"] == head)
+    assert queued.params["parallel_drafting"]
+    screen = Screen(space)
+    server = queued.config.server
+    setting = (server.gpu_memory_utilization, server.max_num_batched_tokens)
+    temperature = queued.config.client.sampling_temperature
+
+    def forecast(k: int) -> float:
+        config = screen.config(
+            screen.arm(head, k, {"parallel_drafting": True}), setting, temperature
+        )
+        pairs = screened_traffic(space, config, space.draft_model(head))
+        return sum(pair.weight * result.output_tok_s for pair, result in pairs)
+
+    best = max(space.k_range(head), key=forecast)
+    assert queued.params["num_speculative_tokens"] == best
+    assert forecast(best) > 1.02 * forecast(3)  # the K the first variant suits

@@ -50,8 +50,9 @@ so this one is staged, each stage around the best of the one before: every (draf
 design's first variant at its most generous safe memory setting and the lowest temperature;
 every variant of the best few and of each method's best; every temperature for the best few
 arms; every utilization, then every batched-token size, for the best config; every arm at the
-memory setting found; every variant of each method's best there; every temperature at the best
-server config. A hundred-odd
+memory setting found; every variant of each method's best there; that method's best variant,
+where it is not the first, at every other K (a variant can move the best K); every temperature at
+the best server config. A hundred-odd
 predictions take seconds, nothing next to one server start-up. Nothing is enqueued when no config is
 predicted to meet the TTFT limit: the sampler then explores on its own.
 """
@@ -329,6 +330,7 @@ class _StagedScreen(Screen):
             for arm, settings in self.safe.items():
                 if (arm.draft, arm.k) == (lead.arm.draft, lead.arm.k) and where in settings:
                     self._predict(arm, where, lead.config.client.sampling_temperature)
+        self._other_ks()
         # Request-only variants of the best config: candidates that reuse its server.
         best = self._best(list(self.done.values()))[0]
         server = best.config.server
@@ -337,6 +339,25 @@ class _StagedScreen(Screen):
                 best.arm, (server.gpu_memory_utilization, server.max_num_batched_tokens), t
             )
         return self._best(list(self.done.values()))
+
+    def _other_ks(self) -> None:
+        """Each method's best, where its variant is not the first its K was chosen in, at
+        every other K. A variant can move the best K: P-EAGLE's parallel drafting makes a
+        drafted token cheaper (the 2026 space on vLLM 0.32: K=3 without it, K=4 with it,
+        3.5 % apart), so the K that suits the first variant is not the one to queue."""
+        ranked = self._best(list(self.done.values()))
+        for lead in {p.arm.draft: p for p in reversed(ranked)}.values():
+            choice = self.space.choice(lead.arm.draft)
+            if lead.arm.spec is None or choice.own(lead.arm.spec) == choice.design()[0]:
+                continue
+            own = choice.own(lead.arm.spec)
+            server = lead.config.server
+            where = (server.gpu_memory_utilization, server.max_num_batched_tokens)
+            for arm, settings in self.safe.items():
+                if arm.draft != lead.arm.draft or arm.k == lead.arm.k or arm.spec is None:
+                    continue
+                if where in settings and choice.own(arm.spec) == own:
+                    self._predict(arm, where, lead.config.client.sampling_temperature)
 
     def _within_the_limit(self) -> None:
         """Where a drafter's best config misses the TTFT limit, its arm at the other batch
