@@ -101,3 +101,27 @@ def test_a_confirmed_config_is_ranked_on_its_trial_and_its_runs_together() -> No
     _confirm(study, {0: (58.0, 57.0, 58.0), 2: (63.0, 64.0, 63.0)})
     best = recommend(study, "max-throughput")
     assert best is not None and best.number == 2
+
+
+def test_a_throttled_trial_does_not_count_towards_its_config_s_ranking() -> None:
+    study = _study()
+    first = study.trials[0]
+    attrs = {**first.user_attrs, "gpu": {"throttled_pairs": 1}}
+    throttled = optuna.create_study(directions=["maximize", "minimize"])
+    throttled.add_trials(
+        [
+            optuna.trial.create_trial(
+                values=first.values,
+                params=first.params,
+                distributions=first.distributions,
+                user_attrs=attrs,
+                system_attrs=first.system_attrs,
+            ),
+            *study.trials[1:],
+        ]
+    )
+    _confirm(throttled, {0: (58.0,), 2: (59.0,)})
+    cands = {c.number: c for c in ranked(throttled)}
+    assert cands[0].record.throttled
+    assert cands[0].ranking_throughput == 58.0  # its runs alone: the trial measured the GPUs
+    assert cands[2].ranking_throughput == 54.5

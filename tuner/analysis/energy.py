@@ -4,7 +4,8 @@ config costs in energy against the most frugal.
 Only candidates whose trial read the GPUs' energy take part (:attr:`Candidate.joules_per_token`;
 the simulator and hosts without NVML read none). A candidate's throughput is its confirmed mean
 where it has one, its joules per token always its trial's own reading: confirmation runs read
-no energy.
+no energy. Who beats whom is decided as the picks decide it
+(:attr:`~tuner.analysis.picks.Candidate.ranking_throughput`).
 """
 
 from __future__ import annotations
@@ -23,8 +24,9 @@ def _read(cands: Sequence[Candidate]) -> list[Candidate]:
 
 def _dominates(a: Candidate, b: Candidate) -> bool:
     a_j, b_j = a.joules_per_token or 0.0, b.joules_per_token or 0.0
-    no_worse = a.throughput >= b.throughput and a_j <= b_j
-    return no_worse and (a.throughput > b.throughput or a_j < b_j)
+    a_tok, b_tok = a.ranking_throughput, b.ranking_throughput
+    no_worse = a_tok >= b_tok and a_j <= b_j
+    return no_worse and (a_tok > b_tok or a_j < b_j)
 
 
 def energy_front(cands: Sequence[Candidate]) -> list[Candidate]:
@@ -32,7 +34,7 @@ def energy_front(cands: Sequence[Candidate]) -> list[Candidate]:
     empty where none had its energy read."""
     read = _read(cands)
     front = [c for c in read if not any(_dominates(o, c) for o in read)]
-    return sorted(front, key=lambda c: (-c.throughput, c.number))
+    return sorted(front, key=lambda c: (-c.ranking_throughput, c.number))
 
 
 def energy_cost(cands: Sequence[Candidate], unit: str = "tok/s") -> str | None:
@@ -53,7 +55,8 @@ def energy_cost(cands: Sequence[Candidate], unit: str = "tok/s") -> str | None:
             f"The fastest config, trial {fastest.number} ({fastest.throughput:.1f} {unit}), is "
             f"also the most frugal: {fast_j:.3f} J per output token."
         )
-    slower = 1 - frugal.throughput / fastest.throughput if fastest.throughput > 0 else 0.0
+    fast_tok, frugal_tok = fastest.ranking_throughput, frugal.ranking_throughput
+    slower = 1 - frugal_tok / fast_tok if fast_tok > 0 else 0.0
     return (
         f"The fastest config, trial {fastest.number} ({fastest.throughput:.1f} {unit}, "
         f"{fast_j:.3f} J per output token), spends {fast_j / frugal_j - 1:.0%} more energy per "

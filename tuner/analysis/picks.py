@@ -4,14 +4,16 @@ A candidate's numbers are its confirmation means when it was confirmed (see
 :mod:`tuner.study.confirm`) and its single measurement otherwise. Once any config has passed
 confirmation, only confirmed configs are candidates: a single lucky measurement must not beat
 a mean of several. A confirmed config that ran out of memory, crashed or broke the TTFT limit
-when re-measured is dropped. Picks rank a confirmed config on throughput by every measurement
-of it, its trial's and its confirmation runs' (:attr:`Candidate.ranking_throughput`): the
+when re-measured is dropped. Picks rank a confirmed config on throughput by its trial's
+measurement and its confirmation runs together (:attr:`Candidate.ranking_throughput`): the
 configs a study ends near are often closer than one run's noise, and a confirmation a budget
 cuts to one run each would otherwise choose between them on a single draw
 (``benchmarks/confirmation_noise.py``: of EAGLE at K=6, K=5 and K=4 on one 4090, the first two
 1.3 % apart with 1.3 % noise a run, one run each picks K=6 72 % of the time, the run and the
-trial together 85 %). The numbers shown stay the confirmation's alone, which the search's
-selection of its luckiest trials did not lift. A trial that reused an earlier one's result
+trial together 85 %, with every config measured; a study's top trials are its luckiest, which
+the trial's share of the mean carries, and the script does not model). The numbers shown stay
+the confirmation's alone, which that selection did not lift; comparisons (who is faster, by
+how much) follow the ranking. A trial that reused an earlier one's result
 ("same as #N") is that trial again, not a candidate of its own. A trial measured while heat
 or a hardware slowdown throttled the GPUs (and throttled again when measured once more) is no
 candidate while an unthrottled one is: its numbers are the GPU's state, not its config's;
@@ -99,10 +101,13 @@ class Candidate:
     def ranking_throughput(self) -> float:
         """What picks rank it by on throughput: the mean of its trial's measurement and its
         confirmation runs, where it was confirmed (see the module docstring); else its single
-        measurement."""
+        measurement. A trial the GPUs' throttling slowed measured their state, and is left
+        out."""
         if self.confirmed is None:
             return self.throughput
         runs = [r.throughput for r in self.confirmed.measured if r.throughput is not None]
+        if self.record.throttled or not runs:
+            return self.throughput
         return sum((self.record.objective[0], *runs)) / (len(runs) + 1)
 
     @property

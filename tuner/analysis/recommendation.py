@@ -141,7 +141,7 @@ def _rivals(study: optuna.Study, chosen: Candidate) -> tuple[Rival, ...]:
         Rival(
             c.record.server.method,
             c,
-            chosen.throughput / c.throughput if c.throughput > 0 else None,
+            chosen.ranking_throughput / c.ranking_throughput if c.ranking_throughput > 0 else None,
         )
         for c in others
     )
