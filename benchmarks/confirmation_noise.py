@@ -30,38 +30,26 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from truth import Key, config_of, key_of, world_truths
-from worlds import SHIPPED, WORLDS, World
+from worlds import SHIPPED, WORLDS, World, WorldBackend
 
-from tuner.catalog.models import load_model
 from tuner.config.space import SearchSpace
-from tuner.config.trial import TrialConfig, load_draft
+from tuner.config.trial import LaunchContext, TrialConfig
 from tuner.search.screen import grid_params
-from tuner.sim.virtual_time import simulate
 
 _RULES = ("trial", "confirmation", "pooled")
 
 
 def run_tok_s(space: SearchSpace, world: World, config: TrialConfig, seed: int) -> float:
-    """One seeded run of ``config`` on the space's traffic: each level's output tok/s,
-    weighted by its share, as a trial scores a config that meets its limits."""
-    hardware = world.hardware(space.hardware)
-    server = config.server
-    total = 0.0
-    for level, (concurrency, share) in enumerate(space.workload.load_profile):
-        result = simulate(
-            hardware,
-            load_model(server.model),
-            load_draft(server),
-            server,
-            config.client.sampling_temperature,
-            config.client.workload,
-            concurrency,
-            seed * 1009 + level,
-            physics=world,
-            version=space.version,
-        )
-        total += share * result.output_tok_s
-    return total
+    """One seeded run of ``config`` on the space's traffic, measured by the world's backend
+    as a trial measures it: each level's output tok/s, weighted by its share, as a trial
+    scores a config that meets its limits."""
+    backend = WorldBackend(space.hardware, world, seed, space.version)
+    backend.start(config.server, LaunchContext("confirmation-noise", seed, Path(".")))
+    profile = enumerate(space.workload.load_profile)
+    return sum(
+        share * backend.measure(config, concurrency, seed * 1009 + level).output_tok_s
+        for level, (concurrency, share) in profile
+    )
 
 
 def best_configs(

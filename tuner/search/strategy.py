@@ -323,13 +323,10 @@ class _StagedScreen(Screen):
         # Every variant of each method's best where that best runs: the forecast says whether
         # block or adaptive verification, sampled drafts or another lookup window would change
         # the ranking.
-        ranked = self._best(list(self.done.values()))
-        for lead in {p.arm.draft: p for p in reversed(ranked)}.values():
-            server = lead.config.server
-            where = (server.gpu_memory_utilization, server.max_num_batched_tokens)
-            for arm, settings in self.safe.items():
-                if (arm.draft, arm.k) == (lead.arm.draft, lead.arm.k) and where in settings:
-                    self._predict(arm, where, lead.config.client.sampling_temperature)
+        for lead in self._method_bests():
+            self._beside(
+                lead, [a for a in self.safe if (a.draft, a.k) == (lead.arm.draft, lead.arm.k)]
+            )
         self._other_ks()
         # Request-only variants of the best config: candidates that reuse its server.
         best = self._best(list(self.done.values()))[0]
@@ -344,28 +341,45 @@ class _StagedScreen(Screen):
         """Each method's best, where its variant is not the first its K was chosen in, at
         every other K. A variant can move the best K: P-EAGLE's parallel drafting makes a
         drafted token cheaper (the 2026 space on vLLM 0.32: K=3 without it, K=4 with it,
-        3.5 % apart), so the K that suits the first variant is not the one to queue."""
-        ranked = self._best(list(self.done.values()))
-        for lead in {p.arm.draft: p for p in reversed(ranked)}.values():
+        forecast 3.6 % apart), so the K that suits the first variant is not the one to queue."""
+        for lead in self._method_bests():
             choice = self.space.choice(lead.arm.draft)
             if lead.arm.spec is None or choice.own(lead.arm.spec) == choice.design()[0]:
                 continue
             own = choice.own(lead.arm.spec)
-            server = lead.config.server
-            where = (server.gpu_memory_utilization, server.max_num_batched_tokens)
-            for arm, settings in self.safe.items():
-                if arm.draft != lead.arm.draft or arm.k == lead.arm.k or arm.spec is None:
-                    continue
-                if where in settings and choice.own(arm.spec) == own:
-                    self._predict(arm, where, lead.config.client.sampling_temperature)
+            self._beside(
+                lead,
+                [
+                    arm
+                    for arm in self.safe
+                    if arm.draft == lead.arm.draft
+                    and arm.k != lead.arm.k
+                    and arm.spec is not None
+                    and choice.own(arm.spec) == own
+                ],
+            )
+
+    def _method_bests(self) -> list[Prediction]:
+        """Each drafter's best prediction so far (no speculation and prompt lookup count as
+        drafters)."""
+        ranked = self._best(list(self.done.values()))
+        return list({p.arm.draft: p for p in reversed(ranked)}.values())
+
+    def _beside(self, lead: Prediction, arms: list[Arm]) -> None:
+        """``arms`` predicted where ``lead`` runs: its memory setting, where that is safe for
+        them, and its temperature."""
+        server = lead.config.server
+        where = (server.gpu_memory_utilization, server.max_num_batched_tokens)
+        for arm in arms:
+            if where in self.safe[arm]:
+                self._predict(arm, where, lead.config.client.sampling_temperature)
 
     def _within_the_limit(self) -> None:
         """Where a drafter's best config misses the TTFT limit, its arm at the other batch
         sizes of that utilization. A slower drafter (a larger draft model's prefill) can break
         the limit at the setting that suits the best arm and meet it with smaller prefill
         chunks: so every drafter that can meet the limit has a config that does."""
-        ranked = self._best(list(self.done.values()))
-        for lead in {p.arm.draft: p for p in reversed(ranked)}.values():
+        for lead in self._method_bests():
             if lead.p95_ttft_ms > self.space.ttft_limit_ms:
                 util = lead.config.server.gpu_memory_utilization
                 for other in self.safe[lead.arm]:
