@@ -13,7 +13,7 @@ from tuner.config.space import load_space
 from tuner.search.forecast import predicted_pairs
 from tuner.search.proposals import PROPOSED_ATTR, REUSES_KEY, on_traffic
 from tuner.search.startup import REUSE_FLOOR
-from tuner.search.strategy import predicted_configs, warm_start
+from tuner.search.strategy import FIRST_START_MARGIN_GIB, predicted_configs, warm_start
 from tuner.search.twin_screen import TwinScreen, twin_screen
 from tuner.search.twin_steer import TwinSampler, stored_twin
 from tuner.sim.twin import TwinParams
@@ -195,3 +195,28 @@ def test_a_study_does_not_depend_on_the_studies_before_it(tmp_path: Path) -> Non
     again = _mixed_study(space_file, ngram, 8, tmp_path, seed=0)
     assert len(fresh) == 8
     assert again == fresh
+
+
+@pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
+@pytest.mark.parametrize("outside_gib", [0.0, 1.1])
+def test_the_first_launch_measures_memory_before_the_favourite_s_tight_setting(
+    tmp_path: Path, outside_gib: float
+) -> None:
+    # The 14B space's favourite (0.5B draft, K=4) is forecast best at 0.94 of the 4090, a
+    # GiB to spare: a world holding 1.1 GiB more than modelled runs it out of memory.
+    space = load_space("qwen2.5-14b-awq-4090x1")
+    favourite = predicted_configs(space)[0]
+    assert favourite.headroom_gib < FIRST_START_MARGIN_GIB
+    sampler = TwinSampler(optuna.samplers.TPESampler(seed=0, multivariate=True, group=True))
+    study = open_study("t", optuna.storages.InMemoryStorage(), space, sampler)[0]
+    warm_start(study, space, 4)
+    backend = WorldBackend(space.hardware, World("", "", outside_gib=outside_gib), 0, space.version)
+    run_trials(study, space, backend, StudyOptions(2, 0, tmp_path, space.ttft_limit_ms))
+    first, second = study.trials[:2]
+    assert [t.user_attrs.get("status") for t in (first, second)] == ["ok", "ok"]
+    assert first.params["draft"] == second.params["draft"] == favourite.params["draft"]
+    assert first.params["gpu_memory_utilization"] < favourite.params["gpu_memory_utilization"]
+    # Where the model is right the favourite runs as forecast; where it is not, the first
+    # start-up's peak moved it to a setting that fits.
+    moved = second.params["gpu_memory_utilization"] != favourite.params["gpu_memory_utilization"]
+    assert moved == (outside_gib > 0)

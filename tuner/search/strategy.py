@@ -78,10 +78,12 @@ from tuner.search.screen import Arm, Screen, Setting, screened_traffic, screened
 from tuner.search.startup import REUSE_FLOOR, REUSE_SHARE, StartupPrices, reuse_share
 from tuner.sim.band import Band, error_band, regime_of, widest
 from tuner.sim.memory import estimate_memory
+from tuner.sim.twin.fit import BASE_MARGIN_GIB
 from tuner.sim.virtual_time import predict
 from tuner.trial.record import WARM_START_ATTR
 
 __all__ = [
+    "FIRST_START_MARGIN_GIB",
     "SAFETY_MARGIN_GIB",
     "Prediction",
     "optimistic_top",
@@ -93,6 +95,13 @@ __all__ = [
 # Memory (GiB) a config must have to spare, beyond the memory model in every way it can run out
 # (outside vLLM's budget, and KV cache beyond one max-model-len request), to be enqueued.
 SAFETY_MARGIN_GIB = 0.75
+# What the study's first launch must have to spare: a start-up's own variation, and the memory
+# outside vLLM's budget that no model of another machine knows until one start-up here has
+# measured it. The CUDA context differs by driver and GPU (0.3-0.8 GiB), the CUDA graphs crossed
+# the budget in 0.21 (0.4-0.7 GiB for the catalog's pairs), NCCL's buffers vary by version;
+# users leave ~2 GB outside on a 24 GB card for it (0.92).
+_UNMEASURED_STACK_GIB = 1.0
+FIRST_START_MARGIN_GIB = BASE_MARGIN_GIB + _UNMEASURED_STACK_GIB
 # At most this many trials are chosen by the prediction; the sampler chooses the rest.
 WARM_START_MAX = 8
 # The prediction chooses at most this share of a run's trials, so the sampler always explores.
@@ -157,7 +166,32 @@ def warm_start_configs(
     ranked = predicted_configs(space, held_gib)
     share = variant_share(space, ranked, startups or StartupPrices())
     plan = _plan(ranked, count, lambda p: _band(space, p).error, share)
-    return plan[:budget]
+    return _measured_first(plan, ranked)[:budget]
+
+
+def _measured_first(plan: list[Prediction], ranked: tuple[Prediction, ...]) -> list[Prediction]:
+    """``plan`` led by a launch that leaves :data:`FIRST_START_MARGIN_GIB` to spare.
+
+    Where the favourite leaves less, the same config at the fastest memory setting predicted to
+    leave that much goes first, and the favourite follows it: the first start-up's measured
+    peak then tells the twin's guard (:mod:`tuner.search.memory_guard`) whether the favourite's
+    own setting fits, before it launches. In the shipped world that costs one start-up; in a
+    world that holds a GiB more than modelled it saves one that runs out of memory.
+    """
+    if not plan or plan[0].headroom_gib >= FIRST_START_MARGIN_GIB:
+        return plan
+    favourite = plan[0]
+    roomier = next(
+        (
+            p
+            for p in ranked
+            if p.arm == favourite.arm
+            and p.config.client == favourite.config.client
+            and p.headroom_gib >= FIRST_START_MARGIN_GIB
+        ),
+        None,
+    )
+    return plan if roomier is None else [roomier, *plan]
 
 
 def variant_share(
