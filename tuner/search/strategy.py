@@ -33,7 +33,11 @@ forecast of one request at a time picks K too high and memory too tight for a mi
 Only configs predicted to fit with :data:`SAFETY_MARGIN_GIB` to spare are enqueued: a start-up
 uses a few hundred MiB more or less than any model of it (allocator fragmentation, library
 workspaces), and a config pushed on the strength of a prediction alone should not be one that
-runs out of memory at launch. Memory other processes held when the study started
+runs out of memory at launch. The study's first launch keeps more,
+:data:`FIRST_START_MARGIN_GIB`: until one start-up has measured this machine the memory outside
+vLLM's budget is the model's alone. Where the favourite leaves less, the same config runs at a
+roomier utilization in its place; the other queued configs wait for its measured peak (the
+twin moves them where it says they do not fit). Memory other processes held when the study started
 (:mod:`tuner.catalog.tenants`) is taken before the prediction starts: vLLM finds it in use, so
 on 0.21-0.33 a utilization that leaves it no room fails the start-up check, and on 0.34 the KV
 cache is sized from what it leaves. Where the prediction cannot tell configs apart, the one
@@ -173,10 +177,12 @@ def _measured_first(plan: list[Prediction], ranked: tuple[Prediction, ...]) -> l
     """``plan`` led by a launch that leaves :data:`FIRST_START_MARGIN_GIB` to spare.
 
     Where the favourite leaves less, the same config at the fastest memory setting predicted to
-    leave that much goes first, and the favourite follows it: the first start-up's measured
-    peak then tells the twin's guard (:mod:`tuner.search.memory_guard`) whether the favourite's
-    own setting fits, before it launches. In the shipped world that costs one start-up; in a
-    world that holds a GiB more than modelled it saves one that runs out of memory.
+    leave that much runs in its place. Its measured peak tells the twin's guard
+    (:mod:`tuner.search.memory_guard`) whether the tighter setting the other queued configs
+    share fits, before they launch, and the twin proposes the favourite's own setting where
+    its forecast says that pays. In the shipped world that costs the first trial a little
+    throughput; in a world that holds a GiB more than modelled it saves a start-up that runs
+    out of memory.
     """
     if not plan or plan[0].headroom_gib >= FIRST_START_MARGIN_GIB:
         return plan
@@ -191,7 +197,7 @@ def _measured_first(plan: list[Prediction], ranked: tuple[Prediction, ...]) -> l
         ),
         None,
     )
-    return plan if roomier is None else [roomier, *plan]
+    return plan if roomier is None else [roomier, *plan[1:]]
 
 
 def variant_share(
