@@ -125,6 +125,10 @@ def test_the_aim_holds_spectune_to_tpe_at_two_hours_and_lists_where_it_is_behind
     behind = {"spectune": row(1.0, 1.0, 0.97, 1.0), "TPE": row(0.9, 0.9, 0.98, 0.98)}
     met, _, why = time_verdict("w", behind, hours)
     assert not met and why == "w: vs TPE 98.0 % after 2 h"
+    # Below by less than the tables print (both 100.0 %): a tie, neither judged nor listed.
+    tie = {"spectune": row(0.9996, 0.9996, 0.9996, 1), "TPE": row(1.0, 1.0, 1.0, 1.0)}
+    assert time_verdict("w", tie, hours)[0]
+    assert behind_earlier("w", tie, hours) == []
     # Under the 97 % at 2 hours: not met, whatever TPE does.
     met, _, why = time_verdict("w", {"spectune": row(1, 1, 0.96, 1), "TPE": row(0, 0, 0, 0)}, hours)
     assert not met and why == "w: after 2 h 96.0 % (>= 97.0 %)"
