@@ -132,7 +132,7 @@ from tuner.search.plan import (
     plan_study,
 )
 from tuner.search.screen import grid_params
-from tuner.search.strategy import warm_start, warm_start_configs
+from tuner.search.strategy import predicted_configs, warm_start
 from tuner.search.twin_steer import TwinSampler
 from tuner.study.budget import Budget, another_fits, runs_that_fit
 from tuner.study.confirm import confirm
@@ -459,11 +459,13 @@ def recommended(
 def favourite_standing(
     space_name: str, world: World, truth: dict[Key, float]
 ) -> tuple[float, float]:
-    """Where the config the prior ranks first (the warm start's first trial) stands in
-    ``world``: its share of the optimum, and the share of the configs that start it beats."""
+    """Where the config the prior ranks first stands in ``world``: its share of the optimum,
+    and the share of the configs that start it beats. (The warm start's first trial is this
+    config, or the same at a roomier utilization where it leaves less than a first launch
+    keeps.)"""
     space = world.space(space_name)
     monitor = WorldBackend(space.hardware, world, 0, space.version).gpu_monitor()
-    first = warm_start_configs(space, 20, held_gib=read_tenants(monitor).gib)[0]
+    first = predicted_configs(space, held_gib=read_tenants(monitor).gib)[0]
     config = config_of(space, first.params)
     value = truth[key_of(config.server, config.client.sampling_temperature)]
     started = [v for v in truth.values() if v > 0]
