@@ -461,11 +461,11 @@ def favourite_standing(
 ) -> tuple[float, float]:
     """Where the config the prior ranks first stands in ``world``: its share of the optimum,
     and the share of the configs that start it beats. (The warm start's first trial is this
-    config, or the same at a roomier utilization where it leaves less than a first launch
-    keeps.)"""
+    config, or the same at a roomier memory setting where it leaves less than a first launch
+    keeps: :func:`tuner.search.strategy.warm_start_configs`.)"""
     space = world.space(space_name)
     monitor = WorldBackend(space.hardware, world, 0, space.version).gpu_monitor()
-    first = predicted_configs(space, held_gib=read_tenants(monitor).gib)[0]
+    first = predicted_configs(space, read_tenants(monitor).gib)[0]
     config = config_of(space, first.params)
     value = truth[key_of(config.server, config.client.sampling_temperature)]
     started = [v for v in truth.values() if v > 0]
@@ -506,7 +506,7 @@ def _lead(ours: float, tpe: float) -> float:
     """How far spectune's share is above TPE's, as the tables print them (to a tenth of a
     point): two medians that print alike are a tie, not a loss. One run of a config varies by
     about 1 % (``confirmation_noise.py``), so no study can tell finer apart."""
-    return (round(1000 * ours) - round(1000 * tpe)) / 1000
+    return (round(100 * ours, 1) - round(100 * tpe, 1)) / 100
 
 
 def verdict(world: str, rows: dict[str, Row]) -> tuple[bool, float, str]:

@@ -17,7 +17,9 @@ from tuner.search.forecast import bench_seconds, predicted_pairs, predicted_tria
 from tuner.search.screen import grid_params
 from tuner.search.startup import Family, StartupPrices, start_prior_s
 from tuner.search.strategy import (
+    FIRST_START_MARGIN_GIB,
     SAFETY_MARGIN_GIB,
+    _measured_first,  # the first launch's swap, on a favourite made tight by hand
     _plan,  # the enqueue order, on a screen with its closest variants left out
     predicted_configs,
     variant_share,
@@ -233,3 +235,32 @@ def test_a_request_only_variant_is_weighed_against_a_new_server_s_start_up() -> 
     priced = _plan(fewer, 8, share=share)
     assert unpriced[1].config.server != best.config.server
     assert priced[1] == near[len(within)] and priced[1].config.server == best.config.server
+
+
+def test_the_first_launch_keeps_the_wider_margin_unless_a_calibration_measured_memory() -> None:
+    space = load_space("qwen2.5-14b-awq-4090x1")  # its favourite: 0.94 of the 4090, 1 GiB spare
+    favourite = predicted_configs(space)[0]
+    assert favourite.headroom_gib < FIRST_START_MARGIN_GIB
+    first = warm_start_configs(space, 20)[0]
+    assert first.arm == favourite.arm and first.config.client == favourite.config.client
+    assert first.headroom_gib >= FIRST_START_MARGIN_GIB
+    assert first.params["gpu_memory_utilization"] < favourite.params["gpu_memory_utilization"]
+    # A host calibration's start-ups measured this machine's memory: the favourite goes first.
+    assert warm_start_configs(space, 20, measured=True)[0] == favourite
+
+
+def test_the_favourite_s_request_only_variants_leave_its_server_with_it() -> None:
+    # The one-request space searches the temperature, so the favourite's variants share its
+    # server; made tight by hand (there the favourite has GiBs to spare).
+    ranked = predicted_configs(load_space(SPACE_32B))
+    server = ranked[0].config.server
+    tight = tuple(replace(p, headroom_gib=1.0) if p.config.server == server else p for p in ranked)
+    variants = [p for p in tight[1:] if p.config.server == server]
+    assert variants
+    plan = [tight[0], *variants, *[p for p in tight if p.arm.draft != tight[0].arm.draft][:2]]
+    first, *rest = _measured_first(plan, tight)
+    assert first.arm == tight[0].arm and first.config.client == tight[0].config.client
+    assert first.headroom_gib >= FIRST_START_MARGIN_GIB
+    assert all(p.config.server != server for p in rest)
+    assert all(p.config.server == first.config.server for p in rest if p.arm == first.arm)
+    assert rest[-2:] == plan[-2:]  # the other methods keep their turns

@@ -82,7 +82,6 @@ from tuner.search.screen import Arm, Screen, Setting, screened_traffic, screened
 from tuner.search.startup import REUSE_FLOOR, REUSE_SHARE, StartupPrices, reuse_share
 from tuner.sim.band import Band, error_band, regime_of, widest
 from tuner.sim.memory import estimate_memory
-from tuner.sim.twin.fit import BASE_MARGIN_GIB
 from tuner.sim.virtual_time import predict
 from tuner.trial.record import WARM_START_ATTR
 
@@ -99,13 +98,14 @@ __all__ = [
 # Memory (GiB) a config must have to spare, beyond the memory model in every way it can run out
 # (outside vLLM's budget, and KV cache beyond one max-model-len request), to be enqueued.
 SAFETY_MARGIN_GIB = 0.75
-# What the study's first launch must have to spare: a start-up's own variation, and the memory
-# outside vLLM's budget that no model of another machine knows until one start-up here has
-# measured it. The CUDA context differs by driver and GPU (0.3-0.8 GiB), the CUDA graphs crossed
-# the budget in 0.21 (0.4-0.7 GiB for the catalog's pairs), NCCL's buffers vary by version;
-# users leave ~2 GB outside on a 24 GB card for it (0.92).
-_UNMEASURED_STACK_GIB = 1.0
-FIRST_START_MARGIN_GIB = BASE_MARGIN_GIB + _UNMEASURED_STACK_GIB
+# What the study's first launch must have to spare, where no start-up has measured this machine
+# (no host calibration): the margin above, and the memory outside vLLM's budget that a model of
+# another machine cannot know. The CUDA context differs by driver and GPU (0.3-0.8 GiB), the CUDA
+# graphs crossed the budget in 0.21 (0.4-0.7 GiB for the catalog's pairs), NCCL's buffers vary
+# by version (the BRIEF's field notes: 0.92 of a 24 GB card "leaves ~2 GB for CUDA context and
+# attention bursts").
+_UNMEASURED_STACK_GIB = 0.75
+FIRST_START_MARGIN_GIB = SAFETY_MARGIN_GIB + _UNMEASURED_STACK_GIB
 # At most this many trials are chosen by the prediction; the sampler chooses the rest.
 WARM_START_MAX = 8
 # The prediction chooses at most this share of a run's trials, so the sampler always explores.
@@ -124,7 +124,7 @@ def optimistic_top(forecast: float, error: float | None) -> float:
     return math.inf if error is None else forecast * (1.0 + error)
 
 
-def warm_start(study: optuna.Study, space: SearchSpace, budget: int) -> int:
+def warm_start(study: optuna.Study, space: SearchSpace, budget: int, measured: bool = False) -> int:
     """Enqueues the configs the simulator predicts best, before any trial of ``study`` runs.
 
     Args:
@@ -133,13 +133,17 @@ def warm_start(study: optuna.Study, space: SearchSpace, budget: int) -> int:
         space: the space the study tunes (its hardware, models and workload drive the forecast).
         budget: trials this run will spend; at most a quarter of them (and at most 8) are
             enqueued, so the sampler still explores.
+        measured: the study's twin starts from a calibration of this host, whose start-ups
+            measured its memory: the first launch needs no wider margin.
 
     Returns:
         How many trials were enqueued.
     """
     if budget < 1 or study.get_trials(deepcopy=False):
         return 0
-    chosen = warm_start_configs(space, budget, held_gib=stored_tenants(study).gib)
+    chosen = warm_start_configs(
+        space, budget, held_gib=stored_tenants(study).gib, measured=measured
+    )
     for prediction in chosen:
         band = _band(space, prediction)
         study.enqueue_trial(
@@ -161,28 +165,33 @@ def warm_start_configs(
     budget: int,
     startups: StartupPrices | None = None,
     held_gib: float = 0.0,
+    measured: bool = False,
 ) -> list[Prediction]:
     """The configs :func:`warm_start` enqueues for a run of ``budget`` trials, in order
     (``startups``: the start-up prices, default the prior's; ``held_gib``: memory other
-    processes hold on each GPU)."""
+    processes hold on each GPU; ``measured``: a host calibration measured its memory)."""
     count = min(WARM_START_MAX, max(1, math.floor(budget * _WARM_START_SHARE)))
     # Never more than this run spends: a leftover enqueued trial would run past the budget.
     ranked = predicted_configs(space, held_gib)
     share = variant_share(space, ranked, startups or StartupPrices())
     plan = _plan(ranked, count, lambda p: _band(space, p).error, share)
-    return _measured_first(plan, ranked)[:budget]
+    return (plan if measured else _measured_first(plan, ranked))[:budget]
 
 
 def _measured_first(plan: list[Prediction], ranked: tuple[Prediction, ...]) -> list[Prediction]:
     """``plan`` led by a launch that leaves :data:`FIRST_START_MARGIN_GIB` to spare.
 
-    Where the favourite leaves less, the same config at the fastest memory setting predicted to
-    leave that much runs in its place. Its measured peak tells the twin's guard
-    (:mod:`tuner.search.memory_guard`) whether the tighter setting the other queued configs
-    share fits, before they launch; the favourite's own setting is then the twin's and TPE's to
-    propose, like any other. On the 14B space that costs the shipped world's first trial 1.8 %
-    (0.90 of the 4090 for 0.94); in a world that holds a GiB more than modelled it saves a
-    start-up that runs out of memory.
+    Where the favourite leaves less, the same arm at its temperature, at the fastest memory
+    setting predicted to leave that much and to meet the TTFT limit, runs in its place, and
+    the favourite's request-only variants follow it to that server (those not predicted there
+    are dropped: they were queued to reuse the favourite's). Its measured peak tells the twin's
+    guard (:mod:`tuner.search.memory_guard`) whether the tighter setting the other queued
+    configs share fits, before they launch; the favourite's own setting is then the twin's and
+    TPE's to propose, like any other. On the 14B space that costs the shipped world's first
+    trial 1.8 % (0.90 of the 4090 for 0.94); in a world that holds a GiB more than modelled it
+    saves a start-up that runs out of memory. Where no such setting meets the TTFT limit, the
+    favourite goes first as it is: a launch that misses the limit is no trial worth its
+    start-up.
     """
     if not plan or plan[0].headroom_gib >= FIRST_START_MARGIN_GIB:
         return plan
@@ -197,7 +206,18 @@ def _measured_first(plan: list[Prediction], ranked: tuple[Prediction, ...]) -> l
         ),
         None,
     )
-    return plan if roomier is None else [roomier, *plan[1:]]
+    if roomier is None:
+        return plan
+    there = {
+        p.config.client: p
+        for p in reversed(ranked)
+        if p.arm == favourite.arm and p.config.server == roomier.config.server
+    }
+    rest = [
+        there.get(p.config.client) if p.config.server == favourite.config.server else p
+        for p in plan[1:]
+    ]
+    return [roomier, *(p for p in rest if p is not None)]
 
 
 def variant_share(
@@ -375,7 +395,22 @@ class _StagedScreen(Screen):
             self._predict(
                 best.arm, (server.gpu_memory_utilization, server.max_num_batched_tokens), t
             )
+        self._roomier(best)
         return self._best(list(self.done.values()))
+
+    def _roomier(self, best: Prediction) -> None:
+        """Where ``best`` leaves less than a study's first launch keeps, its arm at the most
+        generous utilization of each batch size that leaves that much, at every temperature:
+        the candidates for the first launch and its variants (:func:`_measured_first`)."""
+        if best.headroom_gib >= FIRST_START_MARGIN_GIB:
+            return
+        roomy: dict[int, float] = {}
+        for (util, mnbt), room in self.safe[best.arm].items():
+            if room >= FIRST_START_MARGIN_GIB:
+                roomy[mnbt] = max(util, roomy.get(mnbt, util))
+        for mnbt, util in roomy.items():
+            for t in self.temperatures:
+                self._predict(best.arm, (util, mnbt), t)
 
     def _other_ks(self) -> None:
         """Each method's best, where its variant is not the first its K was chosen in, at

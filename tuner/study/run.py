@@ -241,8 +241,8 @@ class PreparedRun(_Setup):
         extend_budget(study, request.trials)
         if request.sampler == "spectune":
             source = BackendKind.parse(request.backend).source
-            seed_study(study, request.studies_dir, space, source)  # host calibration
-            warm_start(study, space, request.trials)
+            calibrated = seed_study(study, request.studies_dir, space, source)
+            warm_start(study, space, request.trials, measured=calibrated)
         return StudyRun(
             request=request,
             study=study,
