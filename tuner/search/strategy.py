@@ -34,10 +34,11 @@ Only configs predicted to fit with :data:`SAFETY_MARGIN_GIB` to spare are enqueu
 uses a few hundred MiB more or less than any model of it (allocator fragmentation, library
 workspaces), and a config pushed on the strength of a prediction alone should not be one that
 runs out of memory at launch. The study's first launch keeps more,
-:data:`FIRST_START_MARGIN_GIB`: until one start-up has measured this machine the memory outside
-vLLM's budget is the model's alone. Where the favourite leaves less, the same config runs at a
-roomier utilization in its place; the other queued configs wait for its measured peak (the
-twin moves them where it says they do not fit). Memory other processes held when the study
+:data:`FIRST_START_MARGIN_GIB`: until one start-up has measured this machine (a host
+calibration's did) the memory outside vLLM's budget is the model's alone. Where the favourite
+leaves less, the same arm runs at a roomier memory setting in its place
+(:func:`_measured_first`); the other queued configs wait for its measured peak (the twin moves
+them where it says they do not fit). Memory other processes held when the study
 started (:mod:`tuner.catalog.tenants`) is taken before the prediction starts: vLLM finds it in
 use, so on 0.21-0.33 a utilization that leaves it no room fails the start-up check, and on 0.34
 the KV cache is sized from what it leaves. Where the prediction cannot tell configs apart, the one
