@@ -82,12 +82,12 @@ def _tell_failed(study: optuna.Study, trial: optuna.Trial, stopped: BaseExceptio
     would meet "database is locked" and the trial stay RUNNING (the thirty-signals test found
     it; tests/study/test_loop.py makes it happen). Clearing those frames finalizes it.
     """
-    _release_statements(stopped)
+    release_statements(stopped)
     with signals_held():
         study.tell(trial, state=TrialState.FAIL)
 
 
-def _release_statements(stopped: BaseException) -> None:
+def release_statements(stopped: BaseException) -> None:
     """Clears the finished frames of ``stopped``'s traceback and of the errors it chains to
     (a traceback keeps only file names and lines), and collects the cycles they were in."""
     seen: set[int] = set()

@@ -38,6 +38,7 @@ from tuner.study.cluster.pool import Slot, SlotPool
 from tuner.study.cluster.slot import SlotResult
 from tuner.study.incumbent import race_for
 from tuner.study.lifecycle import OnTrial, TrialEnds
+from tuner.study.loop import release_statements
 from tuner.study.storage import BudgetExhausted, RetryOwnRecord
 from tuner.trial.backends import BackendOptions
 from tuner.trial.backends.kinds import BackendKind
@@ -111,9 +112,9 @@ def run_on_ray(
     loop = _Loop(ray, study, space, pool, seed, on_trial, backend, rounds)
     try:
         loop.run(ray_options.parallel)
-    except BaseException:
+    except BaseException as stopped:
         pool.cancel()  # Ctrl-C, SIGTERM, a fatal error: every node removes its servers
-        loop.fail_running()
+        loop.fail_running(stopped)
         raise
     finally:
         pool.close()
@@ -270,8 +271,13 @@ class _Loop:
             else:
                 self._finish(waiter, record.reused_by(waiter.number, self.driver))
 
-    def fail_running(self) -> None:
-        """Ends the trials that were running when the study was stopped: FAIL, no retry."""
+    def fail_running(self, stopped: BaseException) -> None:
+        """Ends the trials that were running when ``stopped`` stopped the study: FAIL, no retry.
+
+        The FAILs are written after what ``stopped`` left open in the database is released (a
+        signal inside one of the driver's SQLite statements holds the file's lock otherwise).
+        """
+        release_statements(stopped)
         self.runnable += [trial for waiters in self.waiting.values() for trial in waiters]
         self.waiting.clear()
         for job in list(self.running.values()):
