@@ -6,12 +6,13 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parents[2] / "benchmarks"))
 
 import simulator_reference
-from reference_fit import fit, held_out
+from reference_fit import _step, fit, held_out
 from reference_parameters import PARAMETERS
 from reference_table import Figure, ReferenceTable, load_table, predict_figure
 
@@ -166,6 +167,18 @@ def test_an_unfitted_figure_does_not_move_the_fit() -> None:
     # Held out already: predicted by the constants as they stand, and pinning nothing.
     assert out[late.id] == predict_figure(late, _start())
     assert "late" not in sole
+
+
+def test_a_damped_step_shrinks_in_every_direction() -> None:
+    """Marquardt's damping: highly damped, each parameter moves a small share of its
+    Gauss-Newton step, one the figures pin tightly as much as one only its prior holds (a
+    damping of the prior's curvature alone left the first moving, and the fit stuck)."""
+    jacobian = np.array([[100.0, 0.0], [0.0, 0.1]])
+    residuals = np.array([1.0, 1.0])
+    free, prior = np.zeros(2), (np.zeros(2), np.ones(2))
+    newton = _step(jacobian, residuals, free, prior, 0.0)
+    damped = _step(jacobian, residuals, free, prior, 100.0)
+    assert np.all(np.abs(damped) < 0.02 * np.abs(newton))
 
 
 def test_an_unfitted_figure_is_reported_but_not_held_to_the_bar(
