@@ -117,9 +117,10 @@ def _step(
     """One Levenberg-Marquardt step on figures plus priors (damping 0: Gauss-Newton).
 
     The damping scales each parameter's own curvature, figures' and prior's together
-    (Marquardt's), so a rejected step shrinks in every direction: damping the prior's alone
-    left a parameter the figures pin (a drafter's cost per sequence) moving by a factor of e
-    however high it went, every step was rejected and the fit stopped where it stood.
+    (Marquardt's), so a rejected step shrinks in every direction. Damping the prior's alone
+    shrank the parameters the figures pin least: the step came to be led by one they pin
+    tightly (a drafter's cost per sequence, still the largest move at damping 25), every
+    damped step raised the cost, and the fit stopped where it stood.
     """
     centre, sigma = prior
     weights = 1.0 / sigma**2
