@@ -22,7 +22,7 @@ from tuner.search.strategy import predicted_configs, warm_start_configs
 from tuner.search.twin_screen import TwinScreen
 from tuner.sim.twin.counters import PositionCounts
 from tuner.sim.twin.fit import FittedTwin, fit, observe
-from tuner.sim.twin.model import TwinPhysics
+from tuner.sim.twin.model import AcceptanceShift, TwinParams, TwinPhysics
 from tuner.sim.virtual_time import simulate
 
 SPACE = load_space("qwen3-coder-30b-fp8-4090x2-2026")
@@ -137,6 +137,24 @@ def test_the_twin_proposes_block_verification_where_it_forecasts_it_ahead() -> N
         and p.params["num_speculative_tokens"] == best[DFLASH].params["num_speculative_tokens"]
     )
     assert best[DFLASH].output_tok_s > standard.output_tok_s
+
+
+def test_the_twin_proposes_the_window_its_fit_ranks_ahead() -> None:
+    screen = TwinScreen(SPACE)
+
+    def best_window(twin: FittedTwin) -> tuple[object, object]:
+        ranked = on_traffic(screen, twin, screen.rank(twin))
+        lookup = next(p for p in ranked if p.method == "ngram_gpu")
+        return lookup.params["prompt_lookup_min"], lookup.params["prompt_lookup_max"]
+
+    # The shipped model has no window term: every window forecasts alike, and the design's
+    # first (the middle of each range) is kept.
+    assert best_window(FittedTwin()) == (2, 4)
+    # A study that measured a shorter match accepting less (its fit's slope, per token of the
+    # window's minimum) proposes the longest minimum the space offers.
+    shift = AcceptanceShift(lookup_min=0.6)
+    learned = FittedTwin(TwinParams(acceptance={("ngram_gpu", "code"): shift}))
+    assert best_window(learned) == (3, 4)
 
 
 def test_a_dflash_study_whose_counters_fall_off_proposes_a_lower_k() -> None:

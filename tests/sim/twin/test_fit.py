@@ -232,3 +232,36 @@ def test_adaptive_verification_s_own_cost_is_learned_apart_from_the_engine_s() -
     assert "adaptive" not in [name for name, *_ in plain.intervals()]
     assert "adaptive" not in serde.dump(plain)["params"]  # written only where learned
     assert serde.dump(twin)["params"]["adaptive"] == pytest.approx(twin.params.adaptive)
+
+
+def test_the_fit_learns_what_prompt_lookup_s_window_does() -> None:
+    # On these prompts a match of three tokens predicts what follows far better than one of
+    # one: each token more of the window's minimum adds 0.6 to the first position's logit.
+    # The shipped model has no window term; two windows measured tell the fit the slope.
+    truth = TwinParams(acceptance={("ngram_gpu", "code"): AcceptanceShift(lookup_min=0.6)})
+    trials = [
+        _measure_2026("ngram_gpu", 4, 0.0, seed, truth, prompt_lookup_min=low, prompt_lookup_max=4)
+        for seed, low in enumerate((1, 3, 1, 3))
+    ]
+    twin = fit(SPACE_2026.hardware, trials, FittedTwin(), SPACE_2026.version)
+
+    lookup = twin.params.shift("ngram_gpu", "code")
+    assert lookup.lookup_min == pytest.approx(0.6, abs=0.15)
+    assert lookup.logit == pytest.approx(0.0, abs=0.2)  # the drafter's own, not the window's
+    assert abs(lookup.lookup_max) < 0.05  # never measured apart: the prior's 0
+    assert twin.sd["ngram_gpu|code|lookup_min"] < 0.5  # narrower than its prior
+    # A window it never measured (2-5) is forecast from the slope: the truth's rates.
+    speculative = SPACE_2026.speculative("ngram_gpu", 4)
+    assert speculative is not None
+    window = replace(speculative, prompt_lookup_min=2, prompt_lookup_max=5)
+    args = (SPACE_2026.target, None, SpecMethod.NGRAM_GPU, "code", 0.0, 4)
+    learned = TwinPhysics(twin.params).position_rates(*args, speculative=window)
+    expected = TwinPhysics(truth).position_rates(*args, speculative=window)
+    shipped = TwinPhysics(TwinParams()).position_rates(*args, speculative=window)
+    assert learned[0] == pytest.approx(expected[0], abs=0.03)
+    assert expected[0] - shipped[0] > 0.08
+    # Written only where learned: a twin fitted before the term writes back alike.
+    row = serde.dump(twin)["params"]["acceptance"][0]
+    assert "lookup_min" in row and "lookup_max" not in row
+    one_window = fit(SPACE_2026.hardware, trials[:1], FittedTwin(), SPACE_2026.version)
+    assert "lookup_min" not in serde.dump(one_window)["params"]["acceptance"][0]

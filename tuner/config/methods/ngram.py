@@ -29,9 +29,11 @@ from tuner.config.methods.fields import (
 from tuner.config.verification import Verification
 from tuner.config.vllm_version import VllmVersion
 
-__all__ = ["NGRAM", "NGRAM_GPU", "NgramMethod"]
+__all__ = ["DEFAULT_WINDOW", "NGRAM", "NGRAM_GPU", "NgramMethod"]
 
 _KEYS = ("prompt_lookup_max", "prompt_lookup_min")
+# The n-gram window (min, max) a section searches when it names none.
+DEFAULT_WINDOW = (1, 4)
 # Before 0.30 vLLM words the reason for both methods as one feature.
 _REWORDED = VllmVersion(0, 30, 0)
 
@@ -43,9 +45,9 @@ class NgramMethod(SectionModel):
     method: Literal[SpecMethod.NGRAM, SpecMethod.NGRAM_GPU]
     num_speculative_tokens: KChoice = SpecTokensRange(low=1, high=8)
     """K, tokens proposed per step."""
-    prompt_lookup_min: CountChoice = 1
+    prompt_lookup_min: CountChoice = DEFAULT_WINDOW[0]
     """Shortest n-gram matched (vLLM's default: 5 when neither is set)."""
-    prompt_lookup_max: CountChoice = 4
+    prompt_lookup_max: CountChoice = DEFAULT_WINDOW[1]
     """Longest n-gram matched."""
     rejection_sample_method: Verifications = Field(default=[Verification.STANDARD])
     """standard, block, or both to search (block: Model Runner V2 only)."""

@@ -53,6 +53,7 @@ from tuner.sim.twin.forecast import drafted, step_parts
 from tuner.sim.twin.model import (
     TIME_FACTORS,
     AcceptanceShift,
+    SettingTerms,
     TwinParams,
     TwinPhysics,
     method_key,
@@ -96,6 +97,9 @@ _SHIFT_SD = {
     "block": 1.0,
     "log_decay": 0.15,
     "parallel_log_decay": 0.1,
+    # A token more or less of the n-gram window: what a match of that length predicts.
+    "lookup_min": 0.5,
+    "lookup_max": 0.5,
 }
 _OUTSIDE_SD = 0.125
 # Relative noise of one measured median step time or TTFT (run-to-run clocks, jitter).
@@ -442,7 +446,7 @@ def _fit_acceptance(
         logit, decay = _Regression(), _Regression()
         for obs in group:
             _add_observation(obs, prompt_set, logit, decay)
-        names = ("logit", "temperature", "probabilistic", "block")
+        names = ("logit", "temperature", *SettingTerms._fields)
         theta, theta_sd = logit.solve(
             np.array([getattr(start, n) for n in names]),
             np.array([prior.prior_sd(f"{name}|{n}", _SHIFT_SD[n]) for n in names]),
@@ -490,15 +494,15 @@ def _add_observation(
     target, draft = _models(obs.server)
     method, spec = obs.server.method, obs.server.speculative
     gain = verifier_gain(spec, obs.temperature, prompt_set=prompt_set)
-    sampled, block = setting_terms(spec, obs.temperature)
+    terms = setting_terms(spec, obs.temperature)
     parallel = float(drafts_in_parallel(spec))
     floor = 0.5 / obs.drafts
     first = _unverified(obs.reach[0], gain, floor)
     base = shipped_logit(
-        target, draft, method, prompt_set, obs.temperature, probabilistic=bool(sampled)
+        target, draft, method, prompt_set, obs.temperature, probabilistic=bool(terms.probabilistic)
     )
     logit.add(
-        [1.0, obs.temperature**2, sampled, block],
+        [1.0, obs.temperature**2, *terms],
         math.log(first / (1 - first)) - base,
         max(1 / math.sqrt(obs.drafts * first * (1 - first)), _MIN_LOGIT_SD),
     )

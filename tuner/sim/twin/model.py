@@ -5,9 +5,9 @@ slower (or faster) than modelled the target's decode pass, the draft's pass, the
 per-step work and the prefill pass are; how far each speculation method's acceptance sits from
 the shipped model, per workload (a shift of the first position's logit, one of its temperature
 penalty, one of the per-position decay, and what each of the method's own settings adds:
-sampled drafts, block verification, parallel drafting); and how much memory a start-up needs
-outside vLLM's budget and inside it beyond the memory model. All corrections at their neutral
-value give the shipped simulator exactly.
+sampled drafts, block verification, parallel drafting, prompt lookup's window); and how much
+memory a start-up needs outside vLLM's budget and inside it beyond the memory model. All
+corrections at their neutral value give the shipped simulator exactly.
 
 :class:`TwinPhysics` turns the corrections into a :class:`tuner.sim.virtual_time.Physics`, so
 ``simulate``/``predict`` run the twin; :mod:`tuner.sim.twin.forecast` is its fast closed form
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import (
     SerializerFunctionWrapHandler,
@@ -30,6 +30,7 @@ from pydantic import (
 from tuner.catalog.gpus import Hardware
 from tuner.catalog.models import ModelSpec
 from tuner.config.methods import method_of
+from tuner.config.methods.ngram import DEFAULT_WINDOW
 from tuner.config.trial import ServerConfig, SpecMethod, SpeculativeConfig, choice_label
 from tuner.config.verification import Verification
 from tuner.config.vllm_version import VllmVersion
@@ -47,6 +48,7 @@ from tuner.sim.perfmodel import ForwardPass, PerfModel, StepShape
 __all__ = [
     "TIME_FACTORS",
     "AcceptanceShift",
+    "SettingTerms",
     "TwinParams",
     "TwinPhysics",
     "method_key",
@@ -80,6 +82,9 @@ class AcceptanceShift:
             accepts the same prefix as the standard rule at T=0).
         parallel_log_decay: added to the log decay where a head drafts all K in one pass
             (``parallel_drafting``).
+        lookup_min: added to that logit per token prompt lookup's shortest n-gram
+            (``prompt_lookup_min``) sits above the section's default window's.
+        lookup_max: the same per token of its longest n-gram (``prompt_lookup_max``).
     """
 
     logit: float = 0.0
@@ -88,6 +93,8 @@ class AcceptanceShift:
     probabilistic: float = 0.0
     block: float = 0.0
     parallel_log_decay: float = 0.0
+    lookup_min: float = 0.0
+    lookup_max: float = 0.0
 
 
 def _written(shift: AcceptanceShift) -> dict[str, float]:
@@ -95,12 +102,39 @@ def _written(shift: AcceptanceShift) -> dict[str, float]:
     return {k: v for k, v in asdict(shift).items() if v or k in drafter}
 
 
-def setting_terms(speculative: SpeculativeConfig | None, temperature: float) -> tuple[float, float]:
-    """What multiplies :attr:`AcceptanceShift.probabilistic` and :attr:`AcceptanceShift.block`
-    in a config's first-position logit: 1 where its drafts are sampled, its temperature under
-    block verification (0 where it has neither)."""
-    block = speculative is not None and speculative.rejection_sample_method is Verification.BLOCK
-    return float(samples_drafts(speculative)), temperature if block else 0.0
+class SettingTerms(NamedTuple):
+    """What multiplies each setting's term of :class:`AcceptanceShift` in a config's
+    first-position logit (0 where the config does not use the setting).
+
+    Attributes:
+        probabilistic: 1 where its drafts are sampled.
+        block: its temperature under block verification.
+        lookup_min: how many tokens prompt lookup's shortest n-gram sits above the default
+            window's.
+        lookup_max: the same for its longest n-gram.
+    """
+
+    probabilistic: float = 0.0
+    block: float = 0.0
+    lookup_min: float = 0.0
+    lookup_max: float = 0.0
+
+
+def setting_terms(speculative: SpeculativeConfig | None, temperature: float) -> SettingTerms:
+    """The config's :class:`SettingTerms`: a drafter measured with and without a setting tells
+    what that setting does on its prompts, as the fit learns it (a window is learned from
+    trials at two windows: the simulator's shipped model has no term for it, vLLM's proposer
+    changes what it proposes with the window, and no public figure measures by how much)."""
+    if speculative is None:
+        return SettingTerms()
+    block = speculative.rejection_sample_method is Verification.BLOCK
+    shortest, longest = speculative.prompt_lookup_min, speculative.prompt_lookup_max
+    return SettingTerms(
+        float(samples_drafts(speculative)),
+        temperature if block else 0.0,
+        0.0 if shortest is None else float(shortest - DEFAULT_WINDOW[0]),
+        0.0 if longest is None else float(longest - DEFAULT_WINDOW[1]),
+    )
 
 
 @dataclass(frozen=True)
@@ -273,12 +307,12 @@ class TwinPhysics:
         speculative: SpeculativeConfig | None = None,
     ) -> tuple[float, ...]:
         shift = self.params.shift(_shift_key(draft, method, speculative), prompt_set)
-        sampled, block = setting_terms(speculative, temperature)
+        terms = setting_terms(speculative, temperature)
         logit = shipped_logit(
-            target, draft, method, prompt_set, temperature, probabilistic=bool(sampled)
+            target, draft, method, prompt_set, temperature, probabilistic=bool(terms.probabilistic)
         )
         logit += shift.logit + shift.temperature * temperature**2
-        logit += shift.probabilistic * sampled + shift.block * block
+        logit += sum(getattr(shift, name) * value for name, value in terms._asdict().items())
         alpha = 1 / (1 + math.exp(-logit))
         decay = _fitted_decay(method, shift)
         if drafts_in_parallel(speculative):
