@@ -443,12 +443,14 @@ def _fit_acceptance(
     for (key, prompt_set), group in groups.items():
         start = prior.params.shift(key, prompt_set)
         name = f"{key}|{prompt_set}"
+        centre = _window_centre(group)
         logit, decay = _Regression(), _Regression()
         for obs in group:
-            _add_observation(obs, prompt_set, logit, decay)
+            _add_observation(obs, prompt_set, logit, decay, centre)
         names = ("logit", "temperature", *SettingTerms._fields)
+        start_at_centre = replace(start, logit=start.logit + _window_logit(start, centre))
         theta, theta_sd = logit.solve(
-            np.array([getattr(start, n) for n in names]),
+            np.array([getattr(start_at_centre, n) for n in names]),
             np.array([prior.prior_sd(f"{name}|{n}", _SHIFT_SD[n]) for n in names]),
         )
         d_names = ("log_decay", "parallel_log_decay")
@@ -458,10 +460,27 @@ def _fit_acceptance(
         )
         values = dict(zip(names + d_names, [*theta, *d_theta], strict=True))
         values["log_decay"] = min(values["log_decay"], 0.2)
-        shifts[(key, prompt_set)] = AcceptanceShift(**{n: float(v) for n, v in values.items()})
+        shift = AcceptanceShift(**{n: float(v) for n, v in values.items()})
+        shifts[(key, prompt_set)] = replace(shift, logit=shift.logit - _window_logit(shift, centre))
         for n, v in zip(names + d_names, [*theta_sd, *d_sd], strict=True):
             sd[f"{name}|{n}"] = float(v)
     return shifts
+
+
+def _window_centre(group: Sequence[Observation]) -> SettingTerms:
+    """The mean prompt-lookup window of a drafter's trials, which its window terms are fitted
+    around: every lookup trial has a window, so measured at one window alone the shift is the
+    drafter's, whatever that window is, and only trials at two windows move the slopes."""
+    terms = [setting_terms(obs.server.speculative, obs.temperature) for obs in group]
+    return SettingTerms(
+        lookup_min=sum(t.lookup_min for t in terms) / len(terms),
+        lookup_max=sum(t.lookup_max for t in terms) / len(terms),
+    )
+
+
+def _window_logit(shift: AcceptanceShift, window: SettingTerms) -> float:
+    """What ``shift``'s window terms add to the logit at ``window``."""
+    return shift.lookup_min * window.lookup_min + shift.lookup_max * window.lookup_max
 
 
 @dataclass
@@ -482,14 +501,19 @@ class _Regression:
 
 
 def _add_observation(
-    obs: Observation, prompt_set: str, logit: _Regression, decay: _Regression
+    obs: Observation,
+    prompt_set: str,
+    logit: _Regression,
+    decay: _Regression,
+    centre: SettingTerms,
 ) -> None:
     """One trial's acceptance as rows of the two fits: its first position's logit against the
     shipped one of its settings, and its later positions' fall against the shipped decay.
 
     What the verifier accepts beyond the standard rule is taken out first (its shipped share of
     the rejections), so the drafter's terms describe the drafter under every verifier; what the
-    verifier does beyond the shipped share is left to the block term.
+    verifier does beyond the shipped share is left to the block term. Its window is taken
+    from ``centre``, the drafter's mean measured window (:func:`_window_centre`).
     """
     target, draft = _models(obs.server)
     method, spec = obs.server.method, obs.server.speculative
@@ -502,7 +526,7 @@ def _add_observation(
         target, draft, method, prompt_set, obs.temperature, probabilistic=bool(terms.probabilistic)
     )
     logit.add(
-        [1.0, obs.temperature**2, *terms],
+        [1.0, obs.temperature**2, *(t - c for t, c in zip(terms, centre, strict=True))],
         math.log(first / (1 - first)) - base,
         max(1 / math.sqrt(obs.drafts * first * (1 - first)), _MIN_LOGIT_SD),
     )
