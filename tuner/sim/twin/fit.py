@@ -448,7 +448,7 @@ def _fit_acceptance(
         for obs in group:
             _add_observation(obs, prompt_set, logit, decay, centre)
         names = ("logit", "temperature", *SettingTerms._fields)
-        start_at_centre = replace(start, logit=start.logit + _window_logit(start, centre))
+        start_at_centre = replace(start, logit=start.logit + centre.logit(start))
         theta, theta_sd = logit.solve(
             np.array([getattr(start_at_centre, n) for n in names]),
             np.array([prior.prior_sd(f"{name}|{n}", _SHIFT_SD[n]) for n in names]),
@@ -461,7 +461,7 @@ def _fit_acceptance(
         values = dict(zip(names + d_names, [*theta, *d_theta], strict=True))
         values["log_decay"] = min(values["log_decay"], 0.2)
         shift = AcceptanceShift(**{n: float(v) for n, v in values.items()})
-        shifts[(key, prompt_set)] = replace(shift, logit=shift.logit - _window_logit(shift, centre))
+        shifts[(key, prompt_set)] = replace(shift, logit=shift.logit - centre.logit(shift))
         for n, v in zip(names + d_names, [*theta_sd, *d_sd], strict=True):
             sd[f"{name}|{n}"] = float(v)
     return shifts
@@ -476,11 +476,6 @@ def _window_centre(group: Sequence[Observation]) -> SettingTerms:
         lookup_min=sum(t.lookup_min for t in terms) / len(terms),
         lookup_max=sum(t.lookup_max for t in terms) / len(terms),
     )
-
-
-def _window_logit(shift: AcceptanceShift, window: SettingTerms) -> float:
-    """What ``shift``'s window terms add to the logit at ``window``."""
-    return shift.lookup_min * window.lookup_min + shift.lookup_max * window.lookup_max
 
 
 @dataclass

@@ -119,6 +119,10 @@ class SettingTerms(NamedTuple):
     lookup_min: float = 0.0
     lookup_max: float = 0.0
 
+    def logit(self, shift: AcceptanceShift) -> float:
+        """What ``shift``'s setting terms add to the first position's logit here."""
+        return float(sum(getattr(shift, name) * value for name, value in self._asdict().items()))
+
 
 def setting_terms(speculative: SpeculativeConfig | None, temperature: float) -> SettingTerms:
     """The config's :class:`SettingTerms`: a drafter measured with and without a setting tells
@@ -312,7 +316,7 @@ class TwinPhysics:
             target, draft, method, prompt_set, temperature, probabilistic=bool(terms.probabilistic)
         )
         logit += shift.logit + shift.temperature * temperature**2
-        logit += sum(getattr(shift, name) * value for name, value in terms._asdict().items())
+        logit += terms.logit(shift)
         alpha = 1 / (1 + math.exp(-logit))
         decay = _fitted_decay(method, shift)
         if drafts_in_parallel(speculative):
