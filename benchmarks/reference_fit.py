@@ -12,8 +12,10 @@ Jacobian. A parameter moves only figures it applies to (:attr:`Parameter.applies
 one Jacobian to a few dozen simulator runs.
 
 Leave-one-source-out: without a source's figures the fit moves from the full fit by one
-Gauss-Newton step (the standard approximate leave-one-out), and the source's figures are then
-predicted by the simulator at those constants. A source that alone pins a parameter is
+Gauss-Newton step (the standard approximate leave-one-out), less the step the whole table would
+take from there (zero at the fit's minimum; where the constants stop short of it, that part
+only finishes converging them and is no effect of the source), and the source's figures are
+then predicted by the simulator at those constants. A source that alone pins a parameter is
 predicted from that parameter's prior: its held-out error is what a user of an unmeasured
 regime would see.
 
@@ -187,9 +189,12 @@ def held_out(
     prior = _prior(parameters)
     out: dict[str, float] = dict(unfitted)
     sole: dict[str, tuple[str, ...]] = {}
+    # The step the whole table would take from ``physics`` only finishes converging it; what
+    # leaving a source out adds is the difference between the two steps.
+    full = _step(jacobian, residuals, free, prior, 0.0)
     for source in sorted({f.source for f in figures}):
         keep = np.array([f.source != source for f in figures])
-        moved = free + _step(jacobian[keep], residuals[keep], free, prior, 0.0)
+        moved = free + _step(jacobian[keep], residuals[keep], free, prior, 0.0) - full
         refit = _apply(physics, parameters, moved)
         for figure in figures:
             if figure.source == source:

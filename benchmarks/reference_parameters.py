@@ -10,13 +10,13 @@ only one source pins returns to its prior when that source is left out of the fi
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
 from reference_table import Figure, FigureKind
 
 from tuner.catalog.gpus import Interconnect, MemoryKind
-from tuner.config.methods import MethodFamily, method_of
+from tuner.config.methods import MethodFamily, method_of, speculating
 from tuner.config.trial import SpecMethod
 from tuner.config.verification import DraftSampling, Verification
 from tuner.config.vllm_version import VllmVersion
@@ -26,6 +26,7 @@ from tuner.sim.virtual_time import Calibrated
 __all__ = ["PARAMETERS", "Parameter"]
 
 _V2_DEFAULT = VllmVersion(0, 29, 0)  # Model Runner V2 for every architecture
+_BLOCK_METHODS = tuple(m.name for m in speculating() if m.family is MethodFamily.BLOCK)
 _ACCEPTANCE_KINDS = frozenset(
     {
         FigureKind.ACCEPTANCE_RATE,
@@ -229,14 +230,17 @@ def _block_logit(prompt_set: str, prior: float) -> Parameter:
     )
 
 
+def _sampled(f: Figure) -> bool:
+    return f.setup.draft_sample_method == DraftSampling.PROBABILISTIC and f.setup.temperature > 0
+
+
+def _block(f: Figure) -> bool:
+    return method_of(f.setup.method).family is MethodFamily.BLOCK
+
+
 def _sampling_penalty() -> Parameter:
     def put(c: Calibrated, v: float) -> Calibrated:
         return replace(c, acceptance=replace(c.acceptance, probabilistic_penalty=v))
-
-    def applies(f: Figure) -> bool:
-        return (
-            f.setup.draft_sample_method == DraftSampling.PROBABILISTIC and f.setup.temperature > 0
-        )
 
     return Parameter(
         "temperature penalty of sampled drafts",
@@ -244,7 +248,29 @@ def _sampling_penalty() -> Parameter:
         1.0,
         lambda c: c.acceptance.probabilistic_penalty,
         put,
-        applies,
+        lambda f: _sampled(f) and not _block(f),
+    )
+
+
+def _block_table(table: Mapping[SpecMethod, float], value: float) -> dict[SpecMethod, float]:
+    """``table`` with every block drafter's entry set to ``value`` (they share one prior)."""
+    return {**table, **{m: value for m in _BLOCK_METHODS}}
+
+
+def _block_sampling_penalty() -> Parameter:
+    def put(c: Calibrated, v: float) -> Calibrated:
+        penalties = _block_table(c.acceptance.sampled_penalty, v)
+        return replace(c, acceptance=replace(c.acceptance, sampled_penalty=penalties))
+
+    return Parameter(
+        "temperature penalty of a block drafter's sampled drafts",
+        1.0,
+        1.0,
+        lambda c: c.acceptance.sampled_penalty.get(
+            SpecMethod.DSPARK, c.acceptance.probabilistic_penalty
+        ),
+        put,
+        lambda f: _sampled(f) and _block(f),
     )
 
 
@@ -325,18 +351,17 @@ def _moe_routing() -> Parameter:
     )
 
 
-def _ceiling(method: SpecMethod, prior: float) -> Parameter:
+def _block_spread() -> Parameter:
     def put(c: Calibrated, v: float) -> Calibrated:
-        ceilings = {**c.acceptance.ceiling, method: v}
-        return replace(c, acceptance=replace(c.acceptance, ceiling=ceilings))
+        return replace(c, acceptance=replace(c.acceptance, block_spread=v))
 
     return Parameter(
-        f"{method} conditional acceptance ceiling",
-        prior,
-        0.2,
-        lambda c: c.acceptance.ceiling[method],
+        "block drafters' spread over prompts per unit of temperature",
+        1.0,
+        1.0,
+        lambda c: c.acceptance.block_spread,
         put,
-        lambda f: f.setup.method == method and f.setup.k > 1,
+        lambda f: _block(f) and f.setup.temperature > 0 and f.setup.k > 1,
     )
 
 
@@ -379,12 +404,16 @@ PARAMETERS: tuple[Parameter, ...] = (
     _head_logit(SpecMethod.EAGLE3, "code", 2.5),
     _head_logit(SpecMethod.EAGLE3, "math", 2.0),
     _block_logit("chat", 1.0),
-    _decay(SpecMethod.DSPARK, 1.0),
+    _block_logit("math", 2.0),
+    _block_logit("code", 2.0),
+    _decay(SpecMethod.DFLASH, 0.95),
+    _decay(SpecMethod.DSPARK, 0.95),
+    _block_spread(),
     _parallel_decay(),
     _sampling_penalty(),
+    _block_sampling_penalty(),
     _block_gain(),
     _runner_saving(),
     _adaptive_cost(),
     _moe_routing(),
-    _ceiling(SpecMethod.DSPARK, 0.9),
 )

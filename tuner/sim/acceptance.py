@@ -5,9 +5,17 @@ were accepted, and is then accepted with a conditional probability ``alpha * dec
 A draft model drifts away from the target the further it runs ahead, which is why K above 6
 wastes work (BRIEF.md); one MTP layer rerun for later positions drifts faster still. An EAGLE
 head drifts about as a draft model does (7 % a position: its acceptance lengths for K=2..7 in
-vLLM issue #20780, the per-position rates of two 2026 runs). Prompt lookup (ngram) and suffix
-decoding copy text, and a copy that matched so far tends to keep matching, so they have no
-decay.
+vLLM issue #20780, the per-position rates of two 2026 runs). A block drafter guesses its whole
+block from one context and drifts slowly (DFlash and DSpark per-position rates on MI300X, vLLM
+blog PR #310). Prompt lookup (ngram) and suffix decoding copy text, and a copy that matched so
+far tends to keep matching, so they have no decay.
+
+Sampling spreads acceptance over a workload's prompts: at a temperature above 0 some prompts
+are easy to guess and others not, and a later position is reached mostly on the easy ones, so
+the rates a server counts fall more slowly than each prompt's, and rise where each prompt's are
+flat. That is modelled for block drafters (:attr:`AcceptanceConstants.block_spread`), whose
+flat rates show it: DSpark's counters rise from 0.71 to 0.86 along a block at temperature 1
+(vLLM PR #52992) and stay flat or fall when greedy (PR #46995, blog PR #310).
 
 ``alpha`` is built in logit space, each part calibrated on a public figure
 (``benchmarks/simulator_reference.py`` prints each next to the prediction):
@@ -32,8 +40,11 @@ from functools import cache
 from pathlib import Path
 from typing import Protocol
 
+import numpy as np
+
 from tuner.catalog.models import ModelSpec
 from tuner.config.methods import MethodFamily, method_of, speculating
+from tuner.config.methods.block import BLOCK_SPREAD
 from tuner.config.prompts import load_prompt_file
 from tuner.config.trial import SpecMethod, SpeculativeConfig
 from tuner.config.verification import DraftSampling, Verification
@@ -52,6 +63,8 @@ __all__ = [
     "loose_share",
     "position_rates",
     "prompt_repetition",
+    "prompt_spread",
+    "rates_over_prompts",
     "samples_drafts",
     "shipped_rates",
     "verified",
@@ -75,9 +88,10 @@ class AcceptanceConstants:
         block_logit: block drafters (DFlash, DSpark), per prompt set.
         ngram_logit: prompt lookup per prompt set.
         suffix_logit: what suffix trees gain over prompt lookup.
-        decay: conditional acceptance's factor per later position, per method.
-        ceiling: the highest conditional acceptance a later position reaches, per method whose
-            decay rises (block drafters: the positions a draft reaches are easy, up to a point).
+        decay: conditional acceptance's factor per later position, per method (on one prompt).
+        block_spread: the standard deviation over a workload's prompts of a block drafter's
+            first-position logit, per unit of temperature (0 when greedy: every prompt's
+            argmax agreement is about as likely).
         parallel_decay: the factor on a head's decay when it drafts all K tokens in one pass
             (P-EAGLE): no position sees the drafts before it.
         temperature_penalty: logit lost per squared unit of temperature with greedy drafts
@@ -85,6 +99,8 @@ class AcceptanceConstants:
             sample it).
         probabilistic_penalty: the same with ``draft_sample_method: probabilistic`` (drafts
             sampled from the drafter's distribution, accepted with min(1, p/q)).
+        sampled_penalty: the same per method whose drafter loses otherwise (block drafters:
+            a drafter trained to sample its block keeps more of it).
         block_verification_gain: share of each position's rejections that block verification
             (``rejection_sample_method: block``) turns into acceptances, per unit of temperature
             (none when greedy: both rules then accept the same prefix).
@@ -99,10 +115,11 @@ class AcceptanceConstants:
     ngram_logit: Mapping[str, float]
     suffix_logit: float
     decay: Mapping[SpecMethod, float]
-    ceiling: Mapping[SpecMethod, float]
+    block_spread: float
     parallel_decay: float
     temperature_penalty: float
     probabilistic_penalty: float
+    sampled_penalty: Mapping[SpecMethod, float]
     block_verification_gain: float
     fly_gain: Mapping[str, float]
 
@@ -119,19 +136,25 @@ SHIPPED_ACCEPTANCE = AcceptanceConstants(
     draft_logit={"code": 2.94, "long-context": 2.6, "chat": 2.0, "creative": 1.39, "math": 3.2},
     # Heads and MTP layers: each method's own prior (tuner/config/methods/).
     head_logit={m.name: m.prior.logit for m in speculating() if m.prior.logit},
-    # Block drafters: DSpark's first position on SPEED-Bench at T=1 (vllm PR #52992); other sets
-    # keep EAGLE-3's offsets from chat.
-    block_logit={"code": 3.61, "long-context": 2.61, "chat": 2.30, "creative": 1.80, "math": 3.21},
+    # Block drafters: chat from DSpark's counters (vllm PRs #52992 and #46995) and speed-up
+    # (#52362), math and code from the MI300X K-curves on GSM8K and HumanEval (vLLM blog PR
+    # #310); long contexts and creative writing keep their earlier offsets from chat.
+    block_logit={"code": 2.55, "long-context": 1.95, "chat": 1.64, "creative": 1.14, "math": 2.50},
     # Prompt lookup only wins where the output repeats the input.
     ngram_logit={"code": -0.2, "long-context": 0.1, "chat": -1.4, "creative": -2.5, "math": -0.2},
     # Suffix trees also match earlier requests' outputs (ArcticInference: 1.4-3.9x over prompt
     # lookup on SWE-bench, agentic traffic that repeats itself).
     suffix_logit=0.5,
     decay={m.name: m.prior.decay for m in speculating() if m.prior.decay is not None},
-    ceiling={m.name: m.prior.ceiling for m in speculating() if m.prior.ceiling is not None},
+    block_spread=BLOCK_SPREAD,
     parallel_decay=0.974,
     temperature_penalty=3.5,
     probabilistic_penalty=1.39,
+    sampled_penalty={
+        m.name: m.prior.sampled_penalty
+        for m in speculating()
+        if m.prior.sampled_penalty is not None
+    },
     block_verification_gain=0.085,
     # FLy on Qwen3-27B's MTP layer, RTX 5090, greedy (github.com/ggml-org/llama.cpp/discussions/
     # 24804): +5.6 % tok/s over lossless on creative writing, within 1 % on GSM8K; 0.12 of the
@@ -190,7 +213,9 @@ def acceptance_probability(
     Raises:
         ValueError: method ``none``, or a draft-model method without a draft.
     """
-    per_degree = constants.probabilistic_penalty if probabilistic else constants.temperature_penalty
+    per_degree = constants.temperature_penalty
+    if probabilistic:
+        per_degree = constants.sampled_penalty.get(method, constants.probabilistic_penalty)
     penalty = per_degree * max(temperature, 0.0) ** 2
     family = method_of(method).family
     if family is MethodFamily.LOOKUP:
@@ -262,8 +287,10 @@ def position_rates(
     constants: AcceptanceConstants = SHIPPED_ACCEPTANCE,
     *,
     parallel: bool = False,
+    temperature: float = 0.0,
 ) -> tuple[float, ...]:
-    """Conditional acceptance probability of each of the ``k`` drafted positions.
+    """Conditional acceptance probability of each of the ``k`` drafted positions, as a server
+    counts them over a workload's prompts.
 
     Args:
         alpha: the first position's probability, from :func:`acceptance_probability`.
@@ -271,12 +298,60 @@ def position_rates(
         method: a method of :data:`SPEC_METHODS` (its decay in ``constants``).
         constants: the model's constants (default: the shipped calibration).
         parallel: a head drafting all K tokens in one pass (``parallel_drafting``).
+        temperature: the requests' sampling temperature (a block drafter's prompts spread).
     """
     decay = constants.decay.get(method, POSITION_DECAY)
     if parallel and not method_of(method).one_pass:
         decay *= constants.parallel_decay
-    top = max(constants.ceiling.get(method, 1.0), alpha)
-    return tuple(min(alpha * decay**i, top) for i in range(k))
+    return rates_over_prompts(alpha, decay, k, prompt_spread(method, temperature, constants))
+
+
+def prompt_spread(
+    method: SpecMethod, temperature: float, constants: AcceptanceConstants = SHIPPED_ACCEPTANCE
+) -> float:
+    """The spread of ``method``'s first-position logit over a workload's prompts."""
+    if method_of(method).family is not MethodFamily.BLOCK:
+        return 0.0
+    return constants.block_spread * max(temperature, 0.0)
+
+
+# Gauss-Hermite nodes and weights for a standard normal's expectation.
+_NODES, _WEIGHTS = np.polynomial.hermite_e.hermegauss(24)
+_WEIGHTS = _WEIGHTS / _WEIGHTS.sum()
+
+
+@cache
+def rates_over_prompts(alpha: float, decay: float, k: int, spread: float) -> tuple[float, ...]:
+    """The counted conditional rates of ``k`` positions when each prompt's first-position logit
+    lies ``spread`` (a standard deviation) around the one whose mean rate over prompts is
+    ``alpha``, and each prompt's later positions fall by ``decay`` a position.
+
+    Position ``i``'s counted rate is the share of the drafts reaching ``i - 1`` that go on:
+    the mean over prompts of reaching ``i`` over that of reaching ``i - 1``."""
+    if spread <= 0.0:
+        return tuple(min(alpha * decay**i, 1.0) for i in range(k))
+    centre = _centre(alpha, spread)
+    first = 1.0 / (1.0 + np.exp(-(centre + spread * _NODES)))
+    reach = np.ones_like(first)
+    out: list[float] = []
+    before = 1.0
+    for i in range(k):
+        reach = reach * np.minimum(first * decay**i, 1.0)
+        now = float(_WEIGHTS @ reach)
+        out.append(now / before if before > 0.0 else 0.0)
+        before = now
+    return tuple(out)
+
+
+def _centre(alpha: float, spread: float) -> float:
+    """The logit whose prompts, spread around it, accept ``alpha`` of first positions on
+    average (bisection: the mean rises with the centre)."""
+    low, high = -30.0, 30.0
+    for _ in range(60):
+        mid = (low + high) / 2
+        mean = float(_WEIGHTS @ (1.0 / (1.0 + np.exp(-(mid + spread * _NODES)))))
+        low, high = (mid, high) if mean < alpha else (low, mid)
+    return (low + high) / 2
 
 
 def verified(
@@ -379,7 +454,14 @@ def shipped_rates(
         constants,
         probabilistic=samples_drafts(speculative),
     )
-    rates = position_rates(alpha, k, method, constants, parallel=drafts_in_parallel(speculative))
+    rates = position_rates(
+        alpha,
+        k,
+        method,
+        constants,
+        parallel=drafts_in_parallel(speculative),
+        temperature=temperature,
+    )
     return verified(rates, speculative, temperature, constants, prompt_set)
 
 

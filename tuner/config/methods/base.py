@@ -73,13 +73,14 @@ class AcceptancePrior:
         decay: conditional acceptance's factor per later position (None: a draft model's).
         logit: the first position's logit per prompt set, for a method with its own (heads,
             MTP layers); the others take their family's (draft pair, block, lookup).
-        ceiling: the highest conditional acceptance a later position reaches, for a method
-            whose decay rises (block drafters).
+        sampled_penalty: logit lost per squared unit of temperature with sampled drafts
+            (``draft_sample_method: probabilistic``), for a method whose drafter loses
+            otherwise than a head's (None: the shared one).
     """
 
     decay: float | None = None
     logit: Mapping[str, float] = field(default_factory=dict)
-    ceiling: float | None = None
+    sampled_penalty: float | None = None
 
 
 _NO_PRIOR = AcceptancePrior()

@@ -23,17 +23,17 @@ from tuner.catalog.drafters import check_block_drafter, k_limit
 from tuner.catalog.models import ModelSpec, load_model
 from tuner.catalog.seed_drafters import DRAFTERS, drafters_for
 from tuner.catalog.spec_method import SpecMethod
-from tuner.config.methods.base import UNRESOLVED_K, AcceptancePrior, Method, Range
+from tuner.config.methods.base import UNRESOLVED_K, Method, Range
 from tuner.config.methods.fields import CountChoice, KChoice, Models, Verified
 from tuner.config.vllm_version import VllmVersion
 from tuner.errors import ConfigError, IncompatibleDraftError
 
-__all__ = ["BLOCK_PRIOR", "BlockDrafter", "BlockMethod"]
+__all__ = ["BLOCK_SPREAD", "BlockDrafter", "BlockMethod"]
 
-# A block drafter's later positions, once reached, are accepted more often than its first, up
-# to a point: fitted on DSpark's per-position counters (vllm PR #52992), which no DFlash source
-# in the reference table contradicts, so both block drafters share it.
-BLOCK_PRIOR = AcceptancePrior(decay=1.022, ceiling=0.917)
+# How far a block drafter's first-position logit spreads over a workload's prompts, per unit of
+# temperature (tuner/sim/acceptance.py): fitted on DSpark's counters at temperature 1, which
+# rise along the block (vllm PR #52992), against the greedy ones that do not.
+BLOCK_SPREAD = 1.45
 
 
 class BlockMethod(Verified):

@@ -22,8 +22,8 @@ from typing import Any
 from tuner.catalog.drafters import DFLASH_VARIANTS
 from tuner.catalog.models import ModelSpec, load_model
 from tuner.catalog.spec_method import SpecMethod
-from tuner.config.methods.base import MethodFamily, Range
-from tuner.config.methods.block import BLOCK_PRIOR, BlockDrafter
+from tuner.config.methods.base import AcceptancePrior, MethodFamily, Range
+from tuner.config.methods.block import BlockDrafter
 from tuner.config.vllm_version import VllmVersion
 from tuner.errors import ConfigError
 
@@ -69,7 +69,7 @@ DFLASH = _DFlash(
     since=VllmVersion(0, 20, 0),
     since_source="vllm/config/speculative.py DFlashModelTypes (0.20)",
     v2_since=VllmVersion(0, 24, 0),
-    prior=BLOCK_PRIOR,
+    prior=AcceptancePrior(decay=0.972, sampled_penalty=1.02),
     # Its K mask tokens attend to each other (non-causal layers: qwen3_dflash's
     # dflash_has_any_non_causal in 0.34), so position i drafted at K sees K - i masks after
     # it, not K' - i: a count at K stands for another K about as well as the block is wide.

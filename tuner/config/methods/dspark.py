@@ -16,8 +16,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from tuner.catalog.spec_method import SpecMethod
-from tuner.config.methods.base import MethodFamily
-from tuner.config.methods.block import BLOCK_PRIOR, BlockDrafter
+from tuner.config.methods.base import AcceptancePrior, MethodFamily
+from tuner.config.methods.block import BlockDrafter
 from tuner.config.vllm_version import VllmVersion
 
 __all__ = ["DSPARK"]
@@ -47,6 +47,6 @@ DSPARK = _DSpark(
     keys=("dspark_draft_topk",),
     v2_since=VllmVersion(0, 25, 0),
     adaptive_since=VllmVersion(0, 28, 0),
-    prior=BLOCK_PRIOR,
+    prior=AcceptancePrior(decay=0.995, sampled_penalty=1.02),
     # Its counters carry about, not exactly, as DFlash's (tuner/config/methods/dflash.py).
 )

@@ -39,6 +39,8 @@ from tuner.sim.acceptance import (
     SHIPPED_ACCEPTANCE,
     acceptance_probability,
     drafts_in_parallel,
+    prompt_spread,
+    rates_over_prompts,
     samples_drafts,
     verified,
 )
@@ -321,9 +323,7 @@ class TwinPhysics:
         decay = _fitted_decay(method, shift)
         if drafts_in_parallel(speculative):
             decay *= SHIPPED_ACCEPTANCE.parallel_decay * math.exp(shift.parallel_log_decay)
-        # A block drafter's rising rates level off where the shipped model's do.
-        top = max(SHIPPED_ACCEPTANCE.ceiling.get(method, 1.0), alpha)
-        rates = tuple(min(alpha * decay**i, top) for i in range(k))
+        rates = rates_over_prompts(alpha, decay, k, prompt_spread(method, temperature))
         return verified(rates, speculative, temperature, prompt_set=prompt_set)
 
     def decay(self, draft: ModelSpec | None, method: SpecMethod, prompt_set: str) -> float:
