@@ -74,6 +74,14 @@ def _speed(figure: Figure) -> bool:
     return figure.kind not in _ACCEPTANCE_KINDS
 
 
+def _sampled(f: Figure) -> bool:
+    return f.setup.draft_sample_method == DraftSampling.PROBABILISTIC and f.setup.temperature > 0
+
+
+def _block(f: Figure) -> bool:
+    return method_of(f.setup.method).family is MethodFamily.BLOCK
+
+
 def _bandwidth(cls: MemoryKind) -> Parameter:
     def put(c: Calibrated, v: float) -> Calibrated:
         return replace(c, steps=replace(c.steps, bandwidth={**c.steps.bandwidth, cls: v}))
@@ -222,20 +230,9 @@ def _block_logit(prompt_set: str, prior: float) -> Parameter:
         1.5,
         lambda c: c.acceptance.block_logit[prompt_set],
         put,
-        lambda f: (
-            method_of(f.setup.method).family is MethodFamily.BLOCK
-            and f.setup.prompt_set == prompt_set
-        ),
+        lambda f: _block(f) and f.setup.prompt_set == prompt_set,
         logit=True,
     )
-
-
-def _sampled(f: Figure) -> bool:
-    return f.setup.draft_sample_method == DraftSampling.PROBABILISTIC and f.setup.temperature > 0
-
-
-def _block(f: Figure) -> bool:
-    return method_of(f.setup.method).family is MethodFamily.BLOCK
 
 
 def _sampling_penalty() -> Parameter:

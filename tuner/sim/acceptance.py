@@ -36,7 +36,7 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 from pathlib import Path
 from typing import Protocol
 
@@ -320,7 +320,6 @@ _NODES, _WEIGHTS = np.polynomial.hermite_e.hermegauss(24)
 _WEIGHTS = _WEIGHTS / _WEIGHTS.sum()
 
 
-@cache
 def rates_over_prompts(alpha: float, decay: float, k: int, spread: float) -> tuple[float, ...]:
     """The counted conditional rates of ``k`` positions when each prompt's first-position logit
     lies ``spread`` (a standard deviation) around the one whose mean rate over prompts is
@@ -330,6 +329,14 @@ def rates_over_prompts(alpha: float, decay: float, k: int, spread: float) -> tup
     the mean over prompts of reaching ``i`` over that of reaching ``i - 1``."""
     if spread <= 0.0:
         return tuple(min(alpha * decay**i, 1.0) for i in range(k))
+    return _mixture_rates(alpha, decay, k, spread)
+
+
+# Bounded: the simulator asks again for every request of a config, but a twin's fit asks at
+# ever new first-position rates, which an unbounded cache would keep for the whole study.
+@lru_cache(maxsize=4096)
+def _mixture_rates(alpha: float, decay: float, k: int, spread: float) -> tuple[float, ...]:
+    """:func:`rates_over_prompts` over a spread of prompts (Gauss-Hermite quadrature)."""
     centre = _centre(alpha, spread)
     first = 1.0 / (1.0 + np.exp(-(centre + spread * _NODES)))
     reach = np.ones_like(first)
